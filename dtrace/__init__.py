@@ -1,0 +1,17 @@
+"""dtrace: analyse GPU profiler traces from every rank of a cluster job at once.
+
+>>> import dtrace
+>>> r = dtrace.analyze("traces/", "results/")     # doctest: +SKIP
+>>> r = dtrace.load("results/"); r.breakdown      # doctest: +SKIP
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .api import analyze  # noqa: E402
+from .errors import DtraceError, InputError, ResultsError, UsageError  # noqa: E402
+from .options import Options  # noqa: E402
+from .results import Results, load  # noqa: E402
+
+__all__ = ["analyze", "load", "Results", "Options", "DtraceError", "InputError", "ResultsError",
+           "UsageError", "__version__"]

@@ -1,0 +1,137 @@
+"""The Python API: :func:`analyze` runs the pipeline; :func:`dtrace.load` opens results."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .analyses import ANALYSES
+from .engine import ClusterSpec, Engine
+from .options import Options
+from .partition import analyze_partition, ingest_file
+from .plan import expand_inputs, resolve_ranks
+from .reduce import run_reducers
+from .results import Results, write_results
+
+
+def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: str | None = None,
+            scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
+            progress: bool = False, format: str | None = None, ranks: dict[str, int] | None = None,
+            reuse_cache: bool = True, **options: Any) -> Results:
+    """Analyse the traces of every rank and return (and, with ``out``, write) the results.
+
+    Parameters
+    ----------
+    inputs
+        Trace files, directories (searched recursively) or globs.
+    out
+        Results directory (tables as Parquet + ``manifest.json``, written atomically). The
+        ingest cache lives in ``out/cache`` unless ``cache`` is given, so a second analysis of
+        unchanged inputs reads Parquet only.
+    scheduler
+        ``"sync"`` (in-process), ``"local"`` (a ``LocalCluster`` of processes; the default) or
+        the address of a running Dask scheduler. ``scheduler_file`` connects through a file.
+    workers
+        Worker processes of the local cluster (default: one per core).
+    format
+        Force a reader (``kineto``, ...) instead of detecting the format from the content.
+    ranks
+        Explicit ``{path: rank}`` for inputs whose rank the file does not state.
+    **options
+        Analysis settings, see :class:`dtrace.options.Options` (``compat="tracelens"``, ``step=3``, ...).
+
+    Returns
+    -------
+    Results
+        ``results.breakdown``, ``results.streams``, ... as pandas DataFrames; failed inputs
+        are listed in ``results.manifest["inputs"]`` with their one-line error.
+
+    Examples
+    --------
+    >>> r = dtrace.analyze("traces/", "results/", scheduler="sync")   # doctest: +SKIP
+    >>> r.breakdown[["rank", "computation_ns", "idle_ns"]]            # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    opts = Options.from_kwargs(**options)
+    out = os.fspath(out) if out is not None else None
+    files = expand_inputs(inputs, exclude=[out] if out else None)
+    tmp_cache = None
+    if cache is None:
+        if out is not None:
+            cache = os.path.join(out, "cache")
+        else:
+            cache = tmp_cache = tempfile.mkdtemp(prefix="dtrace-cache-")
+    os.makedirs(cache, exist_ok=True)
+    try:
+        with Engine(ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
+                                progress=progress)) as engine:
+            records = engine.map(ingest_file, files, cache, format, reuse_cache, label="reading traces")
+            specs = resolve_ranks(records, rank_by=opts.rank_by, ranks=ranks)
+            parts = engine.map(analyze_partition, specs, opts, label="analysing ranks")
+            n_workers = engine.n_workers
+    finally:
+        if tmp_cache is not None:
+            shutil.rmtree(tmp_cache, ignore_errors=True)
+    by_path = {r.path: r for r in records}
+    for p in parts:
+        if p["error"] and by_path[p["spec"].path].error is None:
+            r = by_path[p["spec"].path]
+            r.error, r.error_type = p["error"], "AnalysisError"
+    good = [p for p in parts if not p["error"] and by_path[p["spec"].path].error is None]
+    tables = combine([p["tables"] for p in good])
+    tables = run_reducers(tables, opts)
+    manifest = _manifest(records, specs, opts, files, cache, time.perf_counter() - t0, n_workers)
+    if out is not None:
+        return write_results(out, tables, manifest)
+    return Results(tables, manifest, None)
+
+
+def combine(per_part: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """Concatenate each table over parts (once per table), empty tables keep their columns."""
+    out = {}
+    for a in ANALYSES:
+        frames = [t[a.table] for t in per_part if a.table in t and len(t[a.table])]
+        if frames:
+            out[a.table] = pd.concat(frames, ignore_index=True)
+        else:
+            out[a.table] = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in a.columns.items()})
+    return out
+
+
+def _manifest(records, specs, opts: Options, files, cache, seconds: float, n_workers: int) -> dict[str, Any]:
+    ranks: dict[str, list[list[int]]] = {}
+    for s in specs:
+        ranks.setdefault(s.path, []).append([s.rank, s.device])
+    inputs = []
+    for r in records:
+        inputs.append({
+            "path": r.path, "format": r.format, "status": "error" if r.error else "ok", "error": r.error,
+            "error_type": r.error_type, "ranks": ranks.get(r.path, []) if not r.error else [],
+            "size": r.size, "mtime_ns": r.mtime_ns, "sha256": r.sha256, "cached": r.cached,
+            "events": int(r.meta.get("events", 0)) if r.meta else 0,
+        })
+    return {
+        "dtrace_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "options": opts.to_json(),
+        "cache": os.path.abspath(cache),
+        "seconds": round(seconds, 3),
+        "workers": n_workers,
+        "inputs": inputs,
+        "n_inputs": len(files),
+        "n_failed": sum(1 for i in inputs if i["status"] == "error"),
+        "n_parts": len({(s.rank, s.device) for s in specs if not by_error(records, s.path)}),
+    }
+
+
+def by_error(records, path: str) -> bool:
+    return any(r.path == path and r.error for r in records)
+
+
+__all__ = ["analyze", "combine", "np"]

@@ -1,0 +1,52 @@
+"""Entry point: ``dtrace COMMAND ...`` (also ``python -m dtrace``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from types import ModuleType
+
+from .. import __version__
+from ..errors import DtraceError, ResultsError, UsageError
+
+
+def _commands() -> list[ModuleType]:
+    from . import analyze, show
+
+    return [
+        analyze,
+        show,
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dtrace", description="Analyse GPU profiler traces of every rank at once.")
+    p.add_argument("--version", action="version", version=f"dtrace {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _commands():
+        mod.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"dtrace {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (ResultsError, DtraceError) as exc:
+        print(f"dtrace {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dtrace: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

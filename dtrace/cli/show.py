@@ -1,0 +1,44 @@
+"""``dtrace show OUT [TABLE]``: print a results table (or list the tables)."""
+from __future__ import annotations
+
+import argparse
+
+from ..results import load
+from ..render.text import render
+from .common import add_output_format
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("show", help="print a results table", description="Print one table of a results "
+                       "directory, or the list of tables and the inputs when no table is named.")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("table", nargs="?", default=None)
+    p.add_argument("--top", type=int, default=None, help="print only the first N rows")
+    p.add_argument("--sort", default=None, help="sort by this column (descending)")
+    p.add_argument("--rank", type=int, default=None, help="only this rank")
+    p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
+    add_output_format(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    res = load(args.out)
+    if args.table is None:
+        print(repr(res))
+        inputs = res.inputs
+        if len(inputs):
+            print(render(inputs[["path", "format", "status", "error"]], args.fmt, title="inputs", human=False))
+        return 0
+    if args.table not in res.table_names:
+        from ..errors import UsageError
+        raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
+    df = res.table(args.table)
+    if args.rank is not None and "rank" in df.columns:
+        df = df.loc[df["rank"] == args.rank]
+    if args.sort:
+        if args.sort not in df.columns:
+            from ..errors import UsageError
+            raise UsageError(f"no column {args.sort!r} in {args.table}; columns: {', '.join(df.columns)}")
+        df = df.sort_values(args.sort, ascending=False, kind="stable")
+    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=args.top), end="")
+    return 0

@@ -1,0 +1,40 @@
+"""Exceptions. Every error names the input it is about and says what is wrong in one line."""
+from __future__ import annotations
+
+import os
+
+
+class DtraceError(Exception):
+    """Base class of every error dtrace raises on purpose."""
+
+
+class UsageError(DtraceError):
+    """Bad arguments or options (CLI exit code 2)."""
+
+
+class InputError(DtraceError):
+    """One input cannot be analysed. The message names the file and the problem.
+
+    Parameters
+    ----------
+    path
+        The input file.
+    problem
+        What is wrong, as one short sentence without the file name.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = " ".join(str(problem).split())  # always one line
+        super().__init__(f"{self.path}: {self.problem}")
+
+    def __reduce__(self):  # picklable across Dask workers
+        return (type(self), (self.path, self.problem))
+
+
+class NoGPUActivity(InputError):
+    """The trace is valid but holds no GPU events."""
+
+
+class ResultsError(DtraceError):
+    """A results directory is missing, incomplete or from an incompatible version."""

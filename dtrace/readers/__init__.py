@@ -1,0 +1,94 @@
+"""Trace readers: one module per format, registered in :data:`READERS`.
+
+A reader is a module-level object with
+
+- ``name``: the format's name as users write it (``--format``);
+- ``guess_can_open(path, head) -> bool``: look at the content's first bytes (``head``, already
+  gunzipped) and, only if that is not decisive, at the suffix;
+- ``read(path, **options) -> TraceFile``: parse the whole file into one :class:`Part` per
+  (device) it holds, each with an event table following :mod:`dtrace.schema`.
+
+Readers know nothing about Dask, caching or ranks across files: they report what the file
+says (``rank_hint``) and the planner decides.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from ..errors import InputError
+from ._io import SQLITE_MAGIC, read_head
+
+
+@dataclass
+class Part:
+    """The events of one device of one trace file (host events included)."""
+
+    device: int
+    events: pa.Table
+    collectives: pa.Table
+    memcpy: pa.Table
+    local_index: int = 0  # position of this device among the file's devices
+
+
+@dataclass
+class TraceFile:
+    """What a reader returns for one input file."""
+
+    path: str
+    format: str
+    parts: list[Part]
+    rank_hint: int | None = None        # rank the file states (e.g. Kineto distributedInfo)
+    rank_per_device: bool = False       # several GPUs in one file, each its own rank (JAX)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Reader(Protocol):
+    name: str
+
+    def guess_can_open(self, path: str, head: bytes) -> bool: ...
+
+    def read(self, path: str, **options: Any) -> TraceFile: ...
+
+
+def _registry() -> dict[str, Reader]:
+    from . import kineto  # noqa: PLC0415 - registration list, one line per format
+
+    readers: list[Reader] = [
+        kineto.READER,
+    ]
+    return {r.name: r for r in readers}
+
+
+def readers() -> dict[str, Reader]:
+    """All registered readers by name, in detection order."""
+    return _registry()
+
+
+def detect(path: str | os.PathLike[str]) -> Reader:
+    """Pick the reader for ``path`` from its content (magic bytes first, suffix second)."""
+    path = os.fspath(path)
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    if not head:
+        raise InputError(path, "the file is empty or not a readable gzip stream")
+    regs = readers()
+    for reader in regs.values():
+        if reader.guess_can_open(path, head):
+            return reader
+    kind = "a SQLite database" if head.startswith(SQLITE_MAGIC) else "content"
+    raise InputError(path, f"unknown trace format ({kind} not recognised); "
+                           f"known formats: {', '.join(regs)}")
+
+
+def get_reader(name: str) -> Reader:
+    regs = readers()
+    if name not in regs:
+        from ..errors import UsageError
+        raise UsageError(f"unknown format {name!r}; valid formats: {', '.join(regs)}")
+    return regs[name]

@@ -1,0 +1,1 @@
+"""Renderers: DataFrames in, text or HTML out. They write nothing; the CLI writes."""

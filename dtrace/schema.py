@@ -1,0 +1,121 @@
+"""The normalized event table (SPEC §3): one schema, validated in one function.
+
+Every reader returns, per (rank, device), an Arrow table with at least the columns of
+:data:`EVENT_SCHEMA`, plus two side tables keyed by the event's row in that table:
+:data:`COLLECTIVE_SCHEMA` (NCCL/RCCL metadata) and :data:`MEMCPY_SCHEMA` (copy kind, bytes).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import InputError
+
+KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation",
+         "gpu_annotation", "python", "other")
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+EVENT_SCHEMA = pa.schema([
+    ("rank", pa.int32()),
+    ("device", pa.int32()),
+    ("stream", pa.int64()),
+    ("pid", pa.int64()),
+    ("tid", pa.int64()),
+    ("kind", _DICT),
+    ("name", _DICT),
+    ("start_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("correlation", pa.int64()),
+    ("external_id", pa.int64()),
+])
+"""Required columns of the event table, in order. Readers may append more columns."""
+
+OPTIONAL_EVENT_COLUMNS = {
+    "seq": pa.int64(),  # forward/backward "Sequence number" of cpu ops (-1 if none)
+}
+
+COLLECTIVE_SCHEMA = pa.schema([
+    ("row", pa.int64()),            # row of the kernel in the event table
+    ("collective", _DICT),          # all_reduce, all_gather, reduce_scatter, send_recv, ...
+    ("group", _DICT),               # process group name ("" if unknown)
+    ("group_ranks", _DICT),         # the group's global ranks as text, "[0, 1, ...]"
+    ("group_size", pa.int32()),     # -1 if unknown
+    ("seq", pa.int64()),            # collective sequence number in its group (-1 if unknown)
+    ("in_nelems", pa.int64()),
+    ("out_nelems", pa.int64()),
+    ("dtype", _DICT),
+    ("bytes", pa.int64()),          # message bytes (max of in/out), -1 if unknown
+])
+
+MEMCPY_SCHEMA = pa.schema([
+    ("row", pa.int64()),
+    ("copy_kind", _DICT),           # H2D, D2H, D2D, P2P, H2H, other
+    ("bytes", pa.int64()),          # -1 if unknown
+])
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1,
+    "bool": 1, "int16": 2, "short": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+
+def us_to_ns(t: np.ndarray) -> np.ndarray:
+    """Convert float64 microseconds to int64 nanoseconds without losing precision.
+
+    ``ns = floor(t)*1000 + round_half_even((t - floor(t))*1000)``: the integer part is exact
+    and only the fraction is scaled, so absolute timestamps near 1.7e15 µs keep their
+    nanoseconds (``round(t*1000)`` would resolve only 256 ns there).
+
+    Examples
+    --------
+    >>> us_to_ns(np.array([1.0005, 1682725898082228.0, 2.0025])).tolist()
+    [1000, 1682725898082228000, 2002]
+    """
+    t = np.asarray(t, dtype=np.float64)
+    whole = np.floor(t)
+    return whole.astype(np.int64) * 1000 + np.rint((t - whole) * 1000.0).astype(np.int64)
+
+
+def empty_events() -> pa.Table:
+    return EVENT_SCHEMA.empty_table()
+
+
+def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
+    """Check that ``table`` follows :data:`EVENT_SCHEMA` and cast it to the exact types.
+
+    Raises :class:`InputError` naming ``source`` for a missing column, a column of the wrong
+    type, an unknown kind, or an event that ends before it starts.
+    """
+    missing = [f.name for f in EVENT_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise InputError(source, f"event table lacks the columns {missing}")
+    cols = []
+    for field in EVENT_SCHEMA:
+        col = table.column(field.name)
+        if col.type != field.type:
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InputError(source, f"column {field.name!r} is {col.type}, "
+                                         f"expected {field.type}: {exc}") from None
+        cols.append(col)
+    extra = [n for n in table.column_names if n not in EVENT_SCHEMA.names]
+    out = pa.Table.from_arrays(cols + [table.column(n) for n in extra],
+                               names=EVENT_SCHEMA.names + extra)
+    if out.num_rows:
+        kinds = out.column("kind").combine_chunks().dictionary.to_pylist()
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown:
+            raise InputError(source, f"unknown event kinds {unknown}; valid kinds are {list(KINDS)}")
+        start = out.column("start_ns").to_numpy()
+        end = out.column("end_ns").to_numpy()
+        bad = np.flatnonzero(end < start)
+        if bad.size:
+            name = out.column("name")[int(bad[0])].as_py()
+            raise InputError(source, f"{bad.size} events have a negative duration "
+                                     f"(first: {name!r} at row {int(bad[0])})")
+    return out

@@ -1,0 +1,47 @@
+"""Plot the per-rank GPU time breakdown as a stacked bar chart (PNG via matplotlib if present,
+else an HTML file with inline SVG so the example needs no extra package).
+
+Run: python examples/plot_breakdown.py OUT plot.(png|html)
+"""
+import sys
+
+import dtrace
+
+res = dtrace.load(sys.argv[1] if len(sys.argv) > 1 else "results")
+target = sys.argv[2] if len(sys.argv) > 2 else "breakdown.html"
+bd = res.breakdown.sort_values("rank")
+parts = [("computation_ns", "#4c78a8"), ("exposed_comm_ns", "#f58518"),
+         ("exposed_memcpy_ns", "#54a24b"), ("idle_ns", "#bab0ac")]
+
+if target.endswith(".png"):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bottom = [0.0] * len(bd)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for col, color in parts:
+        vals = (bd[col] / 1e6).tolist()
+        ax.bar(bd["rank"].astype(str), vals, bottom=bottom, color=color, label=col[:-3])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xlabel("rank")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7)
+    fig.savefig(target, dpi=100, bbox_inches="tight")
+else:
+    width, bar = 400, 28
+    rows = []
+    for i, (_, r) in enumerate(bd.iterrows()):
+        x = 60.0
+        for col, color in parts:
+            w = width * r[col] / max(r["total_ns"], 1)
+            rows.append(f'<rect x="{x:.1f}" y="{10 + i * (bar + 6)}" width="{w:.1f}" height="{bar}" '
+                        f'fill="{color}"><title>{col[:-3]}: {r[col] / 1e6:.2f} ms</title></rect>')
+            x += w
+        rows.append(f'<text x="5" y="{10 + i * (bar + 6) + bar * 0.65}">rank {r["rank"]}</text>')
+    h = 20 + len(bd) * (bar + 6)
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 80}" height="{h}">{"".join(rows)}</svg>'
+    with open(target, "w", encoding="utf-8") as f:
+        f.write(f"<!doctype html><meta charset=utf-8><title>GPU breakdown</title>{svg}\n")
+print(f"wrote {target}")
