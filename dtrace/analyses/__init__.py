@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..prepare import PartData
 from . import breakdown as _bd
+from . import kernels as _kern
 
 I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
 _KEYS = {"rank": I32, "device": I32}
@@ -32,6 +33,10 @@ ANALYSES: list[Analysis] = [
                                           "steps": I64, "first_ns": I64, "last_ns": I64,
                                           "clipped_events": I64, "clipped_ns": I64}),
     Analysis("streams", _bd.streams, {**_KEYS, "stream": I64, **_BD, "events": I64}),
+    Analysis("kernels", _kern.kernel_stats, {**_KEYS, "name": STR, "category": STR, "kind": STR, "count": I64,
+                                             "total_ns": I64, "mean_ns": F64, "median_ns": F64, "min_ns": I64,
+                                             "max_ns": I64, "std_ns": F64, "time_share": F64,
+                                             "count_share": F64}),
     Analysis("steps", _bd.steps, {**_KEYS, "step": I64, "step_ns": I64, **_BD, "host_ns": I64, "events": I64}),
 ]
 

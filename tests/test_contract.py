@@ -1,0 +1,39 @@
+"""Every per-rank analysis runs on an empty partition and returns its declared columns."""
+import pandas as pd
+import pyarrow as pa
+
+from dtrace.analyses import ANALYSES, run_part_analyses
+from dtrace.options import Options
+from dtrace.prepare import prepare
+from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
+
+
+def empty_part():
+    ev = EVENT_SCHEMA.empty_table().to_pandas()
+    coll = COLLECTIVE_SCHEMA.empty_table().to_pandas()
+    mem = MEMCPY_SCHEMA.empty_table().to_pandas()
+    return prepare(ev, coll, mem, rank=0, device=0, fmt="kineto", options=Options())
+
+
+def test_every_analysis_on_empty_partition():
+    part = empty_part()
+    out = run_part_analyses(part)
+    assert set(out) == {a.table for a in ANALYSES}
+    for a in ANALYSES:
+        df = out[a.table]
+        assert isinstance(df, pd.DataFrame)
+        for col in a.columns:
+            assert col in df.columns, (a.table, col)
+
+
+def test_analyses_do_not_mutate_input():
+    part = empty_part()
+    before = part.gpu.copy()
+    run_part_analyses(part)
+    pd.testing.assert_frame_equal(before, part.gpu)
+
+
+def test_schema_is_the_spec():
+    assert EVENT_SCHEMA.names[:11] == ["rank", "device", "stream", "pid", "tid", "kind", "name", "start_ns",
+                                       "end_ns", "correlation", "external_id"]
+    assert EVENT_SCHEMA.field("name").type == pa.dictionary(pa.int32(), pa.string())
