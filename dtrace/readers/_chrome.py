@@ -99,11 +99,13 @@ class ChromeTrace:
         # 1. find the start of the events array
         start = -1
         prefix = b""
+        bare = False
         while True:
             stripped = bytes(buf[:64]).lstrip(_WS)
             if stripped[:1] == b"[":  # bare array form: the document is the events
                 start = len(buf) - len(bytes(buf).lstrip(_WS)) + 1
                 prefix = b"{"
+                bare = True
                 break
             m = _KEY.search(buf)
             if m:
@@ -147,7 +149,12 @@ class ChromeTrace:
         events, tail = self._last(buf)
         if events:
             yield events
-        tail_meta = self._decode_meta(b"{" + tail.lstrip(_WS).lstrip(b",") if tail.strip(_WS) != b"}" else b"{}",
+        rest = tail.strip(_WS)
+        if bare:  # a bare events array: nothing may follow it
+            if rest:
+                raise InputError(self.path, "invalid JSON: unexpected text after the events array")
+            rest = b"}"
+        tail_meta = self._decode_meta(b"{" + rest.lstrip(b",").lstrip(_WS) if rest != b"}" else b"{}",
                                       "the keys after traceEvents")
         self.meta = _merge(head_meta, tail_meta)
 
