@@ -13,6 +13,7 @@ import pandas as pd
 from . import __version__
 from .analyses import ANALYSES
 from .engine import ClusterSpec, Engine
+from .nsysstats.summary import add_summaries, note_summaries, split_summaries
 from .options import Options
 from .partition import analyze_partition, ingest_file
 from .plan import expand_inputs, resolve_ranks
@@ -22,6 +23,7 @@ from .results import Results, write_results
 
 def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: str | None = None,
             scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
+            cluster: str | None = None, jobs: int | None = None, cluster_options: dict[str, Any] | None = None,
             progress: bool = False, format: str | None = None, ranks: dict[str, int] | None = None,
             reuse_cache: bool = True, **options: Any) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
@@ -39,6 +41,11 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         the address of a running Dask scheduler. ``scheduler_file`` connects through a file.
     workers
         Worker processes of the local cluster (default: one per core).
+    cluster, jobs, cluster_options
+        From a login node: submit ``jobs`` batch jobs of Dask workers to ``cluster``
+        (``"slurm"`` or ``"pbs"``, through dask-jobqueue: ``pip install 'dtrace[jobqueue]'``);
+        ``cluster_options`` are its job settings (``cores``, ``memory``, ``queue``,
+        ``account``, ``walltime``, ``interface``, ...). The jobs are cancelled at the end.
     format
         Force a reader (``kineto``, ...) instead of detecting the format from the content.
     ranks
@@ -61,6 +68,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     opts = Options.from_kwargs(**options)
     out = os.fspath(out) if out is not None else None
     files = expand_inputs(inputs, exclude=[out] if out else None)
+    files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
+    scheduler = "sync" if summaries and not files else scheduler
     tmp_cache = None
     if cache is None:
         if out is not None:
@@ -70,6 +79,7 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     os.makedirs(cache, exist_ok=True)
     try:
         with Engine(ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
+                                cluster=cluster, jobs=jobs, cluster_options=cluster_options,
                                 progress=progress)) as engine:
             records = engine.map(ingest_file, files, cache, format, reuse_cache, label="reading traces")
             specs = resolve_ranks(records, rank_by=opts.rank_by, ranks=ranks)
@@ -85,8 +95,10 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             r.error, r.error_type = p["error"], "AnalysisError"
     good = [p for p in parts if not p["error"] and by_path[p["spec"].path].error is None]
     tables = combine([p["tables"] for p in good])
+    tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
     manifest = _manifest(records, specs, opts, files, cache, time.perf_counter() - t0, n_workers)
+    note_summaries(manifest, summary_inputs, summary_parts)
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)

@@ -31,6 +31,9 @@ class Options:
         Gap histogram range (ns), number of bins and log spacing.
     iters
         Iteration count for per-iteration figures when the trace has no step markers.
+    summary_gpus
+        GPUs that a summary-level input (``nsys stats`` CSVs) covers: its per-iteration figures
+        divide totals by ``iters × summary_gpus`` (default 1).
     classmap
         A class map: path or already-loaded dict (substring or ordered-regex format).
     classmap_engine, classmap_model
@@ -40,6 +43,9 @@ class Options:
         input order).
     straggler_method
         Name of the straggler detector (see :mod:`dtrace.reduce.stragglers`).
+    gpus_per_host
+        Ranks ``r // gpus_per_host`` share a host and its clock when clock offsets between hosts
+        are estimated from collective end times; 0 estimates one offset per rank.
     """
 
     compat: str = "default"
@@ -52,11 +58,13 @@ class Options:
     hist_bins: int = 20
     hist_log: bool = False
     iters: int | None = None
+    summary_gpus: int | None = None  # GPUs an nsys-stats summary input covers (per-iteration divisor)
     classmap: Any = None
     classmap_engine: str | None = None
     classmap_model: str | None = None
     rank_by: str = "auto"
     straggler_method: str = "robust"
+    gpus_per_host: int = 8  # ranks r // gpus_per_host share a host clock (0: every rank its own host)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,6 +81,15 @@ class Options:
             raise UsageError("hist_min must be smaller than hist_max")
         if self.hist_log and self.hist_min_ns is not None and self.hist_min_ns <= 0:
             raise UsageError("log-spaced histogram bins need hist_min > 0")
+        if self.gpus_per_host < 0:
+            raise UsageError("gpus_per_host must be >= 0 (0: one clock per rank)")
+        from .reduce.stragglers import check_method  # the registry of detection methods
+        check_method(self.straggler_method)
+        if self.iters is not None and self.iters < 1:
+            raise UsageError("iters must be >= 1")
+        if self.classmap is not None:  # fail before any work: unreadable file, unknown engine/model
+            from .classify import load_classmap
+            load_classmap(self.classmap, self.classmap_engine, self.classmap_model)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":

@@ -14,6 +14,9 @@ from .cache import FileRecord
 from .errors import UsageError
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb")
+# JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
+# skipped when a directory is searched, still read when named explicitly
+NOT_TRACES = frozenset({"manifest.json", "ground_truth.json", "source.json"})
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -29,7 +32,7 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
             for root, dirs, files in os.walk(item):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
-                    if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith("."):
+                    if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith(".") and f not in NOT_TRACES:
                         found.append(os.path.join(root, f))
         elif os.path.exists(item):
             found.append(item)
@@ -44,8 +47,6 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
         a = os.path.abspath(f)
         if a in seen or any(a.startswith(e) for e in excl):
             continue
-        if os.path.basename(a) == "manifest.json":
-            continue
         seen.add(a)
         out.append(a)
     if not out:
@@ -57,6 +58,12 @@ def rank_from_filename(path: str) -> int | None:
     """The rank a file name states (``trace_rank-3.json``, ``rank7.pt.trace.json.gz``), else None."""
     found = _RANK_RE.findall(os.path.basename(path))
     return int(found[-1]) if found else None
+
+
+def _n_devices(r: FileRecord) -> int:
+    """GPU planes of a rank-per-device file (a plane without GPU work still holds its rank)."""
+    n = (r.meta or {}).get("n_devices")
+    return int(n) if n else max((p.local_index for p in r.parts), default=-1) + 1
 
 
 @dataclass(frozen=True)
@@ -99,13 +106,22 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
         for r in sorted(ok, key=lambda r: r.path):
             if base[r.path] is None:
                 base[r.path] = nxt
-            nxt = max(nxt, base[r.path] + (len(r.parts) if r.rank_per_device else 1))
+            nxt = max(nxt, base[r.path] + (_n_devices(r) if r.rank_per_device else 1))
     elif unknown:
         for r in unknown:
             r.error = (f"{r.path}: cannot tell this trace's rank: no rank in distributedInfo or in the file "
                        f"name (rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
                        f"(rank_by='order') to number inputs by sorted path")
             r.error_type = "RankError"
+    # files holding several GPUs that are each a rank (JAX: one file per host) state a process
+    # index, not a global rank: number their devices consecutively in process-index order
+    multi = sorted((r for r in ok if r.error is None and r.rank_per_device and base[r.path] is not None),
+                   key=lambda r: (base[r.path], r.path))
+    if multi and rank_by != "order" and not all(r.path in explicit for r in multi):
+        nxt = 0
+        for r in multi:
+            base[r.path] = nxt
+            nxt += _n_devices(r)
     # rank-per-device files (several GPUs, one rank each) are numbered consecutively
     specs: list[tuple[FileRecord, PartSpec]] = []
     for r in ok:

@@ -116,3 +116,19 @@ def test_steps_table_matches_profiler_step_windows():
     got = {int(r.step): int(r.step_ns) for r in res.steps.itertuples()}
     want = {int(n.split("#")[1]): round((hi - lo) * 1000) for n, (lo, hi) in spans.items()}
     assert got == want
+
+
+def test_rank_per_device_files_numbered_by_process_index():
+    """Two JAX host files (8 GPUs each) named by process index take ranks 0-7 and 8-15."""
+    from dtrace.cache import FileRecord, PartRecord
+    from dtrace.plan import resolve_ranks
+
+    def rec(path, hint):
+        parts = [PartRecord(device=k, local_index=k, events=f"{path}-{k}", collectives="", memcpy="", n_events=1)
+                 for k in range(8)]
+        return FileRecord(path=path, format="jax", parts=parts, rank_hint=hint, rank_per_device=True)
+
+    specs = resolve_ranks([rec("/x/host_rank1.trace.json.gz", None), rec("/x/host_rank0.trace.json.gz", None)])
+    got = {(s.path.split("/")[-1], s.device): s.rank for s in specs}
+    assert got[("host_rank0.trace.json.gz", 0)] == 0 and got[("host_rank0.trace.json.gz", 7)] == 7
+    assert got[("host_rank1.trace.json.gz", 0)] == 8 and got[("host_rank1.trace.json.gz", 7)] == 15

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from ..render.text import FORMATS
@@ -17,6 +18,39 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rank-by", choices=["auto", "order"], default="auto",
                    help="auto: distributedInfo, then rank<N> in the file name; order: sorted input order")
     g.add_argument("--format", dest="input_format", default=None, help="force an input format (default: detect)")
+    g.add_argument("--gpus-per-host", type=int, default=None, help="ranks r // N share a host clock (default 8; "
+                   "0: one clock per rank) when clock offsets are removed from collectives")
+    g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
+    add_kernel_gap_options(g)
+
+
+def _us_to_ns(text: str) -> int:
+    """A CLI time in µs (float allowed) → integer ns."""
+    try:
+        return int(round(float(text) * 1000))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of microseconds: {text!r}") from None
+
+
+def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
+    """Kernel-class, per-iteration and gap flags (dest == Options field; times in µs → ns)."""
+    g.add_argument("--classmap", default=None, metavar="FILE", type=os.path.abspath,
+                   help="class map JSON: {substring: class}, a config with kernel_to_class_map, "
+                        "or {engine: {model: {regex: category}}}")
+    g.add_argument("--engine", dest="classmap_engine", default=None, help="engine of a regex class map")
+    g.add_argument("--model", dest="classmap_model", default=None, help="model of a regex class map")
+    g.add_argument("--iters", type=int, default=None,
+                   help="iterations in the trace for per-iteration figures (default: steps found)")
+    g.add_argument("--summary-gpus", type=int, default=None, metavar="N",
+                   help="GPUs an nsys stats summary CSV covers (per-iteration figures divide by iters x N)")
+    g.add_argument("--hist-min", dest="hist_min_ns", type=_us_to_ns, default=None, metavar="US",
+                   help="gap histogram lower bound in µs (default: smallest gap)")
+    g.add_argument("--hist-max", dest="hist_max_ns", type=_us_to_ns, default=None, metavar="US",
+                   help="gap histogram upper bound in µs (default: largest gap)")
+    g.add_argument("--hist-bins", type=int, default=None, help="gap histogram bins (default 20)")
+    g.add_argument("--hist-log", action="store_true", default=None, help="logarithmic gap histogram bins")
+    g.add_argument("--kernel-wait-us", dest="kernel_wait_ns", type=_us_to_ns, default=None, metavar="US",
+                   help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)")
 
 
 def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -32,7 +66,9 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # option names that further commands' flags add (dest == Options field)
-OPTION_FLAGS: list[str] = []
+OPTION_FLAGS: list[str] = ["classmap", "classmap_engine", "classmap_model", "iters", "hist_min_ns", "hist_max_ns",
+                           "hist_bins", "hist_log", "kernel_wait_ns", "summary_gpus"]
+OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:

@@ -11,10 +11,20 @@ from ..errors import DtraceError, ResultsError, UsageError
 
 def _commands() -> list[ModuleType]:
     from . import analyze, show
+    from . import tree as tree_cmd  # dtrace tree, dtrace ops
+    from . import quick  # dtrace kernels, dtrace gaps
+    from . import report  # dtrace report, dtrace compare, dtrace diff
+    from . import nsys as nsys_cmd  # dtrace nsys-stats
+    from . import synth as synth_cmd  # dtrace synth
 
     return [
         analyze,
         show,
+        tree_cmd,
+        quick,
+        report,
+        nsys_cmd,
+        synth_cmd,
     ]
 
 

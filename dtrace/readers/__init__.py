@@ -55,10 +55,13 @@ class Reader(Protocol):
 
 
 def _registry() -> dict[str, Reader]:
-    from . import kineto  # noqa: PLC0415 - registration list, one line per format
+    from . import jax, kineto, nsys, nsys_csv  # noqa: PLC0415 - registration list, one line per format
 
     readers: list[Reader] = [
+        jax.READER,  # before kineto: JAX traces are Chrome-trace JSON too
         kineto.READER,
+        nsys.READER,
+        nsys_csv.READER,
     ]
     return {r.name: r for r in readers}
 

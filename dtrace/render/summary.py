@@ -29,3 +29,10 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
 
 # further sections (stragglers, ...) register here: functions (Results, fmt) -> str
 SUMMARY_SECTIONS: list = []
+
+from .stragglers import stragglers_section  # noqa: E402 - registered after SUMMARY_SECTIONS exists
+
+SUMMARY_SECTIONS.append(stragglers_section)
+from .kernels import classes_section  # noqa: E402
+
+SUMMARY_SECTIONS.insert(0, classes_section)

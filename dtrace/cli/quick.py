@@ -1,0 +1,418 @@
+"""Quick terminal views: ``dtrace kernels X`` and ``dtrace gaps X``.
+
+``X`` is a single trace file (analysed in-process, nothing written) or a results directory
+written by ``dtrace analyze``. The views are the GPU Kernel Analyzer's and the GPU
+Performance Analyser's reports for every rank at once: top kernels with readable shortened
+names, kernel classes with per-iteration figures, per-collective NCCL time and memory
+operations; idle gaps per stream with their causes, a gap histogram and the kernel pairs
+around the gaps. ``--output FILE`` writes the detail with full names (``.csv``/``.json``: the
+full table; any other name: a text report).
+
+The view builders are pure functions of the results tables returning text; only
+:func:`run_kernels` and :func:`run_gaps` print or write.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from ..options import Options
+from ..reduce.kernels_xrank import pool
+from ..render.text import render, shorten
+from ..results import MANIFEST, Results
+from .common import add_analysis_options, add_output_format, analysis_kwargs
+
+KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
+KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
+GAP_SORTS = {"count": "count", "mean": "mean_ns", "max": "max_ns", "std": "std_ns"}
+GAP_SORT_ALIASES = {"avg": "mean", "avggap": "mean", "maxgap": "max", "stdev": "std"}
+BAR = 40
+
+
+def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: str) -> str:
+    key = aliases.get(value, value)
+    if key not in valid:
+        raise UsageError(f"{flag} {value!r} is not valid; choose from {', '.join([*valid, *aliases])}")
+    return key
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    k = sub.add_parser("kernels", help="top kernels, classes, NCCL and memory operations of a trace or results",
+                       description="Kernel statistics of one trace file (analysed in-process) or of a results "
+                                   "directory: top kernels, kernel classes with per-iteration figures, "
+                                   "per-collective NCCL time and memory operations.")
+    _common(k)
+    k.add_argument("--sort", "-s", default="total",
+                   help="count, mean, total or share (aliases: duration=mean, percentage=count, "
+                        "duration-percentage=share); default total")
+    k.set_defaults(func=run_kernels)
+    g = sub.add_parser("gaps", help="idle gaps between GPU events of a trace or results",
+                       description="Idle gaps per stream of one trace file or a results directory: counts, idle "
+                                   "time and causes, a histogram (--hist-min/--hist-max in µs) and the kernel "
+                                   "pairs around the gaps.")
+    _common(g, top_alias="--gap-top", output_alias="--gap-output")
+    g.add_argument("--gap-sort", default="mean",
+                   help="sort kernel pairs by count, mean, max or std (aliases avg, avggap, maxgap, stdev); "
+                        "default mean")
+    g.add_argument("--stream", type=int, default=None, help="only this stream")
+    g.set_defaults(func=run_gaps)
+
+
+def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_alias: str | None = None) -> None:
+    p.add_argument("input", metavar="X", help="a trace file, or a results directory of dtrace analyze")
+    p.add_argument(*(["--top", "-t"] + ([top_alias] if top_alias else [])), dest="top", type=int, default=20,
+                   help="rows to show (default 20)")
+    p.add_argument(*(["--output", "-o"] + ([output_alias] if output_alias else [])), dest="output",
+                   default=None, metavar="FILE", help="write the detail with full names (.csv, .json or text)")
+    p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
+    p.add_argument("--pstep", dest="step", type=int, default=None, help=argparse.SUPPRESS)
+    add_analysis_options(p)
+    add_output_format(p)
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = None) -> Results:
+    """Results of a results directory, or of one trace analysed in-process (nothing written).
+
+    For a results directory, analysis options that differ from their defaults must match the
+    ones it was analysed with (its tables cannot be recomputed here).
+    """
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
+        from ..results import load
+
+        res = load(path)
+        used = res.manifest.get("options", {})
+        default = Options()
+        for key, val in kwargs.items():
+            if val == getattr(default, key, None) or key not in used:
+                continue
+            if used[key] != val:
+                raise UsageError(f"{path} was analysed with {key}={used[key]!r}, not {val!r}; re-run dtrace analyze "
+                                 f"with that option, or give the trace file")
+        return res
+    from .. import api
+
+    return api.analyze([path], None, scheduler="sync", format=input_format, **kwargs)
+
+
+def _require(res: Results, where: str, tables: tuple[str, ...]) -> None:
+    missing = [t for t in tables if t not in res.table_names]
+    if missing:
+        raise UsageError(f"{where} has no {', '.join(missing)} table(s); re-run dtrace analyze with this version")
+
+
+def _select(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
+    return df if rank is None else df.loc[df["rank"].to_numpy() == rank]
+
+
+def _parts(df: pd.DataFrame) -> int:
+    return len(df[["rank", "device"]].drop_duplicates()) if len(df) else 0
+
+
+def _note(res: Results) -> str:
+    opts = res.manifest.get("options", {})
+    default = Options().to_json()
+    diff = [f"{k}={v}" for k, v in opts.items() if k in default and v != default[k] and k != "extra"]
+    return f"options: {', '.join(diff)}\n" if diff else ""
+
+
+def _fmt_us(ns: float) -> str:
+    return f"{ns / 1e3:,.2f} µs"
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+def _outer_template(name: str) -> str:
+    """The name without return type, argument list elided, template arguments below the first
+    level elided: ``void K<a<int>, b>(int)`` → ``K<a<…>, b>(…)``."""
+    s = name[5:] if name.startswith("void ") else name
+    out: list[str] = []
+    stack: list[str] = []
+    for ch in s:
+        if ch in "<(":
+            if not stack:
+                out.append("<" if ch == "<" else "(…)")
+            elif len(stack) == 1 and stack[0] == "<":
+                out.append("<…>" if ch == "<" else "(…)")
+            stack.append(ch)
+        elif ch in ">)":
+            if stack:
+                stack.pop()
+                if not stack and ch == ">":
+                    out.append(">")
+        elif not stack or (len(stack) == 1 and stack[0] == "<"):
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def readable_names(names: list[str], width: int = 60) -> list[str]:
+    """Shortened names (:func:`dtrace.render.text.shorten`) that stay distinct.
+
+    Names whose short form collides keep their first level of template arguments
+    (``cutlass::Kernel2<cutlass_80_tensorop_…gemm…>``); names still equal get ``[k]``.
+
+    Examples
+    --------
+    >>> names = ["void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)",
+    ...          "void cutlass::Kernel2<gemm_b>(gemm_b::Params)"]
+    >>> readable_names(names, 32)
+    ['cutlass::Kernel2<gemm_a<…> >(…)', 'cutlass::Kernel2<gemm_b>(…)']
+    >>> readable_names(names, 20)
+    ['cutlass::Kernel2<ge…', 'cutlass::Kernel2<ge… [2]']
+    """
+    short = [shorten(n, width) for n in names]
+    counts = pd.Series(short).value_counts()
+    dup = set(counts.index[counts.to_numpy() > 1])
+    for i, n in enumerate(names):
+        if short[i] in dup:
+            t = _outer_template(str(n))
+            short[i] = t if len(t) <= width else t[: width - 1] + "…"
+    seen: dict[str, int] = {}
+    for i, s in enumerate(short):
+        k = seen[s] = seen.get(s, 0) + 1
+        if k > 1:
+            short[i] = f"{s} [{k}]"
+    return short
+
+
+def kernel_view(kernels: pd.DataFrame, sort: str) -> pd.DataFrame:
+    """One row per kernel name, pooled over the (rank, device) parts given, sorted by ``sort``.
+
+    A single part keeps its median; pooled parts get exact pooled count, total, mean, std,
+    min and max, and shares of the pooled GPU time and launches.
+    """
+    cols = ["name", "class", "count", "mean_ns", "total_ns", "std_ns", "min_ns", "max_ns", "count_share",
+            "time_share"]
+    if not len(kernels):
+        return pd.DataFrame({c: [] for c in cols})
+    if _parts(kernels) == 1:
+        view = kernels[["name", "class", "count", "mean_ns", "total_ns", "std_ns", "median_ns", "min_ns", "max_ns",
+                        "count_share", "time_share"]].copy()
+    else:
+        view = pool(kernels, ["name"])
+        first = kernels.groupby("name", sort=False)["class"].first()
+        view["class"] = first.reindex(view["name"]).to_numpy()
+        view["count_share"] = view["count"] / max(int(view["count"].sum()), 1)
+        view["time_share"] = view["total_ns"] / max(float(view["total_ns"].sum()), 1.0)
+        view = view[cols]
+    key = KERNEL_SORTS[sort]
+    view = view.sort_values([key, "total_ns", "name"], ascending=[False, False, True], kind="stable")
+    view.insert(0, "#", np.arange(1, len(view) + 1))
+    return view.reset_index(drop=True)
+
+
+def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
+    """count/total per ``key`` summed over parts, with per-iteration figures (per part, averaged)."""
+    if not len(df):
+        return df
+    n = _parts(df)
+    g = df.groupby(key, sort=False)
+    out = pd.DataFrame({"count": g["count"].sum(), "total_ns": g["total_ns"].sum(),
+                        "count_per_iter": g["count_per_iter"].sum() / n,
+                        "total_per_iter_ns": g["total_per_iter_ns"].sum() / n}).reset_index()
+    out["time_share"] = out["total_ns"] / max(float(out["total_ns"].sum()), 1.0)
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: str) -> str:
+    """The ``dtrace kernels`` report (see the module docstring)."""
+    k = _select(res.table("kernels"), rank)
+    parts = _parts(k)
+    out = [_note(res)]
+    if not parts:
+        return "".join(out) + "no GPU kernels found\n"
+    view = kernel_view(k, sort)
+    iters = k.groupby(["rank", "device"])["iters"].first()
+    it = str(iters.iloc[0]) if iters.nunique() == 1 else f"{iters.min()}-{iters.max()}"
+    total = int(k["total_ns"].sum())
+    launches = int(k["count"].sum())
+    out.append(f"{parts} (rank, device) part(s){'' if parts == 1 else ', pooled'}; "
+               f"{len(view):,} distinct kernel names; {launches:,} GPU events; GPU time {_fmt_us(total)}\n"
+               f"per iteration ({it} iteration(s) per part): {_fmt_us(k['total_per_iter_ns'].sum() / parts)} and "
+               f"{k['count_per_iter'].sum() / parts:,.1f} events per part\n")
+    shown = view.head(top).copy()
+    if fmt in ("table", "markdown"):
+        shown["name"] = readable_names(shown["name"].tolist())
+    out.append(render(shown, fmt, title=f"top {min(top, len(view))} of {len(view):,} kernels by {sort}",
+                      short_names=False))
+    classes = _select(res.table("classes"), rank)
+    if len(classes):
+        label = classes["classifier"].iloc[0]
+        out.append(render(_per_iter_table(classes, "class"), fmt, title=f"kernel classes ({label})"))
+    if "nccl" in res.table_names:
+        nccl = _select(res.table("nccl"), rank)
+        if len(nccl):
+            out.append(render(_per_iter_table(nccl, "collective"), fmt, title="NCCL per collective"))
+    if "memops" in res.table_names:
+        mem = _select(res.table("memops"), rank)
+        if len(mem):
+            t = _per_iter_table(mem, "op")
+            b = mem.loc[mem["bytes"] >= 0].groupby("op")["bytes"].sum()
+            t["bytes"] = b.reindex(t["op"]).fillna(-1).to_numpy(np.int64)
+            out.append(render(t, fmt, title="memory operations"))
+    return "\n".join(s for s in out if s)
+
+
+def kernels_detail(view: pd.DataFrame) -> str:
+    """The full-name text report of ``--output`` (one block per kernel, the seed tool's layout)."""
+    lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
+    for i, d in enumerate(view.to_dict("records"), start=1):
+        lines += [f"Rank {i}: {d['name']}", f"  Class: {d['class']}",
+                  f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
+                  f"  Total Duration: {d['total_ns'] / 1e3:.2f} μs ({100 * d['time_share']:.1f}% of total duration)",
+                  f"  Average Duration: {d['mean_ns'] / 1e3:.2f} μs",
+                  f"  Standard Deviation: {d['std_ns'] / 1e3:.2f} μs",
+                  f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {d['max_ns'] / 1e3:.2f} μs", "-" * 50]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: str, df: pd.DataFrame, text: str) -> None:
+    low = path.lower()
+    if low.endswith(".csv"):
+        df.to_csv(path, index=False)
+    elif low.endswith(".json"):
+        df.to_json(path, orient="records", indent=1, force_ascii=False)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    sort = _choice(args.sort, KERNEL_SORTS, KERNEL_SORT_ALIASES, "--sort")
+    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    _require(res, args.input, ("kernels", "classes"))
+    for e in res.errors:
+        print(f"error: {e}", file=sys.stderr)
+    if not len(res.table("kernels")) and res.errors:
+        return 2
+    print(kernels_text(res, sort=sort, top=args.top, rank=args.rank, fmt=args.fmt), end="")
+    if args.output:
+        view = kernel_view(_select(res.table("kernels"), args.rank), sort)
+        _write(args.output, view.drop(columns="#"), kernels_detail(view))
+        print(f"full kernel names written to {args.output}")
+    return 1 if res.errors else 0
+
+
+# -- gaps ------------------------------------------------------------------------------------
+
+def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
+    """Text bars of a gap histogram pooled over the rows given, and a note.
+
+    Rows of several parts are pooled when their bins agree; otherwise only the first part is
+    shown (default bounds follow each part's own gaps) and the note says so.
+    """
+    if not len(hist):
+        return "", ""
+    note = ""
+    edges = hist.groupby(["rank", "device"], sort=True)[["lo_ns", "hi_ns"]].apply(
+        lambda f: tuple(np.round(f.drop_duplicates().to_numpy().ravel(), 3)))
+    if edges.nunique() > 1:
+        r, d = edges.index[0]
+        hist = hist.loc[(hist["rank"] == r) & (hist["device"] == d)]
+        note = (f"bins differ between parts (default bounds follow each part's gaps): showing rank {r} device {d}; "
+                f"pass --hist-min/--hist-max for common bins\n")
+    h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
+    peak = max(int(h["count"].max()), 1)
+    labels = [f"{lo / 1e3:,.1f}-{hi / 1e3:,.1f} µs" for lo, hi in zip(h["lo"], h["hi"])]
+    w = max(len(s) for s in labels)
+    lines = []
+    for lab, c in zip(labels, h["count"].to_numpy()):
+        n = int(round(BAR * c / peak))
+        lines.append(f"{lab:>{w}} │{'█' * n}{'░' * (BAR - n)}│ {c:>6,}")
+    return "\n".join(lines) + "\n", note
+
+
+def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataFrame:
+    """Kernel pairs pooled over streams and parts, sorted by ``sort``, with a readable
+    ``transition`` column (both names shortened to ``width``)."""
+    cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name",
+            "next_name"]
+    if not len(trans):
+        return pd.DataFrame({c: [] for c in cols})
+    v = pool(trans, ["prev_name", "next_name"])
+    key = GAP_SORTS[sort]
+    v = v.sort_values([key, "count"], ascending=[False, False], kind="stable").reset_index(drop=True)
+    v["transition"] = [f"{shorten(a, width)} → {shorten(b, width)}" for a, b in zip(v["prev_name"], v["next_name"])]
+    v.insert(0, "#", np.arange(1, len(v) + 1))
+    return v[cols]
+
+
+def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: int | None, fmt: str) -> str:
+    """The ``dtrace gaps`` report (see the module docstring)."""
+    gaps = _select(res.table("gaps"), rank)
+    hist = _select(res.table("gap_histogram"), rank)
+    trans = _select(res.table("transitions"), rank)
+    if stream is not None:
+        gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
+    out = [_note(res)]
+    n = int(gaps["gaps"].sum()) if len(gaps) else 0
+    idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
+    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_us(idle)}\n"
+               f"Average gap duration: {_fmt_us(idle / n if n else 0)}\n")
+    if n:
+        causes = ", ".join(f"{c} {int(gaps[f'{c}_gaps'].sum()):,} gaps / {_fmt_us(int(gaps[f'{c}_ns'].sum()))}"
+                           for c in ("host_wait", "kernel_wait", "other"))
+        out.append(f"Causes: {causes}\n")
+    if len(gaps):
+        cols = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
+                "kernel_wait_ns", "other_ns"]
+        out.append(render(gaps.sort_values("idle_ns", ascending=False, kind="stable")[cols], fmt,
+                          title=f"active streams: {len(gaps)}"))
+    bars, note = histogram_text(hist)
+    if bars:
+        binned = int(hist["count"].sum()) if not note else -1
+        left = f"{n - binned:,} gaps outside the histogram bounds\n" if 0 <= binned < n else ""
+        out.append("GAP DURATION HISTOGRAM:\n" + note + bars + left)
+    tv = transition_view(trans, sort)
+    if len(tv):
+        out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,
+                          title=f"top {min(top, len(tv))} kernel pairs by {sort} gap", max_rows=top,
+                          short_names=False))
+    return "\n".join(s for s in out if s)
+
+
+def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
+    """The full-name text report of ``--output`` (the seed tool's gap report layout)."""
+    n = int(gaps["gaps"].sum()) if len(gaps) else 0
+    idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
+    lines = ["DETAILED GPU GAP ANALYSIS", "=" * 50, "", f"Total gaps found: {n}",
+             f"Total idle time: {idle / 1e3:.2f} μs", f"Average gap duration: {(idle / n if n else 0) / 1e3:.2f} μs",
+             "", f"Active streams: {len(gaps)}"]
+    for r in gaps.sort_values("idle_ns", ascending=False, kind="stable").itertuples(index=False):
+        lines.append(f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {r.idle_ns / 1e3:.2f} μs "
+                     f"idle time")
+    lines += ["", "Kernel Pairs:", "-" * 50]
+    for i, d in enumerate(tv.to_dict("records"), start=1):
+        lines += [f"Rank {i}: {d['prev_name']} → {d['next_name']}", f"  Count: {d['count']}",
+                  f"  Average Gap: {d['mean_ns'] / 1e3:.2f} μs", f"  Max Gap: {d['max_ns'] / 1e3:.2f} μs",
+                  f"  Min Gap: {d['min_ns'] / 1e3:.2f} μs", f"  Std Dev: {d['std_ns'] / 1e3:.2f} μs",
+                  f"  Total Gap Time: {d['total_ns'] / 1e3:.2f} μs", "-" * 30]
+    return "\n".join(lines) + "\n"
+
+
+def run_gaps(args: argparse.Namespace) -> int:
+    sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
+    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    _require(res, args.input, ("gaps", "gap_histogram", "transitions"))
+    for e in res.errors:
+        print(f"error: {e}", file=sys.stderr)
+    if not len(res.table("gaps")) and res.errors:
+        return 2
+    print(gaps_text(res, sort=sort, top=args.top, rank=args.rank, stream=args.stream, fmt=args.fmt), end="")
+    if args.output:
+        gaps = _select(res.table("gaps"), args.rank)
+        trans = _select(res.table("transitions"), args.rank)
+        if args.stream is not None:
+            gaps = gaps.loc[gaps["stream"].to_numpy() == args.stream]
+            trans = trans.loc[trans["stream"].to_numpy() == args.stream]
+        tv = transition_view(trans, sort)
+        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(gaps, tv))
+        print(f"full kernel names written to {args.output}")
+    return 1 if res.errors else 0
