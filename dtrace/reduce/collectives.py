@@ -1,0 +1,308 @@
+"""Collectives across ranks (SPEC §4): match instances, remove host clock offsets, measure waits.
+
+Input: the per-rank ``collectives`` rows of :mod:`dtrace.analyses.collectives` (one per comm
+kernel). Output tables:
+
+``collectives``
+    one row per (instance, rank): the instance id ``collective``, group, op, per-rank start/end
+    (clock-corrected), ``wait_ns = latest start − own start``, ``transfer_ns`` (the instance's
+    shortest duration over ranks: the time the data moved once everyone was there), start and end
+    skew, bytes, ``algbw_gbps``/``busbw_gbps`` and whether this rank arrived ``last``.
+``collective_instances``
+    one row per matched instance: ranks matched, times, skews, total wait, the last rank.
+``clock_offsets``
+    one row per (rank, device): its host, the offset removed and the residual end deviation.
+
+Matching
+--------
+The same collective on all ranks of a group is found, per row, by the best key the trace allows:
+
+1. ``seq``: (process group, its ranks, ``Seq``) when the kernel carries a ``Seq`` and a group;
+2. ``order``: (process group, its ranks, op, position within that (group, op) on the rank);
+3. ``stream``: (stream, position of the comm kernel on that stream) when there are no args.
+
+A kernel repeated under one key on a rank (coalesced launches) gets its occurrence index as a
+further key, so every instance has at most one kernel per (rank, device).
+
+Clock offsets
+-------------
+Blocking collectives end together on every rank, so the end times of an instance differ only by
+the ranks' clock offsets (and a few µs of noise). With ``e[i, r] = E[i] + o[host(r)]``, the
+host offsets ``o`` are the least-squares solution over all instances that span hosts, refitted
+without outlier instances (:func:`estimate_offsets`); the host of the lowest rank is the
+reference (offset 0). Hosts are ``rank // gpus_per_host``
+(``Options.gpus_per_host``; 0 gives every rank its own clock). Offsets are removed from every
+start and end before waits and skews are measured; the remaining end skew of instances that span
+hosts is the quality figure (a few µs when the model holds).
+
+Bandwidth
+---------
+``algbw = bytes / transfer`` (bytes/ns = GB/s) and ``busbw = algbw × f(n)`` with
+``f = 2(n−1)/n`` for all-reduce, ``(n−1)/n`` for all-gather, reduce-scatter and all-to-all and 1
+otherwise (the nccl-tests convention); ``n`` is the group size the trace states, else the number
+of ranks matched.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..options import Options
+
+MATCH_METHODS = ("seq", "order", "stream")
+BUS_FACTOR = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+ROW_COLUMNS = {"collective": "int64", "rank": "int32", "device": "int32", "group": object, "op": object,
+               "seq": "int64", "match": object, "stream": "int64", "step": "int64", "bytes": "int64",
+               "start_ns": "int64", "end_ns": "int64", "duration_ns": "int64", "wait_ns": "int64",
+               "transfer_ns": "int64", "start_skew_ns": "int64", "end_skew_ns": "int64", "ranks": "int64",
+               "group_size": "int64", "last": "bool", "algbw_gbps": "float64", "busbw_gbps": "float64",
+               "clock_offset_ns": "int64"}
+INSTANCE_COLUMNS = {"collective": "int64", "group": object, "group_ranks": object, "op": object, "seq": "int64",
+                    "match": object, "ranks": "int64", "group_size": "int64", "hosts": "int64", "bytes": "int64",
+                    "start_ns": "int64", "end_ns": "int64", "transfer_ns": "int64", "start_skew_ns": "int64",
+                    "end_skew_ns": "int64", "raw_end_skew_ns": "int64", "wait_total_ns": "int64",
+                    "last_rank": "int32", "last_device": "int32", "late_ns": "int64", "algbw_gbps": "float64",
+                    "busbw_gbps": "float64"}
+CLOCK_COLUMNS = {"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64", "instances": "int64",
+                 "residual_end_ns": "int64"}
+
+
+def _empty(columns: dict[str, object]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
+
+
+def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Instance id (0.. by first start) and match method index of every comm-kernel row.
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"rank": [0, 0, 1, 1], "device": [0, 0, 1, 1], "stream": [7, 7, 7, 7],
+    ...     "start_ns": [10, 50, 12, 55], "op": ["send_recv"] * 4, "group": [""] * 4,
+    ...     "group_ranks": [""] * 4, "seq": [-1] * 4, "order_op": [0, 1, 0, 1], "order_stream": [0, 1, 0, 1]})
+    >>> match_instances(rows)[0].tolist()
+    [0, 1, 0, 1]
+    """
+    n = len(rows)
+    group = rows["group"].astype(object).to_numpy()
+    has_group = group != ""
+    has_seq = has_group & (rows["seq"].to_numpy() >= 0)
+    method = np.where(has_seq, 0, np.where(has_group, 1, 2)).astype(np.int8)
+    stream_label = "stream " + rows["stream"].astype(str).to_numpy(object)
+    keys = pd.DataFrame({
+        "m": method,
+        "g": np.where(method < 2, group, stream_label),
+        "gr": np.where(method < 2, rows["group_ranks"].astype(object).to_numpy(), ""),
+        "op": np.where(method == 1, rows["op"].astype(object).to_numpy(), ""),
+        "i": np.where(method == 0, rows["seq"].to_numpy(),
+                      np.where(method == 1, rows["order_op"].to_numpy(), rows["order_stream"].to_numpy())),
+    })
+    keys["r"] = rows["rank"].to_numpy()
+    keys["d"] = rows["device"].to_numpy()
+    keys["occ"] = keys.groupby(["r", "d", "m", "g", "gr", "op", "i"], sort=False).cumcount().to_numpy()
+    ids = keys.groupby(["m", "g", "gr", "op", "i", "occ"], sort=False).ngroup().to_numpy()
+    first = pd.Series(rows["start_ns"].to_numpy()).groupby(ids).min()
+    order = np.empty(len(first), np.int64)
+    order[np.argsort(first.to_numpy(), kind="stable")] = np.arange(len(first))
+    return (order[ids] if n else np.zeros(0, np.int64)), method
+
+
+def estimate_offsets(inst: np.ndarray, host: np.ndarray, end_ns: np.ndarray, *, rounds: int = 3) -> np.ndarray:
+    """Clock offset (ns) of every host from the end times of matched instances.
+
+    Model: ``m[i, h] = E[i] + o[h] + noise`` with ``m[i, h]`` the median end over host ``h``'s
+    ranks in instance ``i``. Eliminating the instance ends ``E`` leaves the normal equations
+    ``L o = b`` of a least-squares fit, ``L = Σ_i (diag(1_i) − 1_i 1_iᵀ / k_i)`` over the ``k_i``
+    hosts of each instance (accumulated once per distinct host set, so a 128-host all-reduce
+    repeated a thousand times costs one 128×128 update) and ``b_h = Σ_i (m[i, h] − mean_i m)``.
+    The lowest host id in a spanning instance is the reference (offset 0); the minimum-norm
+    solution leaves hosts that no instance links to the reference near 0. Instances whose residual exceeds six MADs (at least 20 µs) are
+    dropped and the fit repeated, ``rounds`` times at most, so a few odd instances (a collective
+    that did not block, a mismatch) do not bias the offsets.
+
+    Parameters
+    ----------
+    inst, host, end_ns
+        Per kernel row: instance id, host id (0..H-1) and end time. Only instances seen on at
+        least two hosts carry information; the others are ignored.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``offset[h]`` (int64 ns) to subtract from host ``h``'s times.
+
+    Examples
+    --------
+    >>> inst = np.array([0, 0, 1, 1, 2, 2]); host = np.array([0, 1, 0, 1, 0, 1])
+    >>> estimate_offsets(inst, host, np.array([100, 5100, 300, 5290, 700, 5700])).tolist()
+    [0, 4997]
+    """
+    n_hosts = int(host.max()) + 1 if len(host) else 0
+    if n_hosts < 2:
+        return np.zeros(n_hosts, np.int64)
+    f = pd.DataFrame({"i": inst, "h": host, "e": (end_ns - end_ns.min()).astype(np.float64)})
+    m = f.groupby(["i", "h"], sort=True)["e"].median().reset_index()
+    k = m.groupby("i")["h"].transform("size").to_numpy()
+    m = m.loc[k >= 2].reset_index(drop=True)
+    if not len(m):
+        return np.zeros(n_hosts, np.int64)
+    ref = int(m["h"].min())
+    keep = np.ones(len(m), bool)
+    off = np.zeros(n_hosts)
+    zobrist = np.random.default_rng(12345).integers(1, 2**62, n_hosts, dtype=np.int64)
+    for _ in range(max(1, rounds)):
+        mm = m.loc[keep]
+        i, h, e = mm["i"].to_numpy(), mm["h"].to_numpy(), mm["e"].to_numpy()
+        g = pd.Series(e).groupby(i)
+        c = e - g.transform("mean").to_numpy()
+        b = np.bincount(h, weights=c, minlength=n_hosts)
+        # one update of L per distinct host set: signature = (sum of random host keys, size)
+        sig = pd.DataFrame({"i": i, "z": zobrist[h]}).groupby("i")["z"].sum()
+        size = g.size()
+        sets = pd.DataFrame({"sig": sig.to_numpy(), "k": size.to_numpy()}, index=sig.index)
+        first = sets.reset_index().drop_duplicates(["sig", "k"])
+        counts = sets.groupby(["sig", "k"]).size()
+        L = np.zeros((n_hosts, n_hosts))
+        for inst_id, s_key, kk in first[["i", "sig", "k"]].itertuples(index=False):
+            hs = h[i == inst_id]
+            n = counts.loc[(s_key, kk)]
+            L[np.ix_(hs, hs)] -= n / kk
+            L[hs, hs] += n
+        free = np.flatnonzero(np.arange(n_hosts) != ref)
+        sol = np.linalg.lstsq(L[np.ix_(free, free)], b[free], rcond=None)[0]
+        off = np.zeros(n_hosts)
+        off[free] = sol
+        resid = c - (off[h] - pd.Series(off[h]).groupby(i).transform("mean").to_numpy())
+        worst = pd.Series(np.abs(resid)).groupby(i).transform("max").to_numpy()
+        mad = float(np.median(np.abs(resid)))
+        bad = worst > max(20_000.0, 6 * 1.4826 * mad)
+        if not bad.any():
+            break
+        idx = np.flatnonzero(keep)
+        keep[idx[bad]] = False
+        if not keep.any():
+            break
+    return np.rint(off).astype(np.int64)
+
+
+def _bus_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
+    out = np.ones(len(op))
+    nn = np.maximum(n, 1).astype(np.float64)
+    for name, f in BUS_FACTOR.items():
+        m = op == name
+        out[m] = f(nn[m])
+    return out
+
+
+def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
+    """Match the per-rank comm kernels into instances; see the module docstring."""
+    rows = tables.get("collectives")
+    if rows is None or not len(rows) or "order_stream" not in rows.columns:
+        return {"collectives": _empty(ROW_COLUMNS), "collective_instances": _empty(INSTANCE_COLUMNS),
+                "clock_offsets": _empty(CLOCK_COLUMNS)}
+    rows = rows.reset_index(drop=True)
+    inst, method = match_instances(rows)
+    rank = rows["rank"].to_numpy(np.int64)
+    device = rows["device"].to_numpy(np.int64)
+    gph = options.gpus_per_host
+    if gph > 0:
+        host = rank // gph
+    else:
+        host = pd.MultiIndex.from_arrays([rank, device]).factorize()[0].astype(np.int64)
+    hosts_u, host_idx = np.unique(host, return_inverse=True)
+    start = rows["start_ns"].to_numpy(np.int64)
+    end = rows["end_ns"].to_numpy(np.int64)
+    host_off = estimate_offsets(inst, host_idx, end)
+    off = host_off[host_idx] if len(host_off) else np.zeros(len(rows), np.int64)
+    s = start - off
+    e = end - off
+    dur = end - start
+    # number instances by their first (clock-corrected) start
+    first = pd.Series(s).groupby(inst).min()
+    renum = np.empty(len(first), np.int64)
+    renum[first.index.to_numpy()[np.argsort(first.to_numpy(), kind="stable")]] = np.arange(len(first))
+    inst = renum[inst]
+
+    f = pd.DataFrame({"i": inst, "s": s, "e": e, "d": dur, "raw_e": end, "h": host_idx,
+                      "b": rows["bytes"].to_numpy(np.int64), "gs": rows["group_size"].to_numpy(np.int64)})
+    g = f.groupby("i", sort=True)
+    agg = pd.DataFrame({
+        "ranks": g.size(), "s_max": g["s"].max(), "s_min": g["s"].min(), "e_max": g["e"].max(),
+        "e_min": g["e"].min(), "d_min": g["d"].min(), "raw_e_max": g["raw_e"].max(), "raw_e_min": g["raw_e"].min(),
+        "bytes": g["b"].max(), "gs": g["gs"].max(), "hosts": g["h"].nunique(),
+    })
+    a = agg.reindex(inst)
+    wait = a["s_max"].to_numpy(np.int64) - s
+    # the last rank of each instance: the latest start (first such row on ties)
+    order = np.lexsort((-s, inst))
+    first_of = np.r_[True, inst[order][1:] != inst[order][:-1]]
+    last = np.zeros(len(rows), bool)
+    last[order[first_of]] = True
+    # how much the last rank alone delayed the instance: latest start − second-latest start
+    second = np.full(len(agg), np.nan)
+    second_pos = order[np.r_[False, first_of[:-1]] & ~first_of] if len(order) > 1 else np.zeros(0, np.int64)
+    second[inst[second_pos]] = s[second_pos]
+    late = np.where(np.isnan(second), 0.0, agg["s_max"].to_numpy() - np.nan_to_num(second)).astype(np.int64)
+
+    n_eff = np.where(agg["gs"].to_numpy() > 0, agg["gs"].to_numpy(), agg["ranks"].to_numpy())
+    op_i = rows["op"].astype(object).to_numpy()
+    first_row = pd.Series(np.arange(len(rows))).groupby(inst).first().to_numpy()
+    inst_op = op_i[first_row]
+    transfer = agg["d_min"].to_numpy(np.float64)
+    nbytes = agg["bytes"].to_numpy(np.float64)
+    ok = (nbytes > 0) & (transfer > 0)
+    algbw = np.where(ok, nbytes / np.where(transfer > 0, transfer, 1.0), np.nan)
+    busbw = algbw * _bus_factor(inst_op, n_eff)
+
+    group_label = np.where(method == 2, "stream " + rows["stream"].astype(str).to_numpy(object),
+                           rows["group"].astype(object).to_numpy())
+    out = pd.DataFrame({
+        "collective": inst, "rank": rank.astype(np.int32), "device": device.astype(np.int32),
+        "group": group_label, "op": op_i, "seq": rows["seq"].to_numpy(np.int64),
+        "match": np.asarray(MATCH_METHODS, object)[method], "stream": rows["stream"].to_numpy(np.int64),
+        "step": rows["step"].to_numpy(np.int64), "bytes": a["bytes"].to_numpy(np.int64),
+        "start_ns": s, "end_ns": e, "duration_ns": dur, "wait_ns": wait,
+        "transfer_ns": a["d_min"].to_numpy(np.int64),
+        "start_skew_ns": (a["s_max"] - a["s_min"]).to_numpy(np.int64),
+        "end_skew_ns": (a["e_max"] - a["e_min"]).to_numpy(np.int64),
+        "ranks": a["ranks"].to_numpy(np.int64), "group_size": n_eff[inst].astype(np.int64), "last": last,
+        "algbw_gbps": algbw[inst], "busbw_gbps": busbw[inst], "clock_offset_ns": off.astype(np.int64),
+    }).sort_values(["collective", "rank", "device"], kind="stable").reset_index(drop=True)
+
+    last_rows = np.flatnonzero(last)
+    last_rank = np.full(len(agg), -1, np.int64)
+    last_dev = np.full(len(agg), -1, np.int64)
+    last_rank[inst[last_rows]] = rank[last_rows]
+    last_dev[inst[last_rows]] = device[last_rows]
+    wait_total = pd.Series(wait).groupby(inst).sum().to_numpy(np.int64)
+    instances = pd.DataFrame({
+        "collective": agg.index.to_numpy(np.int64), "group": group_label[first_row],
+        "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row], "op": inst_op,
+        "seq": rows["seq"].to_numpy(np.int64)[first_row],
+        "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
+        "ranks": agg["ranks"].to_numpy(np.int64), "group_size": n_eff.astype(np.int64),
+        "hosts": agg["hosts"].to_numpy(np.int64), "bytes": agg["bytes"].to_numpy(np.int64),
+        "start_ns": agg["s_min"].to_numpy(np.int64), "end_ns": agg["e_max"].to_numpy(np.int64),
+        "transfer_ns": agg["d_min"].to_numpy(np.int64),
+        "start_skew_ns": (agg["s_max"] - agg["s_min"]).to_numpy(np.int64),
+        "end_skew_ns": (agg["e_max"] - agg["e_min"]).to_numpy(np.int64),
+        "raw_end_skew_ns": (agg["raw_e_max"] - agg["raw_e_min"]).to_numpy(np.int64),
+        "wait_total_ns": wait_total, "last_rank": last_rank.astype(np.int32), "last_device": last_dev.astype(np.int32),
+        "late_ns": late, "algbw_gbps": algbw, "busbw_gbps": busbw,
+    })
+
+    # clock quality per rank: median |own end − instance median end| over shared multi-host instances
+    med_end = pd.Series(e).groupby(inst).median().to_numpy()
+    dev_end = np.abs(e - med_end[inst])
+    multi = agg["hosts"].to_numpy()[inst] >= 2
+    pr = pd.DataFrame({"rank": rank, "device": device, "host": hosts_u[host_idx], "off": off,
+                       "multi": multi.astype(np.int64), "dev": np.where(multi, dev_end, np.nan)})
+    cg = pr.groupby(["rank", "device"], sort=True)
+    clock = pd.DataFrame({
+        "host": cg["host"].first(), "offset_ns": cg["off"].first(), "instances": cg["multi"].sum(),
+        "residual_end_ns": cg["dev"].median().fillna(0),
+    }).reset_index()
+    clock = clock.astype({"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64",
+                          "instances": "int64", "residual_end_ns": "int64"})
+    return {"collectives": out, "collective_instances": instances, "clock_offsets": clock}

@@ -1,0 +1,136 @@
+"""The ``ranks`` table (SPEC §4 "Cross-rank comparison"): per-rank metrics and robust z-scores.
+
+One row per (rank, device) with
+
+- ``step_ns``: the median of the rank's per-step GPU spans (``steps`` table); the trace's GPU
+  span (``total_ns``) when it has no steps;
+- ``computation_ns``, ``exposed_comm_ns``, ``exposed_memcpy_ns``, ``idle_ns``, ``busy_ns``,
+  ``total_ns``, ``comm_ns`` from ``breakdown``;
+- ``host_wait_ns`` (GPU gaps the host caused, summed over streams) when ``gaps`` exists;
+- ``class_<name>_ns`` per kernel class when ``classes`` exists;
+- ``collective_wait_ns`` (time spent waiting for later ranks in matched collectives),
+  ``collectives`` and ``arrived_last`` (instances it joined last) from the matched ``collectives``.
+
+For every metric ``m`` a column ``m_z = (m − median) / (1.4826·MAD)``, the robust z-score across
+ranks. When the MAD is 0 (more than half the ranks share one value) the mean absolute deviation
+× 1.2533 is the scale instead (both estimate σ for normal data); when that is 0 too every
+rank has the same value and the z-score is 0. ``rank_stats`` holds one row per metric: median,
+MAD, the scale used, min, max and the rank with the max.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..options import Options
+
+KEYS = ["rank", "device"]
+BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",
+                     "comm_ns")
+STATS_COLUMNS = {"metric": object, "median": "float64", "mad": "float64", "scale": "float64", "min": "float64",
+                 "max": "float64", "max_rank": "int64"}
+
+
+def robust_scale(x: np.ndarray) -> tuple[float, float, float]:
+    """``(median, MAD, scale)`` of ``x`` with the MAD-zero fallback described in the module docs.
+
+    Examples
+    --------
+    >>> robust_scale(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
+    (3.0, 1.0, 1.4826)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return 0.0, 0.0, 0.0
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    scale = 1.4826 * mad
+    if scale == 0.0:
+        scale = 1.2533 * float(np.mean(np.abs(x - med)))
+    return med, mad, scale
+
+
+def robust_z(x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """Robust z-scores ``(x − median) / scale`` with ``scale >= floor``; 0 where the scale is 0.
+
+    Examples
+    --------
+    >>> robust_z(np.array([10.0, 11.0, 9.0, 10.0, 30.0])).round(2).tolist()
+    [0.0, 0.67, -0.67, 0.0, 13.49]
+    """
+    x = np.asarray(x, dtype=np.float64)
+    med, _mad, scale = robust_scale(x)
+    scale = max(scale, floor)
+    if scale == 0.0:
+        return np.zeros(len(x))
+    return (x - med) / scale
+
+
+def _class_column(name: str) -> str:
+    return "class_" + (re.sub(r"[^0-9a-zA-Z]+", "_", str(name)).strip("_").lower() or "unnamed") + "_ns"
+
+
+def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per-(rank, device) metrics from the per-rank tables (no z-scores)."""
+    bd = tables.get("breakdown")
+    if bd is None or not len(bd):
+        return pd.DataFrame({"rank": pd.Series([], dtype="int32"), "device": pd.Series([], dtype="int32")})
+    out = bd[KEYS + [c for c in BREAKDOWN_METRICS if c in bd.columns]].drop_duplicates(KEYS)
+    out = out.sort_values(KEYS, kind="stable").reset_index(drop=True)
+    idx = pd.MultiIndex.from_frame(out[KEYS])
+
+    def per_rank(series: pd.Series, fill: float = 0) -> np.ndarray:
+        return series.reindex(idx).fillna(fill).to_numpy()
+
+    steps = tables.get("steps")
+    if steps is not None and len(steps):
+        med = steps.groupby(KEYS)["step_ns"].median()
+        step_ns = per_rank(med, np.nan)
+        out.insert(2, "step_ns", np.where(np.isnan(step_ns), out["total_ns"].to_numpy(), step_ns).astype(np.int64))
+        out.insert(3, "steps", per_rank(steps.groupby(KEYS).size()).astype(np.int64))
+    else:
+        out.insert(2, "step_ns", out["total_ns"].to_numpy(np.int64))
+        out.insert(3, "steps", np.zeros(len(out), np.int64))
+    gaps = tables.get("gaps")
+    if gaps is not None and len(gaps) and "host_wait_ns" in gaps.columns:
+        out["host_wait_ns"] = per_rank(gaps.groupby(KEYS)["host_wait_ns"].sum()).astype(np.int64)
+    coll = tables.get("collectives")
+    if coll is not None and len(coll) and "wait_ns" in coll.columns:
+        shared = coll.loc[coll["ranks"].to_numpy() >= 2]
+        g = shared.groupby(KEYS)
+        out["collective_wait_ns"] = per_rank(g["wait_ns"].sum()).astype(np.int64)
+        out["collectives"] = per_rank(g.size()).astype(np.int64)
+        out["arrived_last"] = per_rank(g["last"].sum()).astype(np.int64)
+    classes = tables.get("classes")
+    if classes is not None and len(classes) and "class" in classes.columns:
+        wide = classes.pivot_table(index=KEYS, columns="class", values="total_ns", aggfunc="sum", fill_value=0)
+        wide = wide.reindex(idx).fillna(0)
+        cols = {}
+        for c in wide.columns:
+            name = _class_column(c)
+            cols[name] = cols.get(name, 0) + wide[c].to_numpy(np.int64)
+        out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
+    return out
+
+
+def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
+    """The ``ranks`` and ``rank_stats`` tables (see the module docstring)."""
+    metrics = rank_metrics(tables)
+    names = [c for c in metrics.columns if c not in KEYS and pd.api.types.is_numeric_dtype(metrics[c])]
+    z = {}
+    stats = []
+    for m in names:
+        x = metrics[m].to_numpy(np.float64)
+        med, mad, scale = robust_scale(x)
+        z[f"{m}_z"] = robust_z(x)
+        imax = int(np.argmax(x)) if len(x) else -1
+        stats.append({"metric": m, "median": med, "mad": mad, "scale": scale,
+                      "min": float(x.min()) if len(x) else 0.0, "max": float(x.max()) if len(x) else 0.0,
+                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else -1})
+    ranks = pd.concat([metrics, pd.DataFrame(z, index=metrics.index)], axis=1) if z else metrics
+    rank_stats = pd.DataFrame(stats) if stats else pd.DataFrame(
+        {c: pd.Series([], dtype=t) for c, t in STATS_COLUMNS.items()})
+    return {"ranks": ranks, "rank_stats": rank_stats}

@@ -1,0 +1,584 @@
+"""Straggler detection (SPEC §4): signals per rank, a combined score, ``flagged`` and evidence.
+
+Signals, computed once from the small cross-rank tables (:func:`compute_signals`):
+
+(a) **arrives last** at matched collectives (``collectives`` from :mod:`.collectives`): count and
+    share of its instances, a z-score of that count against chance (an instance of ``n`` ranks
+    has a ``1/n`` chance to end with any given rank: ``(last − Σ1/n) / sqrt(Σ(1/n)(1 − 1/n))``),
+    the total wait it caused the others, and ``late_ns``, the time it alone delayed instances
+    (its start minus the second-latest start). One slow rank makes every other rank wait, so
+    the straggler is the rank that waits *least*.
+(b) **slow compute kernels** (``kernels``): per compute kernel name (NCCL excluded), the
+    rank's median duration against the median over ranks of the per-rank medians; combined,
+    time-weighted, as ``Σ count·own_median / Σ count·median_over_ranks`` (> 1: slower). Per
+    kernel class when the table has classes, for the evidence.
+(c) **step time** (``ranks``): robust z-score of the median step time.
+(d) **slow link** (``collective_instances``): each instance's transfer time relative to the
+    median transfer of instances of the same (op, bytes, group size) in *other* groups; a
+    group's slowness is the median of its instances' log ratios; a rank's link excess is the
+    smallest slowness over the groups containing it (high only if *all* its groups are slow:
+    the rank common to the slow groups), and it must stand out from every rank sharing a
+    group with it.
+
+Methods turn signals into ``score``, ``flagged`` and ``evidence``; they live in :data:`METHODS`
+and :attr:`Options.straggler_method` picks one (a registry, as HTA lets users swap its metric):
+
+``robust`` (default)
+    each signal becomes a strength ``max(0, z) / 5``; ``score`` is their sum. A rank is
+    flagged by (b) or (d) (intrinsic evidence: its own kernels or links) when ``z ≥ 5`` and the
+    effect is material (≥ 3 % slower kernels, ≥ 1.05× transfers), and by (a) or (c) unless its
+    lateness is explained by another candidate: a rank that waited for candidate ``f`` at least
+    half as long as it later delayed others, or that shares a slow group with a slow-link
+    suspect, inherits its lateness (its strength counts a quarter in the score and the evidence
+    names ``f``).
+``late_start``
+    HTA's idea: ranks whose collectives start late. Score = robust z of the mean lag of its
+    collective starts behind each instance's median start; flagged at ``z ≥ 5`` with a lag of at
+    least 1 % of the median step.
+
+A method is a function ``(Signals, Options) -> DataFrame`` with ``rank``, ``device``, ``score``,
+``flagged``, ``evidence``; register new ones with :func:`register_method`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from ..options import Options
+from .ranks import robust_z
+
+KEYS = ["rank", "device"]
+Z_FLAG = 5.0
+MIN_SLOWDOWN = 1.03      # (b): at least 3 % slower compute kernels
+MIN_STEP_RATIO = 1.03    # (c)
+MIN_LINK_RATIO = 1.05    # (d)
+MIN_LATE_SHARE = 0.005   # (a): it alone delayed collectives by >= 0.5 % of its trace span
+EXPLAIN_FRACTION = 0.5
+
+Method = Callable[["Signals", Options], pd.DataFrame]
+METHODS: dict[str, Method] = {}
+
+OUTPUT_COLUMNS = {"rank": "int32", "device": "int32", "score": "float64", "flagged": "bool", "evidence": object,
+                  "method": object, "signals": object, "explained_by": "int64", "collectives": "int64",
+                  "arrived_last": "int64", "last_share": "float64", "last_z": "float64", "wait_caused_ns": "int64",
+                  "late_ns": "int64", "collective_wait_ns": "int64", "compute_slowdown": "float64",
+                  "compute_slowdown_z": "float64", "step_ns": "int64", "step_z": "float64",
+                  "link_ratio": "float64", "link_z": "float64"}
+
+
+def register_method(name: str) -> Callable[[Method], Method]:
+    """Decorator: make ``func`` available as ``straggler_method=name``."""
+    def deco(func: Method) -> Method:
+        METHODS[name] = func
+        return func
+    return deco
+
+
+def check_method(name: str) -> None:
+    """Raise :class:`UsageError` unless ``name`` is a registered detection method."""
+    if name not in METHODS:
+        raise UsageError(f"unknown straggler_method {name!r}; valid: {', '.join(METHODS)}")
+
+
+# -- signals ---------------------------------------------------------------------------------
+
+@dataclass
+class Signals:
+    """Per-rank signal values and the small frames the evidence quotes."""
+
+    ranks: pd.DataFrame                      # one row per (rank, device): every signal value
+    waited_for: pd.DataFrame                 # rank, device, last_rank, last_device, wait_ns
+    top_last: pd.DataFrame                   # per rank: its (group, op) with the most wait caused
+    class_slowdown: pd.DataFrame             # rank, device, class, slowdown, ref_ns
+    group_slowness: pd.DataFrame             # group, op, ratio, instances (compared groups only)
+    membership: pd.DataFrame                 # rank, device, group (compared groups only)
+    op_outliers: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    frames = [t[KEYS] for name in ("ranks", "breakdown", "collectives", "kernels")
+              if (t := tables.get(name)) is not None and len(t) and set(KEYS) <= set(t.columns)]
+    if not frames:
+        return pd.DataFrame({"rank": pd.Series([], dtype="int32"), "device": pd.Series([], dtype="int32")})
+    keys = pd.concat(frames, ignore_index=True).drop_duplicates().sort_values(KEYS, kind="stable")
+    return keys.astype({"rank": "int32", "device": "int32"}).reset_index(drop=True)
+
+
+def _arrival(coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[dict, pd.DataFrame,
+                                                                                                   pd.DataFrame]:
+    n = len(idx)
+    zero = np.zeros(n)
+    empty_w = pd.DataFrame({c: pd.Series([], dtype="int64") for c in
+                            ("rank", "device", "last_rank", "last_device", "wait_ns")})
+    empty_t = pd.DataFrame({"rank": [], "device": [], "group": [], "op": [], "instances": [], "last": [],
+                            "wait_caused_ns": []})
+    if coll is None or not len(coll) or "last" not in coll.columns:
+        return ({"collectives": zero, "arrived_last": zero, "last_share": zero, "chance_share": zero, "last_z": zero,
+                 "wait_caused_ns": zero, "late_ns": zero, "collective_wait_ns": zero, "start_lag_ns": zero},
+                empty_w, empty_t)
+    c = coll.loc[coll["ranks"].to_numpy() >= 2]
+    ii = inst.set_index("collective") if inst is not None and len(inst) else None
+    p = 1.0 / c["ranks"].to_numpy(np.float64)
+    wait_total = ii["wait_total_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
+    late_i = ii["late_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
+    med_start = c.groupby("collective")["start_ns"].transform("median").to_numpy()
+    last = c["last"].to_numpy(bool)
+    f = pd.DataFrame({"rank": c["rank"].to_numpy(), "device": c["device"].to_numpy(), "one": 1, "last": last,
+                      "p": p, "v": p * (1 - p), "caused": np.where(last, wait_total, 0),
+                      "late": np.where(last, late_i, 0), "wait": c["wait_ns"].to_numpy(),
+                      "lag": c["start_ns"].to_numpy() - med_start, "group": c["group"].to_numpy(),
+                      "op": c["op"].to_numpy()})
+    g = f.groupby(KEYS).sum(numeric_only=True).reindex(idx).fillna(0)
+    lag = f.groupby(KEYS)["lag"].mean().reindex(idx).fillna(0).to_numpy()
+    count = g["one"].to_numpy()
+    lastn = g["last"].to_numpy(np.float64)
+    sd = np.sqrt(g["v"].to_numpy())
+    vals = {
+        "collectives": count, "arrived_last": lastn,
+        "last_share": np.divide(lastn, count, out=np.zeros(n), where=count > 0),
+        "chance_share": np.divide(g["p"].to_numpy(), count, out=np.zeros(n), where=count > 0),
+        "last_z": np.divide(lastn - g["p"].to_numpy(), sd, out=np.zeros(n), where=sd > 0),
+        "wait_caused_ns": g["caused"].to_numpy(), "late_ns": g["late"].to_numpy(),
+        "collective_wait_ns": g["wait"].to_numpy(), "start_lag_ns": lag,
+    }
+    top = f.groupby(KEYS + ["group", "op"], sort=False).agg(instances=("one", "sum"), last=("last", "sum"),
+                                                            wait_caused_ns=("caused", "sum")).reset_index()
+    top = top.sort_values(["wait_caused_ns", "last"], ascending=False, kind="stable").drop_duplicates(KEYS)
+    # who waited for whom: every non-last member waited for the instance's last rank
+    w = c.loc[~last]
+    lr = ii[["last_rank", "last_device"]].reindex(w["collective"]) if ii is not None else None
+    if lr is not None and len(w):
+        wf = pd.DataFrame({"rank": w["rank"].to_numpy(), "device": w["device"].to_numpy(),
+                           "last_rank": lr["last_rank"].to_numpy(), "last_device": lr["last_device"].to_numpy(),
+                           "wait_ns": w["wait_ns"].to_numpy()})
+        wf = wf.groupby(["rank", "device", "last_rank", "last_device"], sort=False)["wait_ns"].sum().reset_index()
+    else:
+        wf = empty_w
+    return vals, wf, top
+
+
+def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[np.ndarray, pd.DataFrame]:
+    n = len(idx)
+    empty = pd.DataFrame({"rank": [], "device": [], "class": [], "slowdown": [], "ref_ns": [], "own_ns": []})
+    if kernels is None or not len(kernels) or "median_ns" not in kernels.columns:
+        return np.ones(n), empty
+    k = kernels
+    cat = k["category"].astype(str).to_numpy() if "category" in k.columns else np.full(len(k), "compute")
+    names = k["name"].astype(str)
+    keep = (cat == "compute") & ~names.str.contains("nccl|rccl", case=False, regex=True).to_numpy()
+    k = k.loc[keep]
+    if not len(k):
+        return np.ones(n), empty
+    ranks_per_name = k.groupby("name")["rank"].transform("nunique").to_numpy()
+    k = k.loc[ranks_per_name >= 2]
+    if not len(k):
+        return np.ones(n), empty
+    ref = k.groupby("name")["median_ns"].transform("median").to_numpy(np.float64)
+    cnt = k["count"].to_numpy(np.float64)
+    f = pd.DataFrame({"rank": k["rank"].to_numpy(), "device": k["device"].to_numpy(),
+                      "own": cnt * k["median_ns"].to_numpy(np.float64), "ref": cnt * ref,
+                      "class": (k["class"].astype(str).to_numpy() if "class" in k.columns
+                                else np.full(len(k), "compute", object))})
+    g = f.groupby(KEYS)[["own", "ref"]].sum().reindex(idx)
+    slow = np.divide(g["own"].to_numpy(), g["ref"].to_numpy(), out=np.ones(n),
+                     where=np.nan_to_num(g["ref"].to_numpy()) > 0)
+    by_class = f.groupby(KEYS + ["class"], sort=False)[["own", "ref"]].sum().reset_index()
+    by_class["slowdown"] = by_class["own"] / by_class["ref"].where(by_class["ref"] > 0)
+    by_class = by_class.rename(columns={"ref": "ref_ns", "own": "own_ns"})
+    return np.nan_to_num(slow, nan=1.0), by_class
+
+
+def _loo_medians(values: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """For each value, the median of the *other* values of its class (leave-one-out).
+
+    Comparing a group with the median of the other groups keeps a slow group from pulling its
+    own reference up (with two groups the plain median would halve its excess).
+
+    Examples
+    --------
+    >>> _loo_medians(np.array([1.0, 2.0, 10.0, 5.0]), np.array([0, 0, 0, 1])).tolist()
+    [6.0, 5.5, 1.5, nan]
+    """
+    out = np.full(len(values), np.nan)
+    order = np.argsort(cls, kind="stable")
+    bounds = np.r_[0, np.flatnonzero(np.diff(cls[order])) + 1, len(order)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        idx = order[lo:hi]
+        v = values[idx]
+        if len(v) < 2:
+            continue
+        for j, i in enumerate(idx):
+            out[i] = np.median(np.delete(v, j))
+    return out
+
+
+def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
+           idx: pd.MultiIndex) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, pd.DataFrame]:
+    n = len(idx)
+    empty_g = pd.DataFrame({"group": [], "op": [], "ratio": [], "instances": []})
+    empty_m = pd.DataFrame({"rank": [], "device": [], "group": []})
+    if inst is None or not len(inst) or coll is None or not len(coll):
+        return np.zeros(n), np.zeros(n), empty_g, empty_m
+    i = inst.loc[(inst["ranks"].to_numpy() >= 2) & (inst["transfer_ns"].to_numpy() > 0)]
+    if not len(i):
+        return np.zeros(n), np.zeros(n), empty_g, empty_m
+    gkey = i["group"].astype(str) + "|" + i["group_ranks"].astype(str)
+    cls = pd.DataFrame({"op": i["op"].to_numpy(), "b": i["bytes"].to_numpy(), "n": i["group_size"].to_numpy(),
+                        "g": gkey.to_numpy(), "t": np.log(i["transfer_ns"].to_numpy(np.float64)),
+                        "c": i["collective"].to_numpy()})
+    ngroups = cls.groupby(["op", "b", "n"])["g"].transform("nunique").to_numpy()
+    cls = cls.loc[ngroups >= 2]
+    if not len(cls):
+        return np.zeros(n), np.zeros(n), empty_g, empty_m
+    gm = cls.groupby(["op", "b", "n", "g"], sort=True)["t"].median()
+    ref = pd.Series(_loo_medians(gm.to_numpy(), gm.index.droplevel("g").factorize()[0]), index=gm.index)
+    cls["r"] = cls["t"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(cls[["op", "b", "n", "g"]])).to_numpy()
+    gs = cls.groupby("g")["r"].median()
+    gdesc = cls.groupby("g").agg(op=("op", lambda s: ", ".join(sorted(set(s)))), instances=("r", "size"))
+    group_slow = pd.DataFrame({"group": [g.split("|", 1)[0] for g in gs.index], "key": gs.index,
+                               "op": gdesc["op"].reindex(gs.index).to_numpy(), "ratio": np.exp(gs.to_numpy()),
+                               "instances": gdesc["instances"].reindex(gs.index).to_numpy()})
+    # membership: which ranks took part in the compared groups
+    ck = coll.loc[coll["collective"].isin(cls["c"].unique())]
+    key_of = pd.Series(cls["g"].to_numpy(), index=cls["c"].to_numpy())
+    key_of = key_of[~key_of.index.duplicated()]
+    mem = pd.DataFrame({"rank": ck["rank"].to_numpy(), "device": ck["device"].to_numpy(),
+                        "key": key_of.reindex(ck["collective"]).to_numpy()}).drop_duplicates()
+    mem["gs"] = gs.reindex(mem["key"]).to_numpy()
+    excess_s = mem.groupby(KEYS)["gs"].min()
+    mem["excess"] = excess_s.reindex(pd.MultiIndex.from_frame(mem[KEYS])).to_numpy()
+    # per group: the largest and second-largest member excess, to compare each rank with its co-members
+    srt = mem.sort_values(["key", "excess"], ascending=[True, False], kind="stable")
+    top1 = srt.groupby("key").nth(0).set_index("key")
+    top2 = srt.groupby("key").nth(1).set_index("key")
+    t1 = top1.reindex(mem["key"])
+    is_top = (t1["rank"].to_numpy() == mem["rank"].to_numpy()) & (t1["device"].to_numpy() == mem["device"].to_numpy())
+    other = np.where(is_top, top2["excess"].reindex(mem["key"]).fillna(-np.inf).to_numpy(), t1["excess"].to_numpy())
+    mem["other"] = other
+    other_max = mem.groupby(KEYS)["other"].max()
+    excess = excess_s.reindex(idx).fillna(0).to_numpy()
+    margin = excess - other_max.reindex(idx).fillna(-np.inf).to_numpy()
+    membership = mem[KEYS + ["key"]].rename(columns={"key": "group"})
+    return excess, margin, group_slow, membership
+
+
+def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
+    """Every signal of every (rank, device), from the cross-rank tables (see the module docs)."""
+    keys = _frame_keys(tables)
+    idx = pd.MultiIndex.from_frame(keys)
+    coll, inst = tables.get("collectives"), tables.get("collective_instances")
+    arrival, waited_for, top_last = _arrival(coll, inst, idx)
+    slowdown, class_slow = _compute_kernels(tables.get("kernels"), idx)
+    excess, margin, group_slow, membership = _links(inst, coll, idx)
+    ranks = tables.get("ranks")
+    if ranks is not None and len(ranks):
+        r = ranks.set_index(KEYS)
+        step = r["step_ns"].reindex(idx).fillna(0).to_numpy(np.float64)
+        total = r["total_ns"].reindex(idx).fillna(0).to_numpy(np.float64)
+        idle = r["idle_ns"].reindex(idx).fillna(0).to_numpy(np.float64) if "idle_ns" in r else np.zeros(len(idx))
+        host_wait = (r["host_wait_ns"].reindex(idx).fillna(0).to_numpy(np.float64) if "host_wait_ns" in r
+                     else np.full(len(idx), np.nan))
+    else:
+        step = total = idle = np.zeros(len(idx))
+        host_wait = np.full(len(idx), np.nan)
+    step_med = float(np.median(step)) if len(step) else 0.0
+    frame = keys.copy()
+    for k, v in arrival.items():
+        frame[k] = v
+    frame["compute_slowdown"] = slowdown
+    frame["compute_slowdown_z"] = robust_z(slowdown, floor=0.005)
+    frame["step_ns"] = step
+    frame["step_ratio"] = step / step_med if step_med > 0 else np.ones(len(step))
+    frame["step_z"] = robust_z(step, floor=0.005 * step_med)
+    frame["total_ns"] = total
+    frame["idle_ns"] = idle
+    frame["host_wait_ns"] = host_wait
+    frame["link_excess"] = excess
+    frame["link_ratio"] = np.exp(excess)
+    frame["link_margin"] = margin
+    frame["link_z"] = robust_z(excess, floor=math.log(1.01))
+    op_out = tables.get("op_outliers")
+    return Signals(frame, waited_for, top_last, class_slow, group_slow, membership,
+                   op_out if op_out is not None else pd.DataFrame())
+
+
+# -- evidence text ---------------------------------------------------------------------------
+
+def fmt_ns(ns: float) -> str:
+    """A duration for people: ``212 ms``, ``35.2 µs``.
+
+    Examples
+    --------
+    >>> fmt_ns(212_300_000), fmt_ns(35_200), fmt_ns(3.4e9)
+    ('212 ms', '35.2 µs', '3.4 s')
+    """
+    v = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(v) >= scale:
+            x = v / scale
+            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
+    return f"{v:.0f} ns"
+
+
+_PLURAL = {"all_reduce": "all-reduces", "all_gather": "all-gathers", "reduce_scatter": "reduce-scatters",
+           "all_to_all": "all-to-alls", "send_recv": "send/recvs", "broadcast": "broadcasts", "send": "sends",
+           "recv": "recvs", "reduce": "reduces", "barrier": "barriers"}
+
+
+def _plural(op: str) -> str:
+    return _PLURAL.get(op, f"{op} collectives")
+
+
+def _pg(group: str) -> str:
+    return group if group.startswith("stream ") else f"pg {group}"
+
+
+class _Evidence:
+    """Builds the evidence sentences of one rank from :class:`Signals` (lookups prepared once)."""
+
+    def __init__(self, sig: Signals) -> None:
+        self.sig = sig
+        self.top = sig.top_last.set_index(KEYS) if len(sig.top_last) else None
+        cs = sig.class_slowdown
+        self._cls = (cs.assign(extra=cs["own_ns"] - cs["ref_ns"]).set_index(KEYS).sort_index() if len(cs)
+                     else None)
+        self.group_ratio = (sig.group_slowness.set_index("key")["ratio"] if len(sig.group_slowness)
+                            else pd.Series(dtype="float64"))
+        self.group_info = sig.group_slowness.set_index("key") if len(sig.group_slowness) else None
+        self._members = sig.membership.set_index(KEYS).sort_index() if len(sig.membership) else None
+        oo = sig.op_outliers
+        self.ops = {}
+        if len(oo) and {"rank", "device", "op", "ratio"} <= set(oo.columns):
+            best = oo.sort_values("ratio", ascending=False, kind="stable").drop_duplicates(KEYS)
+            self.ops = {(int(r), int(d)): (str(o), float(x)) for r, d, o, x in
+                        best[["rank", "device", "op", "ratio"]].itertuples(index=False)}
+        self.median_idle = float(np.median(sig.ranks["idle_ns"])) if len(sig.ranks) else 0.0
+        hw = sig.ranks["host_wait_ns"].to_numpy(np.float64)
+        self.median_host_wait = float(np.nanmedian(hw)) if len(hw) and np.isfinite(hw).any() else float("nan")
+
+    def members(self, key: tuple[int, int]) -> list[str]:
+        """The compared process groups containing (rank, device)."""
+        if self._members is None or key not in self._members.index:
+            return []
+        return self._members.loc[[key], "group"].tolist()
+
+    def classes(self, key: tuple[int, int]) -> pd.DataFrame | None:
+        if self._cls is None or key not in self._cls.index:
+            return None
+        return self._cls.loc[[key]].reset_index(drop=True)
+
+    def arrival(self, row: dict) -> str:
+        key = (row["rank"], row["device"])
+        n, last = int(row["collectives"]), int(row["arrived_last"])
+        if n == 0:
+            return ""
+        text = f"arrived last at {100 * last / n:.0f} % of its {n} collectives"
+        if self.top is not None and key in self.top.index:
+            t = self.top.loc[key]
+            if int(t["last"]) > 0:
+                text = (f"arrived last at {100 * t['last'] / t['instances']:.0f} % of {int(t['instances'])} "
+                        f"{_plural(str(t['op']))} on {_pg(str(t['group']))}")
+                if int(t["instances"]) < n:
+                    text += f" ({100 * last / n:.0f} % of all its {n} collectives)"
+        return text + f", making the others wait {fmt_ns(row['wait_caused_ns'])} in total"
+
+    def kernels(self, row: dict) -> str:
+        overall = float(row["compute_slowdown"])
+        g = self.classes((row["rank"], row["device"]))
+        if g is None or not len(g):
+            return f"its compute kernels run {overall:.2f}× the median rank"
+        pick = g.loc[g["extra"].idxmax()] if overall > 1 else g.loc[g["ref_ns"].idxmax()]
+        cname = str(pick["class"])
+        label = "compute" if cname in ("compute", "", "nan") else cname
+        text = f"its {label} kernels run {float(pick['slowdown']):.2f}× the median rank"
+        if label != "compute" and len(g) > 1:
+            text += f" (all compute kernels {overall:.2f}×)"
+        return text
+
+    def host(self, row: dict) -> str:
+        extra_idle = float(row["idle_ns"]) - self.median_idle
+        text = f"its kernels are not slower ({float(row['compute_slowdown']):.2f}× the median rank)"
+        if extra_idle > 0:
+            text += f" but its GPU idles {fmt_ns(extra_idle)} more than the median rank"
+            hw = float(row["host_wait_ns"])
+            if np.isfinite(hw) and np.isfinite(self.median_host_wait) and hw > self.median_host_wait:
+                text += (f", {fmt_ns(hw - self.median_host_wait)} more of it waiting for the host to launch work: "
+                         "the host is late (CPU contention, data loading, Python overhead)")
+        return text
+
+    def step(self, row: dict) -> str:
+        return (f"its median step takes {fmt_ns(row['step_ns'])}, {float(row['step_ratio']):.2f}× the median "
+                f"rank (z {float(row['step_z']):+.1f})")
+
+    def link(self, row: dict) -> str:
+        groups = self.members((row["rank"], row["device"]))
+        parts = []
+        if self.group_info is not None:
+            info = self.group_info.reindex(groups).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
+            parts = [f"{_pg(str(g))} {op} {ratio:.2f}×" for g, op, ratio in
+                     info[["group", "op", "ratio"]].itertuples(index=False)][:4]
+        text = (f"collectives of the {len(groups)} process groups containing it transfer "
+                f"{float(row['link_ratio']):.2f}× slower than comparable groups")
+        if parts:
+            text += " (" + ", ".join(parts) + ")"
+        return text + ", and it is the rank common to the slow groups: check its links (NVLink, NIC, switch port)"
+
+    def op_outlier(self, row: dict) -> str:
+        o = self.ops.get((int(row["rank"]), int(row["device"])))
+        return f"host op {o[0]} takes {o[1]:.2f}× the median rank" if o else ""
+
+
+# -- methods ---------------------------------------------------------------------------------
+
+def _shares_slow_group(r: tuple[int, int], f: tuple[int, int], ev: _Evidence) -> bool:
+    a, b = set(ev.members(r)), set(ev.members(f))
+    common = a & b
+    return any(float(ev.group_ratio.get(g, 1.0)) >= 1.05 for g in common)
+
+
+def _output(sig: Signals, method: str, score: np.ndarray, flagged: np.ndarray, evidence: list[str],
+            signals: list[str], explained: np.ndarray) -> pd.DataFrame:
+    r = sig.ranks
+    out = pd.DataFrame({
+        "rank": r["rank"].to_numpy(np.int32), "device": r["device"].to_numpy(np.int32),
+        "score": score.astype(np.float64), "flagged": flagged.astype(bool), "evidence": evidence,
+        "method": method, "signals": signals, "explained_by": explained.astype(np.int64),
+        "collectives": r["collectives"].to_numpy(np.int64), "arrived_last": r["arrived_last"].to_numpy(np.int64),
+        "last_share": r["last_share"].to_numpy(np.float64), "last_z": r["last_z"].to_numpy(np.float64),
+        "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64), "late_ns": r["late_ns"].to_numpy(np.int64),
+        "collective_wait_ns": r["collective_wait_ns"].to_numpy(np.int64),
+        "compute_slowdown": r["compute_slowdown"].to_numpy(np.float64),
+        "compute_slowdown_z": r["compute_slowdown_z"].to_numpy(np.float64),
+        "step_ns": r["step_ns"].to_numpy(np.int64), "step_z": r["step_z"].to_numpy(np.float64),
+        "link_ratio": r["link_ratio"].to_numpy(np.float64), "link_z": r["link_z"].to_numpy(np.float64),
+    })
+    out = out.sort_values(["score", "rank"], ascending=[False, True], kind="stable")
+    return out.reset_index(drop=True)
+
+
+@register_method("robust")
+def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
+    """Multi-signal detection with explaining-away of inherited lateness (module docstring)."""
+    r = sig.ranks
+    n = len(r)
+    share_floor = np.minimum(0.5, 3.0 * r["chance_share"].to_numpy())
+    s_a = np.maximum(r["last_z"].to_numpy(), 0) / Z_FLAG
+    s_b = np.maximum(r["compute_slowdown_z"].to_numpy(), 0) / Z_FLAG
+    s_c = np.maximum(r["step_z"].to_numpy(), 0) / Z_FLAG
+    s_d = np.maximum(r["link_z"].to_numpy(), 0) / Z_FLAG
+    total = r["total_ns"].to_numpy(np.float64)
+    gate_a = (s_a >= 1) & (r["last_share"].to_numpy() >= share_floor) & \
+             (r["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(total > 0, total, np.inf))
+    gate_b = (s_b >= 1) & (r["compute_slowdown"].to_numpy() >= MIN_SLOWDOWN)
+    gate_c = (s_c >= 1) & (r["step_ratio"].to_numpy() >= MIN_STEP_RATIO)
+    gate_d = (s_d >= 1) & (r["link_ratio"].to_numpy() >= MIN_LINK_RATIO) & \
+             (r["link_margin"].to_numpy() >= 0.5 * r["link_excess"].to_numpy())
+    keys = list(zip(r["rank"].to_numpy().tolist(), r["device"].to_numpy().tolist()))
+    pos = {k: i for i, k in enumerate(keys)}
+    ev = _Evidence(sig)
+    # explaining-away among candidates: r inherits its lateness from f if r waited for f at least
+    # EXPLAIN_FRACTION of the time r later delayed others (and not the other way round), or if r
+    # shares a slow group with a slow-link suspect
+    cand = np.flatnonzero(gate_a | gate_b | gate_c | gate_d)
+    wf = sig.waited_for
+    cand_keys = {keys[i] for i in cand}
+    waits: dict[tuple[tuple[int, int], tuple[int, int]], float] = {}
+    if len(wf) and cand_keys:
+        sub = wf.loc[pd.MultiIndex.from_arrays([wf["last_rank"], wf["last_device"]]).isin(list(cand_keys))]
+        waits = {((int(a), int(b)), (int(c), int(d))): float(w) for a, b, c, d, w in
+                 sub[["rank", "device", "last_rank", "last_device", "wait_ns"]].itertuples(index=False)}
+    late = r["late_ns"].to_numpy(np.float64)
+    explained = np.full(n, -1, np.int64)
+    by_link = np.zeros(n, bool)
+    link_suspects = [keys[i] for i in np.flatnonzero(gate_d)]
+    for i in cand:
+        if gate_b[i] or gate_d[i]:
+            continue
+        me = keys[i]
+        best, best_w = None, 0.0
+        for f in cand_keys:
+            if f == me:
+                continue
+            w = waits.get((me, f), 0.0)
+            back = waits.get((f, me), 0.0)
+            j = pos[f]
+            inherits = w >= EXPLAIN_FRACTION * max(late[i], 1.0)
+            mutual = back >= EXPLAIN_FRACTION * max(late[j], 1.0)
+            if inherits and not mutual and w > best_w:
+                best, best_w = f, w
+        if best is None:
+            for f in link_suspects:
+                if f != me and _shares_slow_group(me, f, ev):
+                    best = f
+                    by_link[i] = True
+                    break
+        if best is not None:
+            explained[i] = best[0]
+    is_expl = explained >= 0
+    flagged = gate_b | gate_d | ((gate_a | gate_c) & ~is_expl)
+    score = np.where(is_expl, 0.25 * (s_a + s_c), s_a + s_c) + s_b + s_d
+    evidence, signals = [], []
+    for i, row in enumerate(r.to_dict("records")):
+        parts, sigs = [], []
+        if gate_a[i] or (flagged[i] and row["arrived_last"] > 0):
+            parts.append(ev.arrival(row))
+            if gate_a[i]:
+                sigs.append("a")
+        if gate_b[i]:
+            parts.append(ev.kernels(row))
+            sigs.append("b")
+        elif gate_a[i] and not is_expl[i]:
+            parts.append(ev.host(row))
+        if gate_c[i]:
+            parts.append(ev.step(row))
+            sigs.append("c")
+        if gate_d[i]:
+            parts.append(ev.link(row))
+            sigs.append("d")
+        if is_expl[i]:
+            f = int(explained[i])
+            how = "the slow link at that rank" if by_link[i] else "waiting for it"
+            parts.append(f"not a root cause: its late arrivals follow from rank {f} ({how})")
+        o = ev.op_outlier(row)
+        if o and parts:
+            parts.append(o)
+        if not parts:
+            parts.append(_quiet(row))
+        evidence.append(f"rank {int(row['rank'])} " + "; ".join(p for p in parts if p))
+        signals.append(",".join(sigs))
+    return _output(sig, "robust", score, flagged, evidence, signals, explained)
+
+
+def _quiet(row: dict) -> str:
+    return (f"shows no straggler signal (last at {int(row['arrived_last'])} of {int(row['collectives'])} "
+            f"collectives, compute kernels {float(row['compute_slowdown']):.2f}× the median rank, "
+            f"step z {float(row['step_z']):+.1f})")
+
+
+@register_method("late_start")
+def late_start_method(sig: Signals, options: Options) -> pd.DataFrame:
+    """HTA-style: ranks whose collectives start late relative to the other members."""
+    r = sig.ranks
+    lag = r["start_lag_ns"].to_numpy(np.float64)
+    step_med = float(np.median(r["step_ns"])) if len(r) else 0.0
+    z = robust_z(lag, floor=max(1.0, 0.001 * step_med))
+    flagged = (z >= Z_FLAG) & (lag >= 0.01 * step_med)
+    score = np.maximum(z, 0) / Z_FLAG
+    evidence = [f"rank {int(k)} starts its collectives {fmt_ns(v)} after the median member on average "
+                f"(z {zz:+.1f})" for k, v, zz in zip(r["rank"].to_numpy(), lag, z)]
+    return _output(sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged],
+                   np.full(len(r), -1))
+
+
+def reduce_stragglers(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
+    """The ``stragglers`` table, one row per (rank, device), sorted by score (highest first)."""
+    check_method(options.straggler_method)
+    sig = compute_signals(tables)
+    if not len(sig.ranks):
+        return {"stragglers": pd.DataFrame({c: pd.Series([], dtype=t) for c, t in OUTPUT_COLUMNS.items()})}
+    return {"stragglers": METHODS[options.straggler_method](sig, options)}

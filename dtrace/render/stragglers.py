@@ -1,0 +1,48 @@
+"""The stragglers section of the terminal summary: flagged ranks with their evidence."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..results import Results
+from .text import render
+
+TOP = 5
+
+
+def _clock_line(results: Results) -> str:
+    if "collective_instances" not in results.table_names or "clock_offsets" not in results.table_names:
+        return ""
+    inst = results.table("collective_instances")
+    clock = results.table("clock_offsets")
+    multi = inst.loc[(inst["hosts"] > 1) & (inst["ranks"] > 1)] if len(inst) else inst
+    if not len(multi) or not len(clock):
+        return ""
+    off = clock.drop_duplicates("host")["offset_ns"].abs().max()
+    raw = float(multi["raw_end_skew_ns"].median())
+    res = float(multi["end_skew_ns"].median())
+    return (f"clock offsets between hosts up to {off / 1e6:.3f} ms removed; median end skew of collectives "
+            f"across hosts {raw / 1e3:.1f} µs before, {res / 1e3:.1f} µs after\n")
+
+
+def stragglers_section(results: Results, fmt: str = "table") -> str:
+    """Flagged stragglers (at most :data:`TOP`) with evidence, or a line saying there are none."""
+    if "stragglers" not in results.table_names:
+        return ""
+    s = results.table("stragglers")
+    if not len(s):
+        return ""
+    inst = results.table("collective_instances") if "collective_instances" in results.table_names else pd.DataFrame()
+    matched = int((inst["ranks"] > 1).sum()) if len(inst) else 0
+    head = f"{matched} collective instances matched across ranks\n" + _clock_line(results)
+    flagged = s.loc[s["flagged"].astype(bool)]
+    if not len(flagged):
+        return head + f"no straggler flagged among {len(s)} ranks (method {s['method'].iloc[0]})\n"
+    view = flagged.sort_values("score", ascending=False, kind="stable").head(TOP)
+    title = f"stragglers: {len(flagged)} of {len(s)} ranks flagged" + (f" (top {TOP})" if len(flagged) > TOP else "")
+    if fmt != "table":
+        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title)
+    lines = [title]
+    for row in view.itertuples(index=False):
+        lines.append(f"  rank {row.rank} (device {row.device}, score {row.score:.1f}, signals {row.signals or '-'}):")
+        lines.append(f"    {row.evidence}")
+    return head + "\n".join(lines) + "\n"

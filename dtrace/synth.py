@@ -1,0 +1,626 @@
+"""Synthetic cluster jobs: one realistic PyTorch-profiler (Kineto) trace per rank, with faults.
+
+:func:`generate` simulates a data-parallel × tensor-parallel training job step by step and
+writes ``rank-{r}.json.gz`` for every rank plus ``ground_truth.json`` (parameters and injected
+faults). The traces look like the real thing: ``distributedInfo``, ``baseTimeNanoseconds``,
+``ProfilerStep#N`` annotations, ``aten::`` host ops whose ``cudaLaunchKernel`` calls carry
+correlation and External ids, kernels with real-world names (cuBLAS/CUTLASS gemms, flash
+attention, layer norm, elementwise, triton, fused Adam) on several streams, NCCL kernels on their
+own streams with the collective args (``Collective name``, ``Process Group Name``/``Ranks``,
+``Group size``, ``Seq``, message sizes, ``dtype``), memcpy/memset with bytes, ``ac2g`` flows.
+
+Simulation model
+----------------
+Every rank runs the same op sequence (SPMD). The host launches ops one after the other (a host
+op per kernel, a few µs each, so it normally runs far ahead of the GPU) and synchronises on
+the loss at the end of each step. A kernel starts when it has been launched, its stream is free
+and its inputs are ready. A collective instance starts on each member rank when that rank
+reaches it (its arrival) and ends on *every* member at ``last arrival + transfer``; one late
+rank therefore makes the whole group wait. Tensor-parallel (TP) all-reduces block the compute
+streams; data-parallel (DP) gradient reduce-scatters overlap the backward pass and are waited for
+before the optimizer. Every rank is in one TP group (consecutive ranks) and one DP group (ranks
+``r % tp`` equal), so groups share ranks.
+
+The simulation is a loop over the op sequence, vectorised over ranks; trace text comes from
+per-op string templates, so 64 small ranks take well under a second and 1,024 a few seconds.
+
+Faults (each recorded in ``ground_truth.json``), see :data:`FAULT_KINDS`:
+``compute`` (the rank's compute kernels are ``1 + slow`` times as long), ``launch`` (its host
+needs ``1 + slow`` times each kernel's GPU time to launch it: host-bound, its GPU waits for
+launches), ``link`` (its collective transfers take ``1 + slow`` times as long, so every process
+group containing it is slow). Any number of faults can be combined; none gives a healthy job.
+Clocks differ between hosts by up to ``clock_offset_ns`` (host 0 is the reference).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .errors import UsageError
+
+T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
+
+FAULT_KINDS: dict[str, str] = {
+    "compute": "the rank's compute kernels take (1 + slow) times as long",
+    "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "
+              "its GPU waits for launches",
+    "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
+            "containing it is slow",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: ``kind`` (see :data:`FAULT_KINDS`) on ``rank``, severity ``slow``.
+
+    Examples
+    --------
+    >>> parse_fault("compute:rank=5:slow=0.2")
+    Fault(kind='compute', rank=5, slow=0.2)
+    """
+
+    kind: str
+    rank: int
+    slow: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise UsageError(f"unknown fault kind {self.kind!r}; valid: {', '.join(FAULT_KINDS)}")
+        if self.rank < 0:
+            raise UsageError(f"fault rank must be >= 0, got {self.rank}")
+        if not self.slow > 0:
+            raise UsageError(f"fault severity slow must be > 0, got {self.slow}")
+
+
+def parse_fault(text: str) -> Fault:
+    """``KIND:rank=R:slow=S`` (``slow`` defaults to 0.2), e.g. ``link:rank=9:slow=0.5``."""
+    parts = [p for p in str(text).strip().split(":") if p]
+    if not parts:
+        raise UsageError("empty fault; expected KIND:rank=R:slow=S")
+    kw: dict[str, str] = {}
+    for p in parts[1:]:
+        key, sep, val = p.partition("=")
+        if not sep or key not in ("rank", "slow"):
+            raise UsageError(f"bad fault field {p!r} in {text!r}; expected KIND:rank=R:slow=S")
+        kw[key] = val
+    if "rank" not in kw:
+        raise UsageError(f"fault {text!r} names no rank; expected KIND:rank=R:slow=S")
+    try:
+        return Fault(parts[0], int(kw["rank"]), float(kw.get("slow", 0.2)))
+    except ValueError:
+        raise UsageError(f"bad number in fault {text!r}; expected KIND:rank=R:slow=S") from None
+
+
+def _as_fault(f: Fault | str | dict[str, Any]) -> Fault:
+    if isinstance(f, Fault):
+        return f
+    if isinstance(f, str):
+        return parse_fault(f)
+    if isinstance(f, dict):
+        return Fault(str(f["kind"]), int(f["rank"]), float(f.get("slow", 0.2)))
+    raise UsageError(f"a fault is a Fault, a 'KIND:rank=R:slow=S' string or a dict, not {type(f).__name__}")
+
+
+# -- the op sequence of one training step ---------------------------------------------------
+
+GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+        "_kernel__5x_cublas")
+GEMM_WGRAD = ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8>"
+              "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8::Params)")
+GEMM_DGRAD = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNN"
+FLASH_FWD = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+             "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, "
+             "false, false, true, true, false, false>(flash::Flash_fwd_params)")
+FLASH_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, "
+             "2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, "
+             "cutlass::bfloat16_t> >, true, false, false, false, false, true, false>(flash::Flash_bwd_params)")
+LN_FWD = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, "
+          "c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)")
+LN_BWD = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>"
+          "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, "
+          "c10::BFloat16*, int)")
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)")
+GELU = "triton_poi_fused_gelu_0"
+GELU_BWD = "triton_poi_fused_gelu_backward_1"
+EMBED = ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, "
+         "true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
+         "at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<long, unsigned int>, "
+         "int, int, unsigned int, unsigned int, long)")
+SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+           "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)")
+REDUCE = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float,"
+          " float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
+          "float>, unsigned int, float, 4>)")
+ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, double const*, "
+        "double const*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous "
+        "namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, "
+        "double, double, double, bool, double const*, double const*)")
+NCCL_KERNEL = {
+    "allreduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "_reduce_scatter_base": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "allreduce_f32": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+}
+NCCL_BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n}
+INTRA_BUSBW = 180e9   # B/s, NVLink
+INTER_BUSBW = 40e9    # B/s, one 400G NIC per GPU
+NCCL_LATENCY_NS = 12_000
+
+
+@dataclass(frozen=True)
+class _Op:
+    kind: str              # kernel, memcpy, memset, coll, wait_comm, sync
+    name: str = ""         # GPU activity name
+    cpu: str = ""          # host op name
+    dur_ns: float = 0.0    # base GPU duration
+    stream: int = 0        # compute stream index (kernel, memcpy, memset)
+    group: str = ""        # tp or dp (coll)
+    coll: str = ""         # Collective name arg (coll)
+    nelems: int = 0        # message elements (coll) or bytes (memcpy, memset)
+    dtype: str = "BFloat16"
+    blocking: bool = False  # compute streams wait for this collective
+    launch: str = "cudaLaunchKernel"
+
+
+def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
+    """The op sequence of one training step (the same on every rank)."""
+    side = 1 if n_streams > 1 else 0
+    ops: list[_Op] = [
+        _Op("memcpy", "Memcpy HtoD (Pinned -> Device)", "aten::copy_", 0, 0, nelems=8 << 20,
+            launch="cudaMemcpyAsync"),
+        _Op("kernel", EMBED, "aten::embedding", 60_000),
+    ]
+    has_tp, has_dp = tp > 1, dp > 1
+    tp_ar = _Op("coll", NCCL_KERNEL["allreduce"], "c10d::allreduce_", group="tp", coll="allreduce",
+                nelems=8 << 20, blocking=True)
+    for _ in range(layers):
+        ops += [_Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+                _Op("kernel", GEMM, "aten::addmm", 300_000),
+                _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
+                _Op("kernel", GEMM, "aten::mm", 120_000)]
+        ops += [tp_ar] if has_tp else []
+        ops += [_Op("kernel", ADD, "aten::add", 30_000, side),
+                _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+                _Op("kernel", GEMM, "aten::addmm", 450_000),
+                _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
+                _Op("kernel", GEMM, "aten::mm", 450_000)]
+        ops += [tp_ar] if has_tp else []
+        ops += [_Op("kernel", ADD, "aten::add", 30_000, side)]
+    ops += [_Op("kernel", SOFTMAX, "aten::_log_softmax", 200_000),
+            _Op("kernel", REDUCE, "aten::mean", 20_000)]
+    for _ in range(layers):
+        ops += [_Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
+                _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
+                _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
+                _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
+                _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side)]
+        ops += [tp_ar] if has_tp else []
+        ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
+                _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000),
+                _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side),
+                _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
+                _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000),
+                _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side)]
+        ops += [tp_ar] if has_tp else []
+        ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000)]
+        if has_dp:
+            ops += [_Op("coll", NCCL_KERNEL["_reduce_scatter_base"], "c10d::_reduce_scatter_base_", group="dp",
+                        coll="_reduce_scatter_base", nelems=12 << 20)]
+    ops += [_Op("wait_comm", "cudaStreamWaitEvent"),
+            _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
+            _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
+            _Op("memset", "Memset (Device)", "aten::zero_", 0, nelems=64 << 20, launch="cudaMemsetAsync")]
+    if has_dp:
+        ops += [_Op("coll", NCCL_KERNEL["allreduce_f32"], "c10d::allreduce_", group="dp", coll="allreduce",
+                    nelems=1, dtype="Float", blocking=True)]
+    ops += [_Op("memcpy", "Memcpy DtoH (Device -> Pinned)", "aten::_local_scalar_dense", 0, 0, nelems=4,
+                launch="cudaMemcpyAsync"),
+            _Op("sync", "cudaStreamSynchronize")]
+    return ops
+
+
+def _layers_for(kernels_per_step: int) -> int:
+    return max(1, int(round((kernels_per_step - 7) / 24)))
+
+
+def _default_tp(ranks: int, gpus_per_host: int) -> int:
+    for tp in (8, 4, 2):
+        if tp <= gpus_per_host and ranks % tp == 0 and ranks // tp >= 2:
+            return tp
+    return 1
+
+
+# -- simulation ------------------------------------------------------------------------------
+
+@dataclass
+class _Record:
+    """One op instance on every rank: host op, launch call and GPU activity times (true ns)."""
+
+    op: _Op
+    step: int
+    cpu_start: np.ndarray
+    cpu_end: np.ndarray
+    rt_start: np.ndarray
+    rt_end: np.ndarray
+    gpu_start: np.ndarray | None = None
+    gpu_end: np.ndarray | None = None
+    seq: int = -1
+
+
+class _Job:
+    def __init__(self, ranks: int, steps: int, seed: int, gpus_per_host: int, streams: int, tp: int,
+                 faults: Sequence[Fault], clock_offset_ns: int, kernels_per_step: int, jitter: float) -> None:
+        self.R, self.steps, self.tp, self.dp = ranks, steps, tp, ranks // tp
+        self.gph = gpus_per_host
+        self.n_streams = streams
+        self.rng = np.random.default_rng(seed)
+        self.faults = list(faults)
+        self.jitter = jitter
+        self.layers = _layers_for(kernels_per_step)
+        self.ops = _schedule(self.layers, streams, tp, self.dp)
+        self.records: list[_Record] = []
+        self.hosts = (np.arange(ranks) // gpus_per_host).astype(np.int64)
+        n_hosts = int(self.hosts.max()) + 1
+        off = self.rng.uniform(-clock_offset_ns, clock_offset_ns, n_hosts).round().astype(np.int64)
+        off[0] = 0
+        self.host_offset = off
+        self.slow = {k: np.zeros(ranks) for k in FAULT_KINDS}
+        for f in self.faults:
+            self.slow[f.kind][f.rank] += f.slow
+        self.rank_speed = self.rng.lognormal(0.0, jitter / 6, ranks)  # silicon lottery, small
+        self.step_windows: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def _group_ids(self, kind: str) -> np.ndarray:
+        r = np.arange(self.R)
+        return r // self.tp if kind == "tp" else r % self.tp
+
+    def _transfer_ns(self, op: _Op, kind: str, gid: np.ndarray) -> np.ndarray:
+        n = self.tp if kind == "tp" else self.dp
+        width = 4 if op.dtype == "Float" else 2
+        busbw = INTER_BUSBW if (kind == "dp" and self.gph < self.R) else INTRA_BUSBW
+        base = NCCL_LATENCY_NS + op.nelems * width * NCCL_BUSBW[op.coll](n) / busbw * 1e9
+        n_groups = int(gid.max()) + 1
+        t = base * self.rng.lognormal(0.0, 0.02, n_groups)
+        link = np.zeros(n_groups)
+        np.maximum.at(link, gid, self.slow["link"])
+        return t * (1.0 + link)
+
+    def run(self) -> None:
+        R, rng = self.R, self.rng
+        cstreams = list(range(self.n_streams))
+        free = {s: np.zeros(R) for s in cstreams}
+        comm_free = {"tp": np.zeros(R), "dp": np.zeros(R)}
+        seq = {"tp": 0, "dp": 0}
+        h = rng.uniform(0, 50_000, R)  # host clock (true ns)
+        for step in range(self.steps):
+            step_start = h.copy()
+            for op in self.ops:
+                if op.kind == "wait_comm":
+                    t = np.maximum(comm_free["tp"], comm_free["dp"])
+                    for s in cstreams:
+                        free[s] = np.maximum(free[s], t)
+                    rt = h + rng.uniform(2_000, 4_000, R)
+                    self.records.append(_Record(op, step, h, h, h, rt))
+                    h = rt + 1_000
+                    continue
+                if op.kind == "sync":
+                    busy = np.max([free[s] for s in cstreams], axis=0)
+                    end = np.maximum(h + 2_000, busy + rng.uniform(2_000, 5_000, R))
+                    self.records.append(_Record(op, step, h, h, h, end))
+                    h = end + rng.uniform(20_000, 60_000, R)  # data loader, logging
+                    continue
+                dur = self._gpu_duration(op)
+                cost = rng.lognormal(np.log(9_000), 0.25, R)
+                if op.kind != "coll":
+                    cost = np.where(self.slow["launch"] > 0, np.maximum(cost, (1 + self.slow["launch"]) * dur), cost)
+                rt_dur = rng.uniform(3_000, 6_000, R)
+                cost = np.maximum(cost, rt_dur + 1_500)  # the launch call nests inside its host op
+                cpu_start, cpu_end = h, h + cost
+                rt_start = cpu_end - rt_dur - 500
+                ready = rt_start + rng.uniform(1_500, 3_000, R)
+                rec = _Record(op, step, cpu_start, cpu_end, rt_start, rt_start + rt_dur)
+                if op.kind == "coll":
+                    deps = np.max([free[s] for s in cstreams], axis=0)
+                    start = np.maximum(np.maximum(ready, comm_free[op.group]), deps)
+                    gid = self._group_ids(op.group)
+                    last = np.full(int(gid.max()) + 1, -np.inf)
+                    np.maximum.at(last, gid, start)
+                    group_end = last + self._transfer_ns(op, op.group, gid)
+                    end = group_end[gid] + rng.uniform(0, 1_500, R)
+                    comm_free[op.group] = end
+                    if op.blocking:
+                        for s in cstreams:
+                            free[s] = np.maximum(free[s], end)
+                    seq[op.group] += 1
+                    rec.seq = seq[op.group]
+                else:
+                    s = op.stream
+                    dep = free[0] if s != 0 else free[s]
+                    start = np.maximum(np.maximum(ready, free[s]), dep)
+                    end = start + dur
+                    free[s] = end
+                rec.gpu_start, rec.gpu_end = start, end
+                self.records.append(rec)
+                h = cpu_end + rng.uniform(800, 2_500, R)
+            self.step_windows.append((step_start, h.copy()))
+
+    def _gpu_duration(self, op: _Op) -> np.ndarray:
+        R = self.R
+        if op.kind == "coll":
+            return np.zeros(R)
+        if op.kind in ("memcpy", "memset"):
+            bw = 20e9 if op.kind == "memcpy" else 1.5e12
+            base = 1_500 + op.nelems / bw * 1e9
+            return base * self.rng.lognormal(0.0, self.jitter, R)
+        d = op.dur_ns * self.rank_speed * self.rng.lognormal(0.0, self.jitter, R)
+        return d * (1.0 + self.slow["compute"])
+
+
+# -- trace text ------------------------------------------------------------------------------
+
+def _esc(s: str) -> str:
+    return json.dumps(s).replace("%", "%%")
+
+
+_TS = '"ts":%d.%03d,"dur":%d.%03d'
+STREAM_IDS_BASE = (7, 13, 17, 21, 25, 29, 33, 37)
+NCCL_STREAMS = {"tp": 52, "dp": 56}
+
+
+class _Writer:
+    """Per-op string templates; :meth:`rank_text` fills them for one rank."""
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.streams = list(STREAM_IDS_BASE[: job.n_streams])
+        tp, dp = job.tp, job.dp
+        # process groups: TP groups "1".."dp", DP groups "dp+1".."dp+tp" (PyTorch names groups in creation order)
+        self.group_name = {"tp": lambda g: str(1 + g), "dp": lambda g: str(1 + dp + g)}
+        self.group_ranks = {"tp": lambda g: list(range(g * tp, g * tp + tp)),
+                            "dp": lambda g: list(range(g, job.R, tp))}
+
+    def groups(self) -> list[dict[str, Any]]:
+        out = []
+        for kind, count in (("tp", self.job.dp), ("dp", self.job.tp)):
+            size = self.job.tp if kind == "tp" else self.job.dp
+            if size < 2:
+                continue
+            for g in range(count):
+                out.append({"name": self.group_name[kind](g), "kind": kind, "ranks": self.group_ranks[kind](g)})
+        return out
+
+    def rank_text(self, r: int, gzip: bool) -> bytes:
+        job = self.job
+        dev = r % job.gph
+        pid = 10_000 + 17 * r
+        tid = pid
+        off = int(job.host_offset[job.hosts[r]])
+        base = T0_NS + off - 1_000_000 - int(job.rng.integers(0, 500_000))
+        shift = T0_NS + off - base  # true ns -> ns relative to base
+        ev: list[str] = []
+        corr = 1000 + r
+        ext = 500
+        tp_g = r // job.tp
+        dp_g = r % job.tp
+        pg = {"tp": (self.group_name["tp"](tp_g), self.group_ranks["tp"](tp_g)),
+              "dp": (self.group_name["dp"](dp_g), self.group_ranks["dp"](dp_g))}
+        pg_text = {k: (n, "[" + ", ".join(map(str, rs)) + "]") for k, (n, rs) in pg.items()}
+
+        def t(ns: float, dur: float) -> tuple[int, int, int, int]:
+            a = int(ns) + shift
+            d = max(int(dur), 0)
+            return a // 1000, a % 1000, d // 1000, d % 1000
+
+        for (s0, s1), step in zip(job.step_windows, range(job.steps)):
+            ev.append(('{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":%d,"tid":%d,' + _TS +
+                       ',"args":{"External id":%d}}') % ((step + 1, pid, tid) + t(s0[r], s1[r] - s0[r]) + (ext,)))
+            ext += 1
+        for i, rec in enumerate(job.records):
+            op = rec.op
+            if op.kind in ("wait_comm", "sync"):
+                ev.append(('{"ph":"X","cat":"cuda_runtime","name":%s,"pid":%d,"tid":%d,' + _TS +
+                           ',"args":{"cbid":%d,"correlation":%d}}')
+                          % ((_esc(op.name), pid, tid) + t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
+                             + (131 if op.kind == "sync" else 147, corr)))
+                corr += 1
+                continue
+            ext += 1
+            corr += 1
+            cpu_args = f'"External id":{ext},"Record function id":0,"Ev Idx":{i}'
+            stream = NCCL_STREAMS[op.group] if op.kind == "coll" else self.streams[op.stream]
+            if op.kind == "coll":
+                name, ranks_txt = pg_text[op.group]
+                n = job.tp if op.group == "tp" else job.dp
+                out_n = op.nelems // n if op.coll == "_reduce_scatter_base" else op.nelems
+                coll_args = (f'"Collective name":"{op.coll}","In msg nelems":{op.nelems},"Out msg nelems":{out_n},'
+                             f'"Group size":{n},"dtype":"{op.dtype}","In split size":"[]","Out split size":"[]",'
+                             f'"Process Group Name":"{name}","Process Group Description":'
+                             f'"{"tensor_parallel" if op.group == "tp" else "data_parallel"}",'
+                             f'"Process Group Ranks":"{ranks_txt}","Seq":{rec.seq}')
+                cpu_args += "," + coll_args
+            cpu_t = t(rec.cpu_start[r], rec.cpu_end[r] - rec.cpu_start[r])
+            ev.append(('{"ph":"X","cat":"cpu_op","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
+                      % ((_esc(op.cpu), pid, tid) + cpu_t + (cpu_args,)))
+            rt_cat = "cuda_driver" if op.launch == "cuLaunchKernel" else "cuda_runtime"
+            rt_t = t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
+            ev.append(('{"ph":"X","cat":"%s","name":"%s","pid":%d,"tid":%d,' + _TS +
+                       ',"args":{"External id":%d,"cbid":211,"correlation":%d}}')
+                      % ((rt_cat, op.launch, pid, tid) + rt_t + (ext, corr)))
+            assert rec.gpu_start is not None and rec.gpu_end is not None
+            g0, g1 = float(rec.gpu_start[r]), float(rec.gpu_end[r])
+            gargs = f'"External id":{ext},"queued":0,"device":{dev},"context":1,"stream":{stream},"correlation":{corr}'
+            if op.kind in ("memcpy", "memset"):
+                gbps = op.nelems / max(g1 - g0, 1.0)
+                gargs += f',"bytes":{op.nelems},"memory bandwidth (GB/s)":{gbps:.3f}'
+                cat = "gpu_memcpy" if op.kind == "memcpy" else "gpu_memset"
+            else:
+                cat = "kernel"
+                gargs += (',"registers per thread":128,"shared memory":49152,"blocks per SM":1.5,'
+                          '"warps per SM":12,"grid":[264, 1, 1],"block":[256, 1, 1],"est. achieved occupancy %":19')
+                if op.kind == "coll":
+                    gargs += "," + coll_args
+            ev.append(('{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
+                      % ((cat, _esc(op.name), dev, stream) + t(g0, g1 - g0) + (gargs,)))
+            a = t(rec.rt_start[r], 0)
+            b = t(g0, 0)
+            ev.append('{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g"}'
+                      % (corr, pid, tid, a[0], a[1]))
+            ev.append('{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g","bp":"e"}'
+                      % (corr, dev, stream, b[0], b[1]))
+        meta = [
+            '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"python3"}}' % pid,
+            '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"GPU %d"}}' % (dev, dev),
+        ] + ['{"name":"thread_name","ph":"M","ts":0.000,"pid":%d,"tid":%d,"args":{"name":"stream %d"}}'
+             % (dev, s, s) for s in self.streams + sorted(NCCL_STREAMS.values())]
+        head = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": dev, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85031714816,
+                                  "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
+                                  "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
+                                  "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132}],
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": job.R, "pg_count": 1 + job.dp + job.tp,
+                                "pg_config": [], "nccl_version": "2.21.5"},
+            "record_shapes": 1, "with_stack": 0,
+        }
+        text = (json.dumps(head)[:-1] + ',\n  "traceEvents": [\n' + ",\n".join(meta + ev) +
+                f'\n  ],\n  "traceName": "rank-{r}.json", "displayTimeUnit": "ms",\n'
+                f'  "baseTimeNanoseconds": {base}\n}}\n')
+        data = text.encode()
+        if not gzip:
+            return data
+        try:
+            from isal import igzip
+
+            return igzip.compress(data, 1, mtime=0)
+        except ImportError:  # pragma: no cover - isal is a dependency
+            import gzip as _gz
+
+            return _gz.compress(data, 1, mtime=0)
+
+
+def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3, seed: int = 0,
+             gpus_per_host: int = 8, streams: int = 2, faults: Iterable[Fault | str | dict[str, Any]] = (),
+             clock_offset_ns: int = 2_000_000, gzip: bool = True, kernels_per_step: int = 55,
+             tp: int | None = None, jitter: float = 0.02) -> dict[str, Any]:
+    """Write one Kineto trace per rank of a simulated training job, plus its ground truth.
+
+    Parameters
+    ----------
+    out_dir
+        Directory to write ``rank-{r}.json.gz`` (``.json`` with ``gzip=False``) and
+        ``ground_truth.json`` to (created if missing).
+    ranks, steps
+        World size and profiled steps (``ProfilerStep#1`` ...).
+    seed
+        Seed of every random choice; the same arguments give the same files.
+    gpus_per_host
+        GPUs per host: ranks ``h*gpus_per_host ...`` share a host, its clock and its NVLink.
+    streams
+        Compute streams per GPU (the NCCL streams come on top).
+    faults
+        :class:`Fault` objects, ``"KIND:rank=R:slow=S"`` strings or dicts (see :data:`FAULT_KINDS`).
+    clock_offset_ns
+        Each host's clock is off by a uniform draw in ``±clock_offset_ns`` (host 0 exact).
+    gzip
+        Compress the traces.
+    kernels_per_step
+        About this many compute kernels per step (sets the number of transformer layers).
+    tp
+        Tensor-parallel group size (default: the largest of 8, 4, 2 that fits a host and leaves
+        a data-parallel size ≥ 2; else 1). ``ranks`` must be a multiple of it.
+    jitter
+        Relative spread (log-normal sigma) of kernel durations.
+
+    Returns
+    -------
+    dict
+        The ground truth also written to ``ground_truth.json``: parameters, process groups,
+        host clock offsets, ``faults`` and ``stragglers`` (the faulty ranks).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> truth = generate(tempfile.mkdtemp(), ranks=16, steps=2, faults=["compute:rank=5:slow=0.2"])
+    >>> truth["stragglers"], truth["tp"], truth["dp"]
+    ([5], 8, 2)
+    """
+    if ranks < 1 or steps < 1:
+        raise UsageError("ranks and steps must be >= 1")
+    if gpus_per_host < 1 or streams < 1 or kernels_per_step < 1:
+        raise UsageError("gpus_per_host, streams and kernels_per_step must be >= 1")
+    if streams > len(STREAM_IDS_BASE):
+        raise UsageError(f"at most {len(STREAM_IDS_BASE)} compute streams")
+    if clock_offset_ns < 0 or jitter < 0:
+        raise UsageError("clock_offset_ns and jitter must be >= 0")
+    tp = _default_tp(ranks, gpus_per_host) if tp is None else int(tp)
+    if tp < 1 or ranks % tp:
+        raise UsageError(f"tp={tp} does not divide ranks={ranks}")
+    fl = [_as_fault(f) for f in faults]
+    bad = [f for f in fl if f.rank >= ranks]
+    if bad:
+        raise UsageError(f"fault rank {bad[0].rank} is outside the job's ranks 0..{ranks - 1}")
+    out = os.fspath(out_dir)
+    os.makedirs(out, exist_ok=True)
+    job = _Job(ranks, steps, seed, gpus_per_host, streams, tp, fl, int(clock_offset_ns), kernels_per_step, jitter)
+    job.run()
+    writer = _Writer(job)
+    suffix = ".json.gz" if gzip else ".json"
+    for r in range(ranks):
+        data = writer.rank_text(r, gzip)
+        path = os.path.join(out, f"rank-{r}{suffix}")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    n_compute = sum(1 for o in job.ops if o.kind == "kernel")
+    truth = {
+        "generator": "dtrace.synth",
+        "ranks": ranks, "steps": steps, "seed": seed, "gpus_per_host": gpus_per_host, "streams": streams,
+        "tp": tp, "dp": ranks // tp, "layers": job.layers, "kernels_per_step": n_compute,
+        "collectives_per_step": {k: sum(1 for o in job.ops if o.kind == "coll" and o.group == k) for k in ("tp", "dp")},
+        "jitter": jitter, "clock_offset_ns": int(clock_offset_ns),
+        "host_clock_offsets_ns": [int(x) for x in job.host_offset],
+        "process_groups": writer.groups(),
+        "faults": [asdict(f) | {"effect": FAULT_KINDS[f.kind]} for f in fl],
+        "stragglers": sorted({f.rank for f in fl}),
+        "files": [f"rank-{r}{suffix}" for r in range(ranks)],
+    }
+    with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:
+        json.dump(truth, f, indent=1)
+    return truth
+
+
+
+def from_trace(out_dir: str | os.PathLike[str], source: str | os.PathLike[str], *, tile: int = 1, ranks: int = 8,
+               seed: int = 0, jitter: float = 0.05, gzip: bool = True) -> dict[str, Any]:
+    """A job built from a real trace: ``tile`` copies in time, replicated to ``ranks`` ranks.
+
+    Each rank's file is the source tiled ``tile`` times (:func:`dtrace.tile.tile_trace`) with
+    ``distributedInfo`` rewritten to that rank and every GPU event shortened by a random fraction
+    below ``jitter`` (seeded per rank), so ranks differ like real ones. For benchmarks: the
+    bytes per event are those of the real trace. Writes ``ground_truth.json`` (no faults).
+    """
+    from .tile import tile_trace
+
+    if ranks < 1 or tile < 1:
+        raise UsageError("ranks and tile must be >= 1")
+    out = os.fspath(out_dir)
+    os.makedirs(out, exist_ok=True)
+    suffix = ".json.gz" if gzip else ".json"
+    infos = [tile_trace(source, os.path.join(out, f"rank-{r}{suffix}"), times=tile, rank=r, world_size=ranks,
+                        jitter=jitter, seed=seed, gzip=gzip) for r in range(ranks)]
+    truth = {
+        "generator": "dtrace.tile", "source": os.path.abspath(os.fspath(source)), "tile": tile, "ranks": ranks,
+        "seed": seed, "jitter": jitter, "faults": [], "stragglers": [],
+        "events_per_rank": int(infos[0]["events"]), "json_bytes_per_rank": int(infos[0]["json_bytes"]),
+        "files": [f"rank-{r}{suffix}" for r in range(ranks)],
+    }
+    with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:
+        json.dump(truth, f, indent=1)
+    return truth

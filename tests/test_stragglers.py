@@ -1,0 +1,207 @@
+"""Straggler detection on generated 64-rank jobs with injected faults (ground truth from dtrace.synth)."""
+import json
+import os
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dtrace
+from dtrace import synth
+from dtrace.cli.main import main as cli
+from dtrace.errors import UsageError
+from dtrace.options import Options
+from dtrace.reduce.stragglers import METHODS, reduce_stragglers
+from dtrace.render.summary import summary
+
+from _synthjobs import per_rank_tables, reduce
+
+RANKS = 64
+SMALL = dict(ranks=RANKS, steps=3, kernels_per_step=30)
+
+# the smallest severities found reliably (see test_severity_sweep); host clocks up to ±8 ms apart
+JOBS = {
+    "compute": dict(seed=3, faults=["compute:rank=37:slow=0.05"], clock_offset_ns=8_000_000),
+    "launch": dict(seed=4, faults=["launch:rank=21:slow=0.05"]),
+    "link": dict(seed=5, faults=["link:rank=42:slow=0.1"]),
+    "two": dict(seed=6, faults=["compute:rank=10:slow=0.1", "launch:rank=51:slow=0.1"]),
+    "none": dict(seed=7, faults=[]),
+}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """name -> (ground truth, per-rank tables, reduced tables), generated and analysed once."""
+    cache: dict[str, tuple[dict, dict, dict]] = {}
+
+    def get(name: str):
+        if name not in cache:
+            d = str(tmp_path_factory.mktemp(name))
+            truth = synth.generate(d, **SMALL, **JOBS[name])
+            per_rank = per_rank_tables(d, Options())
+            cache[name] = (truth, per_rank, reduce(per_rank, Options()))
+        return cache[name]
+    return get
+
+
+def flagged(tables) -> list[int]:
+    s = tables["stragglers"]
+    return s.loc[s["flagged"], "rank"].tolist()
+
+
+def test_compute_straggler_flagged_and_first(jobs):
+    truth, _, t = jobs("compute")
+    s = t["stragglers"]
+    assert truth["stragglers"] == [37]
+    assert flagged(t) == [37]
+    top = s.iloc[0]
+    assert top["rank"] == 37 and "b" in top["signals"] and "a" in top["signals"]
+    # its compute kernels are 1.05x as long (the injected slowdown), the others ~1.0x
+    assert top["compute_slowdown"] == pytest.approx(1.05, abs=0.015)
+    assert s.loc[s["rank"] != 37, "compute_slowdown"].between(0.98, 1.02).all()
+    ev = top["evidence"]
+    assert ev.startswith("rank 37 arrived last at 100 % of") and "making the others wait" in ev
+    gemm = float(re.search(r"its gemm kernels run ([\d.]+)× the median rank", ev).group(1))
+    assert gemm == pytest.approx(1.05, abs=0.02)
+    # the straggler waits least (SPEC: the straggler is the rank that waits least, not most)
+    assert s.loc[s["collective_wait_ns"].idxmin(), "rank"] == 37
+
+
+def test_launch_straggler_flagged_and_first(jobs):
+    truth, _, t = jobs("launch")
+    s = t["stragglers"]
+    assert flagged(t) == [21]
+    top = s.iloc[0]
+    assert top["rank"] == 21 and top["signals"] == "a"
+    assert top["compute_slowdown"] < 1.02  # host-bound: its kernels are not slower
+    assert "kernels are not slower" in top["evidence"] and "GPU idles" in top["evidence"]
+
+
+def test_slow_link_rank_flagged_and_first(jobs):
+    truth, _, t = jobs("link")
+    s = t["stragglers"]
+    assert flagged(t) == [42]
+    top = s.iloc[0]
+    assert top["rank"] == 42 and "d" in top["signals"]
+    assert 1.05 < top["link_ratio"] < 1.12  # injected 1.1x; latency-bound collectives dilute it a little
+    assert "rank common to the slow groups" in top["evidence"]
+    # the groups containing rank 42 (its TP and its DP group, from the ground truth) are the slow ones
+    groups = {g["name"] for g in truth["process_groups"] if 42 in g["ranks"]}
+    inst = t["collective_instances"]
+    per_group = inst.groupby(["op", "bytes", "group"])["transfer_ns"].median()
+    ratio = per_group / per_group.groupby(level=["op", "bytes"]).transform("median")
+    slow = set(ratio[ratio > 1.06].index.get_level_values("group"))
+    assert slow == groups
+
+
+def test_two_stragglers_both_flagged(jobs):
+    truth, _, t = jobs("two")
+    s = t["stragglers"]
+    assert sorted(flagged(t)) == [10, 51]
+    assert set(s["rank"].head(2)) == {10, 51}
+
+
+def test_no_fault_nothing_flagged(jobs):
+    truth, _, t = jobs("none")
+    assert truth["stragglers"] == []
+    assert flagged(t) == []
+    assert t["stragglers"]["evidence"].str.contains("shows no straggler signal").all()
+
+
+def test_clock_offsets_do_not_change_the_verdict(jobs):
+    truth, per_rank, t = jobs("compute")
+    off = np.array(truth["host_clock_offsets_ns"])
+    assert np.abs(off).max() > 5_000_000
+    # the estimated offsets are the injected ones (host 0 is the reference)
+    clock = t["clock_offsets"].drop_duplicates("host").sort_values("host")
+    assert np.abs(clock["offset_ns"].to_numpy() - off).max() < 2_000
+    inst = t["collective_instances"]
+    multi = inst.loc[inst["hosts"] > 1]
+    assert multi["raw_end_skew_ns"].median() > 3_000_000 and multi["end_skew_ns"].median() < 5_000
+    # waits equal those computed from the true (offset-free) times
+    c = t["collectives"]
+    true_start = c["start_ns"] + c["clock_offset_ns"] - off[c["rank"] // truth["gpus_per_host"]]
+    true_wait = true_start.groupby(c["collective"]).transform("max") - true_start
+    assert np.abs(true_wait - c["wait_ns"]).max() < 2_000
+    # the same job with agreeing clocks, and with host 3 a further 20 ms off: the same verdict
+    for extra in (-off, np.where(np.arange(len(off)) == 3, 20_000_000, 0)):
+        shifted = dict(per_rank)
+        rows = per_rank["collectives"].copy()
+        host_shift = extra[rows["rank"].to_numpy() // truth["gpus_per_host"]]
+        rows["start_ns"] += host_shift
+        rows["end_ns"] += host_shift
+        shifted["collectives"] = rows
+        again = reduce(shifted, Options())
+        assert flagged(again) == flagged(t) == [37]
+        assert again["stragglers"]["rank"].head(5).tolist() == t["stragglers"]["rank"].head(5).tolist()
+
+
+@pytest.mark.parametrize("name", ["compute", "launch", "link"])
+def test_severity_sweep(jobs, name):
+    """The smallest injected slowdowns found reliably: 5 % compute, 5 % launch, 10 % link.
+
+    Offline sweep with this generator (64 ranks, 3 steps, 2 % kernel and transfer jitter, seeds
+    21-23): compute stragglers flagged and first at 5 % in 3/3 (3 %: 2/3, 2 %: 1/3, always first);
+    launch stragglers at 2 % in 3/3; slow links at 7 % in 3/3 (5 %: first in 2/3, never flagged);
+    no fault: nothing flagged in 3/3. The tests pin the 5 % / 5 % / 10 % points."""
+    truth, _, t = jobs(name)
+    sev = truth["faults"][0]["slow"]
+    assert sev == {"compute": 0.05, "launch": 0.05, "link": 0.1}[name]
+    assert flagged(t) == truth["stragglers"]
+    assert t["stragglers"]["rank"].iloc[0] == truth["stragglers"][0]
+
+
+def test_detection_method_is_swappable(jobs):
+    truth, _, t = jobs("compute")
+    assert {"robust", "late_start"} <= set(METHODS)
+    late = reduce_stragglers(t, Options(straggler_method="late_start"))["stragglers"]
+    assert (late["method"] == "late_start").all()
+    assert late.iloc[0]["rank"] == 37
+    with pytest.raises(UsageError, match="valid: robust, late_start"):
+        Options(straggler_method="nope")
+
+
+def test_op_outliers_line_in_evidence(jobs):
+    truth, _, t = jobs("compute")
+    extra = dict(t)
+    extra["op_outliers"] = pd.DataFrame({"rank": [37, 37, 3], "device": [5, 5, 3], "op": ["aten::mm", "aten::add",
+                                         "aten::mm"], "ratio": [1.21, 1.4, 1.3]})
+    s = reduce_stragglers(extra, Options())["stragglers"]
+    assert s.iloc[0]["evidence"].endswith("host op aten::add takes 1.40× the median rank")
+
+
+def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
+    """The full dtrace.analyze path: Results.stragglers, `dtrace show OUT stragglers`, the summary,
+    and only small per-rank frames reach the client."""
+    d = tmp_path / "job"
+    truth = synth.generate(d, ranks=16, steps=6, kernels_per_step=30, seed=2, faults=["compute:rank=5:slow=0.2"])
+    import dtrace.api as api
+
+    seen = []
+    real = api.analyze_partition
+
+    def spy(spec, opts):
+        out = real(spec, opts)
+        seen.append({name: (len(df), list(df.columns)) for name, df in out["tables"].items()})
+        return out
+
+    monkeypatch.setattr(api, "analyze_partition", spy)
+    out = tmp_path / "out"
+    res = dtrace.analyze(str(d / "rank-*.json.gz"), out, scheduler="sync")
+    assert res.ok and res.stragglers.iloc[0]["rank"] == 5 and res.stragglers.iloc[0]["flagged"]
+    events = {tuple(i["ranks"][0]): i["events"] for i in res.manifest["inputs"]}
+    n_nccl = sum(truth["collectives_per_step"].values()) * truth["steps"]
+    assert len(seen) == 16
+    for part in seen:
+        assert part["collectives"][0] == n_nccl
+        total = sum(n for n, _cols in part.values())
+        assert total < 0.5 * min(events.values())
+        assert not any({"correlation", "external_id"} & set(cols) for _n, cols in part.values())
+    text = summary(dtrace.load(out))
+    assert "stragglers: 1 of 16 ranks flagged" in text and "rank 5 arrived last" in text
+    assert cli(["show", str(out), "stragglers", "--top", "3", "--fmt", "csv"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("rank,device,score,flagged,evidence") and shown[1].startswith("5,5,")
+    with open(os.path.join(d, "ground_truth.json")) as f:
+        assert json.load(f)["stragglers"] == [5]
