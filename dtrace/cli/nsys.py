@@ -1,0 +1,135 @@
+"""``dtrace nsys-stats CONFIG.json | CSV... | REPORT``: the GPU Performance Analyser report.
+
+Three ways in, one report each (see :mod:`dtrace.nsysstats`):
+
+- a JSON config in that tool's format (``inputs``, ``analysis_args``, ``kernel_to_class_map``);
+- ``nsys stats`` CSVs (``*_cuda_gpu_kern_sum.csv``, optionally ``*_cuda_gpu_mem_time_sum.csv``
+  and ``*_nvtx_gpu_proj_trace.csv``), grouped into reports by their common prefix;
+- Nsight Systems reports (``.sqlite``; ``.nsys-rep`` through ``nsys export``).
+
+The report is printed; with ``-o OUT`` its figures are also saved as results tables
+(``stats_summary``, ``stats_classes``, ``stats_nccl``, ``stats_memops``; ``dtrace show OUT``)
+with the text in ``OUT/report.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..errors import DtraceError, UsageError
+
+if TYPE_CHECKING:
+    from ..nsysstats.config import StatsConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("nsys-stats", help="GPU Performance Analyser report from nsys stats CSVs or a report",
+                       description="Per-iteration kernel, class, NCCL, memory-operation and NVTX figures from "
+                                   "a GPU Performance Analyser JSON config, nsys stats CSVs "
+                                   "(*_cuda_gpu_kern_sum.csv, *_cuda_gpu_mem_time_sum.csv, "
+                                   "*_nvtx_gpu_proj_trace.csv) or Nsight Systems reports (.sqlite, .nsys-rep).")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="CONFIG.json, CSV files, or .sqlite/.nsys-rep reports")
+    p.add_argument("--iters", type=int, default=None, help="iterations the inputs hold (num_of_iters; default 1)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the inputs hold (num_of_gpus; default 1 for CSVs, the report's devices otherwise)")
+    p.add_argument("--nvtx-tag", default=None, help="NVTX range name of one iteration (nvtx_tag_of_iter)")
+    p.add_argument("--classmap", default=None, metavar="FILE",
+                   help="class map (kernel_to_class_map or a config holding one); overrides the config's")
+    p.add_argument("--title", default=None, help="title of a report given by files (default: the file prefix)")
+    p.add_argument("-o", "--out", default=None, help="also save the figures as results tables and report.txt here")
+    p.set_defaults(func=run)
+
+
+def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfig:
+    from ..nsysstats.config import StatsConfig, StatsInput
+    from ..nsysstats.csvfiles import KERN_SUM, MEM_SUM, NVTX_PROJ, report_prefix
+    from ..nsysstats.summary import summary_report
+    from ..plan import expand_inputs
+
+    files = expand_inputs(paths)
+    groups: dict[str, dict[str, str]] = {}
+    inputs = []
+    common = dict(iters=args.iters or 1, gpus=args.gpus, nvtx_tag=args.nvtx_tag)
+    for f in files:
+        report = summary_report(f)
+        if report is not None:
+            groups.setdefault(report_prefix(f), {})[report] = f
+        elif f.lower().endswith((".sqlite", ".nsys-rep", ".qdrep")):
+            inputs.append(StatsInput(title=args.title or os.path.basename(f), format="nsys-rep", report=f, **common))
+        else:
+            raise UsageError(f"{f}: not an nsys stats summary CSV, .sqlite or .nsys-rep report "
+                             "(or pass a GPU Performance Analyser JSON config alone)")
+    for prefix, g in sorted(groups.items()):
+        if KERN_SUM not in g:
+            raise UsageError(f"report {prefix}: a cuda_gpu_kern_sum CSV is required (given: "
+                             f"{', '.join(os.path.basename(v) for v in g.values())})")
+        inputs.append(StatsInput(title=args.title or os.path.basename(prefix), format="csv", kernel_sum=g[KERN_SUM],
+                                 mem_time_sum=g.get(MEM_SUM), nvtx_proj_trace=g.get(NVTX_PROJ), **common))
+    return StatsConfig(inputs=inputs, source="<command line>")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..nsysstats.config import StatsConfig, is_config, load_config
+    from ..nsysstats.inputs import classifier_of, stats_of
+    from ..nsysstats.report import build_report, render_report
+
+    for name in ("iters", "gpus"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UsageError(f"--{name} must be >= 1")
+    if len(args.inputs) == 1 and is_config(args.inputs[0]):
+        config = load_config(args.inputs[0])
+        if args.iters or args.gpus or args.nvtx_tag:  # command-line values override the config's
+            from dataclasses import replace
+            config = StatsConfig(inputs=[replace(i, iters=args.iters or i.iters, gpus=args.gpus or i.gpus,
+                                                 nvtx_tag=args.nvtx_tag or i.nvtx_tag) for i in config.inputs],
+                                 kernel_to_class_map=config.kernel_to_class_map, source=config.source)
+    else:
+        config = _inputs_from_files(args.inputs, args)
+    classifier = classifier_of(config, os.path.abspath(args.classmap) if args.classmap else None)
+    texts, tables, entries, failed = [], [], [], 0
+    for inp in config.inputs:
+        paths = [p for p in (inp.kernel_sum, inp.mem_time_sum, inp.nvtx_proj_trace, inp.report) if p]
+        try:
+            st = stats_of(inp)
+            rep = build_report(st.kernels, st.memops, st.nvtx, title=inp.title, iters=inp.iters,
+                               gpus=inp.gpus if inp.gpus is not None else st.parts, nvtx_tag=inp.nvtx_tag,
+                               classifier=classifier)
+        except DtraceError as exc:
+            failed += 1
+            print(f"dtrace nsys-stats: error: {exc}", file=sys.stderr)
+            entries.append({"title": inp.title, "paths": paths, "status": "error", "error": str(exc)})
+            continue
+        text = render_report(rep)
+        print(text)
+        texts.append(text)
+        tables.append(rep.tables())
+        entries.append({"title": inp.title, "paths": paths, "status": "ok", "error": None})
+    if args.out and tables:
+        _save(args.out, tables, entries, config, "\n".join(texts))
+        print(f"results: {args.out}")
+    if not tables:
+        return 2
+    return 1 if failed else 0
+
+
+def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:
+    from .. import __version__
+    from ..results import write_results
+
+    merged = {name: pd.concat([t[name] for t in tables], ignore_index=True) for name in tables[0]}
+    manifest = {"dtrace_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "command": "nsys-stats", "config": getattr(config, "source", ""), "inputs": entries,
+                "n_inputs": len(entries), "n_failed": sum(1 for e in entries if e["status"] == "error")}
+    write_results(out, merged, manifest)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".tmp-report-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, os.path.join(out, "report.txt"))

@@ -1,0 +1,470 @@
+"""JAX profiler traces: ``*.trace.json.gz`` (xprof ``trace_viewer``), optionally ``*.xplane.pb``.
+
+Two layouts exist and both are read the same way:
+
+- classic: pid ``k+1`` is named ``/device:GPU:k``, the host is pid 701 (``/host:CPU``); events
+  carry ``args`` (``correlation_id``, ``hlo_op``, ``hlo_module``, ``memcpy_details``, ...);
+- newer (``trace_viewer@^``): pid ``1001+k`` is named ``"<host> /device:GPU:k"``, args are
+  stripped and launches link to their GPU activity through ``bind_id`` on ``gpu_launch`` events.
+
+One file holds several GPUs; each GPU plane becomes one :class:`~dtrace.readers.Part`
+(``local_index = k``) and its own rank (``rank_per_device``). Only threads named ``Stream #N``
+carry GPU work (``stream = N``); the derived lines (``XLA Ops``, ``XLA Modules``,
+``Framework Ops``, ``Source code``, ...) become ``gpu_annotation`` labels, never busy time.
+The ``Steps`` line becomes ``gpu_annotation`` events named ``Step#N`` on its device, which the
+default step pattern recognises (GPU-time windows: events are assigned by their own start).
+
+Kinds: GPU events named ``memcpy*``/``memset*`` (any case) are ``memcpy``/``memset``, every
+other ``Stream #`` event is a ``kernel``. Host events: launch API calls (``cat == gpu_launch``,
+a ``correlation_id``, or a ``cu*``/``cuda*``/``hip*`` name) are ``runtime``, Python tracer
+events (``$...``) are ``python``, the rest ``cpu_op``. Collectives are NCCL/RCCL kernels; their
+type comes from ``hlo_op`` (``all-gather-start.3`` → ``all_gather``) or, when args are
+stripped, from the kernel name (``ncclDevKernel_AllGather_RING_LL`` → ``all_gather``).
+Timestamps are float µs from the profile start and become int64 ns with
+:func:`dtrace.schema.us_to_ns` (start and duration converted separately).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import tempfile
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import InputError, NoGPUActivity
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, us_to_ns, validate_events
+from . import Part, TraceFile
+from ._chrome import ChromeTrace
+from ._ids import StableIds
+from .kineto import copy_kind, normalize_collective
+
+NAME = "jax"
+
+GROUP = "xla"  # JAX traces do not name replica groups: one group, instances matched by order
+KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
+KIND_CODES = {k: i for i, k in enumerate(KINDS)}
+KIND_DICT = pa.array(list(KINDS), pa.string())
+
+_DEVICE_RE = re.compile(r"/device:(?:GPU|gpu):(\d+)\s*$")
+_STREAM_RE = re.compile(r"^Stream #(\d+)")
+_FROM_STREAM_RE = re.compile(r"from #(\d+)")
+_LAUNCH_NAME_RE = re.compile(r"^(?:cu|cuda|hip)[A-Z]")
+_MEMCPY_RE = re.compile(r"^memcpy", re.I)
+_MEMSET_RE = re.compile(r"^memset", re.I)
+_COMM_RE = re.compile(r"nccl|rccl", re.I)
+_HLO_COLLECTIVE = [
+    (re.compile(r"^all-reduce"), "all_reduce"),
+    (re.compile(r"^all-gather"), "all_gather"),
+    (re.compile(r"^reduce-scatter"), "reduce_scatter"),
+    (re.compile(r"^ragged-all-to-all"), "all_to_all"),
+    (re.compile(r"^all-to-all"), "all_to_all"),
+    (re.compile(r"^collective-permute"), "send_recv"),
+    (re.compile(r"^collective-broadcast"), "broadcast"),
+    (re.compile(r"^send"), "send"),
+    (re.compile(r"^recv"), "recv"),
+]
+_KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
+_SIZE_RE = re.compile(r"size:(\d+)")
+_MEMKIND_RE = re.compile(r"kind:(\w+)")
+
+
+class Args(msgspec.Struct, gc=False):
+    name: Any = None                      # process/thread name of "M" events
+    correlation_id: int | str | None = None
+    hlo_op: str | None = None
+    hlo_module: str | None = None
+    memcpy_details: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    cat: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    bind_id: int | str | None = None
+    args: Args | None = None
+
+
+class Meta(msgspec.Struct, gc=False):
+    displayTimeUnit: str | None = None  # noqa: N815 - JSON key
+    metadata: dict[str, Any] | None = None
+
+
+class READER:  # noqa: N801 - the registered reader object
+    name = NAME
+
+    @staticmethod
+    def guess_can_open(path: str, head: bytes) -> bool:
+        if path.lower().endswith(".xplane.pb"):
+            return True
+        text = head.lstrip()
+        if not text.startswith((b"{", b"[")):
+            return False
+        return b'"traceEvents"' in head and re.search(rb"/device:(?:GPU|TPU|CPU):\d", head) is not None
+
+    @staticmethod
+    def read(path: str, **options: Any) -> TraceFile:
+        return read_jax(path, **options)
+
+
+def _num(v: Any) -> int:
+    if v is None:
+        return -1
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+class _Columns:
+    """Buffers of the complete (``X``) events, filled chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.pid: list[np.ndarray] = []
+        self.tid: list[np.ndarray] = []
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.launch: list[np.ndarray] = []     # host launch call by category/args
+        self.names: list[pa.Array] = []
+        self.extra: dict[int, tuple[str | None, str | None, str | None]] = {}  # row -> (hlo_op, module, memcpy)
+        self.process_names: dict[int, str] = {}
+        self.thread_names: dict[tuple[int, int], str] = {}
+        self.n = 0
+
+
+def _id_column(values: list[Any], ids: StableIds) -> np.ndarray:
+    """Integer pids/tids as they are; strings (and missing ids) through the stable id map."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((ids(v if v is not None else -1) for v in values), np.int64, len(values))
+
+
+def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> None:
+    xs = []
+    for e in events:
+        if e.ph == "X":
+            xs.append(e)
+        elif e.ph == "M" and e.args is not None and isinstance(e.args.name, str):
+            if e.name == "process_name":
+                c.process_names[ids(e.pid if e.pid is not None else -1)] = e.args.name
+            elif e.name == "thread_name":
+                c.thread_names[(ids(e.pid if e.pid is not None else -1),
+                                ids(e.tid if e.tid is not None else -1))] = e.args.name
+    if not xs:
+        return
+    n = len(xs)
+    ts = [e.ts for e in xs]
+    dur = [e.dur for e in xs]
+    if None in ts or None in dur:
+        i = ts.index(None) if None in ts else dur.index(None)
+        field = "ts" if None in ts else "dur"
+        raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
+    d = np.asarray(dur, np.float64)
+    if (d < 0).any():
+        i = int(np.flatnonzero(d < 0)[0])
+        raise InputError(path, f"{int((d < 0).sum())} events have a negative duration "
+                               f"(first: {xs[i].name!r}, dur={d[i]})")
+    args = [e.args for e in xs]
+    cats = [e.cat for e in xs]
+    corr = np.fromiter((_num(a.correlation_id) if a is not None and a.correlation_id is not None
+                        else (_num(e.bind_id) if cat == "gpu_launch" else -1)
+                        for a, e, cat in zip(args, xs, cats)), np.int64, n)
+    launch = np.fromiter((cat == "gpu_launch" or (a is not None and a.correlation_id is not None)
+                          for a, cat in zip(args, cats)), bool, n)
+    base = c.n
+    for i, a in enumerate(args):
+        if a is not None and (a.hlo_op is not None or a.memcpy_details is not None):
+            c.extra[base + i] = (a.hlo_op, a.hlo_module, a.memcpy_details)
+    c.pid.append(_id_column([e.pid for e in xs], ids))
+    c.tid.append(_id_column([e.tid for e in xs], ids))
+    c.ts.append(np.asarray(ts, np.float64))
+    c.dur.append(d)
+    c.corr.append(corr)
+    c.launch.append(launch)
+    c.names.append(pa.array([e.name for e in xs], pa.string()).dictionary_encode())
+    c.n += n
+
+
+def _cat(arrs: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(arrs) if arrs else np.empty(0, dtype)
+
+
+def _xplane_to_json(path: str, workdir: str) -> str:
+    """Convert an ``xplane.pb`` to trace-viewer JSON with xprof (or the TensorBoard plugin)."""
+    convert = None
+    for mod in ("xprof.convert.raw_to_tool_data", "tensorboard_plugin_profile.convert.raw_to_tool_data"):
+        try:
+            convert = __import__(mod, fromlist=["xspace_to_tool_data"])
+            break
+        except ImportError:
+            continue
+    if convert is None:
+        raise InputError(path, "reading an xplane.pb needs xprof (pip install xprof); or convert it "
+                               "first with xprof's trace_viewer tool into a .trace.json.gz")
+    try:
+        data, _ctype = convert.xspace_to_tool_data([path], "trace_viewer", {})
+    except Exception as exc:  # the converter's own errors (corrupt protobuf, ...)
+        raise InputError(path, f"xprof could not convert the xplane.pb: {type(exc).__name__}: {exc}") from None
+    if isinstance(data, str):
+        data = data.encode()
+    if not data:
+        raise InputError(path, "xprof produced no trace from the xplane.pb")
+    out = os.path.join(workdir, "trace.json.gz")
+    if data[:2] == b"\x1f\x8b":  # already gzip-compressed
+        with open(out, "wb") as f:
+            f.write(data)
+    else:
+        with gzip.open(out, "wb") as f:
+            f.write(data)
+    return out
+
+
+def read_jax(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
+    """Read one JAX trace into one :class:`Part` per GPU plane."""
+    if path.lower().endswith(".xplane.pb"):
+        tmp = tempfile.mkdtemp(prefix="dtrace-xplane-")
+        try:
+            tf = _read_json(_xplane_to_json(path, tmp), block=block, source=path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return tf
+    return _read_json(path, block=block, source=path)
+
+
+def _read_json(path: str, *, block: int | None, source: str) -> TraceFile:
+    trace = ChromeTrace(path, Event, Meta, **({"block": block} if block else {}))
+    ids = StableIds()
+    c = _Columns()
+    try:
+        for chunk in trace.chunks():
+            _add_chunk(chunk, c, ids, source)
+    except InputError as exc:
+        raise InputError(source, exc.problem) from None
+
+    pid = _cat(c.pid, np.int64)
+    tid = _cat(c.tid, np.int64)
+    names = (pa.chunked_array(c.names).unify_dictionaries().combine_chunks()
+             if c.names else pa.array([], pa.string()).dictionary_encode())
+    name_dict = names.dictionary.to_pylist()
+    name_codes = names.indices.to_numpy(zero_copy_only=False)
+
+    # device of each pid, role of each (pid, tid) line
+    devices = {p: int(m.group(1)) for p, n in c.process_names.items() if (m := _DEVICE_RE.search(n))}
+    if not devices:
+        raise InputError(source, "no /device:GPU:k process in the JAX trace (is it a TPU or CPU-only profile?)")
+    stream_of: dict[tuple[int, int], int] = {}
+    label_stream: dict[tuple[int, int], int] = {}
+    steps_lines: set[tuple[int, int]] = set()
+    for (p, t), tn in c.thread_names.items():
+        if p not in devices:
+            continue
+        m = _STREAM_RE.match(tn)
+        if m:
+            stream_of[(p, t)] = int(m.group(1))
+        elif tn.strip() == "Steps":
+            steps_lines.add((p, t))
+        else:
+            f = _FROM_STREAM_RE.search(tn)
+            label_stream[(p, t)] = int(f.group(1)) if f else -1
+
+    n = c.n
+    line_key = _line_codes(pid, tid)
+    upid, pinv = np.unique(pid, return_inverse=True)
+    dev_arr = np.array([devices.get(int(p), -1) for p in upid], np.int64)[pinv.reshape(-1)] if n \
+        else np.empty(0, np.int64)
+    on_device = dev_arr >= 0
+    is_stream = _lookup(line_key, pid, tid, stream_of, -2) >= -1
+    stream = _lookup(line_key, pid, tid, stream_of, -1)
+    label_s = _lookup(line_key, pid, tid, label_stream, -1)
+    is_steps = _lookup(line_key, pid, tid, {k: 1 for k in steps_lines}, 0) == 1
+
+    # kinds: decided once per distinct name, then broadcast
+    gpu_kind_of_name = np.array([KIND_CODES["memcpy"] if _MEMCPY_RE.search(s) else
+                                 KIND_CODES["memset"] if _MEMSET_RE.search(s) else KIND_CODES["kernel"]
+                                 for s in name_dict], np.int8)
+    host_kind_of_name = np.array([KIND_CODES["python"] if s.startswith("$") else
+                                  KIND_CODES["runtime"] if _LAUNCH_NAME_RE.match(s) else KIND_CODES["cpu_op"]
+                                  for s in name_dict], np.int8)
+    launch = _cat(c.launch, bool)
+    kinds = np.where(on_device,
+                     np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
+                     np.where(launch, KIND_CODES["runtime"], host_kind_of_name[name_codes] if n else 0)
+                     ).astype(np.int8)
+    device = np.where(on_device, dev_arr, -1).astype(np.int32)
+    stream = np.where(is_stream, stream, np.where(on_device, label_s, -1)).astype(np.int64)
+
+    # the Steps line: Step#N labels (N from the name, else the ordinal in time)
+    out_names = names
+    ts = _cat(c.ts, np.float64)
+    if is_steps.any():
+        out_names = _step_names(names, name_dict, name_codes, is_steps, ts, device)
+
+    start_ns = us_to_ns(ts)
+    end_ns = start_ns + us_to_ns(_cat(c.dur, np.float64))
+    corr = _cat(c.corr, np.int64)
+    gpu_mask = np.isin(kinds, [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]])
+    corr = np.where(gpu_mask | (kinds == KIND_CODES["runtime"]), corr, -1)
+    table = pa.table({
+        "rank": np.full(n, -1, np.int32),
+        "device": device,
+        "stream": stream,
+        "pid": pid,
+        "tid": tid,
+        "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
+        "name": out_names,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "correlation": corr,
+        "external_id": np.full(n, -1, np.int64),
+    })
+    table = validate_events(table, source)
+
+    gpu_devices = sorted(set(device[gpu_mask].tolist()))
+    if not gpu_devices:
+        raise NoGPUActivity(source, f"no GPU activity: no events on the 'Stream #' lines of the "
+                                    f"{len(devices)} GPU plane(s) ({n} events in all)")
+    coll_rows, mem_rows = _side_rows(np.flatnonzero(gpu_mask), kinds, name_dict, name_codes, c.extra)
+    host = device == -1
+    runtime = kinds == KIND_CODES["runtime"]
+    gpu_corr_dev = (corr[gpu_mask], device[gpu_mask])
+    parts = []
+    for dev in gpu_devices:
+        keep = (device == dev) | (host & ~runtime)
+        if runtime.any():
+            keep |= host & runtime & _launch_belongs(corr, dev, gpu_corr_dev)
+        rows = np.flatnonzero(keep)
+        parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
+                          collectives=_side_table(coll_rows, rows, COLLECTIVE_SCHEMA),
+                          memcpy=_side_table(mem_rows, rows, MEMCPY_SCHEMA), local_index=int(dev)))
+    meta = {"base_time_ns": 0, "events": int(n), "sha256": trace.sha256,
+            "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
+            "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)})}
+    return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+
+
+def _host_of(process_name: str) -> str:
+    """``"tw003 /device:GPU:0"`` → ``"tw003"`` (the newer layout names the host)."""
+    head = process_name.split("/", 1)[0].strip()
+    return head
+
+
+def _line_codes(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (pid, tid) pairs and the code of each event's pair."""
+    if not len(pid):
+        return np.empty((0, 2), np.int64), np.empty(0, np.int64)
+    pc, pu = pd.factorize(pid)
+    tc, tu = pd.factorize(tid)
+    lc, lu = pd.factorize(pc.astype(np.int64) * len(tu) + tc)
+    uniq = np.stack([np.asarray(pu)[lu // len(tu)], np.asarray(tu)[lu % len(tu)]], axis=1)
+    return uniq, lc.astype(np.int64)
+
+
+def _lookup(line_key: tuple[np.ndarray, np.ndarray], pid: np.ndarray, tid: np.ndarray,
+            mapping: dict[tuple[int, int], int], default: int) -> np.ndarray:
+    """``mapping[(pid, tid)]`` for every event, evaluated once per distinct line."""
+    uniq, inv = line_key
+    per_line = np.array([mapping.get((int(p), int(t)), default) for p, t in uniq], np.int64)
+    return per_line[inv] if len(inv) else np.empty(0, np.int64)
+
+
+def _step_names(names: pa.DictionaryArray, name_dict: list[str], codes: np.ndarray, is_steps: np.ndarray,
+                ts: np.ndarray, device: np.ndarray) -> pa.Array:
+    """Rename the ``Steps`` line's events to ``Step#N``."""
+    out = np.array(name_dict, dtype=object)[codes]
+    for dev in np.unique(device[is_steps]).tolist():
+        sel = np.flatnonzero(is_steps & (device == dev))
+        sel = sel[np.argsort(ts[sel], kind="stable")]
+        nums = []
+        for i, s in enumerate(out[sel].tolist()):
+            m = re.findall(r"\d+", str(s))
+            nums.append(int(m[-1]) if m else i)
+        out[sel] = [f"Step#{k}" for k in nums]
+    return pa.array(out.tolist(), pa.string()).dictionary_encode()
+
+
+def _launch_belongs(corr: np.ndarray, dev: int, gpu: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Launches whose correlation id is used by a GPU event of this device, or by none."""
+    gc, gd = gpu
+    return np.isin(corr, gc[gd == dev]) | ~np.isin(corr, gc)
+
+
+def hlo_collective(hlo_op: str | None, kernel: str) -> str:
+    """Collective type of an NCCL/RCCL kernel from its ``hlo_op``, else from its name.
+
+    Examples
+    --------
+    >>> hlo_collective("all-gather-start.3", "ncclDevKernel_Generic")
+    'all_gather'
+    >>> hlo_collective(None, "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")
+    'reduce_scatter'
+    """
+    if hlo_op:
+        for rx, coll in _HLO_COLLECTIVE:
+            if rx.match(hlo_op):
+                return coll
+    m = _KERNEL_COLLECTIVE.search(kernel)
+    if m and m.group(1).lower() not in ("generic",):
+        return normalize_collective(m.group(1))
+    return "unknown"
+
+
+def _side_rows(gpu_rows: np.ndarray, kinds: np.ndarray, name_dict: list[str], codes: np.ndarray,
+               extra: dict[int, tuple[str | None, str | None, str | None]]) -> tuple[dict[str, list], dict[str, list]]:
+    comm_name = np.array([bool(_COMM_RE.search(s)) for s in name_dict], bool)
+    coll: dict[str, list] = {f.name: [] for f in COLLECTIVE_SCHEMA}
+    mem: dict[str, list] = {f.name: [] for f in MEMCPY_SCHEMA}
+    if not len(gpu_rows):
+        return coll, mem
+    k = kinds[gpu_rows]
+    is_comm = (k == KIND_CODES["kernel"]) & comm_name[codes[gpu_rows]]
+    for r in gpu_rows[is_comm].tolist():
+        hlo, _module, _ = extra.get(r, (None, None, None))
+        coll["row"].append(r)
+        coll["collective"].append(hlo_collective(hlo, name_dict[codes[r]]))
+        coll["group"].append(GROUP)
+        coll["group_ranks"].append("")
+        coll["group_size"].append(-1)
+        coll["seq"].append(-1)
+        coll["in_nelems"].append(-1)
+        coll["out_nelems"].append(-1)
+        coll["dtype"].append("")
+        coll["bytes"].append(-1)
+    for r in gpu_rows[k == KIND_CODES["memcpy"]].tolist():
+        _, _, details = extra.get(r, (None, None, None))
+        details = details or ""
+        mk = _MEMKIND_RE.search(details)
+        size = _SIZE_RE.search(details)
+        mem["row"].append(r)
+        mem["copy_kind"].append(copy_kind(name_dict[codes[r]], mk.group(1) if mk else None))
+        mem["bytes"].append(int(size.group(1)) if size and int(size.group(1)) > 0 else -1)
+    return coll, mem
+
+
+def _side_table(cols: dict[str, list], rows: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The side-table rows whose event is in ``rows``, renumbered to the part's rows."""
+    old = np.asarray(cols["row"], np.int64)
+    pos = np.searchsorted(rows, old)
+    ok = (pos < len(rows)) & (rows[np.minimum(pos, max(len(rows) - 1, 0))] == old) if len(rows) else np.zeros(len(old), bool)
+    data = {}
+    for f in schema:
+        vals = np.asarray(cols[f.name], dtype=object)[ok] if len(old) else np.array([], object)
+        if f.name == "row":
+            data[f.name] = pa.array(pos[ok].astype(np.int64), pa.int64())
+        elif pa.types.is_dictionary(f.type):
+            data[f.name] = pa.array(vals.tolist(), pa.string()).dictionary_encode()
+        else:
+            data[f.name] = pa.array(vals.tolist(), f.type)
+    return pa.table(data).cast(schema)

@@ -1,0 +1,425 @@
+"""Nsight Systems reports: ``*.sqlite`` (``nsys export --type sqlite``) and ``*.nsys-rep``.
+
+Tables read (each only if present, columns through ``PRAGMA table_info``, since both change
+between nsys versions):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` → ``kernel`` (name: ``demangledName``, else ``shortName``);
+- ``CUPTI_ACTIVITY_KIND_MEMCPY`` → ``memcpy`` named like ``nsys stats``
+  (``[CUDA memcpy Host-to-Device]``), with ``copyKind`` and ``bytes`` in the memcpy side table;
+- ``CUPTI_ACTIVITY_KIND_MEMSET`` → ``memset`` (``[CUDA memset]``);
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` → ``runtime`` (launch calls, linked by ``correlationId``);
+- ``NVTX_EVENTS`` push/pop and start/end ranges → host ``annotation`` events (marks and
+  unterminated ranges are dropped); text from ``text`` or ``textId``;
+- ``StringIds`` for names, ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` for absolute time.
+
+Timestamps are integer ns relative to the session start; adding ``utcEpochNs`` makes them
+absolute, so reports of different ranks line up. ``globalTid``/``globalPid`` pack the host
+ids: ``pid = gid // 0x1000000 % 0x1000000``, ``tid = gid % 0x1000000``. Every (process,
+device) pair with GPU activity becomes one part and its own rank (``rank_per_device``), with
+the host events of its process. NCCL kernels become rows of the collectives side table
+(collective type from the kernel name).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import InputError, NoGPUActivity
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, validate_events
+from . import Part, TraceFile
+from ._io import SQLITE_MAGIC, file_sha256
+from .kineto import normalize_collective
+
+NAME = "nsys"
+
+KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
+KIND_CODES = {k: i for i, k in enumerate(KINDS)}
+KIND_DICT = pa.array(list(KINDS), pa.string())
+
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+PID_SHIFT = 0x1000000
+_NULL = np.iinfo(np.int64).min  # a NULL start/end read as an integer
+
+# ENUM_CUDA_MEMCPY_OPER labels (used when the report lacks the enum table)
+MEMCPY_LABELS = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}
+COPY_KIND = {1: "H2D", 2: "D2H", 3: "H2D", 4: "D2H", 5: "D2D", 6: "D2D", 7: "D2D", 8: "D2D", 9: "H2H",
+             10: "P2P", 11: "H2D", 12: "D2H", 13: "D2D"}
+NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange",
+                    71: "NvtxtStartEndRange"}
+_NCCL_KERNEL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
+_COMM = re.compile(r"nccl|rccl", re.I)
+
+
+class READER:  # noqa: N801 - the registered reader object
+    name = NAME
+
+    @staticmethod
+    def guess_can_open(path: str, head: bytes) -> bool:
+        if head.startswith(SQLITE_MAGIC):
+            return True
+        return path.lower().endswith((".nsys-rep", ".qdrep"))
+
+    @staticmethod
+    def read(path: str, **options: Any) -> TraceFile:
+        return read_nsys(path, **options)
+
+
+def split_gid(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(pid, tid)`` packed in an nsys ``globalTid``/``globalPid``.
+
+    Examples
+    --------
+    >>> pid, tid = split_gid(np.array([281761330250412]))
+    >>> int(pid[0]), int(tid[0])
+    (17068, 17068)
+    """
+    g = np.asarray(gid, np.int64)
+    return (g // PID_SHIFT) % PID_SHIFT, g % PID_SHIFT
+
+
+def export_sqlite(path: str, workdir: str) -> str:
+    """Convert a ``.nsys-rep`` to SQLite with ``nsys export`` (needs ``nsys`` on PATH)."""
+    exe = shutil.which("nsys")
+    if exe is None:
+        raise InputError(path, "is an Nsight Systems report (.nsys-rep); converting it needs the 'nsys' "
+                               "command on PATH, or export it first: nsys export --type sqlite -o "
+                               "REPORT.sqlite REPORT.nsys-rep")
+    out = os.path.join(workdir, Path(path).stem + ".sqlite")
+    proc = subprocess.run([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", out, path],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not os.path.exists(out):
+        msg = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise InputError(path, f"nsys export failed (exit {proc.returncode}): {msg[-1] if msg else 'no output'}")
+    return out
+
+
+def read_nsys(path: str, **_: Any) -> TraceFile:
+    """Read one Nsight Systems report into one :class:`Part` per (process, device)."""
+    if not _is_sqlite(path):
+        if path.lower().endswith((".nsys-rep", ".qdrep")):
+            tmp = tempfile.mkdtemp(prefix="dtrace-nsys-")
+            try:
+                tf = _read_sqlite(export_sqlite(path, tmp), source=path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            tf.meta["sha256"] = file_sha256(path)
+            return tf
+        raise InputError(path, "not a SQLite database (expected an 'nsys export --type sqlite' file)")
+    tf = _read_sqlite(path, source=path)
+    tf.meta["sha256"] = file_sha256(path)
+    return tf
+
+
+def _is_sqlite(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
+class _Db:
+    """A read-only SQLite report with column-tolerant table reads."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.source = source
+        try:
+            self.con = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
+            self.tables = {r[0] for r in self.con.execute("select name from sqlite_master where type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise InputError(source, f"not a readable SQLite database: {exc}") from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self.tables:
+            return set()
+        return {r[1] for r in self.con.execute(f"PRAGMA table_info([{table}])")}
+
+    def read(self, table: str, wanted: dict[str, Any], where: str = "") -> pd.DataFrame:
+        """Columns of ``table``; a missing column is filled with its default from ``wanted``."""
+        have = self.columns(table)
+        present = [c for c in wanted if c in have]
+        if not present:
+            return pd.DataFrame({c: pd.Series([], dtype=object) for c in wanted})
+        sql = f"select {', '.join(f'[{c}]' for c in present)} from [{table}]" + (f" where {where}" if where else "")
+        try:
+            rows = self.con.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.source, f"cannot read table {table}: {exc}") from None
+        cols = list(zip(*rows)) if rows else [() for _ in present]
+        out = {}
+        for c in wanted:
+            if c in present:
+                out[c] = list(cols[present.index(c)])
+            else:
+                out[c] = [wanted[c]] * len(rows)
+        return pd.DataFrame(out)
+
+    def read_ints(self, table: str, wanted: dict[str, int]) -> pd.DataFrame:
+        """Integer columns of ``table`` as int64 (NULLs and missing columns become the default).
+
+        ``coalesce`` in SQL keeps every value an integer, so the rows convert to one int64
+        array in C instead of column by column through Python objects.
+        """
+        have = self.columns(table)
+        present = [c for c in wanted if c in have]
+        if not present:
+            return pd.DataFrame({c: np.empty(0, np.int64) for c in wanted})
+        sql = f"select {', '.join(f'coalesce([{c}], {int(wanted[c])})' for c in present)} from [{table}]"
+        try:
+            rows = self.con.execute(sql).fetchall()
+            arr = np.array(rows, dtype=np.int64).reshape(len(rows), len(present))
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.source, f"cannot read table {table}: {exc}") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(self.source, f"table {table} has a non-integer value: {exc}") from None
+        return pd.DataFrame({c: arr[:, present.index(c)] if c in present else np.full(len(rows), wanted[c], np.int64)
+                             for c in wanted})
+
+    def strings(self, ids: np.ndarray) -> dict[int, str]:
+        """``StringIds`` values of ``ids``."""
+        if "StringIds" not in self.tables or not len(ids):
+            return {}
+        want = set(int(i) for i in ids)
+        out: dict[int, str] = {}
+        for i, v in self.con.execute("select id, value from StringIds"):
+            if i in want:
+                out[int(i)] = str(v)
+        return out
+
+    def scalar(self, sql: str) -> Any:
+        try:
+            row = self.con.execute(sql).fetchone()
+        except sqlite3.DatabaseError:
+            return None
+        return row[0] if row else None
+
+
+def _ints(s: pd.Series, default: int = -1) -> np.ndarray:
+    """An integer column whose NULLs become ``default``."""
+    return pd.to_numeric(s, errors="coerce").fillna(default).to_numpy(np.int64) if len(s) else np.empty(0, np.int64)
+
+
+def _read_sqlite(path: str, *, source: str) -> TraceFile:
+    db = _Db(path, source)
+    try:
+        return _read_db(db, source)
+    finally:
+        db.close()
+
+
+def _read_db(db: _Db, source: str) -> TraceFile:
+    present = [t for t in GPU_TABLES if t in db.tables]
+    if not present:
+        raise InputError(source, "no CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY or _MEMSET table: the report has no "
+                                 "CUDA trace (profile with 'nsys profile --trace=cuda')")
+    origin = db.scalar("select utcEpochNs from TARGET_INFO_SESSION_START_TIME") \
+        if "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME") else None
+    origin = int(origin) if origin is not None else 0
+
+    base = {"start": _NULL, "end": _NULL, "deviceId": -1, "streamId": -1, "correlationId": -1, "globalPid": 0}
+    kcols = db.columns("CUPTI_ACTIVITY_KIND_KERNEL")
+    name_col = next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in kcols), None)
+    kern = db.read_ints("CUPTI_ACTIVITY_KIND_KERNEL", {**base, **({name_col: -1} if name_col else {})})
+    mcpy = db.read_ints("CUPTI_ACTIVITY_KIND_MEMCPY", {**base, "copyKind": 0, "bytes": -1})
+    mset = db.read_ints("CUPTI_ACTIVITY_KIND_MEMSET", {**base, "bytes": -1})
+    n_gpu = len(kern) + len(mcpy) + len(mset)
+    if n_gpu == 0:
+        raise NoGPUActivity(source, "no GPU activity: the report's kernel, memcpy and memset tables are empty")
+    for t, df in (("KERNEL", kern), ("MEMCPY", mcpy), ("MEMSET", mset)):
+        if len(df) and ((df["start"] == _NULL).any() or (df["end"] == _NULL).any()):
+            raise InputError(source, f"CUPTI_ACTIVITY_KIND_{t} lacks start/end times")
+
+    # names: kernels through StringIds, copies and sets as nsys stats writes them
+    kname_ids = _ints(kern[name_col]) if name_col else np.full(len(kern), -1, np.int64)
+    strings = db.strings(np.unique(kname_ids))
+    labels = dict(MEMCPY_LABELS)
+    if "ENUM_CUDA_MEMCPY_OPER" in db.tables:
+        labels.update({int(i): str(lbl) for i, lbl in db.con.execute("select id, label from ENUM_CUDA_MEMCPY_OPER")})
+    copy_kind = _ints(mcpy["copyKind"], 0)
+    uniq_k, inv_k = np.unique(kname_ids, return_inverse=True)
+    kernel_dict = [strings.get(int(i), f"<kernel {int(i)}>") for i in uniq_k.tolist()]
+    uniq_c, inv_c = np.unique(copy_kind, return_inverse=True)
+    copy_dict = [f"[CUDA memcpy {labels.get(int(k), 'Unknown')}]" for k in uniq_c.tolist()]
+
+    rt = db.read_ints("CUPTI_ACTIVITY_KIND_RUNTIME", {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1,
+                                                      "nameId": -1})
+    nvtx = _nvtx(db)
+    rt_names = db.strings(np.unique(_ints(rt["nameId"]))) if len(rt) else {}
+
+    frames = []
+    n_k, n_c, n_s = len(kern), len(mcpy), len(mset)
+    gpu = pd.concat([kern[list(base)], mcpy[list(base)], mset[list(base)]], ignore_index=True) \
+        if n_gpu else pd.DataFrame(columns=list(base))
+    gpid = _ints(gpu["globalPid"], 0)
+    g_pid, _ = split_gid(gpid)
+    name_dict = kernel_dict + copy_dict + ["[CUDA memset]"]
+    g_code = np.concatenate([inv_k.reshape(-1), len(kernel_dict) + inv_c.reshape(-1),
+                             np.full(n_s, len(kernel_dict) + len(copy_dict))]).astype(np.int64)
+    g_kind = np.concatenate([np.full(n_k, KIND_CODES["kernel"]), np.full(n_c, KIND_CODES["memcpy"]),
+                             np.full(n_s, KIND_CODES["memset"])]).astype(np.int8)
+    frames.append(dict(device=_ints(gpu["deviceId"]), stream=_ints(gpu["streamId"]), pid=g_pid,
+                       tid=_ints(gpu["streamId"]), kind=g_kind, code=g_code,
+                       start=_ints(gpu["start"], 0), end=_ints(gpu["end"], 0), corr=_ints(gpu["correlationId"])))
+    # host: runtime calls and NVTX ranges
+    rt_pid, rt_tid = split_gid(_ints(rt["globalTid"], 0))
+    rt_ids = _ints(rt["nameId"])
+    uniq_r, inv_r = np.unique(rt_ids, return_inverse=True)
+    off = len(name_dict)
+    name_dict += [rt_names.get(int(i), f"<runtime {int(i)}>") for i in uniq_r.tolist()]
+    frames.append(dict(device=np.full(len(rt), -1), stream=np.full(len(rt), -1), pid=rt_pid, tid=rt_tid,
+                       kind=np.full(len(rt), KIND_CODES["runtime"], np.int8), code=off + inv_r.reshape(-1),
+                       start=_ints(rt["start"], 0), end=_ints(rt["end"], 0), corr=_ints(rt["correlationId"])))
+    off = len(name_dict)
+    uniq_n, inv_n = np.unique(np.asarray(nvtx["text"], dtype=object).astype(str), return_inverse=True) \
+        if len(nvtx) else (np.array([], object), np.empty(0, np.int64))
+    name_dict += [str(s) for s in uniq_n.tolist()]
+    frames.append(dict(device=np.full(len(nvtx), -1), stream=np.full(len(nvtx), -1),
+                       pid=nvtx["pid"].to_numpy(np.int64), tid=nvtx["tid"].to_numpy(np.int64),
+                       kind=np.full(len(nvtx), KIND_CODES["annotation"], np.int8), code=off + inv_n.reshape(-1),
+                       start=nvtx["start"].to_numpy(np.int64), end=nvtx["end"].to_numpy(np.int64),
+                       corr=np.full(len(nvtx), -1)))
+    cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
+    n = len(cols["start"])
+    if (cols["end"] < cols["start"]).any():
+        i = int(np.flatnonzero(cols["end"] < cols["start"])[0])
+        raise InputError(source, f"{int((cols['end'] < cols['start']).sum())} events end before they start "
+                                 f"(first: {name_dict[int(cols['code'][i])]!r})")
+    # a name can occur in several sources (an NVTX range named like a kernel): one dictionary entry
+    uniq_names, remap = np.unique(np.array(name_dict, dtype=object).astype(str), return_inverse=True)
+    names = pa.DictionaryArray.from_arrays(pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
+                                           pa.array([str(x) for x in uniq_names.tolist()], pa.string()))
+    table = pa.table({
+        "rank": np.full(n, -1, np.int32),
+        "device": cols["device"].astype(np.int32),
+        "stream": cols["stream"].astype(np.int64),
+        "pid": cols["pid"].astype(np.int64),
+        "tid": cols["tid"].astype(np.int64),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(cols["kind"].astype(np.int32)), KIND_DICT),
+        "name": names,
+        "start_ns": cols["start"].astype(np.int64) + origin,
+        "end_ns": cols["end"].astype(np.int64) + origin,
+        "correlation": cols["corr"].astype(np.int64),
+        "external_id": np.full(n, -1, np.int64),
+    })
+    table = validate_events(table, source)
+
+    # side tables over the whole event table, split per part below
+    coll_of_name = np.array([kernel_collective(s) if _COMM.search(s) else "" for s in kernel_dict], object)
+    k_code = inv_k.reshape(-1)
+    coll_rows = np.flatnonzero(coll_of_name[k_code] != "") if n_k else np.empty(0, np.int64)
+    coll_types = coll_of_name[k_code[coll_rows]] if n_k else np.empty(0, object)
+    mem_rows = np.arange(n_k, n_k + n_c)
+    mem_kind = np.array([COPY_KIND.get(int(k), "other") for k in uniq_c.tolist()], object)[inv_c.reshape(-1)] \
+        if n_c else np.empty(0, object)
+    mem_bytes = _ints(mcpy["bytes"])
+
+    host_pid = cols["pid"][n_gpu:]
+    parts: list[Part] = []
+    gdev = cols["device"][:n_gpu]
+    pairs = pd.DataFrame({"p": g_pid, "d": gdev}).drop_duplicates().sort_values(["p", "d"])
+    keys = list(zip(pairs["p"].astype(int).tolist(), pairs["d"].astype(int).tolist()))
+    for idx, (p, d) in enumerate(keys):
+        grows = np.flatnonzero((g_pid == p) & (gdev == d))
+        hrows = n_gpu + np.flatnonzero(host_pid == p)
+        rows = np.concatenate([grows, hrows])
+        parts.append(Part(device=d, events=table.take(pa.array(rows)),
+                          collectives=_collectives(coll_rows, coll_types, rows),
+                          memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows), local_index=idx))
+    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(n),
+            "processes": sorted({p for p, _ in keys}), "devices": sorted({d for _, d in keys}),
+            "schema_version": str(db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
+                                  if "META_DATA_EXPORT" in db.tables else ""),
+            "nvtx_ranges": int(len(nvtx))}
+    return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+
+
+def _nvtx(db: _Db) -> pd.DataFrame:
+    """Terminated push/pop and start/end NVTX ranges: start, end, pid, tid, text."""
+    cols = db.columns("NVTX_EVENTS")
+    empty = pd.DataFrame({"start": np.empty(0, np.int64), "end": np.empty(0, np.int64),
+                          "pid": np.empty(0, np.int64), "tid": np.empty(0, np.int64), "text": np.empty(0, object)})
+    if not cols or "start" not in cols or "end" not in cols:
+        return empty
+    types = dict(NVTX_RANGE_TYPES)
+    if "ENUM_NSYS_EVENT_TYPE" in db.tables:
+        types = {int(i): str(nm) for i, nm in db.con.execute("select id, name from ENUM_NSYS_EVENT_TYPE")
+                 if str(nm).endswith(("PushPopRange", "StartEndRange"))} or types
+    where = "[end] is not null"
+    if "eventType" in cols:
+        where += f" and eventType in ({', '.join(str(t) for t in types)})"
+    ev = db.read("NVTX_EVENTS", {"start": None, "end": None, "globalTid": 0, "text": None, "textId": None},
+                 where=where)
+    if not len(ev):
+        return empty
+    text = np.array(ev["text"].astype(object).to_numpy(), dtype=object)  # writable copy
+    missing = pd.isna(text)
+    if missing.any():
+        ids = _ints(ev["textId"])
+        strings = db.strings(np.unique(ids[missing]))
+        text[missing] = [strings.get(int(i), "") for i in ids[missing].tolist()]
+    pid, tid = split_gid(_ints(ev["globalTid"], 0))
+    return pd.DataFrame({"start": _ints(ev["start"], 0), "end": _ints(ev["end"], 0), "pid": pid, "tid": tid,
+                         "text": text})
+
+
+def _renumber(rows_all: np.ndarray, part_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``rows_all`` are in the part (rows sorted) and their positions in it."""
+    order = np.argsort(part_rows, kind="stable")
+    srt = part_rows[order]
+    pos = np.searchsorted(srt, rows_all)
+    pos = np.minimum(pos, max(len(srt) - 1, 0))
+    ok = (srt[pos] == rows_all) if len(srt) else np.zeros(len(rows_all), bool)
+    return ok, order[pos[ok]] if len(srt) else np.empty(0, np.int64)
+
+
+def kernel_collective(name: str) -> str:
+    """Collective type of an NCCL/RCCL kernel from its name (``unknown`` if it does not say).
+
+    Examples
+    --------
+    >>> kernel_collective("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)")
+    'all_gather'
+    """
+    m = _NCCL_KERNEL.search(name)
+    return normalize_collective(m.group(1)) if m and m.group(1).lower() != "generic" else "unknown"
+
+
+def _collectives(rows: np.ndarray, types: np.ndarray, part_rows: np.ndarray) -> pa.Table:
+    ok, pos = _renumber(rows, part_rows)
+    k = int(ok.sum())
+    return pa.table({
+        "row": pa.array(pos.astype(np.int64), pa.int64()),
+        "collective": pa.array(types[ok].tolist(), pa.string()).dictionary_encode(),
+        "group": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "group_ranks": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "group_size": pa.array(np.full(k, -1, np.int32), pa.int32()),
+        "seq": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "in_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "out_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "dtype": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "bytes": pa.array(np.full(k, -1, np.int64), pa.int64()),
+    }).cast(COLLECTIVE_SCHEMA)
+
+
+def _memcpy(rows: np.ndarray, kinds: np.ndarray, nbytes: np.ndarray, part_rows: np.ndarray) -> pa.Table:
+    ok, pos = _renumber(rows, part_rows)
+    return pa.table({
+        "row": pa.array(pos.astype(np.int64), pa.int64()),
+        "copy_kind": pa.array(kinds[ok].tolist(), pa.string()).dictionary_encode(),
+        "bytes": pa.array(nbytes[ok].astype(np.int64), pa.int64()),
+    }).cast(MEMCPY_SCHEMA)

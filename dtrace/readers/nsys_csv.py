@@ -1,0 +1,149 @@
+"""``nsys stats`` CSV files (SPEC §2): ``*_cuda_gpu_trace.csv`` as events; summaries recognised.
+
+``cuda_gpu_trace`` lists every GPU activity (start, duration, correlation id, device,
+stream, bytes, name), so it becomes an event table like any trace: one part per ``Device``
+(each its own rank), kinds by name (``[CUDA memcpy ...]`` → ``memcpy``, ``[CUDA memset]`` →
+``memset``, the rest ``kernel``), copy direction and bytes (``Bytes (MB)`` × 10⁶) in the
+memcpy side table. Times are ns from the session start (the CSV carries no absolute origin);
+there are no host events, so launches are unknown.
+
+The summaries (``cuda_gpu_kern_sum``, ``cuda_gpu_mem_time_sum``, ``nvtx_gpu_proj_trace``)
+carry no events. This reader recognises them (so detection can name them) but does not read
+them: ``dtrace analyze`` sends them down the summary path of :mod:`dtrace.nsysstats.summary`,
+and ``dtrace nsys-stats`` reads them directly.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError, NoGPUActivity
+from ..nsysstats.csvfiles import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, validate_events
+from . import Part, TraceFile
+from ._io import file_sha256
+from .kineto import copy_kind
+from .nsys import kernel_collective
+
+NAME = "nsys-csv"
+
+KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
+KIND_CODES = {k: i for i, k in enumerate(KINDS)}
+KIND_DICT = pa.array(list(KINDS), pa.string())
+_MEMCPY = re.compile(r"^\[CUDA memcpy", re.I)
+_MEMSET = re.compile(r"^\[CUDA memset", re.I)
+_COMM = re.compile(r"nccl|rccl", re.I)
+_NEW_DIRECTION = {"host-to-device": "H2D", "device-to-host": "D2H", "device-to-device": "D2D",
+                  "peer-to-peer": "P2P", "host-to-host": "H2H"}
+
+
+class READER:  # noqa: N801 - the registered reader object
+    name = NAME
+
+    @staticmethod
+    def guess_can_open(path: str, head: bytes) -> bool:
+        if sniff(path, head) is not None:
+            return True
+        return report_of_name(path) is not None
+
+    @staticmethod
+    def read(path: str, **options: Any) -> TraceFile:
+        return read_nsys_csv(path)
+
+
+def memop_direction(name: str) -> str:
+    """``[CUDA memcpy Host-to-Device]`` / ``[CUDA memcpy HtoD]`` → ``H2D``; memsets → ``memset``.
+
+    Examples
+    --------
+    >>> memop_direction("[CUDA memcpy Device-to-Device]"), memop_direction("[CUDA memcpy DtoH]")
+    ('D2D', 'D2H')
+    """
+    if _MEMSET.search(name):
+        return "memset"
+    low = name.lower()
+    for key, d in _NEW_DIRECTION.items():
+        if key in low:
+            return d
+    return copy_kind(name)
+
+
+def read_nsys_csv(path: str) -> TraceFile:
+    """Read a ``cuda_gpu_trace`` CSV into one part per device."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    hdr = sniff(path, head)
+    report = hdr.report if hdr is not None else report_of_name(path)
+    if report in SUMMARY_REPORTS:
+        raise InputError(path, f"is an nsys stats summary ({report}): it carries no events; "
+                               "'dtrace analyze' reads it on its summary path, 'dtrace nsys-stats' reports it")
+    if report != GPU_TRACE:
+        raise InputError(path, "not an nsys stats CSV this reader knows (expected a cuda_gpu_trace header)")
+    df = gpu_trace(path)
+    n = len(df)
+    if n == 0:
+        raise NoGPUActivity(path, "no GPU activity: the cuda_gpu_trace CSV has no rows")
+    if (df["dur_ns"].to_numpy() < 0).any():
+        raise InputError(path, f"{int((df['dur_ns'] < 0).sum())} rows have a negative duration")
+    names = df["name"].to_numpy(dtype=object)
+    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    uniq_list = [str(u) for u in uniq.tolist()]
+    kind_of = np.array([KIND_CODES["memcpy"] if _MEMCPY.search(u) else
+                        KIND_CODES["memset"] if _MEMSET.search(u) else KIND_CODES["kernel"] for u in uniq_list],
+                       np.int8)
+    kinds = kind_of[inv.reshape(-1)]
+    start = df["start_ns"].to_numpy(np.int64)
+    device = df["device"].to_numpy(np.int64)
+    table = pa.table({
+        "rank": np.full(n, -1, np.int32),
+        "device": device.astype(np.int32),
+        "stream": df["stream"].to_numpy(np.int64),
+        "pid": np.full(n, -1, np.int64),
+        "tid": df["stream"].to_numpy(np.int64),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
+        "name": pa.DictionaryArray.from_arrays(pa.array(inv.reshape(-1).astype(np.int32)),
+                                               pa.array(uniq_list, pa.string())),
+        "start_ns": start,
+        "end_ns": start + df["dur_ns"].to_numpy(np.int64),
+        "correlation": df["corr"].to_numpy(np.int64),
+        "external_id": np.full(n, -1, np.int64),
+    })
+    table = validate_events(table, path)
+    coll_of = np.array([kernel_collective(u) if _COMM.search(u) else "" for u in uniq_list], dtype=object)
+    dir_of = np.array([memop_direction(u) for u in uniq_list], dtype=object)
+    parts = []
+    for idx, dev in enumerate(sorted(set(device.tolist()))):
+        rows = np.flatnonzero(device == dev)
+        code = inv.reshape(-1)[rows]
+        k = kinds[rows]
+        c_rows = np.flatnonzero((k == KIND_CODES["kernel"]) & (coll_of[code] != ""))
+        m_rows = np.flatnonzero(k == KIND_CODES["memcpy"])
+        parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
+                          collectives=_collectives(c_rows, coll_of[code[c_rows]]),
+                          memcpy=pa.table({
+                              "row": pa.array(m_rows.astype(np.int64), pa.int64()),
+                              "copy_kind": pa.array(dir_of[code[m_rows]].tolist(), pa.string()).dictionary_encode(),
+                              "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
+                          }).cast(MEMCPY_SCHEMA),
+                          local_index=idx))
+    meta = {"base_time_ns": 0, "events": int(n), "sha256": file_sha256(path), "report": GPU_TRACE}
+    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+
+
+def _collectives(rows: np.ndarray, types: np.ndarray) -> pa.Table:
+    k = len(rows)
+    return pa.table({
+        "row": pa.array(rows.astype(np.int64), pa.int64()),
+        "collective": pa.array([str(t) for t in types.tolist()], pa.string()).dictionary_encode(),
+        "group": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "group_ranks": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "group_size": pa.array(np.full(k, -1, np.int32), pa.int32()),
+        "seq": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "in_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "out_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
+        "dtype": pa.array([""] * k, pa.string()).dictionary_encode(),
+        "bytes": pa.array(np.full(k, -1, np.int64), pa.int64()),
+    }).cast(COLLECTIVE_SCHEMA)
