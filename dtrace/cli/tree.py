@@ -1,0 +1,120 @@
+"""``dtrace tree TRACE ...`` and ``dtrace ops X``: the host op → GPU kernel tree quick views.
+
+``tree`` prints one node's subtree (or, with ``--up``, its ancestors) in the Trace2Tree
+style; ``ops`` prints GPU time per host op, from one trace or from a results directory
+(cross-rank ``ops_xrank``, or one rank's ``ops`` with ``--rank``).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+
+from ..calltree import Tree, load_part
+from ..calltree.load import is_results_dir
+from ..errors import UsageError
+from ..options import Options
+from ..render.text import render
+from .common import add_output_format
+
+OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tree", help="print the host op -> GPU kernel tree of one op",
+                       description="Print a node of the host -> GPU tree of one trace: its subtree (down) or its "
+                                   "ancestors (--up). Pick the node by op name (--op), by the (external id, pid, "
+                                   "tid) Perfetto shows (--ext-id/--pid/--tid; GPU events: pid = device, tid = "
+                                   "stream) or by UID.")
+    p.add_argument("trace", metavar="TRACE", help="a trace file, a directory of traces (with --rank) or a results "
+                                                   "directory")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--op", default=None, help="op (or any event) name")
+    which.add_argument("--ext-id", type=int, default=None, help="external id (with --pid and --tid)")
+    which.add_argument("--uid", type=int, default=None, help="node UID")
+    p.add_argument("--pid", type=int, default=None)
+    p.add_argument("--tid", type=int, default=None)
+    p.add_argument("--nth", type=int, default=0, help="with --op: which instance, in UID order (default 0)")
+    p.add_argument("--up", action="store_true", help="print the node's ancestors instead of its subtree")
+    p.add_argument("--depth", type=int, default=None, help="print at most N levels below the node")
+    p.add_argument("--rank", type=int, default=None, help="rank to open (traces directory or results)")
+    p.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
+    p.add_argument("--python", action="store_true", help="also nest python_function events")
+    p.add_argument("--times", action="store_true", help="show host durations and GPU time per node")
+    p.add_argument("--width", type=int, default=64, help="cut names after this many characters (0: never)")
+    p.set_defaults(func=run_tree)
+
+    o = sub.add_parser("ops", help="GPU time per host op (one trace, or across ranks)",
+                       description="GPU time per host op: gpu_direct (kernels the op launched itself) and "
+                                   "gpu_subtree (everything below it). X is a trace file or a results directory; "
+                                   "for a results directory the cross-rank table is shown unless --rank is given.")
+    o.add_argument("x", metavar="X", help="a trace file or a results directory")
+    o.add_argument("--top", type=int, default=20, help="print the first N ops (default 20)")
+    o.add_argument("--sort", choices=OPS_SORT, default="gpu_subtree_ns", help="sort column (descending)")
+    o.add_argument("--rank", type=int, default=None, help="one rank's ops")
+    o.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
+    o.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
+    add_output_format(o)
+    o.set_defaults(func=run_ops)
+
+
+def _pick(tree: Tree, args: argparse.Namespace) -> int:
+    if args.uid is not None:
+        if not 0 <= args.uid < tree.size:
+            raise UsageError(f"no node with UID {args.uid}; UIDs are 0..{tree.size - 1}")
+        return args.uid
+    if args.ext_id is not None:
+        if args.pid is None or args.tid is None:
+            raise UsageError("--ext-id needs --pid and --tid")
+        try:
+            return tree.find(args.ext_id, args.pid, args.tid)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+    uids = tree.by_name(args.op)
+    if not uids.size:
+        close = difflib.get_close_matches(args.op, [str(n) for n in tree.names], n=5, cutoff=0.5)
+        hint = f"; close names: {', '.join(close)}" if close else ""
+        raise UsageError(f"no event named {args.op!r} on rank {tree.rank} device {tree.device}{hint}")
+    if not 0 <= args.nth < uids.size:
+        raise UsageError(f"--nth {args.nth}: {args.op!r} has {uids.size} instances (0..{uids.size - 1})")
+    return int(uids[args.nth])
+
+
+def run_tree(args: argparse.Namespace) -> int:
+    part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
+    tree = Tree.from_part(part, python=args.python)
+    uid = _pick(tree, args)
+    n = tree.by_name(tree.name_of(uid)).size
+    node = tree.node(uid)
+    print(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id {node['external_id']}, "
+          f"pid {node['pid']}, tid {node['tid']}; instance {int((tree.by_name(node['name']) < uid).sum())} of {n}); "
+          f"GPU {tree.gpu_time(uid) / 1e3:,.3f} µs in {tree.gpu_events(uid).size} GPU events")
+    if args.up:
+        print(tree.format_up(uid, width=args.width), end="")
+    else:
+        print(tree.format(uid, depth=args.depth, width=args.width, times=args.times), end="")
+    return 0
+
+
+def run_ops(args: argparse.Namespace) -> int:
+    if is_results_dir(args.x):
+        from ..results import load
+
+        res = load(args.x)
+        name = "ops" if args.rank is not None else "ops_xrank"
+        if name not in res.table_names:
+            raise UsageError(f"{args.x} has no {name!r} table (results of an older dtrace?); re-run dtrace analyze")
+        df = res.table(name)
+        if args.rank is not None:
+            df = df.loc[df["rank"].to_numpy() == args.rank]
+            if args.device is not None:
+                df = df.loc[df["device"].to_numpy() == args.device]
+            if not len(df):
+                raise UsageError(f"no ops for rank {args.rank} in {args.x}")
+        title = f"ops, rank {args.rank}" if args.rank is not None else "ops across ranks"
+    else:
+        part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
+        df = Tree.from_part(part).ops()
+        title = f"ops, rank {part.rank} device {part.device}"
+    df = df.sort_values(args.sort, ascending=False, kind="stable")
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=args.top), end="")
+    return 0

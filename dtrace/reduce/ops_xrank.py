@@ -1,0 +1,85 @@
+"""Host ops across ranks: ``ops_xrank`` (one row per op) and ``op_outliers`` (rank vs median).
+
+``ops_xrank`` — per op name over all (rank, device) parts that ran it: ``parts``, total
+``count``, ``host_ns``, ``gpu_direct_ns``, ``gpu_subtree_ns``, ``kernels``; the spread of the
+per-part GPU time (``gpu_subtree_ns``): ``median_gpu_ns``, ``min_gpu_ns``, ``max_gpu_ns`` and
+the part holding the maximum (``max_rank``, ``max_device``), ``spread = max / median``.
+
+``op_outliers`` — one row per (rank, device, op) for ops with GPU time that at least two parts
+ran: ``gpu_ns`` (the part's ``gpu_subtree_ns``), ``median_gpu_ns`` (median over those parts),
+``ratio = gpu_ns / median_gpu_ns`` (> 1: slower than the median rank), ``excess_ns = gpu_ns −
+median``, ``count`` and ``median_count`` (was it slower or did it run more often?), the robust
+z-score ``z = (gpu_ns − median) / (1.4826·MAD)`` (inf where MAD is 0 and the value differs) and
+``parts``. Sorted by ``excess_ns``, largest first: the straggler evidence reads it as
+"``aten::mm`` takes 1.15× the median rank's GPU time on rank 37".
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..options import Options
+
+Tables = dict[str, pd.DataFrame]
+
+XRANK_COLUMNS = {"op": "object", "parts": "int64", "count": "int64", "host_ns": "int64", "gpu_direct_ns": "int64",
+                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "float64", "min_gpu_ns": "int64",
+                 "max_gpu_ns": "int64", "max_rank": "int32", "max_device": "int32", "spread": "float64"}
+OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "float64",
+                   "ratio": "float64", "excess_ns": "float64", "count": "int64", "median_count": "float64",
+                   "z": "float64", "parts": "int64"}
+MAD_SCALE = 1.4826
+
+
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
+
+
+def ops_xrank(tables: Tables, options: Options) -> Tables:
+    """Cross-rank aggregates of the ``ops`` table (see the module docstring)."""
+    ops = tables.get("ops")
+    if ops is None or not len(ops):
+        return {"ops_xrank": _empty(XRANK_COLUMNS), "op_outliers": _empty(OUTLIER_COLUMNS)}
+    g = ops.groupby("op", sort=False)
+    agg = g.agg(parts=("rank", "size"), count=("count", "sum"), host_ns=("host_ns", "sum"),
+                gpu_direct_ns=("gpu_direct_ns", "sum"), gpu_subtree_ns=("gpu_subtree_ns", "sum"),
+                kernels=("kernels", "sum"), median_gpu_ns=("gpu_subtree_ns", "median"),
+                min_gpu_ns=("gpu_subtree_ns", "min"), max_gpu_ns=("gpu_subtree_ns", "max"))
+    at_max = ops.loc[g["gpu_subtree_ns"].idxmax().to_numpy(), ["op", "rank", "device"]].set_index("op")
+    agg["max_rank"] = at_max["rank"].reindex(agg.index).to_numpy(np.int32)
+    agg["max_device"] = at_max["device"].reindex(agg.index).to_numpy(np.int32)
+    med = agg["median_gpu_ns"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        agg["spread"] = np.where(med > 0, agg["max_gpu_ns"].to_numpy(np.float64) / np.where(med > 0, med, 1), np.nan)
+    xr = agg.reset_index().sort_values(["gpu_subtree_ns", "op"], ascending=[False, True], kind="stable")
+    xr = xr.astype({c: t for c, t in XRANK_COLUMNS.items() if c != "op"})[list(XRANK_COLUMNS)]
+    return {"ops_xrank": xr.reset_index(drop=True), "op_outliers": op_outliers(ops)}
+
+
+def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each part's GPU time per op against the median part's (see the module docstring)."""
+    f = ops.loc[ops["gpu_subtree_ns"].to_numpy() > 0, ["rank", "device", "op", "gpu_subtree_ns", "count"]]
+    f = f.rename(columns={"gpu_subtree_ns": "gpu_ns"})
+    g = f.groupby("op", sort=False)
+    f = f.assign(parts=g["gpu_ns"].transform("size").to_numpy(np.int64))
+    f = f.loc[f["parts"].to_numpy() >= 2]
+    if not len(f):
+        return _empty(OUTLIER_COLUMNS)
+    g = f.groupby("op", sort=False)
+    x = f["gpu_ns"].to_numpy(np.float64)
+    med = g["gpu_ns"].transform("median").to_numpy(np.float64)
+    dev = pd.Series(np.abs(x - med), index=f.index)
+    mad = dev.groupby(f["op"].to_numpy(), sort=False).transform("median").to_numpy(np.float64)
+    diff = x - med
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(mad > 0, diff / (MAD_SCALE * np.where(mad > 0, mad, 1)),
+                     np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    out = pd.DataFrame({
+        "rank": f["rank"].to_numpy(np.int32), "device": f["device"].to_numpy(np.int32),
+        "op": f["op"].to_numpy(object), "gpu_ns": f["gpu_ns"].to_numpy(np.int64), "median_gpu_ns": med,
+        "ratio": x / med, "excess_ns": diff, "count": f["count"].to_numpy(np.int64),
+        "median_count": g["count"].transform("median").to_numpy(np.float64), "z": z,
+        "parts": f["parts"].to_numpy(np.int64),
+    })
+    out = out.sort_values(["excess_ns", "op", "rank", "device"], ascending=[False, True, True, True], kind="stable")
+    return out.reset_index(drop=True)
