@@ -1,46 +1,104 @@
-"""Terminal and text renderers for results tables (units chosen here, never in tables)."""
+"""Terminal and text renderers for results tables (units chosen here, never in tables).
+
+:func:`render` turns any results DataFrame into a rich terminal table, Markdown, CSV or JSON.
+The human formats (``table``, ``markdown``) convert ``*_ns`` columns to a readable unit per
+column (``computation (ms)``), fractions named ``*_share`` to percentages, long kernel names
+to their readable core (:func:`shorten`), and say how many rows were left out. The machine
+formats (``csv``, ``json``) keep the raw values and full names.
+"""
 from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
 
 FORMATS = ("table", "csv", "json", "markdown")
+#: Columns holding names that :func:`shorten` makes readable in the human formats.
+NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
+_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
 
 
 def pick_unit(values: np.ndarray) -> tuple[str, float]:
-    """A readable time unit for ns values: the one that keeps the median magnitude ≥ 1."""
+    """A readable time unit for ns values: the largest one that keeps the median magnitude ≥ 1.
+
+    Zeros and NaN are ignored; an all-zero column is shown in µs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pick_unit(np.array([3_000_000, 12_000_000])), pick_unit(np.array([0, 0]))
+    (('ms', 1000000.0), ('µs', 1000.0))
+    >>> pick_unit(np.array([250, -400]))
+    ('ns', 1.0)
+    """
     v = np.abs(np.asarray(values, dtype=np.float64))
-    v = v[v > 0]
-    m = float(np.median(v)) if v.size else 0.0
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return "µs", 1e3
+    m = float(np.median(v))
+    for unit, scale in _UNITS:
         if m >= scale:
             return unit, scale
-    return "ns" if m and m < 1e3 else "µs", (1.0 if m and m < 1e3 else 1e3)
+    return "ns", 1.0
 
 
-def humanize(df: pd.DataFrame) -> pd.DataFrame:
-    """Convert ``*_ns`` columns to a readable unit per column (renamed ``name (unit)``)."""
+def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
+    """Readable values: ``*_ns`` columns in a unit per column (``exposed_comm_ns`` → ``exposed comm (ms)``),
+    ``*_share`` fractions as percentages (``name (%)``), other floats rounded.
+
+    ``time_unit`` fixes the unit of every time column (``"s"``, ``"ms"``, ``"µs"``, ``"ns"``),
+    or ``"auto"`` picks one unit for all of them together (so columns compare at a glance).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> humanize(pd.DataFrame({"rank": [0], "idle_ns": [2_500_000], "time_share": [0.25]}))
+       rank  idle (ms)  time share (%)
+    0     0        2.5            25.0
+    """
+    times = [c for c in df.columns if str(c).endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])
+             and not pd.api.types.is_bool_dtype(df[c])]
+    fixed: tuple[str, float] | None = None
+    if time_unit == "auto" and times:
+        fixed = pick_unit(np.concatenate([df[c].to_numpy(dtype=np.float64) for c in times]))
+    elif time_unit is not None and time_unit != "auto":
+        units = dict(_UNITS)
+        if time_unit not in units:
+            raise ValueError(f"unknown time unit {time_unit!r}; valid: auto, {', '.join(units)}")
+        fixed = (time_unit, units[time_unit])
     out = {}
     for c in df.columns:
-        if c.endswith("_ns") and pd.api.types.is_numeric_dtype(df[c]):
-            unit, scale = pick_unit(df[c].to_numpy())
-            out[f"{c[:-3]} ({unit})"] = (df[c].to_numpy(dtype=np.float64) / scale).round(3)
-        elif pd.api.types.is_float_dtype(df[c]):
-            out[c] = df[c].round(4)
+        col = df[c]
+        name = str(c)
+        if c in times:
+            unit, scale = fixed or pick_unit(col.to_numpy())
+            out[f"{name[:-3].replace('_', ' ')} ({unit})"] = (col.to_numpy(dtype=np.float64) / scale).round(3)
+        elif name.endswith("_share") and pd.api.types.is_float_dtype(col):
+            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (col.to_numpy(dtype=np.float64) * 100).round(2)
+        elif pd.api.types.is_float_dtype(col):
+            out[name] = col.round(4)
         else:
-            out[c] = df[c]
-    return pd.DataFrame(out)
+            out[name] = col
+    return pd.DataFrame(out, index=df.index)
 
 
 def shorten(name: str, width: int = 60) -> str:
-    """Readable kernel name: template/argument lists elided, then cut to ``width``."""
+    """Readable kernel name: template/argument lists elided, then cut to ``width``.
+
+    Examples
+    --------
+    >>> shorten("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    ...         "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    'at::native::vectorized_elementwise_kernel<…>(…)'
+    >>> shorten("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", 30)
+    'ncclKernel_AllReduce_RING_LL_…'
+    """
     s = str(name)
     if len(s) <= width:
         return s
-    # drop argument list and template arguments (keep the outer identifier)
     depth = 0
     out = []
     for ch in s:
@@ -52,53 +110,148 @@ def shorten(name: str, width: int = 60) -> str:
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    s2 = "".join(out)
-    s2 = s2.replace("void ", "", 1) if s2.startswith("void ") else s2
+    s2 = "".join(out).strip()
+    if s2.startswith("void "):
+        s2 = s2[5:]
     return s2 if len(s2) <= width else s2[: width - 1] + "…"
 
 
 def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, human: bool = True,
-           max_rows: int | None = None, short_names: bool = True) -> str:
-    """Render a DataFrame as a terminal table, CSV, JSON (records) or Markdown."""
+           max_rows: int | None = None, short_names: bool = True, width: int | None = None,
+           time_unit: str | None = None) -> str:
+    """Render a DataFrame as a terminal table, CSV, JSON (records) or Markdown.
+
+    Parameters
+    ----------
+    df
+        Any results table.
+    fmt
+        ``table`` (rich, for the terminal), ``markdown``, ``csv`` or ``json``. CSV and JSON
+        keep raw values (ns, fractions) and full names.
+    title
+        Heading of the table (``table`` and ``markdown`` only).
+    human
+        Readable units in the human formats (``False`` keeps ``*_ns`` in ns).
+    max_rows
+        Show only the first rows; the human formats say how many were left out.
+    short_names
+        Shorten kernel/op names in the human formats.
+    width
+        Terminal width (default: the current terminal, at least 100 columns).
+    time_unit
+        One unit for every time column (``"ms"``, ...; ``"auto"`` picks it), instead of one
+        per column.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> print(render(pd.DataFrame({"rank": [0, 1], "idle_ns": [1_500_000, 2_000_000]}), "markdown"), end="")
+    | rank | idle (ms) |
+    |---:|---:|
+    | 0 | 1.5 |
+    | 1 | 2 |
+    """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    n_all = len(df)
     if max_rows is not None:
         df = df.head(max_rows)
     if fmt == "csv":
         return df.to_csv(index=False)
     if fmt == "json":
-        return json.dumps(json.loads(df.to_json(orient="records")), indent=1) + "\n"
-    view = humanize(df) if human else df
+        return json.dumps(json.loads(df.to_json(orient="records", force_ascii=False)), indent=1,
+                          ensure_ascii=False) + "\n"
+    view = humanize(df, time_unit) if human else df.copy()
     if short_names:
-        view = view.copy()
         for c in view.columns:
-            if c in ("name", "prev_name", "next_name", "op") and view[c].dtype == object:
-                view[c] = view[c].map(lambda x: shorten(x, 60))
+            if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
+                view[c] = view[c].astype(object).map(lambda x: shorten(x, 60))
+    more = f"{n_all - len(df):,} more rows not shown (showing {len(df):,} of {n_all:,})" if len(df) < n_all else ""
+    numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
+               for c in view.columns]
     if fmt == "markdown":
-        cols = [str(c) for c in view.columns]
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        cols = [_md(str(c)) for c in view.columns]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
         for row in view.itertuples(index=False):
-            lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
-        return ((f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n")
+            lines.append("| " + " | ".join(_md(_cell(v)) for v in row) + " |")
+        if more:
+            lines.append(f"\n_{more}_")
+        return (f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n"
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for c in view.columns:
-        t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(view[c]) else "left",
-                     overflow="fold")
-    for row in view.itertuples(index=False):
-        t.add_row(*(_cell(v) for v in row))
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", caption=more or None, caption_justify="left",
+              pad_edge=False)
+    cells = [[_cell(v) for v in row] for row in view.itertuples(index=False)]
+    heads = [str(c) for c in view.columns]
+    if width is None:
+        width = max(shutil.get_terminal_size((200, 24)).columns, 100)
+    widths = column_widths(heads, cells, numeric, width)
+    for head, is_num, w in zip(heads, numeric, widths):
+        t.add_column(head, justify="right" if is_num else "left", overflow="fold", width=w)
+    for r in cells:
+        t.add_row(*r)
     buf = io.StringIO()
-    Console(file=buf, width=200, force_terminal=False, color_system=None).print(t)
-    return buf.getvalue()
+    # as wide as the columns need: numbers are never cut, so a table wider than the terminal stays whole
+    console = Console(file=buf, width=max(width, sum(widths) + 3 * len(widths) + 2), force_terminal=False,
+                      color_system=None, highlight=False)
+    if title:
+        console.print(title, style="bold", overflow="fold", soft_wrap=True)
+    console.print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> list[int]:
+    """Column widths for a terminal table of ``width`` columns.
+
+    Each column starts at its natural width (header or widest value). While the table is too
+    wide, the widest text column gives up space, down to 16 characters (names fold onto more
+    lines); then headers wrap at their spaces. Numbers never shrink below their widest value.
+
+    Examples
+    --------
+    >>> column_widths(["rank", "name", "total (ms)"], [["0", "x" * 90, "12.5"]], [True, False, True], 60)
+    [4, 37, 10]
+    >>> column_widths(["computation (ms)"], [["1.5"]], [True], 10)
+    [11]
+    """
+    n = len(heads)
+    widest = [max((len(r[k]) for r in cells), default=0) for k in range(n)]
+    natural = [max(len(h), w, 1) for h, w in zip(heads, widest)]
+    word = [max((len(x) for x in h.split()), default=1) for h in heads]
+    floor_text = [max(min(natural[k], 16), word[k]) for k in range(n)]
+    floor_head = [max(widest[k], word[k], 1) if numeric[k] else floor_text[k] for k in range(n)]
+    w = list(natural)
+    budget = width - 3 * n  # per column: one space of padding on each side and one separator
+    for floors in ([natural[k] if numeric[k] else floor_text[k] for k in range(n)], floor_head):
+        excess = sum(w) - budget
+        while excess > 0:
+            k = max(range(n), key=lambda i: (w[i] - floors[i], -i))
+            if w[k] <= floors[k]:
+                break
+            step = min(excess, w[k] - floors[k])
+            w[k] -= step
+            excess -= step
+    return w
+
+
+def _md(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
 
 
 def _cell(v: object) -> str:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
     if isinstance(v, (float, np.floating)):
         if np.isnan(v):
             return ""
-        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1e15 else f"{v:.3e}"
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if abs(v) >= 1e15:
+            return f"{v:.3e}"
+        s = f"{v:,.3f}".rstrip("0").rstrip(".")
+        return "0" if s in ("-0", "") else s
+    if isinstance(v, (int, np.integer)):
         return f"{v:,}"
     return str(v)

@@ -1,0 +1,202 @@
+"""``dtrace report``, ``dtrace compare`` and ``dtrace diff``: reports of one run or several.
+
+The renderers return strings or DataFrames; this module is the only place that writes them
+(atomically: a temporary file in the target directory, then a rename).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from ..diff import LEVELS, PER, diff, missing_levels
+from ..errors import UsageError
+from ..results import Results, load
+from .common import add_output_format
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write the HTML report of a results directory",
+                       description="Write one self-contained HTML file (no network needed to view it) with "
+                                   "the job summary, per-GPU breakdown, classes, rank × step heatmaps, "
+                                   "stragglers, top kernels, gaps, collective skew and per-op GPU time.")
+    p.add_argument("out", metavar="OUT", help="results directory of dtrace analyze")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")
+    p.add_argument("--title", default=None, help="page title")
+    p.add_argument("--max-bars", type=int, default=64, metavar="N",
+                   help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)")
+    p.set_defaults(func=run_report)
+
+    c = sub.add_parser("compare", help="compare several runs side by side (HTML)",
+                       description="Runs side by side with the same kernel categories, GPU vs non-GPU time "
+                                   "when each run's unprofiled wall time is given, and the kernel → category "
+                                   "map as CSV.")
+    c.add_argument("runs", nargs="+", metavar="OUT", help="results directories (the first is the baseline)")
+    c.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")
+    c.add_argument("--label", action="append", default=[], metavar="LABEL",
+                   help="label of each run, in order (default: the directory names)")
+    c.add_argument("--wall-time", action="append", default=[], metavar="RUN=SECONDS",
+                   help="elapsed time of a run measured without the profiler (RUN: its label, path or "
+                        "1-based position); repeat per run")
+    c.add_argument("--category-csv", default=None, metavar="FILE",
+                   help="also write the kernel → category map (run, category, name, count, time) as CSV")
+    c.add_argument("--classmap", default=None, metavar="FILE",
+                   help="classify every run's kernels with this class map (substring or "
+                        "{engine: {model: {regex: category}}} JSON) instead of each run's own classes")
+    c.add_argument("--engine", default=None, help="engine of an ordered-regex class map")
+    c.add_argument("--model", default=None, help="model of an ordered-regex class map")
+    c.add_argument("--title", default=None, help="page title")
+    c.set_defaults(func=run_compare)
+
+    d = sub.add_parser("diff", help="differences between two runs per class, kernel and op",
+                       description="Count and time of run A and run B and their deltas (B − A) per breakdown "
+                                   "component, kernel class, kernel and host op, sorted by impact.")
+    d.add_argument("a", metavar="OUT_A", help="results directory of the baseline run")
+    d.add_argument("b", metavar="OUT_B", help="results directory of the run compared with it")
+    d.add_argument("--level", action="append", choices=LEVELS, default=None,
+                   help="compare only this level (repeatable; default: all)")
+    d.add_argument("--per", choices=PER, default="gpu",
+                   help="gpu: values per (rank, device) of each run (default); job: job totals")
+    d.add_argument("--top", type=int, default=20, metavar="N", help="rows per level in the terminal (default 20)")
+    d.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="also write every row to FILE.parquet or FILE.csv")
+    add_output_format(d)
+    d.set_defaults(func=run_diff)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {path}: directory {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        _default_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from ..render.html import report
+
+    res = load(args.out)
+    write_text(args.output, report(res, title=args.title, max_bars=args.max_bars))
+    print(f"report: {args.output}")
+    return 0
+
+
+def parse_wall_times(specs: list[str], labels: list[str], paths: list[str]) -> dict[str, float]:
+    """``RUN=SECONDS`` items to ``{label: seconds}``; RUN is a label, a path or a 1-based position.
+
+    Examples
+    --------
+    >>> parse_wall_times(["base=306", "2=102.5"], ["base", "new"], ["r/base", "r/new"])
+    {'base': 306.0, 'new': 102.5}
+    """
+    out: dict[str, float] = {}
+    for spec in specs:
+        key, sep, val = spec.rpartition("=")
+        if not sep or not key:
+            raise UsageError(f"--wall-time {spec!r}: expected RUN=SECONDS")
+        try:
+            seconds = float(val)
+        except ValueError:
+            raise UsageError(f"--wall-time {spec!r}: {val!r} is not a number of seconds") from None
+        if not seconds > 0:
+            raise UsageError(f"--wall-time {spec!r}: seconds must be > 0")
+        if key in labels:
+            label = key
+        elif os.path.normpath(key) in [os.path.normpath(p) for p in paths]:
+            label = labels[[os.path.normpath(p) for p in paths].index(os.path.normpath(key))]
+        elif key.isdigit() and 1 <= int(key) <= len(labels):
+            label = labels[int(key) - 1]
+        else:
+            raise UsageError(f"--wall-time {spec!r}: no run {key!r}; runs: {', '.join(labels)}")
+        out[label] = seconds
+    return out
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from ..classify import load_classmap
+    from ..render.compare import category_csv, compare, run_labels
+
+    if args.label and len(args.label) != len(args.runs):
+        raise UsageError(f"{len(args.label)} --label given for {len(args.runs)} runs; give one per run or none")
+    labels = list(args.label) if args.label else run_labels(args.runs)
+    if len(set(labels)) != len(labels):
+        raise UsageError(f"run labels must be unique: {', '.join(labels)}")
+    walls = parse_wall_times(args.wall_time, labels, args.runs)
+    runs: list[tuple[str, Results]] = [(lab, load(path)) for lab, path in zip(labels, args.runs)]
+    classifier = load_classmap(args.classmap, args.engine, args.model) if args.classmap else None
+    write_text(args.output, compare(runs, wall_time_s=walls, classifier=classifier, title=args.title))
+    print(f"comparison: {args.output}")
+    if args.category_csv:
+        write_text(args.category_csv, category_csv(runs, classifier))
+        print(f"kernel → category map: {args.category_csv}")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from ..render.text import render
+
+    a, b = load(args.a), load(args.b)
+    levels = args.level or list(LEVELS)
+    table = diff(a, b, levels=levels, per=args.per)
+    if args.output:
+        ext = os.path.splitext(args.output)[1].lower()
+        if ext not in (".parquet", ".csv"):
+            raise UsageError(f"-o {args.output}: unknown output type {ext or '(none)'}; valid: .parquet, .csv")
+        if ext == ".csv":
+            write_text(args.output, table.to_csv(index=False))
+        else:
+            _write_parquet(table, args.output)
+    if args.fmt in ("csv", "json"):
+        sys.stdout.write(render(table, args.fmt))
+    else:
+        per = "per GPU" if args.per == "gpu" else "job totals"
+        for lv in levels:
+            part = table.loc[table["level"] == lv].drop(columns="level").rename(columns={"key": lv})
+            if not len(part):
+                continue
+            if lv == "breakdown":
+                part = part.drop(columns=["count_a", "count_b", "count_delta"])
+            sys.stdout.write(render(part, args.fmt, title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
+                                    max_rows=args.top, time_unit="auto"))
+            sys.stdout.write("\n")
+        for lv, why in missing_levels(a, b, levels).items():
+            print(f"{lv}: not available ({why})")
+    if args.output:
+        print(f"diff: {args.output}", file=sys.stderr)
+    return 0
+
+
+def _write_parquet(df, path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {path}: directory {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
+        _default_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _default_mode(path: str) -> None:
+    """Give a temporary file the mode a plain ``open`` would (mkstemp makes it private)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
