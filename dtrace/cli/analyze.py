@@ -9,6 +9,17 @@ from ..render.summary import summary
 from .common import add_analysis_options, add_output_format, analysis_kwargs
 
 
+# (flag, dask-jobqueue keyword, type, help) of the batch-job settings
+_JOB_FLAGS = [
+    ("--job-cores", "cores", int, "cores per job, one single-threaded worker each (default: 1)"),
+    ("--job-memory", "memory", str, "memory per job, e.g. 16GiB (default: 4GiB)"),
+    ("--queue", "queue", str, "queue / partition of the jobs"),
+    ("--account", "account", str, "account to charge the jobs to"),
+    ("--walltime", "walltime", str, "time limit of each job, e.g. 01:00:00"),
+    ("--interface", "interface", str, "network interface of the scheduler and workers, e.g. ib0"),
+]
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="analyse the traces of every rank and write results",
                        description="Analyse trace files (files, directories, globs) of all ranks; write "
@@ -23,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--scheduler-file", default=None, help="Dask scheduler file of a running cluster")
     e.add_argument("--sync", action="store_true", help="run in-process without a cluster (small inputs, debugging)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    j = p.add_argument_group("batch jobs from a login node (pip install 'dtrace[jobqueue]')")
+    j.add_argument("--cluster", choices=["slurm", "pbs"], default=None,
+                   help="submit Dask workers as batch jobs to this scheduler (dask-jobqueue)")
+    j.add_argument("--jobs", type=int, default=None, help="batch jobs to submit (default: 1)")
+    for flag, key, kind, what in _JOB_FLAGS:
+        j.add_argument(flag, dest=f"job_{key}", type=kind, default=None, metavar=key.upper(), help=what)
     add_analysis_options(p)
     add_output_format(p)
     p.set_defaults(func=run)
@@ -30,8 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     scheduler = "sync" if args.sync else args.scheduler
+    job_options = {key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS
+                   if getattr(args, f"job_{key}") is not None}
     res = api.analyze(args.inputs, args.out, cache=args.cache, scheduler=scheduler,
                       scheduler_file=args.scheduler_file, workers=args.workers,
+                      cluster=args.cluster, jobs=args.jobs, cluster_options=job_options or None,
                       progress=not args.no_progress and sys.stderr.isatty(), format=args.input_format,
                       reuse_cache=not args.no_cache, **analysis_kwargs(args))
     print(summary(res, args.fmt))
