@@ -119,3 +119,26 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
             raise InputError(source, f"{bad.size} events have a negative duration "
                                      f"(first: {name!r} at row {int(bad[0])})")
     return out
+
+
+def side_table(schema: pa.Schema, columns: dict[str, object]) -> pa.Table:
+    """Build a side table of ``schema`` from the given columns; absent ones get their
+    "unknown" value (``""`` for text, -1 for numbers).
+
+    Examples
+    --------
+    >>> t = side_table(COLLECTIVE_SCHEMA, {"row": [4, 9], "collective": ["all_reduce", "send_recv"]})
+    >>> t.column("seq").to_pylist(), t.column("group").to_pylist()
+    ([-1, -1], ['', ''])
+    """
+    n = len(columns["row"])  # type: ignore[arg-type]
+    arrays = []
+    for f in schema:
+        values = columns.get(f.name)
+        if pa.types.is_dictionary(f.type):
+            vals = [str(v) for v in values] if values is not None else [""] * n  # type: ignore[union-attr]
+            arrays.append(pa.array(vals, pa.string()).dictionary_encode().cast(f.type))
+        else:
+            vals = np.asarray(values if values is not None else np.full(n, -1), dtype=f.type.to_pandas_dtype())
+            arrays.append(pa.array(vals, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

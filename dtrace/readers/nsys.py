@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, validate_events
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
 from . import Part, TraceFile
 from ._io import SQLITE_MAGIC, file_sha256
 from .kineto import normalize_collective
@@ -401,19 +401,7 @@ def kernel_collective(name: str) -> str:
 
 def _collectives(rows: np.ndarray, types: np.ndarray, part_rows: np.ndarray) -> pa.Table:
     ok, pos = _renumber(rows, part_rows)
-    k = int(ok.sum())
-    return pa.table({
-        "row": pa.array(pos.astype(np.int64), pa.int64()),
-        "collective": pa.array(types[ok].tolist(), pa.string()).dictionary_encode(),
-        "group": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "group_ranks": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "group_size": pa.array(np.full(k, -1, np.int32), pa.int32()),
-        "seq": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "in_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "out_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "dtype": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "bytes": pa.array(np.full(k, -1, np.int64), pa.int64()),
-    }).cast(COLLECTIVE_SCHEMA)
+    return side_table(COLLECTIVE_SCHEMA, {"row": pos, "collective": types[ok].tolist()})
 
 
 def _memcpy(rows: np.ndarray, kinds: np.ndarray, nbytes: np.ndarray, part_rows: np.ndarray) -> pa.Table:

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..errors import InputError, NoGPUActivity
 from ..nsysstats.csvfiles import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, validate_events
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
 from . import Part, TraceFile
 from ._io import file_sha256
 from .kineto import copy_kind
@@ -134,16 +134,4 @@ def read_nsys_csv(path: str) -> TraceFile:
 
 
 def _collectives(rows: np.ndarray, types: np.ndarray) -> pa.Table:
-    k = len(rows)
-    return pa.table({
-        "row": pa.array(rows.astype(np.int64), pa.int64()),
-        "collective": pa.array([str(t) for t in types.tolist()], pa.string()).dictionary_encode(),
-        "group": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "group_ranks": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "group_size": pa.array(np.full(k, -1, np.int32), pa.int32()),
-        "seq": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "in_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "out_nelems": pa.array(np.full(k, -1, np.int64), pa.int64()),
-        "dtype": pa.array([""] * k, pa.string()).dictionary_encode(),
-        "bytes": pa.array(np.full(k, -1, np.int64), pa.int64()),
-    }).cast(COLLECTIVE_SCHEMA)
+    return side_table(COLLECTIVE_SCHEMA, {"row": rows, "collective": types.tolist()})
