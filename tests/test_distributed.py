@@ -24,6 +24,7 @@ import pytest
 from distributed import Client
 
 import dtrace
+from _fifo import release_fifo
 from dtrace.errors import ResultsError
 from dtrace.synth import generate
 
@@ -129,20 +130,6 @@ def job16(tmp_path_factory):
     files = sorted(glob.glob(str(d / "traces" / "rank-*.json.gz")))
     ref = dtrace.analyze(files, d / "sync", scheduler="sync")
     return files, dtrace.load(ref.path)
-
-
-def release_fifo(path: str | os.PathLike[str], quiet: float = 1.5, timeout: float = 20.0) -> None:
-    """Give every process blocked opening the FIFO ``path`` for reading an empty file (EOF),
-    until nobody has opened it for ``quiet`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = time.monotonic()
-    while time.monotonic() - last < quiet and time.monotonic() < deadline:
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            last = time.monotonic()
-        except OSError:  # ENXIO: no reader right now
-            pass
-        time.sleep(0.05)
 
 
 def cli(*args: str) -> list[str]:

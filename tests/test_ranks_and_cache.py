@@ -132,3 +132,28 @@ def test_rank_per_device_files_numbered_by_process_index():
     got = {(s.path.split("/")[-1], s.device): s.rank for s in specs}
     assert got[("host_rank0.trace.json.gz", 0)] == 0 and got[("host_rank0.trace.json.gz", 7)] == 7
     assert got[("host_rank1.trace.json.gz", 0)] == 8 and got[("host_rank1.trace.json.gz", 7)] == 15
+
+
+def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypatch):
+    """Same inputs + same options: the per-part result frames are reused, not recomputed;
+    other options recompute from the Parquet events (still without parsing JSON)."""
+    from dtrace import partition
+
+    src = shared("kineto", "hta-2rank")
+    out = tmp_path / "out"
+    first = dtrace.analyze(src, str(out), scheduler="sync")
+    assert not any(i["results_reused"] for i in first.manifest["inputs"])
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(partition, "run_part_analyses", boom)
+    again = dtrace.analyze(src, str(out), scheduler="sync")
+    assert again.errors == [] and all(i["results_reused"] for i in again.manifest["inputs"])
+    for t in first.table_names:
+        assert first.table(t).equals(again.table(t)), t
+    other = dtrace.analyze(src, str(out), scheduler="sync", step=551)  # new options: recomputed
+    assert len(other.errors) == 2 and all("recomputed" in e for e in other.errors)
+    monkeypatch.undo()
+    forced = dtrace.analyze(src, str(out), scheduler="sync", reuse_cache=False)
+    assert not any(i["results_reused"] for i in forced.manifest["inputs"])

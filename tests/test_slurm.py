@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 
 import dtrace
+from _fifo import release_fifo
 from dtrace.engine import ClusterSpec, Engine
 from dtrace.errors import UsageError
 from dtrace.synth import generate
@@ -81,20 +82,6 @@ def leftover_processes(marker: str, timeout: float = 30.0) -> list[str]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
-
-
-def release_fifo(path: str | os.PathLike[str], quiet: float = 1.5, timeout: float = 20.0) -> None:
-    """Give every process blocked opening the FIFO ``path`` for reading an empty file (EOF),
-    until nobody has opened it for ``quiet`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = time.monotonic()
-    while time.monotonic() - last < quiet and time.monotonic() < deadline:
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            last = time.monotonic()
-        except OSError:  # ENXIO: no reader right now
-            pass
-        time.sleep(0.05)
 
 
 def job_env(**extra: str) -> dict[str, str]:

@@ -181,8 +181,8 @@ def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
     seen = []
     real = api.analyze_partition
 
-    def spy(spec, opts):
-        out = real(spec, opts)
+    def spy(spec, opts, *args):
+        out = real(spec, opts, *args)
         seen.append({name: (len(df), list(df.columns)) for name, df in out["tables"].items()})
         return out
 

@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", required=True, help="results directory")
     p.add_argument("--cache", default=None, help="ingest cache directory (default: OUT/cache)")
     p.add_argument("--no-cache", action="store_true", help="re-parse every input even if cached")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute the analyses from the cached Parquet events (no reuse of result frames)")
     e = p.add_argument_group("execution")
     e.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
     e.add_argument("--scheduler", default=None, help="address of a running Dask scheduler, or 'sync'")
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                       scheduler_file=args.scheduler_file, workers=args.workers,
                       cluster=args.cluster, jobs=args.jobs, cluster_options=job_options or None,
                       progress=not args.no_progress and sys.stderr.isatty(), format=args.input_format,
-                      reuse_cache=not args.no_cache, **analysis_kwargs(args))
+                      reuse_cache=not args.no_cache,
+                      reuse_results=not (args.no_cache or args.recompute), **analysis_kwargs(args))
     print(summary(res, args.fmt))
     print(f"results: {args.out}")
     n_ok = res.manifest.get("n_parts", 0)

@@ -10,6 +10,11 @@ Finding a boundary needs no JSON tokenizer: a candidate cut is a ``}`` followed 
 really is between two top-level events (a cut inside a string or a nested object leaves the
 array unbalanced), so the decoder itself confirms the candidate; a wrong candidate costs one
 failed decode and the previous candidate is tried.
+
+No byte is copied on the way: plain files are read straight into one reusable buffer (gzip
+content is inflated into it), the brackets are written over the separators in place, and the
+decoder reads the buffer through a memoryview. The buffer starts small (small files stay
+cheap) and grows to ``block`` bytes as the file turns out large.
 """
 from __future__ import annotations
 
@@ -21,13 +26,14 @@ from typing import Any, Iterator, TypeVar
 import msgspec
 
 from ..errors import InputError
-from ._io import BLOCK, iter_blocks
+from ._io import BLOCK, Content
 
 T = TypeVar("T")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
 _MAX_PREFIX = 256 << 20
 _MAX_TRIES = 64
+_FIRST_BLOCK = 1 << 16
 
 
 def _problem(exc: Exception) -> str:
@@ -69,84 +75,84 @@ class ChromeTrace:
 
     # -- public -------------------------------------------------------------------------
     def chunks(self) -> Iterator[list[Any]]:
-        blocks, hashing = iter_blocks(self.path, self.block)
-        try:
-            yield from self._chunks(blocks)
-        except (EOFError, zlib.error, OSError) as exc:
-            raise InputError(self.path, _problem(exc)) from None
-        finally:
-            blocks.close()  # type: ignore[attr-defined]
-        self.sha256 = hashing.hash.hexdigest()
+        with Content(self.path) as content:
+            try:
+                yield from self._chunks(content)
+                content.finish()
+            except (EOFError, zlib.error, OSError) as exc:
+                raise InputError(self.path, _problem(exc)) from None
+            self.sha256 = content.sha256
 
     # -- internals ----------------------------------------------------------------------
-    def _chunks(self, blocks: Iterator[bytes]) -> Iterator[list[Any]]:
-        buf = bytearray()
+    def _chunks(self, content: Content) -> Iterator[list[Any]]:
+        """Decode the events in place in one reusable buffer.
+
+        ``buf[lo:hi]`` is the unconsumed content and ``buf[lo]`` is always ``[``: at a confirmed
+        boundary ``}`` ``,`` ``{`` the comma is overwritten with ``]``, the slice
+        ``buf[lo:comma + 1]`` is decoded through a memoryview (no copy), and the comma becomes
+        the ``[`` of the next chunk. The buffer only grows when one event is larger than it.
+        """
+        buf = bytearray(min(self.block, _FIRST_BLOCK))  # small files never pay for a full block
+        lo = hi = 0
         eof = False
 
-        def more() -> bool:
-            nonlocal eof
-            if eof:
-                return False
-            try:
-                b = next(blocks)
-            except StopIteration:
-                eof = True
-                return False
-            self.bytes_read += len(b)
-            buf.extend(b)
-            return True
+        def fill() -> None:
+            nonlocal lo, hi, eof, buf
+            if lo:  # move the unconsumed tail (usually part of one event) to the front
+                rest = bytes(buf[lo:hi])
+                buf[:len(rest)] = rest
+                lo, hi = 0, len(rest)
+            if hi == len(buf) or len(buf) < self.block:
+                # grow: up to the block size as the file turns out large, beyond it only when one
+                # event is larger than the buffer (full and no boundary in it). A new buffer, never
+                # an in-place resize: a frame still holding a view of the old one (a profiler
+                # sampling this thread, a traceback) would make the resize fail.
+                grown = bytearray(len(buf) + (len(buf) if hi == len(buf) else min(len(buf), self.block - len(buf))))
+                grown[:hi] = memoryview(buf)[:hi]
+                buf = grown
+            with memoryview(buf) as mv:
+                while hi < len(buf):
+                    n = content.readinto(mv[hi:])
+                    if not n:
+                        eof = True
+                        break
+                    hi += n
+                    self.bytes_read += n
 
         # 1. find the start of the events array
-        start = -1
-        prefix = b""
         bare = False
+        fill()
         while True:
-            stripped = bytes(buf[:64]).lstrip(_WS)
-            if stripped[:1] == b"[":  # bare array form: the document is the events
-                start = len(buf) - len(bytes(buf).lstrip(_WS)) + 1
+            head = bytes(buf[:min(hi, 64)]).lstrip(_WS)
+            if head[:1] == b"[":  # bare array form: the document is the events
+                lo = bytes(buf[:hi]).index(b"[")
                 prefix = b"{"
                 bare = True
                 break
-            m = _KEY.search(buf)
+            m = _KEY.search(buf, 0, hi)
             if m:
-                start = m.end()
+                lo = m.end() - 1  # the '[' of the array
                 prefix = bytes(buf[:m.start()])
                 break
-            if not more():
-                break
-            if len(buf) > _MAX_PREFIX:
-                break
-        if start < 0:
-            if not bytes(buf).strip():
-                raise InputError(self.path, "the file is empty")
-            head = bytes(buf[:1]).lstrip(_WS)
-            try:
-                msgspec.json.decode(bytes(buf)) if eof else None
-            except msgspec.DecodeError as exc:
-                raise InputError(self.path, f"invalid JSON: {exc}") from None
-            if head[:1] not in (b"{", b"[") and bytes(buf).lstrip(_WS)[:1] not in (b"{", b"["):
-                raise InputError(self.path, "not a JSON trace (does not start with '{' or '[')")
-            raise InputError(self.path, "no 'traceEvents' array in the JSON document")
+            if eof or hi > _MAX_PREFIX:
+                self._no_events(bytes(buf[:hi]), eof)
+            lo = 0
+            fill()
         head_meta = self._decode_meta(prefix.rstrip(_WS).rstrip(b",") + b"}", "the keys before traceEvents")
-        del buf[:start]
 
         # 2. the events, cut at confirmed boundaries
-        while True:
-            while len(buf) < self.block and more():
-                pass
+        while not eof:
+            fill()
             if eof:
                 break
-            cut = self._cut(buf)
-            if cut is None:  # no boundary in this buffer: read more and try again
-                if not more():
-                    break
-                continue
-            events, n = cut
-            yield events
-            del buf[:n]
+            cut = self._cut(buf, lo, hi)
+            if cut is not None:
+                events, lo = cut
+                yield events
+            # else: no boundary in the whole buffer; fill() grows it
 
         # 3. the last events and the keys after the array
-        events, tail = self._last(buf)
+        events, tail = self._last(bytes(buf[lo + 1:hi]))
         if events:
             yield events
         rest = tail.strip(_WS)
@@ -158,6 +164,18 @@ class ChromeTrace:
                                       "the keys after traceEvents")
         self.meta = _merge(head_meta, tail_meta)
 
+    def _no_events(self, text: bytes, eof: bool) -> None:
+        """Raise the right error for a document in which no events array was found."""
+        if not text.strip():
+            raise InputError(self.path, "the file is empty")
+        try:
+            msgspec.json.decode(text) if eof else None
+        except msgspec.DecodeError as exc:
+            raise InputError(self.path, f"invalid JSON: {exc}") from None
+        if text.lstrip(_WS)[:1] not in (b"{", b"["):
+            raise InputError(self.path, "not a JSON trace (does not start with '{' or '[')")
+        raise InputError(self.path, "no 'traceEvents' array in the JSON document")
+
     def _decode_meta(self, text: bytes, where: str) -> Any:
         try:
             return self._meta_decoder.decode(text)
@@ -166,46 +184,51 @@ class ChromeTrace:
         except msgspec.DecodeError as exc:
             raise InputError(self.path, f"invalid JSON in {where}: {exc}") from None
 
-    def _decode_events(self, text: bytes) -> list[Any]:
+    def _decode_events(self, text: bytes | memoryview) -> list[Any]:
         return self._events_decoder.decode(text)
 
-    def _cut(self, buf: bytearray) -> tuple[list[Any], int] | None:
-        """Decode the events before the last confirmed boundary of ``buf``."""
-        pos = len(buf)
-        floor = 0
+    def _cut(self, buf: bytearray, lo: int, hi: int) -> tuple[list[Any], int] | None:
+        """Decode the events of ``buf[lo:hi]`` before its last confirmed boundary.
+
+        Returns the events and the new ``lo`` (the boundary's comma, now ``[``), or None.
+        """
+        pos = hi
         for _ in range(_MAX_TRIES):
-            close = buf.rfind(b"}", floor, pos)
+            close = buf.rfind(b"}", lo, pos)
             if close < 0:
                 return None
+            pos = close
             j = close + 1
-            while j < len(buf) and buf[j] in _WS:
+            while j < hi and buf[j] in _WS:
                 j += 1
-            if j >= len(buf) or buf[j] != 0x2C:  # ','
-                pos = close
+            if j >= hi or buf[j] != 0x2C:  # ','
                 continue
             k = j + 1
-            while k < len(buf) and buf[k] in _WS:
+            while k < hi and buf[k] in _WS:
                 k += 1
-            if k >= len(buf) or buf[k] != 0x7B:  # '{'
-                pos = close
+            if k >= hi or buf[k] != 0x7B:  # '{'
                 continue
+            buf[j] = 0x5D  # ']'
             try:
-                events = self._decode_events(b"[" + buf[:close + 1] + b"]")
+                with memoryview(buf) as mv, mv[lo:j + 1] as text:
+                    events = self._decode_events(text)
             except msgspec.ValidationError as exc:
                 raise InputError(self.path, _validation(exc)) from None
             except msgspec.DecodeError:
-                pos = close
+                buf[j] = 0x2C
                 continue
-            return events, k
+            buf[j] = 0x5B  # '[': the start of the next chunk
+            return events, j
         return None
 
-    def _last(self, buf: bytearray) -> tuple[list[Any], bytes]:
-        """Split the final buffer into the last events and the text after the array."""
-        text = bytes(buf)
+    def _last(self, text: bytes) -> tuple[list[Any], bytes]:
+        """Split the final text into the last events and the text after the array."""
         if not text.strip(_WS):
             raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
         i = len(text)
-        last_exc: Exception | None = None
+        # keep the message, not the exception: its traceback holds this frame (and through it the
+        # read buffer), a reference cycle that only the cyclic GC would free
+        last_error: str | None = None
         for _ in range(_MAX_TRIES):
             i = text.rfind(b"]", 0, i)
             if i < 0:
@@ -218,10 +241,10 @@ class ChromeTrace:
             except msgspec.ValidationError as exc:
                 raise InputError(self.path, _validation(exc)) from None
             except msgspec.DecodeError as exc:
-                last_exc = exc
+                last_error = str(exc)
                 continue
-        if last_exc is not None:
-            raise InputError(self.path, f"invalid JSON in traceEvents: {last_exc}")
+        if last_error is not None:
+            raise InputError(self.path, f"invalid JSON in traceEvents: {last_error}")
         raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
 
 

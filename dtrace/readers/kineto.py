@@ -9,6 +9,7 @@ per device; host events are shared by every part.
 """
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any
 
@@ -42,7 +43,7 @@ KIND_CODES = {k: i for i, k in enumerate(("kernel", "memcpy", "memset", "cpu_op"
 KIND_DICT = pa.array(list(KIND_CODES), pa.string())
 
 
-class Args(msgspec.Struct, gc=False):
+class Args(msgspec.Struct, gc=False, frozen=True):
     external_id: int | str | None = msgspec.field(default=None, name="External id")
     external_id_old: int | str | None = msgspec.field(default=None, name="external id")
     correlation: int | str | None = None
@@ -61,6 +62,9 @@ class Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
 
 
+_NO_ARGS = Args()
+
+
 class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
@@ -69,7 +73,7 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str | None = None
     ts: float | None = None
     dur: float | None = None
-    args: Args | None = None
+    args: Args | None = _NO_ARGS  # absent args read as all fields unset (frozen, so shared safely)
 
 
 class DistInfo(msgspec.Struct, gc=False):
@@ -119,73 +123,127 @@ class _Columns:
         self.n = 0
 
 
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _num(v: Any, default: int = -1) -> int:
     """An integer argument that some runtimes write as a string (``"0x0"``, ``"128"``)."""
     if v is None:
         return default
-    if isinstance(v, int):
-        return v
+    if not isinstance(v, int):
+        try:
+            v = int(v, 0) if isinstance(v, str) else int(v)
+        except (TypeError, ValueError, OverflowError):
+            return default
+    return v if _I64_MIN <= v <= _I64_MAX else default
+
+
+def _int_column(values: list[Any], default: int) -> np.ndarray:
+    """int64 column of integer-or-None values (``None`` → ``default``), vectorised.
+
+    The common case (ints and ``None``) is converted by Arrow in C; values written as strings
+    (``"0x7"``) or beyond int64 take the per-value path of :func:`_num`.
+    """
     try:
-        return int(v, 0) if isinstance(v, str) else int(v)
-    except (TypeError, ValueError, OverflowError):
-        return default
+        arr = pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return np.fromiter((_num(v, default) for v in values), np.int64, len(values))
+    if arr.null_count:
+        arr = arr.fill_null(default)
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def _ints(values: list[Any], ids: StableIds) -> np.ndarray:
+    """int64 ids (pid/tid): ints as they are, strings mapped to stable ints, ``None`` → -1."""
     try:
         return np.fromiter(values, dtype=np.int64, count=len(values))
-    except (TypeError, ValueError):
-        return np.fromiter((ids(v) for v in values), dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):  # a few string ids: map each distinct value once
+        lut = {v: -1 if v is None else ids(v) if isinstance(v, str) else _num(v) for v in set(values)}
+        return np.fromiter(map(lut.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+_get = operator.attrgetter
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (_get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur",
+                                                                     "args"))
+_A_CORR, _A_EXT, _A_EXT_OLD, _A_SEQ, _A_DEV, _A_STREAM, _A_COLL = (
+    _get(k) for k in ("correlation", "external_id", "external_id_old", "seq_number", "device", "stream",
+                      "collective"))
+_DICT_TYPE = pa.dictionary(pa.int32(), pa.string())
+_GPU_CODES = np.array(sorted(KIND_CODES[k] for k in GPU_KIND_SET), np.int8)
+_KIND_OF_CAT: dict[str | None, int] = {}
+
+
+def _kind_codes(cats: list[str | None]) -> np.ndarray:
+    """Schema kind code of each category (classified once per distinct category)."""
+    enc = pa.array(cats, _DICT_TYPE)
+    uniq = enc.dictionary.to_pylist()
+    for u in uniq:
+        if u not in _KIND_OF_CAT:
+            _KIND_OF_CAT[u] = KIND_CODES[CATEGORY_KIND.get((u or "").lower(), "other")]
+    lut = np.array([_KIND_OF_CAT[u] for u in uniq] + [KIND_CODES["other"]], np.int8)
+    idx = enc.indices.fill_null(len(uniq)) if enc.indices.null_count else enc.indices
+    return lut[idx.to_numpy(zero_copy_only=False)]
+
+
+def _floats(xs: list[Event], get: Any, field: str, path: str) -> np.ndarray:
+    """A float64 column; a missing value (``None``, read as NaN; JSON has no NaN) is an error."""
+    out = np.fromiter(map(get, xs), np.float64, len(xs))
+    missing = np.isnan(out)
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
+    return out
 
 
 def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> None:
+    """Append the complete (``ph == "X"``) events of one decoded chunk to the columns.
+
+    Each field is pulled out of the structs with one C-level ``map(attrgetter)`` pass and
+    converted by numpy/Arrow; the only per-event Python runs over the few collective and
+    memcpy events.
+    """
     xs = [e for e in events if e.ph == "X"]
     if not xs:
         return
     n = len(xs)
-    cat_kind: dict[str | None, int] = {}
-    kinds = np.empty(n, dtype=np.int8)
-    cats = [e.cat for e in xs]
-    for cat in set(cats):
-        cat_kind[cat] = KIND_CODES[CATEGORY_KIND.get((cat or "").lower(), "other")]
-    kinds[:] = [cat_kind[x] for x in cats]
-    ts = [e.ts for e in xs]
-    dur = [e.dur for e in xs]
-    if None in ts or None in dur:
-        i = ts.index(None) if None in ts else dur.index(None)
-        field = "ts" if None in ts else "dur"
-        raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
-    start = np.asarray(ts, dtype=np.float64)
-    d = np.asarray(dur, dtype=np.float64)
-    if (d < 0).any():
-        i = int(np.flatnonzero(d < 0)[0])
-        raise InputError(path, f"{int((d < 0).sum())} events have a negative duration "
+    kinds = _kind_codes(list(map(_CAT, xs)))
+    start = _floats(xs, _TS, "ts", path)
+    d = _floats(xs, _DUR, "dur", path)
+    neg = d < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise InputError(path, f"{int(neg.sum())} events have a negative duration "
                                f"(first: {xs[i].name!r}, dur={d[i]})")
-    args = [e.args for e in xs]
-    no = Args()
-    args = [a if a is not None else no for a in args]
-    corr = np.fromiter((_num(a.correlation) for a in args), np.int64, n)
-    ext = np.fromiter((_num(a.external_id) if a.external_id is not None else _num(a.external_id_old)
-                       for a in args), np.int64, n)
-    seq = np.fromiter((_num(a.seq_number) for a in args), np.int64, n)
-    pid = _ints([e.pid if e.pid is not None else -1 for e in xs], ids)
-    tid = _ints([e.tid if e.tid is not None else -1 for e in xs], ids)
-    is_gpu = np.isin(kinds, [KIND_CODES[k] for k in GPU_KIND_SET])
-    dev_arg = np.fromiter((_num(a.device, -2) for a in args), np.int64, n)
-    str_arg = np.fromiter((_num(a.stream, -2) for a in args), np.int64, n)
-    device = np.where(dev_arg >= -1, dev_arg, pid)
-    stream = np.where(str_arg >= -1, str_arg, tid)
-    device = np.where(is_gpu, device, -1)
-    stream = np.where(is_gpu, stream, -1)
+    args = list(map(_ARGS, xs))
+    if None in args:
+        args = [_NO_ARGS if a is None else a for a in args]
+    corr = _int_column(list(map(_A_CORR, args)), -1)
+    ext = _int_column(list(map(_A_EXT, args)), _I64_MIN)  # "External id", else old "external id"
+    if (ext == _I64_MIN).any():
+        ext = np.where(ext == _I64_MIN, _int_column(list(map(_A_EXT_OLD, args)), -1), ext)
+    seq = _int_column(list(map(_A_SEQ, args)), -1)
+    pid = _ints(list(map(_PID, xs)), ids)
+    tid = _ints(list(map(_TID, xs)), ids)
+    is_gpu = np.isin(kinds, _GPU_CODES)
+    device = np.full(n, -1, np.int64)
+    stream = np.full(n, -1, np.int64)
+    gpu_rows = np.flatnonzero(is_gpu)
+    if gpu_rows.size:  # device/stream only matter on the (few) GPU events
+        gargs = [args[i] for i in gpu_rows.tolist()]
+        dev_arg = _int_column(list(map(_A_DEV, gargs)), -2)
+        str_arg = _int_column(list(map(_A_STREAM, gargs)), -2)
+        device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
+        stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
     base = c.n
-    for i in np.flatnonzero(kinds == KIND_CODES["kernel"]).tolist():
-        a = args[i]
-        if a.collective is not None:
-            c.coll_rows.append((base + i, a, xs[i].name))
+    kernel_rows = np.flatnonzero(kinds == KIND_CODES["kernel"]).tolist()
+    colls = list(map(_A_COLL, map(args.__getitem__, kernel_rows))) if kernel_rows else []
+    for i, coll in zip(kernel_rows, colls):
+        if coll is not None:
+            c.coll_rows.append((base + i, args[i], xs[i].name))
     for i in np.flatnonzero(kinds == KIND_CODES["memcpy"]).tolist():
         a = args[i]
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, a.kind))
-    c.names.append(pa.array([e.name for e in xs], pa.string()).dictionary_encode())
+    c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
     for key, arr in (("device", device), ("stream", stream), ("pid", pid), ("tid", tid), ("kind", kinds),
                      ("start", start), ("dur", d), ("correlation", corr), ("external_id", ext), ("seq", seq)):
         c.cols[key].append(arr)
@@ -307,27 +365,48 @@ def _as_int(v: Any, default: int = -1) -> int:
         return default
 
 
+def _group_ranks(ranks: Any) -> tuple[str, int]:
+    """``Process Group Ranks`` (a list, or a list written as a string) as text, and its length."""
+    if isinstance(ranks, str):
+        try:
+            ranks = msgspec.json.decode(ranks.encode())
+        except msgspec.DecodeError:
+            return ranks, -1
+    if isinstance(ranks, list):
+        return "[" + ", ".join(str(r) for r in ranks) + "]", len(ranks)
+    return ("" if ranks is None else str(ranks)), -1
+
+
 def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
     out: dict[str, list[Any]] = {f.name: [] for f in COLLECTIVE_SCHEMA}
+    groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
+    names: dict[str, str] = {}
     for row, a, _name in rows:
         in_n = _as_int(_raw(a.in_nelems))
         out_n = _as_int(_raw(a.out_nelems))
         dtype = _raw(a.dtype)
         dtype = str(dtype) if dtype is not None else ""
         ranks = _raw(a.pg_ranks)
+        key = tuple(ranks) if isinstance(ranks, list) else ranks
+        try:
+            ranks_txt, n_ranks = groups[key]
+        except (KeyError, TypeError):  # TypeError: a list of unhashable items; no memo then
+            ranks_txt, n_ranks = _group_ranks(ranks)
+            if not isinstance(key, (list, dict)):
+                try:
+                    groups[key] = (ranks_txt, n_ranks)
+                except TypeError:
+                    pass
         size = _as_int(_raw(a.group_size))
-        if isinstance(ranks, str):
-            try:
-                ranks = msgspec.json.decode(ranks.encode())
-            except msgspec.DecodeError:
-                pass
-        ranks_txt = ("[" + ", ".join(str(r) for r in ranks) + "]") if isinstance(ranks, list) else (str(ranks) if ranks is not None else "")
-        if size < 0 and isinstance(ranks, list):
-            size = len(ranks)
+        if size < 0 and n_ranks >= 0:
+            size = n_ranks
         width = DTYPE_BYTES.get(dtype.lower().replace("c10::", ""), 0)
         nel = max(in_n, out_n)
+        coll = a.collective or ""
+        if coll not in names:
+            names[coll] = normalize_collective(coll)
         out["row"].append(row)
-        out["collective"].append(normalize_collective(a.collective or ""))
+        out["collective"].append(names[coll])
         pg = _raw(a.pg_name)
         out["group"].append("" if pg is None else str(pg))
         out["group_ranks"].append(ranks_txt)
@@ -337,10 +416,7 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
         out["out_nelems"].append(out_n)
         out["dtype"].append(dtype)
         out["bytes"].append(nel * width if nel >= 0 and width else -1)
-    return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type.value_type
-                                 if pa.types.is_dictionary(COLLECTIVE_SCHEMA.field(k).type)
-                                 else COLLECTIVE_SCHEMA.field(k).type)
-                     for k, v in out.items()}).cast(COLLECTIVE_SCHEMA)
+    return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
 
 
 _COPY_KIND = [
