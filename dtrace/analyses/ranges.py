@@ -112,7 +112,7 @@ def _launch_threads(part: PartData) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     tid = np.full(n, -1, np.int64)
     launch = g["launch_ns"].to_numpy(np.int64) if n else np.empty(0, np.int64)
     if n and len(h):
-        rt = h.loc[(h["kind"].astype(str).to_numpy() == "runtime") & (h["correlation"].to_numpy() >= 0)]
+        rt = h.loc[(h["kind"] == "runtime").to_numpy() & (h["correlation"].to_numpy() >= 0)]
         rt = rt.drop_duplicates("correlation")
         idx = pd.Index(rt["correlation"].to_numpy()).get_indexer(g["correlation"].to_numpy())
         ok = (idx >= 0) & (launch >= 0)
@@ -127,7 +127,7 @@ def range_stats(part: PartData) -> pd.DataFrame:
     h = part.host
     if not len(h):
         return pd.DataFrame({c: [] for c in RANGE_COLUMNS})
-    ann = h.loc[h["kind"].astype(str).to_numpy() == "annotation"]
+    ann = h.loc[(h["kind"] == "annotation").to_numpy()]  # compares codes: no string per event
     if not len(ann):
         return pd.DataFrame({c: [] for c in RANGE_COLUMNS})
     r_start = ann["start_ns"].to_numpy(np.int64)
