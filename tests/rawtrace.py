@@ -100,3 +100,19 @@ def gaps_by_loop(gpu: pd.DataFrame, kernel_wait_ns: int = 30_000) -> pd.DataFram
             if busy_end is None or r.end_ns >= busy_end:
                 busy_end, prev = r.end_ns, r.name
     return pd.DataFrame(out, columns=["stream", "prev_name", "next_name", "gap_ns", "cause"])
+
+
+def union_len(s, e) -> int:
+    """Length of the union of intervals, by a plain sweep (independent of dtrace.intervals)."""
+    if not len(s):
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = np.asarray(s)[o], np.asarray(e)[o]
+    total, cs, ce = 0, s[0], e[0]
+    for a, b in zip(s[1:], e[1:]):
+        if a > ce:
+            total += ce - cs
+            cs, ce = a, b
+        else:
+            ce = max(ce, b)
+    return int(total + ce - cs)

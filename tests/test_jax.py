@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import dtrace
+from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.jax import hlo_collective, read_jax
@@ -32,24 +33,6 @@ def to_ns(us):
     us = np.asarray(us, dtype=np.float64)
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-
-
-def union_len(s, e):
-    """Plain-numpy interval union length."""
-    if not len(s):
-        return 0
-    o = np.argsort(s, kind="stable")
-    s, e = np.asarray(s)[o], np.asarray(e)[o]
-    total, cs, ce = 0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
-        if a > ce:
-            total += ce - cs
-            cs, ce = a, b
-        else:
-            ce = max(ce, b)
-    return int(total + ce - cs)
-
-
 def raw_stream_events(path):
     """GPU events on 'Stream #' threads per GPU index, from the raw JSON."""
     with gzip.open(path, "rt") as f:

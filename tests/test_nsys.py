@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import dtrace
+from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.nsys import read_nsys, split_gid
@@ -24,21 +25,6 @@ def sql(path, q):
         return con.execute(q).fetchall()
     finally:
         con.close()
-
-
-def union_len(s, e):
-    o = np.argsort(s, kind="stable")
-    s, e = np.asarray(s)[o], np.asarray(e)[o]
-    total, cs, ce = 0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
-        if a > ce:
-            total += ce - cs
-            cs, ce = a, b
-        else:
-            ce = max(ce, b)
-    return int(total + ce - cs)
-
-
 @pytest.fixture(scope="module")
 def rtx():
     return dtrace.analyze(shared(*RTX), scheduler="sync")

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import tempfile
+from typing import Callable
 
 from ..diff import LEVELS, PER, diff, missing_levels
 from ..errors import UsageError
@@ -65,21 +66,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_diff)
 
 
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
+def _atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"cannot write {path}: directory {folder} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        write(tmp)
         _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    _atomic_write(path, write)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -180,19 +190,8 @@ def _write_parquet(df, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"cannot write {path}: directory {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp,
+                                                   compression="zstd"))
 
 
 def _default_mode(path: str) -> None:
