@@ -15,7 +15,8 @@ It builds its inputs under ``bench/out/inputs`` (kept between runs; nothing is c
   16 small tiled ranks replicated to 256).
 
 Each case runs ``--repeat`` times, every run in a fresh interpreter (``bench/cases.py``, HTA in
-its own venv through ``bench/peer_hta.py``). From outside the parent records wall time, CPU time
+its own venv through ``bench/peer_hta.py``), after reading its inputs once so that every tool
+starts with them in the OS page cache ("cold" means: no dtrace cache). From outside the parent records wall time, CPU time
 (user + sys of the process tree) and memory: the exact peak RSS of the process from
 ``wait4`` and, polling with psutil every 50 ms, the peak RSS of each worker process and of the
 whole tree. Inside, each case reports the time of its work alone (imports and cluster start-up
@@ -248,9 +249,23 @@ def dtrace_cmd(inp: Input, out: str, cache: str, workers: int = 0, extra: dict[s
     return [sys.executable, os.path.join(HERE, "cases.py"), "dtrace", json.dumps(args)]
 
 
+def warm_page_cache(paths: list[str]) -> None:
+    """Read the inputs once so every tool starts with them in the OS page cache.
+
+    "Cold" means no dtrace cache; whether the kernel still holds a file depends on what else
+    the (shared) machine did meanwhile, and would add seconds of disk reads to one run and
+    not the next.
+    """
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.read(16 << 20):
+                pass
+
+
 def run_case(case: Case, repeat: int, work: str, *, cached: bool = False) -> Case:
     """``repeat`` runs of one case; cold dtrace runs get a fresh cache each time."""
     for i in range(repeat):
+        warm_page_cache(case.inp.paths)
         tag = f"{case.name}-{i}"
         env = ONE_THREAD if case.workers == 0 else None
         if case.tool == "dtrace":
@@ -632,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("cold", "cached", "reanalyse"):
             args = {"inputs": big.paths, "out": os.path.join(work, f"res-profile-{name}"), "cache": cache,
                     **({"reuse_results": False} if name == "reanalyse" else {})}
+            warm_page_cache(big.paths)
             r = measure([sys.executable, os.path.join(HERE, "cases.py"), "profile", json.dumps(args)], ONE_THREAD)
             profiles[name] = r.out
             loads.append(r.load)
