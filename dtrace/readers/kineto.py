@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, DTYPE_BYTES, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
+from ..schema import COLLECTIVE_SCHEMA, DTYPE_BYTES, MEMCPY_SCHEMA, validate_events
 from . import Part, TraceFile
 from ._chrome import ChromeTrace
 from ._ids import StableIds
