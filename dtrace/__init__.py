@@ -6,13 +6,16 @@
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
+from .analyses import Analysis  # noqa: E402
 from .api import analyze  # noqa: E402
+from .batch import Batch  # noqa: E402
 from .calltree import Tree, tree  # noqa: E402
+from .events import events  # noqa: E402
 from .errors import DtraceError, InputError, ResultsError, UsageError  # noqa: E402
 from .options import Options  # noqa: E402
 from .results import Results, load  # noqa: E402
 
-__all__ = ["analyze", "load", "tree", "Tree", "Results", "Options", "DtraceError", "InputError", "ResultsError",
-           "UsageError", "__version__"]
+__all__ = ["analyze", "load", "events", "tree", "Tree", "Analysis", "Batch", "Results", "Options", "DtraceError",
+           "InputError", "ResultsError", "UsageError", "__version__"]

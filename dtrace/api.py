@@ -5,26 +5,38 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import pandas as pd
 
-from . import __version__
-from .analyses import ANALYSES
-from .engine import ClusterSpec, Engine
+from . import resultstore
+from ._version import __version__
+from .analyses import ANALYSES, Analysis
+from .cache import FileRecord, check_cache_dir, lookup
+from .engine import ClusterSpec, Engine, TaskFailure, local_workers
+from .errors import UsageError
+from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .nsysstats.summary import add_summaries, note_summaries, split_summaries
 from .options import Options
-from .partition import analyze_partition, ingest_file
-from .plan import expand_inputs, resolve_ranks
+from .partition import PartitionResult, analyze_partition, ingest_files
+from .plan import PartSpec, expand_inputs, resolve_ranks
 from .reduce import run_reducers
 from .results import Results, write_results
+
+PARSE_BYTES_PER_S = 100e6
+"""Rough single-core parse speed, to estimate a job's work before choosing where to run it."""
+HASH_BYTES_PER_S = 2e9
+ANALYSIS_EVENTS_PER_S = 1e6
 
 
 def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: str | None = None,
             scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
             cluster: str | None = None, jobs: int | None = None, cluster_options: dict[str, Any] | None = None,
-            progress: bool = False, format: str | None = None, ranks: dict[str, int] | None = None,
-            reuse_cache: bool = True, reuse_results: bool | None = None, **options: Any) -> Results:
+            progress: Any = False, format: str | None = None, ranks: dict[str, int] | None = None,
+            reuse_cache: bool = True, reuse_results: bool | None = None,
+            analyses: Sequence[Analysis] = (), partition_events: int = TARGET_EVENTS,
+            **options: Any) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
 
     Parameters
@@ -36,8 +48,9 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         ingest cache lives in ``out/cache`` unless ``cache`` is given, so a second analysis of
         unchanged inputs reads Parquet only.
     scheduler
-        ``"sync"`` (in-process), ``"local"`` (a ``LocalCluster`` of processes; the default) or
-        the address of a running Dask scheduler. ``scheduler_file`` connects through a file.
+        ``None`` (default): in-process for a small job, else a ``LocalCluster`` of processes
+        (one per core); ``"sync"`` (always in-process), ``"local"`` (always a ``LocalCluster``)
+        or the address of a running Dask scheduler. ``scheduler_file`` connects through a file.
     workers
         Worker processes of the local cluster (default: one per core).
     cluster, jobs, cluster_options
@@ -45,6 +58,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         (``"slurm"`` or ``"pbs"``, through dask-jobqueue: ``pip install 'dtrace[jobqueue]'``);
         ``cluster_options`` are its job settings (``cores``, ``memory``, ``queue``,
         ``account``, ``walltime``, ``interface``, ...). The jobs are cancelled at the end.
+    progress
+        ``True``: a progress bar on a terminal, a log line every 10 s otherwise (to stderr).
     format
         Force a reader (``kineto``, ...) instead of detecting the format from the content.
     ranks
@@ -52,8 +67,13 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     reuse_cache
         Reuse the Parquet of unchanged inputs (``False``: parse every input again).
     reuse_results
-        Reuse each part's result frames when its events and the options are unchanged
-        (default: as ``reuse_cache``; ``False`` recomputes the analyses from the Parquet events).
+        Reuse each partition's stored result tables when its events and the settings are
+        unchanged (default: as ``reuse_cache``; ``False`` recomputes the analyses).
+    analyses
+        Your own per-partition analyses (:class:`dtrace.Analysis`): each is run on every
+        partition like a built-in one, cached with the results and written as its table.
+    partition_events
+        Target number of events per partition (whole ranks are batched up to it).
     **options
         Analysis settings, see :class:`dtrace.options.Options` (``compat="tracelens"``, ``step=3``, ...).
 
@@ -65,90 +85,209 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
 
     Examples
     --------
-    >>> r = dtrace.analyze("traces/", "results/", scheduler="sync")   # doctest: +SKIP
+    >>> r = dtrace.analyze("traces/", "results/")                     # doctest: +SKIP
     >>> r.breakdown[["rank", "computation_ns", "idle_ns"]]            # doctest: +SKIP
     """
     t0 = time.perf_counter()
     opts = Options.from_kwargs(**options)
+    user = _check_analyses(analyses)
+    spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
+                       jobs=jobs, cluster_options=cluster_options, progress=progress)
     out = os.fspath(out) if out is not None else None
     files = expand_inputs(inputs, exclude=[out] if out else None)
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
-    scheduler = "sync" if summaries and not files else scheduler
+    reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
     if cache is None:
         if out is not None:
             cache = os.path.join(out, "cache")
         else:
             cache = tmp_cache = tempfile.mkdtemp(prefix="dtrace-cache-")
-    os.makedirs(cache, exist_ok=True)
+    check_cache_dir(cache)
+    run = _Run(files=files, cache=cache, options=opts, analyses=user, ranks=ranks, reuse_cache=reuse_cache,
+               reuse_results=reuse_results, fmt=format, partition_events=partition_events)
     try:
-        with Engine(ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
-                                cluster=cluster, jobs=jobs, cluster_options=cluster_options,
-                                progress=progress)) as engine:
-            records = engine.map(ingest_file, files, cache, format, reuse_cache, label="reading traces")
-            specs = resolve_ranks(records, rank_by=opts.rank_by, ranks=ranks)
-            reuse_results = reuse_cache if reuse_results is None else reuse_results
-            parts = engine.map(analyze_partition, specs, opts, reuse_results, label="analysing ranks")
+        with Engine(spec) as engine:
+            work, tasks = run.estimate(local_workers(spec))
+            engine.start(work, tasks)
+            run.execute(engine)
             n_workers = engine.n_workers
     finally:
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
-    by_path = {r.path: r for r in records}
-    for p in parts:
-        if p["error"] and by_path[p["spec"].path].error is None:
-            r = by_path[p["spec"].path]
-            r.error, r.error_type = p["error"], "AnalysisError"
-    good = [p for p in parts if not p["error"] and by_path[p["spec"].path].error is None]
-    tables = combine([p["tables"] for p in good])
+    tables = combine([r.tables for r in run.results], list(ANALYSES) + user)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
-    manifest = _manifest(records, specs, opts, files, cache, time.perf_counter() - t0, n_workers)
+    manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
     note_summaries(manifest, summary_inputs, summary_parts)
-    reused = {p["spec"].path for p in parts if p.get("reused")}
-    for item in manifest["inputs"]:
-        item["results_reused"] = item["path"] in reused
+    if reuse_results:
+        resultstore.prune(resultstore.store_dir(cache), run.keys_used)
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
 
 
-def combine(per_part: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
-    """Concatenate each table over parts (once per table), empty tables keep their columns."""
+def _check_analyses(analyses: Sequence[Analysis]) -> list[Analysis]:
+    builtin = {a.table for a in ANALYSES}
+    out = []
+    for a in analyses:
+        if not isinstance(a, Analysis):
+            raise UsageError(f"analyses must be dtrace.Analysis objects, not {type(a).__name__}")
+        if a.table in builtin or not a.table.isidentifier() or a.table.startswith("_"):
+            raise UsageError(f"analysis table name {a.table!r} is a built-in table or not a plain identifier")
+        if "rank" not in a.columns or "device" not in a.columns:
+            raise UsageError(f"analysis {a.table!r} must declare the key columns 'rank' and 'device'")
+        out.append(a)
+    if len({a.table for a in out}) != len(out):
+        raise UsageError("two analyses write the same table")
+    return out
+
+
+@dataclass
+class _Run:
+    """One analysis run: plan, ingest, rank, partition, analyse; what the manifest reports."""
+
+    files: list[str]
+    cache: str
+    options: Options
+    analyses: list[Analysis]
+    ranks: dict[str, int] | None
+    reuse_cache: bool
+    reuse_results: bool
+    fmt: str | None
+    partition_events: int
+    records: list[FileRecord] = field(default_factory=list)
+    specs: list[PartSpec] = field(default_factory=list)
+    partitions: list[PartitionSpec] = field(default_factory=list)
+    results: list[PartitionResult] = field(default_factory=list)
+    keys_used: set[str] = field(default_factory=set)
+    _sizes: list[int] = field(default_factory=list)
+
+    @property
+    def store(self) -> str:
+        return resultstore.store_dir(self.cache)
+
+    def estimate(self, workers: int) -> tuple[float, int]:
+        """Seconds of single-core work this run will take (roughly), and its ingest tasks.
+
+        Inputs whose cache entry looks fresh (size and mtime) cost a fingerprint; the others a
+        parse. When every input looks cached, the partitions are planned here already and
+        those whose results are stored cost nothing to analyse.
+        """
+        self._sizes = [content_size(f) for f in self.files]
+        hits = [lookup(self.cache, f, verify=False)[0] if self.reuse_cache else None for f in self.files]
+        parse = sum(s for s, h in zip(self._sizes, hits) if h is None) / PARSE_BYTES_PER_S
+        hashing = sum(h.size for h in hits if h is not None) / HASH_BYTES_PER_S
+        tasks = len(ingest_batches(self.files, self._sizes, workers))
+        if parse:
+            return 1.3 * parse + hashing, tasks
+        records = [h for h in hits if h is not None]
+        specs = resolve_ranks([_copy(r) for r in records], rank_by=self.options.rank_by, ranks=self.ranks)
+        todo = list(ANALYSES) + self.analyses
+        events = 0
+        for p in plan_partitions(specs, self.partition_events):
+            key = resultstore.key(p, self.options, todo) if self.reuse_results else None
+            if key is None or not os.path.exists(os.path.join(self.store, key, resultstore.ENTRY)):
+                events += p.n_events
+        return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
+
+    def execute(self, engine: Engine) -> None:
+        batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
+        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, label="reading traces",
+                          split=lambda b: [[p] for p in b] if len(b) > 1 else None)
+        self.records = []
+        for d in done:
+            if isinstance(d, TaskFailure):
+                self.records += [FileRecord(path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}",
+                                            error_type="WorkerError") for p in d.item]
+            else:
+                self.records += d
+        by_path = {r.path: r for r in self.records}
+        self.records = [by_path[os.path.abspath(f)] for f in self.files]
+        self.specs = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
+        self.partitions = plan_partitions(self.specs, self.partition_events)
+        store = self.store if self.reuse_cache or self.reuse_results else None
+        todo = list(ANALYSES) + self.analyses
+        self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
+        outcome = engine.map(analyze_partition, self.partitions, self.options, self.analyses, self.reuse_results,
+                             store, label="analysing ranks", split=_halves)
+        self.results = []
+        for o in outcome:
+            if isinstance(o, TaskFailure):
+                o = PartitionResult(o.item.index, errors={p: f"{p}: {o.reason}" for p in o.item.paths})
+            self.results.append(o)
+        for res in self.results:
+            for path, err in res.errors.items():
+                r = by_path[path]
+                if r.error is None:
+                    r.error, r.error_type = err, "AnalysisError"
+
+    def manifest(self, seconds: float, n_workers: int, mode: str) -> dict[str, Any]:
+        failed = {r.path for r in self.records if r.error}
+        ranks: dict[str, list[list[int]]] = {}
+        parts: dict[str, list[dict[str, int]]] = {}
+        for s in self.specs:
+            ranks.setdefault(s.path, []).append([s.rank, s.device])
+            parts.setdefault(s.path, []).append({"rank": s.rank, "device": s.device, "local_index": s.local_index})
+        reused = {p for part, res in zip(self.partitions, self.results) if res.reused for p in part.paths}
+        notes = [n for res in self.results for n in res.notes]
+        inputs = []
+        for r in self.records:
+            inputs.append({
+                "path": r.path, "format": r.format, "status": "error" if r.error else "ok", "error": r.error,
+                "error_type": r.error_type, "ranks": ranks.get(r.path, []) if not r.error else [],
+                "parts": parts.get(r.path, []) if not r.error else [],
+                "size": r.size, "mtime_ns": r.mtime_ns, "fingerprint": r.fingerprint, "cached": r.cached,
+                "results_reused": r.path in reused and not r.error,
+                "events": int(r.meta.get("events", 0)) if r.meta else 0, "notes": list(r.notes),
+            })
+        return {
+            "dtrace_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "options": self.options.to_json(),
+            "analyses": [a.table for a in self.analyses],
+            "cache": os.path.abspath(self.cache),
+            "seconds": round(seconds, 3),
+            "execution": mode,
+            "workers": n_workers,
+            "partitions": [{"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events}
+                           for p in self.partitions],
+            "notes": notes,
+            "inputs": inputs,
+            "n_inputs": len(self.files),
+            "n_failed": sum(1 for i in inputs if i["status"] == "error"),
+            "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
+        }
+
+
+def _copy(r: FileRecord) -> FileRecord:
+    """A record ranks can be resolved on without touching the original (estimates only)."""
+    from dataclasses import replace
+
+    return replace(r, notes=list(r.notes))
+
+
+def _halves(p: PartitionSpec) -> list[PartitionSpec] | None:
+    """A failed partition's two halves (none for a single part)."""
+    if len(p.parts) < 2:
+        return None
+    mid = len(p.parts) // 2
+    return [PartitionSpec(p.index, p.parts[:mid]), PartitionSpec(p.index, p.parts[mid:])]
+
+
+def combine(per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Analysis] = ANALYSES
+            ) -> dict[str, pd.DataFrame]:
+    """Concatenate each table over partitions (once per table); empty tables keep their columns."""
     out = {}
-    for a in ANALYSES:
-        frames = [t[a.table] for t in per_part if a.table in t and len(t[a.table])]
-        if frames:
+    for a in analyses:
+        frames = [t[a.table] for t in per_partition if a.table in t and len(t[a.table])]
+        if len(frames) == 1:
+            out[a.table] = frames[0]
+        elif frames:
             out[a.table] = pd.concat(frames, ignore_index=True)
         else:
             out[a.table] = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in a.columns.items()})
     return out
-
-
-def _manifest(records, specs, opts: Options, files, cache, seconds: float, n_workers: int) -> dict[str, Any]:
-    failed = {r.path for r in records if r.error}
-    ranks: dict[str, list[list[int]]] = {}
-    for s in specs:
-        ranks.setdefault(s.path, []).append([s.rank, s.device])
-    inputs = []
-    for r in records:
-        inputs.append({
-            "path": r.path, "format": r.format, "status": "error" if r.error else "ok", "error": r.error,
-            "error_type": r.error_type, "ranks": ranks.get(r.path, []) if not r.error else [],
-            "size": r.size, "mtime_ns": r.mtime_ns, "sha256": r.sha256, "cached": r.cached,
-            "events": int(r.meta.get("events", 0)) if r.meta else 0,
-        })
-    return {
-        "dtrace_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "options": opts.to_json(),
-        "cache": os.path.abspath(cache),
-        "seconds": round(seconds, 3),
-        "workers": n_workers,
-        "inputs": inputs,
-        "n_inputs": len(files),
-        "n_failed": sum(1 for i in inputs if i["status"] == "error"),
-        "n_parts": len({(s.rank, s.device) for s in specs if s.path not in failed}),
-    }
 
 
 __all__ = ["analyze", "combine"]

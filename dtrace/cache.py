@@ -2,18 +2,31 @@
 
 Layout: ``CACHE/<key>/`` per source file (``key`` from its absolute path) with
 ``events-p<index>-d<device>.parquet``, ``collectives-...``, ``memcpy-...`` (one per part)
-and ``source.json`` (path, size, mtime, sha256, format, parts, rank hint). ``source.json`` is
-written last and atomically, so an entry is either complete or absent. Path, size and mtime
-decide reuse; the sha256 is provenance (and :func:`verify` checks it on demand).
+and ``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, and the
+fingerprint of every cached file). ``source.json`` is written last and atomically, so an entry
+is either complete or absent.
+
+Reuse is decided by content, not trust: an entry is reused only if its input still has the
+recorded size, mtime and **fingerprint** (a 128-bit xxh3 hash of the whole file, computed at
+GB/s), and every cached file reads back whole (its own fingerprint matches). Anything else —
+a changed input, a damaged or hand-edited entry, a truncated Parquet file — is parsed again,
+with a note in the manifest, never an error. Cached files are data (Parquet, JSON), never code;
+every name read from ``source.json`` must be a plain file name of the entry's own folder, and
+nothing inside the cache is followed through a symbolic link: a link where an entry or a file
+should be is removed (the link, never its target) and the entry is written anew.
 
 Ranks are a property of the whole input set (a file may be numbered by its sorted position),
 so the cache is keyed by source and the rank is attached when the partition is loaded.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import os
+import re
+import stat
 import tempfile
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -21,11 +34,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 from .errors import DtraceError, InputError, NoGPUActivity
 from .readers import detect, get_reader
+from .readers._io import file_fingerprint
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+SOURCE = "source.json"
+_PART_FILE = re.compile(r"^(events|collectives|memcpy)-p\d{1,6}-d-?\d{1,9}\.parquet$")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -36,6 +54,7 @@ class PartRecord:
     collectives: str
     memcpy: str
     n_events: int
+    checksums: dict[str, str] = field(default_factory=dict)  # file name -> xxh3 of its bytes
 
 
 @dataclass
@@ -46,7 +65,7 @@ class FileRecord:
     format: str = ""
     size: int = 0
     mtime_ns: int = 0
-    sha256: str = ""
+    fingerprint: str = ""
     parts: list[PartRecord] = field(default_factory=list)
     rank_hint: int | None = None
     rank_per_device: bool = False
@@ -54,15 +73,20 @@ class FileRecord:
     error: str | None = None
     error_type: str | None = None
     cached: bool = False
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for p in d["parts"]:  # names only: an entry never points outside its folder
+            for k in ("events", "collectives", "memcpy"):
+                p[k] = os.path.basename(p[k])
+        for k in ("error", "error_type", "cached", "notes"):
+            d.pop(k)
+        return d
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "FileRecord":
-        d = dict(d)
-        d["parts"] = [PartRecord(**p) for p in d.get("parts", [])]
-        return cls(**d)
+
+class CacheError(DtraceError):
+    """The cache folder itself cannot be used (not a folder, a link, unwritable)."""
 
 
 def entry_dir(cache_dir: str, path: str) -> str:
@@ -70,63 +94,187 @@ def entry_dir(cache_dir: str, path: str) -> str:
     return os.path.join(cache_dir, key)
 
 
+def check_cache_dir(cache_dir: str) -> None:
+    """Create the cache folder if needed; refuse a non-folder or a symbolic link."""
+    try:
+        st = os.lstat(cache_dir)
+    except FileNotFoundError:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"{cache_dir}: cannot create the cache folder: {exc.strerror or exc}") from None
+        return
+    except OSError as exc:
+        raise CacheError(f"{cache_dir}: cannot use the cache folder: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise CacheError(f"{cache_dir}: the cache folder is a symbolic link; dtrace does not follow links in its "
+                         "cache (pass --cache DIR to use another folder)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or pass --cache DIR")
+
+
+# -- reading ---------------------------------------------------------------------------------
+def read_file(path: str) -> bytes:
+    """The bytes of a regular file, never through a symbolic link."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def fingerprint_bytes(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecord | None, str | None]:
+    """The cached record of ``path`` if its entry is intact and its input unchanged.
+
+    Returns ``(record, None)`` on a hit, else ``(None, note)`` with why the entry was not used
+    (``None`` when there simply is none). ``verify=False`` skips hashing the input (the size and
+    mtime still decide) and the cached files: only for reading the cache of a finished analysis.
+    """
+    apath = os.path.abspath(path)
+    d = entry_dir(cache_dir, apath)
+    try:
+        if stat.S_ISLNK(os.lstat(d).st_mode):
+            return None, f"cache entry {d} is a symbolic link; parsing again"
+        raw = read_file(os.path.join(d, SOURCE))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cache entry {d} is unreadable ({exc.strerror or exc}); parsing again"
+    try:
+        rec, sums = _parse_source(raw, d)
+    except (ValueError, TypeError, KeyError) as exc:
+        return None, f"cache entry {d} is damaged ({exc}); parsing again"
+    if rec.path != apath:
+        return None, f"cache entry {d} belongs to another input; parsing again"
+    try:
+        st = os.stat(apath)
+    except OSError:
+        return None, None
+    if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
+        return None, None  # the input changed: an ordinary re-parse, nothing to report
+    if not verify:
+        rec.cached = True
+        return rec, None
+    if file_fingerprint(apath) != rec.fingerprint:
+        return None, f"{apath}: content changed although size and mtime did not; parsing again"
+    for name, want in sums.items():
+        try:
+            ok = fingerprint_bytes(read_file(os.path.join(d, name))) == want
+        except OSError:
+            ok = False
+        if not ok:
+            return None, f"cache entry {d}: {name} is damaged or missing; parsing again"
+    rec.cached = True
+    return rec, None
+
+
+def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
+    """A strictly validated record from ``source.json`` (raises ValueError/TypeError/KeyError)."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("cache_version") != CACHE_VERSION:
+        raise ValueError("unknown cache version")
+    r = doc["record"]
+    want = {"path": str, "format": str, "size": int, "mtime_ns": int, "fingerprint": str, "parts": list,
+            "rank_per_device": bool, "meta": dict}
+    for k, t in want.items():
+        if not isinstance(r.get(k), t) or isinstance(r.get(k), bool) != (t is bool):
+            raise TypeError(f"field {k!r} is not {t.__name__}")
+    if r.get("rank_hint") is not None and (not isinstance(r["rank_hint"], int) or isinstance(r["rank_hint"], bool)):
+        raise TypeError("field 'rank_hint' is not an int")
+    sums: dict[str, str] = {}
+    parts = []
+    for p in r["parts"]:
+        names = {k: p[k] for k in ("events", "collectives", "memcpy")}
+        for k, name in names.items():
+            if not isinstance(name, str) or not _PART_FILE.match(name) or not name.startswith(k):
+                raise ValueError(f"invalid part file name {name!r}")
+        cs = p.get("checksums")
+        if not isinstance(cs, dict) or set(cs) != set(names.values()) or not all(isinstance(v, str) for v in cs.values()):
+            raise ValueError("part checksums missing")
+        for k in ("device", "local_index", "n_events"):
+            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool):
+                raise TypeError(f"part field {k!r} is not an int")
+        sums.update(cs)
+        parts.append(PartRecord(device=p["device"], local_index=p["local_index"], n_events=p["n_events"],
+                                checksums=dict(cs), **{k: os.path.join(d, v) for k, v in names.items()}))
+    rec = FileRecord(path=r["path"], format=r["format"], size=r["size"], mtime_ns=r["mtime_ns"],
+                     fingerprint=r["fingerprint"], parts=parts, rank_hint=r.get("rank_hint"),
+                     rank_per_device=r["rank_per_device"], meta=r["meta"])
+    return rec, sums
+
+
+def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The cached event, collective and memcpy tables of a part, each checked whole.
+
+    ``spec`` has ``events``, ``collectives``, ``memcpy`` paths and ``checksums`` (file name →
+    fingerprint). Raises :class:`InputError` naming the input when a file is damaged.
+    """
+    out = []
+    for path in (spec.events, spec.collectives, spec.memcpy):
+        name = os.path.basename(path)
+        try:
+            data = read_file(path)
+            want = dict(spec.checksums or ()).get(name)
+            if want is not None and fingerprint_bytes(data) != want:
+                raise OSError(errno.EIO, "content does not match its fingerprint")
+            out.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
+        except (OSError, pa.ArrowInvalid) as exc:
+            msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InputError(spec.path, f"its cached {name} is damaged ({msg}); run again (it will be parsed "
+                                        f"again) or pass --no-cache") from None
+    return out[0], out[1], out[2]
+
+
+# -- writing ---------------------------------------------------------------------------------
 def _atomic_write_bytes(path: str, data: bytes) -> None:
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
 
 
-def _atomic_parquet(table: pa.Table, path: str) -> None:
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        # Layout for fast reloads: zstd; Parquet dictionary encoding only for the columns that
-        # are dictionaries in Arrow (names, kinds), delta encoding for the integer columns
-        # (timestamps and ids grow steadily), no column statistics (nothing filters on them).
-        # 1 M Kineto events: 4.3 MB (1/100 of the JSON), written in ~0.15 s, back in pandas in ~0.07 s.
-        dict_cols = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-        int_cols = {f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)}
-        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20,
-                       use_dictionary=dict_cols or False, column_encoding=int_cols or None,
-                       write_statistics=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A table as Parquet bytes, laid out for fast reloads.
+
+    zstd; Parquet dictionary encoding only for the columns that are dictionaries in Arrow
+    (names, kinds), delta encoding for the integer columns (timestamps and ids grow steadily),
+    no column statistics (nothing filters on them). 1 M Kineto events: 4.3 MB (1/100 of the
+    JSON), written in ~0.15 s, back in pandas in ~0.07 s.
+    """
+    dict_cols = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    int_cols = {f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)}
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20,
+                   use_dictionary=dict_cols or False, column_encoding=int_cols or None, write_statistics=False)
+    return buf.getvalue()
 
 
-def lookup(cache_dir: str, path: str) -> FileRecord | None:
-    """The cached record of ``path`` if its size and mtime are unchanged, else None."""
-    src = os.path.join(entry_dir(cache_dir, path), "source.json")
+def _fresh_entry(d: str) -> None:
+    """Make ``d`` a real folder (a symbolic link there is removed, never followed)."""
     try:
-        with open(src, encoding="utf-8") as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if d.get("cache_version") != CACHE_VERSION:
-        return None
-    st = os.stat(path)
-    rec = FileRecord.from_json(d["record"])
-    if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns or rec.path != os.path.abspath(path):
-        return None
-    if not all(os.path.exists(p.events) for p in rec.parts):
-        return None
-    rec.cached = True
-    return rec
+        if stat.S_ISLNK(os.lstat(d).st_mode):
+            os.unlink(d)
+    except FileNotFoundError:
+        pass
+    os.makedirs(d, exist_ok=True)
 
 
 def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options: dict[str, Any] | None = None,
-           reuse: bool = True) -> FileRecord:
-    """Parse ``path`` into the cache (or reuse a fresh entry). Never raises for a bad input:
+           reuse: bool = True, **limits: Any) -> FileRecord:
+    """Parse ``path`` into the cache (or reuse an intact entry). Never raises for a bad input:
     the returned record carries the one-line error instead."""
     apath = os.path.abspath(path)
     rec = FileRecord(path=apath)
@@ -134,37 +282,41 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
         st = os.stat(apath)
         rec.size, rec.mtime_ns = st.st_size, st.st_mtime_ns
         if reuse:
-            hit = lookup(cache_dir, apath)
+            hit, note = lookup(cache_dir, apath)
             if hit is not None:
                 return hit
+            if note:
+                rec.notes.append(note)
         reader = get_reader(fmt) if fmt else detect(apath)
-        tf = reader.read(apath, **(reader_options or {}))
+        tf = reader.read(apath, **(reader_options or {}), **limits)
         d = entry_dir(cache_dir, apath)
-        os.makedirs(d, exist_ok=True)
+        _fresh_entry(d)
         rec.format = tf.format
         rec.rank_hint = tf.rank_hint
         rec.rank_per_device = tf.rank_per_device
-        rec.meta = tf.meta
-        rec.sha256 = tf.meta.pop("sha256", "") or _sha256(apath)
+        rec.meta = dict(tf.meta)
+        rec.fingerprint = rec.meta.pop("fingerprint", "") or file_fingerprint(apath)
         for part in tf.parts:
-            pr = PartRecord(device=part.device, local_index=part.local_index,
-                            # keyed by position too: processes of one nsys report may share a device id
-                            events=os.path.join(d, f"events-p{part.local_index}-d{part.device}.parquet"),
-                            collectives=os.path.join(d, f"collectives-p{part.local_index}-d{part.device}.parquet"),
-                            memcpy=os.path.join(d, f"memcpy-p{part.local_index}-d{part.device}.parquet"),
-                            n_events=part.events.num_rows)
-            _atomic_parquet(part.events, pr.events)
-            _atomic_parquet(part.collectives, pr.collectives)
-            _atomic_parquet(part.memcpy, pr.memcpy)
+            # keyed by position too: processes of one nsys report may share a device id
+            names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in ("events", "collectives", "memcpy")}
+            pr = PartRecord(device=part.device, local_index=part.local_index, n_events=part.events.num_rows,
+                            **{k: os.path.join(d, v) for k, v in names.items()})
+            for k, table in (("events", part.events), ("collectives", part.collectives), ("memcpy", part.memcpy)):
+                data = parquet_bytes(table)
+                pr.checksums[names[k]] = fingerprint_bytes(data)
+                _atomic_write_bytes(os.path.join(d, names[k]), data)
             rec.parts.append(pr)
         payload = {"cache_version": CACHE_VERSION, "record": rec.to_json()}
-        _atomic_write_bytes(os.path.join(d, "source.json"), json.dumps(payload, indent=1).encode())
+        _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1, default=str).encode())
     except InputError as exc:
         rec.error, rec.error_type = str(exc), type(exc).__name__
     except DtraceError as exc:
         rec.error, rec.error_type = f"{apath}: {exc}", type(exc).__name__
     except MemoryError:
         rec.error, rec.error_type = f"{apath}: out of memory while reading", "MemoryError"
+    except OSError as exc:
+        where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
+        rec.error, rec.error_type = f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
     except Exception as exc:  # a bug or an unforeseen format quirk: fail this input only
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         rec.error = (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
@@ -175,12 +327,6 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     return rec
 
 
-def _sha256(path: str) -> str:
-    from .readers._io import file_sha256
-
-    return file_sha256(path)
-
-
 def verify(rec: FileRecord) -> bool:
-    """True if the source file's content still has the recorded sha256."""
-    return _sha256(rec.path) == rec.sha256
+    """True if the source file's content still has the recorded fingerprint."""
+    return file_fingerprint(rec.path) == rec.fingerprint

@@ -11,6 +11,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .groups import unique_inverse
+
 CATEGORIES = ("compute", "comm", "memcpy", "memset")
 
 PATTERNS: dict[str, str] = {
@@ -81,7 +83,7 @@ def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
     ncodes, nuniq = pd.factorize(names, use_na_sentinel=False)
     kcodes, kuniq = pd.factorize(kinds, use_na_sentinel=False)
     nk = max(len(kuniq), 1)
-    upair, inv = np.unique(ncodes.astype(np.int64) * nk + kcodes, return_inverse=True)
+    upair, inv = unique_inverse(ncodes.astype(np.int64) * nk + kcodes)
     cats = categorize_names([str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
                             [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]], **kw)
     return np.asarray(cats, dtype=object)[inv.reshape(-1)]

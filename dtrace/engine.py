@@ -1,17 +1,27 @@
 """The Dask layer: the only module that talks to Dask.
 
-Two phases, each one task per item, mapped over picklable module-level functions:
+Two phases, mapped over picklable module-level functions:
 
-1. ingest: one task per input file (paths travel, not bytes; workers read the files) →
-   small :class:`~dtrace.cache.FileRecord` objects;
-2. analyse: one task per (rank, device) partition → small per-rank frames.
+1. ingest: one task per batch of input files (paths travel, not bytes; workers read the
+   files) → small :class:`~dtrace.cache.FileRecord` objects;
+2. analyse: one task per partition of whole (rank, device) parts → small tables.
 
-The client then runs the reduce on those small frames. ``scheduler="sync"`` runs the same
-graph in-process (tests, tiny inputs); otherwise a ``LocalCluster`` of processes sized to the
-machine is started, or an existing cluster is used (``scheduler`` address or
-``scheduler_file``), or — from a login node — a dask-jobqueue cluster whose workers run as
-Slurm or PBS batch jobs (``cluster="slurm"``, ``jobs=N``; the optional extra ``jobqueue``).
-Tasks are retried on other workers if a worker dies.
+The client then runs the reduce on those small frames. Where the work runs:
+
+- ``scheduler=None`` (the default, "auto"): in-process when the job is small (one task, one
+  core, or an estimated :data:`AUTO_LOCAL_S` seconds of work or less: starting a cluster costs
+  about a second), else a ``LocalCluster`` of single-threaded worker processes, one per core;
+- ``"sync"``: in-process; ``"local"``: always a ``LocalCluster``;
+- a scheduler address or ``scheduler_file``: an existing cluster; ``cluster="slurm"|"pbs"``:
+  workers submitted as batch jobs through dask-jobqueue (the optional extra ``jobqueue``).
+
+Dask is imported only when a cluster is used: an in-process run never imports it.
+
+A task that fails — a bug, or a worker process killed on every attempt (out of memory, a crash
+in a native library) — never loses the run: its item is split (a batch of files into single
+files, a partition into halves) and the pieces run again; a piece that still fails is reported
+as a :class:`TaskFailure` for its inputs alone. Progress: a bar on a terminal, a log line every
+:data:`LOG_EVERY_S` seconds otherwise.
 """
 from __future__ import annotations
 
@@ -20,33 +30,36 @@ import contextlib
 import logging
 import os
 import sys
+import time
+import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
-
-import dask
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from .errors import DtraceError, UsageError
 
-
 JOBQUEUE_CLUSTERS = ("slurm", "pbs")
+AUTO_LOCAL_S = 2.5
+"""Estimated seconds of work up to which ``scheduler=None`` runs in-process."""
+LOG_EVERY_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """Where to run. ``scheduler``: ``"sync"``, ``"local"`` (default) or a scheduler address.
+    """Where to run. ``scheduler``: ``None`` (auto), ``"sync"``, ``"local"`` or an address.
 
     ``cluster`` (``"slurm"`` or ``"pbs"``) submits ``jobs`` batch jobs of Dask workers through
     dask-jobqueue; ``cluster_options`` are keyword arguments of its ``SLURMCluster`` /
     ``PBSCluster`` (``cores``, ``memory``, ``queue``, ``account``, ``walltime``,
     ``interface``, ...), defaults from dask's ``jobqueue`` configuration, else one core and
     4 GiB per job. Each core is one single-threaded worker process. ``startup_timeout``:
-    seconds to wait for the first worker of the submitted jobs.
+    seconds to wait for the first worker of the submitted jobs. ``progress``: ``True`` (a bar on
+    a terminal, log lines elsewhere), ``False``, or a stream to write to.
     """
 
     scheduler: str | None = None
     scheduler_file: str | None = None
     workers: int | None = None
-    progress: bool = False
+    progress: Any = False
     retries: int = 2
     cluster: str | None = None
     jobs: int | None = None
@@ -54,6 +67,8 @@ class ClusterSpec:
     startup_timeout: float = 600.0
 
     def __post_init__(self) -> None:
+        if self.scheduler in ("", "auto"):
+            object.__setattr__(self, "scheduler", None)
         if self.scheduler and self.scheduler_file:
             raise UsageError("give either scheduler or scheduler_file, not both")
         if self.workers is not None and self.workers < 1:
@@ -70,21 +85,44 @@ class ClusterSpec:
             raise UsageError("jobs must be >= 1")
 
     @property
-    def synchronous(self) -> bool:
-        return self.scheduler == "sync"
+    def auto(self) -> bool:
+        return self.scheduler is None and not self.scheduler_file and not self.cluster
+
+
+@dataclass
+class TaskFailure:
+    """An item whose task failed even alone (the worker died, or the task raised)."""
+
+    item: Any
+    reason: str
+
+
+def local_workers(spec: ClusterSpec) -> int:
+    return spec.workers or max(1, os.cpu_count() or 1)
 
 
 class Engine:
-    """Maps functions over items on the chosen scheduler; use as a context manager."""
+    """Maps functions over items, in-process or on a Dask cluster; use as a context manager.
+
+    ``start(work_s, tasks)`` decides where to run (see the module docstring) and starts the
+    cluster if one is needed; :meth:`map` then runs tasks there.
+    """
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.client: Any = None
         self._cluster: Any = None
+        self.mode = "in-process"
 
     def __enter__(self) -> "Engine":
+        return self
+
+    def start(self, work_s: float = float("inf"), tasks: int = 2) -> "Engine":
+        """Start what the spec and the estimated work (seconds on one core, ``tasks`` tasks) call for."""
         s = self.spec
-        if s.synchronous:
+        if s.scheduler == "sync":
+            return self
+        if s.auto and (tasks <= 1 or local_workers(s) <= 1 or work_s <= AUTO_LOCAL_S):
             return self
         from distributed import Client, LocalCluster
 
@@ -100,15 +138,18 @@ class Engine:
                     raise DtraceError(f"no Dask worker of the {s.jobs or 1} {s.cluster} job(s) connected within "
                                       f"{s.startup_timeout:g} s: check the queue and the jobs' logs") from None
                 raise
+            self.mode = f"{s.cluster} jobs"
         elif s.scheduler_file:
             self.client = Client(scheduler_file=s.scheduler_file)
+            self.mode = "cluster"
         elif s.scheduler and s.scheduler != "local":
             self.client = Client(s.scheduler)
+            self.mode = "cluster"
         else:
-            n = s.workers or max(1, os.cpu_count() or 1)
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, silence_logs=logging.ERROR)
+            self._cluster = LocalCluster(n_workers=local_workers(s), threads_per_worker=1, processes=True,
+                                         dashboard_address=":0", silence_logs=logging.ERROR)  # a free port: 8787 may be taken
             self.client = Client(self._cluster)
+            self.mode = "local cluster"
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -118,6 +159,7 @@ class Engine:
         if self._cluster is not None:
             with contextlib.suppress(Exception):
                 self._cluster.close()
+        self.client = self._cluster = None
 
     @property
     def n_workers(self) -> int:
@@ -125,31 +167,127 @@ class Engine:
             return 1
         return len(self.client.scheduler_info().get("workers", {})) or 1
 
-    def map(self, func: Callable[..., Any], items: Sequence[Any], *args: Any, label: str = "") -> list[Any]:
-        """``[func(item, *args) for item in items]`` on the cluster; results in item order."""
+    def map(self, func: Callable[..., Any], items: Sequence[Any], *args: Any, label: str = "",
+            split: Callable[[Any], list[Any] | None] | None = None) -> list[Any]:
+        """``[func(item, *args) for item in items]`` in item order, where a failed item is
+        replaced by the results of its pieces (``split(item)``, tried one by one) or, when it
+        cannot be split, by a :class:`TaskFailure`."""
         if not items:
             return []
-        if self.client is None:
-            tasks = [dask.delayed(func, pure=False)(item, *args) for item in items]
-            with _progress_sync(self.spec.progress, label):
-                return list(dask.compute(*tasks, scheduler="synchronous"))
-        futures = self.client.map(func, list(items), *[[a] * len(items) for a in args],
-                                  pure=False, retries=self.spec.retries)
-        if self.spec.progress:
-            from distributed import progress
+        progress = _Progress(self.spec.progress, label, len(items))
+        try:
+            if self.client is None:
+                return self._map_local(func, list(items), args, split, progress)
+            return self._map_cluster(func, list(items), args, split, progress)
+        finally:
+            progress.close()
 
-            if label:
-                print(label, file=sys.stderr)
-            progress(futures, multi=False)
-            print(file=sys.stderr)
-        results = self.client.gather(futures)
-        for f in futures:
+    def _map_local(self, func: Callable[..., Any], items: list[Any], args: tuple[Any, ...],
+                   split: Callable[[Any], list[Any] | None] | None, progress: "_Progress") -> list[Any]:
+        out: list[Any] = []
+        for item in items:
+            try:
+                out.append(func(item, *args))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug in one task: isolate its inputs
+                pieces = split(item) if split else None
+                if pieces:
+                    out.extend(self._map_local(func, pieces, args, split, _Progress(False, "", 0)))
+                else:
+                    out.append(TaskFailure(item, _reason(exc)))
+            progress.advance()
+        return out
+
+    def _map_cluster(self, func: Callable[..., Any], items: list[Any], args: tuple[Any, ...],
+                     split: Callable[[Any], list[Any] | None] | None, progress: "_Progress") -> list[Any]:
+        from distributed import as_completed
+
+        results: dict[tuple[int, ...], Any] = {}
+        futures = {}
+        for i, item in enumerate(items):
+            f = self.client.submit(func, item, *args, pure=False, retries=self.spec.retries)
+            futures[f] = ((i,), item)
+        done = as_completed(list(futures))
+        top = set(range(len(items)))
+        for f in done:
+            path, item = futures.pop(f)
+            if f.status == "finished":
+                results[path] = f.result()
+            else:
+                exc = f.exception()
+                pieces = split(item) if split else None
+                if pieces:
+                    for j, piece in enumerate(pieces):
+                        g = self.client.submit(func, piece, *args, pure=False, retries=self.spec.retries)
+                        futures[g] = (path + (j,), piece)
+                        done.add(g)
+                else:
+                    results[path] = TaskFailure(item, _reason(exc))
             f.release()
-        return list(results)
+            if path[0] in top and not any(p[0] == path[0] for p, _ in futures.values()):
+                top.discard(path[0])
+                progress.advance()
+        return [results[k] for k in sorted(results)]
+
+
+def _reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "the task failed"
+    name = type(exc).__name__
+    if name == "KilledWorker":
+        return ("the worker process died each time it ran this input (killed for using too much memory, or a "
+                "crash in a native library)")
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
+    return f"internal error ({name}: {' '.join(str(exc).split())}{where})"
+
+
+class _Progress:
+    """A progress bar on a terminal, a log line every :data:`LOG_EVERY_S` seconds otherwise."""
+
+    def __init__(self, enabled: Any, label: str, total: int) -> None:
+        self.stream: TextIO | None = None
+        if enabled is True:
+            self.stream = sys.stderr
+        elif enabled not in (False, None) and hasattr(enabled, "write"):
+            self.stream = enabled
+        self.label, self.total, self.done = label, total, 0
+        self.t0 = self.last = time.monotonic()
+        self.tty = bool(self.stream is not None and getattr(self.stream, "isatty", lambda: False)())
+        if self.stream is not None and total:
+            self._show(force=True)
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.stream is not None:
+            self._show(force=self.done == self.total)
+
+    def _show(self, force: bool = False) -> None:
+        assert self.stream is not None
+        now = time.monotonic()
+        elapsed = now - self.t0
+        if self.tty:
+            width = 30
+            fill = int(width * self.done / max(self.total, 1))
+            self.stream.write(f"\r{self.label} [{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} "
+                              f"{elapsed:5.1f} s")
+            self.stream.flush()
+        elif force or now - self.last >= LOG_EVERY_S:
+            self.last = now
+            self.stream.write(f"dtrace: {self.label}: {self.done}/{self.total} done, {elapsed:.1f} s\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not None and self.tty and self.total:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     """A dask-jobqueue ``SLURMCluster`` / ``PBSCluster`` (no jobs submitted yet)."""
+    import dask
+
     try:
         import dask_jobqueue
     except ImportError:
@@ -169,16 +307,3 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
         return cls(**kw)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"invalid {spec.cluster} cluster option: {exc}") from None
-
-
-@contextlib.contextmanager
-def _progress_sync(enabled: bool, label: str) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    from dask.diagnostics import ProgressBar
-
-    if label:
-        print(label, file=sys.stderr)
-    with ProgressBar(out=sys.stderr):
-        yield

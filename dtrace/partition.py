@@ -1,114 +1,158 @@
 """One partition's work, as plain functions the Dask layer maps over (no Dask here).
 
-:func:`ingest_file` parses (or reuses) one input; :func:`analyze_partition` loads one
-(rank, device) part from the cache and runs every per-rank analysis, returning small frames.
+A partition is a list of whole (rank, device) parts (:class:`~dtrace.layout.PartitionSpec`):
+:func:`load_tables` reads their cached event and side tables into one frame each (a ``part``
+column says whose rows they are), :func:`analyze_partition` prepares the
+:class:`~dtrace.batch.Batch` and runs every analysis over all parts at once, reusing the
+partition's stored result tables when its events and the settings are unchanged
+(:mod:`dtrace.resultstore`). :func:`ingest_files` parses (or reuses) a batch of inputs.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import pickle
-import tempfile
 import traceback
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
-from .analyses import ANALYSES, run_part_analyses
-from .cache import FileRecord, ingest
+from . import resultstore
+from .analyses import ANALYSES, Analysis, run_analyses
+from .batch import PART_COLUMNS, Batch, prepare
+from .cache import FileRecord, ingest, read_part_tables
 from .errors import DtraceError
+from .intervals import AxisOverflow
+from .layout import PartitionSpec
 from .options import Options
 from .plan import PartSpec
-from .prepare import PartData, prepare
 
 
-def ingest_file(path: str, cache_dir: str, fmt: str | None = None, reuse: bool = True) -> FileRecord:
-    return ingest(path, cache_dir, fmt=fmt, reuse=reuse)
+def ingest_files(paths: Sequence[str], cache_dir: str, fmt: str | None = None, reuse: bool = True,
+                 limits: dict[str, Any] | None = None) -> list[FileRecord]:
+    """Parse (or reuse from the cache) each input of one ingest task."""
+    return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, **(limits or {})) for p in paths]
 
 
-def load_events(spec: PartSpec) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The cached event and side tables of one part as pandas (categoricals for names)."""
-    ev = pq.read_table(spec.events).to_pandas()
-    ev["rank"] = np.full(len(ev), spec.rank, np.int32)
-    coll = pq.read_table(spec.collectives).to_pandas()
-    mem = pq.read_table(spec.memcpy).to_pandas()
-    return ev, coll, mem
+# -- loading ---------------------------------------------------------------------------------
+def parts_frame(specs: Sequence[PartSpec]) -> pd.DataFrame:
+    """One row per part: part, rank, device, format, base_ns."""
+    return pd.DataFrame({
+        "part": np.arange(len(specs), dtype=np.int32),
+        "rank": np.array([s.rank for s in specs], np.int32),
+        "device": np.array([s.device for s in specs], np.int32),
+        "format": np.array([s.format for s in specs], dtype=object),
+        "base_ns": np.array([s.base_ns for s in specs], np.int64),
+    }, columns=list(PART_COLUMNS))
 
 
-def load_part(spec: PartSpec, options: Options) -> PartData:
-    ev, coll, mem = load_events(spec)
-    return prepare(ev, coll, mem, rank=spec.rank, device=spec.device, fmt=spec.format, options=options,
-                   base_ns=spec.base_ns)
+def concat_parts(tables: Sequence[tuple[pa.Table, pa.Table, pa.Table]]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                                                     pd.DataFrame]:
+    """The event, collective and memcpy tables of several parts as one pandas frame each.
 
-
-def result_key(spec: PartSpec, options: Options) -> str | None:
-    """Key of a part's analysis results: its cached events, rank, options and dtrace version.
-
-    None when the results cannot be keyed (a class map given as an in-memory object).
+    Adds ``part`` (position in ``tables``) and, to the events, ``row`` (the event's row in its
+    part's table). Names and kinds stay dictionary-encoded (one categorical per column, the
+    parts' dictionaries unified once).
     """
-    cm = options.classmap
-    if cm is not None and not isinstance(cm, (str, os.PathLike)):
-        return None
-    st = os.stat(spec.events)
-    ident = [__version__, spec.events, st.st_size, st.st_mtime_ns, spec.rank, spec.device, spec.format,
-             spec.base_ns, [a.table for a in ANALYSES], json.dumps(options.to_json(), sort_keys=True, default=str)]
-    if cm is not None:
-        cst = os.stat(cm)
-        ident += [os.path.abspath(cm), cst.st_size, cst.st_mtime_ns]
-    return hashlib.sha1(repr(ident).encode()).hexdigest()[:24]
+    ev_tables, coll, mem = [], [], []
+    for i, (ev, c, m) in enumerate(tables):
+        n = ev.num_rows
+        ev = ev.append_column("part", pa.array(np.full(n, i, np.int32)))
+        ev_tables.append(ev.append_column("row", pa.array(np.arange(n, dtype=np.int64))))
+        coll.append(c.append_column("part", pa.array(np.full(c.num_rows, i, np.int32))))
+        mem.append(m.append_column("part", pa.array(np.full(m.num_rows, i, np.int32))))
+    return _to_pandas(ev_tables), _to_pandas(coll), _to_pandas(mem)
 
 
-def _results_path(spec: PartSpec, key: str) -> str:
-    return os.path.join(os.path.dirname(spec.events), f"results-{key}.pkl")
+def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
+    t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    df = t.unify_dictionaries().to_pandas() if len(tables) > 1 else t.to_pandas()
+    if "seq" in df.columns and df["seq"].dtype != np.int64:  # absent in some parts: null there
+        df["seq"] = df["seq"].fillna(-1).astype(np.int64)
+    return df
 
 
-def _load_results(path: str) -> dict[str, pd.DataFrame] | None:
-    try:
-        with open(path, "rb") as f:
-            tables = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
-        return None
-    return tables if isinstance(tables, dict) else None
+def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The cached tables of the parts of one partition, concatenated (see :func:`concat_parts`)."""
+    return concat_parts([read_part_tables(s) for s in specs])
 
 
-def _store_results(path: str, tables: dict[str, pd.DataFrame]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-results-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:  # a read-only or full cache only costs the reuse next time
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:
+    ev, coll, mem = load_tables(specs)
+    return prepare(ev, coll, mem, parts_frame(specs), options)
 
 
-def analyze_partition(spec: PartSpec, options: Options, reuse: bool = True) -> dict[str, Any]:
-    """Run the per-rank analyses of one part. Never raises for bad data: returns an error.
+def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The events of one partition as the public event frame (see :func:`dtrace.events`)."""
+    from .events import event_frame
 
-    The small result frames are kept beside the part's cached events, keyed by
-    :func:`result_key`; re-analysing unchanged inputs with the same options loads them
-    instead of recomputing (``reuse=False`` forces the computation).
+    ev, _, _ = load_tables(partition.parts)
+    return event_frame(ev, parts_frame(partition.parts), columns)
+
+
+# -- analysis --------------------------------------------------------------------------------
+@dataclass
+class PartitionResult:
+    """What analysing one partition gives the client: small tables, and per-input errors."""
+
+    index: int
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # input path -> one-line error
+    reused: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def analyze_partition(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis] | None = None,
+                      reuse: bool = True, store: str | None = None) -> PartitionResult:
+    """Run every analysis on one partition. Never raises for bad data: failed parts are
+    reported per input and the other parts of the partition still complete.
+
+    The result tables are stored under ``store`` keyed by the partition's parts, the settings
+    and the analyses (:func:`dtrace.resultstore.key`); re-analysing unchanged inputs with the
+    same settings loads them instead of recomputing (``reuse=False`` forces the computation).
     """
+    todo = list(ANALYSES) + list(analyses or [])
+    res = PartitionResult(partition.index)
+    key = resultstore.key(partition, options, todo) if store else None
+    if reuse and key is not None:
+        tables, note = resultstore.load(store, key, todo)
+        if tables is not None:
+            res.tables, res.reused = tables, True
+            return res
+        if note:
+            res.notes.append(note)
+    tables, errors = _run(list(partition.parts), options, todo)
+    res.tables, res.errors = tables, errors
+    if key is not None and not errors:
+        note = resultstore.save(store, key, tables)
+        if note:
+            res.notes.append(note)
+    return res
+
+
+def _run(specs: list[PartSpec], options: Options, analyses: list[Analysis]) -> tuple[dict[str, pd.DataFrame],
+                                                                                     dict[str, str]]:
+    """Analyse the parts together; if that fails, each half alone (recursively), so that a bad
+    part fails alone and the others keep their results (in part order)."""
     try:
-        key = result_key(spec, options)
-        path = _results_path(spec, key) if key else None
-        if reuse and path is not None:
-            tables = _load_results(path)
-            if tables is not None and all(a.table in tables for a in ANALYSES):
-                return {"spec": spec, "tables": tables, "error": None, "reused": True}
-        part = load_part(spec, options)
-        tables = run_part_analyses(part)
-        if path is not None:
-            _store_results(path, tables)
-        return {"spec": spec, "tables": tables, "error": None, "reused": False}
-    except DtraceError as exc:
-        return {"spec": spec, "tables": {}, "error": f"{spec.path}: {exc}"}
-    except Exception as exc:  # keep the other ranks going; say where it broke
-        tb = traceback.extract_tb(exc.__traceback__)[-1]
-        return {"spec": spec, "tables": {},
-                "error": (f"{spec.path}: internal error in analysis of rank {spec.rank} ({type(exc).__name__}: "
-                          f"{exc} at {os.path.basename(tb.filename)}:{tb.lineno})")}
+        return run_analyses(load_batch(specs, options), analyses), {}
+    except Exception as exc:  # noqa: BLE001 - isolate the part that broke, report it below
+        if len(specs) == 1:
+            return {}, {specs[0].path: _describe(specs[0], exc)}
+    mid = len(specs) // 2
+    (t1, e1), (t2, e2) = _run(specs[:mid], options, analyses), _run(specs[mid:], options, analyses)
+    tables = {name: pd.concat([t for t in (t1.get(name), t2.get(name)) if t is not None], ignore_index=True)
+              for name in {**t1, **t2}}
+    return tables, {**e1, **e2}
+
+
+def _describe(spec: PartSpec, exc: BaseException) -> str:
+    if isinstance(exc, DtraceError):
+        return f"{spec.path}: {exc}"
+    if isinstance(exc, AxisOverflow):
+        return f"{spec.path}: rank {spec.rank} device {spec.device}: the events span too long a time to analyse ({exc})"
+    tb = traceback.extract_tb(exc.__traceback__)[-1]
+    return (f"{spec.path}: internal error in analysis of rank {spec.rank} ({type(exc).__name__}: {exc} at "
+            f"{os.path.basename(tb.filename)}:{tb.lineno})")

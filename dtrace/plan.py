@@ -78,6 +78,10 @@ class PartSpec:
     collectives: str
     memcpy: str
     base_ns: int = 0  # the trace's time origin (Kineto baseTimeNanoseconds), for float-µs emulation
+    fingerprint: str = ""  # content hash of the input (with the part's index: what its cached tables hold)
+    n_events: int = 0
+    local_index: int = 0
+    checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
 
 
 def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
@@ -133,7 +137,9 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
             rank = b + p.local_index if r.rank_per_device else b
             specs.append((r, PartSpec(rank=int(rank), device=int(p.device), path=r.path, format=r.format,
                                       events=p.events, collectives=p.collectives, memcpy=p.memcpy,
-                                      base_ns=int((r.meta or {}).get("base_time_ns") or 0))))
+                                      base_ns=int((r.meta or {}).get("base_time_ns") or 0),
+                                      fingerprint=r.fingerprint, n_events=p.n_events,
+                                      local_index=p.local_index, checksums=tuple(sorted(p.checksums.items())))))
     claims: dict[tuple[int, int], list[FileRecord]] = {}
     for r, s in specs:
         claims.setdefault((s.rank, s.device), []).append(r)

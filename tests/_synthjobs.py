@@ -1,7 +1,7 @@
-"""Analyse a generated job cheaply for the straggler tests: the same reader, ``prepare``, per-rank
+"""Analyse a generated job cheaply for the straggler tests: the same reader, ``prepare``, per-partition
 analyses and cross-rank reducers as ``dtrace.analyze``, minus Dask and the Parquet cache, and only
-the per-rank tables the cross-rank reduce reads. Many 64-rank jobs then fit the test budget; one
-test runs the full ``dtrace.analyze`` path on a generated job."""
+the per-rank tables the cross-rank reduce reads, all ranks in one partition. Many 64-rank jobs then
+fit the test budget; one test runs the full ``dtrace.analyze`` path on a generated job."""
 from __future__ import annotations
 
 import glob
@@ -9,10 +9,12 @@ import os
 
 import pandas as pd
 
-from dtrace.analyses import run_part_analyses
-from dtrace.api import combine
+import numpy as np
+
+from dtrace.analyses import run_analyses
+from dtrace.batch import prepare
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.partition import concat_parts
 from dtrace.readers import detect
 from dtrace.reduce import REDUCERS
 
@@ -21,16 +23,18 @@ MINE = ("collectives", "ranks", "stragglers")
 
 
 def per_rank_tables(path: str, options: Options) -> dict[str, pd.DataFrame]:
-    per = []
+    tables, meta = [], []
     for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
         tf = detect(f).read(f)
         p = tf.parts[0]
-        ev = p.events.to_pandas()
-        ev["rank"] = tf.rank_hint
-        part = prepare(ev, p.collectives.to_pandas(), p.memcpy.to_pandas(), rank=tf.rank_hint, device=p.device,
-                       fmt=tf.format, options=options)
-        per.append(run_part_analyses(part, only=NEED))
-    return combine(per)
+        tables.append((p.events, p.collectives, p.memcpy))
+        meta.append((tf.rank_hint, p.device, tf.format))
+    ev, coll, mem = concat_parts(tables)
+    parts = pd.DataFrame({"part": np.arange(len(meta), dtype=np.int32),
+                          "rank": np.array([m[0] for m in meta], np.int32),
+                          "device": np.array([m[1] for m in meta], np.int32),
+                          "format": [m[2] for m in meta], "base_ns": np.zeros(len(meta), np.int64)})
+    return run_analyses(prepare(ev, coll, mem, parts, options), only=NEED)
 
 
 def reduce(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

@@ -4,8 +4,8 @@
 ``DTRACE_PROBE_LOG=FILE`` appends one JSON line per task event to FILE:
 
 - ``{"event": "start", "key", "prefix", "worker", "args", "spec_bytes"}`` when a task is sent
-  to a worker: ``args`` are its positional arguments (strings as they are, anything else as
-  its type name), ``spec_bytes`` the pickled size of the whole task as the scheduler ships it;
+  to a worker: ``args`` are its positional arguments (strings and lists of strings as they
+  are, anything else as its type name), ``spec_bytes`` the pickled size of the whole task as the scheduler ships it;
 - ``{"event": "done", "key", "prefix", "worker", "nbytes"}`` when its result is in a worker's
   memory (``nbytes``: Dask's size estimate of the result, what a client gathering it gets).
 
@@ -23,6 +23,8 @@ from distributed.utils import key_split
 
 
 def _arg(a: Any) -> Any:
+    if isinstance(a, (list, tuple)) and all(isinstance(x, str) for x in a):
+        return list(a)  # a batch of paths
     return a if isinstance(a, (str, int, float, bool)) or a is None else type(a).__name__
 
 

@@ -12,7 +12,7 @@ from dtrace.classify import BuiltinClassifier, RegexMap, SubstringMap, load_clas
 from dtrace.cli.main import main
 from dtrace.errors import UsageError
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 import rawtrace

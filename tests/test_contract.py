@@ -2,9 +2,9 @@
 import pandas as pd
 import pyarrow as pa
 
-from dtrace.analyses import ANALYSES, run_part_analyses
+from dtrace.analyses import ANALYSES, run_analyses
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 
 
@@ -17,7 +17,7 @@ def empty_part():
 
 def test_every_analysis_on_empty_partition():
     part = empty_part()
-    out = run_part_analyses(part)
+    out = run_analyses(part)
     assert set(out) == {a.table for a in ANALYSES}
     for a in ANALYSES:
         df = out[a.table]
@@ -29,7 +29,7 @@ def test_every_analysis_on_empty_partition():
 def test_analyses_do_not_mutate_input():
     part = empty_part()
     before = part.gpu.copy()
-    run_part_analyses(part)
+    run_analyses(part)
     pd.testing.assert_frame_equal(before, part.gpu)
 
 
@@ -50,7 +50,7 @@ def test_every_analysis_on_gpu_only_partition():
     ev = validate_events(t).to_pandas()
     part = prepare(ev, COLLECTIVE_SCHEMA.empty_table().to_pandas(), MEMCPY_SCHEMA.empty_table().to_pandas(),
                    rank=0, device=0, fmt="kineto", options=Options())
-    out = run_part_analyses(part)
+    out = run_analyses(part)
     assert int(out["breakdown"]["busy_ns"].iloc[0]) == 15
     assert int(out["breakdown"]["idle_ns"].iloc[0]) == 10
     assert len(out["ops"]) == 0

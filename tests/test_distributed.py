@@ -158,7 +158,7 @@ def test_cli_on_loopback_cluster_matches_sync_and_reads_inputs_on_workers(cluste
     files = sorted(glob.glob(str(tmp_path / "traces" / "rank-*.json.gz")))
     assert len(files) == 64
     proc = subprocess.Popen(cli(str(tmp_path / "traces" / "rank-*.json.gz"), "-o", str(tmp_path / "dist"),
-                                "--scheduler", cluster.address),
+                                "--scheduler", cluster.address, "--partition-size", "20000"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         # the reference, computed in this process while the cluster works
@@ -179,19 +179,24 @@ def test_cli_on_loopback_cluster_matches_sync_and_reads_inputs_on_workers(cluste
     for r in rows:
         if r["event"] == "start":
             starts[r["prefix"]].append(r)
-    # every input was parsed by a task whose argument is its path; the task itself is a few
-    # hundred bytes while the file is tens of kB: the bytes never travelled, a worker read them
-    ingest = starts["ingest_file"]
-    assert sorted(r["args"][0] for r in ingest) == files
+    # every input was parsed by a task whose argument is a batch of paths; the task itself is a
+    # few hundred bytes per path while a file is tens of kB: the bytes never travelled, a worker
+    # read them
+    ingest = starts["ingest_files"]
+    assert sorted(p for r in ingest for p in r["args"][0]) == files
+    assert len(ingest) > 1
     smallest_file = min(os.path.getsize(f) for f in files)
-    assert max(r["spec_bytes"] for r in ingest) < min(1024, smallest_file // 10)
+    assert max(r["spec_bytes"] / len(r["args"][0]) for r in ingest) < min(1024, smallest_file // 10)
     # by the two worker processes (the client is not a worker), both of them
     assert {r["worker"] for r in ingest} == set(workers.values())
+    # partitions of many ranks: several ranks per task, every partition analysed on a worker
+    partitions = got.manifest["partitions"]
+    assert 2 <= len(partitions) < 64 and sum(p["parts"] for p in partitions) == 64
     assert {r["worker"] for r in starts["analyze_partition"]} == set(workers.values())
-    # what the client gathers per (rank, device) is a set of small aggregate frames
+    # what the client gathers per partition is a set of small aggregate frames
     done = [r for r in rows if r["event"] == "done" and r["prefix"] == "analyze_partition"]
-    assert len(done) == 64
-    assert max(r["nbytes"] for r in done) < 512 * 1024
+    assert len(done) == len(partitions)
+    assert max(r["nbytes"] for r in done) / min(p["parts"] for p in partitions) < 512 * 1024
 
 
 def test_client_gathers_aggregates_whose_size_does_not_follow_the_events(cluster, tmp_path):
@@ -216,29 +221,30 @@ def test_client_gathers_aggregates_whose_size_does_not_follow_the_events(cluster
 
 
 def test_worker_killed_mid_run_loses_nothing(cluster, job16, tmp_path):
+    """A worker is killed while it analyses a partition: the survivor analyses it again."""
     files, ref = job16
     workers = cluster.ensure_two_workers()
     cluster.reset_probe()
-    proc = subprocess.Popen(cli(*files, "-o", str(tmp_path / "out"), "--scheduler", cluster.address),
+    proc = subprocess.Popen(cli(*files, "-o", str(tmp_path / "out"), "--scheduler", cluster.address,
+                                "--partition-size", "1"),  # one rank per partition: 16 analysis tasks
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     killed, lost = None, set()
     try:
         with Client(cluster.address, timeout="30s") as c:
             deadline = time.monotonic() + 240
             while killed is None:
-                assert proc.poll() is None, "the run finished before a worker held analysis results to lose"
-                assert time.monotonic() < deadline, "no worker ever held an analysis result"
-                held = {addr: [k for k in keys if str(k).startswith("analyze_partition")]
-                        for addr, keys in c.has_what().items()}
-                total = sum(len(v) for v in held.values())
-                for addr, keys in held.items():
-                    if keys and total < len(files) - 2:
+                assert proc.poll() is None, "the run finished before a worker analysed a partition"
+                assert time.monotonic() < deadline, "no worker ever analysed a partition"
+                busy = {addr: [k for k in keys if str(k).startswith("analyze_partition")]
+                        for addr, keys in c.processing().items()}
+                for addr, keys in busy.items():
+                    if keys:
                         killed = next(n for n, a in workers.items() if a == addr)
                         os.kill(cluster.workers[killed].pid, signal.SIGKILL)
                         cluster.workers[killed].wait()
                         lost = set(map(str, keys))
                         break
-                time.sleep(0.02)
+                time.sleep(0.005)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -248,7 +254,7 @@ def test_worker_killed_mid_run_loses_nothing(cluster, job16, tmp_path):
     got = dtrace.load(tmp_path / "out")
     assert got.manifest["n_failed"] == 0
     assert_same_tables(got, ref)
-    # the results that died with the worker were computed again by the survivor
+    # the partitions that died with the worker were analysed again by the survivor
     survivor = next(a for n, a in workers.items() if n != killed)
     redone = {r["key"] for r in cluster.probe()
               if r["event"] == "done" and r["prefix"] == "analyze_partition" and r["worker"] == [survivor]}

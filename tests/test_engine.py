@@ -1,13 +1,15 @@
-"""The Dask layer: a real LocalCluster gives the synchronous result; tasks carry paths, not data."""
+"""The Dask layer: a real LocalCluster gives the synchronous result; tasks carry paths, not data;
+a task that fails is split and only its bad item fails."""
 import os
 import pickle
 
 import pandas as pd
 
 import dtrace
-from dtrace.engine import ClusterSpec, Engine
+from dtrace.engine import ClusterSpec, Engine, TaskFailure
+from dtrace.layout import plan_partitions
 from dtrace.options import Options
-from dtrace.partition import analyze_partition, ingest_file
+from dtrace.partition import analyze_partition, ingest_files
 from conftest import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples", "traces")
@@ -19,27 +21,61 @@ def _sorted(df):
 
 def test_local_cluster_matches_synchronous(tmp_path):
     sync = dtrace.analyze(EXAMPLES, scheduler="sync")
-    dist = dtrace.analyze(EXAMPLES, str(tmp_path / "o"), workers=2)
-    assert dist.manifest["workers"] == 2
+    dist = dtrace.analyze(EXAMPLES, str(tmp_path / "o"), scheduler="local", workers=2)
+    assert dist.manifest["workers"] == 2 and dist.manifest["execution"] == "local cluster"
+    assert sync.manifest["execution"] == "in-process"
     for t in ("breakdown", "streams", "steps", "kernels"):
         pd.testing.assert_frame_equal(_sorted(sync.table(t)), _sorted(dist.table(t)), check_dtype=False)
 
 
+def test_small_job_runs_in_process_by_default(tmp_path):
+    r = dtrace.analyze(EXAMPLES, str(tmp_path / "o"))
+    assert r.manifest["execution"] == "in-process"
+
+
 def test_task_payloads_are_small(tmp_path):
-    """What travels to a worker is a path and options; what comes back is small frames."""
+    """What travels to a worker is paths and options; what comes back is small frames."""
     from dtrace.plan import resolve_ranks
 
-    recs = [ingest_file(os.path.join(EXAMPLES, f), str(tmp_path)) for f in sorted(os.listdir(EXAMPLES))
-            if f.endswith(".json.gz")]
+    files = [os.path.join(EXAMPLES, f) for f in sorted(os.listdir(EXAMPLES)) if f.endswith(".json.gz")]
+    recs = ingest_files(files, str(tmp_path))
     specs = resolve_ranks(recs)
-    assert len(pickle.dumps((specs[0], Options()))) < 2_000
+    partition = plan_partitions(specs)[0]
+    assert len(partition.parts) == 2
+    assert len(pickle.dumps((partition, Options()))) < 4_000
     assert all(len(pickle.dumps(r)) < 4_000 for r in recs)
-    out = analyze_partition(specs[0], Options())
-    n_events = recs[0].parts[0].n_events
-    returned_rows = sum(len(df) for df in out["tables"].values())
+    out = analyze_partition(partition, Options())
+    n_events = sum(r.parts[0].n_events for r in recs)
+    returned_rows = sum(len(df) for df in out.tables.values())
     assert returned_rows < n_events / 2  # aggregates, not events
 
 
 def test_engine_map_sync_keeps_order():
     with Engine(ClusterSpec(scheduler="sync")) as eng:
         assert eng.map(pow, [1, 2, 3], 2) == [1, 4, 9]
+
+
+def _fails_on_three(items):
+    if 3 in items:
+        raise RuntimeError("bad item")
+    return [i * 10 for i in items]
+
+
+def test_failed_task_is_split_and_only_its_bad_item_fails():
+    def split(items):
+        return [[i] for i in items] if len(items) > 1 else None
+
+    with Engine(ClusterSpec(scheduler="sync")) as eng:
+        out = eng.map(_fails_on_three, [[1, 2], [3, 4], [5]], split=split)
+    assert out[0] == [10, 20] and out[2] == [40] and out[3] == [50]
+    assert isinstance(out[1], TaskFailure) and out[1].item == [3] and "bad item" in out[1].reason
+
+
+def test_failed_task_is_split_on_a_cluster():
+    def split(items):
+        return [[i] for i in items] if len(items) > 1 else None
+
+    with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
+        out = eng.map(_fails_on_three, [[1, 2], [3, 4], [5]], split=split)
+    assert out[0] == [10, 20] and out[2] == [40] and out[3] == [50]
+    assert isinstance(out[1], TaskFailure) and out[1].item == [3]

@@ -7,7 +7,7 @@ import dtrace
 from dtrace.analyses import ANALYSES, conform
 from dtrace.cli.main import main
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 import rawtrace

@@ -54,15 +54,15 @@ def raw_stream_events(path):
 
 def part_tables(tf, compat):
     """breakdown, streams and kernels of every part of a read file (no Dask, no other analyses)."""
-    from dtrace.analyses import run_part_analyses
+    from dtrace.analyses import run_analyses
     from dtrace.options import Options
-    from dtrace.prepare import prepare
+    from dtrace.batch import prepare_part as prepare
 
     out = {}
     for part in tf.parts:
         pd_part = prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(),
                           rank=part.local_index, device=part.device, fmt=tf.format, options=Options(compat=compat))
-        for name, df in run_part_analyses(pd_part, only={"breakdown", "streams", "kernels"}).items():
+        for name, df in run_analyses(pd_part, only={"breakdown", "streams", "kernels"}).items():
             out.setdefault(name, []).append(df)
     return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
 

@@ -13,7 +13,7 @@ import dtrace
 from dtrace.analyses import ANALYSES, conform
 from dtrace.cli.main import main
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 import rawtrace
@@ -164,7 +164,7 @@ def run_tables(part):
 
 
 def make_part(rows, *, options=None, steps=(), launches=()):
-    """A PartData from (name, stream, start, end[, kind[, correlation]]) tuples on device 0.
+    """A one-part Batch from (name, stream, start, end[, kind[, correlation]]) tuples on device 0.
 
     ``launches``: (correlation, start) host launch calls; ``steps``: (n, start, end) windows.
     """

@@ -8,7 +8,7 @@ import pytest
 import dtrace
 from dtrace.analyses import ANALYSES, conform
 from dtrace.options import Options
-from dtrace.prepare import prepare
+from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA
 
 import rawtrace

@@ -140,13 +140,13 @@ def test_analyze_cli_on_csvs_and_a_bad_csv(tmp_path, capsys):
 
 
 def _breakdown(tf, part):
-    from dtrace.analyses import run_part_analyses
+    from dtrace.analyses import run_analyses
     from dtrace.options import Options
-    from dtrace.prepare import prepare
+    from dtrace.batch import prepare_part as prepare
 
     p = prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(), rank=part.local_index,
                 device=part.device, fmt=tf.format, options=Options())
-    return run_part_analyses(p, only={"breakdown"})["breakdown"]
+    return run_analyses(p, only={"breakdown"})["breakdown"]
 
 
 def test_cuda_gpu_trace_csv_is_read_as_events(tmp_path):

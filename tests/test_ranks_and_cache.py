@@ -66,16 +66,16 @@ def test_second_analysis_reads_parquet_only(tmp_path, monkeypatch):
 def test_cache_records_provenance(tmp_path):
     out = tmp_path / "out"
     res = dtrace.analyze(shared("kineto", "hta-2rank"), str(out), scheduler="sync")
-    import hashlib
+    import xxhash
 
     for i in res.manifest["inputs"]:
         with open(i["path"], "rb") as f:
-            assert i["sha256"] == hashlib.sha256(f.read()).hexdigest()
+            assert i["fingerprint"] == xxhash.xxh3_128_hexdigest(f.read())
         assert i["size"] == os.path.getsize(i["path"])
     from dtrace.cache import lookup, verify
 
-    rec = lookup(res.manifest["cache"], res.manifest["inputs"][0]["path"])
-    assert rec is not None and verify(rec)
+    rec, note = lookup(res.manifest["cache"], res.manifest["inputs"][0]["path"])
+    assert rec is not None and note is None and verify(rec)
 
 
 def test_results_written_atomically_and_loadable(tmp_path):
@@ -147,7 +147,7 @@ def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypat
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(partition, "run_part_analyses", boom)
+    monkeypatch.setattr(partition, "run_analyses", boom)
     again = dtrace.analyze(src, str(out), scheduler="sync")
     assert again.errors == [] and all(i["results_reused"] for i in again.manifest["inputs"])
     for t in first.table_names:

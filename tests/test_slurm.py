@@ -311,7 +311,7 @@ def test_cluster_spec_validates_job_settings():
 def test_cluster_without_dask_jobqueue_is_a_clear_error(monkeypatch, job4, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if not installed
     with pytest.raises(UsageError, match=r"--cluster slurm needs dask-jobqueue: pip install 'dtrace\[jobqueue\]'"):
-        with Engine(ClusterSpec(cluster="slurm", jobs=1)):
+        with Engine(ClusterSpec(cluster="slurm", jobs=1)).start():
             pass
     from dtrace.cli.main import main
 

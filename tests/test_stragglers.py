@@ -183,7 +183,7 @@ def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
 
     def spy(spec, opts, *args):
         out = real(spec, opts, *args)
-        seen.append({name: (len(df), list(df.columns)) for name, df in out["tables"].items()})
+        seen.append({name: (len(df), list(df.columns)) for name, df in out.tables.items()})
         return out
 
     monkeypatch.setattr(api, "analyze_partition", spy)
@@ -192,11 +192,11 @@ def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
     assert res.ok and res.stragglers.iloc[0]["rank"] == 5 and res.stragglers.iloc[0]["flagged"]
     events = {tuple(i["ranks"][0]): i["events"] for i in res.manifest["inputs"]}
     n_nccl = sum(truth["collectives_per_step"].values()) * truth["steps"]
-    assert len(seen) == 16
+    assert len(seen) == len(res.manifest["partitions"]) == 1  # 16 small ranks share one partition
     for part in seen:
-        assert part["collectives"][0] == n_nccl
+        assert part["collectives"][0] == 16 * n_nccl
         total = sum(n for n, _cols in part.values())
-        assert total < 0.5 * min(events.values())
+        assert total < 0.5 * sum(events.values())
         assert not any({"correlation", "external_id"} & set(cols) for _n, cols in part.values())
     text = summary(dtrace.load(out))
     assert "stragglers: 1 of 16 ranks flagged" in text and "rank 5 arrived last" in text

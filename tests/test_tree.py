@@ -323,11 +323,11 @@ def _part(host_rows, gpu_rows, device=0):
     gpu = pd.DataFrame(gpu_rows, columns=["row", "stream", "kind", "name", "start_ns", "end_ns", "correlation",
                                           "external_id"])
     gpu["name"] = gpu["name"].astype("category")
-    from dtrace.prepare import PartData
+    from dtrace.batch import Batch
 
     empty = pd.DataFrame()
-    return PartData(rank=3, device=device, fmt="kineto", gpu=gpu, host=host, steps=empty, collectives=empty,
-                    memcpy=empty, options=Options())
+    parts = pd.DataFrame({"part": [0], "rank": [3], "device": [device], "format": ["kineto"], "base_ns": [0]})
+    return Batch(parts=parts, gpu=gpu, host=host, steps=empty, collectives=empty, memcpy=empty, options=Options())
 
 
 def test_partial_overlap_is_kept_under_open_parent_and_counted():
@@ -336,7 +336,7 @@ def test_partial_overlap_is_kept_under_open_parent_and_counted():
             ("runtime", "cudaLaunchKernel", 1, 1, 105, 110, 7, 2, -1),
             ("cpu_op", "C", 1, 2, 0, 50, -1, 3, -1)]  # another thread: its own root
     gpu = [(10, 0, "kernel", "k", 200, 260, 7, 2), (11, 0, "kernel", "orphan", 300, 310, 99, -1)]
-    t = Tree.from_part(_part(host, gpu))
+    t = Tree.from_batch(_part(host, gpu))
     a, b, launch, c = (int(t.by_name(n)[0]) for n in ("A", "B", "cudaLaunchKernel", "C"))
     k, orphan = int(t.by_name("k")[0]), int(t.by_name("orphan")[0])
     assert (t.parent_of(a), t.parent_of(b), t.parent_of(launch), t.parent_of(c)) == (None, a, b, None)
@@ -355,7 +355,7 @@ def test_nested_same_name_ops_count_gpu_once():
             ("runtime", "cudaLaunchKernel", 1, 1, 10, 20, 1, 2, -1),
             ("runtime", "cudaLaunchKernel", 1, 1, 30, 40, 2, 2, -1)]
     gpu = [(0, 7, "kernel", "k1", 100, 150, 1, 2), (1, 8, "kernel", "k2", 120, 170, 2, 2)]  # overlap 30 ns
-    t = Tree.from_part(_part(host, gpu))
+    t = Tree.from_batch(_part(host, gpu))
     row = t.ops().set_index("op").loc["aten::layer_norm"]
     assert row[["count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]].tolist() == \
         [2, 185, 70, 70, 2, 2]
@@ -421,7 +421,7 @@ def test_ops_table_in_results_and_cli(tmp_path, capsys):
 
 
 def test_empty_tree():
-    t = Tree.from_part(_part([], []))
+    t = Tree.from_batch(_part([], []))
     assert t.size == 0 and len(t.ops()) == 0 and len(t.op_instances()) == 0 and len(t.fwd_bwd) == 0
     assert t.stats["host_nodes"] == 0
 

@@ -1,8 +1,11 @@
-"""Per-rank analyses: pure functions ``PartData -> small DataFrame``, one per results table.
+"""Per-partition analyses: pure functions ``Batch -> small DataFrame``, one per results table.
 
-Each is registered with its declared output columns and dtypes; :func:`run_part_analyses`
-conforms every output to its declaration, and a contract test runs all of them on an empty
-partition. Adding an analysis is one module and one line in :data:`ANALYSES`.
+A :class:`~dtrace.batch.Batch` holds any number of (rank, device) parts; every analysis
+computes all of them in one vectorised pass and returns rows keyed by ``rank`` and ``device``.
+Each is registered with its declared output columns and dtypes; :func:`run_analyses` conforms
+every output to its declaration, and a contract test runs all of them on an empty partition
+and on partitions of many parts. Adding an analysis is one module and one line in
+:data:`ANALYSES`; users pass their own :class:`Analysis` objects to :func:`dtrace.analyze`.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..prepare import PartData
+from ..batch import Batch
 from . import breakdown as _bd
 from . import collectives as _coll
 from . import gaps as _gaps
@@ -29,8 +32,22 @@ _ITER = {"iters": I64, "count_per_iter": F64, "total_per_iter_ns": F64}
 
 @dataclass(frozen=True)
 class Analysis:
+    """One results table computed per partition.
+
+    Parameters
+    ----------
+    table
+        Name of the results table (a Parquet file in OUT, ``results.<table>``).
+    func
+        ``func(batch) -> DataFrame``: a pure module-level function of a
+        :class:`~dtrace.batch.Batch` (any number of parts), with ``rank`` and ``device`` columns.
+    columns
+        Declared output columns and dtypes (``"int64"``, ``"int32"``, ``"float64"``, ``"bool"``,
+        ``"object"`` for text); extra columns are kept as they come.
+    """
+
     table: str
-    func: Callable[[PartData], pd.DataFrame]
+    func: Callable[[Batch], pd.DataFrame]
     columns: dict[str, str]
 
 
@@ -70,11 +87,23 @@ ANALYSES: list[Analysis] = [
 ]
 
 
+def has_dtype(col: pd.Series, want: str) -> bool:
+    """Whether ``col`` already has the declared dtype (``object`` means text: any string dtype)."""
+    if want == STR:
+        return col.dtype == object or pd.api.types.is_string_dtype(col.dtype)
+    return str(col.dtype) == want
+
+
 def conform(df: pd.DataFrame, columns: dict[str, str], table: str) -> pd.DataFrame:
-    """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes."""
+    """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes.
+
+    Text columns (declared ``object``) may be object or pandas string columns.
+    """
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TypeError(f"analysis {table!r} did not produce the declared columns {missing}")
+    if all(has_dtype(df[c], want) for c, want in columns.items()):
+        return df
     out = {}
     for c in df.columns:
         if c in columns:
@@ -89,11 +118,9 @@ def conform(df: pd.DataFrame, columns: dict[str, str], table: str) -> pd.DataFra
     return pd.DataFrame(out, columns=list(df.columns))
 
 
-def run_part_analyses(part: PartData, only: set[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Run every registered analysis (or those in ``only``) on one partition."""
-    results = {}
-    for a in ANALYSES:
-        if only is not None and a.table not in only:
-            continue
-        results[a.table] = conform(a.func(part), a.columns, a.table)
-    return results
+def run_analyses(batch: Batch, analyses: list[Analysis] | None = None, only: set[str] | None = None
+                 ) -> dict[str, pd.DataFrame]:
+    """Run every registered analysis (or the given ones; or those whose table is in ``only``) on
+    one partition."""
+    todo = ANALYSES if analyses is None else analyses
+    return {a.table: conform(a.func(batch), a.columns, a.table) for a in todo if only is None or a.table in only}

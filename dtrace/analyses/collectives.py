@@ -1,6 +1,6 @@
-"""Communication kernels of one rank, one row each: the input of cross-rank collective matching.
+"""Communication kernels of every rank, one row each: the input of cross-rank collective matching.
 
-A row per comm kernel (category ``comm``, kind ``kernel``) with its stream, times, the
+A row per comm kernel (category ``comm``, kind ``kernel``) of every part of the partition, with its stream, times, the
 collective's normalized name (``op``), process group, ``seq`` and message bytes from the
 reader's collective side table (keyed by the kernel's ``row``). Where the trace carries no
 collective args the op is inferred from the kernel name (``ncclKernel_AllReduce_*`` →
@@ -19,7 +19,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..prepare import PartData
+from ..batch import Batch
+from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
 
 # kernel name → collective (case-insensitive re.search, first match wins)
 OP_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -68,26 +69,6 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in DECLARED.items()})
 
 
-def cumcount(codes: np.ndarray) -> np.ndarray:
-    """Position of each element among the earlier elements with the same code.
-
-    Examples
-    --------
-    >>> cumcount(np.array([3, 1, 3, 3, 1])).tolist()
-    [0, 0, 1, 2, 1]
-    """
-    n = len(codes)
-    if not n:
-        return np.zeros(0, np.int64)
-    order = np.argsort(codes, kind="stable")
-    c = codes[order]
-    starts = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
-    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-    out = np.empty(n, np.int64)
-    out[order] = np.arange(n) - run_start
-    return out
-
-
 def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object, dtype: object) -> np.ndarray:
     if name not in side.columns:
         return np.full(len(pos), default, dtype)
@@ -103,56 +84,52 @@ def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object
     return arr[pos].astype(dtype)
 
 
-def comm_kernels(part: PartData) -> pd.DataFrame:
-    """One row per communication kernel of the part, sorted by start time."""
-    g = part.gpu
+def comm_kernels(batch: Batch) -> pd.DataFrame:
+    """One row per communication kernel of every part, sorted by (part, start time)."""
+    g = batch.gpu
     if not len(g):
         return _empty()
-    sel = (np.asarray(g["category"] == "comm")) & (g["kind"].to_numpy() == "kernel")
+    sel = (g["category"] == "comm").to_numpy(bool) & (g["kind"] == "kernel").to_numpy(bool)
     if not sel.any():
         return _empty()
     idx = np.flatnonzero(sel)
-    start = g["start_ns"].to_numpy(np.int64)[idx]
-    stream = g["stream"].to_numpy(np.int64)[idx]
-    o = np.lexsort((stream, start))
-    idx, start, stream = idx[o], start[o], stream[o]
-    names = g["name"]
-    if isinstance(names.dtype, pd.CategoricalDtype):  # classify each distinct comm name once
-        codes, labels = names.cat.codes.to_numpy()[idx], names.cat.categories
-    else:
-        codes, labels = pd.factorize(names.astype(str).to_numpy(object)[idx])
-    used, inv = np.unique(codes, return_inverse=True)
-    inferred = np.array([infer_op(str(labels[c])) for c in used], dtype=object)[inv]
+    part = g["part"].to_numpy(I64)[idx]
+    start = g["start_ns"].to_numpy(I64)[idx]
+    stream = g["stream"].to_numpy(I64)[idx]
+    o = np.lexsort((stream, start, part))
+    idx, part, start, stream = idx[o], part[o], start[o], stream[o]
+    names = g["name"].array  # classify each distinct comm name once
+    used, inv = unique_inverse(np.asarray(names.codes)[idx])
+    inferred = np.array([infer_op(str(names.categories[c])) for c in used], dtype=object)[inv]
     n = len(idx)
-    side = part.collectives
+    side = batch.collectives
     if len(side):
-        side = side.drop_duplicates("row")
-        srow = side["row"].to_numpy(np.int64)
-        pos = pd.Index(srow).get_indexer(g["row"].to_numpy(np.int64)[idx])
-        pos = np.where(pos >= 0, pos, len(srow))  # len(srow) selects the default
+        side = side.drop_duplicates(["part", "row"])
+        pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)),
+                          (part, g["row"].to_numpy(I64)[idx]))
+        pos = np.where(pos >= 0, pos, len(side))  # len(side) selects the default
         coll = _side_column(side, "collective", pos, "", object)
         op = np.where(coll != "", coll, inferred)
         group = _side_column(side, "group", pos, "", object)
         group_ranks = _side_column(side, "group_ranks", pos, "", object)
-        group_size = _side_column(side, "group_size", pos, -1, np.int64)
-        seq = _side_column(side, "seq", pos, -1, np.int64)
-        nbytes = _side_column(side, "bytes", pos, -1, np.int64)
+        group_size = _side_column(side, "group_size", pos, -1, I64)
+        seq = _side_column(side, "seq", pos, -1, I64)
+        nbytes = _side_column(side, "bytes", pos, -1, I64)
         dtype = _side_column(side, "dtype", pos, "", object)
     else:
         op = inferred
         group = np.full(n, "", object)
         group_ranks = np.full(n, "", object)
-        group_size = np.full(n, -1, np.int64)
-        seq = np.full(n, -1, np.int64)
-        nbytes = np.full(n, -1, np.int64)
+        group_size = np.full(n, -1, I64)
+        seq = np.full(n, -1, I64)
+        nbytes = np.full(n, -1, I64)
         dtype = np.full(n, "", object)
-    key = pd.MultiIndex.from_arrays([group, group_ranks, op]).factorize()[0] if n else np.zeros(0, np.int64)
+    key = dense_codes(part, pd.factorize(group)[0], pd.factorize(group_ranks)[0], pd.factorize(op)[0])[0]
     return pd.DataFrame({
-        "rank": np.full(n, part.rank, np.int32),
-        "device": np.full(n, part.device, np.int32),
+        **batch.keys(part),
         "stream": stream,
         "start_ns": start,
-        "end_ns": g["end_ns"].to_numpy(np.int64)[idx],
+        "end_ns": g["end_ns"].to_numpy(I64)[idx],
         "op": op.astype(object),
         "group": group,
         "group_ranks": group_ranks,
@@ -160,7 +137,7 @@ def comm_kernels(part: PartData) -> pd.DataFrame:
         "seq": seq,
         "bytes": nbytes,
         "dtype": dtype,
-        "step": g["step"].to_numpy(np.int64)[idx],
-        "order_op": cumcount(np.asarray(key)),
-        "order_stream": cumcount(stream),
+        "step": g["step"].to_numpy(I64)[idx],
+        "order_op": cumcount(key),
+        "order_stream": cumcount(dense_codes(part, stream)[0]),
     })

@@ -1,25 +1,27 @@
 """Kernel statistics, kernel classes and per-collective (NCCL) statistics per (rank, device).
 
-SPEC §4 "Kernel statistics and classes". Only GPU activity counts (kernel, memcpy and memset
-events on the device); runtime/driver launch calls are host events and never appear here.
+Only GPU activity counts (kernel, memcpy and memset events on the device); runtime/driver
+launch calls are host events and never appear here.
 
-Notes on the algorithm: events are grouped by their name's dictionary code, never by string.
-Counts and totals are ``bincount`` s over the codes; the median, min and max come from one
-``lexsort`` by (code, duration), which leaves each name's durations as a sorted run whose
-ends and middle are read by index; the standard deviation is the sample one (``ddof=1``, as
-``nsys stats`` and the GPU Kernel Analyzer report it; 0 for a single event). The class of each
-distinct name comes from :mod:`dtrace.classify`.
+Notes on the algorithm: events are grouped by (part, name code) — one dense pair code per
+distinct name of each part, never a string per event. Counts and totals are ``bincount`` s and
+``reduceat`` s over the pair codes; the median, min and max come from one sort by (pair,
+duration), which leaves each pair's durations as a sorted run whose ends and middle are read by
+index; the standard deviation is the sample one (``ddof=1``, as ``nsys stats`` and the GPU
+Kernel Analyzer report it; 0 for a single event). The class of each distinct name comes from
+:mod:`dtrace.classify`, once per name.
 
-Per-iteration figures divide by :func:`iterations`: the ``iters`` option when given, else the
-number of steps found in the part (one with a step filter), else 1.
+Per-iteration figures divide by :meth:`dtrace.batch.Batch.iterations`: the ``iters`` option when
+given, else the number of steps found in the part (one with a step filter), else 1.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..batch import Batch
 from ..classify import Classifier, classifier_for, collective_label
-from ..prepare import PartData
+from ..groups import I64, dense_codes, string_rank, sum_by
 
 KERNEL_COLUMNS = ["rank", "device", "name", "category", "kind", "class", "count", "total_ns", "mean_ns",
                   "median_ns", "min_ns", "max_ns", "std_ns", "time_share", "count_share", "iters",
@@ -30,32 +32,47 @@ NCCL_COLUMNS = ["rank", "device", "collective", "count", "total_ns", "mean_ns", 
                 "count_per_iter", "total_per_iter_ns"]
 
 
-def iterations(part: PartData) -> int:
-    """The divisor of per-iteration figures: ``iters`` option, else steps found, else 1."""
-    if part.options.iters:
-        return int(part.options.iters)
-    return max(len(part.steps), 1)
-
-
 def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: [] for c in columns})
 
 
-def _codes(part: PartData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Name codes (compacted to names present), the distinct names, and durations."""
-    g = part.gpu
-    names = g["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    codes = names.cat.codes.to_numpy().astype(np.int64)
-    cats = names.cat.categories.to_numpy(dtype=object)
-    present = np.bincount(codes, minlength=len(cats)) > 0
-    if not present.all():  # a step filter leaves unused categories behind
-        remap = np.cumsum(present) - 1
-        codes = remap[codes]
-        cats = cats[present]
-    dur = (g["end_ns"].to_numpy() - g["start_ns"].to_numpy()).astype(np.int64)
-    return codes, cats, dur
+def per_name(batch: Batch, full: bool) -> tuple[pd.DataFrame, Classifier]:
+    """One row per (part, distinct name): part, name, kind, category, class, count, total (and,
+    if ``full``, the mean, median, min, max and sample std of the durations)."""
+    g = batch.gpu
+    names = g["name"].array
+    cats = np.asarray(names.categories, dtype=object)
+    part = g["part"].to_numpy(I64)
+    pair, k = dense_codes(part, np.asarray(names.codes, I64))
+    dur = (g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64))
+    count = np.bincount(pair, minlength=k).astype(I64)
+    starts = np.concatenate(([0], np.cumsum(count)[:-1])).astype(I64)
+    srt = _sort_by_code_then_duration(pair, dur) if full else np.argsort(pair, kind="stable")
+    d = dur[srt]
+    total = np.add.reduceat(d, starts) if k else np.empty(0, I64)  # int64: exact
+    first = srt[starts]  # one event of each pair (kind and category follow from the name)
+    kind = labels(g["kind"], first)
+    category = labels(g["category"], first)
+    name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
+    classifier = classifier_for(batch.options)
+    cls = np.asarray(classifier.classify(name, kind, category), dtype=object)
+    out = pd.DataFrame({"part": part[first], "name": name.astype(object), "category": category.astype(object),
+                        "kind": kind.astype(object), "class": cls, "count": count, "total_ns": total.astype(I64)})
+    if full:
+        mean = total / count
+        out["mean_ns"] = mean
+        out["median_ns"] = (d[starts + (count - 1) // 2] + d[starts + count // 2]) / 2.0
+        out["min_ns"] = d[starts]
+        out["max_ns"] = d[starts + count - 1]
+        sq = np.bincount(pair, weights=(dur - mean[pair]) ** 2, minlength=k)
+        out["std_ns"] = np.sqrt(np.divide(sq, count - 1, out=np.zeros(k), where=count > 1))
+    return out, classifier
+
+
+def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The string values of a categorical column at ``rows`` (no string built per event)."""
+    cat = col.array
+    return np.asarray(cat.categories, dtype=object).astype(str).astype(object)[np.asarray(cat.codes)[rows]]
 
 
 def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -66,100 +83,81 @@ def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarra
     return np.lexsort((dur, codes))
 
 
-def _per_name(part: PartData, full: bool) -> tuple[pd.DataFrame, Classifier]:
-    """One row per distinct name: kind, category, class, count, total (and, if ``full``, the
-    mean, median, min, max and sample std of the durations)."""
-    codes, names, dur = _codes(part)
-    k = len(names)
-    count = np.bincount(codes, minlength=k).astype(np.int64)
-    starts = np.concatenate(([0], np.cumsum(count)[:-1]))
-    srt = _sort_by_code_then_duration(codes, dur) if full else np.argsort(codes, kind="stable")
-    d = dur[srt]
-    total = np.add.reduceat(d, starts)  # int64: exact, unlike float bincount weights
-    first = srt[starts]  # one event of each name (kind and category follow from the name)
-    g = part.gpu  # index first, convert after: string conversions of whole columns are slow
-    kind = g["kind"].iloc[first].astype(str).to_numpy(dtype=object)
-    category = g["category"].iloc[first].astype(str).to_numpy(dtype=object)
-    classifier = classifier_for(part.options)
-    cls = np.asarray(classifier.classify(names, kind, category), dtype=object)
-    out = pd.DataFrame({"name": names, "category": category, "kind": kind, "class": cls,
-                        "count": count, "total_ns": total.astype(np.int64)})
-    if full:
-        mean = total / count
-        out["mean_ns"] = mean
-        out["median_ns"] = (d[starts + (count - 1) // 2] + d[starts + count // 2]) / 2.0
-        out["min_ns"] = d[starts]
-        out["max_ns"] = d[starts + count - 1]
-        sq = np.bincount(codes, weights=(dur - mean[codes]) ** 2, minlength=k)
-        out["std_ns"] = np.sqrt(np.divide(sq, count - 1, out=np.zeros(k), where=count > 1))
-    return out, classifier
-
-
-def _shares_and_iters(out: pd.DataFrame, part: PartData) -> pd.DataFrame:
-    g = part.gpu
-    total = float((g["end_ns"].to_numpy() - g["start_ns"].to_numpy()).sum()) or 1.0
-    n = max(len(g), 1)
-    it = iterations(part)
-    out["time_share"] = out["total_ns"].to_numpy() / total
-    out["count_share"] = out["count"].to_numpy() / n
-    out["iters"] = np.int64(it)
+def _shares_and_iters(out: pd.DataFrame, batch: Batch) -> pd.DataFrame:
+    """Shares of each row's part GPU time and events, and per-iteration figures."""
+    g = batch.gpu
+    n = batch.n_parts
+    gp = g["part"].to_numpy(I64)
+    part_time = sum_by(gp, g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64), n).astype(np.float64)
+    part_events = np.bincount(gp, minlength=n).astype(np.float64)
+    p = out["part"].to_numpy(I64)
+    it = batch.iterations()[p]
+    out["time_share"] = out["total_ns"].to_numpy() / np.where(part_time > 0, part_time, 1.0)[p]
+    out["count_share"] = out["count"].to_numpy() / np.maximum(part_events, 1.0)[p]
+    out["iters"] = it.astype(I64)
     out["count_per_iter"] = out["count"].to_numpy() / it
     out["total_per_iter_ns"] = out["total_ns"].to_numpy() / it
     return out
 
 
-def kernel_stats(part: PartData) -> pd.DataFrame:
-    """The ``kernels`` table: one row per (rank, device, name), sorted by total time.
+def _finish(out: pd.DataFrame, batch: Batch, key: str, columns: list[str]) -> pd.DataFrame:
+    """Keys, shares and the order of every per-part table: part, total descending, ``key``."""
+    p = out["part"].to_numpy(I64)
+    out = _shares_and_iters(out, batch)
+    for col, v in reversed(list(batch.keys(p).items())):
+        out.insert(0, col, v)
+    order = np.lexsort((string_rank(out[key].to_numpy(object)), -out["total_ns"].to_numpy(I64), p))
+    return out.iloc[order][columns].reset_index(drop=True)
+
+
+def kernel_stats(batch: Batch) -> pd.DataFrame:
+    """The ``kernels`` table: one row per (rank, device, name), sorted by total time per part.
 
     Columns: category, kind, class, count, total/mean/median/min/max/std durations, the
     name's share of the part's GPU time and of its GPU events, and per-iteration count/time.
     """
-    if not len(part.gpu):
+    if not len(batch.gpu):
         return _empty(KERNEL_COLUMNS)
-    per, _ = _per_name(part, full=True)
-    per.insert(0, "rank", np.int32(part.rank))
-    per.insert(1, "device", np.int32(part.device))
-    out = _shares_and_iters(per, part)[KERNEL_COLUMNS]
-    return out.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    per, _ = per_name(batch, full=True)
+    return _finish(per, batch, "name", KERNEL_COLUMNS)
 
 
-def class_stats(part: PartData) -> pd.DataFrame:
+def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """Sum count and total over (part, ``values``) of per-name rows."""
+    frame = pd.DataFrame({"part": per["part"].to_numpy(I64), key: values, "count": per["count"].to_numpy(I64),
+                          "total_ns": per["total_ns"].to_numpy(I64)})
+    grp = frame.groupby(["part", key], sort=True)
+    out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
+                        "kernels": grp["count"].size()}).reset_index()
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    return out, out["kernels"].to_numpy(I64)
+
+
+def class_stats(batch: Batch) -> pd.DataFrame:
     """The ``classes`` table: one row per (rank, device, class) with count, total time,
     number of distinct kernel names, shares and per-iteration figures."""
-    if not len(part.gpu):
+    if not len(batch.gpu):
         return _empty(CLASS_COLUMNS)
-    per, classifier = _per_name(part, full=False)
-    grp = per.groupby("class", sort=True)
-    out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                        "kernels": grp["name"].size()}).reset_index()
-    out["mean_ns"] = out["total_ns"] / out["count"]
-    out.insert(0, "rank", np.int32(part.rank))
-    out.insert(1, "device", np.int32(part.device))
+    per, classifier = per_name(batch, full=False)
+    out, _ = _grouped(per, "class", per["class"].to_numpy(object))
     out["classifier"] = classifier.label
-    out = _shares_and_iters(out, part)[CLASS_COLUMNS]
-    return out.sort_values(["total_ns", "class"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return _finish(out, batch, "class", CLASS_COLUMNS)
 
 
-def nccl_stats(part: PartData) -> pd.DataFrame:
+def nccl_stats(batch: Batch) -> pd.DataFrame:
     """The ``nccl`` table: communication kernels per (rank, device, collective).
 
     The collective is the GPU Performance Analyser's label (``AllGather``, ``SendRecv``, ...:
     see :func:`dtrace.classify.collective_label`). Rows are the kernels of class ``nccl`` under
     a substring map, otherwise the kernels of category ``comm``.
     """
-    if not len(part.gpu):
+    if not len(batch.gpu):
         return _empty(NCCL_COLUMNS)
-    per, classifier = _per_name(part, full=False)
-    sel = classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())
-    per = per.loc[sel]
+    per, classifier = per_name(batch, full=False)
+    per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
         return _empty(NCCL_COLUMNS)
-    labels = np.array([collective_label(n) for n in per["name"]], dtype=object)  # one per distinct name
-    grp = per.assign(collective=labels).groupby("collective", sort=True)
-    out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum()}).reset_index()
-    out["mean_ns"] = out["total_ns"] / out["count"]
-    out.insert(0, "rank", np.int32(part.rank))
-    out.insert(1, "device", np.int32(part.device))
-    out = _shares_and_iters(out, part)
-    return out[NCCL_COLUMNS].sort_values(["total_ns", "collective"], ascending=[False, True],
-                                         kind="stable").reset_index(drop=True)
+    uniq, inv = np.unique(per["name"].to_numpy(object).astype(str), return_inverse=True)
+    labels = np.array([collective_label(n) for n in uniq], dtype=object)[inv.reshape(-1)]  # once per name
+    out, _ = _grouped(per, "collective", labels)
+    return _finish(out, batch, "collective", NCCL_COLUMNS)

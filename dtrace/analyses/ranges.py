@@ -18,49 +18,28 @@ One row per (rank, device, range name), summed over the name's instances:
 - the breakdown columns of :mod:`dtrace.analyses.breakdown` for the device's GPU timeline
   inside each projected window (all streams, whoever launched the work), summed.
 
-Notes on the algorithm (vectorised; the only Python loop is over launching threads):
-owned events are contiguous once events are sorted by (thread, launch time), so each range's
-owned set is an index interval found with ``searchsorted``; counts and durations come from
-prefix sums, the projected span from ``minimum.reduceat``/``maximum.reduceat`` over the
-interleaved interval bounds. The per-window breakdown uses the coverage function of the
-three exposed sets (compute, comm − compute, memory − compute − comm):
-``|X ∩ [a, b]| = cov_X(b) − cov_X(a)``.
+Notes on the algorithm (vectorised over all parts and threads at once): each launching thread
+(part, pid, tid) gets its own stretch of one :class:`~dtrace.intervals.Axis`, so owned events
+are contiguous once events are sorted by their launch time on that axis, and each range's owned
+set is an index interval found with ``searchsorted``; counts and durations come from prefix
+sums, the projected span from ``minimum.reduceat``/``maximum.reduceat`` over the interleaved
+interval bounds. The per-window breakdown places each part's GPU timeline and windows on an
+axis of parts and uses the coverage function of the three exposed sets (compute,
+comm − compute, memory − compute − comm): ``|X ∩ [a, b]| = cov_X(b) − cov_X(a)``.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..intervals import Union, coverage, merge, union
-from ..prepare import PartData
-from .breakdown import VALUE_COLUMNS
+from ..batch import Batch
+from ..groups import I64, shared_codes, string_rank
+from ..intervals import Axis, Union, coverage, difference, merge, union
+from .breakdown import VALUE_COLUMNS, category_masks
 
 RANGE_COLUMNS = ["rank", "device", "name", "count", "with_gpu", "range_ns", "proj_ns", "proj_mean_ns",
                  "proj_min_ns", "proj_max_ns", "gpu_events", "kernel_ns", "non_comm_kernel_ns", *VALUE_COLUMNS]
-
-
-def difference(a: Union, b: Union) -> Union:
-    """``a − b`` for two unions (sorted disjoint segments).
-
-    Examples
-    --------
-    >>> s, e = difference((np.array([0, 20]), np.array([10, 30])), (np.array([5]), np.array([25])))
-    >>> s.tolist(), e.tolist()
-    ([0, 25], [5, 30])
-    """
-    if a[0].size == 0 or b[0].size == 0:
-        return a
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
-    lo, hi = pts[:-1], pts[1:]
-    mid = lo + (hi - lo) // 2
-    keep = _inside(a, mid) & ~_inside(b, mid)
-    return union(lo[keep], hi[keep])
-
-
-def _inside(u: Union, t: np.ndarray) -> np.ndarray:
-    s, e = u
-    j = np.searchsorted(s, t, side="right") - 1
-    return (j >= 0) & (t < e[np.maximum(j, 0)])
+_BIG, _SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
 def window_breakdown(start: np.ndarray, end: np.ndarray, category: np.ndarray,
@@ -74,11 +53,10 @@ def window_breakdown(start: np.ndarray, end: np.ndarray, category: np.ndarray,
     >>> v["computation_ns"].tolist(), v["exposed_comm_ns"].tolist(), v["idle_ns"].tolist()
     ([10, 2], [5, 5], [5, 5])
     """
-    cat = np.asarray(category, dtype=object)
-    comp = union(start[cat == "compute"], end[cat == "compute"])
-    comm = union(start[cat == "comm"], end[cat == "comm"])
-    memm = (cat == "memcpy") | (cat == "memset")
-    mem = union(start[memm], end[memm])
+    is_comp, is_comm, is_mem = category_masks(category)
+    comp = union(start[is_comp], end[is_comp])
+    comm = union(start[is_comm], end[is_comm])
+    mem = union(start[is_mem], end[is_mem])
     x_comm = difference(comm, comp)
     x_mem = difference(mem, merge(comp, comm))
 
@@ -104,101 +82,109 @@ def _span_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.nda
     return np.where(hi > lo, out, fill)
 
 
-def _launch_threads(part: PartData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _launch_threads(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Launch time, pid and tid of each GPU event (-1 where its launch is unknown)."""
-    g, h = part.gpu, part.host
+    from ..groups import first_match
+
+    g, h = batch.gpu, batch.host
     n = len(g)
-    pid = np.full(n, -1, np.int64)
-    tid = np.full(n, -1, np.int64)
-    launch = g["launch_ns"].to_numpy(np.int64) if n else np.empty(0, np.int64)
+    pid = np.full(n, -1, I64)
+    tid = np.full(n, -1, I64)
+    launch = g["launch_ns"].to_numpy(I64) if n else np.empty(0, I64)
     if n and len(h):
-        rt = h.loc[(h["kind"] == "runtime").to_numpy() & (h["correlation"].to_numpy() >= 0)]
-        rt = rt.drop_duplicates("correlation")
-        idx = pd.Index(rt["correlation"].to_numpy()).get_indexer(g["correlation"].to_numpy())
+        rt = (h["kind"] == "runtime").to_numpy(bool) & (h["correlation"].to_numpy(I64) >= 0)
+        idx = first_match((h["part"].to_numpy(I64)[rt], h["correlation"].to_numpy(I64)[rt]),
+                          (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64)))
         ok = (idx >= 0) & (launch >= 0)
-        pid[ok] = rt["pid"].to_numpy(np.int64)[idx[ok]]
-        tid[ok] = rt["tid"].to_numpy(np.int64)[idx[ok]]
+        pid[ok] = h["pid"].to_numpy(I64)[rt][idx[ok]]
+        tid[ok] = h["tid"].to_numpy(I64)[rt][idx[ok]]
         launch = np.where(ok, launch, -1)
     return launch, pid, tid
 
 
-def range_stats(part: PartData) -> pd.DataFrame:
+class _Owned:
+    """Per range: owned GPU events, their summed durations and projected span (accumulated)."""
+
+    def __init__(self, nr: int, dur: np.ndarray, non_comm: np.ndarray, g_start: np.ndarray, g_end: np.ndarray):
+        self.count = np.zeros(nr, I64)
+        self.kern = np.zeros(nr, I64)
+        self.ncomm = np.zeros(nr, I64)
+        self.p_start = np.full(nr, _BIG)
+        self.p_end = np.full(nr, _SMALL)
+        self._dur, self._non, self._gs, self._ge = dur, non_comm, g_start, g_end
+
+    def add(self, r_group: np.ndarray, r_lo: np.ndarray, r_hi: np.ndarray,
+            e_group: np.ndarray, ev: np.ndarray, t: np.ndarray) -> None:
+        """Add the events ``ev`` (times ``t``, groups ``e_group``) lying in ``[r_lo, r_hi)`` of the
+        same group to each range (all ranges; ``r_group`` -1 owns nothing)."""
+        nr = r_group.size
+        ok = r_group >= 0
+        if not len(ev) or not ok.any():
+            return
+        axis = Axis(np.concatenate([e_group, r_group[ok], r_group[ok]]),
+                    np.concatenate([t, r_lo[ok], r_hi[ok]]), int(max(e_group.max(initial=-1), r_group.max()) + 1))
+        vt = axis.place(t, e_group)
+        order = np.argsort(vt, kind="stable")
+        ev, vt = ev[order], vt[order]
+        lo = np.zeros(nr, I64)
+        hi = np.zeros(nr, I64)
+        lo[ok] = np.searchsorted(vt, axis.place(r_lo[ok], r_group[ok]), side="left")
+        hi[ok] = np.searchsorted(vt, axis.place(r_hi[ok], r_group[ok]), side="left")
+        cdur = np.concatenate(([0], np.cumsum(self._dur[ev])))
+        cnon = np.concatenate(([0], np.cumsum(self._non[ev])))
+        self.count += hi - lo
+        self.kern += cdur[hi] - cdur[lo]
+        self.ncomm += cnon[hi] - cnon[lo]
+        self.p_start = np.minimum(self.p_start, _span_reduce(np.minimum, self._gs[ev], lo, hi, _BIG))
+        self.p_end = np.maximum(self.p_end, _span_reduce(np.maximum, self._ge[ev], lo, hi, _SMALL))
+
+
+def range_stats(batch: Batch) -> pd.DataFrame:
     """The ``nvtx_ranges`` table (see the module docstring)."""
-    h = part.host
+    h = batch.host
     if not len(h):
         return pd.DataFrame({c: [] for c in RANGE_COLUMNS})
-    ann = h.loc[(h["kind"] == "annotation").to_numpy()]  # compares codes: no string per event
+    ann = h.loc[(h["kind"] == "annotation").to_numpy(bool)]  # compares codes: no string per event
     if not len(ann):
         return pd.DataFrame({c: [] for c in RANGE_COLUMNS})
-    r_start = ann["start_ns"].to_numpy(np.int64)
-    r_end = ann["end_ns"].to_numpy(np.int64)
-    r_pid = ann["pid"].to_numpy(np.int64)
-    r_tid = ann["tid"].to_numpy(np.int64)
+    r_part = ann["part"].to_numpy(I64)
+    r_start = ann["start_ns"].to_numpy(I64)
+    r_end = ann["end_ns"].to_numpy(I64)
     nr = len(ann)
 
-    g = part.gpu
-    g_start = g["start_ns"].to_numpy(np.int64)
-    g_end = g["end_ns"].to_numpy(np.int64)
+    g = batch.gpu
+    g_part = g["part"].to_numpy(I64)
+    g_start = g["start_ns"].to_numpy(I64)
+    g_end = g["end_ns"].to_numpy(I64)
     dur = g_end - g_start
-    cat = g["category"].astype(str).to_numpy(dtype=object)
-    kind = g["kind"].astype(str).to_numpy(dtype=object)
-    non_comm = np.where((kind == "kernel") & (cat != "comm"), dur, 0)
-    launch, l_pid, l_tid = _launch_threads(part)
+    is_comm = (g["category"] == "comm").to_numpy(bool)
+    non_comm = np.where((g["kind"] == "kernel").to_numpy(bool) & ~is_comm, dur, 0)
+    launch, l_pid, l_tid = _launch_threads(batch)
     known = launch >= 0
-
-    owned = np.zeros(nr, np.int64)
-    kern = np.zeros(nr, np.int64)
-    ncomm = np.zeros(nr, np.int64)
-    p_start = np.full(nr, np.iinfo(np.int64).max)
-    p_end = np.full(nr, np.iinfo(np.int64).min)
-
-    def account(sel_ranges: np.ndarray, ev: np.ndarray, t: np.ndarray) -> None:
-        """Add the events ``ev`` (keyed by times ``t``) inside each selected range."""
-        if not len(ev) or not len(sel_ranges):
-            return
-        order = np.argsort(t, kind="stable")
-        ev, t = ev[order], t[order]
-        lo = np.searchsorted(t, r_start[sel_ranges], side="left")
-        hi = np.searchsorted(t, r_end[sel_ranges], side="left")
-        cdur = np.concatenate(([0], np.cumsum(dur[ev])))
-        cnon = np.concatenate(([0], np.cumsum(non_comm[ev])))
-        owned[sel_ranges] += hi - lo
-        kern[sel_ranges] += cdur[hi] - cdur[lo]
-        ncomm[sel_ranges] += cnon[hi] - cnon[lo]
-        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-        p_start[sel_ranges] = np.minimum(p_start[sel_ranges], _span_reduce(np.minimum, g_start[ev], lo, hi, big))
-        p_end[sel_ranges] = np.maximum(p_end[sel_ranges], _span_reduce(np.maximum, g_end[ev], lo, hi, small))
+    owned = _Owned(nr, dur, non_comm, g_start, g_end)
 
     # events with a known launch: owned by the ranges of their launching thread
     if known.any():
-        keys = pd.MultiIndex.from_arrays([l_pid[known], l_tid[known]])
-        ev_codes, threads = keys.factorize()
-        r_codes = pd.MultiIndex.from_arrays([threads.get_level_values(0), threads.get_level_values(1)]) \
-            .get_indexer(pd.MultiIndex.from_arrays([r_pid, r_tid]))
-        ev_idx = np.flatnonzero(known)
-        for code in np.unique(r_codes[r_codes >= 0]).tolist():
-            ev = ev_idx[ev_codes == code]
-            account(np.flatnonzero(r_codes == code), ev, launch[ev])
-    # events with an unknown launch: owned by time, any thread
+        ev = np.flatnonzero(known)
+        e_thr, r_thr = shared_codes((g_part[ev], l_pid[ev], l_tid[ev]),
+                                    (r_part, ann["pid"].to_numpy(I64), ann["tid"].to_numpy(I64)))
+        owned.add(r_thr, r_start, r_end, e_thr, ev, launch[ev])
+    # events with an unknown launch: owned by time, any thread of the part
     if (~known).any():
         ev = np.flatnonzero(~known)
-        account(np.arange(nr), ev, g_start[ev])
+        owned.add(r_part, r_start, r_end, g_part[ev], ev, g_start[ev])
 
-    has = owned > 0
-    w_start = np.where(has, p_start, 0)
-    w_end = np.where(has, p_end, 0)
-    bd = window_breakdown(g_start, g_end, cat, w_start, w_end) if len(g) else \
-        {c: np.zeros(nr, np.int64) for c in VALUE_COLUMNS}
-    proj = (w_end - w_start).astype(np.int64)
-    frame = pd.DataFrame({"name": ann["name"].astype(str).to_numpy(dtype=object), "count": 1,
-                          "with_gpu": has.astype(np.int64), "range_ns": r_end - r_start, "proj_ns": proj,
-                          "proj_min_ns": np.where(has, proj, np.iinfo(np.int64).max),
-                          "proj_max_ns": np.where(has, proj, -1),
-                          "gpu_events": owned, "kernel_ns": kern, "non_comm_kernel_ns": ncomm,
-                          **{c: np.asarray(v, np.int64) for c, v in bd.items()}})
+    has = owned.count > 0
+    bd = _window_breakdowns(batch, r_part, owned.p_start, owned.p_end, has)
+    proj = np.where(has, owned.p_end - owned.p_start, 0).astype(I64)
+    frame = pd.DataFrame({"part": r_part, "name": ann["name"].astype(str).to_numpy(dtype=object), "count": 1,
+                          "with_gpu": has.astype(I64), "range_ns": r_end - r_start, "proj_ns": proj,
+                          "proj_min_ns": np.where(has, proj, _BIG), "proj_max_ns": np.where(has, proj, -1),
+                          "gpu_events": owned.count, "kernel_ns": owned.kern, "non_comm_kernel_ns": owned.ncomm,
+                          **{c: np.asarray(v, I64) for c, v in bd.items()}})
     sums = ["count", "with_gpu", "range_ns", "proj_ns", "gpu_events", "kernel_ns", "non_comm_kernel_ns",
             *VALUE_COLUMNS]
-    grp = frame.groupby("name", sort=True)
+    grp = frame.groupby(["part", "name"], sort=True)
     out = grp[sums].sum()
     out["proj_min_ns"] = grp["proj_min_ns"].min()
     out["proj_max_ns"] = grp["proj_max_ns"].max()
@@ -208,7 +194,27 @@ def range_stats(part: PartData) -> pd.DataFrame:
     out["proj_max_ns"] = np.where(none, 0, out["proj_max_ns"].to_numpy())
     out["proj_mean_ns"] = np.divide(out["proj_ns"].to_numpy(np.float64), out["with_gpu"].to_numpy(np.float64),
                                     out=np.zeros(len(out)), where=~none)
-    out.insert(0, "rank", np.int32(part.rank))
-    out.insert(1, "device", np.int32(part.device))
-    out = out[RANGE_COLUMNS]
-    return out.sort_values(["proj_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    p = out["part"].to_numpy(I64)
+    keys = batch.keys(p)
+    out.insert(0, "device", keys["device"])
+    out.insert(0, "rank", keys["rank"])
+    order = np.lexsort((string_rank(out["name"].to_numpy(object)), -out["proj_ns"].to_numpy(I64), p))
+    return out.iloc[order][RANGE_COLUMNS].reset_index(drop=True)
+
+
+def _window_breakdowns(batch: Batch, r_part: np.ndarray, w_start: np.ndarray, w_end: np.ndarray,
+                       has: np.ndarray) -> dict[str, np.ndarray]:
+    """The breakdown inside each range's projected window, on its part's GPU timeline."""
+    out = {c: np.zeros(r_part.size, I64) for c in VALUE_COLUMNS}
+    g = batch.gpu
+    if not len(g) or not has.any():
+        return out
+    gp = g["part"].to_numpy(I64)
+    s, e = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
+    wp, ws, we = r_part[has], w_start[has], w_end[has]
+    axis = Axis(np.concatenate([gp, gp, wp, wp]), np.concatenate([s, e, ws, we]), batch.n_parts)
+    v = window_breakdown(axis.place(s, gp), axis.place(e, gp), g["category"].array, axis.place(ws, wp),
+                         axis.place(we, wp))
+    for c in VALUE_COLUMNS:
+        out[c][has] = v[c]
+    return out

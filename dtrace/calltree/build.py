@@ -39,21 +39,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-I64 = np.int64
+from ..groups import I64, dense_codes, first_match, unique_inverse
+from ..intervals import Axis, AxisOverflow
 
 
-def thread_groups(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """An int64 code per (pid, tid) pair (equal pairs, equal codes; ordered by pid first)."""
-    if pid.size == 0:
-        return np.empty(0, I64)
-    pc, _ = pd.factorize(pid, sort=True)
-    tc, tu = pd.factorize(tid, sort=True)
-    return pc.astype(I64) * max(len(tu), 1) + tc
+def thread_groups(part: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """An int64 code per (part, pid, tid) (equal triples, equal codes; ordered by part, then pid)."""
+    return dense_codes(part, pid, tid, compact=False)[0]
 
 
 def preorder(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Permutation sorting events by (group, start, longest first); ties keep input order."""
-    return np.lexsort((-(end - start), start, group))
+    if group.size == 0:
+        return np.empty(0, I64)
+    try:  # (group, start) as one key: each group's starts on its own stretch of one line
+        _, g = unique_inverse(group)
+        key = Axis(g, start, int(g.max()) + 1).place(start, g)
+    except AxisOverflow:
+        return np.lexsort((-(end - start), start, group))
+    return np.lexsort((-(end - start), key))
 
 
 def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
@@ -143,25 +147,19 @@ def nearest_ancestor(parent: np.ndarray, mask: np.ndarray, lv: list[np.ndarray])
     return anc
 
 
-def link_by_correlation(launch_corr: np.ndarray, gpu_corr: np.ndarray) -> np.ndarray:
-    """Index into ``launch_corr`` of the launch of each GPU event (-1 if none).
+def link_by_correlation(launch_part: np.ndarray, launch_corr: np.ndarray, gpu_part: np.ndarray,
+                        gpu_corr: np.ndarray) -> np.ndarray:
+    """Index into ``launch_corr`` of the launch of each GPU event of the same part (-1 if none).
 
     Every GPU event carrying a launch's correlation id links to it, so a CUDA/HIP graph launch
     (one ``cudaGraphLaunch`` call, many kernels with its correlation) links to all its kernels.
-    Where several launches share an id the first one wins.
+    Where several launches share an id the first one wins; ids below 0 link nothing.
     """
     if gpu_corr.size == 0:
         return np.empty(0, I64)
-    ok = launch_corr >= 0
-    if not ok.any():
-        return np.full(gpu_corr.size, -1, I64)
-    pos = np.flatnonzero(ok)
-    keys = launch_corr[pos]
-    uniq, first = np.unique(keys, return_index=True)
-    j = np.searchsorted(uniq, gpu_corr)
-    jj = np.minimum(j, uniq.size - 1)
-    hit = (uniq[jj] == gpu_corr) & (gpu_corr >= 0)
-    return np.where(hit, pos[first[jj]], -1).astype(I64)
+    pos = np.flatnonzero(launch_corr >= 0)
+    found = first_match((launch_part[pos], launch_corr[pos]), (gpu_part, gpu_corr))
+    return np.where((found >= 0) & (gpu_corr >= 0), pos[np.maximum(found, 0)] if pos.size else -1, -1).astype(I64)
 
 
 def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:

@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ..errors import InputError, UsageError
 from ..options import Options
 from ..plan import expand_inputs, rank_from_filename
-from ..prepare import PartData, prepare
+from ..batch import Batch, prepare_part
 from .model import Tree
 
 
@@ -23,7 +21,7 @@ def is_results_dir(path: str) -> bool:
 
 
 def _from_file(path: str, rank: int | None, device: int | None, options: Options,
-               want_rank: int | None = None) -> PartData | None:
+               want_rank: int | None = None) -> Batch | None:
     """Read ``path`` and build the part of ``device``; None if the file is not ``want_rank``."""
     from ..readers import detect
 
@@ -42,13 +40,13 @@ def _from_file(path: str, rank: int | None, device: int | None, options: Options
     r = rank if rank is not None else (file_rank if file_rank is not None else 0)
     if tf.rank_per_device:
         r = r + part.local_index
-    return prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(),
-                   rank=int(r), device=int(part.device), fmt=tf.format, options=options,
-                   base_ns=int(tf.meta.get("base_time_ns") or 0))
+    return prepare_part(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(),
+                        rank=int(r), device=int(part.device), fmt=tf.format, options=options,
+                        base_ns=int(tf.meta.get("base_time_ns") or 0))
 
 
-def _from_results(path: str, rank: int | None, device: int | None, options: Options) -> PartData:
-    from ..cache import lookup
+def _from_results(path: str, rank: int | None, device: int | None, options: Options) -> Batch:
+    from ..cache import lookup, read_part_tables
     from ..results import load
 
     m = load(path).manifest
@@ -62,14 +60,15 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
         raise UsageError(f"{path}: no input for rank {want}" + (f" device {device}" if device is not None else "")
                          + f"; ranks: {_span(ranks)}")
     r, d, inp = sorted(hits, key=lambda h: h[1])[0]
-    rec = lookup(m["cache"], inp["path"]) if m.get("cache") and os.path.exists(inp["path"]) else None
-    if rec is not None:
+    rec = lookup(m["cache"], inp["path"], verify=False)[0] if m.get("cache") and os.path.exists(inp["path"]) else None
+    if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
-            ev = pq.read_table(part.events).to_pandas()
-            return prepare(ev, pq.read_table(part.collectives).to_pandas(), pq.read_table(part.memcpy).to_pandas(),
-                           rank=r, device=d, fmt=rec.format, options=options,
-                           base_ns=int((rec.meta or {}).get("base_time_ns") or 0))
+            from ..events import _spec
+
+            ev, coll, mem = read_part_tables(_spec(rec, part, r))
+            return prepare_part(ev.to_pandas(), coll.to_pandas(), mem.to_pandas(), rank=r, device=d, fmt=rec.format,
+                                options=options, base_ns=int((rec.meta or {}).get("base_time_ns") or 0))
     if not os.path.exists(inp["path"]):
         raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {m.get('cache')}")
     found = _from_file(inp["path"], r, d, options)
@@ -82,8 +81,8 @@ def _span(ranks: list[int]) -> str:
 
 
 def load_part(trace: Any, *, rank: int | None = None, device: int | None = None,
-              options: Options | None = None) -> PartData:
-    """The :class:`PartData` of one (rank, device) of ``trace``.
+              options: Options | None = None) -> Batch:
+    """The :class:`~dtrace.batch.Batch` of one (rank, device) of ``trace``.
 
     ``trace`` is a trace file, a directory or glob of traces (``rank`` picks one; the file
     name's ``rank<N>`` is tried first, then each file's own rank), or a results directory.
@@ -115,7 +114,7 @@ def tree(trace: Any, rank: int | None = None, device: int | None = None, *, pyth
     ----------
     trace
         A trace file, a directory or glob of traces, a results directory, or an already
-        prepared :class:`~dtrace.prepare.PartData`.
+        prepared :class:`~dtrace.batch.Batch`.
     rank, device
         Which rank (required when ``trace`` holds several) and which GPU (default: the first).
     python
@@ -133,10 +132,10 @@ def tree(trace: Any, rank: int | None = None, device: int | None = None, *, pyth
             ...
     >>> t.gpu_time(uid), t.ops().head()                            # doctest: +SKIP
     """
-    if isinstance(trace, PartData):
-        return Tree.from_part(trace, python=python)
+    if isinstance(trace, Batch):
+        return Tree.from_batch(trace, python=python)
     part = load_part(trace, rank=rank, device=device, options=Options.from_kwargs(**options))
-    return Tree.from_part(part, python=python)
+    return Tree.from_batch(part, python=python)
 
 
 __all__ = ["tree", "load_part", "is_results_dir"]

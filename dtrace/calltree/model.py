@@ -1,7 +1,9 @@
 """The :class:`Tree`: host events nested by time, launches linked to their GPU events.
 
-A tree is built once per (rank, device) from a :class:`~dtrace.prepare.PartData` (its ``host``
-and ``gpu`` frames) and answers the Trace2Tree questions: which node has this (external id,
+A tree is built from a :class:`~dtrace.batch.Batch` (its ``host`` and ``gpu`` frames): for one
+(rank, device) it is the tree users query; for a partition of many parts it is a forest whose
+nodes carry their ``part``, and :meth:`Tree.ops_by_part` gives the per-op table of every part
+at once. A single tree and answers the Trace2Tree questions: which node has this (external id,
 pid, tid), what are its parents, children and subtree, which host op launched this kernel,
 how much GPU time does an op cost. Nodes are identified by a UID, their index in the node
 arrays: host nodes first, in preorder (per (pid, tid), by start, longest first), then the GPU
@@ -13,7 +15,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
+from ..groups import dense_codes, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
@@ -36,6 +40,25 @@ def _codes(col: pd.Series, vocabulary: dict[str, int]) -> np.ndarray:
     return cats[inv] if cats.size else np.empty(0, np.int64)
 
 
+def _union_names(host: pd.Series | None, gpu: pd.Series | None, order: np.ndarray) -> pd.Categorical:
+    """One categorical of the host names (in ``order``) followed by the GPU names; codes are
+    remapped, no string is built per node."""
+    sides = []
+    if host is not None:
+        sides.append(pd.Categorical(host).take(order) if isinstance(host.dtype, pd.CategoricalDtype)
+                     else pd.Categorical(np.asarray(host, dtype=object)[order]))
+    if gpu is not None:
+        sides.append(pd.Categorical(gpu))
+    if not sides:
+        return pd.Categorical(np.array([], object))
+    if len(sides) == 1:
+        return sides[0]
+    try:
+        return union_categoricals(sides)
+    except TypeError:  # categories of different dtypes: fall back to the values
+        return pd.Categorical(np.concatenate([np.asarray(c, dtype=object) for c in sides]))
+
+
 def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     if name in df.columns:
         return df[name].to_numpy(np.int64)
@@ -43,9 +66,9 @@ def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
 
 
 class Tree:
-    """Host → GPU call tree of one (rank, device).
+    """Host → GPU call tree of one (rank, device) — or the forest of many parts.
 
-    Build it with :meth:`from_part` or :func:`dtrace.tree`. Node arrays are public read-only
+    Build it with :meth:`from_batch` or :func:`dtrace.tree`. Node arrays are public read-only
     attributes (``parent``, ``start_ns``, ...); :attr:`nodes` shows them as a DataFrame.
 
     Attributes
@@ -62,8 +85,9 @@ class Tree:
     def __init__(self, *, rank: int, device: int, kind: np.ndarray, name: pd.Categorical, pid: np.ndarray,
                  tid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, correlation: np.ndarray,
                  external_id: np.ndarray, seq: np.ndarray, row: np.ndarray, n_host: int,
-                 gpu_launch: np.ndarray, build_rounds: int = 0) -> None:
+                 gpu_launch: np.ndarray, part: np.ndarray | None = None, build_rounds: int = 0) -> None:
         self.rank, self.device = int(rank), int(device)
+        self.part = np.zeros(kind.size, np.int64) if part is None else np.asarray(part, np.int64)
         self.kind, self.name = kind, name
         self.pid, self.tid = pid, tid
         self.start_ns, self.end_ns = start_ns, end_ns
@@ -74,7 +98,7 @@ class Tree:
         self.names: np.ndarray = np.asarray(name.categories, dtype=object)
 
         h = self.n_host
-        group = B.thread_groups(pid[:h], tid[:h])
+        group = B.thread_groups(self.part[:h], pid[:h], tid[:h])
         hparent, rounds = B.nest(group, start_ns[:h], end_ns[:h])
         self.build_rounds = build_rounds + rounds
         self.overlaps = int(np.count_nonzero((hparent >= 0) & (end_ns[:h] > end_ns[:h][np.maximum(hparent, 0)])))
@@ -91,22 +115,18 @@ class Tree:
         ganc = np.where(launch >= 0, np.where(is_op[gl], gl, hanc[gl]) if h else -1, -1)
         self.launcher_op = np.concatenate([hanc, ganc]).astype(np.int64)
         self.unlinked_gpu = int(np.count_nonzero(launch < 0))
-        # children: all nodes grouped by parent, each group by start (host first for ties)
-        has_p = np.flatnonzero(self.parent >= 0)
-        order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
-        self._child_order = order
-        self._child_ptr = np.searchsorted(self.parent[order], np.arange(self.size + 1))
+        self._children: tuple[np.ndarray, np.ndarray] | None = None  # built on first use
         self._fwd_bwd: pd.DataFrame | None = None
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def from_part(cls, part: Any, *, python: bool = False) -> "Tree":
-        """Build the tree of a :class:`~dtrace.prepare.PartData` (``host`` and ``gpu`` frames).
+    def from_batch(cls, batch: Any, *, python: bool = False) -> "Tree":
+        """Build the tree (forest, for several parts) of a :class:`~dtrace.batch.Batch`.
 
         Parameters
         ----------
-        part
-            The partition; only its ``host`` and ``gpu`` frames are read, never modified.
+        batch
+            The partition; only its ``parts``, ``host`` and ``gpu`` frames are read, never modified.
         python
             Also nest ``python`` events (``python_function``); the default keeps the tree to
             ops, annotations and runtime calls, as Trace2Tree does.
@@ -114,42 +134,40 @@ class Tree:
         kinds = dict(_K)
         if not python:
             kinds.pop("python")
-        host, gpu = part.host, part.gpu
+        host, gpu = batch.host, batch.gpu
         hk = _codes(host["kind"], {k: kinds[k] for k in kinds if k not in GPU_KINDS}) if len(host) else np.empty(0, np.int64)
         keep = np.flatnonzero(hk >= 0)
         h = host.iloc[keep] if keep.size != len(host) else host
         hk = hk[keep]
+        hpart = _col(h, "part", 0)
         hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
         hpid, htid = _col(h, "pid"), _col(h, "tid")
-        order = B.preorder(B.thread_groups(hpid, htid), hstart, hend)
-        hrow = h.index.to_numpy(np.int64)[order] if len(h) else np.empty(0, np.int64)
-        gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"))) if len(gpu) else np.empty(0, np.int64)
+        order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
+        gpart = _col(gpu, "part", 0)
+        gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
         g = gpu.iloc[gorder]
+        gpart = gpart[gorder]
         gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
         hcorr = _col(h, "correlation")[order]
         gcorr = _col(g, "correlation")
         runtime = np.where(hk[order] == RUNTIME, hcorr, -1)
-        launch = B.link_by_correlation(runtime, gcorr)
-        hn = h["name"] if len(h) else pd.Series([], dtype="category")
-        gn = g["name"] if len(g) else pd.Series([], dtype="category")
-        # one categorical over both sides (an empty side must not bring another category dtype:
-        # pandas 3 infers `str` categories for real names and object ones for an empty list)
-        names = pd.Categorical(np.concatenate([
-            np.asarray(hn, dtype=object)[order] if len(h) else np.array([], object),
-            np.asarray(gn, dtype=object) if len(g) else np.array([], object)]))
+        launch = B.link_by_correlation(hpart[order], runtime, gpart, gcorr)
+        names = _union_names(h["name"] if len(h) else None, g["name"] if len(g) else None, order)
+        parts = batch.parts
+        first = (int(parts["rank"].iloc[0]), int(parts["device"].iloc[0])) if len(parts) else (0, 0)
         return cls(
-            rank=part.rank, device=part.device,
+            rank=first[0], device=first[1],
             kind=np.concatenate([hk[order], gk]).astype(np.int8),
             name=names,
-            pid=np.concatenate([hpid[order], np.full(len(g), part.device, np.int64)]),
+            pid=np.concatenate([hpid[order], _col(g, "device", first[1])]),
             tid=np.concatenate([htid[order], _col(g, "stream")]),
             start_ns=np.concatenate([hstart[order], _col(g, "start_ns")]),
             end_ns=np.concatenate([hend[order], _col(g, "end_ns")]),
             correlation=np.concatenate([hcorr, gcorr]),
             external_id=np.concatenate([_col(h, "external_id")[order], _col(g, "external_id")]),
             seq=np.concatenate([_col(h, "seq")[order], np.full(len(g), -1, np.int64)]),
-            row=np.concatenate([hrow, _col(g, "row")]),
-            n_host=len(h), gpu_launch=launch)
+            row=np.concatenate([_col(h, "row")[order], _col(g, "row")]),
+            n_host=len(h), gpu_launch=launch, part=np.concatenate([hpart[order], gpart]))
 
     # -- basic facts ----------------------------------------------------------------------
     @property
@@ -168,7 +186,7 @@ class Tree:
         """Counts that describe the build: nodes, links, overlaps, depth, graph launches."""
         h = self.n_host
         gl = self.parent[h:]
-        launches = np.unique(gl[gl >= 0])
+        launches = unique(gl[gl >= 0])
         per_launch = np.bincount(np.searchsorted(launches, gl[gl >= 0]), minlength=launches.size)
         return {"host_nodes": h, "gpu_nodes": self.n_gpu, "linked_gpu": self.n_gpu - self.unlinked_gpu,
                 "unlinked_gpu": self.unlinked_gpu, "launches": int(launches.size),
@@ -241,7 +259,12 @@ class Tree:
     def children(self, uid: int) -> np.ndarray:
         """UIDs of the direct children (host calls and, for a launch, its GPU events) by start."""
         u = self._check(uid)
-        return self._child_order[self._child_ptr[u]:self._child_ptr[u + 1]]
+        if self._children is None:  # all nodes grouped by parent, each group by start (host first for ties)
+            has_p = np.flatnonzero(self.parent >= 0)
+            order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
+            self._children = order, np.searchsorted(self.parent[order], np.arange(self.size + 1))
+        order, ptr = self._children
+        return order[ptr[u]:ptr[u + 1]]
 
     def ancestors(self, uid: int) -> list[int]:
         """UIDs from the parent up to the root."""
@@ -308,7 +331,7 @@ class Tree:
             anc, cur = self.parent[anc[keep]], cur[keep]
         own = np.concatenate(owners)
         gg = np.concatenate(gpus)
-        nodes, inv = np.unique(own, return_inverse=True)
+        nodes, inv = unique_inverse(own)
         t = B.grouped_union(inv.astype(np.int64), self.start_ns[gg], self.end_ns[gg], nodes.size)
         return dict(zip(nodes.tolist(), t.tolist()))
 
@@ -361,35 +384,54 @@ class Tree:
         ``host_ns`` is the sum of the instances' durations. ``window`` (``start_ns, end_ns``)
         keeps only the instances that start inside it (one step's ops).
         """
+        lo = hi = None
+        if window is not None:
+            n = int(self.part.max()) + 1 if self.size else 1
+            lo, hi = np.full(n, window[0], np.int64), np.full(n, window[1], np.int64)
+        return self.ops_by_part(lo, hi).drop(columns="part")
+
+    def ops_by_part(self, window_start: np.ndarray | None = None,
+                    window_end: np.ndarray | None = None) -> pd.DataFrame:
+        """:meth:`ops` for every part of the forest at once: one row per (part, op name).
+
+        ``window_start``/``window_end`` (per part; a part whose start is above its end keeps all
+        its ops) keep only the instances that start inside the part's window. Sorted by part,
+        then subtree GPU time descending, then name.
+        """
         h = self.n_host
         inside = self.kind[:h] == CPU_OP
-        if window is not None:
-            inside &= (self.start_ns[:h] >= window[0]) & (self.start_ns[:h] < window[1])
+        if window_start is not None and window_end is not None:
+            p = self.part[:h]
+            lo, hi = window_start[p], window_end[p]
+            inside &= (lo > hi) | ((self.start_ns[:h] >= lo) & (self.start_ns[:h] < hi))
         uids = np.flatnonzero(inside)
-        ncode = self.names.size
-        codes = self._name_codes[uids]
-        count = np.bincount(codes, minlength=ncode).astype(np.int64)
-        host = B.sum_by(codes, self.end_ns[uids] - self.start_ns[uids], ncode)
+        key_of, n_keys = dense_codes(self.part[uids], self._name_codes[uids])
+        node_key = np.full(h, -1, np.int64)
+        node_key[uids] = key_of
+        count = np.bincount(key_of, minlength=n_keys).astype(np.int64)
+        host = B.sum_by(key_of, self.end_ns[uids] - self.start_ns[uids], n_keys)
         op, gpu, n_direct = self._op_pairs()
-        if window is not None:
-            keep = inside[op]
-            n_direct = int(np.count_nonzero(keep[:n_direct]))
-            op, gpu = op[keep], gpu[keep]
-        oc = self._name_codes[op]
-        direct = B.grouped_union(oc[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], ncode)
-        kernels = np.bincount(oc[:n_direct], minlength=ncode).astype(np.int64)
+        keep = inside[op]
+        n_direct = int(np.count_nonzero(keep[:n_direct]))
+        op, gpu = op[keep], gpu[keep]
+        oc = node_key[op]
+        direct = B.grouped_union(oc[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], n_keys)
+        kernels = np.bincount(oc[:n_direct], minlength=n_keys).astype(np.int64)
         # an event under two same-named nested ops counts once for that name
-        key = np.unique(oc * max(self.size, 1) + gpu)
-        oc_u, gpu_u = key // max(self.size, 1), key % max(self.size, 1)
-        sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], ncode)
-        sub_k = np.bincount(oc_u, minlength=ncode).astype(np.int64)
-        used = np.flatnonzero(count > 0)
+        size = max(self.size, 1)
+        key = unique(oc * size + gpu)
+        oc_u, gpu_u = key // size, key % size
+        sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], n_keys)
+        sub_k = np.bincount(oc_u, minlength=n_keys).astype(np.int64)
+        first = uids[unique_first(key_of)[1]]
+        names = self.names[self._name_codes[first]].astype(object)
+        part = self.part[first]
         out = pd.DataFrame({
-            "op": self.names[used].astype(object), "count": count[used], "host_ns": host[used],
-            "gpu_direct_ns": direct[used], "gpu_subtree_ns": sub[used], "kernels": kernels[used],
-            "subtree_kernels": sub_k[used],
+            "part": part, "op": names, "count": count, "host_ns": host,
+            "gpu_direct_ns": direct, "gpu_subtree_ns": sub, "kernels": kernels, "subtree_kernels": sub_k,
         })
-        return out.sort_values(["gpu_subtree_ns", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
+        order = np.lexsort((string_rank(names), -sub, part))
+        return out.iloc[order].reset_index(drop=True)
 
     # -- forward / backward ---------------------------------------------------------------
     @property

@@ -32,10 +32,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="recompute the analyses from the cached Parquet events (no reuse of result frames)")
     e = p.add_argument_group("execution")
     e.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
-    e.add_argument("--scheduler", default=None, help="address of a running Dask scheduler, or 'sync'")
+    e.add_argument("--scheduler", default=None,
+                   help="where to run: 'auto' (default: in-process for a small job, else a local cluster of "
+                        "processes), 'sync' (in-process), 'local' (always a local cluster), or the address of a "
+                        "running Dask scheduler")
     e.add_argument("--scheduler-file", default=None, help="Dask scheduler file of a running cluster")
-    e.add_argument("--sync", action="store_true", help="run in-process without a cluster (small inputs, debugging)")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--sync", action="store_true", help="run in-process without a cluster (same as --scheduler sync)")
+    e.add_argument("--partition-size", type=int, default=None, metavar="EVENTS",
+                   help="target events per partition: whole ranks are batched up to it (default 1,000,000)")
+    e.add_argument("--no-progress", action="store_true",
+                   help="no progress (default: a bar on a terminal, a line every 10 s otherwise, on stderr)")
     j = p.add_argument_group("batch jobs from a login node (pip install 'dtrace[jobqueue]')")
     j.add_argument("--cluster", choices=["slurm", "pbs"], default=None,
                    help="submit Dask workers as batch jobs to this scheduler (dask-jobqueue)")
@@ -54,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
     res = api.analyze(args.inputs, args.out, cache=args.cache, scheduler=scheduler,
                       scheduler_file=args.scheduler_file, workers=args.workers,
                       cluster=args.cluster, jobs=args.jobs, cluster_options=job_options or None,
-                      progress=not args.no_progress and sys.stderr.isatty(), format=args.input_format,
+                      progress=not args.no_progress, format=args.input_format,
                       reuse_cache=not args.no_cache,
-                      reuse_results=not (args.no_cache or args.recompute), **analysis_kwargs(args))
+                      reuse_results=not (args.no_cache or args.recompute),
+                      **({"partition_events": args.partition_size} if args.partition_size else {}),
+                      **analysis_kwargs(args))
     print(summary(res, args.fmt))
     print(f"results: {args.out}")
     n_ok = res.manifest.get("n_parts", 0)

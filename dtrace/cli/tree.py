@@ -81,7 +81,7 @@ def _pick(tree: Tree, args: argparse.Namespace) -> int:
 
 def run_tree(args: argparse.Namespace) -> int:
     part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
-    tree = Tree.from_part(part, python=args.python)
+    tree = Tree.from_batch(part, python=args.python)
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
     node = tree.node(uid)
@@ -113,7 +113,7 @@ def run_ops(args: argparse.Namespace) -> int:
         title = f"ops, rank {args.rank}" if args.rank is not None else "ops across ranks"
     else:
         part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
-        df = Tree.from_part(part).ops()
+        df = Tree.from_batch(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
     print(render(df, args.fmt, title=title, human=not args.raw, max_rows=args.top), end="")

@@ -271,7 +271,7 @@ def add_summaries(tables: dict[str, pd.DataFrame], groups: list[SummaryGroup],
                 "error": err if g.error else g.skipped, "error_type": "InputError" if g.error else None,
                 "ranks": [[g.rank, -1]] if not (g.error or g.skipped) else [],
                 "tables": fed, "absent_tables": dict(ABSENT) if not (g.error or g.skipped) else {},
-                "size": os.path.getsize(path), "mtime_ns": os.stat(path).st_mtime_ns, "sha256": "",
+                "size": os.path.getsize(path), "mtime_ns": os.stat(path).st_mtime_ns, "fingerprint": "",
                 "cached": False, "events": 0,
             })
     return _merge(tables, add), entries, n_parts

@@ -59,7 +59,7 @@ class ChromeTrace:
         Bytes of decompressed JSON decoded at a time.
 
     After iterating, :attr:`meta` holds the decoded top-level object (keys before and after
-    the events merged) and :attr:`sha256` the hash of the file's bytes.
+    the events merged) and :attr:`fingerprint` the hash of the file's bytes.
     """
 
     def __init__(self, path: str | os.PathLike[str], event_type: Any, meta_type: type[T],
@@ -70,7 +70,7 @@ class ChromeTrace:
         self._events_decoder = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
         self._meta_decoder = msgspec.json.Decoder(meta_type)
         self.meta: Any = None
-        self.sha256: str = ""
+        self.fingerprint: str = ""
         self.bytes_read = 0
 
     # -- public -------------------------------------------------------------------------
@@ -81,7 +81,7 @@ class ChromeTrace:
                 content.finish()
             except (EOFError, zlib.error, OSError) as exc:
                 raise InputError(self.path, _problem(exc)) from None
-            self.sha256 = content.sha256
+            self.fingerprint = content.fingerprint
 
     # -- internals ----------------------------------------------------------------------
     def _chunks(self, content: Content) -> Iterator[list[Any]]:

@@ -349,7 +349,7 @@ def _read_json(path: str, *, block: int | None, source: str) -> TraceFile:
         parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
                           collectives=_side_table(coll_rows, rows, COLLECTIVE_SCHEMA),
                           memcpy=_side_table(mem_rows, rows, MEMCPY_SCHEMA), local_index=int(dev)))
-    meta = {"base_time_ns": 0, "events": int(n), "sha256": trace.sha256,
+    meta = {"base_time_ns": 0, "events": int(n), "fingerprint": trace.fingerprint,
             "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
             "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)})}
     return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)

@@ -300,7 +300,7 @@ def read_kineto(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
         "world_size": dist.world_size if dist is not None else None,
         "base_time_ns": base_ns,
         "events": int(c.n),
-        "sha256": trace.sha256,
+        "fingerprint": trace.fingerprint,
         "device_names": [d.get("name") for d in (meta.deviceProperties or []) if isinstance(d, dict)],
     }
     if not devices:

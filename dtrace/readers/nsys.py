@@ -37,7 +37,7 @@ import pyarrow as pa
 from ..errors import InputError, NoGPUActivity
 from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
 from . import Part, TraceFile
-from ._io import SQLITE_MAGIC, file_sha256
+from ._io import SQLITE_MAGIC, file_fingerprint
 from .kineto import normalize_collective
 
 NAME = "nsys"
@@ -117,11 +117,11 @@ def read_nsys(path: str, **_: Any) -> TraceFile:
                 tf = _read_sqlite(export_sqlite(path, tmp), source=path)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            tf.meta["sha256"] = file_sha256(path)
+            tf.meta["fingerprint"] = file_fingerprint(path)
             return tf
         raise InputError(path, "not a SQLite database (expected an 'nsys export --type sqlite' file)")
     tf = _read_sqlite(path, source=path)
-    tf.meta["sha256"] = file_sha256(path)
+    tf.meta["fingerprint"] = file_fingerprint(path)
     return tf
 
 

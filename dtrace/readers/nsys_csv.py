@@ -24,7 +24,7 @@ from ..errors import InputError, NoGPUActivity
 from ..nsysstats.csvfiles import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
 from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
 from . import Part, TraceFile
-from ._io import file_sha256
+from ._io import file_fingerprint
 from .kineto import copy_kind
 from .nsys import kernel_collective
 
@@ -129,7 +129,7 @@ def read_nsys_csv(path: str) -> TraceFile:
                               "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
                           }).cast(MEMCPY_SCHEMA),
                           local_index=idx))
-    meta = {"base_time_ns": 0, "events": int(n), "sha256": file_sha256(path), "report": GPU_TRACE}
+    meta = {"base_time_ns": 0, "events": int(n), "fingerprint": file_fingerprint(path), "report": GPU_TRACE}
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from .categories import categorize
 from .intervals import clip_stream_overlaps
-from .options import Options
+from dtrace.options import Options
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 STEP_COLUMNS = {"step": "int64", "step_name": "object", "start_ns": "int64", "end_ns": "int64",
@@ -31,7 +31,7 @@ def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int) -> np.n
     ends round to that grid. TraceLens mode reproduces this. The float ``ts``/``dur`` are
     recovered exactly from the ns values (integer part and fraction converted separately).
     """
-    from .schema import us_to_ns
+    from dtrace.schema import us_to_ns
 
     rel = start_ns - base_ns
     dur = end_ns - start_ns

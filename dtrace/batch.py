@@ -1,0 +1,381 @@
+"""A partition of many (rank, device) parts, prepared once for every per-partition analysis.
+
+A Dask partition holds whole (rank, device) parts — one large rank alone, or hundreds of small
+ones together — so every analysis computes all of its parts in one vectorised pass, grouped by
+``part``. :func:`prepare` builds the views the analyses share from the partition's concatenated
+event table: the GPU events with their category, launch time and step; the host events; the
+step windows; and the side tables. It runs a fixed number of numpy/pandas operations whatever
+the number of parts: no Python loop over parts or events.
+
+Columns (all frames are plain pandas; names and kinds are categoricals; never mutate them):
+
+``parts``
+    one row per part: ``part`` (0..P-1), ``rank``, ``device``, ``format``, ``base_ns``,
+    ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found).
+``gpu``
+    GPU events (kernel, memcpy, memset on the part's device) in part order, each part's events in
+    its table's order: ``part``, ``rank``, ``device``, ``row`` (the event's row in its part's
+    table), ``stream``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
+    ``external_id``, ``launch_ns`` (start of the launching runtime call, -1 unknown),
+    ``category`` (compute, comm, memcpy, memset), ``step`` (-1 none).
+``host``
+    host events (device -1 in the trace): ``part``, ``rank``, ``device`` (the part's GPU),
+    ``row``, ``pid``, ``tid``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
+    ``external_id``, ``seq``.
+``steps``
+    step windows: ``part``, ``rank``, ``device``, ``step``, ``step_name``, ``start_ns``,
+    ``end_ns``, ``source`` (``host`` or ``gpu``), sorted by (part, start).
+``collectives``, ``memcpy``
+    the readers' side tables with ``part`` (``row`` is the event's row within its part), limited
+    to the GPU events kept.
+
+Semantics of the preparation (they match the definitions in the README): a GPU event's launch
+is the host runtime call with the same correlation id in the same part (first one wins);
+``linked_only`` keeps linked events only; TraceLens mode recomputes float-µs ends for Kineto and
+JAX; otherwise events that run past the next event's start on the same stream are clipped at
+that start (counted per part); steps come from host annotations matching ``step_pattern``,
+else — per part, never both — from GPU annotations; an event belongs to the step whose window
+contains its launch (host steps) or its own start.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .categories import CATEGORIES, categorize
+from .groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
+from .intervals import clip_stream_overlaps
+from .options import Options
+from .schema import GPU_KINDS, KINDS
+
+FLOAT_US_FORMATS = ("kineto", "jax")
+PART_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "format": "object", "base_ns": "int64"}
+STEP_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "step": "int64", "step_name": "object",
+                "start_ns": "int64", "end_ns": "int64", "source": "object"}
+_GPU_KIND_CODES = np.array([KINDS.index(k) for k in GPU_KINDS], np.int8)
+
+
+@dataclass
+class Batch:
+    """Everything the per-partition analyses read about the parts of one partition."""
+
+    parts: pd.DataFrame
+    gpu: pd.DataFrame
+    host: pd.DataFrame
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    memcpy: pd.DataFrame
+    options: Options
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_parts(self) -> int:
+        return len(self.parts)
+
+    def keys(self, part: np.ndarray) -> dict[str, np.ndarray]:
+        """``rank`` and ``device`` columns for rows of the given parts."""
+        part = np.asarray(part, I64)
+        return {"rank": self.parts["rank"].to_numpy(np.int32)[part],
+                "device": self.parts["device"].to_numpy(np.int32)[part]}
+
+    def iterations(self) -> np.ndarray:
+        """Per part, the divisor of per-iteration figures: ``iters``, else steps found, else 1."""
+        if self.options.iters:
+            return np.full(self.n_parts, int(self.options.iters), I64)
+        return np.maximum(self.parts["steps"].to_numpy(I64), 1)
+
+
+def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray | int) -> np.ndarray:
+    """End times as a float-µs tool computes them: ``ts + dur`` in float64, then to ns.
+
+    dtrace converts ``ts`` and ``dur`` to ns separately, so a duration never changes by rounding.
+    TraceLens adds the float µs values; near 1.7e15 µs a float64 resolves only 0.25 µs, and its
+    ends round to that grid. TraceLens mode reproduces this. The float ``ts``/``dur`` are
+    recovered exactly from the ns values (integer part and fraction converted separately).
+    """
+    from .schema import us_to_ns
+
+    rel = start_ns - base_ns
+    dur = end_ns - start_ns
+    ts = (rel // 1000).astype(np.float64) + (rel % 1000).astype(np.float64) / 1000.0
+    d = (dur // 1000).astype(np.float64) + (dur % 1000).astype(np.float64) / 1000.0
+    return us_to_ns(ts + d) + base_ns
+
+
+def kind_codes(kind: pd.Series) -> np.ndarray:
+    """Index into :data:`dtrace.schema.KINDS` of each event's kind (compares categories, not strings)."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        lut = np.array([KINDS.index(str(c)) if str(c) in KINDS else KINDS.index("other")
+                        for c in kind.cat.categories] + [KINDS.index("other")], np.int8)
+        codes = kind.cat.codes.to_numpy()
+        return lut[np.where(codes < 0, len(lut) - 1, codes)]
+    uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
+    lut = np.array([KINDS.index(u) if u in KINDS else KINDS.index("other") for u in uniq], np.int8)
+    return lut[inv.reshape(-1)] if len(uniq) else np.empty(0, np.int8)
+
+
+def _category_column(values: np.ndarray, categories: tuple[str, ...] | list[str]) -> pd.Categorical:
+    return pd.Categorical(values, categories=list(categories))
+
+
+def _names(col: pd.Series) -> pd.Series:
+    return col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+
+
+def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, parts: pd.DataFrame,
+            options: Options) -> Batch:
+    """Build the :class:`Batch` of one partition (pure: copies what it changes).
+
+    Parameters
+    ----------
+    events
+        The event tables of the partition's parts concatenated, with ``part`` (index into
+        ``parts``) and ``row`` (the event's row within its part's table).
+    collectives, memcpy
+        The side tables with ``part`` and ``row``.
+    parts
+        One row per part with :data:`PART_COLUMNS`.
+    options
+        The analysis settings.
+    """
+    parts = parts.reset_index(drop=True).copy()
+    n_parts = len(parts)
+    p_dev = parts["device"].to_numpy(I64)
+    ev = events
+    part = ev["part"].to_numpy(I64)
+    kc = kind_codes(ev["kind"]) if len(ev) else np.empty(0, np.int8)
+    device = ev["device"].to_numpy(I64)
+    is_gpu = np.isin(kc, _GPU_KIND_CODES) & (device == p_dev[part]) if len(ev) else np.zeros(0, bool)
+    is_host = device == -1
+
+    host = _host_frame(ev, is_host, parts)
+    gi = np.flatnonzero(is_gpu)
+    gpart = part[gi]
+    gkind = pd.Categorical.from_codes(np.searchsorted(_GPU_KIND_CODES, kc[gi]).astype(np.int8),
+                                      categories=list(GPU_KINDS))
+    names = _names(ev["name"]) if len(ev) else pd.Series([], dtype="category")
+    start = ev["start_ns"].to_numpy(I64)[gi]
+    end = ev["end_ns"].to_numpy(I64)[gi]
+    corr = ev["correlation"].to_numpy(I64)[gi]
+
+    # launch time: the host runtime call with the same correlation id in the same part
+    hk = kind_codes(host["kind"]) if len(host) else np.empty(0, np.int8)
+    hcorr = host["correlation"].to_numpy(I64)
+    is_launch = (hk == KINDS.index("runtime")) & (hcorr >= 0)
+    lpart = host["part"].to_numpy(I64)[is_launch]
+    lidx = first_match((lpart, hcorr[is_launch]), (gpart, corr))
+    lstart = host["start_ns"].to_numpy(I64)[is_launch]
+    launch = np.where(lidx >= 0, lstart[np.maximum(lidx, 0)] if lstart.size else 0, -1).astype(I64)
+
+    keep = launch >= 0 if options.linked_only else None
+    fmt = parts["format"].astype(str).to_numpy(object)
+    if options.compat == "tracelens" and len(gi):
+        float_fmt = np.isin(fmt, FLOAT_US_FORMATS)[gpart]
+        if float_fmt.any():
+            base = parts["base_ns"].to_numpy(I64)[gpart]
+            end = np.where(float_fmt, float_us_end(start, end, base), end)
+
+    gpu = pd.DataFrame({
+        "part": gpart.astype(np.int32),
+        "rank": parts["rank"].to_numpy(np.int32)[gpart],
+        "device": p_dev.astype(np.int32)[gpart],
+        "row": ev["row"].to_numpy(I64)[gi],
+        "stream": ev["stream"].to_numpy(I64)[gi],
+        "kind": gkind,
+        "name": pd.Categorical.from_codes(names.cat.codes.to_numpy()[gi], dtype=names.dtype),
+        "start_ns": start,
+        "end_ns": end,
+        "correlation": corr,
+        "external_id": ev["external_id"].to_numpy(I64)[gi],
+        "launch_ns": launch,
+    })
+    if keep is not None:
+        gpu = gpu.loc[keep].reset_index(drop=True)
+
+    clipped = np.zeros(n_parts, I64)
+    clipped_ns = np.zeros(n_parts, I64)
+    if options.compat != "tracelens" and len(gpu):
+        gp = gpu["part"].to_numpy(I64)
+        stream_key, _ = dense_codes(gp, gpu["stream"].to_numpy(I64))
+        s, e = gpu["start_ns"].to_numpy(I64), gpu["end_ns"].to_numpy(I64)
+        new_end, _, _ = clip_stream_overlaps(s, e, stream_key)
+        cut = e - new_end
+        clipped = count_by(gp[cut > 0], n_parts)
+        clipped_ns = sum_by(gp, cut, n_parts)
+        gpu["end_ns"] = new_end
+    gpu["category"] = _categories(gpu, fmt, options)
+
+    gpu_ann = _gpu_annotations(ev, kc, device, part, p_dev)
+    steps = find_steps(host, gpu_ann, options.step_pattern, parts)
+    gpu["step"] = assign_steps(gpu, steps)
+    if options.step is not None:
+        gpu = gpu.loc[gpu["step"].to_numpy() == options.step].reset_index(drop=True)
+        steps = steps.loc[steps["step"].to_numpy() == options.step].reset_index(drop=True)
+    gpu["name"] = gpu["name"].cat.remove_unused_categories()
+
+    parts["clipped_events"] = clipped
+    parts["clipped_ns"] = clipped_ns
+    parts["steps"] = count_by(steps["part"].to_numpy(I64), n_parts)
+    kept = (gpu["part"].to_numpy(I64), gpu["row"].to_numpy(I64))
+    return Batch(parts=parts, gpu=gpu, host=host, steps=steps,
+                 collectives=_side_rows(collectives, kept), memcpy=_side_rows(memcpy, kept), options=options)
+
+
+def take(ev: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> dict[str, Any]:
+    """``columns`` of ``ev`` at positions ``rows`` as arrays (categoricals keep their categories)."""
+    out: dict[str, Any] = {}
+    for c in columns:
+        col = ev[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            out[c] = pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
+        else:
+            out[c] = col.to_numpy()[rows]
+    return out
+
+
+def _host_frame(ev: pd.DataFrame, is_host: np.ndarray, parts: pd.DataFrame) -> pd.DataFrame:
+    rows = np.flatnonzero(is_host)
+    hp = ev["part"].to_numpy(I64)[rows]
+    h = {"part": hp.astype(np.int32), "rank": parts["rank"].to_numpy(np.int32)[hp],
+         "device": parts["device"].to_numpy(np.int32)[hp],
+         **take(ev, rows, ["row", "pid", "tid", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"])}
+    h["seq"] = ev["seq"].to_numpy(I64)[rows] if "seq" in ev.columns else np.full(rows.size, -1, I64)
+    return pd.DataFrame(h)
+
+
+def _gpu_annotations(ev: pd.DataFrame, kc: np.ndarray, device: np.ndarray, part: np.ndarray,
+                     p_dev: np.ndarray) -> pd.DataFrame:
+    if not len(ev):
+        return ev.iloc[:0]
+    sel = (kc == KINDS.index("gpu_annotation")) & (device == p_dev[part])
+    return ev.loc[sel, ["part", "kind", "name", "start_ns", "end_ns"]]
+
+
+def _categories(gpu: pd.DataFrame, fmt: np.ndarray, options: Options) -> pd.Categorical:
+    """GPU category of each event: distinct (name, kind) pairs classified once per input format."""
+    n = len(gpu)
+    out = np.empty(n, dtype=object)
+    if n:
+        gfmt = fmt[gpu["part"].to_numpy(I64)]
+        for f in pd.unique(gfmt):  # a loop over the (one or two) formats of the partition
+            sel = gfmt == f
+            out[sel] = categorize(gpu["name"][sel], gpu["kind"][sel], compat=options.compat, fmt=str(f))
+    return _category_column(out, CATEGORIES)
+
+
+def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, parts: pd.DataFrame) -> pd.DataFrame:
+    """Step windows of every part: host annotations matching ``pattern``, else GPU-side ones.
+
+    Per part the host annotations win when any of them matches (never both sources). Group 1
+    of ``pattern`` is the step number; matches without a number (one NVTX tag repeated) are
+    numbered in time order. A step number seen twice in a part keeps its first window.
+    """
+    rx = re.compile(pattern)
+    found = [_step_matches(host, "annotation", rx, "host"), _step_matches(gpu_annotations, "gpu_annotation", rx, "gpu")]
+    h, g = found
+    if len(h) and len(g):
+        g = g.loc[~np.isin(g["part"].to_numpy(), h["part"].to_numpy())]
+    out = pd.concat([f for f in (h, g) if len(f)], ignore_index=True) if (len(h) or len(g)) else None
+    if out is None:
+        return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in STEP_COLUMNS.items()})
+    p = out["part"].to_numpy(I64)
+    order = np.lexsort((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
+    out = out.iloc[order].reset_index(drop=True)
+    p = out["part"].to_numpy(I64)
+    step = out["step"].to_numpy(I64).copy()
+    unnumbered = step < 0
+    step[unnumbered] = cumcount(p[unnumbered])
+    out["step"] = step
+    first = ~pd.DataFrame({"p": p, "s": step}).duplicated().to_numpy()
+    out = out.loc[first].reset_index(drop=True)
+    p = out["part"].to_numpy(I64)
+    out.insert(1, "rank", parts["rank"].to_numpy(np.int32)[p])
+    out.insert(2, "device", parts["device"].to_numpy(np.int32)[p])
+    out["part"] = p.astype(np.int32)
+    return out[list(STEP_COLUMNS)]
+
+
+def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: str) -> pd.DataFrame:
+    """The rows of ``frame`` of ``kind`` whose name matches ``rx`` (regex run once per distinct name)."""
+    empty = pd.DataFrame({"part": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
+                          "step_name": pd.Series([], dtype=object), "start_ns": pd.Series([], dtype="int64"),
+                          "end_ns": pd.Series([], dtype="int64"), "source": pd.Series([], dtype=object)})
+    if not len(frame):
+        return empty
+    f = frame.loc[(frame["kind"] == kind).to_numpy(bool)]
+    if not len(f):
+        return empty
+    names = _names(f["name"])
+    cats = np.asarray(names.cat.categories, dtype=object)
+    codes = names.cat.codes.to_numpy()
+    num = np.full(len(cats) + 1, -2, I64)  # -2: no match; -1: a match without a number
+    for i in unique(codes[codes >= 0]).tolist():  # each distinct annotation name once
+        m = rx.search(str(cats[i]))
+        if m:
+            num[i] = int(m.group(1)) if m.groups() and m.group(1) is not None else -1
+    nums = num[np.where(codes < 0, len(cats), codes)]
+    sel = nums > -2
+    if not sel.any():
+        return empty
+    return pd.DataFrame({
+        "part": f["part"].to_numpy(I64)[sel],
+        "step": nums[sel],
+        "step_name": cats[codes[sel]].astype(str).astype(object),
+        "start_ns": f["start_ns"].to_numpy(I64)[sel],
+        "end_ns": f["end_ns"].to_numpy(I64)[sel],
+        "source": source,
+    })
+
+
+def assign_steps(gpu: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step of each GPU event: its part's window containing its launch (host steps) or its own
+    start (GPU steps); -1 if none."""
+    n = len(gpu)
+    if not n or not len(steps):
+        return np.full(n, -1, I64)
+    gp = gpu["part"].to_numpy(I64)
+    sp = steps["part"].to_numpy(I64)
+    host_parts = np.zeros(int(max(gp.max(), sp.max())) + 1, bool)
+    host_parts[sp[(steps["source"] == "host").to_numpy()]] = True
+    t = gpu["start_ns"].to_numpy(I64)
+    launch = gpu["launch_ns"].to_numpy(I64)
+    t = np.where(host_parts[gp] & (launch >= 0), launch, t)
+    s = steps["start_ns"].to_numpy(I64)
+    e = steps["end_ns"].to_numpy(I64)
+    # windows are sorted by (part, start): find, per event, the last window of its part starting
+    # at or before it — a search on (part, time) pairs ranked together
+    wkey, tkey = shared_codes((sp, s), (gp, t))
+    j = np.searchsorted(wkey, tkey, side="right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (sp[jj] == gp) & (t < e[jj])
+    return np.where(ok, steps["step"].to_numpy(I64)[jj], -1).astype(I64)
+
+
+def _side_rows(side: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+    """The side-table rows of the kept GPU events."""
+    if not len(side):
+        return side
+    a, b = shared_codes((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), kept)
+    return side.loc[np.isin(a, b)].reset_index(drop=True)
+
+
+def prepare_part(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, *, rank: int, device: int,
+                 fmt: str, options: Options, base_ns: int = 0) -> Batch:
+    """The :class:`Batch` of a single (rank, device) part given as pandas frames (tests, quick views).
+
+    ``events`` follows the event schema (its ``rank`` column is ignored); the side tables are
+    keyed by the event's row in ``events``.
+    """
+    ev = events.reset_index(drop=True).copy()
+    ev["part"] = np.zeros(len(ev), np.int32)
+    ev["row"] = np.arange(len(ev), dtype=I64)
+    coll = collectives.assign(part=np.zeros(len(collectives), np.int32))
+    mem = memcpy.assign(part=np.zeros(len(memcpy), np.int32))
+    parts = pd.DataFrame({"part": np.zeros(1, np.int32), "rank": np.array([rank], np.int32),
+                          "device": np.array([device], np.int32), "format": np.array([fmt], dtype=object),
+                          "base_ns": np.array([base_ns], I64)})
+    return prepare(ev, coll, mem, parts, options)

@@ -1,0 +1,181 @@
+"""The events of every rank as one Dask DataFrame, for your own analyses.
+
+:func:`events` opens the cached events of a finished analysis (or ingests inputs) and returns
+a lazy Dask DataFrame with the same partitions the built-in analyses use: whole (rank, device)
+parts, batched by rank (:mod:`dtrace.layout`), indexed by ``rank`` with known divisions. Run
+``map_partitions``, ``groupby`` or ``.compute()`` on it with any Dask scheduler or cluster.
+
+Columns (:data:`EVENT_COLUMNS`):
+
+======================  ==========  ===========================================================
+``rank`` (index)        int32       global rank
+``device``              int32       the GPU of the (rank, device) part the event belongs to
+                                    (host events of a file with several GPUs appear once per GPU)
+``stream``              int64       GPU stream (-1 for host events)
+``pid``, ``tid``        int64       host process and thread (GPU events: as the trace gives them)
+``kind``                category    kernel, memcpy, memset, cpu_op, runtime, annotation,
+                                    gpu_annotation, python, other
+``name``                category    event name, unshortened
+``start_ns``, ``end_ns`` int64      absolute time in ns
+``correlation``         int64       launch ↔ GPU activity link (-1 if none)
+``external_id``         int64       cpu_op ↔ launch link (-1 if none)
+``seq``                 int64       forward/backward sequence number of cpu ops (-1 if none)
+``is_gpu``              bool        a kernel, memcpy or memset on the part's GPU
+======================  ==========  ===========================================================
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import UsageError
+from .layout import TARGET_EVENTS, PartitionSpec, plan_partitions
+from .plan import PartSpec
+from .schema import GPU_KINDS, KINDS
+
+EVENT_COLUMNS: dict[str, str] = {
+    "device": "int32", "stream": "int64", "pid": "int64", "tid": "int64", "kind": "category", "name": "category",
+    "start_ns": "int64", "end_ns": "int64", "correlation": "int64", "external_id": "int64", "seq": "int64",
+    "is_gpu": "bool",
+}
+"""Columns of the event frame (the index is ``rank``, int32)."""
+
+
+def event_frame(ev: pd.DataFrame, parts: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The public event frame of a partition's concatenated event table (see the module docstring)."""
+    part = ev["part"].to_numpy(np.int64)
+    p_rank = parts["rank"].to_numpy(np.int32)
+    p_dev = parts["device"].to_numpy(np.int32)
+    kind = pd.Categorical(np.asarray(ev["kind"].astype(str), dtype=object), categories=list(KINDS))
+    dev = ev["device"].to_numpy(np.int64)
+    out = pd.DataFrame({
+        "device": p_dev[part], "stream": ev["stream"].to_numpy(np.int64), "pid": ev["pid"].to_numpy(np.int64),
+        "tid": ev["tid"].to_numpy(np.int64), "kind": kind,
+        "name": ev["name"] if isinstance(ev["name"].dtype, pd.CategoricalDtype) else ev["name"].astype("category"),
+        "start_ns": ev["start_ns"].to_numpy(np.int64), "end_ns": ev["end_ns"].to_numpy(np.int64),
+        "correlation": ev["correlation"].to_numpy(np.int64), "external_id": ev["external_id"].to_numpy(np.int64),
+        "seq": ev["seq"].to_numpy(np.int64) if "seq" in ev.columns else np.full(len(ev), -1, np.int64),
+        "is_gpu": np.isin(np.asarray(kind.codes), [KINDS.index(k) for k in GPU_KINDS]) & (dev == p_dev[part]),
+    }, index=pd.Index(p_rank[part], name="rank"))
+    return out[list(columns)] if columns is not None else out
+
+
+def meta_frame(columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """An empty event frame with the declared dtypes (Dask's ``meta``)."""
+    from dask.dataframe.utils import UNKNOWN_CATEGORIES
+
+    cols: dict[str, Any] = {}
+    for c, t in EVENT_COLUMNS.items():
+        if c == "kind":
+            cols[c] = pd.Categorical([], categories=list(KINDS))
+        elif c == "name":
+            cols[c] = pd.Categorical([], categories=[UNKNOWN_CATEGORIES])
+        else:
+            cols[c] = np.array([], t)
+    df = pd.DataFrame(cols, index=pd.Index(np.array([], np.int32), name="rank"))
+    return df[list(columns)] if columns is not None else df
+
+
+def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | None = None,
+           partition_events: int = TARGET_EVENTS, **kwargs: Any) -> Any:
+    """The events of every rank as a Dask DataFrame (lazy; see the module docstring).
+
+    Parameters
+    ----------
+    source
+        A results directory written by ``dtrace analyze`` (its cached events are read; no trace
+        is parsed), or inputs as for :func:`dtrace.analyze` (they are ingested first: into
+        ``cache``, else a temporary folder removed when the process ends).
+    columns
+        Only these columns (the index ``rank`` always comes).
+    partition_events
+        Target events per partition, as in :func:`dtrace.analyze`.
+    **kwargs
+        For inputs: ``scheduler``, ``workers``, ``format``, ``ranks``, ``rank_by`` as in
+        :func:`dtrace.analyze` (where the ingest runs; the DataFrame itself is lazy).
+
+    Examples
+    --------
+    >>> ev = dtrace.events("results/")                                     # doctest: +SKIP
+    >>> ev[ev.is_gpu].groupby("rank").end_ns.max().compute()               # doctest: +SKIP
+    """
+    import dask.dataframe as dd
+
+    from .partition import load_events
+
+    if columns is not None:
+        unknown = sorted(set(columns) - set(EVENT_COLUMNS))
+        if unknown:
+            raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
+    path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    if path is not None and os.path.isfile(os.path.join(path, "manifest.json")):
+        specs = _specs_of_results(path)
+    else:
+        specs = _specs_of_inputs(source, cache, **kwargs)
+    partitions = plan_partitions(specs, partition_events)
+    if not partitions:
+        raise UsageError("no analysable input: no events to return")
+    divisions = [p.ranks[0] for p in partitions] + [partitions[-1].ranks[1]]
+    return dd.from_map(load_events, partitions, columns, meta=meta_frame(columns), divisions=divisions,
+                       label="dtrace-events", enforce_metadata=False)
+
+
+def _specs_of_results(path: str) -> list[PartSpec]:
+    """The parts of a finished analysis, from its manifest and its cache (no parsing)."""
+    from .cache import lookup
+    from .results import load
+
+    m = load(path).manifest
+    cache_dir = m.get("cache")
+    specs: list[PartSpec] = []
+    for item in m.get("inputs", []):
+        if item.get("status") != "ok" or item.get("summary"):
+            continue
+        rec, _ = lookup(cache_dir, item["path"], verify=False) if cache_dir else (None, None)
+        if rec is None or rec.fingerprint != item.get("fingerprint"):
+            raise UsageError(f"{item['path']}: its cached events are gone or changed since the analysis; "
+                             f"run dtrace analyze again")
+        where = {p["local_index"]: p for p in item.get("parts", [])}
+        for p in rec.parts:
+            if p.local_index in where:
+                specs.append(_spec(rec, p, int(where[p.local_index]["rank"])))
+    return specs
+
+
+def _spec(rec: Any, p: Any, rank: int) -> PartSpec:
+    return PartSpec(rank=rank, device=int(p.device), path=rec.path, format=rec.format, events=p.events,
+                    collectives=p.collectives, memcpy=p.memcpy,
+                    base_ns=int((rec.meta or {}).get("base_time_ns") or 0), fingerprint=rec.fingerprint,
+                    n_events=p.n_events, local_index=p.local_index, checksums=tuple(sorted(p.checksums.items())))
+
+
+def _specs_of_inputs(inputs: Any, cache: str | None, *, scheduler: str | None = None, workers: int | None = None,
+                     format: str | None = None, ranks: dict[str, int] | None = None, rank_by: str = "auto",
+                     progress: Any = False) -> list[PartSpec]:
+    from .cache import check_cache_dir
+    from .engine import ClusterSpec, Engine
+    from .layout import content_size, ingest_batches
+    from .partition import ingest_files
+    from .plan import expand_inputs, resolve_ranks
+
+    if cache is None:
+        cache = tempfile.mkdtemp(prefix="dtrace-events-")
+        atexit.register(shutil.rmtree, cache, True)
+    check_cache_dir(cache)
+    files = expand_inputs(inputs)
+    sizes = [content_size(f) for f in files]
+    with Engine(ClusterSpec(scheduler=scheduler, workers=workers, progress=progress)) as engine:
+        engine.start(sum(sizes) / 100e6, len(files))
+        batches = ingest_batches(files, sizes, engine.n_workers)
+        records = [r for batch in engine.map(ingest_files, batches, cache, format, True, label="reading traces")
+                   for r in (batch if isinstance(batch, list) else [])]
+    return resolve_ranks(records, rank_by=rank_by, ranks=ranks)
+
+
+__all__ = ["events", "event_frame", "meta_frame", "EVENT_COLUMNS", "PartitionSpec"]

@@ -1,0 +1,119 @@
+"""How parts are laid out in partitions: whole ranks, batched to a target number of events.
+
+The events of all inputs form one Dask DataFrame whose partitions each hold whole (rank, device)
+parts: consecutive ranks (in rank order) are batched until the partition reaches
+``target_events``, so hundreds of small ranks share a partition and a large rank stands alone.
+Every device of a rank lands in the same partition, so the ranks are the divisions of the
+DataFrame. The layout depends only on the parts and the target, never on the number of workers,
+so stored per-partition results stay valid from one run to the next.
+
+Ingest is batched the same way, by file size: :func:`ingest_batches` groups small files into one
+task (large files stand alone) while keeping enough tasks to feed every worker.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Sequence
+
+from .plan import PartSpec
+
+TARGET_EVENTS = 1_000_000
+"""Default events per partition: a few hundred MB of pandas per worker at most."""
+TARGET_INGEST_BYTES = 32 << 20
+"""Default estimated JSON bytes per ingest task."""
+GZIP_RATIO = 8
+"""Assumed inflation of a gzip input when estimating its content size."""
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One partition: its position and the parts it holds, in (rank, device) order."""
+
+    index: int
+    parts: tuple[PartSpec, ...]
+
+    @property
+    def n_events(self) -> int:
+        return sum(p.n_events for p in self.parts)
+
+    @property
+    def ranks(self) -> tuple[int, int]:
+        """First and last rank of the partition."""
+        return self.parts[0].rank, self.parts[-1].rank
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted({p.path for p in self.parts})
+
+
+def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS) -> list[PartitionSpec]:
+    """Batch parts (sorted by rank, device) into partitions of whole ranks.
+
+    A partition is closed when adding the next rank would take it past ``target_events``
+    (a partition always takes at least one rank, so a large rank stands alone).
+
+    Examples
+    --------
+    >>> spec = lambda r, n: PartSpec(rank=r, device=0, path=f"r{r}", format="kineto", events="", collectives="",
+    ...                              memcpy="", n_events=n)
+    >>> [p.ranks for p in plan_partitions([spec(0, 4), spec(1, 4), spec(2, 9), spec(3, 1)], target_events=8)]
+    [(0, 1), (2, 2), (3, 3)]
+    """
+    if target_events < 1:
+        raise ValueError("target_events must be >= 1")
+    ordered = sorted(specs, key=lambda s: (s.rank, s.device))
+    ranks: list[list[PartSpec]] = []
+    for s in ordered:
+        if ranks and ranks[-1][0].rank == s.rank:
+            ranks[-1].append(s)
+        else:
+            ranks.append([s])
+    out: list[list[PartSpec]] = []
+    size = 0
+    for group in ranks:
+        n = sum(max(p.n_events, 1) for p in group)
+        if not out or size + n > target_events:
+            out.append([])
+            size = 0
+        out[-1].extend(group)
+        size += n
+    return [PartitionSpec(i, tuple(parts)) for i, parts in enumerate(out)]
+
+
+def content_size(path: str) -> int:
+    """Estimated bytes of content of an input (gzip inflated by :data:`GZIP_RATIO`)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # never open a FIFO or a device here: it could block
+            return 0
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return 0
+    size = st.st_size
+    return size * GZIP_RATIO if gz else size
+
+
+def ingest_batches(paths: Sequence[str], sizes: Sequence[int], workers: int,
+                   target_bytes: int = TARGET_INGEST_BYTES) -> list[list[str]]:
+    """Group inputs into ingest tasks of about ``target_bytes`` (never fewer than about four
+    tasks per worker while there are enough files), keeping the input order.
+
+    Examples
+    --------
+    >>> ingest_batches(["a", "b", "c", "d"], [10, 10, 50, 10], workers=1, target_bytes=25)
+    [['a', 'b'], ['c'], ['d']]
+    """
+    total = sum(sizes)
+    target = max(1, min(target_bytes, total // max(4 * workers, 1)))
+    out: list[list[str]] = []
+    size = 0
+    for p, n in zip(paths, sizes):
+        if not out or size + n > target:
+            out.append([])
+            size = 0
+        out[-1].append(p)
+        size += n
+    return out

@@ -1,0 +1,166 @@
+"""Communication kernels of one rank, one row each: the input of cross-rank collective matching.
+
+A row per comm kernel (category ``comm``, kind ``kernel``) with its stream, times, the
+collective's normalized name (``op``), process group, ``seq`` and message bytes from the
+reader's collective side table (keyed by the kernel's ``row``). Where the trace carries no
+collective args the op is inferred from the kernel name (``ncclKernel_AllReduce_*`` →
+``all_reduce``, ``ncclDevKernel_SendRecv`` → ``send_recv``, ...; see :data:`OP_PATTERNS`) and
+the group, seq and bytes are unknown (``""``, ``-1``). Two order indices let
+:mod:`dtrace.reduce.collectives` match instances across ranks without a ``seq``: the position
+within (group, op) and the position on the stream, both by start time.
+
+Ranks have a few hundred to a few thousand comm kernels per trace, so these rows are small
+enough to send to the client.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..prepare import PartData
+
+# kernel name → collective (case-insensitive re.search, first match wins)
+OP_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"all_?reduce|allreduce|cross_device_reduce", "all_reduce"),
+    (r"all_?gather", "all_gather"),
+    (r"reduce_?scatter", "reduce_scatter"),
+    (r"all_?to_?all", "all_to_all"),
+    (r"send_?recv", "send_recv"),
+    (r"broadcast|bcast", "broadcast"),
+    (r"(?<![a-z])send|_send", "send"),
+    (r"recv", "recv"),
+    (r"reduce", "reduce"),
+)
+UNKNOWN_OP = "other"
+
+DECLARED: dict[str, str] = {
+    "rank": "int32", "device": "int32", "stream": "int64", "start_ns": "int64", "end_ns": "int64", "op": "object",
+    "group": "object", "group_ranks": "object", "group_size": "int32", "seq": "int64", "bytes": "int64",
+    "dtype": "object", "step": "int64", "order_op": "int64", "order_stream": "int64",
+}
+"""Output columns and dtypes (registered with the analysis)."""
+
+
+def infer_op(name: str) -> str:
+    """The collective a communication kernel performs, from its name.
+
+    Examples
+    --------
+    >>> infer_op("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)")
+    'all_reduce'
+    >>> infer_op("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)")
+    'send_recv'
+    >>> infer_op("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    'reduce_scatter'
+    """
+    for rx, op in _COMPILED:
+        if rx.search(name):
+            return op
+    return UNKNOWN_OP
+
+
+_COMPILED = tuple((re.compile(p, re.I), op) for p, op in OP_PATTERNS)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in DECLARED.items()})
+
+
+def cumcount(codes: np.ndarray) -> np.ndarray:
+    """Position of each element among the earlier elements with the same code.
+
+    Examples
+    --------
+    >>> cumcount(np.array([3, 1, 3, 3, 1])).tolist()
+    [0, 0, 1, 2, 1]
+    """
+    n = len(codes)
+    if not n:
+        return np.zeros(0, np.int64)
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    starts = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
+    run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
+    out = np.empty(n, np.int64)
+    out[order] = np.arange(n) - run_start
+    return out
+
+
+def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object, dtype: object) -> np.ndarray:
+    if name not in side.columns:
+        return np.full(len(pos), default, dtype)
+    col = side[name]
+    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+        cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+        labels = np.append(np.asarray(cat.cat.categories, dtype=object).astype(str), default)
+        codes = cat.cat.codes.to_numpy()
+        codes = np.where(codes < 0, len(labels) - 1, codes)
+        vals = labels[np.append(codes, len(labels) - 1)[pos]]
+        return vals.astype(dtype)
+    arr = np.append(col.to_numpy(), default)
+    return arr[pos].astype(dtype)
+
+
+def comm_kernels(part: PartData) -> pd.DataFrame:
+    """One row per communication kernel of the part, sorted by start time."""
+    g = part.gpu
+    if not len(g):
+        return _empty()
+    sel = (np.asarray(g["category"] == "comm")) & (g["kind"].to_numpy() == "kernel")
+    if not sel.any():
+        return _empty()
+    idx = np.flatnonzero(sel)
+    start = g["start_ns"].to_numpy(np.int64)[idx]
+    stream = g["stream"].to_numpy(np.int64)[idx]
+    o = np.lexsort((stream, start))
+    idx, start, stream = idx[o], start[o], stream[o]
+    names = g["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # classify each distinct comm name once
+        codes, labels = names.cat.codes.to_numpy()[idx], names.cat.categories
+    else:
+        codes, labels = pd.factorize(names.astype(str).to_numpy(object)[idx])
+    used, inv = np.unique(codes, return_inverse=True)
+    inferred = np.array([infer_op(str(labels[c])) for c in used], dtype=object)[inv]
+    n = len(idx)
+    side = part.collectives
+    if len(side):
+        side = side.drop_duplicates("row")
+        srow = side["row"].to_numpy(np.int64)
+        pos = pd.Index(srow).get_indexer(g["row"].to_numpy(np.int64)[idx])
+        pos = np.where(pos >= 0, pos, len(srow))  # len(srow) selects the default
+        coll = _side_column(side, "collective", pos, "", object)
+        op = np.where(coll != "", coll, inferred)
+        group = _side_column(side, "group", pos, "", object)
+        group_ranks = _side_column(side, "group_ranks", pos, "", object)
+        group_size = _side_column(side, "group_size", pos, -1, np.int64)
+        seq = _side_column(side, "seq", pos, -1, np.int64)
+        nbytes = _side_column(side, "bytes", pos, -1, np.int64)
+        dtype = _side_column(side, "dtype", pos, "", object)
+    else:
+        op = inferred
+        group = np.full(n, "", object)
+        group_ranks = np.full(n, "", object)
+        group_size = np.full(n, -1, np.int64)
+        seq = np.full(n, -1, np.int64)
+        nbytes = np.full(n, -1, np.int64)
+        dtype = np.full(n, "", object)
+    key = pd.MultiIndex.from_arrays([group, group_ranks, op]).factorize()[0] if n else np.zeros(0, np.int64)
+    return pd.DataFrame({
+        "rank": np.full(n, part.rank, np.int32),
+        "device": np.full(n, part.device, np.int32),
+        "stream": stream,
+        "start_ns": start,
+        "end_ns": g["end_ns"].to_numpy(np.int64)[idx],
+        "op": op.astype(object),
+        "group": group,
+        "group_ranks": group_ranks,
+        "group_size": group_size.astype(np.int32),
+        "seq": seq,
+        "bytes": nbytes,
+        "dtype": dtype,
+        "step": g["step"].to_numpy(np.int64)[idx],
+        "order_op": cumcount(np.asarray(key)),
+        "order_stream": cumcount(stream),
+    })

@@ -1,0 +1,461 @@
+"""The :class:`Tree`: host events nested by time, launches linked to their GPU events.
+
+A tree is built once per (rank, device) from a :class:`~dtrace.prepare.PartData` (its ``host``
+and ``gpu`` frames) and answers the Trace2Tree questions: which node has this (external id,
+pid, tid), what are its parents, children and subtree, which host op launched this kernel,
+how much GPU time does an op cost. Nodes are identified by a UID, their index in the node
+arrays: host nodes first, in preorder (per (pid, tid), by start, longest first), then the GPU
+events by start. GPU nodes carry ``pid = device`` and ``tid = stream``, as Perfetto shows them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import build as B
+
+HOST_KINDS = ("cpu_op", "annotation", "runtime")
+"""Host event kinds that form the tree (``python`` joins them with ``python=True``)."""
+GPU_KINDS = ("kernel", "memcpy", "memset")
+KINDS = ("cpu_op", "annotation", "runtime", "python", "kernel", "memcpy", "memset")
+_K = {k: i for i, k in enumerate(KINDS)}
+CPU_OP = _K["cpu_op"]
+RUNTIME = _K["runtime"]
+
+
+def _codes(col: pd.Series, vocabulary: dict[str, int]) -> np.ndarray:
+    """Code of each value of a (categorical) string column in ``vocabulary`` (-1 if absent)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.array([vocabulary.get(str(c), -1) for c in col.cat.categories], np.int64)
+        codes = col.cat.codes.to_numpy()
+        return np.where(codes >= 0, cats[np.maximum(codes, 0)] if cats.size else -1, -1)
+    uniq, inv = np.unique(col.astype(object).to_numpy(), return_inverse=True)
+    cats = np.array([vocabulary.get(str(c), -1) for c in uniq], np.int64)
+    return cats[inv] if cats.size else np.empty(0, np.int64)
+
+
+def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
+    if name in df.columns:
+        return df[name].to_numpy(np.int64)
+    return np.full(len(df), default, np.int64)
+
+
+class Tree:
+    """Host → GPU call tree of one (rank, device).
+
+    Build it with :meth:`from_part` or :func:`dtrace.tree`. Node arrays are public read-only
+    attributes (``parent``, ``start_ns``, ...); :attr:`nodes` shows them as a DataFrame.
+
+    Attributes
+    ----------
+    n_host, n_gpu
+        Host nodes are UIDs ``0 .. n_host-1``, GPU nodes ``n_host .. n_host+n_gpu-1``.
+    overlaps
+        Host events that start inside their parent but end after it (kept as children, see
+        :mod:`dtrace.calltree.build`).
+    unlinked_gpu
+        GPU events whose correlation matches no launch call (they are roots).
+    """
+
+    def __init__(self, *, rank: int, device: int, kind: np.ndarray, name: pd.Categorical, pid: np.ndarray,
+                 tid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, correlation: np.ndarray,
+                 external_id: np.ndarray, seq: np.ndarray, row: np.ndarray, n_host: int,
+                 gpu_launch: np.ndarray, build_rounds: int = 0) -> None:
+        self.rank, self.device = int(rank), int(device)
+        self.kind, self.name = kind, name
+        self.pid, self.tid = pid, tid
+        self.start_ns, self.end_ns = start_ns, end_ns
+        self.correlation, self.external_id, self.seq, self.row = correlation, external_id, seq, row
+        self.n_host = int(n_host)
+        self.n_gpu = int(kind.size - n_host)
+        self._name_codes = np.asarray(name.codes, np.int64)
+        self.names: np.ndarray = np.asarray(name.categories, dtype=object)
+
+        h = self.n_host
+        group = B.thread_groups(pid[:h], tid[:h])
+        hparent, rounds = B.nest(group, start_ns[:h], end_ns[:h])
+        self.build_rounds = build_rounds + rounds
+        self.overlaps = int(np.count_nonzero((hparent >= 0) & (end_ns[:h] > end_ns[:h][np.maximum(hparent, 0)])))
+        hdepth = B.depths(hparent)
+        lv = B.levels(hdepth)
+        launch = np.where(gpu_launch >= 0, gpu_launch, -1).astype(np.int64)
+        self.parent = np.concatenate([hparent, launch])
+        self.depth = np.concatenate([hdepth, np.where(launch >= 0, hdepth[np.maximum(launch, 0)] + 1
+                                                      if h else 0, 0)]).astype(np.int64)
+        self.subtree_end = np.concatenate([B.subtree_end(hparent, lv), np.arange(h + 1, h + self.n_gpu + 1)])
+        is_op = kind[:h] == CPU_OP
+        hanc = B.nearest_ancestor(hparent, is_op, lv)
+        gl = np.maximum(launch, 0)
+        ganc = np.where(launch >= 0, np.where(is_op[gl], gl, hanc[gl]) if h else -1, -1)
+        self.launcher_op = np.concatenate([hanc, ganc]).astype(np.int64)
+        self.unlinked_gpu = int(np.count_nonzero(launch < 0))
+        # children: all nodes grouped by parent, each group by start (host first for ties)
+        has_p = np.flatnonzero(self.parent >= 0)
+        order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
+        self._child_order = order
+        self._child_ptr = np.searchsorted(self.parent[order], np.arange(self.size + 1))
+        self._fwd_bwd: pd.DataFrame | None = None
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_part(cls, part: Any, *, python: bool = False) -> "Tree":
+        """Build the tree of a :class:`~dtrace.prepare.PartData` (``host`` and ``gpu`` frames).
+
+        Parameters
+        ----------
+        part
+            The partition; only its ``host`` and ``gpu`` frames are read, never modified.
+        python
+            Also nest ``python`` events (``python_function``); the default keeps the tree to
+            ops, annotations and runtime calls, as Trace2Tree does.
+        """
+        kinds = dict(_K)
+        if not python:
+            kinds.pop("python")
+        host, gpu = part.host, part.gpu
+        hk = _codes(host["kind"], {k: kinds[k] for k in kinds if k not in GPU_KINDS}) if len(host) else np.empty(0, np.int64)
+        keep = np.flatnonzero(hk >= 0)
+        h = host.iloc[keep] if keep.size != len(host) else host
+        hk = hk[keep]
+        hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
+        hpid, htid = _col(h, "pid"), _col(h, "tid")
+        order = B.preorder(B.thread_groups(hpid, htid), hstart, hend)
+        hrow = h.index.to_numpy(np.int64)[order] if len(h) else np.empty(0, np.int64)
+        gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"))) if len(gpu) else np.empty(0, np.int64)
+        g = gpu.iloc[gorder]
+        gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
+        hcorr = _col(h, "correlation")[order]
+        gcorr = _col(g, "correlation")
+        runtime = np.where(hk[order] == RUNTIME, hcorr, -1)
+        launch = B.link_by_correlation(runtime, gcorr)
+        hn = h["name"] if len(h) else pd.Series([], dtype="category")
+        gn = g["name"] if len(g) else pd.Series([], dtype="category")
+        # one categorical over both sides (an empty side must not bring another category dtype:
+        # pandas 3 infers `str` categories for real names and object ones for an empty list)
+        names = pd.Categorical(np.concatenate([
+            np.asarray(hn, dtype=object)[order] if len(h) else np.array([], object),
+            np.asarray(gn, dtype=object) if len(g) else np.array([], object)]))
+        return cls(
+            rank=part.rank, device=part.device,
+            kind=np.concatenate([hk[order], gk]).astype(np.int8),
+            name=names,
+            pid=np.concatenate([hpid[order], np.full(len(g), part.device, np.int64)]),
+            tid=np.concatenate([htid[order], _col(g, "stream")]),
+            start_ns=np.concatenate([hstart[order], _col(g, "start_ns")]),
+            end_ns=np.concatenate([hend[order], _col(g, "end_ns")]),
+            correlation=np.concatenate([hcorr, gcorr]),
+            external_id=np.concatenate([_col(h, "external_id")[order], _col(g, "external_id")]),
+            seq=np.concatenate([_col(h, "seq")[order], np.full(len(g), -1, np.int64)]),
+            row=np.concatenate([hrow, _col(g, "row")]),
+            n_host=len(h), gpu_launch=launch)
+
+    # -- basic facts ----------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(self.kind.size)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return (f"<dtrace.Tree rank {self.rank} device {self.device}: {self.n_host} host nodes, "
+                f"{self.n_gpu} GPU nodes ({self.unlinked_gpu} unlinked), {self.overlaps} partial overlaps>")
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts that describe the build: nodes, links, overlaps, depth, graph launches."""
+        h = self.n_host
+        gl = self.parent[h:]
+        launches = np.unique(gl[gl >= 0])
+        per_launch = np.bincount(np.searchsorted(launches, gl[gl >= 0]), minlength=launches.size)
+        return {"host_nodes": h, "gpu_nodes": self.n_gpu, "linked_gpu": self.n_gpu - self.unlinked_gpu,
+                "unlinked_gpu": self.unlinked_gpu, "launches": int(launches.size),
+                "multi_kernel_launches": int(np.count_nonzero(per_launch > 1)),
+                "partial_overlaps": self.overlaps, "roots": int(np.count_nonzero(self.parent[:h] < 0)),
+                "max_depth": int(self.depth.max()) if self.size else 0, "build_rounds": self.build_rounds}
+
+    def kind_of(self, uid: int) -> str:
+        return KINDS[int(self.kind[uid])]
+
+    def name_of(self, uid: int) -> str:
+        return str(self.names[self._name_codes[uid]])
+
+    def is_gpu(self, uid: int) -> bool:
+        return uid >= self.n_host
+
+    @property
+    def nodes(self) -> pd.DataFrame:
+        """All nodes as a DataFrame indexed by UID."""
+        return pd.DataFrame({
+            "kind": pd.Categorical.from_codes(self.kind.astype(np.int64), KINDS),
+            "name": pd.Categorical.from_codes(self._name_codes, self.names),
+            "pid": self.pid, "tid": self.tid, "start_ns": self.start_ns, "end_ns": self.end_ns,
+            "dur_ns": self.end_ns - self.start_ns, "correlation": self.correlation,
+            "external_id": self.external_id, "seq": self.seq, "parent": self.parent, "depth": self.depth,
+            "launcher_op": self.launcher_op, "row": self.row,
+        }, index=pd.RangeIndex(self.size, name="uid"))
+
+    # -- lookups --------------------------------------------------------------------------
+    def _check(self, uid: int) -> int:
+        uid = int(uid)
+        if not 0 <= uid < self.size:
+            raise KeyError(f"no node with UID {uid}; UIDs are 0..{self.size - 1}")
+        return uid
+
+    def find(self, external_id: int, pid: int, tid: int) -> int:
+        """UID of the node with this (external id, pid, tid), as Perfetto shows them.
+
+        An op and the runtime calls it makes share its external id; the outermost (first in
+        preorder) matching node is returned. GPU events are found by (external id, device,
+        stream). Raises ``KeyError`` if there is none.
+        """
+        hit = np.flatnonzero((self.external_id == external_id) & (self.pid == pid) & (self.tid == tid))
+        if not hit.size:
+            raise KeyError(f"no node with external id {external_id}, pid {pid}, tid {tid}")
+        return int(hit[0])
+
+    def by_name(self, name: str) -> np.ndarray:
+        """UIDs of the nodes called ``name``, in UID order."""
+        code = np.flatnonzero(self.names == name)
+        if not code.size:
+            return np.empty(0, np.int64)
+        return np.flatnonzero(self._name_codes == code[0])
+
+    def node(self, uid: int) -> dict[str, Any]:
+        """One node as a dict (the seed's fields: UID, kind, name, ids, times, parent, children)."""
+        u = self._check(uid)
+        return {"UID": u, "kind": self.kind_of(u), "name": self.name_of(u), "pid": int(self.pid[u]),
+                "tid": int(self.tid[u]), "start_ns": int(self.start_ns[u]), "end_ns": int(self.end_ns[u]),
+                "dur_ns": int(self.end_ns[u] - self.start_ns[u]), "external_id": int(self.external_id[u]),
+                "correlation": int(self.correlation[u]), "seq": int(self.seq[u]),
+                "parent": int(self.parent[u]) if self.parent[u] >= 0 else None,
+                "children": self.children(u).tolist(), "depth": int(self.depth[u]), "row": int(self.row[u])}
+
+    # -- structure ------------------------------------------------------------------------
+    def parent_of(self, uid: int) -> int | None:
+        p = int(self.parent[self._check(uid)])
+        return p if p >= 0 else None
+
+    def children(self, uid: int) -> np.ndarray:
+        """UIDs of the direct children (host calls and, for a launch, its GPU events) by start."""
+        u = self._check(uid)
+        return self._child_order[self._child_ptr[u]:self._child_ptr[u + 1]]
+
+    def ancestors(self, uid: int) -> list[int]:
+        """UIDs from the parent up to the root."""
+        out = []
+        p = int(self.parent[self._check(uid)])
+        while p >= 0:
+            out.append(p)
+            p = int(self.parent[p])
+        return out
+
+    def subtree(self, uid: int) -> np.ndarray:
+        """UIDs of ``uid`` and all its descendants in preorder (GPU events after their launch)."""
+        u = self._check(uid)
+        if u >= self.n_host:
+            return np.array([u], np.int64)
+        host = np.arange(u, self.subtree_end[u], dtype=np.int64)
+        gpu = self._gpu_under(host)
+        if not gpu.size:
+            return host
+        uids = np.concatenate([host, gpu])
+        key_owner = np.concatenate([host, self.parent[gpu]])
+        key_is_gpu = np.concatenate([np.zeros(host.size, np.int8), np.ones(gpu.size, np.int8)])
+        return uids[np.lexsort((self.start_ns[uids], key_is_gpu, key_owner))]
+
+    def _gpu_under(self, host_uids: np.ndarray) -> np.ndarray:
+        """GPU nodes whose launch is one of ``host_uids``."""
+        if not self.n_gpu or not host_uids.size:
+            return np.empty(0, np.int64)
+        launches = self.parent[self.n_host:]
+        return self.n_host + np.flatnonzero(np.isin(launches, host_uids))
+
+    def launcher(self, uid: int) -> int | None:
+        """The op that launched a GPU event: the first ``cpu_op`` above its launch call."""
+        a = int(self.launcher_op[self._check(uid)])
+        return a if a >= 0 else None
+
+    # -- GPU time -------------------------------------------------------------------------
+    def gpu_events(self, uid: int, *, subtree: bool = True) -> np.ndarray:
+        """GPU UIDs under a node: its whole subtree, or (``subtree=False``) its direct kernels,
+        those whose launcher op (:meth:`launcher`) is this node."""
+        u = self._check(uid)
+        if u >= self.n_host:
+            return np.array([u], np.int64)
+        if subtree:
+            return self._gpu_under(np.arange(u, self.subtree_end[u], dtype=np.int64))
+        return self.n_host + np.flatnonzero(self.launcher_op[self.n_host:] == u)
+
+    def gpu_time(self, uid: int, *, subtree: bool = True) -> int:
+        """``|∪ GPU events|`` (ns) of :meth:`gpu_events`."""
+        g = self.gpu_events(uid, subtree=subtree)
+        return int(B.grouped_union(np.zeros(g.size, np.int64), self.start_ns[g], self.end_ns[g], 1)[0])
+
+    def subtree_gpu_times(self, uid: int) -> dict[int, int]:
+        """``{node: |∪ GPU events below it|}`` for every node of ``uid``'s subtree that has
+        GPU events below it (one vectorised pass, for printers)."""
+        u = self._check(uid)
+        g = self.gpu_events(u)
+        owners, gpus = [g], [g]
+        anc, cur = self.parent[g], g
+        while anc.size:
+            owners.append(anc)
+            gpus.append(cur)
+            keep = (anc != u) & (self.parent[anc] >= 0)
+            anc, cur = self.parent[anc[keep]], cur[keep]
+        own = np.concatenate(owners)
+        gg = np.concatenate(gpus)
+        nodes, inv = np.unique(own, return_inverse=True)
+        t = B.grouped_union(inv.astype(np.int64), self.start_ns[gg], self.end_ns[gg], nodes.size)
+        return dict(zip(nodes.tolist(), t.tolist()))
+
+    def _op_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(op node, GPU node) pairs for every cpu_op above every linked GPU event, and the
+        index where the direct pairs (launcher op) end."""
+        h = self.n_host
+        g = h + np.flatnonzero(self.launcher_op[h:] >= 0)
+        ops, gpus = [], []
+        a = self.launcher_op[g]
+        cur = g
+        while a.size:
+            ops.append(a)
+            gpus.append(cur)
+            nxt = self.launcher_op[a]
+            keep = nxt >= 0
+            a, cur = nxt[keep], cur[keep]
+        if not ops:
+            e = np.empty(0, np.int64)
+            return e, e, 0
+        return np.concatenate(ops), np.concatenate(gpus), int(ops[0].size)
+
+    def op_instances(self) -> pd.DataFrame:
+        """One row per ``cpu_op`` node: uid, op, start, host duration, GPU time and kernels.
+
+        ``gpu_direct_ns``/``kernels`` cover the GPU events this op launched itself (it is
+        their launcher op); ``gpu_subtree_ns``/``subtree_kernels`` those of its whole subtree.
+        """
+        uids = np.flatnonzero(self.kind[:self.n_host] == CPU_OP)
+        op, gpu, n_direct = self._op_pairs()
+        pos = np.searchsorted(uids, op)
+        n = uids.size
+        direct = B.grouped_union(pos[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], n)
+        sub = B.grouped_union(pos, self.start_ns[gpu], self.end_ns[gpu], n)
+        return pd.DataFrame({
+            "uid": uids, "op": self.names[self._name_codes[uids]].astype(object),
+            "pid": self.pid[uids], "tid": self.tid[uids], "start_ns": self.start_ns[uids],
+            "host_ns": self.end_ns[uids] - self.start_ns[uids],
+            "gpu_direct_ns": direct, "gpu_subtree_ns": sub,
+            "kernels": np.bincount(pos[:n_direct], minlength=n).astype(np.int64),
+            "subtree_kernels": np.bincount(pos, minlength=n).astype(np.int64),
+        })
+
+    def ops(self, window: tuple[int, int] | None = None) -> pd.DataFrame:
+        """Per op name: count, host time, GPU time (direct and subtree) and kernel counts.
+
+        GPU times are unions over *all* instances of the name, so an op nested in an op of the
+        same name (``aten::layer_norm`` in ``aten::layer_norm``) counts its kernels once, and
+        kernels of different instances that run concurrently are not double-counted.
+        ``host_ns`` is the sum of the instances' durations. ``window`` (``start_ns, end_ns``)
+        keeps only the instances that start inside it (one step's ops).
+        """
+        h = self.n_host
+        inside = self.kind[:h] == CPU_OP
+        if window is not None:
+            inside &= (self.start_ns[:h] >= window[0]) & (self.start_ns[:h] < window[1])
+        uids = np.flatnonzero(inside)
+        ncode = self.names.size
+        codes = self._name_codes[uids]
+        count = np.bincount(codes, minlength=ncode).astype(np.int64)
+        host = B.sum_by(codes, self.end_ns[uids] - self.start_ns[uids], ncode)
+        op, gpu, n_direct = self._op_pairs()
+        if window is not None:
+            keep = inside[op]
+            n_direct = int(np.count_nonzero(keep[:n_direct]))
+            op, gpu = op[keep], gpu[keep]
+        oc = self._name_codes[op]
+        direct = B.grouped_union(oc[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], ncode)
+        kernels = np.bincount(oc[:n_direct], minlength=ncode).astype(np.int64)
+        # an event under two same-named nested ops counts once for that name
+        key = np.unique(oc * max(self.size, 1) + gpu)
+        oc_u, gpu_u = key // max(self.size, 1), key % max(self.size, 1)
+        sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], ncode)
+        sub_k = np.bincount(oc_u, minlength=ncode).astype(np.int64)
+        used = np.flatnonzero(count > 0)
+        out = pd.DataFrame({
+            "op": self.names[used].astype(object), "count": count[used], "host_ns": host[used],
+            "gpu_direct_ns": direct[used], "gpu_subtree_ns": sub[used], "kernels": kernels[used],
+            "subtree_kernels": sub_k[used],
+        })
+        return out.sort_values(["gpu_subtree_ns", "op"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+    # -- forward / backward ---------------------------------------------------------------
+    @property
+    def fwd_bwd(self) -> pd.DataFrame:
+        """Forward op ↔ backward op links by ``Sequence number``: columns pid, seq, fwd, bwd.
+
+        Among the ops sharing (pid, sequence number), backward ones are named ``*Backward*``
+        or ``autograd::*``; the link joins the innermost (last-starting) forward op to the
+        innermost backward op, as the profiler's own ``fwdbwd`` flow events do.
+        """
+        if self._fwd_bwd is None:
+            self._fwd_bwd = self._link_fwd_bwd()
+        return self._fwd_bwd
+
+    def _link_fwd_bwd(self) -> pd.DataFrame:
+        h = self.n_host
+        uids = np.flatnonzero((self.kind[:h] == CPU_OP) & (self.seq[:h] >= 0))
+        cols = {"pid": np.int64, "seq": np.int64, "fwd": np.int64, "bwd": np.int64}
+        if not uids.size:
+            return pd.DataFrame({c: np.empty(0, t) for c, t in cols.items()})
+        is_bwd_name = np.array(["Backward" in str(n) or str(n).startswith("autograd::") for n in self.names], bool)
+        bwd = is_bwd_name[self._name_codes[uids]]
+        f = pd.DataFrame({"pid": self.pid[uids], "seq": self.seq[uids], "uid": uids, "bwd": bwd,
+                          "start": self.start_ns[uids], "neg_dur": self.start_ns[uids] - self.end_ns[uids]})
+        f = f.sort_values(["pid", "seq", "start", "neg_dur", "uid"], kind="stable")
+        last = f.groupby(["pid", "seq", "bwd"], sort=True)["uid"].last().unstack("bwd")
+        if True not in last.columns or False not in last.columns:
+            return pd.DataFrame({c: np.empty(0, t) for c, t in cols.items()})
+        last = last.dropna()
+        return pd.DataFrame({"pid": last.index.get_level_values("pid").to_numpy(np.int64),
+                             "seq": last.index.get_level_values("seq").to_numpy(np.int64),
+                             "fwd": last[False].to_numpy(np.int64), "bwd": last[True].to_numpy(np.int64)})
+
+    def is_backward(self, uid: int) -> bool:
+        """Whether ``uid`` is a backward op by name (``*Backward*``, ``autograd::*``)."""
+        n = self.name_of(self._check(uid))
+        return "Backward" in n or n.startswith("autograd::")
+
+    def backward_of(self, uid: int) -> int | None:
+        """The backward op linked to the forward op ``uid`` (same pid and sequence number)."""
+        return self._link(uid, backward=False)
+
+    def forward_of(self, uid: int) -> int | None:
+        """The forward op linked to the backward op ``uid`` (same pid and sequence number)."""
+        return self._link(uid, backward=True)
+
+    def _link(self, uid: int, *, backward: bool) -> int | None:
+        u = self._check(uid)
+        if self.seq[u] < 0 or self.kind[u] != CPU_OP or self.is_backward(u) != backward:
+            return None
+        fb = self.fwd_bwd
+        hit = np.flatnonzero((fb["pid"].to_numpy() == self.pid[u]) & (fb["seq"].to_numpy() == self.seq[u]))
+        if not hit.size:
+            return None
+        return int(fb["fwd" if backward else "bwd"].to_numpy()[hit[0]])
+
+    # -- printing -------------------------------------------------------------------------
+    def format(self, uid: int, *, depth: int | None = None, width: int = 64, times: bool = False) -> str:
+        """The subtree of ``uid`` as text (``└── Category: cpu_op, Name: aten::mm``)."""
+        from .printer import format_down
+
+        return format_down(self, self._check(uid), max_depth=depth, width=width, times=times)
+
+    def format_up(self, uid: int, *, width: int = 64) -> str:
+        """``uid`` and its ancestors up to the root, one block per level (``1-up:`` ...)."""
+        from .printer import format_up
+
+        return format_up(self, self._check(uid), width=width)
+

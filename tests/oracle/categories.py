@@ -1,0 +1,87 @@
+"""GPU event categories (SPEC §4): ``compute``, ``comm``, ``memcpy``, ``memset``.
+
+The patterns live in one table, :data:`PATTERNS`; classification runs once per distinct
+name (``categorize_names``), never per event.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+CATEGORIES = ("compute", "comm", "memcpy", "memset")
+
+PATTERNS: dict[str, str] = {
+    # kernels whose name matches become communication (case-insensitive re.search)
+    "comm": r"nccl|rccl|cross_device_reduce",
+    # known collective kernels without nccl in the name (default mode only)
+    "comm_extra": r"multimem_all_reduce|multimem_all_gather|multimem_reduce_scatter|one_shot_all_reduce"
+                  r"|two_shot_all_reduce|symm_mem|custom_all_reduce|allreduce_(one|two)_?shot",
+    # kernels that are really copies
+    "memcpy_kernel": r"^__amd_rocclr_copy(Buffer|Image)|^__amd_rocclr_fill",
+    # JAX (TraceLens rule): names starting with these are memory operations
+    "jax_memcpy": r"^(copy|memcpy|memset)",
+}
+
+_MODES = ("default", "tracelens")
+
+
+def categorize_names(names: Iterable[str], kinds: Iterable[str], *, compat: str = "default",
+                     fmt: str = "kineto", patterns: dict[str, str] | None = None) -> list[str]:
+    """Category of each (name, kind) pair.
+
+    Parameters
+    ----------
+    names, kinds
+        Distinct event names and their schema kind (``kernel``, ``memcpy``, ``memset``).
+    compat
+        ``"default"`` or ``"tracelens"`` (TraceLens ``GPUEventAnalyser`` rules: memset counts as
+        compute, no extra collective kernels; for JAX only ``copy*/memcpy*/memset*`` names are memcpy).
+    fmt
+        The input format; JAX has its own memcpy rule in TraceLens mode.
+
+    Examples
+    --------
+    >>> categorize_names(["ncclKernel_AllReduce", "sgemm", "Memcpy HtoD", "multimem_all_reduce_kernel"],
+    ...                  ["kernel", "kernel", "memcpy", "kernel"])
+    ['comm', 'compute', 'memcpy', 'comm']
+    """
+    if compat not in _MODES:
+        raise ValueError(f"unknown compat mode {compat!r}; valid: {', '.join(_MODES)}")
+    p = {**PATTERNS, **(patterns or {})}
+    comm = re.compile(p["comm"], re.I)
+    extra = re.compile(p["comm_extra"], re.I)
+    copyk = re.compile(p["memcpy_kernel"], re.I)
+    jaxmem = re.compile(p["jax_memcpy"], re.I)
+    out = []
+    tl = compat == "tracelens"
+    for name, kind in zip(names, kinds):
+        name = name or ""
+        if comm.search(name) or (not tl and extra.search(name)):
+            out.append("comm")
+        elif fmt == "jax" and tl:
+            out.append("memcpy" if jaxmem.search(name) else "compute")
+        elif kind == "memcpy" or copyk.search(name):
+            out.append("memcpy")
+        elif kind == "memset":
+            out.append("compute" if tl else "memset")
+        else:
+            out.append("compute")
+    return out
+
+
+def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
+    """Category of each event: classify distinct (name, kind) pairs, then broadcast codes."""
+    if len(names) == 0:
+        return np.empty(0, dtype=object)
+    # integer codes of names (a categorical's own codes) and kinds, combined into one pair code:
+    # no per-event strings or tuples, and classification runs on the distinct pairs only
+    ncodes, nuniq = pd.factorize(names, use_na_sentinel=False)
+    kcodes, kuniq = pd.factorize(kinds, use_na_sentinel=False)
+    nk = max(len(kuniq), 1)
+    upair, inv = np.unique(ncodes.astype(np.int64) * nk + kcodes, return_inverse=True)
+    cats = categorize_names([str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
+                            [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]], **kw)
+    return np.asarray(cats, dtype=object)[inv.reshape(-1)]
