@@ -24,6 +24,7 @@ from ._chrome import ChromeTrace
 from ._ids import StableIds
 
 NAME = "kineto"
+MEMSET = "memset"  # the memcpy side table's copy_kind of memsets
 
 # category (lower-cased) -> schema kind
 CATEGORY_KIND = {
@@ -243,6 +244,8 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     for i in np.flatnonzero(kinds == KIND_CODES["memcpy"]).tolist():
         a = args[i]
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, a.kind))
+    for i in np.flatnonzero(kinds == KIND_CODES["memset"]).tolist():
+        c.mem_rows.append((base + i, xs[i].name, args[i].nbytes, MEMSET))
     c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
     for key, arr in (("device", device), ("stream", stream), ("pid", pid), ("tid", tid), ("kind", kinds),
                      ("start", start), ("dur", d), ("correlation", corr), ("external_id", ext), ("seq", seq)):
@@ -443,7 +446,7 @@ def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.T
     for _row, name, _b, k in rows:
         key = (name, k)
         if key not in cache:
-            cache[key] = copy_kind(name, k)
+            cache[key] = MEMSET if k is MEMSET else copy_kind(name, k)
         kinds.append(cache[key])
     return pa.table({
         "row": pa.array([r[0] for r in rows], pa.int64()),
