@@ -60,16 +60,20 @@ REGEX_LEFTOVER = "misc"
 # decided first.
 BUILTIN_RULES: list[tuple[str, str]] = [
     ("attention", r"flash|fmha|attention|attn|(?<![a-z])mha|_mla_|::mla::|scaled_dot_product"),
+    # Cijk_*: Tensile / hipBLASLt GEMMs (rocBLAS, hipBLASLt, XLA on ROCm); *scudnn*: cuDNN implicit-GEMM convolutions
     ("gemm", r"(?<!fb)gemm|gemv|matmul|nvjet|cublas|xmma|wgmma|cutlass.*tensorop|s16816|h16816|s1688|i8816"
-             r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"),
+             r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"
+             r"|(?<![a-z])cijk_|[sh]cudnn"),
     ("triton", r"triton"),
     ("normalization", r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|_norm_|norm_kernel"
-                      r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd"),
+                      r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd|gammabeta"),
+    # pooling reduces a window; sorting sits with top-k and scans
     ("reduction", r"reduce|reduction|scan|cumsum|cumprod|argmax|argmin|topk|sum_kernel|_sum_|mean_kernel"
-                  r"|max_kernel|min_kernel"),
+                  r"|max_kernel|min_kernel|(max|avg)_?pool|pooling|radix_?sort|segmented_?sort|sort_?kernel"),
+    # SubTensorOp*: MIOpen sub-tensor set/scale/copy; im2col and permutes move data
     ("elementwise", r"elementwise|pointwise|vectorized|unrolled|fill|copy|cast|silu|gelu|relu|act_and_mul"
                     r"|sigmoid|tanh|rotary|quant|functor|transpose|nchwtonhwc|nhwctonchw|catarray|index"
-                    r"|gather|scatter"),
+                    r"|gather|scatter|subtensorop|im[23]d?2col|col2im|permute"),
 ]
 
 # communication kernels: collective type from the name (case-insensitive, first match wins)
