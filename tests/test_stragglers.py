@@ -166,9 +166,11 @@ def test_detection_method_is_swappable(jobs):
 def test_op_outliers_line_in_evidence(jobs):
     truth, _, t = jobs("compute")
     extra = dict(t)
-    extra["op_outliers"] = pd.DataFrame({"rank": [37, 37, 3], "device": [5, 5, 3], "op": ["aten::mm", "aten::add",
-                                         "aten::mm"], "ratio": [1.21, 1.4, 1.3]})
+    extra["op_outliers"] = pd.DataFrame({"rank": [37, 37, 3, 37], "device": [5, 5, 3, 5],
+                                         "op": ["aten::mm", "aten::add", "aten::mm", "c10d::allreduce_"],
+                                         "ratio": [1.21, 1.4, 1.3, 2.0], "comm": [False, False, False, True]})
     s = reduce_stragglers(extra, Options())["stragglers"]
+    # a collective's time includes waiting for the others: never quoted as the rank's slow op
     assert s.iloc[0]["evidence"].endswith("host op aten::add takes 1.40× the median rank")
 
 
@@ -272,3 +274,26 @@ def test_late_start_flags_only_the_faulty_rank(tmp_path_factory, kind):
     by_rank = lag.groupby(dp["rank"]).mean()
     peers = [r for r in range(40, 48) if r != 42]
     assert by_rank[peers].min() > 10 * by_rank.drop(range(40, 48)).abs().max()
+
+
+def test_op_outliers_rank_the_culprits_compute_op_above_victims_collectives(tmp_path_factory):
+    from dtrace.reduce.ops_xrank import ops_xrank
+
+    truth, per_rank, _ = _job(tmp_path_factory, 16, 2, ["compute:rank=5:slow=0.05"],
+                              need={"ops", "breakdown", "steps", "kernels", "collectives"})
+    ops = per_rank["ops"]
+    oo = ops_xrank(per_rank, Options())["op_outliers"]
+    # by hand: excess over the median part, per op, from the ops table
+    f = ops.loc[ops["gpu_subtree_ns"] > 0]
+    excess = f["gpu_subtree_ns"] - f.groupby("op")["gpu_subtree_ns"].transform("median")
+    comm = f["op"].str.startswith("c10d::")
+    # the situation the rule is for: a victim's all-reduce has more excess than any culprit op
+    assert excess[comm].max() > excess[~comm & (f["rank"] == 5)].max() > 0
+    assert f.loc[excess[comm].idxmax(), "rank"] != 5
+    # rule: every compute op ranks above every collective; within each, by excess
+    assert oo["comm"].tolist() == sorted(oo["comm"].tolist())
+    assert set(oo.loc[oo["comm"], "op"]) == set(f.loc[comm, "op"])
+    top = oo.iloc[0]
+    best = f.loc[excess[~comm].idxmax()]
+    assert (top["rank"], top["op"]) == (5, best["op"]) and top["excess_ns"] == excess[~comm].max()
+    assert not top["comm"]

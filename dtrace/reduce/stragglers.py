@@ -396,6 +396,8 @@ class _Evidence:
         oo = sig.op_outliers
         self.ops = {}
         if len(oo) and {"rank", "device", "op", "ratio"} <= set(oo.columns):
+            if "comm" in oo.columns:  # a collective's time includes waiting for others: no evidence
+                oo = oo.loc[~oo["comm"].to_numpy(bool)]
             best = oo.sort_values("ratio", ascending=False, kind="stable").drop_duplicates(KEYS)
             self.ops = {(int(r), int(d)): (str(o), float(x)) for r, d, o, x in
                         best[["rank", "device", "op", "ratio"]].itertuples(index=False)}
