@@ -458,7 +458,7 @@ def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.T
     for _row, name, _b, k in rows:
         key = (name, k)
         if key not in cache:
-            cache[key] = MEMSET if k is MEMSET else copy_kind(name, k)
+            cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
         kinds.append(cache[key])
     return pa.table({
         "row": pa.array([r[0] for r in rows], pa.int64()),
