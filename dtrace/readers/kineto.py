@@ -244,11 +244,10 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         if coll is not None:
             c.coll_rows.append((base + i, args[i], xs[i].name))
     c.coll_ops += _collective_ops(kinds, args, base)
-    for i in np.flatnonzero(kinds == KIND_CODES["memcpy"]).tolist():
+    is_set = kinds == KIND_CODES["memset"]
+    for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
-        c.mem_rows.append((base + i, xs[i].name, a.nbytes, a.kind))
-    for i in np.flatnonzero(kinds == KIND_CODES["memset"]).tolist():
-        c.mem_rows.append((base + i, xs[i].name, args[i].nbytes, MEMSET))
+        c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
     c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
     for key, arr in (("device", device), ("stream", stream), ("pid", pid), ("tid", tid), ("kind", kinds),
                      ("start", start), ("dur", d), ("correlation", corr), ("external_id", ext), ("seq", seq)):
@@ -321,7 +320,8 @@ def read_kineto(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
     if not devices:
         raise NoGPUActivity(path, "no GPU activity: the trace has no kernel, memcpy or memset events "
                                   f"({c.n} host events)")
-    coll = _collective_table(c.coll_rows + inherit_collective_args(table, c.coll_rows, c.coll_ops))
+    coll = _collective_table(sorted(c.coll_rows + inherit_collective_args(table, c.coll_rows, c.coll_ops),
+                                    key=operator.itemgetter(0)))
     mem = _memcpy_table(c.mem_rows)
     parts = []
     host = device == -1
