@@ -39,8 +39,8 @@ def _enclosing(launch_pid: np.ndarray, launch_tid: np.ndarray, launch_start: np.
 
     Examples
     --------
-    >>> z = np.zeros(3, np.int64)
-    >>> _enclosing(z, z, np.array([15, 26, 90]), z, z, np.array([10, 12, 20]), np.array([30, 18, 50])).tolist()
+    >>> z = np.zeros(3, np.int64)  # ops 10..30 holding 12..18, and 40..50; launches at 15, 26 and 90
+    >>> _enclosing(z, z, np.array([15, 26, 90]), z, z, np.array([10, 12, 40]), np.array([30, 18, 50])).tolist()
     [1, 0, -1]
     """
     n = len(launch_start)
