@@ -40,7 +40,7 @@ from .errors import DtraceError, InputError, NoGPUActivity
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 SOURCE = "source.json"
 _PART_FILE = re.compile(r"^(events|collectives|memcpy)-p\d{1,6}-d-?\d{1,9}\.parquet$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -60,16 +60,20 @@ REGEX_LEFTOVER = "misc"
 # decided first.
 BUILTIN_RULES: list[tuple[str, str]] = [
     ("attention", r"flash|fmha|attention|attn|(?<![a-z])mha|_mla_|::mla::|scaled_dot_product"),
+    # Cijk_*: Tensile / hipBLASLt GEMMs (rocBLAS, hipBLASLt, XLA on ROCm); *scudnn*: cuDNN implicit-GEMM convolutions
     ("gemm", r"(?<!fb)gemm|gemv|matmul|nvjet|cublas|xmma|wgmma|cutlass.*tensorop|s16816|h16816|s1688|i8816"
-             r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"),
+             r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"
+             r"|(?<![a-z])cijk_|[sh]cudnn"),
     ("triton", r"triton"),
     ("normalization", r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|_norm_|norm_kernel"
-                      r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd"),
+                      r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd|gammabeta"),
+    # pooling reduces a window; sorting sits with top-k and scans
     ("reduction", r"reduce|reduction|scan|cumsum|cumprod|argmax|argmin|topk|sum_kernel|_sum_|mean_kernel"
-                  r"|max_kernel|min_kernel"),
+                  r"|max_kernel|min_kernel|(max|avg)_?pool|pooling|radix_?sort|segmented_?sort|sort_?kernel"),
+    # SubTensorOp*: MIOpen sub-tensor set/scale/copy; im2col and permutes move data
     ("elementwise", r"elementwise|pointwise|vectorized|unrolled|fill|copy|cast|silu|gelu|relu|act_and_mul"
                     r"|sigmoid|tanh|rotary|quant|functor|transpose|nchwtonhwc|nhwctonchw|catarray|index"
-                    r"|gather|scatter"),
+                    r"|gather|scatter|subtensorop|im[23]d?2col|col2im|permute"),
 ]
 
 # communication kernels: collective type from the name (case-insensitive, first match wins)
@@ -123,12 +127,14 @@ def collective_type(name: str) -> str:
 _COLLECTIVE_RX = [(label, re.compile(p, re.I)) for label, p in COLLECTIVE_RULES]
 
 
-def collective_label(name: str) -> str:
+def collective_label(name: str, collective: str = "") -> str:
     """Label of a communication kernel in the per-collective (NCCL) table.
 
     The GPU Performance Analyser's rule for NCCL kernels, ``name.split("_")[1]``
-    (``ncclDevKernel_AllGather_RING_LL`` → ``AllGather``); other communication kernels get the
-    label of their :func:`collective_type`.
+    (``ncclDevKernel_AllGather_RING_LL`` → ``AllGather``), cut at the argument or template list;
+    other communication kernels get the label of their :func:`collective_type`. A kernel whose
+    name names no collective (RCCL's ``ncclDevKernel_Generic``) takes it from ``collective``, the
+    collective its args (or its enclosing ``record_param_comms``) state, when given.
 
     Examples
     --------
@@ -136,11 +142,18 @@ def collective_label(name: str) -> str:
     'SendRecv'
     >>> collective_label("cross_device_reduce_1stage")
     'AllReduce'
+    >>> collective_label("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)")
+    'Generic'
+    >>> collective_label("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "all_reduce")
+    'AllReduce'
     """
+    if collective and collective_type(name) == "other":
+        return COLLECTIVE_LABELS[collective_type(collective)]
     if "nccl" in name.lower():
         parts = name.split("_")
-        if len(parts) > 1 and parts[1]:
-            return parts[1]
+        label = re.split(r"[(<]", parts[1], maxsplit=1)[0] if len(parts) > 1 else ""
+        if label:
+            return label
     return COLLECTIVE_LABELS[collective_type(name)]
 
 
@@ -181,8 +194,13 @@ class Classifier(abc.ABC):
         self._memo: dict[tuple[str, str, str], str] = {}
 
     def classify(self, names: Iterable[str], kinds: Iterable[str] | None = None,
-                 categories: Iterable[str] | None = None) -> list[str]:
-        """Class of each name (``kinds`` default to ``kernel``; ``categories`` to ``compute``)."""
+                 categories: Iterable[str] | None = None, collectives: Iterable[str] | None = None) -> list[str]:
+        """Class of each name (``kinds`` default to ``kernel``; ``categories`` to ``compute``).
+
+        ``collectives``, when given, is the collective each communication kernel's args state
+        (normalized, ``all_reduce``; ``""`` if none): it names the class of kernels whose name
+        says nothing (:meth:`with_collective`). Pass distinct tuples: classification is per entry.
+        """
         names = [str(n) for n in names]
         kinds = list(kinds) if kinds is not None else ["kernel"] * len(names)
         cats = list(categories) if categories is not None else ["compute"] * len(names)
@@ -193,7 +211,15 @@ class Classifier(abc.ABC):
             if cls is None:
                 cls = memo[key] = self._one(*key)
             out.append(cls)
+        if collectives is not None:
+            out = [self.with_collective(c, str(coll or "")) if cat == "comm" else c
+                   for c, cat, coll in zip(out, cats, collectives)]
         return out
+
+    def with_collective(self, cls: str, collective: str) -> str:
+        """Class of a communication kernel of name-based class ``cls`` whose args state
+        ``collective``; by default the name decides."""
+        return cls
 
     @abc.abstractmethod
     def _one(self, name: str, kind: str, category: str) -> str:
@@ -213,6 +239,20 @@ class BuiltinClassifier(Classifier):
     def __init__(self, rules: Sequence[tuple[str, str]] = tuple(BUILTIN_RULES)) -> None:
         super().__init__()
         self._rules = [(cls, re.compile(p, re.I)) for cls, p in rules]
+
+    def with_collective(self, cls: str, collective: str) -> str:
+        """``nccl_other`` (a name such as ``ncclDevKernel_Generic``) takes the args' collective.
+
+        Examples
+        --------
+        >>> BuiltinClassifier().classify(["ncclDevKernel_Generic", "ncclDevKernel_Generic",
+        ...     "ncclDevKernel_AllGather_RING_LL"], categories=["comm"] * 3,
+        ...     collectives=["all_reduce", "", "all_reduce"])
+        ['nccl_allreduce', 'nccl_other', 'nccl_allgather']
+        """
+        if cls == "nccl_other" and collective:
+            return f"nccl_{collective_type(collective)}"
+        return cls
 
     def _one(self, name: str, kind: str, category: str) -> str:
         if kind == "memset" or _ROCM_FILL.search(name):

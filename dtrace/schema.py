@@ -51,7 +51,7 @@ COLLECTIVE_SCHEMA = pa.schema([
 
 MEMCPY_SCHEMA = pa.schema([
     ("row", pa.int64()),
-    ("copy_kind", _DICT),           # H2D, D2H, D2D, P2P, H2H, other
+    ("copy_kind", _DICT),           # H2D, D2H, D2D, P2P, H2H, other; memset for memsets
     ("bytes", pa.int64()),          # -1 if unknown
 ])
 

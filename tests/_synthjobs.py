@@ -7,9 +7,8 @@ from __future__ import annotations
 import glob
 import os
 
-import pandas as pd
-
 import numpy as np
+import pandas as pd
 
 from dtrace.analyses import run_analyses
 from dtrace.batch import prepare
@@ -22,7 +21,7 @@ NEED = {"breakdown", "steps", "kernels", "collectives"}
 MINE = ("collectives", "ranks", "stragglers")
 
 
-def per_rank_tables(path: str, options: Options) -> dict[str, pd.DataFrame]:
+def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[str, pd.DataFrame]:
     tables, meta = [], []
     for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
         tf = detect(f).read(f)
@@ -34,7 +33,7 @@ def per_rank_tables(path: str, options: Options) -> dict[str, pd.DataFrame]:
                           "rank": np.array([m[0] for m in meta], np.int32),
                           "device": np.array([m[1] for m in meta], np.int32),
                           "format": [m[2] for m in meta], "base_ns": np.zeros(len(meta), np.int64)})
-    return run_analyses(prepare(ev, coll, mem, parts, options), only=NEED)
+    return run_analyses(prepare(ev, coll, mem, parts, options), only=need)
 
 
 def reduce(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

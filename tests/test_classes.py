@@ -81,6 +81,32 @@ def make_part(rows, options):
     ("__amd_rocclr_copyBuffer", "kernel", "memcpy", "memcpy"),
     ("__amd_rocclr_fillBufferAligned", "kernel", "memcpy", "memset"),
     ("some_custom_kernel", "kernel", "compute", "other"),
+    # names from the shared ROCm/JAX/cuDNN traces that used to fall through to "other"
+    ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64_MI16x16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS3_ASE_ASGT", "kernel",
+     "compute", "gemm"),  # Tensile (JAX/XLA on MI300)
+    ("Cijk_Ailk_Bjlk_BBS_BH_Bias_HAS_SAV_UserArgs_MT128x64x32_MI32x32x1_SN_LDSB0_AFC1_AFEM1_AFEM1_ASEM1_CLR1", "kernel",
+     "compute", "gemm"),  # hipBLASLt
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0", "kernel",
+     "compute", "gemm"),
+    ("cudnn_infer_volta_scudnn_128x64_stridedB_interior_nn_v1", "kernel", "compute", "gemm"),
+    ("cudnn_train_volta_scudnn_128x128_stridedB_splitK_medium_nn_v1", "kernel", "compute", "gemm"),
+    ("Im3d2Col.kd", "kernel", "compute", "elementwise"),
+    ("SubTensorOpWithScalar1d", "kernel", "compute", "elementwise"),
+    ("void at::native::(anonymous namespace)::max_pool_backward_nchw<c10::BFloat16, float>(c10::BFloat16 const*)",
+     "kernel", "compute", "reduction"),
+    ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, long)", "kernel",
+     "compute", "reduction"),
+    ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, int, int>::Policy800, false, long>()",
+     "kernel", "compute", "reduction"),
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long, long, float const*)",
+     "kernel", "compute", "normalization"),
+    ("void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long)",
+     "kernel", "compute", "elementwise"),
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*)", "kernel",
+     "compute", "elementwise"),
+    ("_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm_bk0mk1", "kernel",
+     "compute", "gemm"),  # composable kernel
+    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2", "kernel", "compute", "gemm"),  # MIOpen
 ])
 def test_builtin_classes(name, kind, category, cls):
     assert BuiltinClassifier().classify([name], [kind], [category]) == [cls]

@@ -56,6 +56,19 @@ def test_wait_skew_transfer_by_hand():
     assert i["busbw_gbps"] == pytest.approx(3_000 / 139 * 2 * 2 / 3)
 
 
+def test_late_ns_exact_at_absolute_epoch_ns():
+    # starts near 1.7e18 ns, where float64 resolves only 256 ns: 3 ranks arrive at T+1, T+3, T+7
+    t = 1_700_000_000_000_000_001
+    assert float(t + 7) - float(t + 3) != 4  # what float64 arithmetic would give instead of 4
+    r = rows([{"rank": k, "start_ns": t + d, "end_ns": t + 1_000 + k, "group": "7", "group_ranks": "[0, 1, 2]",
+               "seq": 1, "group_size": 3} for k, d in ((0, 1), (1, 3), (2, 7))])
+    out = reduce_collectives({"collectives": r}, Options())
+    i = out["collective_instances"].iloc[0]
+    assert i["late_ns"] == 7 - 3 and i["last_rank"] == 2  # latest start − second-latest start
+    assert i["start_ns"] == t + 1 and i["start_skew_ns"] == 6 and i["end_skew_ns"] == 2
+    assert out["collectives"].sort_values("rank")["wait_ns"].tolist() == [6, 4, 0]
+
+
 def test_bus_bandwidth_factors():
     recs = []
     for k, (op, n) in enumerate((("all_gather", 4), ("reduce_scatter", 4), ("send_recv", 2), ("all_to_all", 4))):

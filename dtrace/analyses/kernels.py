@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..classify import Classifier, classifier_for, collective_label
-from ..groups import I64, dense_codes, string_rank, sum_by
+from ..groups import I64, dense_codes, first_match, string_rank, sum_by
 
 KERNEL_COLUMNS = ["rank", "device", "name", "category", "kind", "class", "count", "total_ns", "mean_ns",
                   "median_ns", "min_ns", "max_ns", "std_ns", "time_share", "count_share", "iters",
@@ -36,14 +36,30 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: [] for c in columns})
 
 
-def per_name(batch: Batch, full: bool) -> tuple[pd.DataFrame, Classifier]:
-    """One row per (part, distinct name): part, name, kind, category, class, count, total (and,
-    if ``full``, the mean, median, min, max and sample std of the durations)."""
+def collective_codes(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU event: the code of the collective its side-table row states (0: none), and the
+    labels (label 0 is ``""``)."""
+    g, side = batch.gpu, batch.collectives
+    if not len(side) or "collective" not in side.columns:
+        return np.zeros(len(g), I64), np.array([""], object)
+    pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)),
+                      (g["part"].to_numpy(I64), g["row"].to_numpy(I64)))
+    codes, labels = pd.factorize(side["collective"].astype(str).to_numpy(object))
+    out = np.where(pos >= 0, codes[np.maximum(pos, 0)] + 1, 0).astype(I64)
+    return out, np.r_[np.array([""], object), np.asarray(labels, object)]
+
+
+def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.DataFrame, Classifier]:
+    """One row per (part, distinct name) — and, with ``by_collective``, per collective the
+    kernels' args state (one RCCL ``Generic`` kernel name runs every collective): part, name,
+    kind, category, class, count, total (and, if ``full``, the mean, median, min, max and
+    sample std of the durations)."""
     g = batch.gpu
     names = g["name"].array
     cats = np.asarray(names.categories, dtype=object)
     part = g["part"].to_numpy(I64)
-    pair, k = dense_codes(part, np.asarray(names.codes, I64))
+    ccodes, clabels = collective_codes(batch) if by_collective else (np.zeros(len(g), I64), np.array([""], object))
+    pair, k = dense_codes(part, np.asarray(names.codes, I64), ccodes)
     dur = (g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64))
     count = np.bincount(pair, minlength=k).astype(I64)
     starts = np.concatenate(([0], np.cumsum(count)[:-1])).astype(I64)
@@ -55,9 +71,13 @@ def per_name(batch: Batch, full: bool) -> tuple[pd.DataFrame, Classifier]:
     category = labels(g["category"], first)
     name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
     classifier = classifier_for(batch.options)
-    cls = np.asarray(classifier.classify(name, kind, category), dtype=object)
+    coll = clabels[ccodes[first]] if k else np.empty(0, object)
+    cls = np.asarray(classifier.classify(name, kind, category, collectives=coll if by_collective else None),
+                     dtype=object)
     out = pd.DataFrame({"part": part[first], "name": name.astype(object), "category": category.astype(object),
                         "kind": kind.astype(object), "class": cls, "count": count, "total_ns": total.astype(I64)})
+    if by_collective:
+        out["collective"] = coll
     if full:
         mean = total / count
         out["mean_ns"] = mean
@@ -124,11 +144,11 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
 
 def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
     """Sum count and total over (part, ``values``) of per-name rows."""
-    frame = pd.DataFrame({"part": per["part"].to_numpy(I64), key: values, "count": per["count"].to_numpy(I64),
-                          "total_ns": per["total_ns"].to_numpy(I64)})
+    frame = pd.DataFrame({"part": per["part"].to_numpy(I64), key: values, "name": per["name"].to_numpy(object),
+                          "count": per["count"].to_numpy(I64), "total_ns": per["total_ns"].to_numpy(I64)})
     grp = frame.groupby(["part", key], sort=True)
     out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                        "kernels": grp["count"].size()}).reset_index()
+                        "kernels": grp["name"].nunique()}).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
     return out, out["kernels"].to_numpy(I64)
 
@@ -138,7 +158,7 @@ def class_stats(batch: Batch) -> pd.DataFrame:
     number of distinct kernel names, shares and per-iteration figures."""
     if not len(batch.gpu):
         return _empty(CLASS_COLUMNS)
-    per, classifier = per_name(batch, full=False)
+    per, classifier = per_name(batch, full=False, by_collective=True)
     out, _ = _grouped(per, "class", per["class"].to_numpy(object))
     out["classifier"] = classifier.label
     return _finish(out, batch, "class", CLASS_COLUMNS)
@@ -153,11 +173,11 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     """
     if not len(batch.gpu):
         return _empty(NCCL_COLUMNS)
-    per, classifier = per_name(batch, full=False)
+    per, classifier = per_name(batch, full=False, by_collective=True)
     per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
         return _empty(NCCL_COLUMNS)
-    uniq, inv = np.unique(per["name"].to_numpy(object).astype(str), return_inverse=True)
-    labels = np.array([collective_label(n) for n in uniq], dtype=object)[inv.reshape(-1)]  # once per name
+    labels = np.array([collective_label(str(n), str(c)) for n, c in zip(per["name"], per["collective"])],
+                      dtype=object)  # one per distinct (part, name, collective)
     out, _ = _grouped(per, "collective", labels)
     return _finish(out, batch, "collective", NCCL_COLUMNS)

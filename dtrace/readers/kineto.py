@@ -21,9 +21,11 @@ from ..errors import InputError, NoGPUActivity
 from ..schema import COLLECTIVE_SCHEMA, DTYPE_BYTES, MEMCPY_SCHEMA, validate_events
 from . import Part, TraceFile
 from ._chrome import ChromeTrace
+from ._collective_args import inherit_collective_args
 from ._ids import StableIds
 
 NAME = "kineto"
+MEMSET = "memset"  # the memcpy side table's copy_kind of memsets
 
 # category (lower-cased) -> schema kind
 CATEGORY_KIND = {
@@ -119,6 +121,7 @@ class _Columns:
                                                    "correlation", "external_id", "seq")}
         self.names: list[pa.Array] = []
         self.coll_rows: list[tuple[int, Args, str]] = []
+        self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
         self.n = 0
 
@@ -240,14 +243,25 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     for i, coll in zip(kernel_rows, colls):
         if coll is not None:
             c.coll_rows.append((base + i, args[i], xs[i].name))
-    for i in np.flatnonzero(kinds == KIND_CODES["memcpy"]).tolist():
+    c.coll_ops += _collective_ops(kinds, args, base)
+    is_set = kinds == KIND_CODES["memset"]
+    for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
-        c.mem_rows.append((base + i, xs[i].name, a.nbytes, a.kind))
+        c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
     c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
     for key, arr in (("device", device), ("stream", stream), ("pid", pid), ("tid", tid), ("kind", kinds),
                      ("start", start), ("dur", d), ("correlation", corr), ("external_id", ext), ("seq", seq)):
         c.cols[key].append(arr)
     c.n += n
+
+
+def _collective_ops(kinds: np.ndarray, args: list[Args], base: int) -> list[tuple[int, Args]]:
+    """``(row, args)`` of the chunk's host ops that carry collective args (``record_param_comms``)."""
+    rows = np.flatnonzero(kinds == KIND_CODES["cpu_op"])
+    if not len(rows):
+        return []
+    named = pa.array(list(map(_A_COLL, map(args.__getitem__, rows.tolist()))), pa.string()).is_valid()
+    return [(base + i, args[i]) for i in rows[named.to_numpy(zero_copy_only=False)].tolist()]
 
 
 def _cat(arrs: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -306,7 +320,8 @@ def read_kineto(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
     if not devices:
         raise NoGPUActivity(path, "no GPU activity: the trace has no kernel, memcpy or memset events "
                                   f"({c.n} host events)")
-    coll = _collective_table(c.coll_rows)
+    coll = _collective_table(sorted(c.coll_rows + inherit_collective_args(table, c.coll_rows, c.coll_ops),
+                                    key=operator.itemgetter(0)))
     mem = _memcpy_table(c.mem_rows)
     parts = []
     host = device == -1
@@ -443,7 +458,7 @@ def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.T
     for _row, name, _b, k in rows:
         key = (name, k)
         if key not in cache:
-            cache[key] = copy_kind(name, k)
+            cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
         kinds.append(cache[key])
     return pa.table({
         "row": pa.array([r[0] for r in rows], pa.int64()),

@@ -239,11 +239,11 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     first_of = np.r_[True, inst[order][1:] != inst[order][:-1]]
     last = np.zeros(len(rows), bool)
     last[order[first_of]] = True
-    # how much the last rank alone delayed the instance: latest start − second-latest start
-    second = np.full(len(agg), np.nan)
+    # how much the last rank alone delayed the instance: latest start − second-latest start, in
+    # int64 ns (absolute times near 1.7e18 ns are not exact in float64); 0 for one-rank instances
     second_pos = order[np.r_[False, first_of[:-1]] & ~first_of] if len(order) > 1 else np.zeros(0, np.int64)
-    second[inst[second_pos]] = s[second_pos]
-    late = np.where(np.isnan(second), 0.0, agg["s_max"].to_numpy() - np.nan_to_num(second)).astype(np.int64)
+    late = np.zeros(len(agg), np.int64)
+    late[inst[second_pos]] = agg["s_max"].to_numpy(np.int64)[inst[second_pos]] - s[second_pos]
 
     n_eff = np.where(agg["gs"].to_numpy() > 0, agg["gs"].to_numpy(), agg["ranks"].to_numpy())
     op_i = rows["op"].astype(object).to_numpy()
@@ -293,8 +293,10 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     })
 
     # clock quality per rank: median |own end − instance median end| over shared multi-host instances
-    med_end = pd.Series(e).groupby(inst).median().to_numpy()
-    dev_end = np.abs(e - med_end[inst])
+    # (ends relative to the instance's first end: absolute ns are not exact in float64)
+    e_rel = e - agg["e_min"].to_numpy(np.int64)[inst]
+    med_end = pd.Series(e_rel).groupby(inst).median().to_numpy()
+    dev_end = np.abs(e_rel - med_end[inst])
     multi = agg["hosts"].to_numpy()[inst] >= 2
     pr = pd.DataFrame({"rank": rank, "device": device, "host": hosts_u[host_idx], "off": off,
                        "multi": multi.astype(np.int64), "dev": np.where(multi, dev_end, np.nan)})

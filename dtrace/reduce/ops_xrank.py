@@ -9,14 +9,22 @@ the part holding the maximum (``max_rank``, ``max_device``), ``spread = max / me
 ran: ``gpu_ns`` (the part's ``gpu_subtree_ns``), ``median_gpu_ns`` (median over those parts),
 ``ratio = gpu_ns / median_gpu_ns`` (> 1: slower than the median rank), ``excess_ns = gpu_ns −
 median``, ``count`` and ``median_count`` (was it slower or did it run more often?), the robust
-z-score ``z = (gpu_ns − median) / (1.4826·MAD)`` (inf where MAD is 0 and the value differs) and
-``parts``. Sorted by ``excess_ns``, largest first: the straggler evidence reads it as
-"``aten::mm`` takes 1.15× the median rank's GPU time on rank 37".
+z-score ``z = (gpu_ns − median) / (1.4826·MAD)`` (inf where MAD is 0 and the value differs),
+``parts`` and ``comm`` (the op is a collective: :data:`COMM_OPS`). The straggler evidence reads it
+as "``aten::mm`` takes 1.15× the median rank's GPU time on rank 37".
+
+Order: compute ops first, by ``excess_ns`` (largest first), then communication ops, by
+``excess_ns``. A collective's GPU time includes the wait for the last rank to arrive, so one slow
+rank inflates ``c10d::allreduce_`` on every *other* rank (the victims) — usually by more than the
+culprit's own slow compute op — while the culprit, which waits least, shows none. Communication
+ops are kept (a slow link does show there) but never outrank the compute op of a straggler.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+import re
 
 from ..options import Options
 
@@ -27,8 +35,24 @@ XRANK_COLUMNS = {"op": "object", "parts": "int64", "count": "int64", "host_ns": 
                  "max_gpu_ns": "int64", "max_rank": "int32", "max_device": "int32", "spread": "float64"}
 OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "float64",
                    "ratio": "float64", "excess_ns": "float64", "count": "int64", "median_count": "float64",
-                   "z": "float64", "parts": "int64"}
+                   "z": "float64", "parts": "int64", "comm": "bool"}
 MAD_SCALE = 1.4826
+COMM_OPS = (r"c10d::|_c10d_functional|nccl|rccl|gloo|record_param_comms|processgroup|all_?reduce|all_?gather"
+            r"|reduce_?scatter|all_?to_?all|barrier|wait_tensor")
+"""Host ops that are collectives or wait for one (case-insensitive ``re.search`` on the op name)."""
+
+
+def is_comm_op(names: pd.Series) -> np.ndarray:
+    """Which op names are collectives (:data:`COMM_OPS`), decided once per distinct name.
+
+    Examples
+    --------
+    >>> is_comm_op(pd.Series(["c10d::allreduce_", "aten::mm", "nccl:all_gather", "aten::mm"])).tolist()
+    [True, False, True, False]
+    """
+    codes, uniq = pd.factorize(names.astype(str), sort=False)
+    rx = re.compile(COMM_OPS, re.I)
+    return np.array([bool(rx.search(u)) for u in uniq], bool)[codes] if len(codes) else np.zeros(0, bool)
 
 
 def _empty(columns: dict[str, str]) -> pd.DataFrame:
@@ -79,7 +103,8 @@ def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
         "op": f["op"].to_numpy(object), "gpu_ns": f["gpu_ns"].to_numpy(np.int64), "median_gpu_ns": med,
         "ratio": x / med, "excess_ns": diff, "count": f["count"].to_numpy(np.int64),
         "median_count": g["count"].transform("median").to_numpy(np.float64), "z": z,
-        "parts": f["parts"].to_numpy(np.int64),
+        "parts": f["parts"].to_numpy(np.int64), "comm": is_comm_op(f["op"]),
     })
-    out = out.sort_values(["excess_ns", "op", "rank", "device"], ascending=[False, True, True, True], kind="stable")
+    out = out.sort_values(["comm", "excess_ns", "op", "rank", "device"], ascending=[True, False, True, True, True],
+                          kind="stable")
     return out.reset_index(drop=True)

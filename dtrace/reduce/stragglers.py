@@ -17,8 +17,12 @@ Signals, computed once from the small cross-rank tables (:func:`compute_signals`
     median transfer of instances of the same (op, bytes, group size) in *other* groups; a
     group's slowness is the median of its instances' log ratios; a rank's link excess is the
     smallest slowness over the groups containing it (high only if *all* its groups are slow:
-    the rank common to the slow groups), and it must stand out from every rank sharing a
-    group with it.
+    the rank common to the slow groups), floored at 0, and it must stand out from every rank
+    sharing a group with it. The floor matters when a kind of group has few members: with two
+    tensor-parallel groups each is the other's reference, so a slow one makes the other look
+    equally fast, and those negative excesses would widen the spread the z-score divides by
+    (at 16 ranks a 2× slow link scored z ≈ 2). Groups of another kind that share ranks with
+    both (the data-parallel groups) tell which of the two is slow.
 
 Methods turn signals into ``score``, ``flagged`` and ``evidence``; they live in :data:`METHODS`
 and :attr:`Options.straggler_method` picks one (a registry, as HTA lets users swap its metric):
@@ -32,9 +36,13 @@ and :attr:`Options.straggler_method` picks one (a registry, as HTA lets users sw
     suspect, inherits its lateness (its strength counts a quarter in the score and the evidence
     names ``f``).
 ``late_start``
-    HTA's idea: ranks whose collectives start late. Score = robust z of the mean lag of its
-    collective starts behind each instance's median start; flagged at ``z ≥ 5`` with a lag of at
-    least 1 % of the median step.
+    HTA's idea: ranks whose collectives start late. Lateness is attributed to the rank that
+    caused it, not to those that inherited it: a rank's lag at an instance is its *lead time*
+    (start minus the end of its own previous collective, the time since it was last released)
+    minus the median lead time of the instance's members (:func:`own_lag`). Ranks that waited
+    for a straggler at an earlier collective are released with it and arrive late at the next
+    one together with it, but their lead time is normal. Score = robust z of the mean lag;
+    flagged at ``z ≥ 5`` with a mean lag of at least 1 % of the median step.
 
 A method is a function ``(Signals, Options) -> DataFrame`` with ``rank``, ``device``, ``score``,
 ``flagged``, ``evidence``; register new ones with :func:`register_method`.
@@ -126,13 +134,11 @@ def _arrival(coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.Multi
     p = 1.0 / c["ranks"].to_numpy(np.float64)
     wait_total = ii["wait_total_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
     late_i = ii["late_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
-    med_start = c.groupby("collective")["start_ns"].transform("median").to_numpy()
     last = c["last"].to_numpy(bool)
     f = pd.DataFrame({"rank": c["rank"].to_numpy(), "device": c["device"].to_numpy(), "one": 1, "last": last,
                       "p": p, "v": p * (1 - p), "caused": np.where(last, wait_total, 0),
                       "late": np.where(last, late_i, 0), "wait": c["wait_ns"].to_numpy(),
-                      "lag": c["start_ns"].to_numpy() - med_start, "group": c["group"].to_numpy(),
-                      "op": c["op"].to_numpy()})
+                      "lag": own_lag(c, coll), "group": c["group"].to_numpy(), "op": c["op"].to_numpy()})
     g = f.groupby(KEYS).sum(numeric_only=True).reindex(idx).fillna(0)
     lag = f.groupby(KEYS)["lag"].mean().reindex(idx).fillna(0).to_numpy()
     count = g["one"].to_numpy()
@@ -160,6 +166,40 @@ def _arrival(coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.Multi
     else:
         wf = empty_w
     return vals, wf, top
+
+
+def own_lag(rows: pd.DataFrame, every: pd.DataFrame) -> np.ndarray:
+    """How much later than the instance's median member each row's rank arrived, counting only
+    the lateness it did not inherit.
+
+    A rank's *lead time* to a collective is its start minus the end of its own previous
+    collective (the latest end before the start, over every collective of the rank in
+    ``every``): the time it spent computing since it was last released. Ranks that waited for a
+    straggler at an earlier collective are released late together with it, so their lead time
+    is normal; the straggler's is long. The lag is the lead time minus the median lead time of
+    the instance's members (rows without a previous collective: NaN, left out of the median).
+
+    Examples
+    --------
+    >>> every = pd.DataFrame({"rank": [0, 1, 2, 0, 1, 2], "device": [0, 1, 2, 0, 1, 2],
+    ...     "collective": [0, 0, 0, 1, 1, 1], "start_ns": [0, 0, 90, 200, 300, 200],
+    ...     "end_ns": [100, 100, 100, 400, 400, 400]})
+    >>> own_lag(every, every).tolist()  # rank 1 took 200 ns to its second collective, the others 100
+    [nan, nan, nan, 0.0, 100.0, 0.0]
+    """
+    if not len(rows):
+        return np.zeros(0)
+    keys = ["rank", "device"]
+    ends = every[keys + ["end_ns"]].sort_values("end_ns", kind="stable").rename(columns={"end_ns": "t"})
+    starts = pd.DataFrame({"rank": rows["rank"].to_numpy(), "device": rows["device"].to_numpy(),
+                           "t": rows["start_ns"].to_numpy(np.int64), "i": np.arange(len(rows))})
+    starts = starts.sort_values("t", kind="stable")
+    ends["released"] = ends["t"]
+    hit = pd.merge_asof(starts, ends, on="t", by=keys, direction="backward", allow_exact_matches=False)
+    lead = np.full(len(rows), np.nan)
+    lead[hit["i"].to_numpy()] = (hit["t"] - hit["released"]).to_numpy(np.float64)
+    med = pd.Series(lead).groupby(rows["collective"].to_numpy()).transform("median").to_numpy()
+    return lead - med
 
 
 def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[np.ndarray, pd.DataFrame]:
@@ -250,7 +290,9 @@ def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
     mem = pd.DataFrame({"rank": ck["rank"].to_numpy(), "device": ck["device"].to_numpy(),
                         "key": key_of.reindex(ck["collective"]).to_numpy()}).drop_duplicates()
     mem["gs"] = gs.reindex(mem["key"]).to_numpy()
-    excess_s = mem.groupby(KEYS)["gs"].min()
+    # a slow link only slows transfers: a group faster than its reference is no evidence (with two
+    # groups of a kind each is the other's reference, so one slow group makes the other look fast)
+    excess_s = mem.groupby(KEYS)["gs"].min().clip(lower=0.0)
     mem["excess"] = excess_s.reindex(pd.MultiIndex.from_frame(mem[KEYS])).to_numpy()
     # per group: the largest and second-largest member excess, to compare each rank with its co-members
     srt = mem.sort_values(["key", "excess"], ascending=[True, False], kind="stable")
@@ -354,6 +396,8 @@ class _Evidence:
         oo = sig.op_outliers
         self.ops = {}
         if len(oo) and {"rank", "device", "op", "ratio"} <= set(oo.columns):
+            if "comm" in oo.columns:  # a collective's time includes waiting for others: no evidence
+                oo = oo.loc[~oo["comm"].to_numpy(bool)]
             best = oo.sort_values("ratio", ascending=False, kind="stable").drop_duplicates(KEYS)
             self.ops = {(int(r), int(d)): (str(o), float(x)) for r, d, o, x in
                         best[["rank", "device", "op", "ratio"]].itertuples(index=False)}
@@ -569,8 +613,9 @@ def late_start_method(sig: Signals, options: Options) -> pd.DataFrame:
     z = robust_z(lag, floor=max(1.0, 0.001 * step_med))
     flagged = (z >= Z_FLAG) & (lag >= 0.01 * step_med)
     score = np.maximum(z, 0) / Z_FLAG
-    evidence = [f"rank {int(k)} starts its collectives {fmt_ns(v)} after the median member on average "
-                f"(z {zz:+.1f})" for k, v, zz in zip(r["rank"].to_numpy(), lag, z)]
+    evidence = [f"rank {int(k)} reaches its collectives {fmt_ns(v)} later than the median member on average, "
+                f"counted from its previous collective's end (z {zz:+.1f})" for k, v, zz in
+                zip(r["rank"].to_numpy(), lag, z)]
     return _output(sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged],
                    np.full(len(r), -1))
 

@@ -66,10 +66,28 @@ def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarra
     return np.lexsort((dur, codes))
 
 
-def _per_name(part: PartData, full: bool) -> tuple[pd.DataFrame, Classifier]:
-    """One row per distinct name: kind, category, class, count, total (and, if ``full``, the
-    mean, median, min, max and sample std of the durations)."""
+def _collective_codes(part: PartData) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU event: code of the collective its side-table row states (0: none), and the labels."""
+    g, side = part.gpu, part.collectives
+    if not len(side) or "collective" not in side.columns:
+        return np.zeros(len(g), np.int64), np.array([""], object)
+    side = side.drop_duplicates("row")
+    pos = pd.Index(side["row"].to_numpy(np.int64)).get_indexer(g["row"].to_numpy(np.int64))
+    codes, labels = pd.factorize(side["collective"].astype(str).to_numpy(object))
+    out = np.where(pos >= 0, codes[np.maximum(pos, 0)] + 1, 0).astype(np.int64)
+    return out, np.r_[np.array([""], object), np.asarray(labels, object)]
+
+
+def _per_name(part: PartData, full: bool, by_collective: bool = False) -> tuple[pd.DataFrame, Classifier]:
+    """One row per distinct name (and, with ``by_collective``, per collective its args state):
+    kind, category, class, count, total (and, if ``full``, the mean, median, min, max and sample
+    std of the durations)."""
     codes, names, dur = _codes(part)
+    coll = np.array([""], object)
+    if by_collective:
+        ccodes, coll = _collective_codes(part)
+        pair, inv = np.unique(codes * len(coll) + ccodes, return_inverse=True)
+        codes, names, coll = inv.reshape(-1), names[pair // len(coll)], coll[pair % len(coll)]
     k = len(names)
     count = np.bincount(codes, minlength=k).astype(np.int64)
     starts = np.concatenate(([0], np.cumsum(count)[:-1]))
@@ -81,9 +99,12 @@ def _per_name(part: PartData, full: bool) -> tuple[pd.DataFrame, Classifier]:
     kind = g["kind"].iloc[first].astype(str).to_numpy(dtype=object)
     category = g["category"].iloc[first].astype(str).to_numpy(dtype=object)
     classifier = classifier_for(part.options)
-    cls = np.asarray(classifier.classify(names, kind, category), dtype=object)
+    cls = np.asarray(classifier.classify(names, kind, category,
+                                         collectives=coll if by_collective else None), dtype=object)
     out = pd.DataFrame({"name": names, "category": category, "kind": kind, "class": cls,
                         "count": count, "total_ns": total.astype(np.int64)})
+    if by_collective:
+        out["collective"] = coll
     if full:
         mean = total / count
         out["mean_ns"] = mean
@@ -128,10 +149,10 @@ def class_stats(part: PartData) -> pd.DataFrame:
     number of distinct kernel names, shares and per-iteration figures."""
     if not len(part.gpu):
         return _empty(CLASS_COLUMNS)
-    per, classifier = _per_name(part, full=False)
+    per, classifier = _per_name(part, full=False, by_collective=True)
     grp = per.groupby("class", sort=True)
     out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                        "kernels": grp["name"].size()}).reset_index()
+                        "kernels": grp["name"].nunique()}).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
     out.insert(0, "rank", np.int32(part.rank))
     out.insert(1, "device", np.int32(part.device))
@@ -149,12 +170,13 @@ def nccl_stats(part: PartData) -> pd.DataFrame:
     """
     if not len(part.gpu):
         return _empty(NCCL_COLUMNS)
-    per, classifier = _per_name(part, full=False)
+    per, classifier = _per_name(part, full=False, by_collective=True)
     sel = classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())
     per = per.loc[sel]
     if not len(per):
         return _empty(NCCL_COLUMNS)
-    labels = np.array([collective_label(n) for n in per["name"]], dtype=object)  # one per distinct name
+    labels = np.array([collective_label(n, c) for n, c in zip(per["name"], per["collective"])], dtype=object)
+    per = per.drop(columns="collective")
     grp = per.assign(collective=labels).groupby("collective", sort=True)
     out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum()}).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]

@@ -1,0 +1,127 @@
+"""Collective identity of a communication kernel from its enclosing ``record_param_comms``.
+
+PyTorch records every c10d collective as a host op (``record_param_comms``) whose args name
+the collective, its process group, dtype and message sizes (``Collective name``, ``Process
+Group Name``, ``Process Group Ranks``, ``Group size``, ``dtype``, ``In msg nelems``, ``Out msg
+nelems``, ``Seq``). Recent Kineto versions copy these args onto the kernel; older ones, and
+RCCL kernels whose name says nothing (``ncclDevKernel_Generic``), do not. The kernel is still
+linked to its launch call by correlation id, and that call runs on the same host thread inside
+the ``record_param_comms`` op's time window: the innermost such op is the kernel's collective.
+
+:func:`inherit_collective_args` does that matching once per trace, vectorised: kernels by
+correlation to launches (a hash lookup), launches to ops by an as-of join on the thread and the
+start time (the latest op started at or before the launch), then a containment check. Only
+launches that are not inside the latest-started op (an inner op already ended) walk back through
+that thread's earlier ops, so the Python loop runs over those few kernels only. Only kernels whose
+name is a communication kernel's (:data:`dtrace.categories.PATTERNS`) inherit: a collective op may
+also launch copies or memsets of its buffers, which stay what they are.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+
+def _comm_names(names: Sequence[str]) -> np.ndarray:
+    """Which of the distinct kernel ``names`` are communication kernels (default rules)."""
+    from ..categories import categorize_names
+
+    return np.array([c == "comm" for c in categorize_names(names, ["kernel"] * len(names))], bool)
+
+
+def _enclosing(launch_pid: np.ndarray, launch_tid: np.ndarray, launch_start: np.ndarray,
+               rec_pid: np.ndarray, rec_tid: np.ndarray, rec_start: np.ndarray, rec_end: np.ndarray) -> np.ndarray:
+    """Index of the innermost record on the launch's thread whose window ``[start, end)`` holds the
+    launch's start (-1: none).
+
+    Examples
+    --------
+    >>> z = np.zeros(3, np.int64)  # ops 10..30 holding 12..18, and 40..50; launches at 15, 26 and 90
+    >>> _enclosing(z, z, np.array([15, 26, 90]), z, z, np.array([10, 12, 40]), np.array([30, 18, 50])).tolist()
+    [1, 0, -1]
+    """
+    n = len(launch_start)
+    if not n or not len(rec_start):
+        return np.full(n, -1, np.int64)
+    order = np.lexsort((-rec_end, rec_start))  # by start; the outer of two ops starting together first
+    recs = pd.DataFrame({"pid": rec_pid[order], "tid": rec_tid[order], "t": rec_start[order],
+                         "rec": order.astype(np.int64)})
+    launches = pd.DataFrame({"pid": launch_pid, "tid": launch_tid, "t": launch_start, "i": np.arange(n)})
+    hit = pd.merge_asof(launches.sort_values("t", kind="stable"), recs, on="t", by=["pid", "tid"],
+                        direction="backward")
+    rec = np.full(n, -1, np.int64)
+    rec[hit["i"].to_numpy()] = hit["rec"].fillna(-1).to_numpy(np.int64)
+    found = rec >= 0
+    inside = np.zeros(n, bool)
+    inside[found] = launch_start[found] < rec_end[rec[found]]
+    # the latest-started op ended before the launch: an enclosing op, if any, started earlier
+    outside = np.flatnonzero(found & ~inside)
+    if len(outside):
+        threads = recs.groupby(["pid", "tid"], sort=False).indices  # positions, in start order
+        ordered = recs["rec"].to_numpy()
+        for i in outside.tolist():
+            cands = ordered[threads[(launch_pid[i], launch_tid[i])]]
+            ok = np.flatnonzero((rec_start[cands] <= launch_start[i]) & (launch_start[i] < rec_end[cands]))
+            if len(ok):
+                rec[i], inside[i] = cands[ok[-1]], True
+    return np.where(inside, rec, -1)
+
+
+def _column(events: pa.Table, name: str) -> np.ndarray:
+    return events.column(name).to_numpy()
+
+
+def inherit_collective_args(events: pa.Table, with_args: Sequence[tuple[int, Any, str]],
+                            records: Sequence[tuple[int, Any]]) -> list[tuple[int, Any, str]]:
+    """Collective args for the communication kernels that carry none, from their enclosing op.
+
+    Parameters
+    ----------
+    events
+        The event table (:data:`dtrace.schema.EVENT_SCHEMA`).
+    with_args
+        ``(row, args, name)`` of the kernels that carry collective args themselves (they keep theirs).
+    records
+        ``(row, args)`` of the host ops that carry collective args (``record_param_comms``).
+
+    Returns
+    -------
+    list of (row, args, name)
+        One entry per kernel that inherits the args of its enclosing op, in the form of ``with_args``.
+    """
+    if not records or not events.num_rows:
+        return []
+    kind = events.column("kind").combine_chunks()
+    codes = kind.indices.to_numpy(zero_copy_only=False)
+    labels = kind.dictionary.to_pylist()
+    kinds = np.array([labels.index(k) if k in labels else -1 for k in ("kernel", "runtime")])
+    correlation = _column(events, "correlation")
+    krows = np.flatnonzero((codes == kinds[0]) & (correlation >= 0))
+    krows = krows[~np.isin(krows, np.fromiter((r for r, _a, _n in with_args), np.int64, len(with_args)))]
+    if not len(krows):
+        return []
+    lrows = np.flatnonzero((codes == kinds[1]) & (correlation >= 0))
+    lcorr = pd.Index(correlation[lrows])
+    if not lcorr.is_unique:
+        keep = ~lcorr.duplicated()
+        lrows, lcorr = lrows[keep], lcorr[keep]
+    pos = lcorr.get_indexer(correlation[krows])
+    krows, launch = krows[pos >= 0], lrows[pos[pos >= 0]]
+    rrows = np.fromiter((r for r, _ in records), np.int64, len(records))
+    pid, tid, start, end = (_column(events, c) for c in ("pid", "tid", "start_ns", "end_ns"))
+    rec = _enclosing(pid[launch], tid[launch], start[launch], pid[rrows], tid[rrows], start[rrows], end[rrows])
+    krows, rec = krows[rec >= 0], rec[rec >= 0]
+    if not len(krows):
+        return []
+    knames = events.column("name").take(pa.array(krows)).combine_chunks()
+    if isinstance(knames, pa.DictionaryArray):
+        uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
+    else:
+        ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
+        uniq = list(uniq)
+    comm = _comm_names([str(u) for u in uniq])[ncodes]
+    return [(int(r), records[j][1], str(uniq[c])) for r, j, c in
+            zip(krows[comm].tolist(), rec[comm].tolist(), ncodes[comm].tolist())]
