@@ -109,19 +109,23 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
+            run.phase("plan")
             engine.start(work, tasks)
+            run.phase("start")
             run.execute(engine)
             n_workers = engine.n_workers
     finally:
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
+    run.phase("stop")
     tables = combine([r.tables for r in run.results], list(ANALYSES) + user)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
-    manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
-    note_summaries(manifest, summary_inputs, summary_parts)
+    run.phase("reduce")
     if reuse_results:
         resultstore.prune(resultstore.store_dir(cache), run.keys_used)
+    manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
+    note_summaries(manifest, summary_inputs, summary_parts)
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
@@ -161,7 +165,15 @@ class _Run:
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
     keys_used: set[str] = field(default_factory=set)
+    phases: dict[str, float] = field(default_factory=dict)
+    t_last: float = field(default_factory=time.perf_counter)
     _sizes: list[int] = field(default_factory=list)
+
+    def phase(self, name: str) -> None:
+        """Record the seconds since the previous phase ended (reported in the manifest)."""
+        now = time.perf_counter()
+        self.phases[name] = round(now - self.t_last, 3)
+        self.t_last = now
 
     @property
     def store(self) -> str:
@@ -185,7 +197,7 @@ class _Run:
         specs = resolve_ranks([_copy(r) for r in records], rank_by=self.options.rank_by, ranks=self.ranks)
         todo = list(ANALYSES) + self.analyses
         events = 0
-        for p in plan_partitions(specs, self.partition_events):
+        for p in plan_partitions(specs, self.partition_events, workers):
             key = resultstore.key(p, self.options, todo) if self.reuse_results else None
             if key is None or not os.path.exists(os.path.join(self.store, key, resultstore.ENTRY)):
                 events += p.n_events
@@ -205,12 +217,14 @@ class _Run:
         by_path = {r.path: r for r in self.records}
         self.records = [by_path[os.path.abspath(f)] for f in self.files]
         self.specs = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
-        self.partitions = plan_partitions(self.specs, self.partition_events)
+        self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store if self.reuse_cache or self.reuse_results else None
         todo = list(ANALYSES) + self.analyses
         self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
+        self.phase("ingest")
         outcome = engine.map(analyze_partition, self.partitions, self.options, self.analyses, self.reuse_results,
                              store, label="analysing ranks", split=_halves)
+        self.phase("analyse")
         self.results = []
         for o in outcome:
             if isinstance(o, TaskFailure):
@@ -248,6 +262,7 @@ class _Run:
             "analyses": [a.table for a in self.analyses],
             "cache": os.path.abspath(self.cache),
             "seconds": round(seconds, 3),
+            "phases": dict(self.phases),
             "execution": mode,
             "workers": n_workers,
             "partitions": [{"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events}

@@ -162,6 +162,12 @@ class Engine:
         self.client = self._cluster = None
 
     @property
+    def parallelism(self) -> int:
+        """Workers a job's partitions are laid out for: the cluster's, else this machine's cores
+        (an in-process run lays them out as a local cluster would, so stored results match)."""
+        return self.n_workers if self.client is not None else local_workers(self.spec)
+
+    @property
     def n_workers(self) -> int:
         if self.client is None:
             return 1

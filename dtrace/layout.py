@@ -20,7 +20,9 @@ from typing import Sequence
 from .plan import PartSpec
 
 TARGET_EVENTS = 1_000_000
-"""Default events per partition: a few hundred MB of pandas per worker at most."""
+"""Default largest events per partition: a few hundred MB of pandas per worker at most."""
+MIN_EVENTS = 100_000
+"""Partitions are not split for parallelism below this many events (fixed costs would dominate)."""
 TARGET_INGEST_BYTES = 32 << 20
 """Default estimated JSON bytes per ingest task."""
 GZIP_RATIO = 8
@@ -48,11 +50,15 @@ class PartitionSpec:
         return sorted({p.path for p in self.parts})
 
 
-def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS) -> list[PartitionSpec]:
-    """Batch parts (sorted by rank, device) into partitions of whole ranks.
+def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS,
+                    parallelism: int = 1) -> list[PartitionSpec]:
+    """Batch parts (sorted by rank, device) into balanced partitions of whole ranks.
 
-    A partition is closed when adding the next rank would take it past ``target_events``
-    (a partition always takes at least one rank, so a large rank stands alone).
+    The number of partitions is enough to keep each under ``target_events`` and, when there is
+    enough work (:data:`MIN_EVENTS` per partition at least), one per unit of ``parallelism``
+    (the machine's cores or the cluster's workers, never the momentary load); ranks are then cut
+    where the running event count is nearest to equal shares. A rank larger than a share stands
+    alone.
 
     Examples
     --------
@@ -70,13 +76,22 @@ def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENT
             ranks[-1].append(s)
         else:
             ranks.append([s])
+    sizes = [sum(max(p.n_events, 1) for p in group) for group in ranks]
+    total = sum(sizes)
+    k = max(-(-total // target_events), min(max(parallelism, 1), total // MIN_EVENTS, len(ranks)), 1)
+    share = total / k
     out: list[list[PartSpec]] = []
+    done = 0  # events in closed partitions
     size = 0
-    for group in ranks:
-        n = sum(max(p.n_events, 1) for p in group)
-        if not out or size + n > target_events:
+    for group, n in zip(ranks, sizes):
+        # close the current partition if adding this rank takes it past its share of the total
+        # (by more than leaving it out would fall short), or past the hard target
+        if out and size and (size + n > target_events or done + size + n / 2 > share * len(out)):
+            done += size
             out.append([])
             size = 0
+        if not out:
+            out.append([])
         out[-1].extend(group)
         size += n
     return [PartitionSpec(i, tuple(parts)) for i, parts in enumerate(out)]
