@@ -15,7 +15,7 @@ from .engine import ClusterSpec, Engine
 from .nsysstats.summary import add_summaries, note_summaries, split_summaries
 from .options import Options
 from .partition import analyze_partition, ingest_file
-from .plan import expand_inputs, resolve_ranks
+from .plan import DEFAULT_MAX_INPUT_SIZE, expand_inputs, explicit_ranks, parse_size, refuse_irregular, resolve_ranks
 from .reduce import run_reducers
 from .results import Results, write_results
 
@@ -24,7 +24,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
             cluster: str | None = None, jobs: int | None = None, cluster_options: dict[str, Any] | None = None,
             progress: bool = False, format: str | None = None, ranks: dict[str, int] | None = None,
-            reuse_cache: bool = True, reuse_results: bool | None = None, **options: Any) -> Results:
+            reuse_cache: bool = True, reuse_results: bool | None = None,
+            max_input_size: int | str | None = DEFAULT_MAX_INPUT_SIZE, **options: Any) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
 
     Parameters
@@ -54,6 +55,9 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     reuse_results
         Reuse each part's result frames when its events and the options are unchanged
         (default: as ``reuse_cache``; ``False`` recomputes the analyses from the Parquet events).
+    max_input_size
+        Largest content (decompressed) of one input, in bytes or as ``"64GiB"``; ``None`` or
+        ``"unlimited"``: no limit. A larger input fails alone when it is parsed.
     **options
         Analysis settings, see :class:`dtrace.options.Options` (``compat="tracelens"``, ``step=3``, ...).
 
@@ -70,10 +74,12 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     """
     t0 = time.perf_counter()
     opts = Options.from_kwargs(**options)
+    limit, ranks = parse_size(max_input_size), explicit_ranks(ranks)
     out = os.fspath(out) if out is not None else None
-    files = expand_inputs(inputs, exclude=[out] if out else None)
+    # FIFOs, devices, unlistable folders: failed inputs, never opened
+    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
-    scheduler = "sync" if summaries and not files else scheduler
+    scheduler = "sync" if not files else scheduler
     tmp_cache = None
     if cache is None:
         if out is not None:
@@ -85,7 +91,9 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         with Engine(ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
                                 cluster=cluster, jobs=jobs, cluster_options=cluster_options,
                                 progress=progress)) as engine:
-            records = engine.map(ingest_file, files, cache, format, reuse_cache, label="reading traces")
+            records = engine.map(ingest_file, files, cache, format, reuse_cache, {"max_input_size": limit},
+                                 label="reading traces")
+            records = sorted(records + refused, key=lambda r: r.path)
             specs = resolve_ranks(records, rank_by=opts.rank_by, ranks=ranks)
             reuse_results = reuse_cache if reuse_results is None else reuse_results
             parts = engine.map(analyze_partition, specs, opts, reuse_results, label="analysing ranks")
@@ -102,7 +110,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     tables = combine([p["tables"] for p in good])
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
-    manifest = _manifest(records, specs, opts, files, cache, time.perf_counter() - t0, n_workers)
+    manifest = _manifest(records, specs, opts, [*files, *(r.path for r in refused)], cache,
+                         time.perf_counter() - t0, n_workers)
     note_summaries(manifest, summary_inputs, summary_parts)
     reused = {p["spec"].path for p in parts if p.get("reused")}
     for item in manifest["inputs"]:
@@ -136,6 +145,7 @@ def _manifest(records, specs, opts: Options, files, cache, seconds: float, n_wor
             "error_type": r.error_type, "ranks": ranks.get(r.path, []) if not r.error else [],
             "size": r.size, "mtime_ns": r.mtime_ns, "sha256": r.sha256, "cached": r.cached,
             "events": int(r.meta.get("events", 0)) if r.meta else 0,
+            "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
         })
     return {
         "dtrace_version": __version__,

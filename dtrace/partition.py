@@ -26,8 +26,9 @@ from .plan import PartSpec
 from .prepare import PartData, prepare
 
 
-def ingest_file(path: str, cache_dir: str, fmt: str | None = None, reuse: bool = True) -> FileRecord:
-    return ingest(path, cache_dir, fmt=fmt, reuse=reuse)
+def ingest_file(path: str, cache_dir: str, fmt: str | None = None, reuse: bool = True,
+                reader_options: dict[str, Any] | None = None) -> FileRecord:
+    return ingest(path, cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options)
 
 
 def load_events(spec: PartSpec) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
