@@ -112,7 +112,9 @@ class _Window:
         self.offset = 0  # content offset of buf[0]
         self.eof = False
 
-    def fill(self, what: str) -> None:
+    def fill(self, what: str, start: int = 0) -> None:
+        """Read on; ``what`` (the unconsumed text, whose first ``start`` bytes are punctuation)
+        names the item in the error when it reaches the limit."""
         buf = self.buf
         if self.lo:  # move the unconsumed tail (usually part of one event) to the front
             n = self.hi - self.lo
@@ -121,7 +123,7 @@ class _Window:
             self.lo, self.hi = 0, n
         if self.hi >= self.limit:  # no boundary in ``limit`` bytes
             raise InputTooLarge(self.path, f"{what} is larger than the limit of {format_size(self.limit)} "
-                                           f"(at content byte {self.offset})")
+                                           f"(at content byte {self.offset + start})")
         full = self.hi == len(buf)
         if full or len(buf) < self.block:
             # grow: up to the block size as the file turns out large, beyond it only when one item
@@ -279,7 +281,7 @@ class ChromeTrace:
                         return None
                     after_event = state == "after_event"
                     continue
-            w.fill("an event")
+            w.fill("an event", 1)  # buf[lo] is the '[' before it
         # the content ended: the last events and the keys after the array
         events, tail = self._last(bytes(w.buf[w.lo + 1:w.hi]))
         if events:
@@ -445,6 +447,8 @@ def _validation(exc: msgspec.ValidationError) -> str:
     msg = str(exc)
     # "$[123].ts" is relative to the chunk; the field is what helps the user
     msg = re.sub(r"\$\[\d+\]", "event", msg)
+    if msg.startswith("Number out of range"):  # 1e400: no float64 holds it, so no event can be kept
+        return f"an event has a number beyond the float64 range: {msg}"
     return f"an event has a value of the wrong type: {msg}"
 
 
