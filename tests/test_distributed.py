@@ -326,7 +326,11 @@ def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16,
         proc.kill()  # the crash
         proc.wait()
     release(stuck)  # the stuck read fails: an error, never cached
-    finished = parsed()
+    finished, since = parsed(), time.monotonic()
+    while time.monotonic() - since < 2.0:  # inputs still being parsed by the workers finish first
+        time.sleep(0.1)
+        if (now := parsed()) != finished:
+            finished, since = now, time.monotonic()
     assert str(stuck) not in finished and 0 < len(finished) < len(inputs)
     with pytest.raises(ResultsError):
         dtrace.load(out)  # the crashed run left no results
