@@ -274,7 +274,8 @@ def read_kineto(path: str, *, block: int | None = None, max_input_size: int | No
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll = _collective_table(c.coll_rows)
     mem = _memcpy_table(c.mem_rows)
-    n_gpu = int(np.isin(cols["kind"], _GPU_CODES).sum())
+    gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
+    n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
     if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
         names = names.filter(pa.array(keep))
@@ -304,7 +305,7 @@ def read_kineto(path: str, *, block: int | None = None, max_input_size: int | No
     table = validate_events(table, path)
     del columns, cols
 
-    gpu_mask = np.isin(kinds, [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]])
+    gpu_mask = np.isin(kinds, gpu_codes)
     devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
     dist = meta.distributedInfo
     rank_hint = dist.rank if dist is not None and dist.rank is not None else None
