@@ -20,7 +20,8 @@ from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, 
 from .nsysstats.summary import add_summaries, note_summaries, split_summaries
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
-from .plan import PartSpec, expand_inputs, resolve_ranks
+from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_ranks, parse_size, refuse_irregular, \
+    resolve_ranks
 from .reduce import run_reducers
 from .results import Results, write_results
 
@@ -36,7 +37,7 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             progress: Any = False, format: str | None = None, ranks: dict[str, int] | None = None,
             reuse_cache: bool = True, reuse_results: bool | None = None,
             analyses: Sequence[Analysis] = (), partition_events: int = TARGET_EVENTS,
-            **options: Any) -> Results:
+            max_input_size: int | str | None = DEFAULT_MAX_INPUT_SIZE, **options: Any) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
 
     Parameters
@@ -74,6 +75,9 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         partition like a built-in one, cached with the results and written as its table.
     partition_events
         Target number of events per partition (whole ranks are batched up to it).
+    max_input_size
+        Largest decompressed content of one input (bytes, or ``"500MB"``, ``"64GiB"``,
+        ``"unlimited"``); a larger input fails alone.
     **options
         Analysis settings, see :class:`dtrace.options.Options` (``compat="tracelens"``, ``step=3``, ...).
 
@@ -91,10 +95,12 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     t0 = time.perf_counter()
     opts = Options.from_kwargs(**options)
     user = _check_analyses(analyses)
+    limit, ranks = parse_size(max_input_size), explicit_ranks(ranks)
     spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
                        jobs=jobs, cluster_options=cluster_options, progress=progress)
     out = os.fspath(out) if out is not None else None
-    files = expand_inputs(inputs, exclude=[out] if out else None)
+    # FIFOs, devices, unlistable folders: failed inputs, never opened
+    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
     reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
@@ -105,7 +111,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             cache = tmp_cache = tempfile.mkdtemp(prefix="dtrace-cache-")
     check_cache_dir(cache)
     run = _Run(files=files, cache=cache, options=opts, analyses=user, ranks=ranks, reuse_cache=reuse_cache,
-               reuse_results=reuse_results, fmt=format, partition_events=partition_events)
+               reuse_results=reuse_results, fmt=format, partition_events=partition_events,
+               reader_options={"max_input_size": limit}, refused=refused)
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
@@ -160,6 +167,8 @@ class _Run:
     reuse_results: bool
     fmt: str | None
     partition_events: int
+    reader_options: dict[str, Any] = field(default_factory=dict)
+    refused: list[FileRecord] = field(default_factory=list)
     records: list[FileRecord] = field(default_factory=list)
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
@@ -205,8 +214,8 @@ class _Run:
 
     def execute(self, engine: Engine) -> None:
         batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
-        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, label="reading traces",
-                          split=lambda b: [[p] for p in b] if len(b) > 1 else None)
+        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, self.reader_options,
+                          label="reading traces", split=lambda b: [[p] for p in b] if len(b) > 1 else None)
         self.records = []
         for d in done:
             if isinstance(d, TaskFailure):
@@ -214,8 +223,8 @@ class _Run:
                                             error_type="WorkerError") for p in d.item]
             else:
                 self.records += d
-        by_path = {r.path: r for r in self.records}
-        self.records = [by_path[os.path.abspath(f)] for f in self.files]
+        by_path = {r.path: r for r in self.records + self.refused}
+        self.records = sorted(by_path.values(), key=lambda r: r.path)
         self.specs = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store if self.reuse_cache or self.reuse_results else None
@@ -254,6 +263,7 @@ class _Run:
                 "size": r.size, "mtime_ns": r.mtime_ns, "fingerprint": r.fingerprint, "cached": r.cached,
                 "results_reused": r.path in reused and not r.error,
                 "events": int(r.meta.get("events", 0)) if r.meta else 0, "notes": list(r.notes),
+                "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
             })
         return {
             "dtrace_version": __version__,
@@ -269,7 +279,7 @@ class _Run:
                            for p in self.partitions],
             "notes": notes,
             "inputs": inputs,
-            "n_inputs": len(self.files),
+            "n_inputs": len(self.files) + len(self.refused),
             "n_failed": sum(1 for i in inputs if i["status"] == "error"),
             "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
         }

@@ -273,7 +273,7 @@ def _fresh_entry(d: str) -> None:
 
 
 def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options: dict[str, Any] | None = None,
-           reuse: bool = True, **limits: Any) -> FileRecord:
+           reuse: bool = True) -> FileRecord:
     """Parse ``path`` into the cache (or reuse an intact entry). Never raises for a bad input:
     the returned record carries the one-line error instead."""
     apath = os.path.abspath(path)
@@ -288,7 +288,7 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
             if note:
                 rec.notes.append(note)
         reader = get_reader(fmt) if fmt else detect(apath)
-        tf = reader.read(apath, **(reader_options or {}), **limits)
+        tf = reader.read(apath, **(reader_options or {}))
         d = entry_dir(cache_dir, apath)
         _fresh_entry(d)
         rec.format = tf.format

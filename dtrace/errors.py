@@ -38,3 +38,20 @@ class NoGPUActivity(InputError):
 
 class ResultsError(DtraceError):
     """A results directory is missing, incomplete or from an incompatible version."""
+
+
+class NotRegularFile(InputError):
+    """The input is not a regular file (a FIFO, a device, a socket, a folder that cannot be
+    listed): refused without reading it, so it can never block the run."""
+
+
+class InputTooLarge(InputError):
+    """The input's content, or one event or string in it, is larger than its size limit."""
+
+
+class ImplausibleTimes(InputError):
+    """Every GPU event of the input has an implausible timestamp or duration."""
+
+
+class RankError(InputError):
+    """The input's rank is invalid or claimed by another input."""

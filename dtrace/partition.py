@@ -31,9 +31,9 @@ from .plan import PartSpec
 
 
 def ingest_files(paths: Sequence[str], cache_dir: str, fmt: str | None = None, reuse: bool = True,
-                 limits: dict[str, Any] | None = None) -> list[FileRecord]:
+                 reader_options: dict[str, Any] | None = None) -> list[FileRecord]:
     """Parse (or reuse from the cache) each input of one ingest task."""
-    return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, **(limits or {})) for p in paths]
+    return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options) for p in paths]
 
 
 # -- loading ---------------------------------------------------------------------------------

@@ -6,22 +6,37 @@ on the small :class:`~dtrace.cache.FileRecord` objects that ingest returns.
 from __future__ import annotations
 
 import glob
+import numbers
 import os
 import re
 from dataclasses import dataclass
 
 from .cache import FileRecord
-from .errors import UsageError
+from .errors import NotRegularFile, RankError, UsageError
+from .readers._io import refusal
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb")
 # JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
 # skipped when a directory is searched, still read when named explicitly
 NOT_TRACES = frozenset({"manifest.json", "ground_truth.json", "source.json"})
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+RANK_MAX = 2**31 - 1  # ranks are int32 in the event table
+DEFAULT_MAX_INPUT_SIZE = "64GiB"
+"""Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
+low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"(\d+(?:\.\d*)?)\s*([a-zA-Z]*)")
 
 
 def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) -> list[str]:
-    """Files, directories (searched recursively for trace files) and globs → sorted unique paths."""
+    """Files, directories (searched recursively for trace files) and globs → sorted unique paths.
+
+    Nothing is opened here. Inputs that are not regular files (FIFOs, devices, sockets) and
+    folders that cannot be listed stay in the list, so that :func:`refuse_irregular` reports
+    each of them as a failed input instead of a silent gap; directories matched by a glob are
+    not inputs and are left out.
+    """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     excl = [os.path.abspath(e) + os.sep for e in (exclude or [])]
@@ -29,7 +44,8 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
     for item in inputs:
         item = os.fspath(item)
         if os.path.isdir(item):
-            for root, dirs, files in os.walk(item):
+            # a folder that cannot be listed (permissions, I/O error) becomes an input of its own
+            for root, dirs, files in os.walk(item, onerror=lambda err: found.append(err.filename)):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
                     if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith(".") and f not in NOT_TRACES:
@@ -40,7 +56,7 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:
                 raise UsageError(f"no such file, directory or glob match: {item}")
-            found.extend(m for m in matches if os.path.isfile(m))
+            found.extend(m for m in matches if not os.path.isdir(m))
     out = []
     seen = set()
     for f in found:
@@ -52,6 +68,57 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
     if not out:
         raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)})")
     return sorted(out)
+
+
+def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:
+    """Split ``paths`` into regular files and failed records of the others, checked with
+    ``stat`` only: a FIFO, a device or a socket is never opened (opening a FIFO blocks until
+    someone writes to it), so it can neither hang the run nor be read by a worker.
+
+    A folder in ``paths`` is one :func:`expand_inputs` could not list: it fails as an input
+    of its own (the traces in it are missing from the run, and the run says so), not as a
+    usage error that would stop the analysis of every readable input.
+    """
+    ok: list[str] = []
+    refused: list[FileRecord] = []
+    for path in paths:
+        why = refusal(path)
+        if why is None:
+            ok.append(path)
+            continue
+        if os.path.isdir(path):
+            try:
+                with os.scandir(path):
+                    pass
+                why = "is a folder, not a trace file"
+            except OSError as exc:
+                why = f"is a folder that cannot be listed ({exc.strerror or exc}): the traces in it are not analysed"
+        refused.append(FileRecord(path=path, error=str(NotRegularFile(path, why)), error_type=NotRegularFile.__name__))
+    return ok, refused
+
+
+def parse_size(size: int | str | None) -> int | None:
+    """A size limit in bytes: an int, a string such as ``"64GiB"``, ``"500MB"``, ``"1048576"``,
+    or ``None`` / ``"unlimited"`` for no limit.
+
+    Examples
+    --------
+    >>> parse_size("64GiB"), parse_size("1.5 kB"), parse_size(4096), parse_size("unlimited")
+    (68719476736, 1500, 4096, None)
+    """
+    if size is None or (isinstance(size, str) and size.strip().lower() in ("unlimited", "none")):
+        return None
+    if isinstance(size, int) and not isinstance(size, bool):
+        n: float = size
+    else:
+        m = _SIZE_RE.fullmatch(str(size).strip())
+        if m is None or m.group(2).lower() not in _SIZE_UNITS:
+            raise UsageError(f"invalid size {size!r}: give bytes or a number with a unit "
+                             f"({', '.join(_SIZE_UNITS)}), or 'unlimited'")
+        n = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not 0 < n < 2**63:
+        raise UsageError(f"invalid size {size!r}: a size limit must be positive")
+    return int(n)
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -84,6 +151,17 @@ class PartSpec:
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
 
 
+def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
+    """Explicit ``{path: rank}`` keyed by absolute path; a rank that is not an integer from 0 to
+    2**31-1 is a :class:`UsageError` (checked before any work)."""
+    out: dict[str, int] = {}
+    for path, rank in (ranks or {}).items():
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank <= RANK_MAX:
+            raise UsageError(f"invalid rank {rank!r} for {path}: a rank is an integer from 0 to {RANK_MAX}")
+        out[os.path.abspath(os.fspath(path))] = int(rank)
+    return out
+
+
 def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
                   ranks: dict[str, int] | None = None) -> list[PartSpec]:
     """Assign a global rank to every part; records that cannot be ranked get an error.
@@ -91,48 +169,67 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
     ``auto``: the rank the file states (Kineto ``distributedInfo``), else ``rank<N>`` in the
     file name, else — for a single input only — rank 0. Several inputs without a rank fail
     with an error naming them and ``--rank-by order``. ``order``: inputs are numbered in
-    sorted path order. Files with several GPUs, each its own rank (JAX), take consecutive
-    ranks from their file's base rank. Two inputs claiming the same (rank, device) both fail.
+    sorted path order. ``ranks`` (explicit ``{path: rank}``) wins over both.
+
+    Files with several GPUs that are each a rank (JAX, Nsight Systems, ``nsys stats`` CSVs)
+    state a process index N in their name: with D GPUs in every such file, their GPUs take
+    ranks N·D … N·D + D − 1 (a one-GPU ``rank-4_cuda_gpu_trace.csv`` is rank 4, whichever other
+    files are given); files with different GPU counts are numbered consecutively in
+    process-index order instead.
+
+    A rank belongs to one input: inputs claiming the same rank (on any devices) all fail; a
+    file holding several devices of one rank (Kineto) is one claim. A rank outside 0 to
+    2**31-1 (``distributedInfo.rank = -1``) fails its input.
     """
     ok = [r for r in records if r.error is None]
-    explicit = {os.path.abspath(k): v for k, v in (ranks or {}).items()}
+    explicit = explicit_ranks(ranks)
     base: dict[str, int | None] = {}
     for r in ok:
         if r.path in explicit:
             base[r.path] = explicit[r.path]
         elif rank_by == "order":
             base[r.path] = None
+        elif r.rank_hint is not None:
+            base[r.path] = r.rank_hint
+            if not 0 <= r.rank_hint <= RANK_MAX:
+                _fail(r, f"the trace states rank {r.rank_hint}, which is not a rank (0 to {RANK_MAX})")
         else:
-            base[r.path] = r.rank_hint if r.rank_hint is not None else rank_from_filename(r.path)
+            base[r.path] = rank_from_filename(r.path)
+            if base[r.path] is not None and base[r.path] > RANK_MAX:  # type: ignore[operator]
+                _fail(r, f"the file name states rank {base[r.path]}, which is not a rank (0 to {RANK_MAX})")
+    ok = [r for r in ok if r.error is None]
     unknown = [r for r in ok if base[r.path] is None]
     if rank_by == "order" or (len(ok) == 1 and unknown):
         nxt = 0
         for r in sorted(ok, key=lambda r: r.path):
             if base[r.path] is None:
                 base[r.path] = nxt
-            nxt = max(nxt, base[r.path] + (_n_devices(r) if r.rank_per_device else 1))
+            nxt = max(nxt, base[r.path] + (_n_devices(r) if r.rank_per_device else 1))  # type: ignore[operator]
     elif unknown:
         for r in unknown:
-            r.error = (f"{r.path}: cannot tell this trace's rank: no rank in distributedInfo or in the file "
-                       f"name (rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
-                       f"(rank_by='order') to number inputs by sorted path")
-            r.error_type = "RankError"
-    # files holding several GPUs that are each a rank (JAX: one file per host) state a process
-    # index, not a global rank: number their devices consecutively in process-index order
-    multi = sorted((r for r in ok if r.error is None and r.rank_per_device and base[r.path] is not None),
+            _fail(r, f"cannot tell this trace's rank: no rank in distributedInfo or in the file name (rank<N>), "
+                     f"and {len(ok)} inputs are given; pass --rank-by order (rank_by='order') to number inputs "
+                     "by sorted path")
+    # files holding several GPUs that are each a rank state a process index, not a global rank
+    multi = sorted((r for r in ok if r.error is None and r.rank_per_device and r.path not in explicit),
                    key=lambda r: (base[r.path], r.path))
-    if multi and rank_by != "order" and not all(r.path in explicit for r in multi):
+    if multi and rank_by != "order":
+        uniform = len({_n_devices(r) for r in multi}) == 1
         nxt = 0
         for r in multi:
-            base[r.path] = nxt
+            index = base[r.path]
+            assert index is not None
+            base[r.path] = index * _n_devices(r) if uniform else nxt
             nxt += _n_devices(r)
-    # rank-per-device files (several GPUs, one rank each) are numbered consecutively
     specs: list[tuple[FileRecord, PartSpec]] = []
     for r in ok:
         if r.error is not None:
             continue
         b = base[r.path]
         assert b is not None
+        if b + (_n_devices(r) - 1 if r.rank_per_device else 0) > RANK_MAX:
+            _fail(r, f"its ranks would start at {b}, past the largest rank {RANK_MAX}")
+            continue
         for p in r.parts:
             rank = b + p.local_index if r.rank_per_device else b
             specs.append((r, PartSpec(rank=int(rank), device=int(p.device), path=r.path, format=r.format,
@@ -140,18 +237,20 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
                                       base_ns=int((r.meta or {}).get("base_time_ns") or 0),
                                       fingerprint=r.fingerprint, n_events=p.n_events,
                                       local_index=p.local_index, checksums=tuple(sorted(p.checksums.items())))))
-    claims: dict[tuple[int, int], list[FileRecord]] = {}
+    claims: dict[int, set[str]] = {}
     for r, s in specs:
-        claims.setdefault((s.rank, s.device), []).append(r)
-    bad: dict[str, str] = {}
-    for (rank, dev), rs in claims.items():
-        paths = sorted({r.path for r in rs})
+        claims.setdefault(s.rank, set()).add(r.path)
+    by_path = {r.path: r for r in ok}
+    for rank, paths in sorted(claims.items()):
         if len(paths) > 1:
-            for r in rs:
-                others = ", ".join(os.path.basename(p) for p in paths if p != r.path)
-                bad[r.path] = (f"{r.path}: rank {rank} device {dev} is also claimed by {others}; "
-                               f"pass --rank-by order to number inputs by sorted path")
-    for r in ok:
-        if r.path in bad and r.error is None:
-            r.error, r.error_type = bad[r.path], "RankError"
+            for path in sorted(paths):
+                others = ", ".join(os.path.basename(p) for p in sorted(paths) if p != path)
+                _fail(by_path[path], f"rank {rank} is also claimed by {others}; pass --rank-by order to number "
+                                     "inputs by sorted path")
     return sorted((s for r, s in specs if r.error is None), key=lambda s: (s.rank, s.device))
+
+
+def _fail(r: FileRecord, problem: str) -> None:
+    """Mark ``r`` failed with a one-line rank error (the first error of an input wins)."""
+    if r.error is None:
+        r.error, r.error_type = str(RankError(r.path, problem)), RankError.__name__

@@ -80,6 +80,75 @@ def us_to_ns(t: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((t - whole) * 1000.0).astype(np.int64)
 
 
+TIME_MIN_NS = 0
+"""Earliest plausible event start: 1970-01-01 (formats without a time origin start near 0)."""
+TIME_MAX_NS = 7_258_118_400 * 10**9
+"""Latest plausible event time: 2200-01-01, far below the int64 limit (2262)."""
+DAY_NS = 86_400 * 10**9
+_SUM_MAX_NS = float(1 << 62)  # ~146 years: sums of durations stay far from the int64 limit
+
+DROP_START = "start outside 1970-2200"
+DROP_NEGATIVE = "negative duration"
+DROP_LONG = "duration longer than a day and than the trace"
+DROP_END = "end after 2200"
+
+
+def implausible_times(start_ns: np.ndarray, dur_ns: np.ndarray, source: str = "<events>"
+                      ) -> tuple[np.ndarray | None, dict[str, int]]:
+    """Which events have plausible times, and why the others do not (vectorised, no warnings).
+
+    ``start_ns`` and ``dur_ns`` are float64 approximations of each event's absolute start and
+    its duration in ns (``ts * 1000 + origin``), computed before any conversion to int64, so
+    values that would overflow it (``1e30``, ``inf``, int64 max µs) are seen as they are. An
+    event is dropped for the first of these reasons that applies:
+
+    - :data:`DROP_START`: its start is before 1970-01-01 or not before 2200-01-01 (non-finite
+      values included);
+    - :data:`DROP_NEGATIVE`: its duration is negative;
+    - :data:`DROP_LONG`: its duration is longer than a day *and* longer than the span of the
+      starts of the events kept so far (a profile longer than a day keeps its long ranges);
+    - :data:`DROP_END`: it ends at or after 2200-01-01.
+
+    Returns the mask of events to keep (None when all are kept) and the count per reason of
+    those dropped (reasons without drops left out). Raises :class:`InputError` naming
+    ``source`` if the kept durations add up to more than 2**62 ns (sums would overflow int64).
+
+    Examples
+    --------
+    >>> keep, why = implausible_times(np.array([1e3, 2e3, 1e30, 3e3]), np.array([5.0, -1.0, 1.0, 1e17]))
+    >>> keep.tolist()
+    [True, False, False, False]
+    >>> dropped_summary(why)
+    'start outside 1970-2200: 1, negative duration: 1, duration longer than a day and than the trace: 1'
+    """
+    start = np.asarray(start_ns, np.float64)
+    dur = np.asarray(dur_ns, np.float64)
+    keep = (start >= TIME_MIN_NS) & (start < TIME_MAX_NS)  # False for NaN and +-inf
+    reasons = {DROP_START: int(keep.size - np.count_nonzero(keep))}
+    bad = keep & (dur < 0)
+    reasons[DROP_NEGATIVE] = int(bad.sum())
+    keep &= ~bad
+    span = float(start[keep].max() - start[keep].min()) if keep.any() else 0.0
+    bad = keep & ~(dur <= max(float(DAY_NS), span))  # NaN and inf included
+    reasons[DROP_LONG] = int(bad.sum())
+    keep &= ~bad
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad = keep & ~(start + dur < TIME_MAX_NS)
+    reasons[DROP_END] = int(bad.sum())
+    keep &= ~bad
+    reasons = {k: v for k, v in reasons.items() if v}
+    total = float(dur[keep].sum())
+    if total > _SUM_MAX_NS:
+        raise InputError(source, f"the event durations add up to {total / DAY_NS / 365.25:.0f} years, more than "
+                                 "int64 nanoseconds can sum")
+    return (None if not reasons else keep), reasons
+
+
+def dropped_summary(reasons: dict[str, int]) -> str:
+    """``{"negative duration": 2, ...}`` → ``"negative duration: 2, ..."``."""
+    return ", ".join(f"{k}: {v}" for k, v in reasons.items())
+
+
 def empty_events() -> pa.Table:
     return EVENT_SCHEMA.empty_table()
 

@@ -1,4 +1,4 @@
-"""A FIFO that blocks a reader until released: simulates an input stuck mid-read."""
+"""A FIFO helper: release every reader blocked opening a FIFO (it gets an empty file, EOF)."""
 from __future__ import annotations
 
 import os

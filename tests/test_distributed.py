@@ -24,7 +24,7 @@ import pytest
 from distributed import Client
 
 import dtrace
-from _fifo import release_fifo
+from _stall import preload_env, release, stall
 from dtrace.errors import ResultsError
 from dtrace.synth import generate
 
@@ -39,7 +39,7 @@ class LoopbackCluster:
     def __init__(self, workdir: str) -> None:
         self.dir = workdir
         self.probe_log = os.path.join(workdir, "probe.jsonl")
-        self.env = {**os.environ, "DTRACE_PROBE_LOG": self.probe_log}
+        self.env = {**os.environ, "DTRACE_PROBE_LOG": self.probe_log, **preload_env()}  # stall() works
         self.workers: dict[str, subprocess.Popen] = {}
         sfile = os.path.join(workdir, "scheduler.json")
         self.scheduler = self._spawn("scheduler", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
@@ -296,8 +296,9 @@ def test_bad_rank_fails_alone_on_the_cluster(cluster, job16, tmp_path):
 
 
 def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16, tmp_path):
-    """The client is killed while one input is still being read (a FIFO nobody writes yet);
-    the inputs parsed by then are cache hits in the re-run, the other is parsed again."""
+    """The client is killed while one input is still being read (a read that hangs: see
+    ``tests/_stall.py``); the inputs parsed by then are cache hits in the re-run, the other is
+    parsed again."""
     files, ref = job16
     cluster.ensure_two_workers()
     d = tmp_path / "traces"
@@ -305,9 +306,7 @@ def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16,
     for f in files:
         shutil.copy(f, d)
     stuck = d / "rank-15.json.gz"
-    content = stuck.read_bytes()
-    stuck.unlink()
-    os.mkfifo(stuck)
+    stall(stuck)
     inputs = [str(d / os.path.basename(f)) for f in files]
     out = tmp_path / "out"
     proc = subprocess.Popen(cli(*inputs, "-o", str(out), "--scheduler", cluster.address),
@@ -323,7 +322,7 @@ def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16,
     try:
         deadline = time.monotonic() + 120
         seen, since = set(), time.monotonic()
-        while time.monotonic() - since < 2.0 or not seen:  # until parsing stalls on the FIFO
+        while time.monotonic() - since < 2.0 or not seen:  # until parsing stalls on the stuck input
             assert time.monotonic() < deadline and proc.poll() is None
             now = parsed()
             if now != seen:
@@ -332,10 +331,12 @@ def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16,
     finally:
         proc.kill()  # the crash
         proc.wait()
-    release_fifo(stuck)  # the stuck reader gets an empty file: an error, never cached
-    stuck.unlink()
-    stuck.write_bytes(content)
-    finished = parsed()
+    release(stuck)  # the stuck read fails: an error, never cached
+    finished, since = parsed(), time.monotonic()
+    while time.monotonic() - since < 2.0:  # inputs still being parsed by the workers finish first
+        time.sleep(0.1)
+        if (now := parsed()) != finished:
+            finished, since = now, time.monotonic()
     assert str(stuck) not in finished and 0 < len(finished) < len(inputs)
     with pytest.raises(ResultsError):
         dtrace.load(out)  # the crashed run left no results

@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 
 import dtrace
-from _fifo import release_fifo
+from _stall import preload_env, release, stall
 from dtrace.engine import ClusterSpec, Engine
 from dtrace.errors import UsageError
 from dtrace.synth import generate
@@ -266,12 +266,16 @@ def test_sbatch_script_on_real_slurm(slurm, job4, tmp_path):
 def test_sbatch_time_limit_signal_stops_dtrace_and_the_cluster(slurm, job4, tmp_path):
     """The job gets SIGUSR1 from Slurm (``scancel --batch --signal=USR1``: what the script's
     ``--signal=B:USR1@60`` makes Slurm send before the time limit) while dtrace is stuck
-    reading an input (a FIFO nobody writes): the job ends 124, cluster gone, no results."""
+    reading an input (a read that hangs: see ``tests/_stall.py``): the job ends 124, cluster
+    gone, no results."""
     stuck = tmp_path / "rank-0.json.gz"
-    os.mkfifo(stuck)
+    shutil.copy(glob.glob(job4[0])[0], stuck)
+    stall(stuck)
+    (preload,) = preload_env().items()
     out = tmp_path / "results"
     r = slurm.run("sbatch", "--parsable", "--ntasks=2", "--mem-per-cpu=1000", f"--chdir={tmp_path}",
-                  "--output=job-%j.out", str(SBATCH), str(stuck), "-o", str(out), cwd=tmp_path)
+                  "--output=job-%j.out", f"--export=ALL,{preload[0]}={preload[1]}", str(SBATCH), str(stuck),
+                  "-o", str(out), cwd=tmp_path)
     job_id = r.stdout.strip().split(";")[0]
     log = tmp_path / f"job-{job_id}.out"
     deadline = time.monotonic() + 180
@@ -279,12 +283,12 @@ def test_sbatch_time_limit_signal_stops_dtrace_and_the_cluster(slurm, job4, tmp_
         assert time.monotonic() < deadline and slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
             log.read_text() if log.exists() else slurm.logs()
         time.sleep(0.3)
-    time.sleep(2)  # dtrace is now blocked in the FIFO
+    time.sleep(2)  # dtrace is now stuck reading the input
     slurm.run("scancel", "--batch", "--signal=USR1", job_id)
     try:
         info = slurm.wait_job(job_id)
     finally:
-        release_fifo(stuck, timeout=5)  # whatever happened, free a reader still waiting
+        release(stuck)  # whatever happened, free a reader still waiting
     text = log.read_text()
     assert info["ExitCode"] == "124:0", text
     assert "time limit near (SIGUSR1): stopping dtrace and the Dask cluster" in text

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .. import api
+from ..plan import DEFAULT_MAX_INPUT_SIZE
 from ..render.summary import summary
 from .common import add_analysis_options, add_output_format, analysis_kwargs
 
@@ -30,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="re-parse every input even if cached")
     p.add_argument("--recompute", action="store_true",
                    help="recompute the analyses from the cached Parquet events (no reuse of result frames)")
+    p.add_argument("--max-input-size", default=DEFAULT_MAX_INPUT_SIZE, metavar="SIZE",
+                   help=f"largest content (decompressed) of one input, e.g. 500MB or unlimited (default: "
+                        f"{DEFAULT_MAX_INPUT_SIZE}); a larger input fails alone")
     e = p.add_argument_group("execution")
     e.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
     e.add_argument("--scheduler", default=None,
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                       cluster=args.cluster, jobs=args.jobs, cluster_options=job_options or None,
                       progress=not args.no_progress, format=args.input_format,
                       reuse_cache=not args.no_cache,
-                      reuse_results=not (args.no_cache or args.recompute),
+                      reuse_results=not (args.no_cache or args.recompute), max_input_size=args.max_input_size,
                       **({"partition_events": args.partition_size} if args.partition_size else {}),
                       **analysis_kwargs(args))
     print(summary(res, args.fmt))

@@ -218,7 +218,8 @@ def _numbers(vals: np.ndarray, scale: float, path: str, column: str, header_line
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(path, f"column {column!r} has a non-numeric value {vals[i]!r} "
                                f"(line {header_line + 2 + i})")
-    return num.to_numpy(np.float64) * scale
+    with np.errstate(over="ignore"):  # 1e308 MB is inf: the callers check ranges, never a warning
+        return num.to_numpy(np.float64) * scale
 
 
 def _missing(report: str, lines: list[str]) -> str:
@@ -292,19 +293,25 @@ def nvtx_projection(path: str) -> pd.DataFrame:
 
 
 def gpu_trace(path: str) -> pd.DataFrame:
-    """``cuda_gpu_trace``: one row per GPU activity (start_ns, dur_ns, corr, device, stream, bytes, name)."""
+    """``cuda_gpu_trace``: one row per GPU activity (start_ns, dur_ns, corr, device, stream, bytes, name).
+
+    ``start_ns`` and ``dur_ns`` stay float64 as parsed (the reader checks their range before
+    converting them); an id or byte count that int64 cannot hold reads as unknown.
+    """
     _, df = read_report(path, GPU_TRACE)
     n = len(df)
 
-    def col(c: str, default: float) -> np.ndarray:
-        return np.nan_to_num(df[c].to_numpy(np.float64), nan=default) if c in df else np.full(n, default)
+    def col(c: str, default: int) -> np.ndarray:
+        x = df[c].to_numpy(np.float64) if c in df else np.full(n, float(default))
+        ok = np.abs(x) < 2.0**63  # False for NaN and inf
+        return np.where(ok, np.where(ok, x, 0).round(), default).astype(np.int64)
 
     if n and (np.isnan(df["start"].to_numpy()).any() or np.isnan(df["dur"].to_numpy()).any()):
         raise InputError(path, "a row has no start time or duration")
     return pd.DataFrame({
-        "start_ns": df["start"].to_numpy(np.float64).round().astype(np.int64),
-        "dur_ns": df["dur"].to_numpy(np.float64).round().astype(np.int64),
-        "corr": col("corr", -1).astype(np.int64), "device": col("device", 0).astype(np.int64),
-        "stream": col("stream", -1).astype(np.int64), "bytes": col("bytes", -1).round().astype(np.int64),
+        "start_ns": df["start"].to_numpy(np.float64),
+        "dur_ns": df["dur"].to_numpy(np.float64),
+        "corr": col("corr", -1), "device": col("device", 0),
+        "stream": col("stream", -1), "bytes": col("bytes", -1),
         "name": df["name"].to_numpy(dtype=object),
     })

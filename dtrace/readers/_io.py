@@ -1,13 +1,21 @@
-"""Byte-level helpers shared by readers: sniffing, reading (gunzipped, fingerprinted) content."""
+"""Byte-level helpers shared by readers: sniffing, reading (gunzipped, fingerprinted) content.
+
+Every file is opened through :func:`open_regular`: an input that is not a regular file (a FIFO,
+a device, a socket, a folder) is refused with a one-line error before anything reads from it,
+so an input can never block the run in ``open`` or ``read``.
+"""
 from __future__ import annotations
 
 import gzip
 import io
 import os
+import stat
 import zlib
 from typing import BinaryIO
 
 import xxhash
+
+from ..errors import InputTooLarge, NotRegularFile
 
 try:  # isal's gzip is ~1.7x faster than zlib's; fall back silently to the stdlib
     from isal import igzip as _gzip
@@ -18,22 +26,95 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BLOCK = 16 << 20
 
+_KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is if it is not a regular file (``"a FIFO (named pipe)"``), else None.
+
+    Examples
+    --------
+    >>> import stat
+    >>> not_regular(stat.S_IFIFO | 0o644), not_regular(stat.S_IFREG | 0o644)
+    ('a FIFO (named pipe)', None)
+    """
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def refusal(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is refused as an input without opening it (``os.stat`` only), or None for a regular file.
+
+    A path that cannot be stat'ed is not refused here: opening it reports the real error.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    what = not_regular(mode)
+    return None if what is None else f"is {what}, not a regular file: refused without reading it"
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open ``path`` for binary reading if it is a regular file; raise :class:`NotRegularFile` otherwise.
+
+    The type is checked twice: with ``stat`` before opening (a FIFO is never opened, so nothing
+    blocks and no device is touched) and with ``fstat`` on the open descriptor (the path may have
+    been replaced in between; the open is non-blocking, so a FIFO swapped in cannot block either).
+    """
+    why = refusal(path)
+    if why is not None:
+        raise NotRegularFile(path, why)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        what = not_regular(os.fstat(fd).st_mode)
+        if what is not None:
+            raise NotRegularFile(path, f"is {what}, not a regular file: refused without reading it")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_size(path: str | os.PathLike[str], size: int, limit: int | None) -> None:
+    """Raise :class:`InputTooLarge` if ``size`` bytes of content exceed ``limit`` (None: no limit)."""
+    if limit is not None and size > limit:
+        raise InputTooLarge(path, f"its content is larger than the input size limit of {format_size(limit)} "
+                                  "(--max-input-size / max_input_size)")
+
+
+def format_size(n: int) -> str:
+    """``65536`` → ``'64 KiB'``; exact multiples of a binary unit keep that unit.
+
+    Examples
+    --------
+    >>> format_size(64 << 30), format_size(1000)
+    ('64 GiB', '1000 bytes')
+    """
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
 
 def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
     """First ``n`` bytes of the *content* (gunzipped if the file is gzip)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         raw = f.read(n)
-    if raw[:2] == GZIP_MAGIC:
+        if raw[:2] != GZIP_MAGIC:
+            return raw
+        f.seek(0)
         try:
-            with _gzip.open(path, "rb") as g:
+            with _gzip.GzipFile(fileobj=f, mode="rb") as g:
                 return g.read(n)
         except (OSError, EOFError, zlib.error):
             return b""
-    return raw
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read(2) == GZIP_MAGIC
 
 
@@ -62,10 +143,17 @@ class Content:
     caller's buffer (no intermediate copy); gzip files are decompressed a block at a time.
     :meth:`finish` reads what is left of the file so that :attr:`fingerprint` is the hash of the
     file's bytes on disk. Use as a context manager.
+
+    ``max_size`` bounds the content (decompressed) bytes: reading past it raises
+    :class:`~dtrace.errors.InputTooLarge`, so a gzip bomb costs at most ``max_size`` bytes of
+    decompression. ``size`` counts the content bytes read so far.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._raw = open(path, "rb")
+    def __init__(self, path: str | os.PathLike[str], *, max_size: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.max_size = max_size
+        self.size = 0
+        self._raw = open_regular(path)
         if hasattr(os, "posix_fadvise"):  # one sequential pass: let the kernel read ahead further
             os.posix_fadvise(self._raw.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         self._hashing = HashingReader(self._raw)
@@ -75,10 +163,14 @@ class Content:
 
     def readinto(self, view: memoryview) -> int:
         if self._gz is None:
-            return self._buffered.readinto(view)
-        data = self._gz.read(len(view))
-        view[:len(data)] = data
-        return len(data)
+            n = self._buffered.readinto(view)
+        else:
+            data = self._gz.read(len(view))
+            view[:len(data)] = data
+            n = len(data)
+        self.size += n
+        check_size(self.path, self.size, self.max_size)
+        return n
 
     def finish(self) -> None:
         """Drain the file so the hash covers all of it (also if the content ended early)."""
@@ -102,7 +194,7 @@ class Content:
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
     """The fingerprint of a file's bytes: a 128-bit xxh3 hash (non-cryptographic, GB/s)."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()

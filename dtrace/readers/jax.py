@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, us_to_ns, validate_events
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, dropped_summary, implausible_times, us_to_ns, validate_events
 from . import Part, TraceFile
-from ._chrome import ChromeTrace
+from ._chrome import MAX_EVENT, ChromeTrace
 from ._ids import StableIds
 from .kineto import copy_kind, normalize_collective
 
@@ -142,6 +142,28 @@ class _Columns:
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
         self.n = 0
+        self.dropped: dict[str, int] = {}                   # events dropped for implausible times, by reason
+        self.dropped_lines: dict[tuple[int, int], int] = {}  # ... and by (pid, tid) line
+
+
+def _drop_implausible(c: _Columns, source: str) -> None:
+    """Drop the events with implausible times (:func:`dtrace.schema.implausible_times`) from
+    the buffers, counting them by reason and by line."""
+    ts, dur = _cat(c.ts, np.float64), _cat(c.dur, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning
+        keep, c.dropped = implausible_times(ts * 1000.0, dur * 1000.0, source)
+    if keep is None:
+        return
+    pid, tid = _cat(c.pid, np.int64), _cat(c.tid, np.int64)
+    lines, counts = np.unique(np.stack([pid[~keep], tid[~keep]], axis=1), axis=0, return_counts=True)
+    c.dropped_lines = {(int(p), int(t)): int(k) for (p, t), k in zip(lines.tolist(), counts.tolist())}
+    c.pid, c.tid, c.ts, c.dur = [pid[keep]], [tid[keep]], [ts[keep]], [dur[keep]]
+    c.corr, c.launch = [_cat(c.corr, np.int64)[keep]], [_cat(c.launch, bool)[keep]]
+    c.names = [pa.chunked_array(c.names).unify_dictionaries().combine_chunks().filter(pa.array(keep))] if c.names \
+        else []
+    new_row = np.cumsum(keep) - 1
+    c.extra = {int(new_row[r]): v for r, v in c.extra.items() if keep[r]}
+    c.n = int(keep.sum())
 
 
 def _id_column(values: list[Any], ids: StableIds) -> np.ndarray:
@@ -173,10 +195,6 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         field = "ts" if None in ts else "dur"
         raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
     d = np.asarray(dur, np.float64)
-    if (d < 0).any():
-        i = int(np.flatnonzero(d < 0)[0])
-        raise InputError(path, f"{int((d < 0).sum())} events have a negative duration "
-                               f"(first: {xs[i].name!r}, dur={d[i]})")
     args = [e.args for e in xs]
     cats = [e.cat for e in xs]
     corr = np.fromiter((_num(a.correlation_id) if a is not None and a.correlation_id is not None
@@ -232,27 +250,35 @@ def _xplane_to_json(path: str, workdir: str) -> str:
     return out
 
 
-def read_jax(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
-    """Read one JAX trace into one :class:`Part` per GPU plane."""
+def read_jax(path: str, *, block: int | None = None, max_input_size: int | None = None,
+             max_event_size: int = MAX_EVENT, **_: Any) -> TraceFile:
+    """Read one JAX trace into one :class:`Part` per GPU plane.
+
+    Events with implausible times are dropped and counted by reason in
+    ``meta["dropped_events"]``; ``max_input_size`` limits the decompressed content and
+    ``max_event_size`` one event's JSON text.
+    """
+    limits = {"max_event": max_event_size, "max_size": max_input_size, **({"block": block} if block else {})}
     if path.lower().endswith(".xplane.pb"):
         tmp = tempfile.mkdtemp(prefix="dtrace-xplane-")
         try:
-            tf = _read_json(_xplane_to_json(path, tmp), block=block, source=path)
+            tf = _read_json(_xplane_to_json(path, tmp), limits=limits, source=path)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return tf
-    return _read_json(path, block=block, source=path)
+    return _read_json(path, limits=limits, source=path)
 
 
-def _read_json(path: str, *, block: int | None, source: str) -> TraceFile:
-    trace = ChromeTrace(path, Event, Meta, **({"block": block} if block else {}))
+def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
+    trace = ChromeTrace(path, Event, Meta, **limits)
     ids = StableIds()
     c = _Columns()
     try:
         for chunk in trace.chunks():
             _add_chunk(chunk, c, ids, source)
     except InputError as exc:
-        raise InputError(source, exc.problem) from None
+        raise type(exc)(source, exc.problem) from None
+    _drop_implausible(c, source)
 
     pid = _cat(c.pid, np.int64)
     tid = _cat(c.tid, np.int64)
@@ -333,6 +359,10 @@ def _read_json(path: str, *, block: int | None, source: str) -> TraceFile:
     table = validate_events(table, source)
 
     gpu_devices = sorted(set(device[gpu_mask].tolist()))
+    n_gpu_dropped = sum(k for (p, t), k in c.dropped_lines.items() if p in devices and (p, t) in stream_of)
+    if not gpu_devices and n_gpu_dropped:
+        raise ImplausibleTimes(source, f"all {n_gpu_dropped} GPU events have implausible times "
+                                       f"({dropped_summary(c.dropped)})")
     if not gpu_devices:
         raise NoGPUActivity(source, f"no GPU activity: no events on the 'Stream #' lines of the "
                                     f"{len(devices)} GPU plane(s) ({n} events in all)")
@@ -349,7 +379,7 @@ def _read_json(path: str, *, block: int | None, source: str) -> TraceFile:
         parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
                           collectives=_side_table(coll_rows, rows, COLLECTIVE_SCHEMA),
                           memcpy=_side_table(mem_rows, rows, MEMCPY_SCHEMA), local_index=int(dev)))
-    meta = {"base_time_ns": 0, "events": int(n), "fingerprint": trace.fingerprint,
+    meta = {"base_time_ns": 0, "events": int(n), "dropped_events": c.dropped, "fingerprint": trace.fingerprint,
             "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
             "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)})}
     return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)

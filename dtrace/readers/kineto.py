@@ -17,10 +17,11 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, DTYPE_BYTES, MEMCPY_SCHEMA, validate_events
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..schema import (COLLECTIVE_SCHEMA, DTYPE_BYTES, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary,
+                      implausible_times, us_to_ns, validate_events)
 from . import Part, TraceFile
-from ._chrome import ChromeTrace
+from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
 
@@ -212,11 +213,6 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     kinds = _kind_codes(list(map(_CAT, xs)))
     start = _floats(xs, _TS, "ts", path)
     d = _floats(xs, _DUR, "dur", path)
-    neg = d < 0
-    if neg.any():
-        i = int(np.flatnonzero(neg)[0])
-        raise InputError(path, f"{int(neg.sum())} events have a negative duration "
-                               f"(first: {xs[i].name!r}, dur={d[i]})")
     args = list(map(_ARGS, xs))
     if None in args:
         args = [_NO_ARGS if a is None else a for a in args]
@@ -264,65 +260,96 @@ def _collective_ops(kinds: np.ndarray, args: list[Args], base: int) -> list[tupl
     return [(base + i, args[i]) for i in rows[named.to_numpy(zero_copy_only=False)].tolist()]
 
 
+def _kept_rows(rows: list[Any], kept: np.ndarray) -> list[Any]:
+    """Row-keyed tuples (row first) of the kept events, renumbered to their new rows."""
+    if not rows or not len(kept):
+        return []
+    old = np.array([r[0] for r in rows], np.int64)
+    pos = np.minimum(np.searchsorted(kept, old), len(kept) - 1)
+    ok = kept[pos] == old
+    return [(int(p), *r[1:]) for r, p, k in zip(rows, pos.tolist(), ok.tolist()) if k]
+
+
 def _cat(arrs: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(arrs) if arrs else np.empty(0, dtype)
 
 
-def read_kineto(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
-    """Read one Kineto trace into one :class:`Part` per GPU device."""
-    from ..schema import us_to_ns
+def read_kineto(path: str, *, block: int | None = None, max_input_size: int | None = None,
+                max_event_size: int = MAX_EVENT, **_: Any) -> TraceFile:
+    """Read one Kineto trace into one :class:`Part` per GPU device.
 
-    trace = ChromeTrace(path, Event, Meta, **({"block": block} if block else {}))
+    Events with implausible times are dropped and counted by reason in
+    ``meta["dropped_events"]`` (:func:`dtrace.schema.implausible_times`); ``max_input_size``
+    limits the decompressed content and ``max_event_size`` one event's JSON text.
+    """
+    trace = ChromeTrace(path, Event, Meta, **({"block": block} if block else {}),
+                        max_event=max_event_size, max_size=max_input_size)
     ids = StableIds()
     c = _Columns()
     for chunk in trace.chunks():
         _add_chunk(chunk, c, ids, path)
     meta: Meta = trace.meta
-    base_ns = int(meta.baseTimeNanoseconds or 0)
-    kinds = _cat(c.cols["kind"], np.int8)
-    start_us = _cat(c.cols["start"], np.float64)
-    dur_us = _cat(c.cols["dur"], np.float64)
-    start_ns = us_to_ns(start_us) + base_ns
-    end_ns = start_ns + us_to_ns(dur_us)
+    base_ns = _origin(meta.baseTimeNanoseconds, path)
+    cols = {k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
+            for k, v in c.cols.items()}
     names = (pa.chunked_array(c.names, pa.dictionary(pa.int32(), pa.string())).unify_dictionaries()
              if c.names else pa.chunked_array([], pa.dictionary(pa.int32(), pa.string())))
-    device = _cat(c.cols["device"], np.int64).astype(np.int32)
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning
+        keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
+    coll_rows, coll_ops = c.coll_rows, c.coll_ops
+    mem = _memcpy_table(c.mem_rows)
+    gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
+    n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
+    if keep is not None:
+        cols = {k: v[keep] for k, v in cols.items()}
+        names = names.filter(pa.array(keep))
+        kept = np.flatnonzero(keep)
+        mem = _remap(mem, kept)
+        coll_rows, coll_ops = _kept_rows(coll_rows, kept), _kept_rows(coll_ops, kept)
+    n = len(cols["kind"])
+    kinds = cols["kind"]
+    start_ns = us_to_ns(cols["start"]) + base_ns
+    end_ns = start_ns + us_to_ns(cols["dur"])
+    device = cols["device"].astype(np.int32)
     kind_arr = pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT)
     columns = {
-        "rank": np.full(c.n, -1, np.int32),
+        "rank": np.full(n, -1, np.int32),
         "device": device,
-        "stream": _cat(c.cols["stream"], np.int64),
-        "pid": _cat(c.cols["pid"], np.int64),
-        "tid": _cat(c.cols["tid"], np.int64),
+        "stream": cols["stream"],
+        "pid": cols["pid"],
+        "tid": cols["tid"],
         "kind": kind_arr,
         "name": names,
         "start_ns": start_ns,
         "end_ns": end_ns,
-        "correlation": _cat(c.cols["correlation"], np.int64),
-        "external_id": _cat(c.cols["external_id"], np.int64),
-        "seq": _cat(c.cols["seq"], np.int64),
+        "correlation": cols["correlation"],
+        "external_id": cols["external_id"],
+        "seq": cols["seq"],
     }
     table = pa.table(columns)
     table = validate_events(table, path)
-    del columns, start_us, dur_us
+    del columns, cols
 
-    gpu_mask = np.isin(kinds, [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]])
+    gpu_mask = np.isin(kinds, gpu_codes)
     devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
     dist = meta.distributedInfo
     rank_hint = dist.rank if dist is not None and dist.rank is not None else None
     file_meta = {
         "world_size": dist.world_size if dist is not None else None,
         "base_time_ns": base_ns,
-        "events": int(c.n),
+        "events": n,
+        "dropped_events": dropped,
         "fingerprint": trace.fingerprint,
         "device_names": [d.get("name") for d in (meta.deviceProperties or []) if isinstance(d, dict)],
     }
     if not devices:
+        if dropped and n_gpu:
+            raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times "
+                                         f"({dropped_summary(dropped)})")
         raise NoGPUActivity(path, "no GPU activity: the trace has no kernel, memcpy or memset events "
-                                  f"({c.n} host events)")
-    coll = _collective_table(sorted(c.coll_rows + inherit_collective_args(table, c.coll_rows, c.coll_ops),
+                                  f"({n} host events)")
+    coll = _collective_table(sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops),
                                     key=operator.itemgetter(0)))
-    mem = _memcpy_table(c.mem_rows)
     parts = []
     host = device == -1
     for idx, dev in enumerate(devices):
@@ -335,6 +362,14 @@ def read_kineto(path: str, *, block: int | None = None, **_: Any) -> TraceFile:
         parts.append(Part(device=int(dev), events=sub, collectives=_remap(coll, remap),
                           memcpy=_remap(mem, remap), local_index=idx))
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
+
+
+def _origin(base: int | None, path: str) -> int:
+    """``baseTimeNanoseconds`` (0 if absent), which must lie in 1970-2200."""
+    base_ns = int(base or 0)
+    if not TIME_MIN_NS <= base_ns < TIME_MAX_NS:
+        raise ImplausibleTimes(path, f"baseTimeNanoseconds {base_ns} is outside 1970-2200")
+    return base_ns
 
 
 def _remap(side: pa.Table, rows: np.ndarray | None) -> pa.Table:

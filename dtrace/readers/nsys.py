@@ -34,10 +34,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..schema import (COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary, implausible_times,
+                      side_table, validate_events)
 from . import Part, TraceFile
-from ._io import SQLITE_MAGIC, file_fingerprint
+from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
 from .kineto import normalize_collective
 
 NAME = "nsys"
@@ -48,6 +49,7 @@ KIND_DICT = pa.array(list(KINDS), pa.string())
 
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 PID_SHIFT = 0x1000000
+_I64_MIN, _I64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 _NULL = np.iinfo(np.int64).min  # a NULL start/end read as an integer
 
 # ENUM_CUDA_MEMCPY_OPER labels (used when the report lacks the enum table)
@@ -108,25 +110,34 @@ def export_sqlite(path: str, workdir: str) -> str:
     return out
 
 
-def read_nsys(path: str, **_: Any) -> TraceFile:
-    """Read one Nsight Systems report into one :class:`Part` per (process, device)."""
+def read_nsys(path: str, *, max_input_size: int | None = None, **_: Any) -> TraceFile:
+    """Read one Nsight Systems report into one :class:`Part` per (process, device).
+
+    Events with implausible times are dropped and counted by reason in
+    ``meta["dropped_events"]``; ``max_input_size`` limits the SQLite file (of a ``.nsys-rep``:
+    the report and its export).
+    """
     if not _is_sqlite(path):
         if path.lower().endswith((".nsys-rep", ".qdrep")):
+            check_size(path, os.path.getsize(path), max_input_size)
             tmp = tempfile.mkdtemp(prefix="dtrace-nsys-")
             try:
-                tf = _read_sqlite(export_sqlite(path, tmp), source=path)
+                db = export_sqlite(path, tmp)
+                check_size(path, os.path.getsize(db), max_input_size)
+                tf = _read_sqlite(db, source=path)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             tf.meta["fingerprint"] = file_fingerprint(path)
             return tf
         raise InputError(path, "not a SQLite database (expected an 'nsys export --type sqlite' file)")
+    check_size(path, os.path.getsize(path), max_input_size)
     tf = _read_sqlite(path, source=path)
     tf.meta["fingerprint"] = file_fingerprint(path)
     return tf
 
 
 def _is_sqlite(path: str) -> bool:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
 
 
@@ -214,6 +225,18 @@ def _ints(s: pd.Series, default: int = -1) -> np.ndarray:
     return pd.to_numeric(s, errors="coerce").fillna(default).to_numpy(np.int64) if len(s) else np.empty(0, np.int64)
 
 
+def _times(s: pd.Series, bad: int) -> np.ndarray:
+    """An int64 time column; a value int64 cannot hold (a REAL ``1e30``, NaN) becomes ``bad``
+    (int64 min for starts, max for ends), which :func:`dtrace.schema.implausible_times` then
+    drops: never a wrapped or clipped time, never a numpy warning."""
+    v = pd.to_numeric(s, errors="coerce")
+    if v.dtype.kind in "iu":
+        return v.to_numpy(np.int64)
+    f = v.to_numpy(np.float64)
+    ok = np.abs(f) < 2.0**62  # False for NaN
+    return np.where(ok, np.where(ok, f, 0).astype(np.int64), bad)
+
+
 def _read_sqlite(path: str, *, source: str) -> TraceFile:
     db = _Db(path, source)
     try:
@@ -230,6 +253,8 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     origin = db.scalar("select utcEpochNs from TARGET_INFO_SESSION_START_TIME") \
         if "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME") else None
     origin = int(origin) if origin is not None else 0
+    if not TIME_MIN_NS <= origin < TIME_MAX_NS:
+        raise ImplausibleTimes(source, f"the session start (utcEpochNs {origin}) is outside 1970-2200")
 
     base = {"start": _NULL, "end": _NULL, "deviceId": -1, "streamId": -1, "correlationId": -1, "globalPid": 0}
     kcols = db.columns("CUPTI_ACTIVITY_KIND_KERNEL")
@@ -295,10 +320,12 @@ def _read_db(db: _Db, source: str) -> TraceFile:
                        corr=np.full(len(nvtx), -1)))
     cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
     n = len(cols["start"])
-    if (cols["end"] < cols["start"]).any():
-        i = int(np.flatnonzero(cols["end"] < cols["start"])[0])
-        raise InputError(source, f"{int((cols['end'] < cols['start']).sum())} events end before they start "
-                                 f"(first: {name_dict[int(cols['code'][i])]!r})")
+    start_f = cols["start"].astype(np.float64)
+    keep, dropped = implausible_times(start_f + origin, cols["end"].astype(np.float64) - start_f, source)
+    if keep is not None:  # dropped rows stay in the table with harmless times; no part takes them
+        cols["start"][~keep] = 0
+        cols["end"][~keep] = 0
+    kept = np.ones(n, bool) if keep is None else keep
     # a name can occur in several sources (an NVTX range named like a kernel): one dictionary entry
     uniq_names, remap = np.unique(np.array(name_dict, dtype=object).astype(str), return_inverse=True)
     names = pa.DictionaryArray.from_arrays(pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
@@ -331,16 +358,19 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     host_pid = cols["pid"][n_gpu:]
     parts: list[Part] = []
     gdev = cols["device"][:n_gpu]
-    pairs = pd.DataFrame({"p": g_pid, "d": gdev}).drop_duplicates().sort_values(["p", "d"])
+    pairs = pd.DataFrame({"p": g_pid[kept[:n_gpu]], "d": gdev[kept[:n_gpu]]}).drop_duplicates().sort_values(["p", "d"])
     keys = list(zip(pairs["p"].astype(int).tolist(), pairs["d"].astype(int).tolist()))
+    if not keys:
+        raise ImplausibleTimes(source, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
     for idx, (p, d) in enumerate(keys):
         grows = np.flatnonzero((g_pid == p) & (gdev == d))
         hrows = n_gpu + np.flatnonzero(host_pid == p)
         rows = np.concatenate([grows, hrows])
+        rows = rows[kept[rows]]
         parts.append(Part(device=d, events=table.take(pa.array(rows)),
                           collectives=_collectives(coll_rows, coll_types, rows),
                           memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows), local_index=idx))
-    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(n),
+    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(kept.sum()), "dropped_events": dropped,
             "processes": sorted({p for p, _ in keys}), "devices": sorted({d for _, d in keys}),
             "schema_version": str(db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
                                   if "META_DATA_EXPORT" in db.tables else ""),
@@ -373,8 +403,8 @@ def _nvtx(db: _Db) -> pd.DataFrame:
         strings = db.strings(np.unique(ids[missing]))
         text[missing] = [strings.get(int(i), "") for i in ids[missing].tolist()]
     pid, tid = split_gid(_ints(ev["globalTid"], 0))
-    return pd.DataFrame({"start": _ints(ev["start"], 0), "end": _ints(ev["end"], 0), "pid": pid, "tid": tid,
-                         "text": text})
+    return pd.DataFrame({"start": _times(ev["start"], _I64_MIN), "end": _times(ev["end"], _I64_MAX),
+                         "pid": pid, "tid": tid, "text": text})
 
 
 def _renumber(rows_all: np.ndarray, part_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

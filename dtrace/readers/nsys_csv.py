@@ -14,17 +14,19 @@ and ``dtrace nsys-stats`` reads them directly.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError, NoGPUActivity
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ..nsysstats.csvfiles import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, side_table, validate_events
+from ..schema import (COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, dropped_summary, implausible_times, side_table,
+                      validate_events)
 from . import Part, TraceFile
-from ._io import file_fingerprint
+from ._io import check_size, file_fingerprint, open_regular
 from .kineto import copy_kind
 from .nsys import kernel_collective
 
@@ -51,7 +53,7 @@ class READER:  # noqa: N801 - the registered reader object
 
     @staticmethod
     def read(path: str, **options: Any) -> TraceFile:
-        return read_nsys_csv(path)
+        return read_nsys_csv(path, **options)
 
 
 def memop_direction(name: str) -> str:
@@ -71,9 +73,15 @@ def memop_direction(name: str) -> str:
     return copy_kind(name)
 
 
-def read_nsys_csv(path: str) -> TraceFile:
-    """Read a ``cuda_gpu_trace`` CSV into one part per device."""
-    with open(path, "rb") as f:
+def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> TraceFile:
+    """Read a ``cuda_gpu_trace`` CSV into one part per device.
+
+    Rows with implausible times are dropped and counted by reason in ``meta["dropped_events"]``
+    (times are relative to the session start: a start before 0 is dropped); ``max_input_size``
+    limits the file.
+    """
+    with open_regular(path) as f:
+        check_size(path, os.fstat(f.fileno()).st_size, max_input_size)
         head = f.read(4096)
     hdr = sniff(path, head)
     report = hdr.report if hdr is not None else report_of_name(path)
@@ -83,11 +91,15 @@ def read_nsys_csv(path: str) -> TraceFile:
     if report != GPU_TRACE:
         raise InputError(path, "not an nsys stats CSV this reader knows (expected a cuda_gpu_trace header)")
     df = gpu_trace(path)
-    n = len(df)
-    if n == 0:
+    if len(df) == 0:
         raise NoGPUActivity(path, "no GPU activity: the cuda_gpu_trace CSV has no rows")
-    if (df["dur_ns"].to_numpy() < 0).any():
-        raise InputError(path, f"{int((df['dur_ns'] < 0).sum())} rows have a negative duration")
+    keep, dropped = implausible_times(df["start_ns"].to_numpy(), df["dur_ns"].to_numpy(), path)
+    if keep is not None:
+        if not keep.any():
+            raise ImplausibleTimes(path, f"all {len(df)} GPU events have implausible times "
+                                         f"({dropped_summary(dropped)})")
+        df = df[keep].reset_index(drop=True)
+    n = len(df)
     names = df["name"].to_numpy(dtype=object)
     uniq, inv = np.unique(names.astype(str), return_inverse=True)
     uniq_list = [str(u) for u in uniq.tolist()]
@@ -95,7 +107,7 @@ def read_nsys_csv(path: str) -> TraceFile:
                         KIND_CODES["memset"] if _MEMSET.search(u) else KIND_CODES["kernel"] for u in uniq_list],
                        np.int8)
     kinds = kind_of[inv.reshape(-1)]
-    start = df["start_ns"].to_numpy(np.int64)
+    start = df["start_ns"].to_numpy(np.float64).round().astype(np.int64)
     device = df["device"].to_numpy(np.int64)
     table = pa.table({
         "rank": np.full(n, -1, np.int32),
@@ -107,7 +119,7 @@ def read_nsys_csv(path: str) -> TraceFile:
         "name": pa.DictionaryArray.from_arrays(pa.array(inv.reshape(-1).astype(np.int32)),
                                                pa.array(uniq_list, pa.string())),
         "start_ns": start,
-        "end_ns": start + df["dur_ns"].to_numpy(np.int64),
+        "end_ns": start + df["dur_ns"].to_numpy(np.float64).round().astype(np.int64),
         "correlation": df["corr"].to_numpy(np.int64),
         "external_id": np.full(n, -1, np.int64),
     })
@@ -129,7 +141,8 @@ def read_nsys_csv(path: str) -> TraceFile:
                               "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
                           }).cast(MEMCPY_SCHEMA),
                           local_index=idx))
-    meta = {"base_time_ns": 0, "events": int(n), "fingerprint": file_fingerprint(path), "report": GPU_TRACE}
+    meta = {"base_time_ns": 0, "events": int(n), "dropped_events": dropped, "fingerprint": file_fingerprint(path),
+            "report": GPU_TRACE}
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
+from ..schema import dropped_summary
 from .text import render
 
 
@@ -21,6 +22,13 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
         text = extra(results, fmt)
         if text:
             parts.append(text)
+    dropped: dict[str, int] = {}
+    for item in m.get("inputs", []):
+        for reason, n in (item.get("dropped_events") or {}).items():
+            dropped[reason] = dropped.get(reason, 0) + int(n)
+    if dropped:
+        parts.append(f"{sum(dropped.values())} event(s) with implausible times dropped "
+                     f"({dropped_summary(dropped)}; per input in manifest.json)\n")
     errs = results.errors
     if errs:
         parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {e}" for e in errs) + "\n")
