@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from .. import api
+from ..render.escape import printable
 from ..render.summary import summary
 from .common import add_analysis_options, add_output_format, analysis_kwargs
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                       reuse_cache=not args.no_cache,
                       reuse_results=not (args.no_cache or args.recompute), **analysis_kwargs(args))
     print(summary(res, args.fmt))
-    print(f"results: {args.out}")
+    print(f"results: {printable(args.out)}")
     n_ok = res.manifest.get("n_parts", 0)
     if n_ok == 0:
         return 2

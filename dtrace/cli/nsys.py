@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..errors import DtraceError, UsageError
+from ..render.escape import printable
 
 if TYPE_CHECKING:
     from ..nsysstats.config import StatsConfig
@@ -104,17 +105,17 @@ def run(args: argparse.Namespace) -> int:
                                classifier=classifier)
         except DtraceError as exc:
             failed += 1
-            print(f"dtrace nsys-stats: error: {exc}", file=sys.stderr)
+            print(f"dtrace nsys-stats: error: {printable(exc)}", file=sys.stderr)
             entries.append({"title": inp.title, "paths": paths, "status": "error", "error": str(exc)})
             continue
         text = render_report(rep)
-        print(text)
+        print(printable(text, keep_newlines=True))
         texts.append(text)
         tables.append(rep.tables())
         entries.append({"title": inp.title, "paths": paths, "status": "ok", "error": None})
     if args.out and tables:
         _save(args.out, tables, entries, config, "\n".join(texts))
-        print(f"results: {args.out}")
+        print(f"results: {printable(args.out)}")
     if not tables:
         return 2
     return 1 if failed else 0

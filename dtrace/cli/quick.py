@@ -24,6 +24,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..options import Options
 from ..reduce.kernels_xrank import pool
+from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
 from .common import add_analysis_options, add_output_format, analysis_kwargs
@@ -276,7 +277,8 @@ def kernels_detail(view: pd.DataFrame) -> str:
 def _write(path: str, df: pd.DataFrame, text: str) -> None:
     low = path.lower()
     if low.endswith(".csv"):
-        df.to_csv(path, index=False)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(to_csv(df))
     elif low.endswith(".json"):
         df.to_json(path, orient="records", indent=1, force_ascii=False)
     else:
@@ -289,14 +291,14 @@ def run_kernels(args: argparse.Namespace) -> int:
     res = load_input(args.input, analysis_kwargs(args), args.input_format)
     _require(res, args.input, ("kernels", "classes"))
     for e in res.errors:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("kernels")) and res.errors:
         return 2
     print(kernels_text(res, sort=sort, top=args.top, rank=args.rank, fmt=args.fmt), end="")
     if args.output:
         view = kernel_view(_select(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
-        print(f"full kernel names written to {args.output}")
+        print(f"full kernel names written to {printable(args.output)}")
     return 1 if res.errors else 0
 
 
@@ -402,7 +404,7 @@ def run_gaps(args: argparse.Namespace) -> int:
     res = load_input(args.input, analysis_kwargs(args), args.input_format)
     _require(res, args.input, ("gaps", "gap_histogram", "transitions"))
     for e in res.errors:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("gaps")) and res.errors:
         return 2
     print(gaps_text(res, sort=sort, top=args.top, rank=args.rank, stream=args.stream, fmt=args.fmt), end="")
@@ -414,5 +416,5 @@ def run_gaps(args: argparse.Namespace) -> int:
             trans = trans.loc[trans["stream"].to_numpy() == args.stream]
         tv = transition_view(trans, sort)
         _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(gaps, tv))
-        print(f"full kernel names written to {args.output}")
+        print(f"full kernel names written to {printable(args.output)}")
     return 1 if res.errors else 0

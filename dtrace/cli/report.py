@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..diff import LEVELS, PER, diff, missing_levels
 from ..errors import UsageError
+from ..render.escape import printable, to_csv
 from ..results import Results, load
 from .common import add_output_format
 
@@ -97,7 +98,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     res = load(args.out)
     write_text(args.output, report(res, title=args.title, max_bars=args.max_bars))
-    print(f"report: {args.output}")
+    print(f"report: {printable(args.output)}")
     return 0
 
 
@@ -145,10 +146,10 @@ def run_compare(args: argparse.Namespace) -> int:
     runs: list[tuple[str, Results]] = [(lab, load(path)) for lab, path in zip(labels, args.runs)]
     classifier = load_classmap(args.classmap, args.engine, args.model) if args.classmap else None
     write_text(args.output, compare(runs, wall_time_s=walls, classifier=classifier, title=args.title))
-    print(f"comparison: {args.output}")
+    print(f"comparison: {printable(args.output)}")
     if args.category_csv:
         write_text(args.category_csv, category_csv(runs, classifier))
-        print(f"kernel → category map: {args.category_csv}")
+        print(f"kernel → category map: {printable(args.category_csv)}")
     return 0
 
 
@@ -163,7 +164,7 @@ def run_diff(args: argparse.Namespace) -> int:
         if ext not in (".parquet", ".csv"):
             raise UsageError(f"-o {args.output}: unknown output type {ext or '(none)'}; valid: .parquet, .csv")
         if ext == ".csv":
-            write_text(args.output, table.to_csv(index=False))
+            write_text(args.output, to_csv(table))
         else:
             _write_parquet(table, args.output)
     if args.fmt in ("csv", "json"):
@@ -182,7 +183,7 @@ def run_diff(args: argparse.Namespace) -> int:
         for lv, why in missing_levels(a, b, levels).items():
             print(f"{lv}: not available ({why})")
     if args.output:
-        print(f"diff: {args.output}", file=sys.stderr)
+        print(f"diff: {printable(args.output)}", file=sys.stderr)
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..render.escape import printable
 from ..results import load
 from ..render.text import render
 from .common import add_output_format
@@ -24,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     res = load(args.out)
     if args.table is None:
-        print(repr(res))
+        print(printable(repr(res)))
         inputs = res.inputs
         if len(inputs):
             print(render(inputs[["path", "format", "status", "error"]], args.fmt, title="inputs", human=False))

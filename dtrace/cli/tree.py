@@ -13,6 +13,7 @@ from ..calltree import Tree, load_part
 from ..calltree.load import is_results_dir
 from ..errors import UsageError
 from ..options import Options
+from ..render.escape import printable
 from ..render.text import render
 from .common import add_output_format
 
@@ -85,13 +86,15 @@ def run_tree(args: argparse.Namespace) -> int:
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
     node = tree.node(uid)
-    print(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id {node['external_id']}, "
-          f"pid {node['pid']}, tid {node['tid']}; instance {int((tree.by_name(node['name']) < uid).sum())} of {n}); "
-          f"GPU {tree.gpu_time(uid) / 1e3:,.3f} µs in {tree.gpu_events(uid).size} GPU events")
+    print(printable(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
+                    f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
+                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {tree.gpu_time(uid) / 1e3:,.3f} µs "
+                    f"in {tree.gpu_events(uid).size} GPU events"))
     if args.up:
-        print(tree.format_up(uid, width=args.width), end="")
+        text = tree.format_up(uid, width=args.width)
     else:
-        print(tree.format(uid, depth=args.depth, width=args.width, times=args.times), end="")
+        text = tree.format(uid, depth=args.depth, width=args.width, times=args.times)
+    print(printable(text, keep_newlines=True), end="")
     return 0
 
 

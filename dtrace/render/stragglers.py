@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
+from .escape import printable
 from .text import render
 
 TOP = 5
@@ -44,5 +45,5 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
     lines = [title]
     for row in view.itertuples(index=False):
         lines.append(f"  rank {row.rank} (device {row.device}, score {row.score:.1f}, signals {row.signals or '-'}):")
-        lines.append(f"    {row.evidence}")
+        lines.append(f"    {printable(row.evidence)}")
     return head + "\n".join(lines) + "\n"

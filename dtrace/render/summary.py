@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
+from .escape import printable
 from .text import render
 
 
@@ -23,7 +24,7 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
             parts.append(text)
     errs = results.errors
     if errs:
-        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {e}" for e in errs) + "\n")
+        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
     return "\n".join(parts)
 
 

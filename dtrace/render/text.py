@@ -15,6 +15,8 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from .escape import markdown_cell, printable, to_csv
+
 FORMATS = ("table", "csv", "json", "markdown")
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
@@ -127,7 +129,9 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         Any results table.
     fmt
         ``table`` (rich, for the terminal), ``markdown``, ``csv`` or ``json``. CSV and JSON
-        keep raw values (ns, fractions) and full names.
+        keep raw values (ns, fractions) and full names; CSV text cells that a spreadsheet would
+        run as formulas get a leading ``'`` (:func:`dtrace.render.escape.to_csv`). Names are
+        escaped in the human formats (control characters, Markdown and HTML syntax).
     title
         Heading of the table (``table`` and ``markdown`` only).
     human
@@ -157,7 +161,7 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     if max_rows is not None:
         df = df.head(max_rows)
     if fmt == "csv":
-        return df.to_csv(index=False)
+        return to_csv(df)
     if fmt == "json":
         return json.dumps(json.loads(df.to_json(orient="records", force_ascii=False)), indent=1,
                           ensure_ascii=False) + "\n"
@@ -170,34 +174,35 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
                for c in view.columns]
     if fmt == "markdown":
-        cols = [_md(str(c)) for c in view.columns]
+        cols = [markdown_cell(c) for c in view.columns]
         lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
         for row in view.itertuples(index=False):
-            lines.append("| " + " | ".join(_md(_cell(v)) for v in row) + " |")
+            lines.append("| " + " | ".join(markdown_cell(_cell(v)) for v in row) + " |")
         if more:
             lines.append(f"\n_{more}_")
-        return (f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n"
+        return (f"### {markdown_cell(title)}\n\n" if title else "") + "\n".join(lines) + "\n"
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold", caption=more or None, caption_justify="left",
-              pad_edge=False)
-    cells = [[_cell(v) for v in row] for row in view.itertuples(index=False)]
-    heads = [str(c) for c in view.columns]
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", caption=Text(more) if more else None,
+              caption_justify="left", pad_edge=False)
+    cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
+    heads = [printable(c) for c in view.columns]
     if width is None:
         width = max(shutil.get_terminal_size((200, 24)).columns, 100)
     widths = column_widths(heads, cells, numeric, width)
     for head, is_num, w in zip(heads, numeric, widths):
-        t.add_column(head, justify="right" if is_num else "left", overflow="fold", width=w)
+        t.add_column(Text(head), justify="right" if is_num else "left", overflow="fold", width=w)
     for r in cells:
-        t.add_row(*r)
+        t.add_row(*(Text(c) for c in r))  # Text: names are never read as rich markup or emoji codes
     buf = io.StringIO()
     # as wide as the columns need: numbers are never cut, so a table wider than the terminal stays whole
     console = Console(file=buf, width=max(width, sum(widths) + 3 * len(widths) + 2), force_terminal=False,
-                      color_system=None, highlight=False)
+                      color_system=None, highlight=False, markup=False, emoji=False)
     if title:
-        console.print(title, style="bold", overflow="fold", soft_wrap=True)
+        console.print(Text(printable(title), style="bold"), overflow="fold", soft_wrap=True)
     console.print(t)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
@@ -234,10 +239,6 @@ def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool],
             w[k] -= step
             excess -= step
     return w
-
-
-def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
 
 
 def _cell(v: object) -> str:
