@@ -38,3 +38,8 @@ class NoGPUActivity(InputError):
 
 class ResultsError(DtraceError):
     """A results directory is missing, incomplete or from an incompatible version."""
+
+
+class OutputError(DtraceError):
+    """An output file (a report, a CSV, a results table) cannot be written: disk full,
+    read-only file system, no permission, a folder where a file belongs."""

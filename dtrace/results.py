@@ -145,25 +145,40 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
 
 
 def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:
-    """Write ``tables`` and ``manifest`` to ``out`` atomically (see module docstring)."""
+    """Write ``tables`` and ``manifest`` to ``out`` atomically (see module docstring).
+
+    Raises
+    ------
+    ResultsError
+        ``out`` cannot be written (a file, read-only, disk full, a folder named
+        ``manifest.json``); the previous results are left as they were.
+    """
     for name in tables:
         if not TABLE_NAME.fullmatch(name):
             raise ValueError(f"invalid table name {name!r}: table names are identifiers")
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        raise ResultsError(f"{out}: exists and is not a directory; cannot write results there") from None
+    except OSError as exc:
+        raise ResultsError(f"{out}: cannot create the results directory: {exc.strerror}") from None
+    old_manifest = os.path.join(out, MANIFEST)
+    if os.path.isdir(old_manifest) and not os.path.islink(old_manifest):
+        raise ResultsError(f"{old_manifest} is a directory, not a manifest; remove it or write the results elsewhere")
     clean_staging(out)
     run_id = manifest.setdefault("run_id", uuid.uuid4().hex)
     manifest["format_version"] = FORMAT_VERSION
     manifest["tables"] = sorted(tables)
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
-    lock = _lock(staging)
+    staging = lock = None
     try:
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
+        lock = _lock(staging)
         for name, df in tables.items():
             t = pa.Table.from_pandas(df, preserve_index=False)
             t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
             pq.write_table(t, os.path.join(staging, f"{name}.parquet"), compression="zstd")
         with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, default=str)
-        old_manifest = os.path.join(out, MANIFEST)
         if os.path.lexists(old_manifest):
             old = _previous_manifest(out)
             os.unlink(old_manifest)  # a link is removed, never followed
@@ -172,10 +187,14 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
         for name in tables:
             os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(out, f"{name}.parquet"))
         os.replace(os.path.join(staging, MANIFEST), old_manifest)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ResultsError(f"{out}: cannot write results: {exc.strerror or exc}{where}") from None
     finally:
         if lock is not None:
             os.close(lock)
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return Results(tables, manifest, out)
 
 
@@ -269,6 +288,9 @@ def clean_staging(out: str) -> list[str]:
 
 def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None:
     mf = os.path.join(path, MANIFEST)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ResultsError(f"{path}: is a file, not a results directory (to look at one trace: dtrace kernels, gaps "
+                           f"or ops FILE; to analyse it: dtrace analyze FILE -o OUT)")
     if os.path.islink(mf):
         root, real = os.path.realpath(path), os.path.realpath(mf)
         if os.path.commonpath([root, real]) != root:
@@ -282,12 +304,68 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         if os.path.isdir(path) and any(n.endswith(".parquet") for n in os.listdir(path)):
             raise ResultsError(f"{path}: results are incomplete (no {MANIFEST}: the run did not finish)") from None
         raise ResultsError(f"{path}: not a dtrace results directory (no {MANIFEST})") from None
-    except ValueError as exc:
+    except IsADirectoryError:
+        raise ResultsError(f"{mf} is a directory, not a manifest") from None
+    except OSError as exc:
+        raise ResultsError(f"{mf}: cannot read the manifest: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
         raise ResultsError(f"{mf}: invalid manifest: {exc}") from None
+
+
+#: Manifest fields renderers rely on, and the JSON types each may have (``None`` allowed where listed).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "tables": (list,), "inputs": (list,), "options": (dict,), "absent_tables": (dict,),
+    "seconds": (int, float), "workers": (int,), "n_inputs": (int,), "n_failed": (int,), "n_parts": (int,),
+    "created": (str,), "dtrace_version": (str,), "run_id": (str,), "format_version": (int,),
+}
+_INPUT_FIELDS: dict[str, tuple[type, ...]] = {"path": (str,), "format": (str, type(None)), "status": (str,),
+                                             "error": (str, type(None)), "events": (int, type(None))}
+
+
+def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
+    """Check the manifest's shape (it may have been edited by hand); raise a one-line ResultsError.
+
+    Examples
+    --------
+    >>> validate_manifest({"tables": ["breakdown"], "seconds": 1.5}, "m.json")["seconds"]
+    1.5
+    >>> validate_manifest({"tables": "breakdown"}, "m.json")
+    Traceback (most recent call last):
+    dtrace.errors.ResultsError: m.json: field 'tables' is a str, expected a list (the manifest was edited or damaged)
+    """
+    def bad(what: str) -> ResultsError:
+        return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
+
+    if not isinstance(manifest, dict):
+        raise bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
+    if "tables" not in manifest:
+        raise bad("field 'tables' is missing")
+    for key, kinds in _FIELDS.items():
+        v = manifest.get(key)
+        if key in manifest and (not isinstance(v, kinds) or isinstance(v, bool)):
+            raise bad(f"field {key!r} is a {type(v).__name__}, expected a {' or '.join(k.__name__ for k in kinds)}")
+    for name in manifest["tables"]:
+        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+            raise bad(f"invalid table name {name!r} (table names are identifiers: letters, digits and _)")
+    for i, item in enumerate(manifest.get("inputs", [])):
+        if not isinstance(item, dict):
+            raise bad(f"inputs[{i}] is a {type(item).__name__}, not an object")
+        for key, kinds in _INPUT_FIELDS.items():
+            if key in item and not isinstance(item[key], kinds):
+                raise bad(f"inputs[{i}].{key} is a {type(item[key]).__name__}")
+    for key, why in manifest.get("absent_tables", {}).items():
+        if not isinstance(why, str):
+            raise bad(f"absent_tables[{key!r}] is a {type(why).__name__}, not a str")
+    return manifest
 
 
 def load(path: str | os.PathLike[str]) -> Results:
     """Open a results directory written by ``dtrace analyze``.
+
+    Raises
+    ------
+    ResultsError
+        ``path`` is not a results directory, or its manifest is damaged or from a newer dtrace.
 
     Examples
     --------
@@ -295,8 +373,7 @@ def load(path: str | os.PathLike[str]) -> Results:
     >>> r.breakdown.head()                        # doctest: +SKIP
     """
     path = os.fspath(path)
-    manifest = _read_manifest(path)
-    assert manifest is not None
+    manifest = validate_manifest(_read_manifest(path), os.path.join(path, MANIFEST))
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise ResultsError(f"{path}: written by a newer dtrace (format {manifest['format_version']}); upgrade")
     return Results(None, manifest, path)

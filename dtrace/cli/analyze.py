@@ -7,7 +7,7 @@ import sys
 from .. import api
 from ..render.escape import printable
 from ..render.summary import summary
-from .common import add_analysis_options, add_output_format, analysis_kwargs
+from .common import add_analysis_options, add_output_format, analysis_kwargs, check_out_dir
 
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_dir(args.out, args.cache)
     scheduler = "sync" if args.sync else args.scheduler
     job_options = {key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS
                    if getattr(args, f"job_{key}") is not None}

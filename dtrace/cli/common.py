@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
+from ..errors import InputError, UsageError
 from ..render.text import FORMATS
 
 
@@ -74,3 +76,50 @@ OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 def add_output_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-format", "--fmt", dest="fmt", choices=FORMATS, default="table",
                    help="table (terminal), csv, json or markdown")
+
+
+@contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Decoding failures that escape a reader become a one-line :class:`InputError` naming ``path``.
+
+    The quick views (``tree``, ``ops``) read one trace in-process, without the engine that
+    records such failures per input.
+    """
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        raise InputError(path, f"not valid UTF-8 text (byte 0x{bad}); is it a trace file?") from None
+    except RecursionError:
+        raise InputError(path, "the JSON is nested too deeply to read") from None
+
+
+def check_out_dir(out: str, cache: str | None) -> None:
+    """Say in one line why ``out`` (and its ingest cache) cannot hold results, before any work.
+
+    Raises
+    ------
+    UsageError
+        ``out`` or the cache is a file, ``out/manifest.json`` is a folder, or the nearest
+        existing folder is not writable.
+    """
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"-o {out}: exists and is not a directory")
+    manifest = os.path.join(out, "manifest.json")
+    if os.path.isdir(manifest):
+        raise UsageError(f"{manifest} is a directory, not a results manifest; remove it or choose another -o")
+    cache_dir = cache or os.path.join(out, "cache")
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise UsageError(f"{cache_dir}: exists and is not a directory (the ingest cache); remove it or pass "
+                         "--cache DIR")
+    for target in (out, cache_dir):
+        base = os.path.abspath(target)
+        while not os.path.exists(base):
+            parent = os.path.dirname(base)
+            if parent == base:
+                break
+            base = parent
+        if not os.path.isdir(base):
+            raise UsageError(f"cannot create {target}: {base} is not a directory")
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot write {target}: {base} is not writable")

@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file system error no layer below turned into a DtraceError
+        where = f"{exc.filename}: " if exc.filename else ""
+        error(args.command, f"{where}{exc.strerror or exc}")
+        return 2
 
 
 def error(command: str, message: object) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 from typing import TYPE_CHECKING
@@ -124,13 +123,11 @@ def run(args: argparse.Namespace) -> int:
 def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:
     from .. import __version__
     from ..results import write_results
+    from .report import write_text
 
     merged = {name: pd.concat([t[name] for t in tables], ignore_index=True) for name in tables[0]}
     manifest = {"dtrace_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "command": "nsys-stats", "config": getattr(config, "source", ""), "inputs": entries,
                 "n_inputs": len(entries), "n_failed": sum(1 for e in entries if e["status"] == "error")}
     write_results(out, merged, manifest)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".tmp-report-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, os.path.join(out, "report.txt"))
+    write_text(os.path.join(out, "report.txt"), text)

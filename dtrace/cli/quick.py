@@ -275,15 +275,14 @@ def kernels_detail(view: pd.DataFrame) -> str:
 
 
 def _write(path: str, df: pd.DataFrame, text: str) -> None:
+    from .report import write_text
+
     low = path.lower()
     if low.endswith(".csv"):
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(to_csv(df))
+        text = to_csv(df)
     elif low.endswith(".json"):
-        df.to_json(path, orient="records", indent=1, force_ascii=False)
-    else:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        text = df.to_json(orient="records", indent=1, force_ascii=False)
+    write_text(path, text)
 
 
 def run_kernels(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import tempfile
 from typing import Callable
 
 from ..diff import LEVELS, PER, diff, missing_levels
-from ..errors import UsageError
+from ..errors import OutputError, UsageError
 from ..render.escape import printable, to_csv
 from ..results import Results, load
 from .common import add_output_format
@@ -68,29 +68,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
+
+    Raises
+    ------
+    UsageError
+        The folder does not exist, or ``path`` is a folder.
+    OutputError
+        The file cannot be written (disk full, read-only, permission); nothing is left behind.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"cannot write {path}: directory {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
-    os.close(fd)
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a directory")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
+        os.close(fd)
         write(tmp)
         _default_mode(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
 
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    _atomic_write(path, write)
+    _atomic_write(path, lambda tmp: _write_file(tmp, text))
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable
 from ..render.text import render
-from .common import add_output_format
+from .common import add_output_format, reading
 
 OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
 
@@ -81,7 +81,8 @@ def _pick(tree: Tree, args: argparse.Namespace) -> int:
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
+    with reading(args.trace):
+        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
     tree = Tree.from_part(part, python=args.python)
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
@@ -115,7 +116,8 @@ def run_ops(args: argparse.Namespace) -> int:
                 raise UsageError(f"no ops for rank {args.rank} in {args.x}")
         title = f"ops, rank {args.rank}" if args.rank is not None else "ops across ranks"
     else:
-        part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
+        with reading(args.x):
+            part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
         df = Tree.from_part(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
