@@ -24,6 +24,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..options import Options
 from ..reduce.kernels_xrank import pool
+from ..render.charts import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
@@ -124,8 +125,9 @@ def _note(res: Results) -> str:
     return f"options: {', '.join(diff)}\n" if diff else ""
 
 
-def _fmt_us(ns: float) -> str:
-    return f"{ns / 1e3:,.2f} µs"
+def _fmt_time(ns: float) -> str:
+    """A duration in the unit that suits it, three significant digits (``8.38 s``, ``612 µs``)."""
+    return fmt_time(float(ns))
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -235,14 +237,15 @@ def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: st
     total = int(k["total_ns"].sum())
     launches = int(k["count"].sum())
     out.append(f"{parts} (rank, device) part(s){'' if parts == 1 else ', pooled'}; "
-               f"{len(view):,} distinct kernel names; {launches:,} GPU events; GPU time {_fmt_us(total)}\n"
-               f"per iteration ({it} iteration(s) per part): {_fmt_us(k['total_per_iter_ns'].sum() / parts)} and "
+               f"{len(view):,} distinct kernel names; {launches:,} GPU events; GPU time {_fmt_time(total)}\n"
+               f"per iteration ({it} iteration(s) per part): {_fmt_time(k['total_per_iter_ns'].sum() / parts)} and "
                f"{k['count_per_iter'].sum() / parts:,.1f} events per part\n")
-    shown = view.head(top).copy()
+    shown = view.copy()  # every row: units come from the whole column, whatever --top
     if fmt in ("table", "markdown"):
-        shown["name"] = readable_names(shown["name"].tolist())
+        head = min(top, len(shown))
+        shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
     out.append(render(shown, fmt, title=f"top {min(top, len(view))} of {len(view):,} kernels by {sort}",
-                      short_names=False))
+                      short_names=False, max_rows=top))
     classes = _select(res.table("classes"), rank)
     if len(classes):
         label = classes["classifier"].iloc[0]
@@ -321,7 +324,9 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
                 f"pass --hist-min/--hist-max for common bins\n")
     h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
     peak = max(int(h["count"].max()), 1)
-    labels = [f"{lo / 1e3:,.1f}-{hi / 1e3:,.1f} µs" for lo, hi in zip(h["lo"], h["hi"])]
+    unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
+    digits = 1 if unit != "ns" else 0
+    labels = [f"{lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}" for lo, hi in zip(h["lo"], h["hi"])]
     w = max(len(s) for s in labels)
     lines = []
     for lab, c in zip(labels, h["count"].to_numpy()):
@@ -355,10 +360,10 @@ def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: in
     out = [_note(res)]
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_us(idle)}\n"
-               f"Average gap duration: {_fmt_us(idle / n if n else 0)}\n")
+    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_time(idle)}\n"
+               f"Average gap duration: {_fmt_time(idle / n if n else 0)}\n")
     if n:
-        causes = ", ".join(f"{c} {int(gaps[f'{c}_gaps'].sum()):,} gaps / {_fmt_us(int(gaps[f'{c}_ns'].sum()))}"
+        causes = ", ".join(f"{c} {int(gaps[f'{c}_gaps'].sum()):,} gaps / {_fmt_time(int(gaps[f'{c}_ns'].sum()))}"
                            for c in ("host_wait", "kernel_wait", "other"))
         out.append(f"Causes: {causes}\n")
     if len(gaps):

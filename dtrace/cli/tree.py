@@ -13,6 +13,7 @@ from ..calltree import Tree, load_part
 from ..calltree.load import is_results_dir
 from ..errors import UsageError
 from ..options import Options
+from ..render.charts import fmt_time
 from ..render.escape import printable
 from ..render.text import render
 from .common import add_output_format, reading
@@ -89,7 +90,7 @@ def run_tree(args: argparse.Namespace) -> int:
     node = tree.node(uid)
     print(printable(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
                     f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
-                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {tree.gpu_time(uid) / 1e3:,.3f} µs "
+                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {fmt_time(float(tree.gpu_time(uid)))} "
                     f"in {tree.gpu_events(uid).size} GPU events"))
     if args.up:
         text = tree.format_up(uid, width=args.width)

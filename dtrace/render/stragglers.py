@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
+from .charts import fmt_time
 from .escape import printable
 from .text import render
 
@@ -21,8 +22,8 @@ def _clock_line(results: Results) -> str:
     off = clock.drop_duplicates("host")["offset_ns"].abs().max()
     raw = float(multi["raw_end_skew_ns"].median())
     res = float(multi["end_skew_ns"].median())
-    return (f"clock offsets between hosts up to {off / 1e6:.3f} ms removed; median end skew of collectives "
-            f"across hosts {raw / 1e3:.1f} µs before, {res / 1e3:.1f} µs after\n")
+    return (f"clock offsets between hosts up to {fmt_time(float(off))} removed; median end skew of collectives "
+            f"across hosts {fmt_time(raw)} before, {fmt_time(res)} after\n")
 
 
 def stragglers_section(results: Results, fmt: str = "table") -> str:

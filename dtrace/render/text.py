@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 
 import numpy as np
@@ -21,6 +22,10 @@ FORMATS = ("table", "csv", "json", "markdown")
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
 _UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
+#: ``x_ns`` or a statistic of it (``x_ns_mean``; not ``x_ns_z``, a z-score).
+_TIME_COLUMN = re.compile(r"_ns(_(?:mean|median|min|max|sum|std|total|p\d+))?$")
+#: Columns holding absolute times (shown relative to the earliest of them).
+ABSOLUTE_TIMES = ("start_ns", "end_ns", "first_ns", "last_ns")
 
 
 def pick_unit(values: np.ndarray) -> tuple[str, float]:
@@ -47,12 +52,26 @@ def pick_unit(values: np.ndarray) -> tuple[str, float]:
     return "ns", 1.0
 
 
+def is_time_column(name: str) -> bool:
+    """A column of durations or times in ns: ``*_ns`` or a statistic of one (``total_ns_mean``).
+
+    Examples
+    --------
+    >>> [is_time_column(c) for c in ("idle_ns", "total_ns_mean", "step_ns_z", "count")]
+    [True, True, False, False]
+    """
+    return bool(_TIME_COLUMN.search(str(name)))
+
+
 def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
     """Readable values: ``*_ns`` columns in a unit per column (``exposed_comm_ns`` → ``exposed comm (ms)``),
     ``*_share`` fractions as percentages (``name (%)``), other floats rounded.
 
     ``time_unit`` fixes the unit of every time column (``"s"``, ``"ms"``, ``"µs"``, ``"ns"``),
     or ``"auto"`` picks one unit for all of them together (so columns compare at a glance).
+    Each unit is chosen from the whole column, never from the rows shown. Absolute times
+    (:data:`ABSOLUTE_TIMES`) are shown relative to the earliest of them (see
+    :func:`humanize_table`). Missing values (NaN, ``pd.NA``) stay missing.
 
     Examples
     --------
@@ -61,11 +80,35 @@ def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
        rank  idle (ms)  time share (%)
     0     0        2.5            25.0
     """
-    times = [c for c in df.columns if str(c).endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])
+    return humanize_table(df, time_unit)[0]
+
+
+def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.DataFrame, str | None]:
+    """:func:`humanize`, and the origin ``t0`` of the absolute-time columns as text (or ``None``).
+
+    Absolute times (``start_ns``, ``end_ns``, ``first_ns``, ``last_ns``) become durations after
+    ``t0``, the earliest of them in the table; ``t0`` is a UTC date when the times are epoch
+    ns, else a time on the trace's own clock.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> v, t0 = humanize_table(pd.DataFrame({"start_ns": [1_700_000_000_000_000_000, 1_700_000_000_002_000_000]}))
+    >>> list(v.columns), v.iloc[:, 0].tolist(), t0
+    (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
+    """
+    times = [c for c in df.columns if is_time_column(c) and pd.api.types.is_numeric_dtype(df[c])
              and not pd.api.types.is_bool_dtype(df[c])]
+    absolute = [c for c in times if c in ABSOLUTE_TIMES]
+    t0: float | None = None
+    if absolute:
+        vals = np.concatenate([_floats(df[c]) for c in absolute])
+        vals = vals[np.isfinite(vals)]
+        t0 = float(vals.min()) if vals.size else None
+    shifted = {c: _floats(df[c]) - (t0 if c in absolute and t0 is not None else 0.0) for c in times}
     fixed: tuple[str, float] | None = None
     if time_unit == "auto" and times:
-        fixed = pick_unit(np.concatenate([df[c].to_numpy(dtype=np.float64) for c in times]))
+        fixed = pick_unit(np.concatenate(list(shifted.values())))
     elif time_unit is not None and time_unit != "auto":
         units = dict(_UNITS)
         if time_unit not in units:
@@ -76,15 +119,30 @@ def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
         col = df[c]
         name = str(c)
         if c in times:
-            unit, scale = fixed or pick_unit(col.to_numpy())
-            out[f"{name[:-3].replace('_', ' ')} ({unit})"] = (col.to_numpy(dtype=np.float64) / scale).round(3)
+            unit, scale = fixed or pick_unit(shifted[c])
+            base = _TIME_COLUMN.sub(lambda m: f"{m.group(1) or ''}".replace("_", " ", 1), name)
+            label = f"t0+{unit}" if c in absolute and t0 is not None else unit
+            out[f"{base.replace('_', ' ')} ({label})"] = (shifted[c] / scale).round(3)
         elif name.endswith("_share") and pd.api.types.is_float_dtype(col):
-            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (col.to_numpy(dtype=np.float64) * 100).round(2)
+            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (_floats(col) * 100).round(2)
         elif pd.api.types.is_float_dtype(col):
             out[name] = col.round(4)
         else:
             out[name] = col
-    return pd.DataFrame(out, index=df.index)
+    return pd.DataFrame(out, index=df.index), (_t0_text(t0) if t0 is not None else None)
+
+
+def _floats(col: pd.Series) -> np.ndarray:
+    """A numeric column as float64 with missing values (NaN or ``pd.NA``) as NaN."""
+    return col.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _t0_text(t0: float) -> str:
+    if t0 >= 1e17:  # epoch ns (after 1973)
+        stamp = pd.Timestamp(int(t0), unit="ns", tz="UTC")
+        return stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    unit, scale = pick_unit(np.array([t0]))
+    return f"{_cell(round(t0 / scale, 3))} {unit} on the trace clock"
 
 
 def shorten(name: str, width: int = 60) -> str:
@@ -137,7 +195,8 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     human
         Readable units in the human formats (``False`` keeps ``*_ns`` in ns).
     max_rows
-        Show only the first rows; the human formats say how many were left out.
+        Show only the first rows; the human formats say how many were left out. Units are
+        chosen from the whole column, so a value prints the same whatever ``max_rows``.
     short_names
         Shorten kernel/op names in the human formats.
     width
@@ -158,19 +217,24 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
     n_all = len(df)
-    if max_rows is not None:
-        df = df.head(max_rows)
-    if fmt == "csv":
-        return to_csv(df)
-    if fmt == "json":
-        return json.dumps(json.loads(df.to_json(orient="records", force_ascii=False)), indent=1,
+    if fmt in ("csv", "json"):
+        part = df.head(max_rows) if max_rows is not None else df
+        if fmt == "csv":
+            return to_csv(part)
+        return json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1,
                           ensure_ascii=False) + "\n"
-    view = humanize(df, time_unit) if human else df.copy()
+    # units from the whole columns, then the rows shown: a value prints the same whatever max_rows
+    view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
+    if max_rows is not None:
+        view = view.head(max_rows)
     if short_names:
         for c in view.columns:
             if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
-                view[c] = view[c].astype(object).map(lambda x: shorten(x, 60))
-    more = f"{n_all - len(df):,} more rows not shown (showing {len(df):,} of {n_all:,})" if len(df) < n_all else ""
+                view[c] = view[c].astype(object).map(lambda x: x if _missing(x) else shorten(x, 60))
+    more = (f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,})"
+            if len(view) < n_all else "")
+    if t0 is not None:
+        more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
     numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
                for c in view.columns]
     if fmt == "markdown":
@@ -241,8 +305,12 @@ def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool],
     return w
 
 
+def _missing(v: object) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and np.isnan(v))
+
+
 def _cell(v: object) -> str:
-    if v is None or v is pd.NA or v is pd.NaT:
+    if _missing(v):
         return ""
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
