@@ -6,8 +6,9 @@ import sys
 
 from .. import api
 from ..render.escape import printable
-from ..render.summary import summary
-from .common import add_analysis_options, add_output_format, analysis_kwargs, check_out_dir
+from ..render.summary import header, summary, summary_csv, summary_document
+from .common import (add_analysis_options, add_output_format, analysis_kwargs, check_out_dir, is_machine,
+                     print_json, say)
 
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Analyse trace files (files, directories, globs) of all ranks; write "
                                    "Parquet tables and manifest.json to OUT and print a summary.")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--out", required=True, help="results directory")
+    p.add_argument("-o", "--output", "--out", dest="out", required=True, metavar="OUT", help="results directory")
     p.add_argument("--cache", default=None, help="ingest cache directory (default: OUT/cache)")
     p.add_argument("--no-cache", action="store_true", help="re-parse every input even if cached")
     p.add_argument("--recompute", action="store_true",
@@ -59,8 +60,17 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.no_progress and sys.stderr.isatty(), format=args.input_format,
                       reuse_cache=not args.no_cache,
                       reuse_results=not (args.no_cache or args.recompute), **analysis_kwargs(args))
-    print(summary(res, args.fmt))
-    print(f"results: {printable(args.out)}")
+    if is_machine(args.fmt):  # one document on stdout; the prose on stderr
+        print(printable(header(res)), end="", file=sys.stderr)
+        for e in res.errors:
+            print(f"error: {printable(e)}", file=sys.stderr)
+        if args.fmt == "json":
+            print_json(summary_document(res))
+        else:
+            print(summary_csv(res), end="")
+    else:
+        print(summary(res, args.fmt))
+    say(f"results: {args.out}", args.fmt)
     n_ok = res.manifest.get("n_parts", 0)
     if n_ok == 0:
         return 2

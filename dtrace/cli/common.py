@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..errors import InputError, UsageError
+from ..render.escape import printable
 from ..render.text import FORMATS
 
 
@@ -74,8 +77,24 @@ OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output-format", "--fmt", dest="fmt", choices=FORMATS, default="table",
-                   help="table (terminal), csv, json or markdown")
+    p.add_argument("--fmt", dest="fmt", choices=FORMATS, default="table",
+                   help="table (terminal, default), markdown, or a machine format: csv or json (exactly one "
+                        "document on stdout, notes on stderr)")
+
+
+def is_machine(fmt: str) -> bool:
+    """Whether ``fmt`` is a machine format: stdout then holds exactly one CSV or JSON document."""
+    return fmt in ("csv", "json")
+
+
+def say(text: str, fmt: str) -> None:
+    """Print a note: on stdout for the human formats, on stderr for the machine formats."""
+    print(printable(text, keep_newlines=True), file=sys.stderr if is_machine(fmt) else sys.stdout)
+
+
+def print_json(doc: object) -> None:
+    """One JSON document on stdout."""
+    print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
 
 
 @contextmanager

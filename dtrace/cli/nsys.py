@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classmap", default=None, metavar="FILE",
                    help="class map (kernel_to_class_map or a config holding one); overrides the config's")
     p.add_argument("--title", default=None, help="title of a report given by files (default: the file prefix)")
-    p.add_argument("-o", "--out", default=None, help="also save the figures as results tables and report.txt here")
+    p.add_argument("-o", "--output", "--out", dest="out", default=None, metavar="OUT",
+                   help="also save the figures as results tables and report.txt here")
     p.set_defaults(func=run)
 
 

@@ -14,8 +14,10 @@ The view builders are pure functions of the results tables returning text; only
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,13 +30,14 @@ from ..render.charts import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
-from .common import add_analysis_options, add_output_format, analysis_kwargs
+from .common import add_analysis_options, add_output_format, analysis_kwargs, is_machine, print_json, say
 
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
 GAP_SORTS = {"count": "count", "mean": "mean_ns", "max": "max_ns", "std": "std_ns"}
 GAP_SORT_ALIASES = {"avg": "mean", "avggap": "mean", "maxgap": "max", "stdev": "std"}
 BAR = 40
+DEFAULT_TOP = 20
 
 
 def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: str) -> str:
@@ -68,8 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_alias: str | None = None) -> None:
     p.add_argument("input", metavar="X", help="a trace file, or a results directory of dtrace analyze")
-    p.add_argument(*(["--top", "-t"] + ([top_alias] if top_alias else [])), dest="top", type=int, default=20,
-                   help="rows to show (default 20)")
+    p.add_argument(*(["--top", "-t"] + ([top_alias] if top_alias else [])), dest="top", type=int, default=None,
+                   help=f"rows to show (default {DEFAULT_TOP} in the terminal, every row in csv/json)")
     p.add_argument(*(["--output", "-o"] + ([output_alias] if output_alias else [])), dest="output",
                    default=None, metavar="FILE", help="write the detail with full names (.csv, .json or text)")
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
@@ -224,44 +227,88 @@ def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: str) -> str:
-    """The ``dtrace kernels`` report (see the module docstring)."""
+@dataclass
+class KernelReport:
+    """What ``dtrace kernels`` shows, as numbers (ns) and tables: :func:`kernel_report`."""
+
+    summary: dict[str, Any]
+    kernels: pd.DataFrame            # kernel_view: one row per name, sorted
+    classes: pd.DataFrame | None
+    classifier: str
+    nccl: pd.DataFrame | None
+    memops: pd.DataFrame | None
+
+
+def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
+    """The figures of ``dtrace kernels`` for the (rank, device) parts selected."""
     k = _select(res.table("kernels"), rank)
     parts = _parts(k)
-    out = [_note(res)]
-    if not parts:
-        return "".join(out) + "no GPU kernels found\n"
     view = kernel_view(k, sort)
-    iters = k.groupby(["rank", "device"])["iters"].first()
-    it = str(iters.iloc[0]) if iters.nunique() == 1 else f"{iters.min()}-{iters.max()}"
-    total = int(k["total_ns"].sum())
-    launches = int(k["count"].sum())
-    out.append(f"{parts} (rank, device) part(s){'' if parts == 1 else ', pooled'}; "
-               f"{len(view):,} distinct kernel names; {launches:,} GPU events; GPU time {_fmt_time(total)}\n"
-               f"per iteration ({it} iteration(s) per part): {_fmt_time(k['total_per_iter_ns'].sum() / parts)} and "
-               f"{k['count_per_iter'].sum() / parts:,.1f} events per part\n")
-    shown = view.copy()  # every row: units come from the whole column, whatever --top
-    if fmt in ("table", "markdown"):
-        head = min(top, len(shown))
-        shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
-    out.append(render(shown, fmt, title=f"top {min(top, len(view))} of {len(view):,} kernels by {sort}",
-                      short_names=False, max_rows=top))
+    summary: dict[str, Any] = {"parts": parts, "kernel_names": len(view), "gpu_events": int(k["count"].sum()),
+                               "gpu_time_ns": int(k["total_ns"].sum())}
+    if parts:
+        iters = k.groupby(["rank", "device"])["iters"].first()
+        summary.update(iterations_min=int(iters.min()), iterations_max=int(iters.max()),
+                       per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
+                       events_per_iteration=float(k["count_per_iter"].sum() / parts))
     classes = _select(res.table("classes"), rank)
-    if len(classes):
-        label = classes["classifier"].iloc[0]
-        out.append(render(_per_iter_table(classes, "class"), fmt, title=f"kernel classes ({label})"))
+    label = str(classes["classifier"].iloc[0]) if len(classes) else ""
+    nccl = mem = None
     if "nccl" in res.table_names:
         nccl = _select(res.table("nccl"), rank)
-        if len(nccl):
-            out.append(render(_per_iter_table(nccl, "collective"), fmt, title="NCCL per collective"))
+        nccl = _per_iter_table(nccl, "collective") if len(nccl) else None
     if "memops" in res.table_names:
-        mem = _select(res.table("memops"), rank)
-        if len(mem):
-            t = _per_iter_table(mem, "op")
-            b = mem.loc[mem["bytes"] >= 0].groupby("op")["bytes"].sum()
-            t["bytes"] = b.reindex(t["op"]).fillna(-1).to_numpy(np.int64)
-            out.append(render(t, fmt, title="memory operations"))
+        m = _select(res.table("memops"), rank)
+        if len(m):
+            mem = _per_iter_table(m, "op")
+            known = m.loc[m["bytes"].fillna(-1).to_numpy(np.float64) >= 0]
+            b = known.groupby("op")["bytes"].sum()
+            mem["bytes"] = pd.array(b.reindex(mem["op"]).to_numpy(), dtype="Int64")  # NA: no byte count
+    return KernelReport(summary, view, _per_iter_table(classes, "class") if len(classes) else None, label, nccl, mem)
+
+
+def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
+    """:class:`KernelReport` as one JSON-able object (raw ns, full names)."""
+    doc: dict[str, Any] = {"summary": rep.summary, "classifier": rep.classifier,
+                           "kernels": _records(rep.kernels.drop(columns="#").head(top) if top else
+                                               rep.kernels.drop(columns="#"))}
+    for name in ("classes", "nccl", "memops"):
+        df = getattr(rep, name)
+        doc[name] = _records(df) if df is not None else []
+    return doc
+
+
+def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: str) -> str:
+    """The ``dtrace kernels`` report in a human format (see the module docstring)."""
+    rep = kernel_report(res, sort=sort, rank=rank)
+    out = [_note(res)]
+    sm = rep.summary
+    if not sm["parts"]:
+        return "".join(out) + "no GPU kernels found\n"
+    it = (str(sm["iterations_min"]) if sm["iterations_min"] == sm["iterations_max"]
+          else f"{sm['iterations_min']}-{sm['iterations_max']}")
+    out.append(f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
+               f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
+               f"GPU time {_fmt_time(sm['gpu_time_ns'])}\n"
+               f"per iteration ({it} iteration(s) per part): {_fmt_time(sm['per_iteration_ns'])} and "
+               f"{sm['events_per_iteration']:,.1f} events per part\n")
+    view = rep.kernels
+    shown = view.copy()  # every row: units come from the whole column, whatever --top
+    head = min(top, len(shown))
+    shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
+    out.append(render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False,
+                      max_rows=top))
+    if rep.classes is not None:
+        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
+    if rep.nccl is not None:
+        out.append(render(rep.nccl, fmt, title="NCCL per collective"))
+    if rep.memops is not None:
+        out.append(render(rep.memops, fmt, title="memory operations"))
     return "\n".join(s for s in out if s)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records", force_ascii=False))
 
 
 def kernels_detail(view: pd.DataFrame) -> str:
@@ -296,11 +343,22 @@ def run_kernels(args: argparse.Namespace) -> int:
         print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("kernels")) and res.errors:
         return 2
-    print(kernels_text(res, sort=sort, top=args.top, rank=args.rank, fmt=args.fmt), end="")
+    if is_machine(args.fmt):  # exactly one document on stdout
+        note = _note(res)
+        if note:
+            say(note, args.fmt)
+        rep = kernel_report(res, sort=sort, rank=args.rank)
+        if args.fmt == "json":
+            print_json(kernels_document(rep, args.top))
+        else:
+            table = rep.kernels.drop(columns="#")
+            print(render(table.head(args.top) if args.top else table, "csv"), end="")
+    else:
+        print(kernels_text(res, sort=sort, top=args.top or DEFAULT_TOP, rank=args.rank, fmt=args.fmt), end="")
     if args.output:
         view = kernel_view(_select(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
-        print(f"full kernel names written to {printable(args.output)}")
+        say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0
 
 
@@ -350,33 +408,65 @@ def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataF
     return v[cols]
 
 
-def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: int | None, fmt: str) -> str:
-    """The ``dtrace gaps`` report (see the module docstring)."""
+@dataclass
+class GapReport:
+    """What ``dtrace gaps`` shows, as numbers (ns) and tables: :func:`gap_report`."""
+
+    summary: dict[str, Any]
+    streams: pd.DataFrame            # one row per (rank, device, stream), most idle first
+    histogram: pd.DataFrame          # the gap_histogram rows selected
+    transitions: pd.DataFrame        # transition_view: kernel pairs, sorted
+
+
+STREAM_COLUMNS = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
+                  "kernel_wait_ns", "other_ns"]
+CAUSES = ("host_wait", "kernel_wait", "other")
+
+
+def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
+    """The figures of ``dtrace gaps`` for the parts and stream selected."""
     gaps = _select(res.table("gaps"), rank)
     hist = _select(res.table("gap_histogram"), rank)
     trans = _select(res.table("transitions"), rank)
     if stream is not None:
         gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
-    out = [_note(res)]
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_time(idle)}\n"
-               f"Average gap duration: {_fmt_time(idle / n if n else 0)}\n")
+    summary: dict[str, Any] = {"streams": len(gaps), "gaps": n, "idle_ns": idle, "mean_gap_ns": idle / n if n else 0.0}
+    for c in CAUSES:
+        summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
+        summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
+    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[[c for c in STREAM_COLUMNS
+                                                                           if c in gaps.columns]]
+    return GapReport(summary, streams.reset_index(drop=True), hist, transition_view(trans, sort))
+
+
+def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
+    """:class:`GapReport` as one JSON-able object (raw ns, full names)."""
+    tv = rep.transitions.drop(columns=["#", "transition"])
+    return {"summary": rep.summary, "streams": _records(rep.streams.head(top) if top else rep.streams),
+            "histogram": _records(rep.histogram), "transitions": _records(tv.head(top) if top else tv)}
+
+
+def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: int | None, fmt: str) -> str:
+    """The ``dtrace gaps`` report in a human format (see the module docstring)."""
+    rep = gap_report(res, sort=sort, rank=rank, stream=stream)
+    sm = rep.summary
+    n = sm["gaps"]
+    out = [_note(res)]
+    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_time(sm['idle_ns'])}\n"
+               f"Average gap duration: {_fmt_time(sm['mean_gap_ns'])}\n")
     if n:
-        causes = ", ".join(f"{c} {int(gaps[f'{c}_gaps'].sum()):,} gaps / {_fmt_time(int(gaps[f'{c}_ns'].sum()))}"
-                           for c in ("host_wait", "kernel_wait", "other"))
+        causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {_fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
-    if len(gaps):
-        cols = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
-                "kernel_wait_ns", "other_ns"]
-        out.append(render(gaps.sort_values("idle_ns", ascending=False, kind="stable")[cols], fmt,
-                          title=f"active streams: {len(gaps)}"))
-    bars, note = histogram_text(hist)
+    if len(rep.streams):
+        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))
+    bars, note = histogram_text(rep.histogram)
     if bars:
-        binned = int(hist["count"].sum()) if not note else -1
+        binned = int(rep.histogram["count"].sum()) if not note else -1
         left = f"{n - binned:,} gaps outside the histogram bounds\n" if 0 <= binned < n else ""
         out.append("GAP DURATION HISTOGRAM:\n" + note + bars + left)
-    tv = transition_view(trans, sort)
+    tv = rep.transitions
     if len(tv):
         out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,
                           title=f"top {min(top, len(tv))} kernel pairs by {sort} gap", max_rows=top,
@@ -411,14 +501,21 @@ def run_gaps(args: argparse.Namespace) -> int:
         print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("gaps")) and res.errors:
         return 2
-    print(gaps_text(res, sort=sort, top=args.top, rank=args.rank, stream=args.stream, fmt=args.fmt), end="")
+    rep = gap_report(res, sort=sort, rank=args.rank, stream=args.stream)
+    if is_machine(args.fmt):  # exactly one document on stdout
+        note = _note(res)
+        if note:
+            say(note, args.fmt)
+        if args.fmt == "json":
+            print_json(gaps_document(rep, args.top))
+        else:
+            tv = rep.transitions.drop(columns=["#", "transition"])
+            print(render(tv.head(args.top) if args.top else tv, "csv"), end="")
+    else:
+        print(gaps_text(res, sort=sort, top=args.top or DEFAULT_TOP, rank=args.rank, stream=args.stream,
+                        fmt=args.fmt), end="")
     if args.output:
-        gaps = _select(res.table("gaps"), args.rank)
-        trans = _select(res.table("transitions"), args.rank)
-        if args.stream is not None:
-            gaps = gaps.loc[gaps["stream"].to_numpy() == args.stream]
-            trans = trans.loc[trans["stream"].to_numpy() == args.stream]
-        tv = transition_view(trans, sort)
-        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(gaps, tv))
-        print(f"full kernel names written to {printable(args.output)}")
+        tv = rep.transitions
+        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))
+        say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0

@@ -15,7 +15,7 @@ from ..diff import LEVELS, PER, diff, missing_levels
 from ..errors import OutputError, UsageError
 from ..render.escape import printable, to_csv
 from ..results import Results, load
-from .common import add_output_format
+from .common import add_output_format, is_machine, say
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -180,7 +180,7 @@ def run_diff(args: argparse.Namespace) -> int:
             write_text(args.output, to_csv(table))
         else:
             _write_parquet(table, args.output)
-    if args.fmt in ("csv", "json"):
+    if is_machine(args.fmt):  # exactly one document on stdout
         sys.stdout.write(render(table, args.fmt))
     else:
         per = "per GPU" if args.per == "gpu" else "job totals"
@@ -193,8 +193,8 @@ def run_diff(args: argparse.Namespace) -> int:
             sys.stdout.write(render(part, args.fmt, title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
                                     max_rows=args.top, time_unit="auto"))
             sys.stdout.write("\n")
-        for lv, why in missing_levels(a, b, levels).items():
-            print(f"{lv}: not available ({why})")
+    for lv, why in missing_levels(a, b, levels).items():
+        say(f"{lv}: not available ({why})", args.fmt)
     if args.output:
         print(f"diff: {printable(args.output)}", file=sys.stderr)
     return 0

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-from ..render.escape import printable
+import pandas as pd
+
 from ..results import load
 from ..render.text import render
-from .common import add_output_format
+from .common import add_output_format, is_machine, print_json, say
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,13 +24,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+INPUT_COLUMNS = ["path", "format", "status", "error"]
+
+
 def run(args: argparse.Namespace) -> int:
     res = load(args.out)
     if args.table is None:
-        print(printable(repr(res)))
         inputs = res.inputs
-        if len(inputs):
-            print(render(inputs[["path", "format", "status", "error"]], args.fmt, title="inputs", human=False))
+        cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
+        if args.fmt == "json":
+            print_json({"path": res.path, "tables": res.table_names,
+                        "absent_tables": res.manifest.get("absent_tables", {}),
+                        "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False))})
+            return 0
+        say(repr(res), args.fmt)
+        if len(inputs) or is_machine(args.fmt):
+            print(render(inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}), args.fmt,
+                         title="inputs", human=False), end="")
         return 0
     if args.table not in res.table_names:
         from ..errors import UsageError
