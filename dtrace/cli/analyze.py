@@ -7,7 +7,9 @@ import sys
 from .. import api
 from ..render.escape import printable
 from ..render.summary import header, summary, summary_csv, summary_document
-from .common import (add_analysis_options, add_output_format, analysis_kwargs, check_out_dir, is_machine,
+from ..errors import UsageError
+from ..results import Results
+from .common import (add_analysis_options, add_output_format, analysis_kwargs, check_out_dir, id_list, is_machine,
                      print_json, say)
 
 
@@ -60,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
                       progress=not args.no_progress and sys.stderr.isatty(), format=args.input_format,
                       reuse_cache=not args.no_cache,
                       reuse_results=not (args.no_cache or args.recompute), **analysis_kwargs(args))
+    empty = _empty_step(res, args.step)
+    if empty == "all":
+        raise UsageError(f"--step {args.step} selects no GPU event in any input (steps are the traces' "
+                         f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
+                         f"see dtrace show OUT steps); results written to {args.out}")
     if is_machine(args.fmt):  # one document on stdout; the prose on stderr
         print(printable(header(res)), end="", file=sys.stderr)
         for e in res.errors:
@@ -70,8 +77,25 @@ def run(args: argparse.Namespace) -> int:
             print(summary_csv(res), end="")
     else:
         print(summary(res, args.fmt))
+    if empty:
+        say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
     say(f"results: {args.out}", args.fmt)
     n_ok = res.manifest.get("n_parts", 0)
     if n_ok == 0:
         return 2
     return 1 if res.errors else 0
+
+
+def _empty_step(res: Results, step: int | None) -> str:
+    """With ``--step``: ``"all"`` when no part has a GPU event in it, else the ranks without any
+    (as ranges), else ``""``."""
+    if step is None or "breakdown" not in res.table_names:
+        return ""
+    bd = res.table("breakdown")
+    if not len(bd):
+        return ""
+    col = "gpu_events" if "gpu_events" in bd.columns else "total_ns"
+    none = bd.loc[bd[col].fillna(0).to_numpy() == 0, "rank"]
+    if len(none) == len(bd):
+        return "all"
+    return id_list(none) if len(none) else ""

@@ -142,3 +142,35 @@ def check_out_dir(out: str, cache: str | None) -> None:
             raise UsageError(f"cannot create {target}: {base} is not a directory")
         if not os.access(base, os.W_OK | os.X_OK):
             raise UsageError(f"cannot write {target}: {base} is not writable")
+
+
+def id_list(values: Any) -> str:
+    """Sorted ids as ranges: ``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``.
+
+    Examples
+    --------
+    >>> id_list([5, 0, 1, 2, 8, 7]), id_list([])
+    ('0-2, 5, 7-8', 'none')
+    """
+    ids = sorted({int(v) for v in values})
+    if not ids:
+        return "none"
+    out, start, prev = [], ids[0], ids[0]
+    for v in ids[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
+def select_rank(df: Any, rank: int, where: str) -> Any:
+    """The rows of ``rank``; a :class:`UsageError` listing the ranks there are when it has none."""
+    if "rank" not in df.columns:
+        raise UsageError(f"--rank: {where} has no rank column (it is across ranks)")
+    sel = df.loc[df["rank"].to_numpy() == rank]
+    if not len(sel):
+        raise UsageError(f"no rank {rank} in {where}; ranks: {id_list(df['rank'].to_numpy())}")
+    return sel

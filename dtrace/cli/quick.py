@@ -30,7 +30,8 @@ from ..render.charts import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
-from .common import add_analysis_options, add_output_format, analysis_kwargs, is_machine, print_json, say
+from .common import (add_analysis_options, add_output_format, analysis_kwargs, id_list, is_machine, print_json,
+                     say)
 
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
@@ -111,6 +112,48 @@ def _require(res: Results, where: str, tables: tuple[str, ...]) -> None:
     missing = [t for t in tables if t not in res.table_names]
     if missing:
         raise UsageError(f"{where} has no {', '.join(missing)} table(s); re-run dtrace analyze with this version")
+
+
+def check_selection(res: Results, table: str, args: argparse.Namespace, kwargs: dict[str, Any]) -> None:
+    """An empty selection is an error that says what there is: a step, rank or stream the input lacks.
+
+    Raises
+    ------
+    UsageError
+        ``--step N`` selects no GPU event (the message lists the trace's steps), or ``--rank``
+        / ``--stream`` names one the input does not have.
+    """
+    df = res.table(table)
+    step = kwargs.get("step")
+    if step is not None and not len(df):
+        raise UsageError(_no_step(args.input, step, args.input_format, kwargs))
+    if args.rank is not None:
+        ranks = set(df["rank"].tolist())
+        if "breakdown" in res.table_names:
+            ranks |= set(res.table("breakdown")["rank"].tolist())
+        if args.rank not in ranks:
+            raise UsageError(f"no rank {args.rank} in {args.input}; ranks: {id_list(ranks)}")
+    stream = getattr(args, "stream", None)
+    if stream is not None:
+        streams = _select(df, args.rank)["stream"]
+        if not (streams.to_numpy() == stream).any():
+            where = f"rank {args.rank} of {args.input}" if args.rank is not None else args.input
+            raise UsageError(f"no stream {stream} with gaps in {where}; streams: {id_list(streams)}")
+
+
+def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, Any]) -> str:
+    """Why ``--step`` selected nothing, naming the steps the input has (for a trace file)."""
+    if os.path.isdir(path):
+        return f"no GPU events in step {step} in {path} (it was analysed with --step {step})"
+    from .. import api
+
+    whole = api.analyze([path], None, scheduler="sync", format=input_format,
+                        **{k: v for k, v in kwargs.items() if k != "step"})
+    steps = whole.table("steps")["step"] if "steps" in whole.table_names else pd.Series([], dtype=np.int64)
+    if not len(steps):
+        return (f"--step {step}: {path} has no steps (no ProfilerStep#N, GPU step annotation, NVTX or JAX step "
+                "marker); leave out --step")
+    return f"--step {step}: no such step in {path}; its steps: {id_list(steps)}"
 
 
 def _select(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
@@ -337,12 +380,14 @@ def _write(path: str, df: pd.DataFrame, text: str) -> None:
 
 def run_kernels(args: argparse.Namespace) -> int:
     sort = _choice(args.sort, KERNEL_SORTS, KERNEL_SORT_ALIASES, "--sort")
-    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    kwargs = analysis_kwargs(args)
+    res = load_input(args.input, kwargs, args.input_format)
     _require(res, args.input, ("kernels", "classes"))
     for e in res.errors:
         print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("kernels")) and res.errors:
         return 2
+    check_selection(res, "kernels", args, kwargs)
     if is_machine(args.fmt):  # exactly one document on stdout
         note = _note(res)
         if note:
@@ -495,12 +540,14 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
 
 def run_gaps(args: argparse.Namespace) -> int:
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
-    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    kwargs = analysis_kwargs(args)
+    res = load_input(args.input, kwargs, args.input_format)
     _require(res, args.input, ("gaps", "gap_histogram", "transitions"))
     for e in res.errors:
         print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("gaps")) and res.errors:
         return 2
+    check_selection(res, "gaps", args, kwargs)
     rep = gap_report(res, sort=sort, rank=args.rank, stream=args.stream)
     if is_machine(args.fmt):  # exactly one document on stdout
         note = _note(res)

@@ -6,9 +6,10 @@ import json
 
 import pandas as pd
 
+from ..errors import UsageError
 from ..results import load
 from ..render.text import render
-from .common import add_output_format, is_machine, print_json, say
+from .common import add_output_format, is_machine, print_json, say, select_rank
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,20 +39,24 @@ def run(args: argparse.Namespace) -> int:
                         "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False))})
             return 0
         say(repr(res), args.fmt)
+        for name, why in (res.manifest.get("absent_tables") or {}).items():
+            say(f"table {name} is empty: {why}", args.fmt)
         if len(inputs) or is_machine(args.fmt):
             print(render(inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}), args.fmt,
                          title="inputs", human=False), end="")
         return 0
     if args.table not in res.table_names:
-        from ..errors import UsageError
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
     df = res.table(args.table)
-    if args.rank is not None and "rank" in df.columns:
-        df = df.loc[df["rank"] == args.rank]
+    if args.rank is not None:
+        df = select_rank(df, args.rank, f"table {args.table} of {args.out}")
     if args.sort:
         if args.sort not in df.columns:
-            from ..errors import UsageError
             raise UsageError(f"no column {args.sort!r} in {args.table}; columns: {', '.join(df.columns)}")
         df = df.sort_values(args.sort, ascending=False, kind="stable")
+    if not len(df):
+        why = (res.manifest.get("absent_tables") or {}).get(args.table)
+        say(f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
+            args.fmt)
     print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=args.top), end="")
     return 0

@@ -44,10 +44,22 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
         text = extra(results, fmt)
         if text:
             parts.append(text)
+    absent = absent_note(results)
+    if absent:
+        parts.append(absent)
     errs = results.errors
     if errs:
         parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
     return "\n".join(parts)
+
+
+def absent_note(results: Results) -> str:
+    """Which tables the inputs could not fill and why (``absent_tables`` of the manifest), one line per reason."""
+    absent = results.manifest.get("absent_tables") or {}
+    by_why: dict[str, list[str]] = {}
+    for name, why in absent.items():
+        by_why.setdefault(str(why), []).append(str(name))
+    return "".join(f"no rows in {', '.join(names)}: {printable(why)}\n" for why, names in by_why.items())
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
