@@ -445,7 +445,7 @@ def test_render_formats_by_hand():
     md = render(df, "markdown", title="t", max_rows=2)
     assert "| rank | name | idle (ms) | time share (%) | flagged |" in md
     assert "| 0 | a\\|b | 1.5 | 25 | yes |" in md and "| 1 | x | 2 | 50 | no |" in md
-    assert "1 more rows not shown (showing 2 of 3)" in md
+    assert "1 more rows not shown (showing 2 of 3;" in md
     table = render(df, "table", title="t", width=120)
     assert "idle (ms)" in table and "1.5" in table and "2.5" in table and "12.5" in table
     assert json.loads(render(df, "json"))[0] == {"rank": 0, "name": "a|b", "idle_ns": 1500000, "time_share": 0.25,

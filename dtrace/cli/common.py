@@ -82,6 +82,29 @@ def add_output_format(p: argparse.ArgumentParser) -> None:
                         "document on stdout, notes on stderr)")
 
 
+#: Rows a terminal table shows unless --top N or --all says otherwise.
+DEFAULT_TOP = 20
+
+
+def add_rows(p: argparse.ArgumentParser, *aliases: str) -> None:
+    """``--top N`` and ``--all``: how many rows the tables show, the same in every command."""
+    p.add_argument("--top", *aliases, dest="top", type=int, default=None, metavar="N",
+                   help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row "
+                        "in csv/json)")
+    p.add_argument("--all", dest="all_rows", action="store_true", help="show every row")
+
+
+def rows_to_show(args: argparse.Namespace) -> int | None:
+    """The row limit of ``--top``/``--all`` (``None``: every row)."""
+    if getattr(args, "all_rows", False):
+        return None
+    if args.top is not None:
+        if args.top < 1:
+            raise UsageError(f"--top {args.top}: give a number of rows >= 1 (or --all)")
+        return args.top
+    return None if is_machine(args.fmt) else DEFAULT_TOP
+
+
 def is_machine(fmt: str) -> bool:
     """Whether ``fmt`` is a machine format: stdout then holds exactly one CSV or JSON document."""
     return fmt in ("csv", "json")

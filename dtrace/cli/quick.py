@@ -30,15 +30,14 @@ from ..render.charts import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
-from .common import (add_analysis_options, add_output_format, analysis_kwargs, id_list, is_machine, print_json,
-                     say)
+from .common import (add_analysis_options, add_output_format, add_rows, analysis_kwargs, id_list, is_machine,
+                     print_json, rows_to_show, say)
 
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
 GAP_SORTS = {"count": "count", "mean": "mean_ns", "max": "max_ns", "std": "std_ns"}
 GAP_SORT_ALIASES = {"avg": "mean", "avggap": "mean", "maxgap": "max", "stdev": "std"}
 BAR = 40
-DEFAULT_TOP = 20
 
 
 def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: str) -> str:
@@ -72,8 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_alias: str | None = None) -> None:
     p.add_argument("input", metavar="X", help="a trace file, or a results directory of dtrace analyze")
-    p.add_argument(*(["--top", "-t"] + ([top_alias] if top_alias else [])), dest="top", type=int, default=None,
-                   help=f"rows to show (default {DEFAULT_TOP} in the terminal, every row in csv/json)")
+    add_rows(p, *(["-t"] + ([top_alias] if top_alias else [])))
     p.add_argument(*(["--output", "-o"] + ([output_alias] if output_alias else [])), dest="output",
                    default=None, metavar="FILE", help="write the detail with full names (.csv, .json or text)")
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
@@ -321,7 +319,7 @@ def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
     return doc
 
 
-def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: str) -> str:
+def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
     """The ``dtrace kernels`` report in a human format (see the module docstring)."""
     rep = kernel_report(res, sort=sort, rank=rank)
     out = [_note(res)]
@@ -337,7 +335,7 @@ def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: st
                f"{sm['events_per_iteration']:,.1f} events per part\n")
     view = rep.kernels
     shown = view.copy()  # every row: units come from the whole column, whatever --top
-    head = min(top, len(shown))
+    head = len(shown) if top is None else min(top, len(shown))
     shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
     out.append(render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False,
                       max_rows=top))
@@ -394,12 +392,11 @@ def run_kernels(args: argparse.Namespace) -> int:
             say(note, args.fmt)
         rep = kernel_report(res, sort=sort, rank=args.rank)
         if args.fmt == "json":
-            print_json(kernels_document(rep, args.top))
+            print_json(kernels_document(rep, rows_to_show(args)))
         else:
-            table = rep.kernels.drop(columns="#")
-            print(render(table.head(args.top) if args.top else table, "csv"), end="")
+            print(render(rep.kernels.drop(columns="#"), "csv", max_rows=rows_to_show(args)), end="")
     else:
-        print(kernels_text(res, sort=sort, top=args.top or DEFAULT_TOP, rank=args.rank, fmt=args.fmt), end="")
+        print(kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt), end="")
     if args.output:
         view = kernel_view(_select(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
@@ -493,7 +490,7 @@ def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
             "histogram": _records(rep.histogram), "transitions": _records(tv.head(top) if top else tv)}
 
 
-def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: int | None, fmt: str) -> str:
+def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
     """The ``dtrace gaps`` report in a human format (see the module docstring)."""
     rep = gap_report(res, sort=sort, rank=rank, stream=stream)
     sm = rep.summary
@@ -514,7 +511,8 @@ def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: in
     tv = rep.transitions
     if len(tv):
         out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,
-                          title=f"top {min(top, len(tv))} kernel pairs by {sort} gap", max_rows=top,
+                          title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
+                          max_rows=top,
                           short_names=False))
     return "\n".join(s for s in out if s)
 
@@ -554,13 +552,13 @@ def run_gaps(args: argparse.Namespace) -> int:
         if note:
             say(note, args.fmt)
         if args.fmt == "json":
-            print_json(gaps_document(rep, args.top))
+            print_json(gaps_document(rep, rows_to_show(args)))
         else:
             tv = rep.transitions.drop(columns=["#", "transition"])
-            print(render(tv.head(args.top) if args.top else tv, "csv"), end="")
+            print(render(tv, "csv", max_rows=rows_to_show(args)), end="")
     else:
-        print(gaps_text(res, sort=sort, top=args.top or DEFAULT_TOP, rank=args.rank, stream=args.stream,
-                        fmt=args.fmt), end="")
+        print(gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt),
+              end="")
     if args.output:
         tv = rep.transitions
         _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))

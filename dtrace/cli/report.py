@@ -15,7 +15,7 @@ from ..diff import LEVELS, PER, diff, missing_levels
 from ..errors import OutputError, UsageError
 from ..render.escape import printable, to_csv
 from ..results import Results, load
-from .common import add_output_format, is_machine, say
+from .common import add_output_format, add_rows, is_machine, rows_to_show, say
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="compare only this level (repeatable; default: all)")
     d.add_argument("--per", choices=PER, default="gpu",
                    help="gpu: values per (rank, device) of each run (default); job: job totals")
-    d.add_argument("--top", type=int, default=20, metavar="N", help="rows per level in the terminal (default 20)")
+    add_rows(d)
     d.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="also write every row to FILE.parquet or FILE.csv")
     add_output_format(d)
@@ -191,7 +191,7 @@ def run_diff(args: argparse.Namespace) -> int:
             if lv == "breakdown":
                 part = part.drop(columns=["count_a", "count_b", "count_delta"])
             sys.stdout.write(render(part, args.fmt, title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
-                                    max_rows=args.top, time_unit="auto"))
+                                    max_rows=rows_to_show(args), time_unit="auto"))
             sys.stdout.write("\n")
     for lv, why in missing_levels(a, b, levels).items():
         say(f"{lv}: not available ({why})", args.fmt)

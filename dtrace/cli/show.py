@@ -8,8 +8,9 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..results import load
+from ..render.stragglers import signals_legend
 from ..render.text import render
-from .common import add_output_format, is_machine, print_json, say, select_rank
+from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "directory, or the list of tables and the inputs when no table is named.")
     p.add_argument("out", metavar="OUT")
     p.add_argument("table", nargs="?", default=None)
-    p.add_argument("--top", type=int, default=None, help="print only the first N rows")
+    add_rows(p)
     p.add_argument("--sort", default=None, help="sort by this column (descending)")
     p.add_argument("--rank", type=int, default=None, help="only this rank")
     p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"table {name} is empty: {why}", args.fmt)
         if len(inputs) or is_machine(args.fmt):
             print(render(inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}), args.fmt,
-                         title="inputs", human=False), end="")
+                         title="inputs", human=False, max_rows=rows_to_show(args)), end="")
         return 0
     if args.table not in res.table_names:
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
@@ -58,5 +59,7 @@ def run(args: argparse.Namespace) -> int:
         why = (res.manifest.get("absent_tables") or {}).get(args.table)
         say(f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
             args.fmt)
-    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=args.top), end="")
+    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
+        say(signals_legend(), args.fmt)
     return 0

@@ -16,7 +16,7 @@ from ..options import Options
 from ..render.charts import fmt_time
 from ..render.escape import printable
 from ..render.text import render
-from .common import add_output_format, reading
+from .common import add_output_format, add_rows, reading, rows_to_show
 
 OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
 
@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "gpu_subtree (everything below it). X is a trace file or a results directory; "
                                    "for a results directory the cross-rank table is shown unless --rank is given.")
     o.add_argument("x", metavar="X", help="a trace file or a results directory")
-    o.add_argument("--top", type=int, default=20, help="print the first N ops (default 20)")
+    add_rows(o)
     o.add_argument("--sort", choices=OPS_SORT, default="gpu_subtree_ns", help="sort column (descending)")
     o.add_argument("--rank", type=int, default=None, help="one rank's ops")
     o.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
@@ -122,5 +122,5 @@ def run_ops(args: argparse.Namespace) -> int:
         df = Tree.from_part(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
-    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=args.top), end="")
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args)), end="")
     return 0

@@ -13,6 +13,7 @@ import pandas as pd
 from . import charts as ch
 from .context import Context
 from .page import na, note, table
+from .stragglers import SIGNALS
 
 HEAT_ROWS = 128
 HEAT_COLS = 60
@@ -149,8 +150,12 @@ def section_stragglers(ctx: Context) -> str:
         shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
             "score", ascending=False, kind="stable")
         shown = shown.assign(label=ctx.labels(shown))
-        html.append(table(shown, [("label", "GPU", "text"), ("score", "score", "num"), ("flagged", "flagged", "bool"),
-                                  ("evidence", "evidence", "text")], flag=shown["flagged"].astype(bool).tolist()))
+        cols = [("label", "GPU", "text"), ("score", "score", "num"), ("flagged", "flagged", "bool"),
+                ("evidence", "evidence", "text")]
+        if "signals" in shown.columns:
+            cols.insert(3, ("signals", "signals", "text"))
+            html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
+        html.append(table(shown, cols, flag=shown["flagged"].astype(bool).tolist()))
     rk, msg = ctx.get("ranks", ("rank",))
     html.append("<h3>Rank comparison (robust z-scores)</h3>")
     if rk is None:

@@ -9,6 +9,18 @@ from .escape import printable
 from .text import render
 
 TOP = 5
+#: What the letters of the ``signals`` column mean (SPEC §4's four straggler signals).
+SIGNALS = {
+    "a": "arrives last at collectives, making the others wait",
+    "b": "compute kernels slower than the median rank for the same kernel names",
+    "c": "step time far above the median (robust z-score)",
+    "d": "slow link: the process groups that contain the rank transfer slower than the others",
+}
+
+
+def signals_legend() -> str:
+    """One line explaining the signal letters, for every place that shows them."""
+    return "signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items())
 
 
 def _clock_line(results: Results) -> str:
@@ -42,9 +54,11 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
     view = flagged.sort_values("score", ascending=False, kind="stable").head(TOP)
     title = f"stragglers: {len(flagged)} of {len(s)} ranks flagged" + (f" (top {TOP})" if len(flagged) > TOP else "")
     if fmt != "table":
-        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title)
+        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title) + \
+            signals_legend() + "\n"
     lines = [title]
     for row in view.itertuples(index=False):
         lines.append(f"  rank {row.rank} (device {row.device}, score {row.score:.1f}, signals {row.signals or '-'}):")
         lines.append(f"    {printable(row.evidence)}")
+    lines.append(signals_legend())
     return head + "\n".join(lines) + "\n"

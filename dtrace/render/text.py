@@ -200,7 +200,9 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     short_names
         Shorten kernel/op names in the human formats.
     width
-        Terminal width (default: the current terminal, at least 100 columns).
+        Terminal width (default: the current terminal, see :func:`terminal_width`). Text
+        columns are shortened to fit; numbers never are: a table whose numbers cannot fit is
+        printed in blocks of columns, each repeating the key columns (rank, device, name, ...).
     time_unit
         One unit for every time column (``"ms"``, ...; ``"auto"`` picks it), instead of one
         per column.
@@ -231,8 +233,8 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         for c in view.columns:
             if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
                 view[c] = view[c].astype(object).map(lambda x: x if _missing(x) else shorten(x, 60))
-    more = (f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,})"
-            if len(view) < n_all else "")
+    more = (f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all "
+            "for more)" if len(view) < n_all else "")
     if t0 is not None:
         more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
     numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
@@ -245,38 +247,119 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         if more:
             lines.append(f"\n_{more}_")
         return (f"### {markdown_cell(title)}\n\n" if title else "") + "\n".join(lines) + "\n"
+    heads = [printable(c) for c in view.columns]
+    cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
+    width = terminal_width() if width is None else max(int(width), 20)
+    return _terminal_table(heads, cells, numeric, [str(c) for c in view.columns], width,
+                           printable(title) if title else None, [more] if more else [])
+
+
+def terminal_width() -> int:
+    """Columns of the terminal on stdout; ``$COLUMNS``, else 160 when stdout is not a terminal."""
+    return max(shutil.get_terminal_size((160, 24)).columns, 20)
+
+
+#: Columns repeated in every block of a table too wide for the terminal (when they lead it).
+KEY_COLUMNS = ("#", "rank", "device", "stream", "step", "level", "metric", "class", "collective", "op", "name",
+               "key", "transition", "label", "group", "path", "category")
+
+
+def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int,
+                    title: str | None, notes: list[str]) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold", caption=Text(more) if more else None,
-              caption_justify="left", pad_edge=False)
-    cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
-    heads = [printable(c) for c in view.columns]
-    if width is None:
-        width = max(shutil.get_terminal_size((200, 24)).columns, 100)
-    widths = column_widths(heads, cells, numeric, width)
-    for head, is_num, w in zip(heads, numeric, widths):
-        t.add_column(Text(head), justify="right" if is_num else "left", overflow="fold", width=w)
-    for r in cells:
-        t.add_row(*(Text(c) for c in r))  # Text: names are never read as rich markup or emoji codes
+    n = len(heads)
+    blocks = layout(heads, cells, numeric, names, width)
+    for cols, widths, _ in blocks:  # text shortened to its column, numbers never
+        for k, w in zip(cols, widths):
+            if not numeric[k]:
+                cut = (lambda x, w=w: shorten(x, w)) if names[k] in NAME_COLUMNS else \
+                    (lambda x, w=w: x[: max(w - 1, 1)] + "…")
+                for r in cells:
+                    if len(r[k]) > w:
+                        r[k] = cut(r[k])
     buf = io.StringIO()
-    # as wide as the columns need: numbers are never cut, so a table wider than the terminal stays whole
-    console = Console(file=buf, width=max(width, sum(widths) + 3 * len(widths) + 2), force_terminal=False,
-                      color_system=None, highlight=False, markup=False, emoji=False)
+    total = max(sum(w + 3 for w in widths) for _, widths, _ in blocks) + 2
+    console = Console(file=buf, width=max(width, total), force_terminal=False, color_system=None,
+                      highlight=False, markup=False, emoji=False)
     if title:
-        console.print(Text(printable(title), style="bold"), overflow="fold", soft_wrap=True)
-    console.print(t)
+        console.print(Text(title, style="bold"), overflow="fold", soft_wrap=True)
+    for bi, (cols, widths, first) in enumerate(blocks):
+        if len(blocks) > 1:
+            console.print(Text(f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns "
+                               f"{', '.join(names[k] for k in cols if k >= first)}]"), overflow="fold")
+        t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+        for k, w in zip(cols, widths):
+            t.add_column(Text(heads[k]), justify="right" if numeric[k] else "left", width=w,
+                         overflow="fold" if numeric[k] else "ellipsis", no_wrap=not numeric[k])
+        for r in cells:
+            t.add_row(*(Text(r[k]) for k in cols))
+        console.print(t)
+    for note in notes:
+        console.print(Text(note), overflow="fold", soft_wrap=True)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def layout(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int
+           ) -> list[tuple[list[int], list[int], int]]:
+    """How a table is printed in ``width`` columns: ``[(column indices, their widths, first value column)]``.
+
+    One block when the table fits once its text columns are shortened (:func:`column_widths`).
+    Otherwise (numbers are never cut) the columns are split into blocks that each fit, and the
+    leading key columns (:data:`KEY_COLUMNS`: rank, device, name, ...) are repeated in every block.
+
+    Examples
+    --------
+    >>> heads = ["rank", "a (ms)", "b (ms)", "c (ms)"]
+    >>> row = ["0", "1,234.5", "2,345.5", "3,456.5"]
+    >>> [(c, w) for c, w, _ in layout(heads, [row], [True] * 4, ["rank", "a", "b", "c"], 30)]
+    [([0, 1, 2], [4, 7, 7]), ([0, 3], [4, 7])]
+    """
+    n = len(heads)
+    widths = column_widths(heads, cells, numeric, width)
+    if sum(widths) + 3 * n <= width or n <= 1:
+        return [(list(range(n)), widths, 0)]
+    keys: list[int] = []
+    for k in range(n - 1):
+        if names[k] not in KEY_COLUMNS:
+            break
+        keys.append(k)
+    key_w = column_widths([heads[k] for k in keys], [[r[k] for k in keys] for r in cells],
+                          [numeric[k] for k in keys], width // 2) if keys else []
+    used_keys = sum(w + 3 for w in key_w)
+    if used_keys > width // 2 + 8:  # keys alone too wide to repeat: no keys
+        keys, key_w, used_keys = [], [], 0
+    first = len(keys)
+    rest = list(range(first, n))
+    room = max(width - used_keys - 3, 16)  # a text column may fill a block of its own
+    own = [max(len(heads[k]), max((len(r[k]) for r in cells), default=0), 1) for k in rest]
+    own = [w if numeric[k] else min(w, room) for k, w in zip(rest, own)]
+    blocks: list[tuple[list[int], list[int], int]] = []
+    cur: list[int] = []
+    cur_w: list[int] = []
+    used = used_keys
+    for k, w in zip(rest, own):
+        if cur and used + w + 3 > width:
+            blocks.append((keys + cur, key_w + cur_w, first))
+            cur, cur_w, used = [], [], used_keys
+        cur.append(k)
+        cur_w.append(w)
+        used += w + 3
+    if cur:
+        blocks.append((keys + cur, key_w + cur_w, first))
+    return blocks
 
 
 def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> list[int]:
     """Column widths for a terminal table of ``width`` columns.
 
     Each column starts at its natural width (header or widest value). While the table is too
-    wide, the widest text column gives up space, down to 16 characters (names fold onto more
-    lines); then headers wrap at their spaces. Numbers never shrink below their widest value.
+    wide, the widest text column gives up space, down to 16 characters (its values are then
+    shortened); then headers wrap at their spaces. Numbers never shrink below their widest
+    value: a table still too wide is printed in blocks of columns by :func:`render`.
 
     Examples
     --------
