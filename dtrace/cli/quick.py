@@ -416,7 +416,7 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
         return "", ""
     note = ""
     edges = hist.groupby(["rank", "device"], sort=True)[["lo_ns", "hi_ns"]].apply(
-        lambda f: tuple(np.round(f.drop_duplicates().to_numpy().ravel(), 3)))
+        lambda f: tuple(np.round(f.drop_duplicates().to_numpy(np.float64, na_value=np.nan).ravel(), 3)))
     if edges.nunique() > 1:
         r, d = edges.index[0]
         hist = hist.loc[(hist["rank"] == r) & (hist["device"] == d)]

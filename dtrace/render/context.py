@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..results import Results
 from .page import na
+from .text import flags
 
 MAX_BARS = 64
 
@@ -53,7 +54,7 @@ class Context:
         df, _ = self.get("stragglers", ("rank", "flagged"))
         if df is None:
             return set()
-        return set(df.loc[df["flagged"].astype(bool), "rank"].astype(int).tolist())
+        return set(df.loc[flags(df["flagged"]), "rank"].astype(int).tolist())
 
     @property
     def n_parts(self) -> int:

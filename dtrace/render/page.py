@@ -158,17 +158,26 @@ def table(df: pd.DataFrame, columns: Sequence[tuple[str, str, str]], *, flag: Se
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
+def _missing(v: object) -> bool:
+    """None, NaN and pandas' NA/NaT: a value the table does not have."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
 def _td(v: object, kind: str) -> str:
     if kind in ("text", "name"):
-        s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        s = "" if _missing(v) else str(v)
         if kind == "name":
             short = shorten(s, 72)
             tip = f' title="{escape(s)}"' if short != s else ""
             return f'<td class="nm"{tip}>{escape(short)}</td>'
         return f'<td class="evidence">{escape(s)}</td>' if len(s) > 80 else f"<td>{escape(s)}</td>"
     if kind == "bool":
-        b = bool(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else False
+        if _missing(v):
+            return '<td data-v="">–</td>'
+        b = bool(v)
         return f'<td data-v="{int(b)}">{"yes" if b else ""}</td>'
+    if _missing(v):
+        return '<td class="n" data-v="">–</td>'
     try:
         x = float(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):

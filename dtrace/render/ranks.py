@@ -14,6 +14,7 @@ from . import charts as ch
 from .context import Context
 from .page import na, note, table
 from .stragglers import SIGNALS
+from .text import flags
 
 HEAT_ROWS = 128
 HEAT_COLS = 60
@@ -137,15 +138,15 @@ def section_stragglers(ctx: Context) -> str:
         html.append(msg)
     else:
         sg = sg.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
-        fl = sg["flagged"].astype(bool).to_numpy()
+        fl = flags(sg["flagged"])
         html.append(note(f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
                          "others wait for; the evidence names the signals (late arrival at collectives, slower "
                          "kernels than the other ranks, step-time z-score, slow link)."))
         head = sg.head(20)
         html.append(ch.hbars("stragglers", ctx.labels(head), head["score"].to_numpy(np.float64),
-                             colors=["#e15759" if f else "#4e79a7" for f in head["flagged"].astype(bool)],
+                             colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
                              value_fmt=lambda v: f"{v:.2f}", label_width=150,
-                             highlight=head["flagged"].astype(bool).tolist(),
+                             highlight=flags(head["flagged"]).tolist(),
                              legend={"flagged": "#e15759", "not flagged": "#4e79a7"}))
         shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
             "score", ascending=False, kind="stable")
@@ -155,7 +156,7 @@ def section_stragglers(ctx: Context) -> str:
         if "signals" in shown.columns:
             cols.insert(3, ("signals", "signals", "text"))
             html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
-        html.append(table(shown, cols, flag=shown["flagged"].astype(bool).tolist()))
+        html.append(table(shown, cols, flag=flags(shown["flagged"]).tolist()))
     rk, msg = ctx.get("ranks", ("rank",))
     html.append("<h3>Rank comparison (robust z-scores)</h3>")
     if rk is None:
@@ -251,7 +252,7 @@ def section_collectives(ctx: Context) -> str:
                                           ("start_skew", "start skew (mean)", "time")]))
     keys = ["rank", "device"] if "device" in co.columns else ["rank"]
     if "last" in co.columns:
-        last_flag = co["last"].astype(bool)
+        last_flag = pd.Series(flags(co["last"]), index=co.index)
     else:
         last_flag = pd.Series(False, index=co.index)
         last_flag.loc[co.groupby("collective")["start_ns"].idxmax().to_numpy()] = True

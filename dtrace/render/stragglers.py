@@ -6,7 +6,7 @@ import pandas as pd
 from ..results import Results
 from .charts import fmt_time
 from .escape import printable
-from .text import render
+from .text import flags, render
 
 TOP = 5
 #: What the letters of the ``signals`` column mean (SPEC §4's four straggler signals).
@@ -48,7 +48,7 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
     inst = results.table("collective_instances") if "collective_instances" in results.table_names else pd.DataFrame()
     matched = int((inst["ranks"] > 1).sum()) if len(inst) else 0
     head = f"{matched} collective instances matched across ranks\n" + _clock_line(results)
-    flagged = s.loc[s["flagged"].astype(bool)]
+    flagged = s.loc[flags(s["flagged"])]
     if not len(flagged):
         return head + f"no straggler flagged among {len(s)} ranks (method {s['method'].iloc[0]})\n"
     view = flagged.sort_values("score", ascending=False, kind="stable").head(TOP)
@@ -58,7 +58,9 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
             signals_legend() + "\n"
     lines = [title]
     for row in view.itertuples(index=False):
-        lines.append(f"  rank {row.rank} (device {row.device}, score {row.score:.1f}, signals {row.signals or '-'}):")
+        score = "–" if pd.isna(row.score) else f"{row.score:.1f}"
+        sigs = "-" if pd.isna(row.signals) or not row.signals else row.signals
+        lines.append(f"  rank {row.rank} (device {row.device}, score {score}, signals {sigs}):")
         lines.append(f"    {printable(row.evidence)}")
     lines.append(signals_legend())
     return head + "\n".join(lines) + "\n"

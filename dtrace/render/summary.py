@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..results import Results
 from .escape import printable
-from .text import render
+from .text import flags, render
 
 BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns",
                      "total_ns"]
@@ -80,7 +80,7 @@ def summary_document(results: Results) -> dict[str, Any]:
     if "stragglers" in results.table_names:
         s = results.table("stragglers")
         cols = [c for c in ("rank", "device", "score", "signals", "evidence") if c in s.columns]
-        doc["stragglers"] = _records(s.loc[s["flagged"].astype(bool), cols]) if "flagged" in s.columns else []
+        doc["stragglers"] = _records(s.loc[flags(s["flagged"]), cols]) if "flagged" in s.columns else []
     doc["errors"] = results.errors
     return doc
 

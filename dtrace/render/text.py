@@ -132,6 +132,17 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
     return pd.DataFrame(out, index=df.index), (_t0_text(t0) if t0 is not None else None)
 
 
+def flags(col: pd.Series) -> np.ndarray:
+    """A yes/no column as a bool array; missing values (NA, None, NaN) count as no.
+
+    Examples
+    --------
+    >>> flags(pd.Series([True, pd.NA, False], dtype="boolean")).tolist()
+    [True, False, False]
+    """
+    return col.astype(object).where(col.notna(), False).astype(bool).to_numpy()
+
+
 def _floats(col: pd.Series) -> np.ndarray:
     """A numeric column as float64 with missing values (NaN or ``pd.NA``) as NaN."""
     return col.to_numpy(dtype=np.float64, na_value=np.nan)
