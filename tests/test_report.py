@@ -345,7 +345,8 @@ def test_summary_numbers_by_hand():
     assert f">{comp_share:.1f} %</div><div class=\"k\">computation (all GPUs)" in html
     med = np.median(res.steps["step_ns"]) / 1e6
     assert f">{med:.1f} ms</div><div class=\"k\">median step time" in html
-    assert ">3</div><div class=\"k\">flagged stragglers" in html
+    # one flagged straggler (rank 3): the card's figure is the count, the rank is shown as an id
+    assert ">1</div><div class=\"k\">flagged stragglers (of 16 GPUs)</div><div class=\"ids\">rank 3</div>" in html
 
 
 def test_gap_histogram_merges_only_equal_bins():

@@ -41,6 +41,7 @@ p.na{color:#8a5a00;background:#fff8e6;border-left:3px solid #e0a800;padding:6px 
 .card .v{font-size:19px;font-weight:600}
 .card .k{font-size:12px;color:#555}
 .card.warn{border-color:#e15759;background:#fdf1f1}
+.card .ids{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;color:#8a1f21;margin-top:3px;max-width:260px}
 figure.chart{margin:8px 0 12px;overflow-x:auto}
 figure.chart figcaption{font-size:12px;color:#555;margin-top:2px}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:2px 0 4px}
@@ -57,6 +58,8 @@ table.data td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:n
 table.data tr.flag td{background:#fdf1f1}
 table.data td.hot{background:#f8d4d4}
 table.data td.cold{background:#d7e6f7}
+table.data tr.flag td.hot{background:#f4b6b6}
+table.data tr.flag td.cold{background:#c4daf2}
 td.evidence{min-width:360px}
 table.data td:first-child{white-space:nowrap}
 table.data td.nm{max-width:460px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
@@ -123,13 +126,17 @@ def note(text: str) -> str:
     return f'<p class="note">{escape(text)}</p>'
 
 
-def cards(items: Sequence[tuple[str, str] | tuple[str, str, bool]]) -> str:
+def cards(items: Sequence[tuple]) -> str:
+    """Key figures: ``(label, value[, warn[, ids]])`` per card. ``value`` is the big figure (a
+    count, a time, a share); ``ids`` (e.g. ``rank 5, rank 137``) are shown under the label in
+    the style of identifiers, never as the big figure."""
     out = []
     for it in items:
         k, v = it[0], it[1]
         warn = len(it) > 2 and it[2]
+        ids = f'<div class="ids">{escape(it[3])}</div>' if len(it) > 3 and it[3] else ""
         out.append(f'<div class="card{" warn" if warn else ""}"><div class="v">{escape(v)}</div>'
-                   f'<div class="k">{escape(k)}</div></div>')
+                   f'<div class="k">{escape(k)}</div>{ids}</div>')
     return f'<div class="cards">{"".join(out)}</div>'
 
 
