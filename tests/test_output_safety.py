@@ -11,7 +11,7 @@ import pytest
 from dtrace.cli.main import main
 from dtrace.render.escape import csv_frame, markdown_cell, printable
 from dtrace.render.text import render
-from dtrace.results import Results, write_results
+from dtrace.results import write_results
 
 from test_bad_input import GOOD, write
 

@@ -6,7 +6,6 @@ import re
 from html import unescape
 
 import numpy as np
-import pandas as pd
 
 from dtrace.render.context import Context
 from dtrace.render.html import report

@@ -20,7 +20,8 @@ from test_bad_input import GOOD, write
 
 
 def small(n=2):
-    return pd.DataFrame({"rank": list(range(n)), "device": list(range(n)), "total_ns": [10 * (i + 1) for i in range(n)]})
+    return pd.DataFrame({"rank": list(range(n)), "device": list(range(n)),
+                         "total_ns": [10 * (i + 1) for i in range(n)]})
 
 
 def edit_manifest(out, **fields):

@@ -88,9 +88,10 @@ def run_tree(args: argparse.Namespace) -> int:
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
     node = tree.node(uid)
+    gpu = fmt_time(float(tree.gpu_time(uid)))
     print(printable(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
                     f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
-                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {fmt_time(float(tree.gpu_time(uid)))} "
+                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {gpu} "
                     f"in {tree.gpu_events(uid).size} GPU events"))
     if args.up:
         text = tree.format_up(uid, width=args.width)

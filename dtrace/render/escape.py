@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import re
 
-import numpy as np
 import pandas as pd
 
 # C0 controls, DEL, C1 controls, and the invisible bidirectional marks/overrides/isolates
