@@ -108,3 +108,17 @@ def pytest_approx(x):
     import pytest
 
     return pytest.approx(x, rel=5e-3)
+
+
+def test_compare_categories_never_share_the_non_gpu_colour():
+    from dtrace.render.compare import compare
+
+    res = fake_job(16, straggler=3)
+    many = res.kernels.assign(**{"class": [f"class_{i % 12}" for i in range(len(res.kernels))]})
+    run = Results({**res._tables, "kernels": many}, res.manifest)
+    html = compare([("a", run), ("b", run)], wall_time_s={"a": 1.0, "b": 1.0})
+    fig = re.search(r'data-chart="compare-categories">(.*?)</figure>', html, re.S).group(1)
+    legend = re.findall(r'<i style="background:(#[0-9a-f]{6})"></i>([^<]*)</span>', fig)
+    assert "non-GPU" in [name for _, name in legend]
+    colours = [c for c, _ in legend]
+    assert len(colours) == len(set(colours)), legend  # every series its own colour

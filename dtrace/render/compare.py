@@ -229,7 +229,8 @@ def _sec_categories(runs: Sequence[tuple[str, Results]], walls: Mapping[str, flo
     series = {c: per[c].to_numpy(np.float64) for c in top}
     if rest:
         series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
-    colors = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(series)}
+    palette = [c for c in ch.PALETTE if c != ch.BREAKDOWN_COLORS["non-GPU"]]  # non-GPU keeps its own colour
+    colors = {c: palette[i % len(palette)] for i, c in enumerate(series)}
     colors["(other categories)"] = "#d0d0d0"
     kernel_time = per.sum(axis=1).to_numpy(np.float64)
     clamped = []
