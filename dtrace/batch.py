@@ -76,6 +76,16 @@ class Batch:
     def n_parts(self) -> int:
         return len(self.parts)
 
+    @property
+    def rank(self) -> int:
+        """The rank of a batch of one part (the first part's otherwise)."""
+        return int(self.parts["rank"].iloc[0])
+
+    @property
+    def device(self) -> int:
+        """The device of a batch of one part (the first part's otherwise)."""
+        return int(self.parts["device"].iloc[0])
+
     def keys(self, part: np.ndarray) -> dict[str, np.ndarray]:
         """``rank`` and ``device`` columns for rows of the given parts."""
         part = np.asarray(part, I64)

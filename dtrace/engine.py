@@ -250,7 +250,9 @@ def _reason(exc: BaseException | None) -> str:
 
 
 class _Progress:
-    """A progress bar on a terminal, a log line every :data:`LOG_EVERY_S` seconds otherwise."""
+    """A progress bar on a terminal; otherwise a log line every :data:`LOG_EVERY_S` seconds (and a
+    last one when the phase ends), so a short run prints nothing and a long batch job shows it
+    is alive."""
 
     def __init__(self, enabled: Any, label: str, total: int) -> None:
         self.stream: TextIO | None = None
@@ -260,9 +262,10 @@ class _Progress:
             self.stream = enabled
         self.label, self.total, self.done = label, total, 0
         self.t0 = self.last = time.monotonic()
+        self.logged = False
         self.tty = bool(self.stream is not None and getattr(self.stream, "isatty", lambda: False)())
-        if self.stream is not None and total:
-            self._show(force=True)
+        if self.stream is not None and total and self.tty:
+            self._show()
 
     def advance(self) -> None:
         self.done += 1
@@ -279,8 +282,8 @@ class _Progress:
             self.stream.write(f"\r{self.label} [{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} "
                               f"{elapsed:5.1f} s")
             self.stream.flush()
-        elif force or now - self.last >= LOG_EVERY_S:
-            self.last = now
+        elif (force and self.logged) or now - self.last >= LOG_EVERY_S:
+            self.last, self.logged = now, True
             self.stream.write(f"dtrace: {self.label}: {self.done}/{self.total} done, {elapsed:.1f} s\n")
             self.stream.flush()
 

@@ -55,3 +55,8 @@ class ImplausibleTimes(InputError):
 
 class RankError(InputError):
     """The input's rank is invalid or claimed by another input."""
+
+
+class OutputError(DtraceError):
+    """An output file (a report, a CSV, a results table) cannot be written: disk full,
+    read-only file system, no permission, a folder where a file belongs."""

@@ -5,15 +5,34 @@ run id in its Parquet metadata; the old manifest is removed, the tables are rena
 place, and the new manifest is renamed in last. A crash leaves either the previous complete
 results or no manifest at all (``load`` then says the results are incomplete) — never a
 manifest describing half-written tables.
+
+Results folders are shared and hand-edited, so nothing read from a manifest is trusted:
+
+- table names are identifiers (:data:`TABLE_NAME`; they are also ``Results`` attributes), and
+  a table's file must resolve inside OUT, or :class:`~dtrace.errors.ResultsError` is raised;
+- a table the previous run wrote and this one does not is deleted only if its name is valid,
+  it is a regular file (not a link) directly in OUT, and its Parquet metadata carries the run
+  id of the manifest that lists it;
+- renames replace a table file or manifest that is a symbolic link with a regular file, never
+  writing through the link;
+- a staging folder holds a lock (``flock``) while its run writes; the next write removes the
+  staging folders whose lock is free (their run crashed) and leaves those of live runs.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 import uuid
 from typing import Any, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: staging folders are cleaned by age alone
+    fcntl = None  # type: ignore[assignment]
 
 import pandas as pd
 import pyarrow as pa
@@ -23,6 +42,12 @@ from .errors import ResultsError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+#: What a table name must look like (the results contract's names are identifiers).
+TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+STAGING_PREFIX = ".staging-"
+_LOCK = ".lock"
+#: A staging folder without a lock file younger than this may be a run that is just starting.
+_STAGING_GRACE_S = 600.0 if fcntl is not None else 86400.0
 
 
 class Results:
@@ -47,8 +72,7 @@ class Results:
         if name not in self._tables:
             if self.path is None or name not in self.table_names:
                 raise KeyError(f"no table {name!r}; tables: {', '.join(self.table_names)}")
-            self._tables[name] = _read_table(os.path.join(self.path, f"{name}.parquet"),
-                                             self.manifest.get("run_id"))
+            self._tables[name] = _read_table(table_path(self.path, name), self.manifest.get("run_id"))
         return self._tables[name]
 
     def __getattr__(self, name: str) -> pd.DataFrame:
@@ -87,6 +111,26 @@ class Results:
                 f"tables: {', '.join(self.table_names)}>")
 
 
+def table_path(out: str, name: object) -> str:
+    """``OUT/<name>.parquet`` for a valid table name whose file resolves inside ``OUT``.
+
+    Raises
+    ------
+    ResultsError
+        The name is not an identifier (``../x``, ``/abs/x``), or the file is a link that
+        leads out of ``OUT``.
+    """
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        raise ResultsError(f"{os.path.join(out, MANIFEST)}: invalid table name {name!r} (table names are "
+                           "identifiers: letters, digits and _); the manifest was edited or damaged")
+    path = os.path.join(out, f"{name}.parquet")
+    root = os.path.realpath(out)
+    real = os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise ResultsError(f"{path}: resolves to {real}, outside the results directory; refusing to read it")
+    return path
+
+
 def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
         t = pq.read_table(path)
@@ -101,38 +145,156 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
 
 
 def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:
-    """Write ``tables`` and ``manifest`` to ``out`` atomically (see module docstring)."""
-    os.makedirs(out, exist_ok=True)
+    """Write ``tables`` and ``manifest`` to ``out`` atomically (see module docstring).
+
+    Raises
+    ------
+    ResultsError
+        ``out`` cannot be written (a file, read-only, disk full, a folder named
+        ``manifest.json``); the previous results are left as they were.
+    """
+    for name in tables:
+        if not TABLE_NAME.fullmatch(name):
+            raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        raise ResultsError(f"{out}: exists and is not a directory; cannot write results there") from None
+    except OSError as exc:
+        raise ResultsError(f"{out}: cannot create the results directory: {exc.strerror}") from None
+    old_manifest = os.path.join(out, MANIFEST)
+    if os.path.isdir(old_manifest) and not os.path.islink(old_manifest):
+        raise ResultsError(f"{old_manifest} is a directory, not a manifest; remove it or write the results elsewhere")
+    clean_staging(out)
     run_id = manifest.setdefault("run_id", uuid.uuid4().hex)
     manifest["format_version"] = FORMAT_VERSION
     manifest["tables"] = sorted(tables)
-    staging = tempfile.mkdtemp(prefix=".staging-", dir=out)
+    staging = lock = None
     try:
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
+        lock = _lock(staging)
         for name, df in tables.items():
             t = pa.Table.from_pandas(df, preserve_index=False)
             t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
             pq.write_table(t, os.path.join(staging, f"{name}.parquet"), compression="zstd")
         with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, default=str)
-        old_manifest = os.path.join(out, MANIFEST)
-        if os.path.exists(old_manifest):
-            old = _read_manifest(out, missing_ok=True) or {}
-            os.unlink(old_manifest)
-            for name in old.get("tables", []):  # tables this run no longer writes
-                if name not in tables:
-                    p = os.path.join(out, f"{name}.parquet")
-                    if os.path.exists(p):
-                        os.unlink(p)
+        if os.path.lexists(old_manifest):
+            old = _previous_manifest(out)
+            os.unlink(old_manifest)  # a link is removed, never followed
+            if old:
+                _remove_stale_tables(out, old, set(tables))
         for name in tables:
             os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(out, f"{name}.parquet"))
         os.replace(os.path.join(staging, MANIFEST), old_manifest)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ResultsError(f"{out}: cannot write results: {exc.strerror or exc}{where}") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return Results(tables, manifest, out)
+
+
+def _previous_manifest(out: str) -> dict[str, Any] | None:
+    """The manifest being replaced, if it is a readable JSON object (else nothing is cleaned up)."""
+    try:
+        old = _read_manifest(out, missing_ok=True)
+    except ResultsError:
+        return None
+    return old if isinstance(old, dict) else None
+
+
+def _remove_stale_tables(out: str, old: dict[str, Any], keep: set[str]) -> None:
+    """Delete the previous run's tables this run does not write (see the module docstring)."""
+    names = old.get("tables")
+    run_id = old.get("run_id")
+    if not isinstance(names, list) or not isinstance(run_id, str):
+        return
+    for name in names:
+        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name) or name in keep:
+            continue
+        p = os.path.join(out, f"{name}.parquet")
+        if os.path.islink(p) or not os.path.isfile(p):
+            continue
+        try:
+            md = pq.read_schema(p).metadata or {}
+        except (OSError, pa.ArrowInvalid):
+            continue
+        if md.get(b"dtrace.run_id", b"").decode(errors="replace") == run_id:
+            os.unlink(p)
+
+
+def _lock(staging: str) -> int | None:
+    """Create and hold the lock of a staging folder (released when the fd closes or the process dies)."""
+    if fcntl is None:
+        return None
+    fd = os.open(os.path.join(staging, _LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _staging_in_use(path: str) -> bool:
+    """Whether a live run still writes into this staging folder."""
+    try:
+        fd = os.open(os.path.join(path, _LOCK), os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:  # no lock: a run about to take it, or one that crashed long ago
+        try:
+            return time.time() - os.lstat(path).st_mtime < _STAGING_GRACE_S
+        except OSError:
+            return False
+    except OSError:
+        return True
+    try:
+        if fcntl is None:
+            return time.time() - os.fstat(fd).st_mtime < _STAGING_GRACE_S
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def clean_staging(out: str) -> list[str]:
+    """Remove the ``.staging-*`` folders that crashed writes left in ``out``; return their names.
+
+    A staging folder whose lock a live run holds is left alone; links are removed, never followed.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(out))
+    except OSError:
+        return removed
+    for e in entries:
+        if not e.name.startswith(STAGING_PREFIX):
+            continue
+        if e.is_symlink() or not e.is_dir(follow_symlinks=False):
+            try:
+                os.unlink(e.path)
+                removed.append(e.name)
+            except OSError:
+                pass
+            continue
+        if _staging_in_use(e.path):
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        removed.append(e.name)
+    return removed
 
 
 def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None:
     mf = os.path.join(path, MANIFEST)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ResultsError(f"{path}: is a file, not a results directory (to look at one trace: dtrace kernels, gaps "
+                           f"or ops FILE; to analyse it: dtrace analyze FILE -o OUT)")
+    if os.path.islink(mf):
+        root, real = os.path.realpath(path), os.path.realpath(mf)
+        if os.path.commonpath([root, real]) != root:
+            raise ResultsError(f"{mf}: is a link to {real}, outside the results directory; refusing to read it")
     try:
         with open(mf, encoding="utf-8") as f:
             return json.load(f)
@@ -142,12 +304,68 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         if os.path.isdir(path) and any(n.endswith(".parquet") for n in os.listdir(path)):
             raise ResultsError(f"{path}: results are incomplete (no {MANIFEST}: the run did not finish)") from None
         raise ResultsError(f"{path}: not a dtrace results directory (no {MANIFEST})") from None
-    except ValueError as exc:
+    except IsADirectoryError:
+        raise ResultsError(f"{mf} is a directory, not a manifest") from None
+    except OSError as exc:
+        raise ResultsError(f"{mf}: cannot read the manifest: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
         raise ResultsError(f"{mf}: invalid manifest: {exc}") from None
+
+
+#: Manifest fields renderers rely on, and the JSON types each may have (``None`` allowed where listed).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "tables": (list,), "inputs": (list,), "options": (dict,), "absent_tables": (dict,),
+    "seconds": (int, float), "workers": (int,), "n_inputs": (int,), "n_failed": (int,), "n_parts": (int,),
+    "created": (str,), "dtrace_version": (str,), "run_id": (str,), "format_version": (int,),
+}
+_INPUT_FIELDS: dict[str, tuple[type, ...]] = {"path": (str,), "format": (str, type(None)), "status": (str,),
+                                             "error": (str, type(None)), "events": (int, type(None))}
+
+
+def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
+    """Check the manifest's shape (it may have been edited by hand); raise a one-line ResultsError.
+
+    Examples
+    --------
+    >>> validate_manifest({"tables": ["breakdown"], "seconds": 1.5}, "m.json")["seconds"]
+    1.5
+    >>> validate_manifest({"tables": "breakdown"}, "m.json")
+    Traceback (most recent call last):
+    dtrace.errors.ResultsError: m.json: field 'tables' is a str, expected a list (the manifest was edited or damaged)
+    """
+    def bad(what: str) -> ResultsError:
+        return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
+
+    if not isinstance(manifest, dict):
+        raise bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
+    if "tables" not in manifest:
+        raise bad("field 'tables' is missing")
+    for key, kinds in _FIELDS.items():
+        v = manifest.get(key)
+        if key in manifest and (not isinstance(v, kinds) or isinstance(v, bool)):
+            raise bad(f"field {key!r} is a {type(v).__name__}, expected a {' or '.join(k.__name__ for k in kinds)}")
+    for name in manifest["tables"]:
+        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+            raise bad(f"invalid table name {name!r} (table names are identifiers: letters, digits and _)")
+    for i, item in enumerate(manifest.get("inputs", [])):
+        if not isinstance(item, dict):
+            raise bad(f"inputs[{i}] is a {type(item).__name__}, not an object")
+        for key, kinds in _INPUT_FIELDS.items():
+            if key in item and not isinstance(item[key], kinds):
+                raise bad(f"inputs[{i}].{key} is a {type(item[key]).__name__}")
+    for key, why in manifest.get("absent_tables", {}).items():
+        if not isinstance(why, str):
+            raise bad(f"absent_tables[{key!r}] is a {type(why).__name__}, not a str")
+    return manifest
 
 
 def load(path: str | os.PathLike[str]) -> Results:
     """Open a results directory written by ``dtrace analyze``.
+
+    Raises
+    ------
+    ResultsError
+        ``path`` is not a results directory, or its manifest is damaged or from a newer dtrace.
 
     Examples
     --------
@@ -155,8 +373,7 @@ def load(path: str | os.PathLike[str]) -> Results:
     >>> r.breakdown.head()                        # doctest: +SKIP
     """
     path = os.fspath(path)
-    manifest = _read_manifest(path)
-    assert manifest is not None
+    manifest = validate_manifest(_read_manifest(path), os.path.join(path, MANIFEST))
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise ResultsError(f"{path}: written by a newer dtrace (format {manifest['format_version']}); upgrade")
     return Results(None, manifest, path)

@@ -46,3 +46,36 @@ def test_show_formats(tmp_path, fmt):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "stream" in proc.stdout
+
+
+def _example_results(tmp_path):
+    import dtrace
+
+    out = tmp_path / "results"
+    dtrace.analyze(os.path.join(ROOT, "examples", "traces"), str(out), scheduler="sync")
+    return out
+
+
+def test_plot_breakdown_png_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = _example_results(tmp_path)
+    png = tmp_path / "bd.png"
+    text = run(os.path.join("examples", "plot_breakdown.py"), str(out), str(png))
+    assert f"wrote {png}" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_breakdown_falls_back_to_html_without_matplotlib(tmp_path):
+    out = _example_results(tmp_path)
+    block = tmp_path / "block" / "matplotlib"
+    block.mkdir(parents=True)
+    (block / "__init__.py").write_text("raise ImportError('matplotlib is blocked by this test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(block.parent), ROOT, os.environ.get("PYTHONPATH", "")]))
+    png = tmp_path / "bd.png"
+    proc = subprocess.run([sys.executable, os.path.join("examples", "plot_breakdown.py"), str(out), str(png)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "matplotlib is not installed" in proc.stderr and f"wrote {tmp_path / 'bd.html'}" in proc.stdout
+    assert not png.exists()
+    html = (tmp_path / "bd.html").read_text()
+    assert html.count("<rect") == 2 * 4  # two ranks, four breakdown parts each

@@ -345,7 +345,8 @@ def test_summary_numbers_by_hand():
     assert f">{comp_share:.1f} %</div><div class=\"k\">computation (all GPUs)" in html
     med = np.median(res.steps["step_ns"]) / 1e6
     assert f">{med:.1f} ms</div><div class=\"k\">median step time" in html
-    assert ">3</div><div class=\"k\">flagged stragglers" in html
+    # one flagged straggler (rank 3): the card's figure is the count, the rank is shown as an id
+    assert ">1</div><div class=\"k\">flagged stragglers (of 16 GPUs)</div><div class=\"ids\">rank 3</div>" in html
 
 
 def test_gap_histogram_merges_only_equal_bins():
@@ -445,7 +446,7 @@ def test_render_formats_by_hand():
     md = render(df, "markdown", title="t", max_rows=2)
     assert "| rank | name | idle (ms) | time share (%) | flagged |" in md
     assert "| 0 | a\\|b | 1.5 | 25 | yes |" in md and "| 1 | x | 2 | 50 | no |" in md
-    assert "1 more rows not shown (showing 2 of 3)" in md
+    assert "1 more rows not shown (showing 2 of 3;" in md
     table = render(df, "table", title="t", width=120)
     assert "idle (ms)" in table and "1.5" in table and "2.5" in table and "12.5" in table
     assert json.loads(render(df, "json"))[0] == {"rank": 0, "name": "a|b", "idle_ns": 1500000, "time_share": 0.25,

@@ -6,8 +6,12 @@ import sys
 
 from .. import api
 from ..plan import DEFAULT_MAX_INPUT_SIZE
-from ..render.summary import summary
-from .common import add_analysis_options, add_output_format, analysis_kwargs
+from ..render.escape import printable
+from ..render.summary import header, summary, summary_csv, summary_document
+from ..errors import UsageError
+from ..results import Results
+from .common import (add_analysis_options, add_output_format, analysis_kwargs, check_out_dir, id_list, is_machine,
+                     print_json, say)
 
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
@@ -26,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Analyse trace files (files, directories, globs) of all ranks; write "
                                    "Parquet tables and manifest.json to OUT and print a summary.")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
-    p.add_argument("-o", "--out", required=True, help="results directory")
+    p.add_argument("-o", "--output", "--out", dest="out", required=True, metavar="OUT", help="results directory")
     p.add_argument("--cache", default=None, help="ingest cache directory (default: OUT/cache)")
     p.add_argument("--no-cache", action="store_true", help="re-parse every input even if cached")
     p.add_argument("--recompute", action="store_true",
@@ -58,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_dir(args.out, args.cache)
     scheduler = "sync" if args.sync else args.scheduler
     job_options = {key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS
                    if getattr(args, f"job_{key}") is not None}
@@ -69,9 +74,40 @@ def run(args: argparse.Namespace) -> int:
                       reuse_results=not (args.no_cache or args.recompute), max_input_size=args.max_input_size,
                       **({"partition_events": args.partition_size} if args.partition_size else {}),
                       **analysis_kwargs(args))
-    print(summary(res, args.fmt))
-    print(f"results: {args.out}")
+    empty = _empty_step(res, args.step)
+    if empty == "all":
+        raise UsageError(f"--step {args.step} selects no GPU event in any input (steps are the traces' "
+                         f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
+                         f"see dtrace show OUT steps); results written to {args.out}")
+    if is_machine(args.fmt):  # one document on stdout; the prose on stderr
+        print(printable(header(res)), end="", file=sys.stderr)
+        for e in res.errors:
+            print(f"error: {printable(e)}", file=sys.stderr)
+        if args.fmt == "json":
+            print_json(summary_document(res))
+        else:
+            print(summary_csv(res), end="")
+    else:
+        print(summary(res, args.fmt))
+    if empty:
+        say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
+    say(f"results: {args.out}", args.fmt)
     n_ok = res.manifest.get("n_parts", 0)
     if n_ok == 0:
         return 2
     return 1 if res.errors else 0
+
+
+def _empty_step(res: Results, step: int | None) -> str:
+    """With ``--step``: ``"all"`` when no part has a GPU event in it, else the ranks without any
+    (as ranges), else ``""``."""
+    if step is None or "breakdown" not in res.table_names:
+        return ""
+    bd = res.table("breakdown")
+    if not len(bd):
+        return ""
+    col = "gpu_events" if "gpu_events" in bd.columns else "total_ns"
+    none = bd.loc[bd[col].fillna(0).to_numpy() == 0, "rank"]
+    if len(none) == len(bd):
+        return "all"
+    return id_list(none) if len(none) else ""

@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from typing import Any
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
 
+from ..errors import InputError, UsageError
+from ..render.escape import printable
 from ..render.text import FORMATS
 
 
@@ -72,5 +77,123 @@ OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output-format", "--fmt", dest="fmt", choices=FORMATS, default="table",
-                   help="table (terminal), csv, json or markdown")
+    p.add_argument("--fmt", dest="fmt", choices=FORMATS, default="table",
+                   help="table (terminal, default), markdown, or a machine format: csv or json (exactly one "
+                        "document on stdout, notes on stderr)")
+
+
+#: Rows a terminal table shows unless --top N or --all says otherwise.
+DEFAULT_TOP = 20
+
+
+def add_rows(p: argparse.ArgumentParser, *aliases: str) -> None:
+    """``--top N`` and ``--all``: how many rows the tables show, the same in every command."""
+    p.add_argument("--top", *aliases, dest="top", type=int, default=None, metavar="N",
+                   help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row "
+                        "in csv/json)")
+    p.add_argument("--all", dest="all_rows", action="store_true", help="show every row")
+
+
+def rows_to_show(args: argparse.Namespace) -> int | None:
+    """The row limit of ``--top``/``--all`` (``None``: every row)."""
+    if getattr(args, "all_rows", False):
+        return None
+    if args.top is not None:
+        if args.top < 1:
+            raise UsageError(f"--top {args.top}: give a number of rows >= 1 (or --all)")
+        return args.top
+    return None if is_machine(args.fmt) else DEFAULT_TOP
+
+
+def is_machine(fmt: str) -> bool:
+    """Whether ``fmt`` is a machine format: stdout then holds exactly one CSV or JSON document."""
+    return fmt in ("csv", "json")
+
+
+def say(text: str, fmt: str) -> None:
+    """Print a note: on stdout for the human formats, on stderr for the machine formats."""
+    print(printable(text, keep_newlines=True), file=sys.stderr if is_machine(fmt) else sys.stdout)
+
+
+def print_json(doc: object) -> None:
+    """One JSON document on stdout."""
+    print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
+
+
+@contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Decoding failures that escape a reader become a one-line :class:`InputError` naming ``path``.
+
+    The quick views (``tree``, ``ops``) read one trace in-process, without the engine that
+    records such failures per input.
+    """
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        raise InputError(path, f"not valid UTF-8 text (byte 0x{bad}); is it a trace file?") from None
+    except RecursionError:
+        raise InputError(path, "the JSON is nested too deeply to read") from None
+
+
+def check_out_dir(out: str, cache: str | None) -> None:
+    """Say in one line why ``out`` (and its ingest cache) cannot hold results, before any work.
+
+    Raises
+    ------
+    UsageError
+        ``out`` or the cache is a file, ``out/manifest.json`` is a folder, or the nearest
+        existing folder is not writable.
+    """
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"-o {out}: exists and is not a directory")
+    manifest = os.path.join(out, "manifest.json")
+    if os.path.isdir(manifest):
+        raise UsageError(f"{manifest} is a directory, not a results manifest; remove it or choose another -o")
+    cache_dir = cache or os.path.join(out, "cache")
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise UsageError(f"{cache_dir}: exists and is not a directory (the ingest cache); remove it or pass "
+                         "--cache DIR")
+    for target in (out, cache_dir):
+        base = os.path.abspath(target)
+        while not os.path.exists(base):
+            parent = os.path.dirname(base)
+            if parent == base:
+                break
+            base = parent
+        if not os.path.isdir(base):
+            raise UsageError(f"cannot create {target}: {base} is not a directory")
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot write {target}: {base} is not writable")
+
+
+def id_list(values: Any) -> str:
+    """Sorted ids as ranges: ``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``.
+
+    Examples
+    --------
+    >>> id_list([5, 0, 1, 2, 8, 7]), id_list([])
+    ('0-2, 5, 7-8', 'none')
+    """
+    ids = sorted({int(v) for v in values})
+    if not ids:
+        return "none"
+    out, start, prev = [], ids[0], ids[0]
+    for v in ids[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
+def select_rank(df: Any, rank: int, where: str) -> Any:
+    """The rows of ``rank``; a :class:`UsageError` listing the ranks there are when it has none."""
+    if "rank" not in df.columns:
+        raise UsageError(f"--rank: {where} has no rank column (it is across ranks)")
+    sel = df.loc[df["rank"].to_numpy() == rank]
+    if not len(sel):
+        raise UsageError(f"no rank {rank} in {where}; ranks: {id_list(df['rank'].to_numpy())}")
+    return sel

@@ -7,6 +7,7 @@ from types import ModuleType
 
 from .. import __version__
 from ..errors import DtraceError, ResultsError, UsageError
+from ..render.escape import printable
 
 
 def _commands() -> list[ModuleType]:
@@ -46,16 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"dtrace {args.command}: error: {exc}", file=sys.stderr)
+        error(args.command, exc)
         return 2
     except (ResultsError, DtraceError) as exc:
-        print(f"dtrace {args.command}: error: {exc}", file=sys.stderr)
+        error(args.command, exc)
         return 2
     except KeyboardInterrupt:
         print("dtrace: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file system error no layer below turned into a DtraceError
+        where = f"{exc.filename}: " if exc.filename else ""
+        error(args.command, f"{where}{exc.strerror or exc}")
+        return 2
+
+
+def error(command: str, message: object) -> None:
+    """Print ``dtrace COMMAND: error: MESSAGE`` on stderr as one line (control characters escaped)."""
+    print(f"dtrace {command}: error: {printable(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..errors import DtraceError, UsageError
+from ..render.escape import printable
 
 if TYPE_CHECKING:
     from ..nsysstats.config import StatsConfig
@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classmap", default=None, metavar="FILE",
                    help="class map (kernel_to_class_map or a config holding one); overrides the config's")
     p.add_argument("--title", default=None, help="title of a report given by files (default: the file prefix)")
-    p.add_argument("-o", "--out", default=None, help="also save the figures as results tables and report.txt here")
+    p.add_argument("-o", "--output", "--out", dest="out", default=None, metavar="OUT",
+                   help="also save the figures as results tables and report.txt here")
     p.set_defaults(func=run)
 
 
@@ -104,17 +105,17 @@ def run(args: argparse.Namespace) -> int:
                                classifier=classifier)
         except DtraceError as exc:
             failed += 1
-            print(f"dtrace nsys-stats: error: {exc}", file=sys.stderr)
+            print(f"dtrace nsys-stats: error: {printable(exc)}", file=sys.stderr)
             entries.append({"title": inp.title, "paths": paths, "status": "error", "error": str(exc)})
             continue
         text = render_report(rep)
-        print(text)
+        print(printable(text, keep_newlines=True))
         texts.append(text)
         tables.append(rep.tables())
         entries.append({"title": inp.title, "paths": paths, "status": "ok", "error": None})
     if args.out and tables:
         _save(args.out, tables, entries, config, "\n".join(texts))
-        print(f"results: {args.out}")
+        print(f"results: {printable(args.out)}")
     if not tables:
         return 2
     return 1 if failed else 0
@@ -123,13 +124,11 @@ def run(args: argparse.Namespace) -> int:
 def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:
     from .. import __version__
     from ..results import write_results
+    from .report import write_text
 
     merged = {name: pd.concat([t[name] for t in tables], ignore_index=True) for name in tables[0]}
     manifest = {"dtrace_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "command": "nsys-stats", "config": getattr(config, "source", ""), "inputs": entries,
                 "n_inputs": len(entries), "n_failed": sum(1 for e in entries if e["status"] == "error")}
     write_results(out, merged, manifest)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".tmp-report-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, os.path.join(out, "report.txt"))
+    write_text(os.path.join(out, "report.txt"), text)

@@ -14,8 +14,10 @@ The view builders are pure functions of the results tables returning text; only
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,9 +26,12 @@ import pandas as pd
 from ..errors import UsageError
 from ..options import Options
 from ..reduce.kernels_xrank import pool
+from ..render.charts import fmt_time, time_unit
+from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
-from .common import add_analysis_options, add_output_format, analysis_kwargs
+from .common import (add_analysis_options, add_output_format, add_rows, analysis_kwargs, id_list, is_machine,
+                     print_json, rows_to_show, say)
 
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
@@ -66,8 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_alias: str | None = None) -> None:
     p.add_argument("input", metavar="X", help="a trace file, or a results directory of dtrace analyze")
-    p.add_argument(*(["--top", "-t"] + ([top_alias] if top_alias else [])), dest="top", type=int, default=20,
-                   help="rows to show (default 20)")
+    add_rows(p, *(["-t"] + ([top_alias] if top_alias else [])))
     p.add_argument(*(["--output", "-o"] + ([output_alias] if output_alias else [])), dest="output",
                    default=None, metavar="FILE", help="write the detail with full names (.csv, .json or text)")
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
@@ -108,6 +112,48 @@ def _require(res: Results, where: str, tables: tuple[str, ...]) -> None:
         raise UsageError(f"{where} has no {', '.join(missing)} table(s); re-run dtrace analyze with this version")
 
 
+def check_selection(res: Results, table: str, args: argparse.Namespace, kwargs: dict[str, Any]) -> None:
+    """An empty selection is an error that says what there is: a step, rank or stream the input lacks.
+
+    Raises
+    ------
+    UsageError
+        ``--step N`` selects no GPU event (the message lists the trace's steps), or ``--rank``
+        / ``--stream`` names one the input does not have.
+    """
+    df = res.table(table)
+    step = kwargs.get("step")
+    if step is not None and not len(df):
+        raise UsageError(_no_step(args.input, step, args.input_format, kwargs))
+    if args.rank is not None:
+        ranks = set(df["rank"].tolist())
+        if "breakdown" in res.table_names:
+            ranks |= set(res.table("breakdown")["rank"].tolist())
+        if args.rank not in ranks:
+            raise UsageError(f"no rank {args.rank} in {args.input}; ranks: {id_list(ranks)}")
+    stream = getattr(args, "stream", None)
+    if stream is not None:
+        streams = _select(df, args.rank)["stream"]
+        if not (streams.to_numpy() == stream).any():
+            where = f"rank {args.rank} of {args.input}" if args.rank is not None else args.input
+            raise UsageError(f"no stream {stream} with gaps in {where}; streams: {id_list(streams)}")
+
+
+def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, Any]) -> str:
+    """Why ``--step`` selected nothing, naming the steps the input has (for a trace file)."""
+    if os.path.isdir(path):
+        return f"no GPU events in step {step} in {path} (it was analysed with --step {step})"
+    from .. import api
+
+    whole = api.analyze([path], None, scheduler="sync", format=input_format,
+                        **{k: v for k, v in kwargs.items() if k != "step"})
+    steps = whole.table("steps")["step"] if "steps" in whole.table_names else pd.Series([], dtype=np.int64)
+    if not len(steps):
+        return (f"--step {step}: {path} has no steps (no ProfilerStep#N, GPU step annotation, NVTX or JAX step "
+                "marker); leave out --step")
+    return f"--step {step}: no such step in {path}; its steps: {id_list(steps)}"
+
+
 def _select(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
     return df if rank is None else df.loc[df["rank"].to_numpy() == rank]
 
@@ -123,8 +169,9 @@ def _note(res: Results) -> str:
     return f"options: {', '.join(diff)}\n" if diff else ""
 
 
-def _fmt_us(ns: float) -> str:
-    return f"{ns / 1e3:,.2f} µs"
+def _fmt_time(ns: float) -> str:
+    """A duration in the unit that suits it, three significant digits (``8.38 s``, ``612 µs``)."""
+    return fmt_time(float(ns))
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -221,43 +268,88 @@ def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def kernels_text(res: Results, *, sort: str, top: int, rank: int | None, fmt: str) -> str:
-    """The ``dtrace kernels`` report (see the module docstring)."""
+@dataclass
+class KernelReport:
+    """What ``dtrace kernels`` shows, as numbers (ns) and tables: :func:`kernel_report`."""
+
+    summary: dict[str, Any]
+    kernels: pd.DataFrame            # kernel_view: one row per name, sorted
+    classes: pd.DataFrame | None
+    classifier: str
+    nccl: pd.DataFrame | None
+    memops: pd.DataFrame | None
+
+
+def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
+    """The figures of ``dtrace kernels`` for the (rank, device) parts selected."""
     k = _select(res.table("kernels"), rank)
     parts = _parts(k)
-    out = [_note(res)]
-    if not parts:
-        return "".join(out) + "no GPU kernels found\n"
     view = kernel_view(k, sort)
-    iters = k.groupby(["rank", "device"])["iters"].first()
-    it = str(iters.iloc[0]) if iters.nunique() == 1 else f"{iters.min()}-{iters.max()}"
-    total = int(k["total_ns"].sum())
-    launches = int(k["count"].sum())
-    out.append(f"{parts} (rank, device) part(s){'' if parts == 1 else ', pooled'}; "
-               f"{len(view):,} distinct kernel names; {launches:,} GPU events; GPU time {_fmt_us(total)}\n"
-               f"per iteration ({it} iteration(s) per part): {_fmt_us(k['total_per_iter_ns'].sum() / parts)} and "
-               f"{k['count_per_iter'].sum() / parts:,.1f} events per part\n")
-    shown = view.head(top).copy()
-    if fmt in ("table", "markdown"):
-        shown["name"] = readable_names(shown["name"].tolist())
-    out.append(render(shown, fmt, title=f"top {min(top, len(view))} of {len(view):,} kernels by {sort}",
-                      short_names=False))
+    summary: dict[str, Any] = {"parts": parts, "kernel_names": len(view), "gpu_events": int(k["count"].sum()),
+                               "gpu_time_ns": int(k["total_ns"].sum())}
+    if parts:
+        iters = k.groupby(["rank", "device"])["iters"].first()
+        summary.update(iterations_min=int(iters.min()), iterations_max=int(iters.max()),
+                       per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
+                       events_per_iteration=float(k["count_per_iter"].sum() / parts))
     classes = _select(res.table("classes"), rank)
-    if len(classes):
-        label = classes["classifier"].iloc[0]
-        out.append(render(_per_iter_table(classes, "class"), fmt, title=f"kernel classes ({label})"))
+    label = str(classes["classifier"].iloc[0]) if len(classes) else ""
+    nccl = mem = None
     if "nccl" in res.table_names:
         nccl = _select(res.table("nccl"), rank)
-        if len(nccl):
-            out.append(render(_per_iter_table(nccl, "collective"), fmt, title="NCCL per collective"))
+        nccl = _per_iter_table(nccl, "collective") if len(nccl) else None
     if "memops" in res.table_names:
-        mem = _select(res.table("memops"), rank)
-        if len(mem):
-            t = _per_iter_table(mem, "op")
-            b = mem.loc[mem["bytes"] >= 0].groupby("op")["bytes"].sum()
-            t["bytes"] = b.reindex(t["op"]).fillna(-1).to_numpy(np.int64)
-            out.append(render(t, fmt, title="memory operations"))
+        m = _select(res.table("memops"), rank)
+        if len(m):
+            mem = _per_iter_table(m, "op")
+            known = m.loc[m["bytes"].fillna(-1).to_numpy(np.float64) >= 0]
+            b = known.groupby("op")["bytes"].sum()
+            mem["bytes"] = pd.array(b.reindex(mem["op"]).to_numpy(), dtype="Int64")  # NA: no byte count
+    return KernelReport(summary, view, _per_iter_table(classes, "class") if len(classes) else None, label, nccl, mem)
+
+
+def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
+    """:class:`KernelReport` as one JSON-able object (raw ns, full names)."""
+    doc: dict[str, Any] = {"summary": rep.summary, "classifier": rep.classifier,
+                           "kernels": _records(rep.kernels.drop(columns="#").head(top) if top else
+                                               rep.kernels.drop(columns="#"))}
+    for name in ("classes", "nccl", "memops"):
+        df = getattr(rep, name)
+        doc[name] = _records(df) if df is not None else []
+    return doc
+
+
+def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
+    """The ``dtrace kernels`` report in a human format (see the module docstring)."""
+    rep = kernel_report(res, sort=sort, rank=rank)
+    out = [_note(res)]
+    sm = rep.summary
+    if not sm["parts"]:
+        return "".join(out) + "no GPU kernels found\n"
+    it = (str(sm["iterations_min"]) if sm["iterations_min"] == sm["iterations_max"]
+          else f"{sm['iterations_min']}-{sm['iterations_max']}")
+    out.append(f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
+               f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
+               f"GPU time {_fmt_time(sm['gpu_time_ns'])}\n"
+               f"per iteration ({it} iteration(s) per part): {_fmt_time(sm['per_iteration_ns'])} and "
+               f"{sm['events_per_iteration']:,.1f} events per part\n")
+    view = rep.kernels
+    shown = view.copy()  # every row: units come from the whole column, whatever --top
+    head = len(shown) if top is None else min(top, len(shown))
+    shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
+    out.append(render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False,
+                      max_rows=top))
+    if rep.classes is not None:
+        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
+    if rep.nccl is not None:
+        out.append(render(rep.nccl, fmt, title="NCCL per collective"))
+    if rep.memops is not None:
+        out.append(render(rep.memops, fmt, title="memory operations"))
     return "\n".join(s for s in out if s)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records", force_ascii=False))
 
 
 def kernels_detail(view: pd.DataFrame) -> str:
@@ -274,29 +366,41 @@ def kernels_detail(view: pd.DataFrame) -> str:
 
 
 def _write(path: str, df: pd.DataFrame, text: str) -> None:
+    from .report import write_text
+
     low = path.lower()
     if low.endswith(".csv"):
-        df.to_csv(path, index=False)
+        text = to_csv(df)
     elif low.endswith(".json"):
-        df.to_json(path, orient="records", indent=1, force_ascii=False)
-    else:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        text = df.to_json(orient="records", indent=1, force_ascii=False)
+    write_text(path, text)
 
 
 def run_kernels(args: argparse.Namespace) -> int:
     sort = _choice(args.sort, KERNEL_SORTS, KERNEL_SORT_ALIASES, "--sort")
-    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    kwargs = analysis_kwargs(args)
+    res = load_input(args.input, kwargs, args.input_format)
     _require(res, args.input, ("kernels", "classes"))
     for e in res.errors:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("kernels")) and res.errors:
         return 2
-    print(kernels_text(res, sort=sort, top=args.top, rank=args.rank, fmt=args.fmt), end="")
+    check_selection(res, "kernels", args, kwargs)
+    if is_machine(args.fmt):  # exactly one document on stdout
+        note = _note(res)
+        if note:
+            say(note, args.fmt)
+        rep = kernel_report(res, sort=sort, rank=args.rank)
+        if args.fmt == "json":
+            print_json(kernels_document(rep, rows_to_show(args)))
+        else:
+            print(render(rep.kernels.drop(columns="#"), "csv", max_rows=rows_to_show(args)), end="")
+    else:
+        print(kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt), end="")
     if args.output:
         view = kernel_view(_select(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
-        print(f"full kernel names written to {args.output}")
+        say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0
 
 
@@ -312,7 +416,7 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
         return "", ""
     note = ""
     edges = hist.groupby(["rank", "device"], sort=True)[["lo_ns", "hi_ns"]].apply(
-        lambda f: tuple(np.round(f.drop_duplicates().to_numpy().ravel(), 3)))
+        lambda f: tuple(np.round(f.drop_duplicates().to_numpy(np.float64, na_value=np.nan).ravel(), 3)))
     if edges.nunique() > 1:
         r, d = edges.index[0]
         hist = hist.loc[(hist["rank"] == r) & (hist["device"] == d)]
@@ -320,7 +424,9 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
                 f"pass --hist-min/--hist-max for common bins\n")
     h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
     peak = max(int(h["count"].max()), 1)
-    labels = [f"{lo / 1e3:,.1f}-{hi / 1e3:,.1f} µs" for lo, hi in zip(h["lo"], h["hi"])]
+    unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
+    digits = 1 if unit != "ns" else 0
+    labels = [f"{lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}" for lo, hi in zip(h["lo"], h["hi"])]
     w = max(len(s) for s in labels)
     lines = []
     for lab, c in zip(labels, h["count"].to_numpy()):
@@ -344,36 +450,69 @@ def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataF
     return v[cols]
 
 
-def gaps_text(res: Results, *, sort: str, top: int, rank: int | None, stream: int | None, fmt: str) -> str:
-    """The ``dtrace gaps`` report (see the module docstring)."""
+@dataclass
+class GapReport:
+    """What ``dtrace gaps`` shows, as numbers (ns) and tables: :func:`gap_report`."""
+
+    summary: dict[str, Any]
+    streams: pd.DataFrame            # one row per (rank, device, stream), most idle first
+    histogram: pd.DataFrame          # the gap_histogram rows selected
+    transitions: pd.DataFrame        # transition_view: kernel pairs, sorted
+
+
+STREAM_COLUMNS = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
+                  "kernel_wait_ns", "other_ns"]
+CAUSES = ("host_wait", "kernel_wait", "other")
+
+
+def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
+    """The figures of ``dtrace gaps`` for the parts and stream selected."""
     gaps = _select(res.table("gaps"), rank)
     hist = _select(res.table("gap_histogram"), rank)
     trans = _select(res.table("transitions"), rank)
     if stream is not None:
         gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
-    out = [_note(res)]
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_us(idle)}\n"
-               f"Average gap duration: {_fmt_us(idle / n if n else 0)}\n")
+    summary: dict[str, Any] = {"streams": len(gaps), "gaps": n, "idle_ns": idle, "mean_gap_ns": idle / n if n else 0.0}
+    for c in CAUSES:
+        summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
+        summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
+    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[[c for c in STREAM_COLUMNS
+                                                                           if c in gaps.columns]]
+    return GapReport(summary, streams.reset_index(drop=True), hist, transition_view(trans, sort))
+
+
+def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
+    """:class:`GapReport` as one JSON-able object (raw ns, full names)."""
+    tv = rep.transitions.drop(columns=["#", "transition"])
+    return {"summary": rep.summary, "streams": _records(rep.streams.head(top) if top else rep.streams),
+            "histogram": _records(rep.histogram), "transitions": _records(tv.head(top) if top else tv)}
+
+
+def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
+    """The ``dtrace gaps`` report in a human format (see the module docstring)."""
+    rep = gap_report(res, sort=sort, rank=rank, stream=stream)
+    sm = rep.summary
+    n = sm["gaps"]
+    out = [_note(res)]
+    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_time(sm['idle_ns'])}\n"
+               f"Average gap duration: {_fmt_time(sm['mean_gap_ns'])}\n")
     if n:
-        causes = ", ".join(f"{c} {int(gaps[f'{c}_gaps'].sum()):,} gaps / {_fmt_us(int(gaps[f'{c}_ns'].sum()))}"
-                           for c in ("host_wait", "kernel_wait", "other"))
+        causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {_fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
-    if len(gaps):
-        cols = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
-                "kernel_wait_ns", "other_ns"]
-        out.append(render(gaps.sort_values("idle_ns", ascending=False, kind="stable")[cols], fmt,
-                          title=f"active streams: {len(gaps)}"))
-    bars, note = histogram_text(hist)
+    if len(rep.streams):
+        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))
+    bars, note = histogram_text(rep.histogram)
     if bars:
-        binned = int(hist["count"].sum()) if not note else -1
+        binned = int(rep.histogram["count"].sum()) if not note else -1
         left = f"{n - binned:,} gaps outside the histogram bounds\n" if 0 <= binned < n else ""
         out.append("GAP DURATION HISTOGRAM:\n" + note + bars + left)
-    tv = transition_view(trans, sort)
+    tv = rep.transitions
     if len(tv):
         out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,
-                          title=f"top {min(top, len(tv))} kernel pairs by {sort} gap", max_rows=top,
+                          title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
+                          max_rows=top,
                           short_names=False))
     return "\n".join(s for s in out if s)
 
@@ -399,20 +538,29 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
 
 def run_gaps(args: argparse.Namespace) -> int:
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
-    res = load_input(args.input, analysis_kwargs(args), args.input_format)
+    kwargs = analysis_kwargs(args)
+    res = load_input(args.input, kwargs, args.input_format)
     _require(res, args.input, ("gaps", "gap_histogram", "transitions"))
     for e in res.errors:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
     if not len(res.table("gaps")) and res.errors:
         return 2
-    print(gaps_text(res, sort=sort, top=args.top, rank=args.rank, stream=args.stream, fmt=args.fmt), end="")
+    check_selection(res, "gaps", args, kwargs)
+    rep = gap_report(res, sort=sort, rank=args.rank, stream=args.stream)
+    if is_machine(args.fmt):  # exactly one document on stdout
+        note = _note(res)
+        if note:
+            say(note, args.fmt)
+        if args.fmt == "json":
+            print_json(gaps_document(rep, rows_to_show(args)))
+        else:
+            tv = rep.transitions.drop(columns=["#", "transition"])
+            print(render(tv, "csv", max_rows=rows_to_show(args)), end="")
+    else:
+        print(gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt),
+              end="")
     if args.output:
-        gaps = _select(res.table("gaps"), args.rank)
-        trans = _select(res.table("transitions"), args.rank)
-        if args.stream is not None:
-            gaps = gaps.loc[gaps["stream"].to_numpy() == args.stream]
-            trans = trans.loc[trans["stream"].to_numpy() == args.stream]
-        tv = transition_view(trans, sort)
-        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(gaps, tv))
-        print(f"full kernel names written to {args.output}")
+        tv = rep.transitions
+        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))
+        say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0

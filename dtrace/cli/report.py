@@ -12,9 +12,10 @@ import tempfile
 from typing import Callable
 
 from ..diff import LEVELS, PER, diff, missing_levels
-from ..errors import UsageError
+from ..errors import OutputError, UsageError
+from ..render.escape import printable, to_csv
 from ..results import Results, load
-from .common import add_output_format
+from .common import add_output_format, add_rows, is_machine, rows_to_show, say
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="compare only this level (repeatable; default: all)")
     d.add_argument("--per", choices=PER, default="gpu",
                    help="gpu: values per (rank, device) of each run (default); job: job totals")
-    d.add_argument("--top", type=int, default=20, metavar="N", help="rows per level in the terminal (default 20)")
+    add_rows(d)
     d.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="also write every row to FILE.parquet or FILE.csv")
     add_output_format(d)
@@ -67,29 +68,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
+
+    Raises
+    ------
+    UsageError
+        The folder does not exist, or ``path`` is a folder.
+    OutputError
+        The file cannot be written (disk full, read-only, permission); nothing is left behind.
+    """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"cannot write {path}: directory {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
-    os.close(fd)
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a directory")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
+        os.close(fd)
         write(tmp)
         _default_mode(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
 
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    _atomic_write(path, write)
+    _atomic_write(path, lambda tmp: _write_file(tmp, text))
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -97,7 +111,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     res = load(args.out)
     write_text(args.output, report(res, title=args.title, max_bars=args.max_bars))
-    print(f"report: {args.output}")
+    print(f"report: {printable(args.output)}")
     return 0
 
 
@@ -145,10 +159,10 @@ def run_compare(args: argparse.Namespace) -> int:
     runs: list[tuple[str, Results]] = [(lab, load(path)) for lab, path in zip(labels, args.runs)]
     classifier = load_classmap(args.classmap, args.engine, args.model) if args.classmap else None
     write_text(args.output, compare(runs, wall_time_s=walls, classifier=classifier, title=args.title))
-    print(f"comparison: {args.output}")
+    print(f"comparison: {printable(args.output)}")
     if args.category_csv:
         write_text(args.category_csv, category_csv(runs, classifier))
-        print(f"kernel → category map: {args.category_csv}")
+        print(f"kernel → category map: {printable(args.category_csv)}")
     return 0
 
 
@@ -163,10 +177,10 @@ def run_diff(args: argparse.Namespace) -> int:
         if ext not in (".parquet", ".csv"):
             raise UsageError(f"-o {args.output}: unknown output type {ext or '(none)'}; valid: .parquet, .csv")
         if ext == ".csv":
-            write_text(args.output, table.to_csv(index=False))
+            write_text(args.output, to_csv(table))
         else:
             _write_parquet(table, args.output)
-    if args.fmt in ("csv", "json"):
+    if is_machine(args.fmt):  # exactly one document on stdout
         sys.stdout.write(render(table, args.fmt))
     else:
         per = "per GPU" if args.per == "gpu" else "job totals"
@@ -177,12 +191,12 @@ def run_diff(args: argparse.Namespace) -> int:
             if lv == "breakdown":
                 part = part.drop(columns=["count_a", "count_b", "count_delta"])
             sys.stdout.write(render(part, args.fmt, title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
-                                    max_rows=args.top, time_unit="auto"))
+                                    max_rows=rows_to_show(args), time_unit="auto"))
             sys.stdout.write("\n")
-        for lv, why in missing_levels(a, b, levels).items():
-            print(f"{lv}: not available ({why})")
+    for lv, why in missing_levels(a, b, levels).items():
+        say(f"{lv}: not available ({why})", args.fmt)
     if args.output:
-        print(f"diff: {args.output}", file=sys.stderr)
+        print(f"diff: {printable(args.output)}", file=sys.stderr)
     return 0
 
 

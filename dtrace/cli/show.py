@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 
+import pandas as pd
+
+from ..errors import UsageError
 from ..results import load
+from ..render.stragglers import signals_legend
 from ..render.text import render
-from .common import add_output_format
+from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "directory, or the list of tables and the inputs when no table is named.")
     p.add_argument("out", metavar="OUT")
     p.add_argument("table", nargs="?", default=None)
-    p.add_argument("--top", type=int, default=None, help="print only the first N rows")
+    add_rows(p)
     p.add_argument("--sort", default=None, help="sort by this column (descending)")
     p.add_argument("--rank", type=int, default=None, help="only this rank")
     p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
@@ -21,24 +26,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+INPUT_COLUMNS = ["path", "format", "status", "error"]
+
+
 def run(args: argparse.Namespace) -> int:
     res = load(args.out)
     if args.table is None:
-        print(repr(res))
         inputs = res.inputs
-        if len(inputs):
-            print(render(inputs[["path", "format", "status", "error"]], args.fmt, title="inputs", human=False))
+        cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
+        if args.fmt == "json":
+            print_json({"path": res.path, "tables": res.table_names,
+                        "absent_tables": res.manifest.get("absent_tables", {}),
+                        "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False))})
+            return 0
+        say(repr(res), args.fmt)
+        for name, why in (res.manifest.get("absent_tables") or {}).items():
+            say(f"table {name} is empty: {why}", args.fmt)
+        if len(inputs) or is_machine(args.fmt):
+            print(render(inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}), args.fmt,
+                         title="inputs", human=False, max_rows=rows_to_show(args)), end="")
         return 0
     if args.table not in res.table_names:
-        from ..errors import UsageError
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
     df = res.table(args.table)
-    if args.rank is not None and "rank" in df.columns:
-        df = df.loc[df["rank"] == args.rank]
+    if args.rank is not None:
+        df = select_rank(df, args.rank, f"table {args.table} of {args.out}")
     if args.sort:
         if args.sort not in df.columns:
-            from ..errors import UsageError
             raise UsageError(f"no column {args.sort!r} in {args.table}; columns: {', '.join(df.columns)}")
         df = df.sort_values(args.sort, ascending=False, kind="stable")
-    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=args.top), end="")
+    if not len(df):
+        why = (res.manifest.get("absent_tables") or {}).get(args.table)
+        say(f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
+            args.fmt)
+    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
+        say(signals_legend(), args.fmt)
     return 0

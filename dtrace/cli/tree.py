@@ -13,8 +13,10 @@ from ..calltree import Tree, load_part
 from ..calltree.load import is_results_dir
 from ..errors import UsageError
 from ..options import Options
+from ..render.charts import fmt_time
+from ..render.escape import printable
 from ..render.text import render
-from .common import add_output_format
+from .common import add_output_format, add_rows, reading, rows_to_show
 
 OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
 
@@ -48,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "gpu_subtree (everything below it). X is a trace file or a results directory; "
                                    "for a results directory the cross-rank table is shown unless --rank is given.")
     o.add_argument("x", metavar="X", help="a trace file or a results directory")
-    o.add_argument("--top", type=int, default=20, help="print the first N ops (default 20)")
+    add_rows(o)
     o.add_argument("--sort", choices=OPS_SORT, default="gpu_subtree_ns", help="sort column (descending)")
     o.add_argument("--rank", type=int, default=None, help="one rank's ops")
     o.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
@@ -80,18 +82,22 @@ def _pick(tree: Tree, args: argparse.Namespace) -> int:
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
+    with reading(args.trace):
+        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
     tree = Tree.from_batch(part, python=args.python)
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
     node = tree.node(uid)
-    print(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id {node['external_id']}, "
-          f"pid {node['pid']}, tid {node['tid']}; instance {int((tree.by_name(node['name']) < uid).sum())} of {n}); "
-          f"GPU {tree.gpu_time(uid) / 1e3:,.3f} µs in {tree.gpu_events(uid).size} GPU events")
+    gpu = fmt_time(float(tree.gpu_time(uid)))
+    print(printable(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
+                    f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
+                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {gpu} "
+                    f"in {tree.gpu_events(uid).size} GPU events"))
     if args.up:
-        print(tree.format_up(uid, width=args.width), end="")
+        text = tree.format_up(uid, width=args.width)
     else:
-        print(tree.format(uid, depth=args.depth, width=args.width, times=args.times), end="")
+        text = tree.format(uid, depth=args.depth, width=args.width, times=args.times)
+    print(printable(text, keep_newlines=True), end="")
     return 0
 
 
@@ -112,9 +118,10 @@ def run_ops(args: argparse.Namespace) -> int:
                 raise UsageError(f"no ops for rank {args.rank} in {args.x}")
         title = f"ops, rank {args.rank}" if args.rank is not None else "ops across ranks"
     else:
-        part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
+        with reading(args.x):
+            part = load_part(args.x, rank=args.rank, device=args.device, options=Options())
         df = Tree.from_batch(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
-    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=args.top), end="")
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args)), end="")
     return 0

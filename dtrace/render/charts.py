@@ -251,17 +251,23 @@ def hbars(chart_id: str, labels: Sequence[str], values: Sequence[float], *,
 
 def heatmap(chart_id: str, matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str], *,
             value_fmt: Callable[[float], str] = fmt_time, tooltips: Sequence[Sequence[str]] | None = None,
-            width: int = 1100, max_cell_h: int = 18, label_width: int = 110, caption: str = "") -> str:
-    """A heatmap of ``matrix`` (rows × columns, NaN = no data) on a sequential scale.
+            width: int = 1100, max_cell_h: int = 18, label_width: int = 110, caption: str = "",
+            vrange: tuple[float, float] | None = None, mark_rows: Sequence[bool] | None = None) -> str:
+    """A heatmap of ``matrix`` (rows × columns, NaN = no data) on a sequential scale
+    (viridis: dark purple = low, yellow = high).
 
-    Cells are sized to fit ``width``; row labels are thinned to stay readable. A legend bar
-    shows the value range.
+    Cells are sized to fit ``width``; row labels are thinned to stay readable, except the rows
+    of ``mark_rows`` (flagged stragglers), which are always labelled, bold, with a ⚑. The colour
+    scale spans the data's range, or ``vrange`` (values outside it take the end colours). A
+    legend bar shows the range and which end is dark.
     """
     m = np.asarray(matrix, dtype=np.float64)
     n_r, n_c = m.shape
     finite = m[np.isfinite(m)]
     lo = float(finite.min()) if finite.size else 0.0
     hi = float(finite.max()) if finite.size else 0.0
+    if vrange is not None:
+        lo, hi = float(vrange[0]), float(vrange[1])
     span = hi - lo
     t = (m - lo) / span if span > 0 else np.where(np.isfinite(m), 0.5, np.nan)
     cw = max((width - label_width - 20) / max(n_c, 1), 2.0)
@@ -277,9 +283,16 @@ def heatmap(chart_id: str, matrix: np.ndarray, row_labels: Sequence[str], col_la
             out.append(f'<text x="{label_width + (j + 0.5) * cw:.1f}" y="{top - 6}" text-anchor="middle" '
                        f'fill="#555">{escape(str(lab))}</text>')
     colors = color_scale(t.ravel())
+    marked = np.array(list(mark_rows) if mark_rows is not None else [False] * n_r, dtype=bool)
+    near = np.zeros(n_r, dtype=bool)  # grid labels give way to the marked rows' labels
+    for i in np.flatnonzero(marked):
+        near[max(0, i - row_every + 1):i + row_every] = True
     for i in range(n_r):
         y = top + i * ch
-        if i % row_every == 0:
+        if marked[i]:
+            out.append(f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end" font-weight="bold" '
+                       f'fill="#b3272a">⚑ {escape(str(row_labels[i]))}</text>')
+        elif i % row_every == 0 and not near[i]:
             out.append(f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end">'
                        f'{escape(str(row_labels[i]))}</text>')
         for j in range(n_c):
@@ -295,8 +308,11 @@ def heatmap(chart_id: str, matrix: np.ndarray, row_labels: Sequence[str], col_la
                     for p, c in zip((0, 0.25, 0.5, 0.75, 1), color_scale(np.array([0, 0.25, 0.5, 0.75, 1]))))
     out.append(f'<defs><linearGradient id="{escape(gid)}">{stops}</linearGradient></defs>')
     out.append(f'<rect x="{label_width}" y="{ly}" width="220" height="10" fill="url(#{escape(gid)})"/>')
-    out.append(f'<text x="{label_width - 6}" y="{ly + 9}" text-anchor="end">{escape(value_fmt(lo))}</text>')
-    out.append(f'<text x="{label_width + 226}" y="{ly + 9}">{escape(value_fmt(hi))}</text>')
+    out.append(f'<text x="{label_width - 6}" y="{ly + 9}" text-anchor="end">{escape(value_fmt(lo))} (dark)</text>')
+    out.append(f'<text x="{label_width + 226}" y="{ly + 9}">{escape(value_fmt(hi))} (yellow)</text>')
+    if np.isnan(m).any():
+        out.append(f'<rect x="{label_width + 380}" y="{ly}" width="14" height="10" fill="#eeeeee" stroke="#ccc"/>'
+                   f'<text x="{label_width + 400}" y="{ly + 9}">no data (not in this step or collective)</text>')
     out.append("</svg>")
     return _figure(chart_id, "".join(out), "", caption)
 

@@ -27,6 +27,7 @@ from ..diff import diff as diff_runs
 from ..diff import n_parts
 from ..results import Results
 from . import charts as ch
+from .escape import to_csv
 from .page import na, note, page, table
 from .sections import BREAKDOWN_PARTS
 
@@ -99,8 +100,8 @@ def _classify(classifier: Any, names: np.ndarray, kinds: np.ndarray, cats: np.nd
 
 
 def category_csv(runs: Sequence[tuple[str, Results]], classifier: Any = None) -> str:
-    """:func:`category_table` as CSV text (the seed tool's ``result.csv``)."""
-    return category_table(runs, classifier).to_csv(index=False)
+    """:func:`category_table` as CSV text (the seed tool's ``result.csv``; formula cells neutralised)."""
+    return to_csv(category_table(runs, classifier))
 
 
 def _breakdown_means(res: Results) -> dict[str, float] | None:
@@ -228,7 +229,8 @@ def _sec_categories(runs: Sequence[tuple[str, Results]], walls: Mapping[str, flo
     series = {c: per[c].to_numpy(np.float64) for c in top}
     if rest:
         series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
-    colors = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(series)}
+    palette = [c for c in ch.PALETTE if c != ch.BREAKDOWN_COLORS["non-GPU"]]  # non-GPU keeps its own colour
+    colors = {c: palette[i % len(palette)] for i, c in enumerate(series)}
     colors["(other categories)"] = "#d0d0d0"
     kernel_time = per.sum(axis=1).to_numpy(np.float64)
     clamped = []

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..results import Results
 from .page import na
+from .text import flags
 
 MAX_BARS = 64
 
@@ -53,7 +54,7 @@ class Context:
         df, _ = self.get("stragglers", ("rank", "flagged"))
         if df is None:
             return set()
-        return set(df.loc[df["flagged"].astype(bool), "rank"].astype(int).tolist())
+        return set(df.loc[flags(df["flagged"]), "rank"].astype(int).tolist())
 
     @property
     def n_parts(self) -> int:
@@ -68,11 +69,14 @@ class Context:
         dev = df["device"].to_numpy() if "device" in df.columns else [None] * len(df)
         return [self.label(r, d) for r, d in zip(df["rank"].to_numpy(), dev)]
 
-    def select(self, metric: np.ndarray, ranks: np.ndarray, what: str) -> tuple[np.ndarray, str]:
+    def select(self, metric: np.ndarray, ranks: np.ndarray, what: str, *, high: str = "highest",
+               low: str = "lowest") -> tuple[np.ndarray, str]:
         """Rows to draw in a per-GPU bar chart, and a note saying how they were chosen.
 
         All rows (in the given order) up to ``max_bars``; else the flagged stragglers, the
         rows with the highest and lowest ``metric`` and the median row, sorted by ``metric``.
+        ``high`` and ``low`` name those ends in the note (``metric`` may be a negated value:
+        the highest of ``-wait`` are the GPUs that wait least).
         """
         n = len(metric)
         if n <= self.max_bars:
@@ -87,7 +91,7 @@ class Context:
         top = budget // 2
         chosen = [*flagged, *rest[:top], median, *rest[len(rest) - (budget - top):]]
         chosen.sort(key=lambda i: (-metric[i], i))
-        parts = [f"the {top} highest", "the median", f"the {budget - top} lowest"]
+        parts = [f"the {top} {high}", "the median", f"the {budget - top} {low}"]
         if flagged:
             parts.insert(0, f"{len(flagged)} flagged straggler(s)")
         return np.array(chosen, dtype=np.int64), (

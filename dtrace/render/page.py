@@ -41,6 +41,7 @@ p.na{color:#8a5a00;background:#fff8e6;border-left:3px solid #e0a800;padding:6px 
 .card .v{font-size:19px;font-weight:600}
 .card .k{font-size:12px;color:#555}
 .card.warn{border-color:#e15759;background:#fdf1f1}
+.card .ids{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;color:#8a1f21;margin-top:3px;max-width:260px}
 figure.chart{margin:8px 0 12px;overflow-x:auto}
 figure.chart figcaption{font-size:12px;color:#555;margin-top:2px}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:2px 0 4px}
@@ -57,6 +58,8 @@ table.data td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:n
 table.data tr.flag td{background:#fdf1f1}
 table.data td.hot{background:#f8d4d4}
 table.data td.cold{background:#d7e6f7}
+table.data tr.flag td.hot{background:#f4b6b6}
+table.data tr.flag td.cold{background:#c4daf2}
 td.evidence{min-width:360px}
 table.data td:first-child{white-space:nowrap}
 table.data td.nm{max-width:460px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
@@ -123,13 +126,17 @@ def note(text: str) -> str:
     return f'<p class="note">{escape(text)}</p>'
 
 
-def cards(items: Sequence[tuple[str, str] | tuple[str, str, bool]]) -> str:
+def cards(items: Sequence[tuple]) -> str:
+    """Key figures: ``(label, value[, warn[, ids]])`` per card. ``value`` is the big figure (a
+    count, a time, a share); ``ids`` (e.g. ``rank 5, rank 137``) are shown under the label in
+    the style of identifiers, never as the big figure."""
     out = []
     for it in items:
         k, v = it[0], it[1]
         warn = len(it) > 2 and it[2]
+        ids = f'<div class="ids">{escape(it[3])}</div>' if len(it) > 3 and it[3] else ""
         out.append(f'<div class="card{" warn" if warn else ""}"><div class="v">{escape(v)}</div>'
-                   f'<div class="k">{escape(k)}</div></div>')
+                   f'<div class="k">{escape(k)}</div>{ids}</div>')
     return f'<div class="cards">{"".join(out)}</div>'
 
 
@@ -158,17 +165,26 @@ def table(df: pd.DataFrame, columns: Sequence[tuple[str, str, str]], *, flag: Se
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
+def _missing(v: object) -> bool:
+    """None, NaN and pandas' NA/NaT: a value the table does not have."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
 def _td(v: object, kind: str) -> str:
     if kind in ("text", "name"):
-        s = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        s = "" if _missing(v) else str(v)
         if kind == "name":
             short = shorten(s, 72)
             tip = f' title="{escape(s)}"' if short != s else ""
             return f'<td class="nm"{tip}>{escape(short)}</td>'
         return f'<td class="evidence">{escape(s)}</td>' if len(s) > 80 else f"<td>{escape(s)}</td>"
     if kind == "bool":
-        b = bool(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else False
+        if _missing(v):
+            return '<td data-v="">–</td>'
+        b = bool(v)
         return f'<td data-v="{int(b)}">{"yes" if b else ""}</td>'
+    if _missing(v):
+        return '<td class="n" data-v="">–</td>'
     try:
         x = float(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -13,6 +13,8 @@ import pandas as pd
 from . import charts as ch
 from .context import Context
 from .page import na, note, table
+from .stragglers import SIGNALS
+from .text import flags
 
 HEAT_ROWS = 128
 HEAT_COLS = 60
@@ -60,20 +62,53 @@ def _bucket_cols(m: np.ndarray, labels: list[str], agg: str) -> tuple[np.ndarray
 
 
 def _heat(ctx: Context, chart_id: str, m: np.ndarray, keys: pd.DataFrame, col_labels: list[str], *,
-          row_agg: str, col_agg: str, what: str) -> str:
+          row_agg: str, col_agg: str, what: str, vrange: tuple[float, float] | None = None,
+          note_text: str = "") -> str:
     labels = ctx.labels(keys)
     m2, clabs = _bucket_cols(m, col_labels, col_agg)
     m3, rlabs, src = _bucket_rows(m2, labels, row_agg)
+    flagged = np.array([int(r) in ctx.flagged for r in keys["rank"]], dtype=bool)
+    size = math.ceil(len(flagged) / m3.shape[0]) if m3.shape[0] else 1
+    marked = [bool(flagged[b * size:(b + 1) * size].any()) for b in range(m3.shape[0])]
     tips = [[f"{labels[src[i, j]]} · {clabs[j]}: {what} "
              f"{ch.fmt_time(m3[i, j]) if np.isfinite(m3[i, j]) else 'no data'}" for j in range(m3.shape[1])]
             for i in range(m3.shape[0])]
-    cap = []
+    cap = [note_text] if note_text else []
+    if any(marked):
+        cap.append("⚑ marks the rows of flagged stragglers.")
     if m3.shape[0] < m.shape[0]:
         cap.append(f"{m.shape[0]} GPUs pooled into {m3.shape[0]} rows; each cell shows the "
                    f"{'largest' if row_agg == 'max' else 'smallest'} value of its GPUs (the tooltip names the GPU).")
     if m2.shape[1] < m.shape[1]:
         cap.append(f"{m.shape[1]} columns pooled into {m2.shape[1]} ({'summed' if col_agg == 'sum' else 'max'}).")
-    return ch.heatmap(chart_id, m3, rlabs, clabs, tooltips=tips, caption=" ".join(cap))
+    return ch.heatmap(chart_id, m3, rlabs, clabs, tooltips=tips, caption=" ".join(cap), vrange=vrange,
+                      mark_rows=marked)
+
+
+#: The step-time colour scale spans at least this share of the median step time, so that
+#: differences of a few percent (noise) stay in the middle colours instead of filling the scale.
+MIN_STEP_SPAN = 0.10
+
+
+def step_colour_range(m: np.ndarray) -> tuple[float, float, float]:
+    """``(low, high, spread)``: the step heatmap's colour range and the data's (max − min) / median.
+
+    The range is the data's, widened symmetrically to :data:`MIN_STEP_SPAN` of the median.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lo, hi, spread = step_colour_range(np.array([[99.0, 101.0], [100.0, 100.0]]))
+    >>> float(lo), float(hi), round(float(spread), 3)
+    (95.0, 105.0, 0.02)
+    """
+    v = m[np.isfinite(m)]
+    if not v.size:
+        return 0.0, 0.0, 0.0
+    lo, hi, med = float(v.min()), float(v.max()), float(np.median(v))
+    span = max(hi - lo, MIN_STEP_SPAN * med)
+    mid = (lo + hi) / 2
+    return mid - span / 2, mid + span / 2, (hi - lo) / med if med > 0 else 0.0
 
 
 def section_steps(ctx: Context) -> str:
@@ -87,10 +122,21 @@ def section_steps(ctx: Context) -> str:
         keys = piv.index.to_frame(index=False)
         steps = [str(s) for s in piv.columns]
         html.append("<h3>Step time per GPU and step</h3>")
-        html.append(note("step time = GPU span of the step's events (first start to last end). A slow rank "
-                         "shows as a bright row; a slow step as a bright column."))
-        html.append(_heat(ctx, "step-heatmap", piv.to_numpy(np.float64), keys, [f"step {s}" for s in steps],
-                          row_agg="max", col_agg="max", what="step time"))
+        m = piv.to_numpy(np.float64)
+        lo, hi, spread = step_colour_range(m)
+        html.append(note(
+            "step time = GPU span of the step's events (first start to last end). Colour: dark purple = shorter, "
+            "yellow = longer. A yellow column is a slow step. In a job whose ranks synchronise every step "
+            "(collectives), every rank's step lasts about as long as the slowest rank's, so a slow rank does "
+            "not stand out here: look for it in the collective-wait chart below (the rank that waits least, a "
+            "dark row) and in the Stragglers section. A yellow row is a rank slow on its own (ranks that do not "
+            "wait for each other)."))
+        html.append(_heat(ctx, "step-heatmap", m, keys, [f"step {s}" for s in steps], row_agg="max",
+                          col_agg="max", what="step time", vrange=(lo, hi),
+                          note_text=f"The step times span {100 * spread:.1f} % of their median (slowest − "
+                                    f"fastest cell); the colour scale spans at least {100 * MIN_STEP_SPAN:.0f} % "
+                                    f"({ch.fmt_time(lo)} to {ch.fmt_time(hi)}), so differences of a few percent "
+                                    "stay in the middle colours."))
         g = st.groupby("step")["step_ns"]
         sm = pd.DataFrame({"step": g.median().index.to_numpy(), "gpus": g.size().to_numpy(),
                            "median": g.median().to_numpy(), "min": g.min().to_numpy(), "max": g.max().to_numpy()})
@@ -111,8 +157,9 @@ def section_steps(ctx: Context) -> str:
         c2 = co.loc[co["step"] >= 0]
         piv = c2.pivot_table(index=["rank", "device"], columns="step", values="wait_ns", aggfunc="sum").sort_index()
         col_labels = [f"step {s}" for s in piv.columns]
-        html.append(note("Time each GPU waited in collectives for the last rank to arrive, per step. The "
-                         "straggler is the rank that waits least (a dark row), not most."))
+        html.append(note("Time each GPU waited in collectives for the last rank to arrive, per step. Colour: "
+                         "dark purple = waited least, yellow = waited most. The straggler is the rank that waits "
+                         "least (a dark row), not most: the others wait for it."))
     else:
         first = co.groupby("collective")["start_ns"].min().sort_values(kind="stable")
         order = pd.Series(np.arange(len(first)), index=first.index)
@@ -120,8 +167,9 @@ def section_steps(ctx: Context) -> str:
         piv = c2.pivot_table(index=["rank", "device"], columns="_i", values="wait_ns", aggfunc="sum").sort_index()
         col_labels = [f"#{int(i) + 1}" for i in piv.columns]
         html.append(note("Time each GPU waited for the last rank to arrive, per collective instance in time "
-                         "order (no step column in the collectives table). The straggler is the rank that "
-                         "waits least (a dark row), not most."))
+                         "order (no step column in the collectives table). Colour: dark purple = waited least, "
+                         "yellow = waited most. The straggler is the rank that waits least (a dark row), not "
+                         "most: the others wait for it."))
     keys = piv.index.to_frame(index=False)
     html.append(_heat(ctx, "wait-heatmap", piv.to_numpy(np.float64), keys, col_labels, row_agg="min",
                       col_agg="sum", what="collective wait"))
@@ -136,21 +184,25 @@ def section_stragglers(ctx: Context) -> str:
         html.append(msg)
     else:
         sg = sg.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
-        fl = sg["flagged"].astype(bool).to_numpy()
+        fl = flags(sg["flagged"])
         html.append(note(f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
                          "others wait for; the evidence names the signals (late arrival at collectives, slower "
                          "kernels than the other ranks, step-time z-score, slow link)."))
         head = sg.head(20)
         html.append(ch.hbars("stragglers", ctx.labels(head), head["score"].to_numpy(np.float64),
-                             colors=["#e15759" if f else "#4e79a7" for f in head["flagged"].astype(bool)],
+                             colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
                              value_fmt=lambda v: f"{v:.2f}", label_width=150,
-                             highlight=head["flagged"].astype(bool).tolist(),
+                             highlight=flags(head["flagged"]).tolist(),
                              legend={"flagged": "#e15759", "not flagged": "#4e79a7"}))
         shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
             "score", ascending=False, kind="stable")
         shown = shown.assign(label=ctx.labels(shown))
-        html.append(table(shown, [("label", "GPU", "text"), ("score", "score", "num"), ("flagged", "flagged", "bool"),
-                                  ("evidence", "evidence", "text")], flag=shown["flagged"].astype(bool).tolist()))
+        cols = [("label", "GPU", "text"), ("score", "score", "num"), ("flagged", "flagged", "bool"),
+                ("evidence", "evidence", "text")]
+        if "signals" in shown.columns:
+            cols.insert(3, ("signals", "signals", "text"))
+            html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
+        html.append(table(shown, cols, flag=flags(shown["flagged"]).tolist()))
     rk, msg = ctx.get("ranks", ("rank",))
     html.append("<h3>Rank comparison (robust z-scores)</h3>")
     if rk is None:
@@ -162,7 +214,8 @@ def section_stragglers(ctx: Context) -> str:
         return "".join(html)
     z = np.nan_to_num(rk[zcols].to_numpy(np.float64), nan=0.0)
     worst = np.abs(z).max(axis=1)
-    order = np.argsort(-worst, kind="stable")[:20]
+    is_flagged = np.array([int(r) in ctx.flagged for r in rk["rank"]], dtype=bool)
+    order = np.lexsort((-worst, ~is_flagged))[:20]  # the flagged stragglers first, then by |z|
     view = rk.iloc[order]
     zv = np.abs(z[order])
     preferred = ["step_ns_z", "computation_ns_z", "collective_wait_ns_z", "arrived_last_z", "exposed_comm_ns_z",
@@ -171,8 +224,10 @@ def section_stragglers(ctx: Context) -> str:
     shown = list(dict.fromkeys([c for c in preferred if c in zcols] + strong))[:12]
     view = view.assign(label=ctx.labels(view))
     html.append(note("z = (x − median) / (1.4826 · MAD) over all ranks, per metric; |z| ≥ 3 is highlighted. "
-                     f"The {len(view)} ranks with the largest |z| on any of {len(zcols)} metrics; columns: the main "
-                     "metrics and those with |z| ≥ 3 here."))
+                     f"The flagged stragglers, then the ranks with the largest |z| on any of {len(zcols)} metrics "
+                     f"({len(view)} rows); columns: the main metrics and those with |z| ≥ 3 here. Ranks that share "
+                     "a process group with a straggler often stand out too (they wait for it): the Stragglers "
+                     "table above says which rank is the cause."))
     html.append(table(view, [("label", "GPU", "text"), *((c, c[:-2].replace("_ns", "").replace("_", " "), "z")
                                                           for c in shown)],
                       flag=[int(r) in ctx.flagged for r in view["rank"]]))
@@ -246,7 +301,7 @@ def section_collectives(ctx: Context) -> str:
                                           ("start_skew", "start skew (mean)", "time")]))
     keys = ["rank", "device"] if "device" in co.columns else ["rank"]
     if "last" in co.columns:
-        last_flag = co["last"].astype(bool)
+        last_flag = pd.Series(flags(co["last"]), index=co.index)
     else:
         last_flag = pd.Series(False, index=co.index)
         last_flag.loc[co.groupby("collective")["start_ns"].idxmax().to_numpy()] = True
@@ -254,7 +309,8 @@ def section_collectives(ctx: Context) -> str:
            .agg(wait=("wait_ns", "sum"), last=("_last", "sum"), instances=("wait_ns", "size")).reset_index())
     per["last_share"] = per["last"] / per["instances"].replace(0, np.nan)
     per = per.sort_values(["wait", "rank"], kind="stable").reset_index(drop=True)  # least wait first
-    idx, sel_note = ctx.select(-per["wait"].to_numpy(np.float64), per["rank"].to_numpy(), "collective wait (least)")
+    idx, sel_note = ctx.select(-per["wait"].to_numpy(np.float64), per["rank"].to_numpy(), "collective wait",
+                               high="that waited least", low="that waited most")
     view = per.iloc[idx]
     html.append("<h3>Collective wait per GPU (least first)</h3>")
     html.append(note("The rank the others wait for waits least itself and arrives last most often."))

@@ -47,8 +47,8 @@ def section_summary(ctx: Context) -> str:
     sg, _ = ctx.get("stragglers", ("rank", "flagged"))
     if sg is not None:
         fl = sorted(ctx.flagged)
-        items.append(("flagged stragglers", ", ".join(map(str, fl[:6])) + (" …" if len(fl) > 6 else "")
-                      if fl else "none", bool(fl)))
+        ids = ", ".join(f"rank {r}" for r in fl[:6]) + (f", … ({len(fl) - 6} more)" if len(fl) > 6 else "")
+        items.append((f"flagged stragglers (of {len(sg):,} GPUs)", f"{len(fl):,}", bool(fl), ids))
     k, _ = ctx.get("kernels", ("name", "count"))
     if k is not None:
         items.append(("distinct kernels", f"{k['name'].nunique():,}"))
@@ -290,6 +290,9 @@ def section_gaps(ctx: Context) -> str:
                          "host wait: the launch came after the previous event ended (the GPU waited for the "
                          "host); kernel wait: launched in time, short gap (launch overhead); other: launched "
                          "in time, longer gap (synchronisation, dependencies)."))
+        overlap = _stream_sum_note(ctx, per)
+        if overlap:
+            html.append(note(overlap))
         if sel_note:
             html.append(note(sel_note))
         html.append(ch.stacked_hbars("gap-causes", ctx.labels(view),
@@ -342,6 +345,21 @@ def section_gaps(ctx: Context) -> str:
             cols.append(("max", "max", "time"))
         html.append(table(agg, cols))
     return "".join(html)
+
+
+def _stream_sum_note(ctx: Context, per: pd.DataFrame) -> str:
+    """When the gaps summed over streams exceed the GPU's idle time, say so: a stream's gap
+    usually overlaps work on the GPU's other streams, so it is not GPU idle time."""
+    bd, _ = ctx.get("breakdown", ("rank", "device", "idle_ns"))
+    if bd is None or not len(per):
+        return ""
+    summed = float(np.nanmedian(per["idle_ns"].to_numpy(np.float64)))
+    idle = float(np.nanmedian(bd["idle_ns"].to_numpy(np.float64)))
+    if not summed > 1.1 * idle:
+        return ""
+    return (f"Per GPU these stream gaps add up to {ch.fmt_time(summed)} (median), while the GPU itself is idle "
+            f"for {ch.fmt_time(idle)} (median, breakdown above): a gap on one stream mostly overlaps work on the "
+            "other streams, so read the causes as shares of per-stream waiting, not as GPU idle time.")
 
 
 def section_ops(ctx: Context) -> str:

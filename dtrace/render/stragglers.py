@@ -4,9 +4,23 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
-from .text import render
+from .charts import fmt_time
+from .escape import printable
+from .text import flags, render
 
 TOP = 5
+#: What the letters of the ``signals`` column mean (SPEC §4's four straggler signals).
+SIGNALS = {
+    "a": "arrives last at collectives, making the others wait",
+    "b": "compute kernels slower than the median rank for the same kernel names",
+    "c": "step time far above the median (robust z-score)",
+    "d": "slow link: the process groups that contain the rank transfer slower than the others",
+}
+
+
+def signals_legend() -> str:
+    """One line explaining the signal letters, for every place that shows them."""
+    return "signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items())
 
 
 def _clock_line(results: Results) -> str:
@@ -20,8 +34,8 @@ def _clock_line(results: Results) -> str:
     off = clock.drop_duplicates("host")["offset_ns"].abs().max()
     raw = float(multi["raw_end_skew_ns"].median())
     res = float(multi["end_skew_ns"].median())
-    return (f"clock offsets between hosts up to {off / 1e6:.3f} ms removed; median end skew of collectives "
-            f"across hosts {raw / 1e3:.1f} µs before, {res / 1e3:.1f} µs after\n")
+    return (f"clock offsets between hosts up to {fmt_time(float(off))} removed; median end skew of collectives "
+            f"across hosts {fmt_time(raw)} before, {fmt_time(res)} after\n")
 
 
 def stragglers_section(results: Results, fmt: str = "table") -> str:
@@ -34,15 +48,19 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
     inst = results.table("collective_instances") if "collective_instances" in results.table_names else pd.DataFrame()
     matched = int((inst["ranks"] > 1).sum()) if len(inst) else 0
     head = f"{matched} collective instances matched across ranks\n" + _clock_line(results)
-    flagged = s.loc[s["flagged"].astype(bool)]
+    flagged = s.loc[flags(s["flagged"])]
     if not len(flagged):
         return head + f"no straggler flagged among {len(s)} ranks (method {s['method'].iloc[0]})\n"
     view = flagged.sort_values("score", ascending=False, kind="stable").head(TOP)
     title = f"stragglers: {len(flagged)} of {len(s)} ranks flagged" + (f" (top {TOP})" if len(flagged) > TOP else "")
     if fmt != "table":
-        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title)
+        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title) + \
+            signals_legend() + "\n"
     lines = [title]
     for row in view.itertuples(index=False):
-        lines.append(f"  rank {row.rank} (device {row.device}, score {row.score:.1f}, signals {row.signals or '-'}):")
-        lines.append(f"    {row.evidence}")
+        score = "–" if pd.isna(row.score) else f"{row.score:.1f}"
+        sigs = "-" if pd.isna(row.signals) or not row.signals else row.signals
+        lines.append(f"  rank {row.rank} (device {row.device}, score {score}, signals {sigs}):")
+        lines.append(f"    {printable(row.evidence)}")
+    lines.append(signals_legend())
     return head + "\n".join(lines) + "\n"

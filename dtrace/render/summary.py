@@ -1,38 +1,109 @@
-"""The summary ``dtrace analyze`` prints: inputs, per-rank breakdown, failures."""
+"""The summary ``dtrace analyze`` prints: inputs, per-rank breakdown, classes, stragglers, failures.
+
+:func:`summary` is the human text (``table`` or ``markdown``); :func:`summary_document` is the
+same content as one JSON-able object and :func:`summary_csv` the per-GPU breakdown as one CSV
+table, so a machine format is exactly one document (prose goes to stderr, see the CLI).
+"""
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pandas as pd
 
 from ..results import Results
 from ..schema import dropped_summary
-from .text import render
+from .escape import printable
+from .text import flags, render
+
+BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns",
+                     "total_ns"]
+
+
+def header(results: Results) -> str:
+    """The first line: inputs, parts, failures, run time."""
+    m = results.manifest
+    return (f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
+            f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n")
+
+
+def _breakdown(results: Results) -> pd.DataFrame:
+    if "breakdown" not in results.table_names:
+        return pd.DataFrame({c: [] for c in BREAKDOWN_COLUMNS})
+    bd = results.table("breakdown")
+    return bd[[c for c in BREAKDOWN_COLUMNS if c in bd.columns]].sort_values(["rank", "device"])
 
 
 def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
-    m = results.manifest
-    parts = [f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
-             f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n"]
-    bd = results.table("breakdown") if "breakdown" in results.table_names else pd.DataFrame()
-    if len(bd):
-        cols = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
-        view = bd[cols].sort_values(["rank", "device"])
+    """The human summary (``fmt`` ``table`` or ``markdown``)."""
+    parts = [header(results)]
+    view = _breakdown(results)
+    if len(view):
         title = "GPU time breakdown" + (f" (first {max_ranks} of {len(view)} ranks)" if len(view) > max_ranks else "")
         parts.append(render(view, fmt, title=title, max_rows=max_ranks))
     for extra in SUMMARY_SECTIONS:
         text = extra(results, fmt)
         if text:
             parts.append(text)
-    dropped: dict[str, int] = {}
-    for item in m.get("inputs", []):
-        for reason, n in (item.get("dropped_events") or {}).items():
-            dropped[reason] = dropped.get(reason, 0) + int(n)
+    dropped = dropped_note(results)
     if dropped:
-        parts.append(f"{sum(dropped.values())} event(s) with implausible times dropped "
-                     f"({dropped_summary(dropped)}; per input in manifest.json)\n")
+        parts.append(dropped)
+    absent = absent_note(results)
+    if absent:
+        parts.append(absent)
     errs = results.errors
     if errs:
-        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {e}" for e in errs) + "\n")
+        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
     return "\n".join(parts)
+
+
+def dropped_note(results: Results) -> str:
+    """How many events with implausible times the readers dropped, by reason (one line)."""
+    dropped: dict[str, int] = {}
+    for item in results.manifest.get("inputs", []):
+        for reason, n in (item.get("dropped_events") or {}).items():
+            dropped[reason] = dropped.get(reason, 0) + int(n)
+    if not dropped:
+        return ""
+    return (f"{sum(dropped.values())} event(s) with implausible times dropped ({dropped_summary(dropped)}; "
+            f"per input in manifest.json)\n")
+
+
+def absent_note(results: Results) -> str:
+    """Which tables the inputs could not fill and why (``absent_tables`` of the manifest), one line per reason."""
+    absent = results.manifest.get("absent_tables") or {}
+    by_why: dict[str, list[str]] = {}
+    for name, why in absent.items():
+        by_why.setdefault(str(why), []).append(str(name))
+    return "".join(f"no rows in {', '.join(names)}: {printable(why)}\n" for why, names in by_why.items())
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records", force_ascii=False))
+
+
+def summary_document(results: Results) -> dict[str, Any]:
+    """The summary as one JSON-able object: ``run`` (counts, time, path), ``breakdown`` (every
+    GPU, raw ns), ``classes`` (``classes_xrank``), ``stragglers`` (the flagged ranks) and
+    ``errors`` (one message per failed input)."""
+    m = results.manifest
+    doc: dict[str, Any] = {"run": {k: m.get(k) for k in ("n_inputs", "n_parts", "n_failed", "seconds", "workers",
+                                                         "dtrace_version", "created")}}
+    doc["run"]["results"] = results.path
+    doc["breakdown"] = _records(_breakdown(results))
+    if "classes_xrank" in results.table_names:
+        doc["classes"] = _records(results.table("classes_xrank"))
+    if "stragglers" in results.table_names:
+        s = results.table("stragglers")
+        cols = [c for c in ("rank", "device", "score", "signals", "evidence") if c in s.columns]
+        doc["stragglers"] = _records(s.loc[flags(s["flagged"]), cols]) if "flagged" in s.columns else []
+    doc["errors"] = results.errors
+    return doc
+
+
+def summary_csv(results: Results) -> str:
+    """The per-GPU breakdown (raw ns, every GPU) as one CSV table."""
+    return render(_breakdown(results), "csv")
 
 
 # further sections (stragglers, ...) register here: functions (Results, fmt) -> str

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 
 import numpy as np
 import pandas as pd
 
+from .escape import markdown_cell, printable, to_csv
+
 FORMATS = ("table", "csv", "json", "markdown")
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
 _UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
+#: ``x_ns`` or a statistic of it (``x_ns_mean``; not ``x_ns_z``, a z-score).
+_TIME_COLUMN = re.compile(r"_ns(_(?:mean|median|min|max|sum|std|total|p\d+))?$")
+#: Columns holding absolute times (shown relative to the earliest of them).
+ABSOLUTE_TIMES = ("start_ns", "end_ns", "first_ns", "last_ns")
 
 
 def pick_unit(values: np.ndarray) -> tuple[str, float]:
@@ -45,12 +52,26 @@ def pick_unit(values: np.ndarray) -> tuple[str, float]:
     return "ns", 1.0
 
 
+def is_time_column(name: str) -> bool:
+    """A column of durations or times in ns: ``*_ns`` or a statistic of one (``total_ns_mean``).
+
+    Examples
+    --------
+    >>> [is_time_column(c) for c in ("idle_ns", "total_ns_mean", "step_ns_z", "count")]
+    [True, True, False, False]
+    """
+    return bool(_TIME_COLUMN.search(str(name)))
+
+
 def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
     """Readable values: ``*_ns`` columns in a unit per column (``exposed_comm_ns`` → ``exposed comm (ms)``),
     ``*_share`` fractions as percentages (``name (%)``), other floats rounded.
 
     ``time_unit`` fixes the unit of every time column (``"s"``, ``"ms"``, ``"µs"``, ``"ns"``),
     or ``"auto"`` picks one unit for all of them together (so columns compare at a glance).
+    Each unit is chosen from the whole column, never from the rows shown. Absolute times
+    (:data:`ABSOLUTE_TIMES`) are shown relative to the earliest of them (see
+    :func:`humanize_table`). Missing values (NaN, ``pd.NA``) stay missing.
 
     Examples
     --------
@@ -59,11 +80,35 @@ def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
        rank  idle (ms)  time share (%)
     0     0        2.5            25.0
     """
-    times = [c for c in df.columns if str(c).endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])
+    return humanize_table(df, time_unit)[0]
+
+
+def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.DataFrame, str | None]:
+    """:func:`humanize`, and the origin ``t0`` of the absolute-time columns as text (or ``None``).
+
+    Absolute times (``start_ns``, ``end_ns``, ``first_ns``, ``last_ns``) become durations after
+    ``t0``, the earliest of them in the table; ``t0`` is a UTC date when the times are epoch
+    ns, else a time on the trace's own clock.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> v, t0 = humanize_table(pd.DataFrame({"start_ns": [1_700_000_000_000_000_000, 1_700_000_000_002_000_000]}))
+    >>> list(v.columns), v.iloc[:, 0].tolist(), t0
+    (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
+    """
+    times = [c for c in df.columns if is_time_column(c) and pd.api.types.is_numeric_dtype(df[c])
              and not pd.api.types.is_bool_dtype(df[c])]
+    absolute = [c for c in times if c in ABSOLUTE_TIMES]
+    t0: float | None = None
+    if absolute:
+        vals = np.concatenate([_floats(df[c]) for c in absolute])
+        vals = vals[np.isfinite(vals)]
+        t0 = float(vals.min()) if vals.size else None
+    shifted = {c: _floats(df[c]) - (t0 if c in absolute and t0 is not None else 0.0) for c in times}
     fixed: tuple[str, float] | None = None
     if time_unit == "auto" and times:
-        fixed = pick_unit(np.concatenate([df[c].to_numpy(dtype=np.float64) for c in times]))
+        fixed = pick_unit(np.concatenate(list(shifted.values())))
     elif time_unit is not None and time_unit != "auto":
         units = dict(_UNITS)
         if time_unit not in units:
@@ -74,15 +119,41 @@ def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
         col = df[c]
         name = str(c)
         if c in times:
-            unit, scale = fixed or pick_unit(col.to_numpy())
-            out[f"{name[:-3].replace('_', ' ')} ({unit})"] = (col.to_numpy(dtype=np.float64) / scale).round(3)
+            unit, scale = fixed or pick_unit(shifted[c])
+            base = _TIME_COLUMN.sub(lambda m: f"{m.group(1) or ''}".replace("_", " ", 1), name)
+            label = f"t0+{unit}" if c in absolute and t0 is not None else unit
+            out[f"{base.replace('_', ' ')} ({label})"] = (shifted[c] / scale).round(3)
         elif name.endswith("_share") and pd.api.types.is_float_dtype(col):
-            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (col.to_numpy(dtype=np.float64) * 100).round(2)
+            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (_floats(col) * 100).round(2)
         elif pd.api.types.is_float_dtype(col):
             out[name] = col.round(4)
         else:
             out[name] = col
-    return pd.DataFrame(out, index=df.index)
+    return pd.DataFrame(out, index=df.index), (_t0_text(t0) if t0 is not None else None)
+
+
+def flags(col: pd.Series) -> np.ndarray:
+    """A yes/no column as a bool array; missing values (NA, None, NaN) count as no.
+
+    Examples
+    --------
+    >>> flags(pd.Series([True, pd.NA, False], dtype="boolean")).tolist()
+    [True, False, False]
+    """
+    return col.astype(object).where(col.notna(), False).astype(bool).to_numpy()
+
+
+def _floats(col: pd.Series) -> np.ndarray:
+    """A numeric column as float64 with missing values (NaN or ``pd.NA``) as NaN."""
+    return col.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _t0_text(t0: float) -> str:
+    if t0 >= 1e17:  # epoch ns (after 1973)
+        stamp = pd.Timestamp(int(t0), unit="ns", tz="UTC")
+        return stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    unit, scale = pick_unit(np.array([t0]))
+    return f"{_cell(round(t0 / scale, 3))} {unit} on the trace clock"
 
 
 def shorten(name: str, width: int = 60) -> str:
@@ -127,17 +198,22 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         Any results table.
     fmt
         ``table`` (rich, for the terminal), ``markdown``, ``csv`` or ``json``. CSV and JSON
-        keep raw values (ns, fractions) and full names.
+        keep raw values (ns, fractions) and full names; CSV text cells that a spreadsheet would
+        run as formulas get a leading ``'`` (:func:`dtrace.render.escape.to_csv`). Names are
+        escaped in the human formats (control characters, Markdown and HTML syntax).
     title
         Heading of the table (``table`` and ``markdown`` only).
     human
         Readable units in the human formats (``False`` keeps ``*_ns`` in ns).
     max_rows
-        Show only the first rows; the human formats say how many were left out.
+        Show only the first rows; the human formats say how many were left out. Units are
+        chosen from the whole column, so a value prints the same whatever ``max_rows``.
     short_names
         Shorten kernel/op names in the human formats.
     width
-        Terminal width (default: the current terminal, at least 100 columns).
+        Terminal width (default: the current terminal, see :func:`terminal_width`). Text
+        columns are shortened to fit; numbers never are: a table whose numbers cannot fit is
+        printed in blocks of columns, each repeating the key columns (rank, device, name, ...).
     time_unit
         One unit for every time column (``"ms"``, ...; ``"auto"`` picks it), instead of one
         per column.
@@ -154,60 +230,147 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
     n_all = len(df)
-    if max_rows is not None:
-        df = df.head(max_rows)
-    if fmt == "csv":
-        return df.to_csv(index=False)
-    if fmt == "json":
-        return json.dumps(json.loads(df.to_json(orient="records", force_ascii=False)), indent=1,
+    if fmt in ("csv", "json"):
+        part = df.head(max_rows) if max_rows is not None else df
+        if fmt == "csv":
+            return to_csv(part)
+        return json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1,
                           ensure_ascii=False) + "\n"
-    view = humanize(df, time_unit) if human else df.copy()
+    # units from the whole columns, then the rows shown: a value prints the same whatever max_rows
+    view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
+    if max_rows is not None:
+        view = view.head(max_rows)
     if short_names:
         for c in view.columns:
             if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
-                view[c] = view[c].astype(object).map(lambda x: shorten(x, 60))
-    more = f"{n_all - len(df):,} more rows not shown (showing {len(df):,} of {n_all:,})" if len(df) < n_all else ""
+                view[c] = view[c].astype(object).map(lambda x: x if _missing(x) else shorten(x, 60))
+    more = (f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all "
+            "for more)" if len(view) < n_all else "")
+    if t0 is not None:
+        more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
     numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
                for c in view.columns]
     if fmt == "markdown":
-        cols = [_md(str(c)) for c in view.columns]
+        cols = [markdown_cell(c) for c in view.columns]
         lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
         for row in view.itertuples(index=False):
-            lines.append("| " + " | ".join(_md(_cell(v)) for v in row) + " |")
+            lines.append("| " + " | ".join(markdown_cell(_cell(v)) for v in row) + " |")
         if more:
             lines.append(f"\n_{more}_")
-        return (f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n"
+        return (f"### {markdown_cell(title)}\n\n" if title else "") + "\n".join(lines) + "\n"
+    heads = [printable(c) for c in view.columns]
+    cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
+    width = terminal_width() if width is None else max(int(width), 20)
+    return _terminal_table(heads, cells, numeric, [str(c) for c in view.columns], width,
+                           printable(title) if title else None, [more] if more else [])
+
+
+def terminal_width() -> int:
+    """Columns of the terminal on stdout; ``$COLUMNS``, else 160 when stdout is not a terminal."""
+    return max(shutil.get_terminal_size((160, 24)).columns, 20)
+
+
+#: Columns repeated in every block of a table too wide for the terminal (when they lead it).
+KEY_COLUMNS = ("#", "rank", "device", "stream", "step", "level", "metric", "class", "collective", "op", "name",
+               "key", "transition", "label", "group", "path", "category")
+
+
+def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int,
+                    title: str | None, notes: list[str]) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold", caption=more or None, caption_justify="left",
-              pad_edge=False)
-    cells = [[_cell(v) for v in row] for row in view.itertuples(index=False)]
-    heads = [str(c) for c in view.columns]
-    if width is None:
-        width = max(shutil.get_terminal_size((200, 24)).columns, 100)
-    widths = column_widths(heads, cells, numeric, width)
-    for head, is_num, w in zip(heads, numeric, widths):
-        t.add_column(head, justify="right" if is_num else "left", overflow="fold", width=w)
-    for r in cells:
-        t.add_row(*r)
+    n = len(heads)
+    blocks = layout(heads, cells, numeric, names, width)
+    for cols, widths, _ in blocks:  # text shortened to its column, numbers never
+        for k, w in zip(cols, widths):
+            if not numeric[k]:
+                cut = (lambda x, w=w: shorten(x, w)) if names[k] in NAME_COLUMNS else \
+                    (lambda x, w=w: x[: max(w - 1, 1)] + "…")
+                for r in cells:
+                    if len(r[k]) > w:
+                        r[k] = cut(r[k])
     buf = io.StringIO()
-    # as wide as the columns need: numbers are never cut, so a table wider than the terminal stays whole
-    console = Console(file=buf, width=max(width, sum(widths) + 3 * len(widths) + 2), force_terminal=False,
-                      color_system=None, highlight=False)
+    total = max(sum(w + 3 for w in widths) for _, widths, _ in blocks) + 2
+    console = Console(file=buf, width=max(width, total), force_terminal=False, color_system=None,
+                      highlight=False, markup=False, emoji=False)
     if title:
-        console.print(title, style="bold", overflow="fold", soft_wrap=True)
-    console.print(t)
+        console.print(Text(title, style="bold"), overflow="fold", soft_wrap=True)
+    for bi, (cols, widths, first) in enumerate(blocks):
+        if len(blocks) > 1:
+            console.print(Text(f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns "
+                               f"{', '.join(names[k] for k in cols if k >= first)}]"), overflow="fold")
+        t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+        for k, w in zip(cols, widths):
+            t.add_column(Text(heads[k]), justify="right" if numeric[k] else "left", width=w,
+                         overflow="fold" if numeric[k] else "ellipsis", no_wrap=not numeric[k])
+        for r in cells:
+            t.add_row(*(Text(r[k]) for k in cols))
+        console.print(t)
+    for note in notes:
+        console.print(Text(note), overflow="fold", soft_wrap=True)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def layout(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int
+           ) -> list[tuple[list[int], list[int], int]]:
+    """How a table is printed in ``width`` columns: ``[(column indices, their widths, first value column)]``.
+
+    One block when the table fits once its text columns are shortened (:func:`column_widths`).
+    Otherwise (numbers are never cut) the columns are split into blocks that each fit, and the
+    leading key columns (:data:`KEY_COLUMNS`: rank, device, name, ...) are repeated in every block.
+
+    Examples
+    --------
+    >>> heads = ["rank", "a (ms)", "b (ms)", "c (ms)"]
+    >>> row = ["0", "1,234.5", "2,345.5", "3,456.5"]
+    >>> [(c, w) for c, w, _ in layout(heads, [row], [True] * 4, ["rank", "a", "b", "c"], 30)]
+    [([0, 1, 2], [4, 7, 7]), ([0, 3], [4, 7])]
+    """
+    n = len(heads)
+    widths = column_widths(heads, cells, numeric, width)
+    if sum(widths) + 3 * n <= width or n <= 1:
+        return [(list(range(n)), widths, 0)]
+    keys: list[int] = []
+    for k in range(n - 1):
+        if names[k] not in KEY_COLUMNS:
+            break
+        keys.append(k)
+    key_w = column_widths([heads[k] for k in keys], [[r[k] for k in keys] for r in cells],
+                          [numeric[k] for k in keys], width // 2) if keys else []
+    used_keys = sum(w + 3 for w in key_w)
+    if used_keys > width // 2 + 8:  # keys alone too wide to repeat: no keys
+        keys, key_w, used_keys = [], [], 0
+    first = len(keys)
+    rest = list(range(first, n))
+    room = max(width - used_keys - 3, 16)  # a text column may fill a block of its own
+    own = [max(len(heads[k]), max((len(r[k]) for r in cells), default=0), 1) for k in rest]
+    own = [w if numeric[k] else min(w, room) for k, w in zip(rest, own)]
+    blocks: list[tuple[list[int], list[int], int]] = []
+    cur: list[int] = []
+    cur_w: list[int] = []
+    used = used_keys
+    for k, w in zip(rest, own):
+        if cur and used + w + 3 > width:
+            blocks.append((keys + cur, key_w + cur_w, first))
+            cur, cur_w, used = [], [], used_keys
+        cur.append(k)
+        cur_w.append(w)
+        used += w + 3
+    if cur:
+        blocks.append((keys + cur, key_w + cur_w, first))
+    return blocks
 
 
 def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> list[int]:
     """Column widths for a terminal table of ``width`` columns.
 
     Each column starts at its natural width (header or widest value). While the table is too
-    wide, the widest text column gives up space, down to 16 characters (names fold onto more
-    lines); then headers wrap at their spaces. Numbers never shrink below their widest value.
+    wide, the widest text column gives up space, down to 16 characters (its values are then
+    shortened); then headers wrap at their spaces. Numbers never shrink below their widest
+    value: a table still too wide is printed in blocks of columns by :func:`render`.
 
     Examples
     --------
@@ -236,12 +399,12 @@ def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool],
     return w
 
 
-def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+def _missing(v: object) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and np.isnan(v))
 
 
 def _cell(v: object) -> str:
-    if v is None or v is pd.NA or v is pd.NaT:
+    if _missing(v):
         return ""
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"

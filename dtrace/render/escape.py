@@ -1,0 +1,124 @@
+"""Text that is safe to show: terminals, one-line messages, CSV for spreadsheets, Markdown.
+
+Names and file names come from other people's traces and file systems, so every renderer
+passes them through one of these functions before they reach the user:
+
+- :func:`printable` for the terminal and for error messages: control characters (ESC, NUL,
+  BEL, newline, ...) and the Unicode bidirectional overrides become visible escapes
+  (``\\x1b``, ``\\n``, ``\\u202e``), so a name cannot move the cursor, recolour the terminal or
+  split a one-line error;
+- :func:`csv_frame` / :func:`to_csv` for CSV: a text cell that a spreadsheet would run as a
+  formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading
+  ``'``; numbers are never touched;
+- :func:`markdown_cell` for Markdown: HTML and Markdown syntax escaped, pipes escaped, one line.
+"""
+from __future__ import annotations
+
+import csv
+import re
+
+import pandas as pd
+
+# C0 controls, DEL, C1 controls, and the invisible bidirectional marks/overrides/isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_NO_NL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: First characters that make a spreadsheet treat a cell as a formula (OWASP CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_MD = re.compile(r"([\\`*_\[\]|])")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    ch = m.group(0)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object, *, keep_newlines: bool = False) -> str:
+    """``text`` with control characters shown as escapes, for terminals and one-line messages.
+
+    ``keep_newlines`` leaves ``\\n`` alone (multi-line blocks such as a printed tree).
+
+    Examples
+    --------
+    >>> printable("gemm\\x1b[2J\\x07")
+    'gemm\\\\x1b[2J\\\\x07'
+    >>> printable("rank-0\\n.json: bad"), printable("a\\u202eb")
+    ('rank-0\\\\n.json: bad', 'a\\\\u202eb')
+    >>> printable("plain µs → ok")
+    'plain µs → ok'
+    """
+    s = str(text)
+    return (_CONTROL_NO_NL if keep_newlines else _CONTROL).sub(_escape_char, s)
+
+
+def csv_cell(value: object) -> object:
+    """A text value that a spreadsheet would evaluate gets a leading ``'``; anything else is kept.
+
+    Examples
+    --------
+    >>> csv_cell("=HYPERLINK(\\"http://x\\")"), csv_cell("-1"), csv_cell("gemm"), csv_cell(-1)
+    ('\\'=HYPERLINK("http://x")', "'-1", 'gemm', -1)
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell passed through :func:`csv_cell` (numeric columns untouched).
+
+    Only columns holding text (object, string or categorical of strings) are checked, and only
+    their distinct values, so this costs little on large tables.
+    """
+    out = df
+    for c in df.columns:
+        col = df[c]
+        if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            continue
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            cats = col.cat.categories
+            if cats.dtype != object and not pd.api.types.is_string_dtype(cats):
+                continue
+            fixed = [csv_cell(v) for v in cats]
+            if any(a is not b for a, b in zip(fixed, cats)):
+                out = out.copy() if out is df else out
+                out[c] = col.cat.rename_categories(fixed)
+            continue
+        values = col.to_numpy(dtype=object)
+        uniq = pd.unique(values)
+        risky = [v for v in uniq if isinstance(v, str) and v.startswith(FORMULA_START)]
+        if risky:
+            bad = pd.Series(values).isin(risky).to_numpy()
+            values = values.copy()
+            values[bad] = ["'" + v for v in values[bad]]
+            out = out.copy() if out is df else out
+            out[c] = values
+    return out
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    """CSV text of ``df`` (no index) with formula cells neutralised (:func:`csv_frame`).
+
+    Lines end in ``\\n``. Python's CSV writer does not quote a field holding a bare carriage
+    return, which readers would take as a line break, so when a text cell holds one, every text
+    cell is quoted (``csv.QUOTE_NONNUMERIC``); numbers stay unquoted either way.
+    """
+    safe = csv_frame(df)
+    text_cols = [c for c in safe.columns if not pd.api.types.is_numeric_dtype(safe[c])]
+    has_cr = any(safe[c].astype(str).str.contains("\r", regex=False).any() for c in text_cols)
+    return safe.to_csv(index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC if has_cr else csv.QUOTE_MINIMAL)
+
+
+def markdown_cell(text: object) -> str:
+    """One Markdown table cell: HTML and Markdown syntax escaped, control characters shown.
+
+    Examples
+    --------
+    >>> markdown_cell("<img src=x onerror=alert(1)> a|b *c* [l](u)")
+    '&lt;img src=x onerror=alert(1)&gt; a\\\\|b \\\\*c\\\\* \\\\[l\\\\](u)'
+    """
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return printable(_MD.sub(r"\\\1", s))

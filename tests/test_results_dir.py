@@ -1,0 +1,155 @@
+"""The results folder is shared and hand-edited: nothing outside OUT is read or deleted because a
+manifest says so, crashed writes leave nothing behind, links are never written through (issue 13)."""
+import json
+import os
+import time
+
+import pandas as pd
+import pytest
+
+from dtrace.cli.main import main
+from dtrace.errors import ResultsError
+from dtrace.results import MANIFEST, clean_staging, load, write_results
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+from test_bad_input import GOOD, write
+
+
+def small(n=2):
+    return pd.DataFrame({"rank": list(range(n)), "device": list(range(n)),
+                         "total_ns": [10 * (i + 1) for i in range(n)]})
+
+
+def edit_manifest(out, **fields):
+    path = os.path.join(out, MANIFEST)
+    with open(path) as f:
+        m = json.load(f)
+    m.update(fields)
+    with open(path, "w") as f:
+        json.dump(m, f)
+    return m
+
+
+def test_stale_cleanup_never_leaves_out(tmp_path):
+    """An old manifest listing ../../x/precious or /abs/precious2 must not delete those files."""
+    out = tmp_path / "a" / "b" / "out"
+    write_results(str(out), {"breakdown": small(), "old_table": small()}, {"inputs": []})
+    outside = tmp_path / "x"
+    outside.mkdir()
+    precious = outside / "precious.parquet"
+    precious.write_bytes(b"keep me")
+    precious2 = tmp_path / "precious2.parquet"
+    precious2.write_bytes(b"keep me too")
+    (out / "notes.parquet").write_bytes(b"not a dtrace table")
+    m = edit_manifest(str(out), tables=["breakdown", "old_table", "../../../x/precious", str(tmp_path / "precious2"),
+                                        "notes"])
+    write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
+    assert precious.read_bytes() == b"keep me" and precious2.read_bytes() == b"keep me too"
+    assert (out / "notes.parquet").read_bytes() == b"not a dtrace table"  # listed, but not of that run
+    assert not (out / "old_table.parquet").exists()                    # the real stale table is gone
+    assert m["run_id"] != load(str(out)).manifest["run_id"]
+    assert load(str(out)).table_names == ["breakdown"]
+
+
+def test_stale_cleanup_through_analyze(tmp_path):
+    trace = write(tmp_path / "rank-0.json", GOOD)
+    out = tmp_path / "out"
+    assert main(["analyze", trace, "-o", str(out), "--sync"]) == 0
+    victim = tmp_path / "victim.parquet"
+    victim.write_bytes(b"data")
+    m = json.loads((out / MANIFEST).read_text())
+    edit_manifest(str(out), tables=m["tables"] + ["../victim", str(tmp_path / "victim")])
+    assert main(["analyze", trace, "-o", str(out), "--sync"]) == 0
+    assert victim.read_bytes() == b"data"
+
+
+@pytest.mark.parametrize("name", ["../../x/precious", "/etc/passwd", "a/b", "", "x.y", 7])
+def test_table_names_from_a_manifest_are_checked(tmp_path, name, capsys):
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    edit_manifest(str(out), tables=["breakdown", name])
+    with pytest.raises(ResultsError, match="invalid table name"):
+        load(str(out)).table(name)
+    assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "invalid table name" in err and err.count("\n") == 1
+
+
+def test_table_file_linking_out_of_out_is_not_read(tmp_path):
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small(), "kernels": small()}, {"inputs": []})
+    elsewhere = tmp_path / "elsewhere.parquet"
+    os.replace(out / "kernels.parquet", elsewhere)
+    os.symlink(elsewhere, out / "kernels.parquet")
+    with pytest.raises(ResultsError, match="outside the results directory"):
+        load(str(out)).table("kernels")
+    inside = out / "sub"
+    inside.mkdir()
+    os.replace(out / "breakdown.parquet", inside / "b.parquet")
+    os.symlink(os.path.join("sub", "b.parquet"), out / "breakdown.parquet")  # a link inside OUT is fine
+    assert load(str(out)).table("breakdown")["total_ns"].tolist() == [10, 20]
+
+
+def test_manifest_linking_out_of_out_is_not_read(tmp_path):
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    os.replace(out / MANIFEST, tmp_path / "m.json")
+    os.symlink(tmp_path / "m.json", out / MANIFEST)
+    with pytest.raises(ResultsError, match="outside the results directory"):
+        load(str(out))
+
+
+def test_links_are_replaced_not_written_through(tmp_path):
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"original")
+    victim_m = tmp_path / "victim.json"
+    victim_m.write_text("{}")
+    os.unlink(out / "breakdown.parquet")
+    os.symlink(victim, out / "breakdown.parquet")
+    os.unlink(out / MANIFEST)
+    os.symlink(victim_m, out / MANIFEST)
+    write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
+    assert victim.read_bytes() == b"original" and victim_m.read_text() == "{}"
+    assert not os.path.islink(out / "breakdown.parquet") and not os.path.islink(out / MANIFEST)
+    assert load(str(out)).breakdown["total_ns"].tolist() == [10, 20, 30]
+
+
+def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    crashed = out / ".staging-crashed"          # a crashed run: its lock file is free
+    crashed.mkdir()
+    (crashed / ".lock").write_text("")
+    (crashed / "breakdown.parquet").write_bytes(b"half")
+    legacy = out / ".staging-legacy"            # an older dtrace's, no lock, long ago
+    legacy.mkdir()
+    (legacy / "x.parquet").write_bytes(b"half")
+    old = time.time() - 7200
+    os.utime(legacy, (old, old))
+    fresh = out / ".staging-starting"           # no lock yet, just created: may be a run starting
+    fresh.mkdir()
+    link = out / ".staging-link"
+    target = tmp_path / "keep"
+    target.mkdir()
+    (target / "f").write_text("x")
+    os.symlink(target, link)
+    live = out / ".staging-live"                # a live run holds its lock
+    live.mkdir()
+    (live / ".lock").write_text("")
+    held = os.open(live / ".lock", os.O_RDWR)
+    try:
+        if fcntl is not None:
+            fcntl.flock(held, fcntl.LOCK_EX)
+        write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
+        left = sorted(n for n in os.listdir(out) if n.startswith(".staging-"))
+        assert left == ([".staging-live", ".staging-starting"] if fcntl is not None else [".staging-starting"])
+        assert (target / "f").read_text() == "x"   # the link was removed, not followed
+    finally:
+        os.close(held)
+    assert clean_staging(str(out)) == [".staging-live"] if fcntl is not None else True

@@ -1,0 +1,107 @@
+"""Terminal tables fit the terminal, never cut numbers, show 20 rows by default and say what they
+left out; straggler signal letters are explained wherever they are shown (issue 14)."""
+import os
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dtrace
+from dtrace.cli.main import main
+from dtrace.render.html import report
+from dtrace.render.text import render
+from dtrace.results import Results, write_results
+
+from conftest import ROOT
+
+TRACES = os.path.join(ROOT, "examples", "traces")
+
+
+@pytest.fixture(scope="module")
+def res(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tt") / "res"
+    dtrace.analyze(TRACES, str(out), scheduler="sync")
+    return str(out)
+
+
+def wide_frame(n_rows=3, n_cols=14):
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({"rank": np.arange(n_rows), "device": np.arange(n_rows),
+                       "name": ["void very_long_kernel_name_" + "x" * 150 + f"<{i}>(int)" for i in range(n_rows)]})
+    for k in range(n_cols):
+        df[f"metric_{k}_ns"] = rng.integers(10**9, 10**10, n_rows)  # seconds, 1.xxx-9.xxx
+    return df
+
+
+def test_wide_table_fits_and_keeps_every_number():
+    df = wide_frame()
+    text = render(df, "table", width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for v in df[[c for c in df.columns if c.endswith("_ns")]].to_numpy().ravel():
+        shown = f"{v / 1e9:,.3f}".rstrip("0").rstrip(".")
+        assert shown in text, shown              # every number whole
+    blocks = re.findall(r"\[block (\d+) of (\d+)", text)
+    assert len(blocks) > 1 and all(b[1] == str(len(blocks)) for b in blocks)
+    assert text.count("very_long_kernel_nam") == 3 * len(blocks)  # the key columns repeat in every block
+    assert "…" in text                            # names shortened, not folded
+
+
+def test_narrow_name_table_shortens_names_only():
+    df = pd.DataFrame({"name": ["k_" + "y" * 300], "total_ns": [123_456_789_012]})
+    text = render(df, "table", width=60)
+    assert max(len(line) for line in text.splitlines()) <= 60
+    assert "123.457" in text and "[block" not in text
+
+
+def test_terminal_width_follows_the_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    text = render(wide_frame(), "table")
+    assert max(len(line) for line in text.splitlines()) <= 70
+
+
+def test_default_row_limit_top_and_all(res, capsys):
+    n = len(dtrace.load(res).kernels)
+    assert n > 40
+    assert main(["show", res, "kernels"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n - 20:,} more rows not shown (showing 20 of {n:,}; --top N or --all for more)" in out
+    assert main(["show", res, "kernels", "--top", "5"]) == 0
+    assert f"{n - 5:,} more rows not shown" in capsys.readouterr().out
+    assert main(["show", res, "kernels", "--all"]) == 0
+    assert "more rows not shown" not in capsys.readouterr().out
+    assert main(["ops", res]) == 0
+    assert "more rows not shown (showing 20 of" in capsys.readouterr().out
+
+
+def test_gaps_top_limits_every_table(res, capsys):
+    r = dtrace.load(res)
+    n_streams = len(r.gaps)
+    assert n_streams > 2
+    assert main(["gaps", res, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{n_streams - 2:,} more rows not shown (showing 2 of {n_streams:,}" in out
+    assert "top 2 kernel pairs" in out
+
+
+def straggler_results():
+    s = pd.DataFrame({"rank": [3, 0, 1], "device": [3, 0, 1], "score": [9.0, 0.5, 0.2], "flagged": [True, False, False],
+                      "evidence": ["rank 3 arrived last", "rank 0 quiet", "rank 1 quiet"], "method": "robust",
+                      "signals": ["a,d", "", ""]})
+    return Results({"stragglers": s}, {"inputs": []})
+
+
+def test_signal_letters_are_explained(tmp_path, capsys):
+    from dtrace.render.summary import summary
+
+    text = summary(straggler_results())
+    assert "signals a,d" in text and "a = arrives last at collectives" in text and "d = slow link" in text
+    out = tmp_path / "r"
+    write_results(str(out), {"stragglers": straggler_results().stragglers}, {"inputs": []})
+    assert main(["show", str(out), "stragglers"]) == 0
+    assert "b = compute kernels slower" in capsys.readouterr().out
+    html = report(straggler_results())
+    assert "a = arrives last at collectives" in html and "c = step time" in html and ">a,d<" in html
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert all(f"`{k}`" in readme for k in "abcd") and "signals" in readme
