@@ -13,6 +13,7 @@ from .calltree import Tree, tree  # noqa: E402
 from .errors import DtraceError, InputError, ResultsError, UsageError  # noqa: E402
 from .options import Options  # noqa: E402
 from .results import Results, load  # noqa: E402
+from .timeline_export import timeline  # noqa: E402
 
-__all__ = ["analyze", "load", "tree", "Tree", "Results", "Options", "DtraceError", "InputError", "ResultsError",
+__all__ = ["analyze", "load", "tree", "timeline", "Tree", "Results", "Options", "DtraceError", "InputError", "ResultsError",
            "UsageError", "__version__"]

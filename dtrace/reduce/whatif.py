@@ -546,3 +546,33 @@ def whatif(results, *, speedup: dict[str, float] | None = None, step: int | None
     if step is not None:
         out = out.loc[out["step"].to_numpy() == step].reset_index(drop=True)
     return out
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per scenario: the mean over steps of the ``whatif`` table's times.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"step": [1, 1, 2, 2], "scenario": ["a", "b", "a", "b"], "detail": ["x", "y", "x", "y"],
+    ...                   "observed_ns": [10, 10, 12, 12], "replayed_ns": [10, 10, 12, 12],
+    ...                   "estimate_ns": [8, 9, 10, 11], "fit_ns": [0, 0, 1, 1]})
+    >>> summary(t)[["scenario", "steps", "estimate_ns", "saved_ns", "saved_share"]].to_dict("list")
+    {'scenario': ['a', 'b'], 'steps': [2, 2], 'estimate_ns': [9, 10], 'saved_ns': [2, 1], 'saved_share': [0.18181818181818182, 0.09090909090909091]}
+    """
+    if not len(table):
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in
+                             {"scenario": object, "detail": object, "steps": "int64", "observed_ns": "int64",
+                              "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64",
+                              "saved_share": "float64", "fit_ns": "int64"}.items()})
+    g = table.groupby("scenario", sort=False)
+    out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(),
+                        "observed_ns": g["observed_ns"].mean(), "replayed_ns": g["replayed_ns"].mean(),
+                        "estimate_ns": g["estimate_ns"].mean(), "fit_ns": g["fit_ns"].max()}).reset_index()
+    for c in ("observed_ns", "replayed_ns", "estimate_ns"):
+        out[c] = np.rint(out[c].to_numpy(np.float64)).astype(np.int64)
+    out["saved_ns"] = out["replayed_ns"] - out["estimate_ns"]
+    out["saved_share"] = np.divide(out["saved_ns"].to_numpy(np.float64), out["replayed_ns"].to_numpy(np.float64),
+                                   out=np.zeros(len(out)), where=out["replayed_ns"].to_numpy() > 0)
+    cols = ["scenario", "detail", "steps", "observed_ns", "replayed_ns", "estimate_ns", "saved_ns", "saved_share",
+            "fit_ns"]
+    return out[cols]
