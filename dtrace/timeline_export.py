@@ -196,6 +196,11 @@ def choose(results: Results, *, ranks: Sequence[int] | None = None, step: int | 
         win: tuple[int, int] | None = (origin + lo, origin + hi)
         step = None
         per = bd
+    elif (steps is None or not len(steps)) and step is None:  # no steps: the whole trace
+        last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
+        win = (origin, int((last - allp["offset_ns"].to_numpy(np.int64)).max()))
+        step = None
+        per = bd
     else:
         win = None
         if steps is None or not len(steps):
@@ -496,7 +501,8 @@ def timeline(results: Results | str | os.PathLike[str], *, ranks: Sequence[int] 
         Ranks to show (every device of each). Default: the flagged stragglers, the fastest and
         the median rank of the step (by computation time; the slowest too when none is flagged).
     step
-        The step to show (default: the slowest, by the median step time over ranks).
+        The step to show (default: the slowest, by the median step time over ranks; the whole
+        trace when the traces have no steps).
     window
         Instead of a step: ``(start_ns, end_ns)`` since the job's first GPU event, or the CLI's
         ``"START:END"`` text (ms by default, units ns/us/ms/s).

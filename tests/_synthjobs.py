@@ -20,7 +20,7 @@ NEED = {"breakdown", "steps", "kernels", "collectives"}
 MINE = ("collectives", "ranks", "stragglers")
 
 
-def per_rank_tables(path: str, options: Options) -> dict[str, pd.DataFrame]:
+def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[str, pd.DataFrame]:
     per = []
     for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
         tf = detect(f).read(f)
@@ -29,7 +29,7 @@ def per_rank_tables(path: str, options: Options) -> dict[str, pd.DataFrame]:
         ev["rank"] = tf.rank_hint
         part = prepare(ev, p.collectives.to_pandas(), p.memcpy.to_pandas(), rank=tf.rank_hint, device=p.device,
                        fmt=tf.format, options=options)
-        per.append(run_part_analyses(part, only=NEED))
+        per.append(run_part_analyses(part, only=need))
     return combine(per)
 
 

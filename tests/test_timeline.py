@@ -340,9 +340,9 @@ def test_trace_in_a_browser_trace_viewer(job16):
     trace = tx.timeline(res, ranks=[0, 1, 2, 3, 4, 5, 6, 7, 13])
     data = tx.encode(trace, "t.json")
     # expand rank 0's process (the second track) and the straggler's (the first): click their headers
-    run = _trace_viewer.open_trace(data, clicks=[(252, 150), (252, 129)])
+    run = _trace_viewer.open_trace(data, clicks=((252, 150), (252, 129)))
     assert run.problems == [], run.problems
     # the time ruler of the loaded step: the step is ~9 ms long
-    assert "1\u00a0ms" in run.text and "8\u00a0ms" in run.text, run.text[:300]
+    assert "1\u00a0ms" in run.value and "8\u00a0ms" in run.value, run.value[:300]
     assert run.png[:8] == b"\x89PNG\r\n\x1a\n"
     _save("timeline-devtools.png", run.png)

@@ -5,7 +5,6 @@ generated with the change made (no fault, a kernel class sped up, no communicati
 reference is the median over ranks of the other job's ``steps.step_ns``, measured, not modelled.
 """
 import doctest
-import glob
 import gzip
 import json
 import os
@@ -16,17 +15,15 @@ import pytest
 
 import dtrace
 from dtrace import synth
-from dtrace.analyses import ANALYSES, conform
 from dtrace.analyses import segments as seg_mod
-from dtrace.api import combine
 from dtrace.classify import load_classmap
 from dtrace.cli.main import main as cli
 from dtrace.errors import DtraceError, UsageError
 from dtrace.options import Options
-from dtrace.prepare import prepare
-from dtrace.readers import detect
 from dtrace.reduce import REDUCERS
 from dtrace.reduce import whatif as wi
+
+from _synthjobs import per_rank_tables
 
 NEED = {"breakdown", "steps", "kernels", "classes", "collectives", "segments"}
 REDUCE = ("collectives", "ranks", "stragglers", "whatif")
@@ -35,16 +32,7 @@ REDUCE = ("collectives", "ranks", "stragglers", "whatif")
 def analyse(path: str) -> dict[str, pd.DataFrame]:
     """The tables the what-if needs, in-process: reader, prepare, the per-rank analyses, the reducers."""
     opts = Options()
-    per = []
-    for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
-        tf = detect(f).read(f)
-        p = tf.parts[0]
-        ev = p.events.to_pandas()
-        ev["rank"] = tf.rank_hint
-        part = prepare(ev, p.collectives.to_pandas(), p.memcpy.to_pandas(), rank=tf.rank_hint, device=p.device,
-                       fmt=tf.format, options=opts)
-        per.append({a.table: conform(a.func(part), a.columns, a.table) for a in ANALYSES if a.table in NEED})
-    tables = combine(per)
+    tables = per_rank_tables(path, opts, need=NEED)
     for name, fn in REDUCERS:
         if name in REDUCE:
             tables.update(fn(tables, opts))

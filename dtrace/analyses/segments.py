@@ -104,6 +104,40 @@ def last_at_or_before(data_group: np.ndarray, data_value: np.ndarray, query_grou
     return out
 
 
+def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
+
+    Examples
+    --------
+    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
+    [5, 5, 7, 1, 2]
+    """
+    n = len(values)
+    if not n:
+        return np.zeros(0, np.int64)
+    v = np.asarray(values, np.int64)
+    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if (int(gi[-1]) + 1) * span < 2 ** 62:  # one accumulate over group-offset values
+        off = gi * span
+        return np.maximum.accumulate(v - lo + off) - off + lo
+    return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64)
+
+
+def _labels(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)`` of a categorical or plain column (codes into labels; -1 missing)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64), np.asarray(col.cat.categories, dtype=object)
+    codes, labels = pd.factorize(col.to_numpy(object))
+    return codes.astype(np.int64), np.asarray(labels, dtype=object)
+
+
+def _is(codes: np.ndarray, labels: np.ndarray, value: str) -> np.ndarray:
+    hit = np.flatnonzero(labels.astype(str) == value)
+    return codes == hit[0] if len(hit) else np.zeros(len(codes), bool)
+
+
 def _unions(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per group, the union of intervals: (group, seg_start, seg_end, prefix, first_event).
 
@@ -115,7 +149,7 @@ def _unions(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.n
         return z, z, z, z, z
     order = np.lexsort((start, group))
     g, s, e = group[order], start[order], end[order]
-    run = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    run = cummax_by(g, e)
     first_in_group = np.r_[True, g[1:] != g[:-1]]
     prev_run = np.r_[np.int64(0), run[:-1]]
     new = first_in_group | (s > prev_run)
@@ -156,15 +190,11 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     """
     if not len(gpu):
         return _empty()
-    cat = gpu["category"].astype(str).to_numpy(object) if not isinstance(gpu["category"].dtype, pd.CategoricalDtype) \
-        else None
-    if cat is None:
-        codes = gpu["category"].cat.codes.to_numpy()
-        labels = np.append(np.asarray(gpu["category"].cat.categories, dtype=object), "")
-        cat = labels[np.where(codes < 0, len(labels) - 1, codes)]
-    kind = gpu["kind"].astype(str).to_numpy(object)
-    is_comm = (cat == "comm") & (kind == "kernel")
-    is_work = cat != "comm"
+    cat_code, cat_lab = _labels(gpu["category"])
+    kind_code, kind_lab = _labels(gpu["kind"])
+    comm_cat = _is(cat_code, cat_lab, "comm")
+    is_comm = comm_cat & _is(kind_code, kind_lab, "kernel")
+    is_work = ~comm_cat
     keep = is_comm | is_work
     if not keep.any():
         return _empty()
@@ -176,14 +206,15 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     stream_all = gpu["stream"].to_numpy(np.int64)
 
     # chains: one per (part, step); S = first start of the chain's events
-    chain_key = pd.MultiIndex.from_arrays([part_all[keep], step_all[keep]])
-    chain_codes, chain_uniq = pd.factorize(chain_key, sort=True)
+    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
+    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
     chain_all = np.full(len(gpu), -1, np.int64)
     chain_all[keep] = chain_codes
-    n_chains = len(chain_uniq)
-    c_part = chain_uniq.get_level_values(0).to_numpy(np.int64)
-    c_step = chain_uniq.get_level_values(1).to_numpy(np.int64)
-    c_start = pd.Series(start_all[keep]).groupby(chain_codes).min().reindex(range(n_chains)).to_numpy(np.int64)
+    n_chains = len(chain_u)
+    c_part = chain_u // len(step_u)
+    c_step = step_u[chain_u % len(step_u)]
+    c_start = np.full(n_chains, np.iinfo(np.int64).max)
+    np.minimum.at(c_start, chain_codes, start_all[keep])
 
     w = np.flatnonzero(is_work)
     k = np.flatnonzero(is_comm)
@@ -196,15 +227,13 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     union = _unions(w_chain, w_s, w_e)
     seg_g, seg_s, seg_e, _prefix, seg_first = union
     c_end = c_start.copy()
-    if len(seg_g):
-        last_end = pd.Series(seg_e).groupby(seg_g).max()
-        c_end[last_end.index.to_numpy()] = np.maximum(last_end.to_numpy(np.int64), c_start[last_end.index.to_numpy()])
+    np.maximum.at(c_end, seg_g, seg_e)
 
     # ready: the latest end of work launched before the collective (per part, by launch order)
     key_all = np.where(launch_all >= 0, launch_all, start_all)
     w_part = part_all[w]
     o = np.lexsort((key_all[w], w_part))
-    runmax = pd.Series(w_e[o]).groupby(w_part[o], sort=False).cummax().to_numpy(np.int64)
+    runmax = cummax_by(w_part[o], w_e[o])
     j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
     ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
     ready = np.maximum(np.minimum(ready, k_s), c_start[k_chain])
@@ -227,48 +256,41 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     else:
         gate_chain = gate_t = gate_k = gate_pe = np.zeros(0, np.int64)
 
-    # nodes in chain order
-    none = np.full(n_chains, -1, np.int64)
-    nodes = pd.DataFrame({
-        "chain": np.concatenate([np.arange(n_chains), k_chain, gate_chain, np.arange(n_chains)]),
-        "time": np.concatenate([c_start, ready, gate_t, c_end]),
-        "kind": np.concatenate([np.zeros(n_chains, np.int8), np.ones(len(k), np.int8),
-                                np.full(len(gate_t), 2, np.int8), np.full(n_chains, 3, np.int8)]),
-        "comm": np.concatenate([none, k, k[gate_k] if len(gate_k) else np.zeros(0, np.int64), none]),
-        "pe": np.concatenate([none, np.full(len(k), -1, np.int64), gate_pe, none]),
-    })
-    # the end node comes last even when a ready point lies after the last work end
-    max_t = nodes.groupby("chain")["time"].transform("max").to_numpy()
-    is_end = nodes["kind"].to_numpy() == 3
-    nodes.loc[is_end, "time"] = max_t[is_end]
-    nodes = nodes.sort_values(["chain", "time", "kind"], kind="stable").reset_index(drop=True)
-    ch = nodes["chain"].to_numpy(np.int64)
-    t = nodes["time"].to_numpy(np.int64)
-    nk = nodes["kind"].to_numpy()
+    # nodes in chain order; the end node comes last even when a ready point lies after the last work end
+    n_k, n_g = len(k), len(gate_t)
+    ch = np.concatenate([np.arange(n_chains), k_chain, gate_chain, np.arange(n_chains)])
+    t = np.concatenate([c_start, ready, gate_t, c_end])
+    nk = np.concatenate([np.zeros(n_chains, np.int8), np.ones(n_k, np.int8), np.full(n_g, 2, np.int8),
+                         np.full(n_chains, 3, np.int8)])
+    comm = np.concatenate([np.full(n_chains, -1), k, k[gate_k] if n_g else np.zeros(0, np.int64),
+                           np.full(n_chains, -1)]).astype(np.int64)
+    pe = np.concatenate([np.full(n_chains + n_k, -1), gate_pe, np.full(n_chains, -1)]).astype(np.int64)
+    last_t = np.full(n_chains, np.iinfo(np.int64).min)
+    np.maximum.at(last_t, ch, t)
+    t = np.where(nk == 3, last_t[ch], t)
+    o = np.lexsort((nk, t, ch))
+    ch, t, nk, comm, pe = ch[o], t[o], nk[o], comm[o], pe[o]
     first = np.r_[True, ch[1:] != ch[:-1]]
     t_prev = np.where(first, t, np.r_[t[:1], t[:-1]])
     pos = np.arange(len(t))
     node_no = pos - np.maximum.accumulate(np.where(first, pos, 0))
 
     work = _coverage(union, ch, t) - _coverage(union, ch, t_prev)
-    pe = nodes["pe"].to_numpy(np.int64)
     wait = np.where(nk == 2, t - np.maximum(pe, t_prev), 0)
     wait = np.clip(wait, 0, t - t_prev)
     free = np.maximum(t - t_prev - work - wait, 0)
 
-    # per-class unions and each node's class time
-    names = gpu["name"]
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        ncode, nlab = names.cat.codes.to_numpy()[w], np.asarray(names.cat.categories, dtype=object)
-    else:
-        ncode, nlab = pd.factorize(names.astype(str).to_numpy(object)[w])
-        nlab = np.asarray(nlab, dtype=object)
-    trip = pd.MultiIndex.from_arrays([ncode, kind[w], cat[w]])
-    tcode, tuniq = pd.factorize(trip)
-    cls_of = np.asarray(classifier.classify([str(nlab[c]) for c in tuniq.get_level_values(0)],
-                                            list(tuniq.get_level_values(1)), list(tuniq.get_level_values(2))),
-                        dtype=object)
-    ccode, cnames = pd.factorize(cls_of[tcode])
+    # per-class unions and each node's class time; classes of the distinct (name, kind, category)
+    name_code, name_lab = _labels(gpu["name"])
+    trip = (name_code[w] * (len(kind_lab) + 1) + kind_code[w]) * (len(cat_lab) + 1) + cat_code[w]
+    tuniq, tcode = np.unique(trip, return_inverse=True)
+    t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
+    t_kind = tuniq // (len(cat_lab) + 1) % (len(kind_lab) + 1)
+    t_cat = tuniq % (len(cat_lab) + 1)
+    cls_of = np.asarray(classifier.classify([str(x) for x in name_lab[t_name]], [str(x) for x in kind_lab[t_kind]],
+                                            [str(x) for x in cat_lab[t_cat]]), dtype=object)
+    cnames, ccode_u = np.unique(cls_of, return_inverse=True)
+    ccode = ccode_u[tcode]
     n_cls = max(len(cnames), 1)
     cgroup = w_chain * n_cls + ccode
     cu = _unions(cgroup, w_s, w_e)
@@ -290,32 +312,30 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
     cnames = np.asarray(cnames, dtype=object)
 
-    comm = nodes["comm"].to_numpy(np.int64)
     has_comm = comm >= 0
     cidx = np.maximum(comm, 0)
-    part_rank = pd.Series(gpu["rank"].to_numpy(np.int64)).groupby(part_all).first()
-    part_dev = pd.Series(gpu["device"].to_numpy(np.int64)).groupby(part_all).first()
-    n_part = c_part[ch]
-    out = pd.DataFrame({
-        "rank": part_rank.reindex(n_part).to_numpy(np.int64).astype(np.int32),
-        "device": part_dev.reindex(n_part).to_numpy(np.int64).astype(np.int32),
+    _pu, p_first = np.unique(part_all, return_index=True)
+    p_idx = np.searchsorted(_pu, c_part[ch])
+    cols: dict[str, np.ndarray] = {
+        "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
+        "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
         "step": c_step[ch], "node": node_no.astype(np.int64),
         "kind": np.asarray(KINDS, dtype=object)[nk], "time_ns": t, "work_ns": work.astype(np.int64),
         "wait_ns": wait.astype(np.int64), "free_ns": free.astype(np.int64),
         "comm_stream": np.where(has_comm, stream_all[cidx], -1).astype(np.int64),
         "comm_start_ns": np.where(has_comm, start_all[cidx], -1).astype(np.int64),
-    })
+    }
     for slot in range(CLASS_SLOTS):
         m = rank_in_node == slot
         name = np.full(len(t), "", object)
         ns = np.zeros(len(t), np.int64)
         name[ni[m]] = cnames[cls_code[m]]
         ns[ni[m]] = cls_ns[m]
-        out[f"class_{slot + 1}"] = name
-        out[f"class_{slot + 1}_ns"] = ns
+        cols[f"class_{slot + 1}"] = name
+        cols[f"class_{slot + 1}_ns"] = ns
     rest = rank_in_node >= CLASS_SLOTS
-    out["other_class_ns"] = np.bincount(ni[rest], weights=cls_ns[rest], minlength=len(t)).astype(np.int64)
-    return out
+    cols["other_class_ns"] = np.bincount(ni[rest], weights=cls_ns[rest], minlength=len(t)).astype(np.int64)
+    return pd.DataFrame(cols)
 
 
 def segments(part: PartData) -> pd.DataFrame:
@@ -323,6 +343,8 @@ def segments(part: PartData) -> pd.DataFrame:
     g = part.gpu
     if not len(g):
         return _empty()
-    frame = g.assign(part=np.zeros(len(g), np.int64), rank=np.full(len(g), part.rank, np.int32),
-                     device=np.full(len(g), part.device, np.int32))
+    n = len(g)
+    cols = ("stream", "kind", "name", "start_ns", "end_ns", "launch_ns", "category", "step")
+    frame = pd.DataFrame({"part": np.zeros(n, np.int64), "rank": np.full(n, part.rank, np.int32),
+                          "device": np.full(n, part.device, np.int32), **{c: g[c].array for c in cols}})
     return segment_rows(frame, classifier_for(part.options))

@@ -12,7 +12,10 @@ time in order of dependency, on the clock-corrected time line of ``clock_offsets
 
 - a node: ``t = max(t_prev + work × factor + free, collective end + delay)``, where the second
   term only exists for a gate (``delay``: how long after the collective's end the work resumed
-  in the trace) and the step start stays where it was (the host started the step);
+  in the trace);
+- a step start: where it was in the trace, unless the rank started the step after its previous
+  step had ended (a synchronous training loop: the host waited for the GPU), then that long
+  after the replayed end of the previous step;
 - a rank's arrival at a collective: ``max(its ready node, the end of the previous collective on
   the same stream) + lag`` (``lag``: the launch latency seen in the trace);
 - a collective instance ends when its last member arrives plus its transfer time (``transfer_ns``,
@@ -29,13 +32,14 @@ Without changes the replay reproduces the trace (``fit_ns`` shows how closely). 
     over the compute kernel names it shares with other ranks (``kernels``, medians per name);
 ``speedup:<class>=<x>``
     the class's kernels take ``1/x`` of their time on every rank (the results hold the three
-    compute classes with the most time at ``x = 1.2``; ``dtrace whatif --class C --speedup X``
-    asks for others);
+    compute classes with the most time, leftover classes such as ``other`` aside, at
+    ``x = 1.2``; ``dtrace whatif --class C --speedup X`` asks for others);
 ``comm_hidden``
     every collective transfer takes no time: what is left is the compute and the waiting that
     arrival skew causes.
 
-Work scales by the share of each class in an interval (overlapping streams scale together).
+Work scales by the share of each class in an interval (overlapping streams scale together;
+classes beyond the four an interval names scale by the rank's ``*`` factor, 1 for a speedup).
 
 Limits
 ------
@@ -43,10 +47,11 @@ Dependencies are inferred from one trace: a collective waits for the work launch
 work waits for a collective when it resumed within :data:`~dtrace.analyses.segments.GATE_TOL_NS`
 after the collective ended. A dependency that never made anything wait in the trace is not
 seen, so a scenario that speeds up work can be optimistic where a collective would newly become
-the bottleneck. Host time is not modelled: launch gaps and host stalls stay as long as they
-were, and each step starts when it started in the trace (a host-bound rank gains nothing). Memory
-and cache effects of a faster kernel, and changed overlap between compute and communication
-kernels sharing the GPU, are not modelled.
+the bottleneck. A collective launched right after a blocking wait on another stream, with no
+work in between, keeps that wait as a fixed lag. Host time is not modelled: launch gaps and host
+stalls stay as long as they were (a host-bound rank gains nothing), and a step that overlapped
+the previous one keeps its start. Memory and cache effects of a faster kernel, and changed
+overlap between compute and communication kernels sharing the GPU, are not modelled.
 """
 from __future__ import annotations
 
@@ -55,11 +60,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..classify import OTHER as _BUILTIN_LEFTOVER, REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..errors import DtraceError
 from ..options import Options
 
 KEYS = ["rank", "device"]
 DEFAULT_SPEEDUP = 1.2
+LEFTOVERS = (_BUILTIN_LEFTOVER, SUBSTRING_LEFTOVER, REGEX_LEFTOVER)
 TOP_CLASSES = 3
 NEG = -np.inf
 
@@ -461,11 +468,12 @@ def _all_parts(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def top_compute_classes(tables: dict[str, pd.DataFrame], n: int = TOP_CLASSES) -> list[str]:
-    """The ``n`` kernel classes of compute kernels with the most time over all ranks (``kernels``)."""
+    """The ``n`` kernel classes of compute kernels with the most time over all ranks (``kernels``),
+    leaving out the classifiers' leftover classes (``other``, ``others``, ``misc``)."""
     k = tables.get("kernels")
     if k is None or not len(k) or "class" not in k.columns:
         return []
-    k = k.loc[k["category"].astype(str).to_numpy() == "compute"]
+    k = k.loc[(k["category"].astype(str).to_numpy() == "compute") & ~k["class"].astype(str).isin(LEFTOVERS).to_numpy()]
     tot = k.groupby(k["class"].astype(str))["total_ns"].sum().sort_values(ascending=False, kind="stable")
     return [str(x) for x in tot.index[:n]]
 
