@@ -339,8 +339,9 @@ def test_trace_in_a_browser_trace_viewer(job16):
     _, res = job16
     trace = tx.timeline(res, ranks=[0, 1, 2, 3, 4, 5, 6, 7, 13])
     data = tx.encode(trace, "t.json")
-    # expand rank 0's process (the second track) and the straggler's (the first): click their headers
-    run = _trace_viewer.open_trace(data, clicks=((252, 150), (252, 129)))
+    # focus the flame chart (an empty spot), expand the straggler's process (the first track),
+    # then rank 0's (below the straggler's four streams)
+    run = _trace_viewer.open_trace(data, clicks=((700, 520), (252, 129), (252, 230)))
     assert run.problems == [], run.problems
     # the time ruler of the loaded step: the step is ~9 ms long
     assert "1\u00a0ms" in run.value and "8\u00a0ms" in run.value, run.value[:300]
