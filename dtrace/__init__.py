@@ -16,6 +16,7 @@ from .events import events  # noqa: E402
 from .errors import DtraceError, InputError, ResultsError, UsageError  # noqa: E402
 from .options import Options  # noqa: E402
 from .results import Results, load  # noqa: E402
+from .timeline_export import timeline  # noqa: E402
 
-__all__ = ["analyze", "load", "events", "tree", "Tree", "Analysis", "Batch", "Results", "Options", "DtraceError",
-           "InputError", "ResultsError", "UsageError", "__version__"]
+__all__ = ["analyze", "load", "events", "tree", "timeline", "Tree", "Analysis", "Batch", "Results", "Options",
+           "DtraceError", "InputError", "ResultsError", "UsageError", "__version__"]

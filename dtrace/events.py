@@ -128,20 +128,30 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
 
 def _specs_of_results(path: str) -> list[PartSpec]:
     """The parts of a finished analysis, from its manifest and its cache (no parsing)."""
-    from .cache import lookup
     from .results import load
 
-    m = load(path).manifest
-    cache_dir = m.get("cache")
+    return part_specs(load(path).manifest)
+
+
+def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
+    """The cached parts (rank, device) a finished analysis analysed — only the ``wanted`` ones
+    if given (only their inputs' cache entries are opened). Raises :class:`UsageError` when an
+    input's cached events are gone or no longer those analysed."""
+    from .cache import lookup
+
+    cache_dir = manifest.get("cache")
     specs: list[PartSpec] = []
-    for item in m.get("inputs", []):
+    for item in manifest.get("inputs", []):
         if item.get("status") != "ok" or item.get("summary"):
+            continue
+        where = {p["local_index"]: p for p in item.get("parts", [])
+                 if wanted is None or (int(p["rank"]), int(p["device"])) in wanted}
+        if not where:
             continue
         rec, _ = lookup(cache_dir, item["path"], verify=False) if cache_dir else (None, None)
         if rec is None or rec.fingerprint != item.get("fingerprint"):
             raise UsageError(f"{item['path']}: its cached events are gone or changed since the analysis; "
                              f"run dtrace analyze again")
-        where = {p["local_index"]: p for p in item.get("parts", [])}
         for p in rec.parts:
             if p.local_index in where:
                 specs.append(_spec(rec, p, int(where[p.local_index]["rank"])))

@@ -30,13 +30,21 @@ needs ``1 + slow`` times each kernel's GPU time to launch it: host-bound, its GP
 launches), ``link`` (its collective transfers take ``1 + slow`` times as long, so every process
 group containing it is slow). Any number of faults can be combined; none gives a healthy job.
 Clocks differ between hosts by up to ``clock_offset_ns`` (host 0 is the reference).
+
+Counterfactual jobs (for checking what-if estimates): ``speedup={"gemm": 1.2}`` divides the
+duration of every GPU activity of that class (dtrace's built-in classes: ``gemm``,
+``attention``, ``normalization``, ``elementwise``, ``triton``, ``reduction``, ``memcpy``,
+``memset``) by the factor, and ``comm=False`` makes every collective transfer take no time
+(a collective then ends when its last member arrives). Neither changes a random draw, so the
+same seed gives the same job with only that difference; without them the files are
+byte-identical to those of earlier versions.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -229,6 +237,30 @@ def _layers_for(kernels_per_step: int) -> int:
     return max(1, int(round((kernels_per_step - 7) / 24)))
 
 
+def _op_speedups(ops: Sequence[_Op], speedup: Mapping[str, float]) -> dict[_Op, float]:
+    """``{op: factor}`` for the GPU ops whose dtrace class (built-in classifier) is sped up."""
+    if not speedup:
+        return {}
+    from .classify import load_classmap
+
+    gpu_ops = sorted({o for o in ops if o.kind in ("kernel", "memcpy", "memset")}, key=lambda o: (o.name, o.kind))
+    classes = load_classmap(None).classify([o.name for o in gpu_ops], [o.kind for o in gpu_ops])
+    return {o: float(speedup[c]) for o, c in zip(gpu_ops, classes) if c in speedup}
+
+
+def _check_speedup(speedup: Mapping[str, float] | None) -> dict[str, float]:
+    out = {}
+    for cls, f in dict(speedup or {}).items():
+        try:
+            factor = float(f)
+        except (TypeError, ValueError):
+            raise UsageError(f"speedup of class {cls!r} must be a number, not {f!r}") from None
+        if not factor > 0:
+            raise UsageError(f"speedup of class {cls!r} must be > 0, got {factor}")
+        out[str(cls)] = factor
+    return out
+
+
 def _default_tp(ranks: int, gpus_per_host: int) -> int:
     for tp in (8, 4, 2):
         if tp <= gpus_per_host and ranks % tp == 0 and ranks // tp >= 2:
@@ -255,7 +287,8 @@ class _Record:
 
 class _Job:
     def __init__(self, ranks: int, steps: int, seed: int, gpus_per_host: int, streams: int, tp: int,
-                 faults: Sequence[Fault], clock_offset_ns: int, kernels_per_step: int, jitter: float) -> None:
+                 faults: Sequence[Fault], clock_offset_ns: int, kernels_per_step: int, jitter: float,
+                 speedup: Mapping[str, float] | None = None, comm: bool = True) -> None:
         self.R, self.steps, self.tp, self.dp = ranks, steps, tp, ranks // tp
         self.gph = gpus_per_host
         self.n_streams = streams
@@ -274,6 +307,8 @@ class _Job:
         for f in self.faults:
             self.slow[f.kind][f.rank] += f.slow
         self.rank_speed = self.rng.lognormal(0.0, jitter / 6, ranks)  # silicon lottery, small
+        self.speedup = _op_speedups(self.ops, speedup or {})
+        self.comm = comm
         self.step_windows: list[tuple[np.ndarray, np.ndarray]] = []
 
     def _group_ids(self, kind: str) -> np.ndarray:
@@ -289,7 +324,7 @@ class _Job:
         t = base * self.rng.lognormal(0.0, 0.02, n_groups)
         link = np.zeros(n_groups)
         np.maximum.at(link, gid, self.slow["link"])
-        return t * (1.0 + link)
+        return t * (1.0 + link) * (1.0 if self.comm else 0.0)
 
     def run(self) -> None:
         R, rng = self.R, self.rng
@@ -357,9 +392,11 @@ class _Job:
         if op.kind in ("memcpy", "memset"):
             bw = 20e9 if op.kind == "memcpy" else 1.5e12
             base = 1_500 + op.nelems / bw * 1e9
-            return base * self.rng.lognormal(0.0, self.jitter, R)
+            d = base * self.rng.lognormal(0.0, self.jitter, R)
+            return d / self.speedup[op] if op in self.speedup else d
         d = op.dur_ns * self.rank_speed * self.rng.lognormal(0.0, self.jitter, R)
-        return d * (1.0 + self.slow["compute"])
+        d = d * (1.0 + self.slow["compute"])
+        return d / self.speedup[op] if op in self.speedup else d
 
 
 # -- trace text ------------------------------------------------------------------------------
@@ -507,7 +544,8 @@ class _Writer:
 def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3, seed: int = 0,
              gpus_per_host: int = 8, streams: int = 2, faults: Iterable[Fault | str | dict[str, Any]] = (),
              clock_offset_ns: int = 2_000_000, gzip: bool = True, kernels_per_step: int = 55,
-             tp: int | None = None, jitter: float = 0.02) -> dict[str, Any]:
+             tp: int | None = None, jitter: float = 0.02, speedup: Mapping[str, float] | None = None,
+             comm: bool = True) -> dict[str, Any]:
     """Write one Kineto trace per rank of a simulated training job, plus its ground truth.
 
     Parameters
@@ -536,6 +574,12 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
         a data-parallel size ≥ 2; else 1). ``ranks`` must be a multiple of it.
     jitter
         Relative spread (log-normal sigma) of kernel durations.
+    speedup
+        ``{class: factor}``: GPU activities of these dtrace classes take ``1 / factor`` of their
+        time (a counterfactual job for what-if checks; the random draws are unchanged).
+    comm
+        ``False``: collective transfers take no time (a collective ends when its last member
+        arrives), the counterfactual of hidden communication.
 
     Returns
     -------
@@ -562,12 +606,14 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
     if tp < 1 or ranks % tp:
         raise UsageError(f"tp={tp} does not divide ranks={ranks}")
     fl = [_as_fault(f) for f in faults]
+    sp = _check_speedup(speedup)
     bad = [f for f in fl if f.rank >= ranks]
     if bad:
         raise UsageError(f"fault rank {bad[0].rank} is outside the job's ranks 0..{ranks - 1}")
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
-    job = _Job(ranks, steps, seed, gpus_per_host, streams, tp, fl, int(clock_offset_ns), kernels_per_step, jitter)
+    job = _Job(ranks, steps, seed, gpus_per_host, streams, tp, fl, int(clock_offset_ns), kernels_per_step, jitter,
+               speedup=sp, comm=bool(comm))
     job.run()
     writer = _Writer(job)
     suffix = ".json.gz" if gzip else ".json"
@@ -589,6 +635,7 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
         "process_groups": writer.groups(),
         "faults": [asdict(f) | {"effect": FAULT_KINDS[f.kind]} for f in fl],
         "stragglers": sorted({f.rank for f in fl}),
+        **({"speedup": sp} if sp else {}), **({"comm": False} if not comm else {}),
         "files": [f"rank-{r}{suffix}" for r in range(ranks)],
     }
     with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:

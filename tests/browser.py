@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -108,7 +108,8 @@ def _describe(event: dict) -> tuple[str, str] | None:
     return None
 
 
-async def _drive(ws_url: str, url: str, expression: str, settle_s: float) -> PageRun:
+async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
+                 clicks: tuple[tuple[int, int], ...] = ()) -> PageRun:
     from tornado.websocket import websocket_connect
 
     ws = await websocket_connect(ws_url, max_message_size=1 << 30)
@@ -122,6 +123,11 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float) -> Pag
         await s.call("Page.navigate", {"url": url}, session=sid)
         await s.wait_for("Page.loadEventFired")
         await asyncio.sleep(settle_s)
+        for x, y in clicks:  # left clicks at CSS pixels, each given time to take effect
+            for kind in ("mousePressed", "mouseReleased"):
+                await s.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
+                                                          "clickCount": 1}, session=sid)
+            await asyncio.sleep(0.8)
         run = PageRun()
         res = await s.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=sid)
         if "exceptionDetails" in res:
@@ -153,8 +159,13 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float) -> Pag
             pass
 
 
-def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, timeout_s: float = 90.0) -> PageRun:
-    """Load ``path`` in a fresh headless Chromium and return a :class:`PageRun`."""
+def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, timeout_s: float = 90.0,
+              url: Callable[[str], str] | None = None, clicks: tuple[tuple[int, int], ...] = ()) -> PageRun:
+    """Load ``path`` in a fresh headless Chromium and return a :class:`PageRun`.
+
+    ``url`` (given the browser's DevTools websocket address) replaces ``file://path``, e.g. for
+    a page of the browser's own debugging server; ``clicks`` are made before the evaluation.
+    """
     exe = find_chromium()
     if exe is None:
         raise FileNotFoundError("chromium not found")
@@ -179,7 +190,8 @@ def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, tim
                 tail = f.read()[-2000:]
             raise RuntimeError(f"chromium did not start (exit {proc.poll()}): {tail}")
         return asyncio.run(asyncio.wait_for(
-            _drive(ws_url, "file://" + os.path.abspath(path), expression, settle_s), timeout_s))
+            _drive(ws_url, url(ws_url) if url else "file://" + os.path.abspath(path), expression, settle_s, clicks),
+            timeout_s))
     finally:
         try:
             proc.wait(timeout=10)  # Browser.close lets it exit by itself

@@ -12,7 +12,7 @@ import dtrace
 from dtrace.cli.quick import gaps_text, kernels_text
 from dtrace.diff import diff
 from dtrace.render.compare import category_csv, compare
-from dtrace.render.html import report
+from dtrace.render.html import SECTIONS, report
 from dtrace.render.summary import summary, summary_document
 from dtrace.render.text import FORMATS, render
 from dtrace.results import Results
@@ -87,7 +87,7 @@ def test_every_table_in_every_format(job, everywhere):
 def test_report_summary_and_quick_views(job, everywhere):
     na = with_na(job, everywhere)
     html = report(na)
-    assert html.count("<section") == 9 and "&lt;NA&gt;" not in html and not re.search(r">-?nan\b", html)
+    assert html.count("<section") == len(SECTIONS) and "&lt;NA&gt;" not in html and not re.search(r">-?nan\b", html)
     text = summary(na)
     assert "computation" in text and summary_document(na)["breakdown"]
     for fmt in ("table", "markdown"):

@@ -23,6 +23,7 @@ from . import kernels as _kern
 from . import memops as _mem
 from . import ranges as _ranges
 from . import ops as _ops
+from . import segments as _seg
 
 I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
 _KEYS = {"rank": I32, "device": I32}
@@ -84,6 +85,7 @@ ANALYSES: list[Analysis] = [
                                                   "kernel_ns": I64, "non_comm_kernel_ns": I64, **_BD}),
     Analysis("ops", _ops.ops, _ops.COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
+    Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
 ]
 
 

@@ -17,6 +17,7 @@ def _commands() -> list[ModuleType]:
     from . import report  # dtrace report, dtrace compare, dtrace diff
     from . import nsys as nsys_cmd  # dtrace nsys-stats
     from . import synth as synth_cmd  # dtrace synth
+    from . import timeline as timeline_cmd  # dtrace timeline, dtrace whatif
 
     return [
         analyze,
@@ -26,6 +27,7 @@ def _commands() -> list[ModuleType]:
         report,
         nsys_cmd,
         synth_cmd,
+        timeline_cmd,
     ]
 
 

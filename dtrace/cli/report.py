@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", default=None, help="page title")
     p.add_argument("--max-bars", type=int, default=64, metavar="N",
                    help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)")
+    p.add_argument("--timeline", default=None, metavar="FILE.json.gz",
+                   help="link this slow-step timeline in the what-if section (exported first, as by "
+                        "dtrace timeline, when the file does not exist)")
     p.set_defaults(func=run_report)
 
     c = sub.add_parser("compare", help="compare several runs side by side (HTML)",
@@ -110,7 +113,15 @@ def run_report(args: argparse.Namespace) -> int:
     from ..render.html import report
 
     res = load(args.out)
-    write_text(args.output, report(res, title=args.title, max_bars=args.max_bars))
+    href = None
+    if args.timeline:
+        if not os.path.exists(args.timeline):
+            from .timeline import run_timeline
+
+            run_timeline(argparse.Namespace(out=args.out, output=args.timeline, ranks=None, step=None, window=None,
+                                            host=False))
+        href = os.path.relpath(os.path.abspath(args.timeline), os.path.dirname(os.path.abspath(args.output)))
+    write_text(args.output, report(res, title=args.title, max_bars=args.max_bars, timeline=href))
     print(f"report: {printable(args.output)}")
     return 0
 

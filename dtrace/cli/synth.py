@@ -28,6 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jitter", type=float, default=0.02, help="relative spread of kernel durations (default 0.02)")
     p.add_argument("--fault", action="append", default=[], metavar="KIND:rank=R:slow=S",
                    help=f"inject a fault (repeatable). {kinds}")
+    p.add_argument("--speedup", action="append", default=[], metavar="CLASS=X",
+                   help="counterfactual: GPU activities of this dtrace class (gemm, attention, ...) take 1/X of "
+                        "their time (repeatable; the random draws stay the same)")
+    p.add_argument("--no-comm", action="store_true",
+                   help="counterfactual: collective transfers take no time (a collective ends at its last arrival)")
     p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
     t = p.add_argument_group("from a real trace (benchmarks)")
     t.add_argument("--from-trace", metavar="FILE", default=None,
@@ -36,11 +41,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _speedups(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        cls, sep, x = item.partition("=")
+        try:
+            out[cls.strip()] = float(x)
+        except ValueError:
+            raise UsageError(f"--speedup {item!r}: expected CLASS=X with a number X") from None
+        if not sep or not cls.strip():
+            raise UsageError(f"--speedup {item!r}: expected CLASS=X")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.from_trace:
-        if args.fault:
-            raise UsageError("--fault applies to simulated jobs, not to --from-trace")
+        if args.fault or args.speedup or args.no_comm:
+            raise UsageError("--fault, --speedup and --no-comm apply to simulated jobs, not to --from-trace")
         truth = synth.from_trace(args.out, args.from_trace, tile=args.tile, ranks=args.ranks, seed=args.seed,
                                  jitter=min(args.jitter, 0.99), gzip=not args.no_gzip)
         print(f"wrote {args.ranks} ranks of {args.from_trace} tiled {args.tile}x ({truth['events_per_rank']:,} events, "
@@ -51,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
                            gpus_per_host=args.gpus_per_host, streams=args.streams, tp=args.tp,
                            kernels_per_step=args.kernels_per_step,
                            clock_offset_ns=int(round(args.clock_offset_ms * 1e6)), jitter=args.jitter,
-                           faults=[synth.parse_fault(f) for f in args.fault], gzip=not args.no_gzip)
+                           faults=[synth.parse_fault(f) for f in args.fault], gzip=not args.no_gzip,
+                           speedup=_speedups(args.speedup), comm=not args.no_comm)
     faults = ", ".join(f"{f['kind']} rank {f['rank']} +{f['slow']:.0%}" for f in truth["faults"]) or "none"
     print(f"wrote {truth['ranks']} ranks x {truth['steps']} steps (tp {truth['tp']}, dp {truth['dp']}) to "
           f"{args.out} in {time.perf_counter() - t0:.2f} s; faults: {faults}")

@@ -15,6 +15,7 @@ from . import kernels_xrank as _kx
 from . import ops_xrank as _ox
 from . import ranks as _ranks
 from . import stragglers as _strag
+from . import whatif as _whatif
 
 Tables = dict[str, pd.DataFrame]
 Reducer = Callable[[Tables, Options], Tables]
@@ -25,6 +26,7 @@ REDUCERS: list[tuple[str, Reducer]] = [
     ("collectives", _coll.reduce_collectives),  # collectives (matched), collective_instances, clock_offsets
     ("ranks", _ranks.reduce_ranks),  # ranks, rank_stats (after collectives)
     ("stragglers", _strag.reduce_stragglers),  # stragglers (after ranks and op_outliers)
+    ("whatif", _whatif.reduce_whatif),  # whatif (after collectives and stragglers)
 ]
 
 

@@ -27,6 +27,7 @@ from .context import MAX_BARS, Context
 from .page import page
 from .ranks import section_collectives, section_steps, section_stragglers
 from .sections import section_breakdown, section_classes, section_gaps, section_kernels, section_ops, section_summary
+from .whatif import section_whatif
 
 #: The report's sections in order: (anchor id, heading, function of the context).
 SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
@@ -35,6 +36,7 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
     ("classes", "Time by kernel class per GPU", section_classes),
     ("steps", "Ranks × steps", section_steps),
     ("stragglers", "Stragglers", section_stragglers),
+    ("whatif", "What if: estimated step time", section_whatif),
     ("kernels", "Top kernels", section_kernels),
     ("gaps", "Idle gaps and transitions", section_gaps),
     ("collectives", "Collective skew", section_collectives),
@@ -42,7 +44,8 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
 ]
 
 
-def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BARS) -> str:
+def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BARS,
+           timeline: str | None = None) -> str:
     """The HTML report of one analysis, as one self-contained string.
 
     Parameters
@@ -53,6 +56,8 @@ def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BA
         Page title (default: ``dtrace report: <results path>``).
     max_bars
         Most GPUs drawn in one bar chart before the report switches to extremes + box plots.
+    timeline
+        Link (relative URL) of an exported slow-step timeline, shown in the what-if section.
 
     Examples
     --------
@@ -60,6 +65,7 @@ def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BA
     >>> open("report.html", "w").write(html)                      # doctest: +SKIP
     """
     ctx = Context(results, max_bars=max_bars)
+    ctx.timeline = timeline  # type: ignore[attr-defined]  # read by section_whatif
     name = results.path or "in-memory results"
     title = title or f"dtrace report: {name}"
     n_ranks = int(ctx.parts["rank"].nunique()) if len(ctx.parts) else 0

@@ -1,0 +1,345 @@
+"""Each rank's dependency chain per step: the compute between its collectives (the ``segments`` table).
+
+The what-if replay (:mod:`dtrace.reduce.whatif`) needs, per rank and step, what the rank's GPU
+did between the points where it depends on other ranks. This analysis cuts the rank's *work*
+(every GPU activity that is not communication: compute kernels, memcpy, memset; all streams
+pooled) at **nodes**, in time order per (rank, device, step):
+
+``start``
+    the first GPU event of the step (the host started the step here);
+``ready``
+    one per communication kernel: the point the rank's work had reached when the collective
+    was launched (the latest end of the work launched before it, by launch time; by start time
+    where the launch is unknown), never after the kernel's start. A collective cannot start
+    before this point;
+``gate``
+    where the work resumes after waiting for a collective: a busy period of the work union
+    starts at most :data:`GATE_TOL_NS` after a communication kernel ended inside the idle gap
+    before it (and, where the launch is known, the resuming event was launched before that end:
+    the GPU waited for the collective, not for the host);
+``end``
+    the last end of the step's work.
+
+Each node row describes the interval since the previous node of its chain: ``work_ns`` (the
+union of the work in it), ``wait_ns`` (for a gate: the idle time waiting for its collective),
+``free_ns`` (the rest: idle time the collective does not explain, e.g. launch gaps; it stays
+fixed in a replay) and the kernel classes of the work in it: ``class_1`` ... ``class_4`` with
+``class_1_ns`` ... (the union of each class's events in the interval, largest first; ``""`` and
+0 where the interval has fewer classes) and ``other_class_ns`` (the sum over its other classes).
+One row per node keeps the table small: a step has about two nodes per collective. ``ready`` and ``gate`` nodes name their communication kernel by
+``comm_stream`` and ``comm_start_ns`` (its own-clock start), which :mod:`dtrace.reduce.whatif`
+joins to the matched ``collectives``.
+
+Notes on the algorithm: everything is vectorised over parts and steps (chains). Unions come
+from a grouped running maximum of ends; "the last X at or before t in the same group" is one
+joint ``lexsort`` of data and queries (:func:`last_at_or_before`), so no group/time key has to
+fit a single int64; a union's coverage ``|U ∩ (-inf, t]|`` is a grouped prefix sum read at
+that index. The core, :func:`segment_rows`, takes a frame of GPU events with ``part``,
+``rank`` and ``device`` columns (many parts at once); :func:`segments` runs it on a
+:class:`~dtrace.batch.Batch`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..classify import Classifier, classifier_for
+from ..batch import Batch
+
+GATE_TOL_NS = 20_000
+"""A work period starting at most this long after a collective ended waited for it."""
+
+KINDS = ("start", "ready", "gate", "end")
+
+CLASS_SLOTS = 4
+"""Each node names the classes with the most time in its interval, at most this many."""
+
+COLUMNS: dict[str, str] = {
+    "rank": "int32", "device": "int32", "step": "int64", "node": "int64", "kind": "object", "time_ns": "int64",
+    "work_ns": "int64", "wait_ns": "int64", "free_ns": "int64", "comm_stream": "int64", "comm_start_ns": "int64",
+    **{c: t for i in range(1, CLASS_SLOTS + 1) for c, t in ((f"class_{i}", "object"), (f"class_{i}_ns", "int64"))},
+    "other_class_ns": "int64",
+}
+"""Output columns and dtypes (registered with the analysis)."""
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in COLUMNS.items()})
+
+
+def last_at_or_before(data_group: np.ndarray, data_value: np.ndarray, query_group: np.ndarray,
+                      query_value: np.ndarray, *, strict: bool = False) -> np.ndarray:
+    """For each query, the data index with the largest value ``<=`` (``<`` if strict) the query's
+    value in the same group (the latest such on ties); -1 if none.
+
+    Examples
+    --------
+    >>> last_at_or_before(np.array([0, 0, 1]), np.array([5, 9, 1]), np.array([0, 0, 1, 2]),
+    ...                   np.array([9, 4, 7, 7])).tolist()
+    [1, -1, 2, -1]
+    >>> last_at_or_before(np.array([0, 0]), np.array([5, 9]), np.array([0]), np.array([9]), strict=True).tolist()
+    [0]
+    """
+    nd, nq = len(data_value), len(query_value)
+    if not nq:
+        return np.zeros(0, np.int64)
+    if not nd:
+        return np.full(nq, -1, np.int64)
+    g = np.concatenate([np.asarray(data_group, np.int64), np.asarray(query_group, np.int64)])
+    v = np.concatenate([np.asarray(data_value, np.int64), np.asarray(query_value, np.int64)])
+    is_q = np.r_[np.zeros(nd, bool), np.ones(nq, bool)]
+    # on equal values a data item sorts before the query (<=) or after it (<)
+    tie = np.where(is_q, 0 if strict else 1, 1 if strict else 0)
+    order = np.lexsort((np.arange(nd + nq), tie, v, g))
+    gs = g[order]
+    new_group = np.r_[True, gs[1:] != gs[:-1]]
+    pos = np.arange(nd + nq)
+    group_first = np.maximum.accumulate(np.where(new_group, pos, 0))
+    last_data_pos = np.maximum.accumulate(np.where(~is_q[order], pos, -1))
+    hit = (last_data_pos >= group_first) & (last_data_pos >= 0)
+    found = np.where(hit, order[np.maximum(last_data_pos, 0)], -1)
+    out = np.empty(nq, np.int64)
+    qmask = is_q[order]
+    out[order[qmask] - nd] = found[qmask]
+    return out
+
+
+def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
+
+    Examples
+    --------
+    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
+    [5, 5, 7, 1, 2]
+    """
+    n = len(values)
+    if not n:
+        return np.zeros(0, np.int64)
+    v = np.asarray(values, np.int64)
+    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if (int(gi[-1]) + 1) * span < 2 ** 62:  # one accumulate over group-offset values
+        off = gi * span
+        return np.maximum.accumulate(v - lo + off) - off + lo
+    return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64)
+
+
+def _labels(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)`` of a categorical or plain column (codes into labels; -1 missing)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64), np.asarray(col.cat.categories, dtype=object)
+    codes, labels = pd.factorize(col.to_numpy(object))
+    return codes.astype(np.int64), np.asarray(labels, dtype=object)
+
+
+def _is(codes: np.ndarray, labels: np.ndarray, value: str) -> np.ndarray:
+    hit = np.flatnonzero(labels.astype(str) == value)
+    return codes == hit[0] if len(hit) else np.zeros(len(codes), bool)
+
+
+def _unions(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per group, the union of intervals: (group, seg_start, seg_end, prefix, first_event).
+
+    ``prefix`` is the covered length of the group's earlier segments; ``first_event`` the index
+    (into the inputs) of the event that opens each segment. Segments are sorted by (group, start).
+    """
+    if not len(start):
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z
+    order = np.lexsort((start, group))
+    g, s, e = group[order], start[order], end[order]
+    run = cummax_by(g, e)
+    first_in_group = np.r_[True, g[1:] != g[:-1]]
+    prev_run = np.r_[np.int64(0), run[:-1]]
+    new = first_in_group | (s > prev_run)
+    heads = np.flatnonzero(new)
+    tails = np.r_[heads[1:] - 1, len(s) - 1]
+    seg_g, seg_s, seg_e = g[heads], s[heads], run[tails]
+    length = seg_e - seg_s
+    csum = np.cumsum(length) - length
+    gfirst = np.r_[True, seg_g[1:] != seg_g[:-1]]
+    base = np.maximum.accumulate(np.where(gfirst, np.arange(len(seg_g)), 0))
+    prefix = csum - csum[base]
+    return seg_g, seg_s, seg_e, prefix, order[heads]
+
+
+def _coverage(u: tuple[np.ndarray, ...], group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``|U_group ∩ (-inf, t]|`` for each query (group, t)."""
+    seg_g, seg_s, seg_e, prefix = u[0], u[1], u[2], u[3]
+    j = last_at_or_before(seg_g, seg_s, group, t)
+    jj = np.maximum(j, 0)
+    if not len(seg_s):
+        return np.zeros(len(t), np.int64)
+    inside = np.clip(t - seg_s[jj], 0, seg_e[jj] - seg_s[jj])
+    return np.where(j >= 0, prefix[jj] + inside, 0).astype(np.int64)
+
+
+def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = GATE_TOL_NS) -> pd.DataFrame:
+    """The ``segments`` rows of many parts at once (see the module docstring).
+
+    Parameters
+    ----------
+    gpu
+        GPU events of one or more parts: ``part``, ``rank``, ``device``, ``stream``, ``kind``,
+        ``name``, ``start_ns``, ``end_ns``, ``launch_ns`` (-1 unknown), ``category``, ``step``.
+    classifier
+        Gives each distinct (name, kind, category) its kernel class.
+    gate_tol_ns
+        How soon after a collective's end resuming work counts as having waited for it.
+    """
+    if not len(gpu):
+        return _empty()
+    cat_code, cat_lab = _labels(gpu["category"])
+    kind_code, kind_lab = _labels(gpu["kind"])
+    comm_cat = _is(cat_code, cat_lab, "comm")
+    is_comm = comm_cat & _is(kind_code, kind_lab, "kernel")
+    is_work = ~comm_cat
+    keep = is_comm | is_work
+    if not keep.any():
+        return _empty()
+    part_all = gpu["part"].to_numpy(np.int64)
+    step_all = gpu["step"].to_numpy(np.int64)
+    start_all = gpu["start_ns"].to_numpy(np.int64)
+    end_all = gpu["end_ns"].to_numpy(np.int64)
+    launch_all = gpu["launch_ns"].to_numpy(np.int64)
+    stream_all = gpu["stream"].to_numpy(np.int64)
+
+    # chains: one per (part, step); S = first start of the chain's events
+    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
+    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
+    chain_all = np.full(len(gpu), -1, np.int64)
+    chain_all[keep] = chain_codes
+    n_chains = len(chain_u)
+    c_part = chain_u // len(step_u)
+    c_step = step_u[chain_u % len(step_u)]
+    c_start = np.full(n_chains, np.iinfo(np.int64).max)
+    np.minimum.at(c_start, chain_codes, start_all[keep])
+
+    w = np.flatnonzero(is_work)
+    k = np.flatnonzero(is_comm)
+    w_chain = chain_all[w]
+    w_s, w_e = start_all[w], end_all[w]
+    k_chain = chain_all[k]
+    k_s, k_e = start_all[k], end_all[k]
+
+    # work union per chain; chain end = last work end (the start when the chain has no work)
+    union = _unions(w_chain, w_s, w_e)
+    seg_g, seg_s, seg_e, _prefix, seg_first = union
+    c_end = c_start.copy()
+    np.maximum.at(c_end, seg_g, seg_e)
+
+    # ready: the latest end of work launched before the collective (per part, by launch order)
+    key_all = np.where(launch_all >= 0, launch_all, start_all)
+    w_part = part_all[w]
+    o = np.lexsort((key_all[w], w_part))
+    runmax = cummax_by(w_part[o], w_e[o])
+    j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
+    ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
+    ready = np.maximum(np.minimum(ready, k_s), c_start[k_chain])
+
+    # gates: a work period that resumes right after a collective ended in the gap before it
+    if len(seg_g):
+        gfirst = np.r_[True, seg_g[1:] != seg_g[:-1]]
+        prev_end = np.where(gfirst, c_start[seg_g] - 1, np.r_[np.int64(0), seg_e[:-1]])
+        seg_part = c_part[seg_g]
+        ko = np.argsort(k_e, kind="stable")
+        jk = last_at_or_before(part_all[k][ko], k_e[ko], seg_part, seg_s)
+        hit = jk >= 0
+        kk = ko[np.maximum(jk, 0)] if len(ko) else np.zeros(len(seg_s), np.int64)
+        g_end = k_e[kk] if len(k) else np.zeros(len(seg_s), np.int64)
+        resume_launch = launch_all[w][seg_first]
+        is_gate = (hit & (g_end > prev_end) & (seg_s - g_end <= gate_tol_ns)
+                   & ((resume_launch < 0) | (resume_launch < g_end)))
+        gi = np.flatnonzero(is_gate)
+        gate_chain, gate_t, gate_k, gate_pe = seg_g[gi], seg_s[gi], kk[gi], prev_end[gi]
+    else:
+        gate_chain = gate_t = gate_k = gate_pe = np.zeros(0, np.int64)
+
+    # nodes in chain order; the end node comes last even when a ready point lies after the last work end
+    n_k, n_g = len(k), len(gate_t)
+    ch = np.concatenate([np.arange(n_chains), k_chain, gate_chain, np.arange(n_chains)])
+    t = np.concatenate([c_start, ready, gate_t, c_end])
+    nk = np.concatenate([np.zeros(n_chains, np.int8), np.ones(n_k, np.int8), np.full(n_g, 2, np.int8),
+                         np.full(n_chains, 3, np.int8)])
+    comm = np.concatenate([np.full(n_chains, -1), k, k[gate_k] if n_g else np.zeros(0, np.int64),
+                           np.full(n_chains, -1)]).astype(np.int64)
+    pe = np.concatenate([np.full(n_chains + n_k, -1), gate_pe, np.full(n_chains, -1)]).astype(np.int64)
+    last_t = np.full(n_chains, np.iinfo(np.int64).min)
+    np.maximum.at(last_t, ch, t)
+    t = np.where(nk == 3, last_t[ch], t)
+    o = np.lexsort((nk, t, ch))
+    ch, t, nk, comm, pe = ch[o], t[o], nk[o], comm[o], pe[o]
+    first = np.r_[True, ch[1:] != ch[:-1]]
+    t_prev = np.where(first, t, np.r_[t[:1], t[:-1]])
+    pos = np.arange(len(t))
+    node_no = pos - np.maximum.accumulate(np.where(first, pos, 0))
+
+    work = _coverage(union, ch, t) - _coverage(union, ch, t_prev)
+    wait = np.where(nk == 2, t - np.maximum(pe, t_prev), 0)
+    wait = np.clip(wait, 0, t - t_prev)
+    free = np.maximum(t - t_prev - work - wait, 0)
+
+    # per-class unions and each node's class time; classes of the distinct (name, kind, category)
+    name_code, name_lab = _labels(gpu["name"])
+    trip = (name_code[w] * (len(kind_lab) + 1) + kind_code[w]) * (len(cat_lab) + 1) + cat_code[w]
+    tuniq, tcode = np.unique(trip, return_inverse=True)
+    t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
+    t_kind = tuniq // (len(cat_lab) + 1) % (len(kind_lab) + 1)
+    t_cat = tuniq % (len(cat_lab) + 1)
+    cls_of = np.asarray(classifier.classify([str(x) for x in name_lab[t_name]], [str(x) for x in kind_lab[t_kind]],
+                                            [str(x) for x in cat_lab[t_cat]]), dtype=object)
+    cnames, ccode_u = np.unique(cls_of, return_inverse=True)
+    ccode = ccode_u[tcode]
+    n_cls = max(len(cnames), 1)
+    cgroup = w_chain * n_cls + ccode
+    cu = _unions(cgroup, w_s, w_e)
+    pairs = np.unique(cu[0]) if len(cu[0]) else np.zeros(0, np.int64)
+    pc_chain, pc_cls = pairs // n_cls, pairs % n_cls
+    per_chain = np.bincount(pc_chain, minlength=n_chains)
+    chain_pair0 = np.r_[0, np.cumsum(per_chain)[:-1]]
+    reps = per_chain[ch]
+    ni = np.repeat(np.arange(len(t)), reps)
+    off = np.arange(len(ni)) - np.repeat(np.cumsum(reps) - reps, reps)
+    pi = chain_pair0[ch[ni]] + off
+    qg = pairs[pi] if len(pairs) else np.zeros(0, np.int64)
+    cls_ns = _coverage(cu, qg, t[ni]) - _coverage(cu, qg, t_prev[ni])
+    pos_rows = cls_ns > 0
+    ni, cls_ns, cls_code = ni[pos_rows], cls_ns[pos_rows], pc_cls[pi[pos_rows]]
+    # the node's CLASS_SLOTS largest classes, the rest summed
+    o2 = np.lexsort((cls_code, -cls_ns, ni))
+    ni, cls_ns, cls_code = ni[o2], cls_ns[o2], cls_code[o2]
+    rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
+    cnames = np.asarray(cnames, dtype=object)
+
+    has_comm = comm >= 0
+    cidx = np.maximum(comm, 0)
+    _pu, p_first = np.unique(part_all, return_index=True)
+    p_idx = np.searchsorted(_pu, c_part[ch])
+    cols: dict[str, np.ndarray] = {
+        "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
+        "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
+        "step": c_step[ch], "node": node_no.astype(np.int64),
+        "kind": np.asarray(KINDS, dtype=object)[nk], "time_ns": t, "work_ns": work.astype(np.int64),
+        "wait_ns": wait.astype(np.int64), "free_ns": free.astype(np.int64),
+        "comm_stream": np.where(has_comm, stream_all[cidx], -1).astype(np.int64),
+        "comm_start_ns": np.where(has_comm, start_all[cidx], -1).astype(np.int64),
+    }
+    for slot in range(CLASS_SLOTS):
+        m = rank_in_node == slot
+        name = np.full(len(t), "", object)
+        ns = np.zeros(len(t), np.int64)
+        name[ni[m]] = cnames[cls_code[m]]
+        ns[ni[m]] = cls_ns[m]
+        cols[f"class_{slot + 1}"] = name
+        cols[f"class_{slot + 1}_ns"] = ns
+    rest = rank_in_node >= CLASS_SLOTS
+    cols["other_class_ns"] = np.bincount(ni[rest], weights=cls_ns[rest], minlength=len(t)).astype(np.int64)
+    return pd.DataFrame(cols)
+
+
+def segments(batch: Batch) -> pd.DataFrame:
+    """The ``segments`` table of every part of the partition (see the module docstring)."""
+    if not len(batch.gpu):
+        return _empty()
+    return segment_rows(batch.gpu, classifier_for(batch.options))

@@ -1,0 +1,586 @@
+"""What-if estimates (the ``whatif`` table): the step time if a straggler, a kernel class or the
+communication were faster, from a replay of each step's cross-rank dependencies.
+
+Model
+-----
+Each rank's step is a chain of nodes (:mod:`dtrace.analyses.segments`): the step start, the
+point its work had reached when each collective was launched (``ready``), the points where its
+work resumed after waiting for a collective (``gate``) and the end of its work. Between two
+nodes the rank did some work (the union of its compute, memcpy and memset) and some idle time
+that no collective explains (``free``: launch gaps, host stalls). The replay recomputes every
+time in order of dependency, on the clock-corrected time line of ``clock_offsets``:
+
+- a node: ``t = max(t_prev + work × factor + free, collective end + delay)``, where the second
+  term only exists for a gate (``delay``: how long after the collective's end the work resumed
+  in the trace);
+- a step start: where it was in the trace, unless the rank started the step after its previous
+  step had ended (a synchronous training loop: the host waited for the GPU), then that long
+  after the replayed end of the previous step;
+- a rank's arrival at a collective: ``max(its ready node, the end of the previous collective on
+  the same stream) + lag`` (``lag``: the launch latency seen in the trace);
+- a collective instance ends when its last member arrives plus its transfer time (``transfer_ns``,
+  the shortest duration over its ranks), on every member (each keeps the few µs by which its own
+  end differed in the trace);
+- a rank's step ends at the later of its last work and its last collective end. The job's step
+  time is the median over ranks of these spans (the ``steps`` table's ``step_ns``).
+
+Without changes the replay reproduces the trace (``fit_ns`` shows how closely). Scenarios:
+
+``stragglers_at_median``
+    the work of every flagged straggler (``stragglers``) runs at the median rank's speed: per
+    kernel class, its time is scaled by ``Σ count·median-rank duration / Σ count·own duration``
+    over the compute kernel names it shares with other ranks (``kernels``, medians per name);
+``speedup:<class>=<x>``
+    the class's kernels take ``1/x`` of their time on every rank (the results hold the three
+    compute classes with the most time, leftover classes such as ``other`` aside, at
+    ``x = 1.2``; ``dtrace whatif --class C --speedup X`` asks for others);
+``comm_hidden``
+    every collective transfer takes no time: what is left is the compute and the waiting that
+    arrival skew causes.
+
+Work scales by the share of each class in an interval (overlapping streams scale together;
+classes beyond the four an interval names scale by the rank's ``*`` factor, 1 for a speedup).
+
+Limits
+------
+Dependencies are inferred from one trace: a collective waits for the work launched before it;
+work waits for a collective when it resumed within :data:`~dtrace.analyses.segments.GATE_TOL_NS`
+after the collective ended. A dependency that never made anything wait in the trace is not
+seen, so a scenario that speeds up work can be optimistic where a collective would newly become
+the bottleneck. A collective launched right after a blocking wait on another stream, with no
+work in between, keeps that wait as a fixed lag. Host time is not modelled: launch gaps and host
+stalls stay as long as they were (a host-bound rank gains nothing), and a step that overlapped
+the previous one keeps its start. Memory and cache effects of a faster kernel, and changed
+overlap between compute and communication kernels sharing the GPU, are not modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..classify import OTHER as _BUILTIN_LEFTOVER, REGEX_LEFTOVER, SUBSTRING_LEFTOVER
+from ..errors import DtraceError
+from ..options import Options
+
+KEYS = ["rank", "device"]
+DEFAULT_SPEEDUP = 1.2
+LEFTOVERS = (_BUILTIN_LEFTOVER, SUBSTRING_LEFTOVER, REGEX_LEFTOVER)
+TOP_CLASSES = 3
+NEG = -np.inf
+
+COLUMNS: dict[str, object] = {
+    "step": "int64", "scenario": object, "detail": object, "ranks": "int64", "observed_ns": "int64",
+    "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64", "saved_share": "float64",
+    "fit_ns": "int64",
+}
+OTHER = "*"
+"""Class name of a node's time outside its named classes; a factor for it applies to a rank's
+unnamed classes (default 1)."""
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in COLUMNS.items()})
+
+
+@dataclass
+class Scenario:
+    """One what-if: per (rank, device, class) work factors (missing: 1) and a transfer scale."""
+
+    name: str
+    detail: str
+    factors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device", "class",
+                                                                                "factor"]))
+    transfer_scale: float = 1.0
+
+
+@dataclass
+class Graph:
+    """The replay's dependency graph, in arrays (see the module docstring)."""
+
+    # nodes, sorted by (chain, node)
+    chain: np.ndarray
+    first: np.ndarray           # first node of its chain (the step start)
+    t: np.ndarray               # observed, clock-corrected, relative to origin (float)
+    work: np.ndarray
+    free: np.ndarray
+    gate_row: np.ndarray        # collectives row a gate waits for (-1 none)
+    delay: np.ndarray           # gate: resume − that row's end
+    end_node: np.ndarray        # per chain: its end node
+    tied_prev: np.ndarray       # per chain: the previous step's chain it started after (-1: start stays)
+    gap: np.ndarray             # per chain: observed start − previous chain's observed end
+    # collectives rows
+    inst: np.ndarray
+    ready: np.ndarray           # node index (-1 none)
+    pred: np.ndarray            # previous row on the same (rank, device, stream) (-1 none)
+    lag: np.ndarray
+    start: np.ndarray           # observed arrival (relative)
+    end: np.ndarray             # observed end (relative)
+    rho: np.ndarray             # own end − (last arrival + transfer)
+    transfer: np.ndarray        # per instance
+    row_chain: np.ndarray       # chain of each row (-1 none)
+    # processing order
+    node_levels: list[np.ndarray]
+    row_levels: list[np.ndarray]
+    inst_row_levels: list[np.ndarray]
+    # chains
+    chains: pd.DataFrame        # rank, device, step
+    class_rows: pd.DataFrame    # node, rank, device, class, ns (the class time of each node's interval)
+
+
+def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
+    """``values[idx]`` where ``idx >= 0``, else ``fill`` (also when ``values`` is empty).
+
+    Examples
+    --------
+    >>> take(np.array([5, 6]), np.array([1, -1]), 0).tolist()
+    [6, 0]
+    """
+    idx = np.asarray(idx, np.int64)
+    if not len(values):
+        return np.full(len(idx), fill, dtype=np.result_type(values.dtype, type(fill)))
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], fill)
+
+
+def _grouped_cummax(values: np.ndarray, run_id: np.ndarray) -> np.ndarray:
+    return pd.Series(values).groupby(run_id, sort=False).cummax().to_numpy(np.float64)
+
+
+def _levels(chain: np.ndarray, gate_row: np.ndarray, inst: np.ndarray, ready: np.ndarray, pred: np.ndarray,
+            n_inst: int, row_chain: np.ndarray, start_node: np.ndarray, tied_prev: np.ndarray,
+            end_node: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Integer levels so that every dependency is processed before what depends on it.
+
+    Nodes need their chain predecessor and their gate's instance (a tied step start: the whole
+    previous step); arrivals need their ready node and the previous instance on their stream;
+    an instance needs all its arrivals. Starting from ``guess`` (the rank-local order of
+    instances), levels are raised until every constraint holds; a dependency cycle (collectives
+    matched inconsistently) raises :class:`DtraceError`.
+    """
+    n_nodes, n_chains = len(chain), len(end_node)
+    li = guess.astype(np.int64).copy()
+    ln = np.zeros(n_nodes, np.int64)
+    big = np.int64(1) << 40
+    tied = tied_prev >= 0
+    has_rows = row_chain >= 0
+    for _ in range(max(n_inst, 1) + n_chains + 2):
+        gl = take(li, take(inst, gate_row, -1), -1) + 1  # 0 without a gate
+        if tied.any():
+            chain_li = np.full(n_chains, -1, np.int64)
+            np.maximum.at(chain_li, row_chain[has_rows], li[inst[has_rows]])
+            prev = tied_prev[tied]
+            gl[start_node[tied]] = np.maximum(ln[end_node[prev]], chain_li[prev]) + 1
+        new_ln = np.maximum.accumulate(gl + chain * big) - chain * big if n_nodes else gl
+        lr = np.maximum(take(new_ln, ready, 0), take(li, take(inst, pred, -1), -1) + 1)
+        need = np.zeros(n_inst, np.int64)
+        np.maximum.at(need, inst, lr)
+        new_li = np.maximum(li, need)
+        if np.array_equal(new_li, li) and np.array_equal(new_ln, ln):
+            return ln, lr, li
+        li, ln = new_li, new_ln
+    raise DtraceError("the collectives' order is inconsistent across ranks (a dependency cycle): "
+                      "no what-if replay")
+
+
+def _slices(levels: np.ndarray, order: np.ndarray, n_levels: int) -> list[np.ndarray]:
+    srt = order[np.argsort(levels[order], kind="stable")]
+    bounds = np.searchsorted(levels[srt], np.arange(n_levels + 1))
+    return [srt[bounds[v]:bounds[v + 1]] for v in range(n_levels)]
+
+
+def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
+    """The dependency graph of every step from ``segments``, ``collectives`` and ``clock_offsets``."""
+    seg = tables.get("segments")
+    if seg is None or not len(seg) or "node" not in seg.columns:
+        return None
+    coll = tables.get("collectives")
+    if coll is None or "collective" not in getattr(coll, "columns", ()):
+        coll = pd.DataFrame({c: pd.Series([], dtype="int64") for c in
+                             ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns",
+                              "clock_offset_ns", "step")})
+    nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
+    offsets = tables.get("clock_offsets")
+    off = pd.Series(0, index=pd.MultiIndex.from_frame(nodes[KEYS].drop_duplicates()), dtype=np.int64)
+    if offsets is not None and len(offsets):
+        o = offsets.set_index(KEYS)["offset_ns"]
+        off = o.reindex(off.index).fillna(0).astype(np.int64)
+    nkey = pd.MultiIndex.from_frame(nodes[KEYS])
+    n_off = off.reindex(nkey).to_numpy(np.int64)
+    t_abs = nodes["time_ns"].to_numpy(np.int64) - n_off
+
+    coll = coll.reset_index(drop=True)
+    c_off = coll["clock_offset_ns"].to_numpy(np.int64)
+    s_abs = coll["start_ns"].to_numpy(np.int64)
+    e_abs = coll["end_ns"].to_numpy(np.int64)
+    origin = int(min(t_abs.min(), s_abs.min() if len(s_abs) else t_abs.min()))
+    t = (t_abs - origin).astype(np.float64)
+    s = (s_abs - origin).astype(np.float64)
+    e = (e_abs - origin).astype(np.float64)
+
+    # nodes -> their collectives row (by rank, device, stream and own-clock start)
+    row_key = pd.MultiIndex.from_arrays([coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64),
+                                         coll["stream"].to_numpy(np.int64), s_abs + c_off])
+    kind = nodes["kind"].astype(str).to_numpy(object)
+    has_comm = nodes["comm_stream"].to_numpy() >= 0
+    probe = pd.MultiIndex.from_arrays([nodes["rank"].to_numpy(np.int64), nodes["device"].to_numpy(np.int64),
+                                       nodes["comm_stream"].to_numpy(np.int64),
+                                       nodes["comm_start_ns"].to_numpy(np.int64)])
+    hit = np.where(has_comm, row_key.get_indexer(probe) if len(row_key) else -1, -1)
+    is_gate = (kind == "gate") & (hit >= 0)
+    gate_row = np.where(is_gate, hit, -1).astype(np.int64)
+    delay = np.where(is_gate, t - take(e, hit, 0.0), 0.0)
+    n_rows = len(coll)
+    ready = np.full(n_rows, -1, np.int64)
+    is_ready = (kind == "ready") & (hit >= 0)
+    ready[hit[is_ready]] = np.flatnonzero(is_ready)
+
+    chain_key = nodes[KEYS + ["step"]]
+    chain = chain_key.groupby(KEYS + ["step"], sort=False).ngroup().to_numpy(np.int64)
+    chains = chain_key.drop_duplicates().reset_index(drop=True)
+    first = np.r_[True, chain[1:] != chain[:-1]]
+    end_node = np.flatnonzero(np.r_[chain[1:] != chain[:-1], True])
+
+    # collectives rows: instance, previous row on the stream, lag, end residual
+    inst = coll["collective"].to_numpy(np.int64)
+    _, inst = np.unique(inst, return_inverse=True)
+    n_inst = int(inst.max()) + 1 if n_rows else 0
+    so = np.lexsort((s, coll["stream"].to_numpy(), coll["device"].to_numpy(), coll["rank"].to_numpy()))
+    same = np.zeros(n_rows, bool)
+    if n_rows > 1:
+        same[1:] = ((coll["rank"].to_numpy()[so][1:] == coll["rank"].to_numpy()[so][:-1])
+                    & (coll["device"].to_numpy()[so][1:] == coll["device"].to_numpy()[so][:-1])
+                    & (coll["stream"].to_numpy()[so][1:] == coll["stream"].to_numpy()[so][:-1]))
+    pred = np.full(n_rows, -1, np.int64)
+    pred[so[same]] = so[np.flatnonzero(same) - 1]
+    r_ready = take(t, ready, NEG)
+    r_pred = take(e, pred, NEG)
+    base = np.maximum(r_ready, r_pred)
+    lag = np.where(np.isfinite(base), np.maximum(s - base, 0.0), 0.0)
+    transfer = np.zeros(n_inst)
+    if n_rows:
+        transfer[inst] = coll["transfer_ns"].to_numpy(np.float64)
+    last = np.full(n_inst, NEG)
+    np.maximum.at(last, inst, s)
+    rho = e - (last[inst] + transfer[inst])
+    ck = pd.MultiIndex.from_frame(chains)
+    row_chain = ck.get_indexer(pd.MultiIndex.from_arrays([coll["rank"].to_numpy(np.int64),
+                                                          coll["device"].to_numpy(np.int64),
+                                                          coll["step"].to_numpy(np.int64)])) if n_rows else \
+        np.zeros(0, np.int64)
+
+    # a step that started after the rank's previous step ended waited for it (synchronous loop)
+    start_node = np.flatnonzero(first)
+    obs_end = t[end_node].copy()
+    if n_rows:
+        ok = row_chain >= 0
+        np.maximum.at(obs_end, row_chain[ok], e[ok])
+    same_part = np.r_[False, (chains["rank"].to_numpy()[1:] == chains["rank"].to_numpy()[:-1])
+                      & (chains["device"].to_numpy()[1:] == chains["device"].to_numpy()[:-1])]
+    prev_chain = np.where(same_part, np.arange(len(chains)) - 1, -1)
+    gap = t[start_node] - take(obs_end, prev_chain, np.inf)
+    tied_prev = np.where((prev_chain >= 0) & (gap >= 0), prev_chain, -1).astype(np.int64)
+
+    # processing levels; the guess is each instance's largest rank-local position
+    local = pd.Series(s).groupby([coll["rank"].to_numpy(), coll["device"].to_numpy()]).rank(method="first")
+    guess = np.zeros(n_inst, np.int64)
+    if n_rows:
+        np.maximum.at(guess, inst, local.to_numpy(np.int64))
+    ln, lr, li = _levels(chain, gate_row, inst, ready, pred, n_inst, row_chain, start_node, tied_prev, end_node,
+                         guess)
+    n_levels = int(max(ln.max(initial=0), lr.max(initial=0), li.max(initial=0))) + 1
+    node_levels = _slices(ln, np.arange(len(t)), n_levels)
+    row_levels = _slices(lr, np.arange(n_rows), n_levels)
+    inst_row_levels = _slices(li[inst] if n_rows else np.zeros(0, np.int64), np.arange(n_rows), n_levels)
+
+    slots = [int(c[6:]) for c in nodes.columns if c.startswith("class_") and c[6:].isdigit()]
+    node_ids = np.arange(len(nodes))
+    parts = [pd.DataFrame({"node": node_ids, "rank": nodes["rank"].to_numpy(), "device": nodes["device"].to_numpy(),
+                           "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
+                           "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64)}) for i in slots]
+    parts.append(pd.DataFrame({"node": node_ids, "rank": nodes["rank"].to_numpy(), "device": nodes["device"].to_numpy(),
+                               "class": OTHER, "class_ns": nodes["other_class_ns"].to_numpy(np.int64)}))
+    cls = pd.concat(parts, ignore_index=True)
+    cls = cls.loc[cls["class_ns"].to_numpy() > 0].reset_index(drop=True)
+    return Graph(chain=chain, first=first, t=t, work=nodes["work_ns"].to_numpy(np.float64),
+                 free=nodes["free_ns"].to_numpy(np.float64), gate_row=gate_row, delay=delay, end_node=end_node,
+                 tied_prev=tied_prev, gap=np.where(tied_prev >= 0, gap, 0.0),
+                 inst=inst, ready=ready, pred=pred, lag=lag, start=s, end=e, rho=rho, transfer=transfer,
+                 row_chain=row_chain, node_levels=node_levels, row_levels=row_levels,
+                 inst_row_levels=inst_row_levels, chains=chains, class_rows=cls)
+
+
+def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
+    """Per node, the factor its work scales by: the class-time-weighted mean of the class factors."""
+    phi = np.ones(len(g.t))
+    if factors is None or not len(factors) or not len(g.class_rows):
+        return phi
+    c = g.class_rows
+    f = factors.drop_duplicates(KEYS + ["class"], keep="last").set_index(KEYS + ["class"])["factor"]
+    fac = f.reindex(pd.MultiIndex.from_frame(c[KEYS + ["class"]])).to_numpy(np.float64)
+    star = f.reindex(pd.MultiIndex.from_arrays([c["rank"], c["device"], np.full(len(c), OTHER, object)]))
+    fac = np.where(np.isnan(fac), star.fillna(1.0).to_numpy(np.float64), fac)
+    ns = c["class_ns"].to_numpy(np.float64)
+    node = c["node"].to_numpy(np.int64)
+    num = np.bincount(node, weights=ns * fac, minlength=len(phi))
+    den = np.bincount(node, weights=ns, minlength=len(phi))
+    return np.divide(num, den, out=phi, where=den > 0)
+
+
+def replay(g: Graph, phi: np.ndarray, transfer_scale: float = 1.0) -> np.ndarray:
+    """Replayed span (end − start) of every chain, with work scaled by ``phi`` per node and
+    transfers by ``transfer_scale``."""
+    n = len(g.t)
+    w = g.free + g.work * phi
+    w[g.first] = 0.0
+    tn = np.full(n, np.nan)
+    arrive = np.full(len(g.start), np.nan)
+    zr = np.full(len(g.start), np.nan)
+    comm_end = np.full(len(g.end_node), NEG)
+    chain_of_row = g.row_chain >= 0
+    transfer = g.transfer * transfer_scale
+    for v in range(len(g.node_levels)):
+        ns = g.node_levels[v]
+        if len(ns):
+            gate = g.gate_row[ns]
+            fixed = np.where(g.first[ns], g.t[ns], NEG)
+            has = gate >= 0
+            fixed[has] = zr[gate[has]] + g.delay[ns][has]
+            prev_chain = np.where(g.first[ns], g.tied_prev[g.chain[ns]], -1)
+            tied = prev_chain >= 0
+            if tied.any():
+                pc = prev_chain[tied]
+                fixed[tied] = np.maximum(tn[g.end_node[pc]], comm_end[pc]) + g.gap[g.chain[ns][tied]]
+            ch = g.chain[ns]
+            run_first = np.r_[True, (ch[1:] != ch[:-1]) | (ns[1:] != ns[:-1] + 1)]
+            run_id = np.cumsum(run_first)
+            ww = w[ns]
+            cw = np.cumsum(ww)
+            before = (cw - ww)[run_first]
+            wsum = cw - before[run_id - 1]
+            prev = np.where(g.first[ns] | ~run_first, NEG, tn[np.maximum(ns - 1, 0)])
+            base = prev[run_first][run_id - 1]
+            tn[ns] = wsum + np.maximum(base, _grouped_cummax(fixed - wsum, run_id))
+        rs = g.row_levels[v]
+        if len(rs):
+            rd = g.ready[rs]
+            pr = g.pred[rs]
+            a = np.maximum(take(tn, rd, NEG), take(zr, pr, NEG))
+            arrive[rs] = np.where(np.isfinite(a), a, g.start[rs]) + g.lag[rs]
+        ir = g.inst_row_levels[v]
+        if len(ir):
+            last = np.full(len(transfer), NEG)
+            np.maximum.at(last, g.inst[ir], arrive[ir])
+            zr[ir] = last[g.inst[ir]] + transfer[g.inst[ir]] + g.rho[ir]
+            ok = ir[chain_of_row[ir]]
+            np.maximum.at(comm_end, g.row_chain[ok], zr[ok])
+    return np.maximum(tn[g.end_node], comm_end) - tn[g.first]
+
+
+def observed_span(g: Graph) -> np.ndarray:
+    """The observed span of every chain: from its start to its last work or collective end."""
+    end = g.t[g.end_node].copy()
+    if len(g.row_chain):
+        ok = g.row_chain >= 0
+        comm_end = np.full(len(end), NEG)
+        np.maximum.at(comm_end, g.row_chain[ok], g.end[ok])
+        end = np.maximum(end, comm_end)
+    return end - g.t[g.first]
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
+    """Per (flagged rank, device, class): median-rank time / own time over shared compute kernels."""
+    empty = pd.DataFrame({"rank": [], "device": [], "class": [], "factor": []})
+    sg = tables.get("stragglers")
+    if sg is None or not len(sg) or "flagged" not in sg.columns:
+        return empty, []
+    fl = sg.loc[sg["flagged"].astype(bool)]
+    flagged = sorted(zip(fl["rank"].astype(int), fl["device"].astype(int)))
+    k = tables.get("kernels")
+    if not flagged or k is None or not len(k) or "median_ns" not in k.columns:
+        return empty, flagged
+    k = k.loc[k["category"].astype(str).to_numpy() == "compute"]
+    k = k.loc[k.groupby("name", observed=True)["rank"].transform("nunique").to_numpy() >= 2]
+    ref = k.groupby("name", observed=True)["median_ns"].transform("median").to_numpy(np.float64)
+    f = pd.DataFrame({"rank": k["rank"].to_numpy(np.int64), "device": k["device"].to_numpy(np.int64),
+                      "class": k["class"].astype(str).to_numpy(object),
+                      "own": k["count"].to_numpy(np.float64) * k["median_ns"].to_numpy(np.float64),
+                      "ref": k["count"].to_numpy(np.float64) * ref})
+    fk = pd.MultiIndex.from_frame(f[KEYS])
+    f = f.loc[fk.isin(pd.MultiIndex.from_tuples(flagged, names=KEYS))]
+    g = f.groupby(KEYS + ["class"], sort=True)[["own", "ref"]].sum().reset_index()
+    overall = f.groupby(KEYS, sort=True)[["own", "ref"]].sum().reset_index().assign(**{"class": OTHER})
+    g = pd.concat([g, overall[g.columns]], ignore_index=True)
+    g = g.loc[g["own"].to_numpy() > 0]
+    return pd.DataFrame({"rank": g["rank"], "device": g["device"], "class": g["class"],
+                         "factor": g["ref"] / g["own"]}).reset_index(drop=True), flagged
+
+
+def _span(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f" … ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def default_scenarios(tables: dict[str, pd.DataFrame], speedup: dict[str, float] | None = None, *,
+                      top_classes: int = TOP_CLASSES) -> list[Scenario]:
+    """(a) stragglers at median speed, (b) class speedups, (c) hidden communication.
+
+    ``speedup`` (``{class: x}``) replaces the default (b) scenarios: the ``top_classes`` compute
+    classes with the most time, each :data:`DEFAULT_SPEEDUP` times faster.
+    """
+    out = []
+    factors, flagged = straggler_factors(tables)
+    if flagged:
+        ranks = _span(sorted({r for r, _d in flagged}))
+        detail = f"rank {ranks}: compute at the median rank's speed" + _factor_note(factors)
+    else:
+        detail = "no straggler flagged: nothing to change"
+    out.append(Scenario("stragglers_at_median", detail, factors))
+    if speedup is None:
+        speedup = {c: DEFAULT_SPEEDUP for c in top_compute_classes(tables, top_classes)}
+    for cls, x in speedup.items():
+        x = float(x)
+        if not x > 0:
+            raise DtraceError(f"speedup of class {cls!r} must be > 0, got {x}")
+        keys = _all_parts(tables)
+        fac = keys.assign(**{"class": str(cls), "factor": 1.0 / x})
+        out.append(Scenario(f"speedup:{cls}={x:g}", f"{cls} kernels {x:g}× as fast on every rank", fac))
+    out.append(Scenario("comm_hidden", "every collective transfer takes no time (waiting for late ranks stays)",
+                        transfer_scale=0.0))
+    return out
+
+
+def _factor_note(factors: pd.DataFrame) -> str:
+    """`` (rank 5: compute ×0.833)``: each straggler's overall compute factor."""
+    overall = factors.loc[factors["class"].astype(str).to_numpy() == OTHER]
+    if not len(overall):
+        return " (no compute kernels shared with other ranks: unchanged)"
+    parts = [f"rank {r}: compute time ×{f:.3f}" for r, f in zip(overall["rank"], overall["factor"])]
+    return " (" + "; ".join(parts[:4]) + (" …" if len(parts) > 4 else "") + ")"
+
+
+def _all_parts(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    seg = tables.get("segments")
+    if seg is None or not len(seg):
+        return pd.DataFrame({"rank": [], "device": []})
+    return seg[KEYS].drop_duplicates().reset_index(drop=True)
+
+
+def top_compute_classes(tables: dict[str, pd.DataFrame], n: int = TOP_CLASSES) -> list[str]:
+    """The ``n`` kernel classes of compute kernels with the most time over all ranks (``kernels``),
+    leaving out the classifiers' leftover classes (``other``, ``others``, ``misc``)."""
+    k = tables.get("kernels")
+    if k is None or not len(k) or "class" not in k.columns:
+        return []
+    k = k.loc[(k["category"].astype(str).to_numpy() == "compute") & ~k["class"].astype(str).isin(LEFTOVERS).to_numpy()]
+    tot = k.groupby(k["class"].astype(str))["total_ns"].sum().sort_values(ascending=False, kind="stable")
+    return [str(x) for x in tot.index[:n]]
+
+
+# -- the table -------------------------------------------------------------------------------
+
+def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: Graph | None = None) -> pd.DataFrame:
+    """The ``whatif`` table: one row per (step, scenario)."""
+    g = graph if graph is not None else build_graph(tables)
+    if g is None or not len(g.t):
+        return _empty()
+    obs = observed_span(g)
+    base = replay(g, np.ones(len(g.t)))
+    steps = g.chains["step"].to_numpy(np.int64)
+    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), bool)
+    frames = []
+    for sc in scenarios:
+        est = replay(g, node_factors(g, sc.factors), sc.transfer_scale)
+        frames.append(pd.DataFrame({"step": steps[keep], "scenario": sc.name, "detail": sc.detail,
+                                    "obs": obs[keep], "base": base[keep], "est": est[keep],
+                                    "fit": np.abs(base - obs)[keep]}))
+    f = pd.concat(frames, ignore_index=True)
+    agg = f.groupby(["step", "scenario"], sort=False).agg(
+        detail=("detail", "first"), ranks=("obs", "size"), observed_ns=("obs", "median"),
+        replayed_ns=("base", "median"), estimate_ns=("est", "median"), fit_ns=("fit", "max")).reset_index()
+    order = {sc.name: i for i, sc in enumerate(scenarios)}
+    agg = agg.sort_values(["step", "scenario"], key=lambda s: s.map(order) if s.name == "scenario" else s,
+                          kind="stable").reset_index(drop=True)
+    out = pd.DataFrame({
+        "step": agg["step"].to_numpy(np.int64), "scenario": agg["scenario"].to_numpy(object),
+        "detail": agg["detail"].to_numpy(object), "ranks": agg["ranks"].to_numpy(np.int64),
+        "observed_ns": np.rint(agg["observed_ns"]).astype(np.int64),
+        "replayed_ns": np.rint(agg["replayed_ns"]).astype(np.int64),
+        "estimate_ns": np.rint(agg["estimate_ns"]).astype(np.int64),
+    })
+    out["saved_ns"] = out["replayed_ns"] - out["estimate_ns"]
+    out["saved_share"] = np.divide(out["saved_ns"].to_numpy(np.float64), out["replayed_ns"].to_numpy(np.float64),
+                                   out=np.zeros(len(out)), where=out["replayed_ns"].to_numpy() > 0)
+    out["fit_ns"] = np.rint(agg["fit_ns"]).astype(np.int64)
+    return out
+
+
+def reduce_whatif(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
+    """The ``whatif`` table with the default scenarios (see the module docstring)."""
+    try:
+        return {"whatif": estimate(tables, default_scenarios(tables))}
+    except DtraceError:
+        return {"whatif": _empty()}
+
+
+def whatif(results, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
+    """What-if estimates of a results directory (or :class:`~dtrace.results.Results`) with your scenarios.
+
+    Parameters
+    ----------
+    results
+        A results directory or ``dtrace.load(OUT)``.
+    speedup
+        ``{class: x}``: each class ``x`` times as fast on every rank (default: the three compute
+        classes with the most time, 1.2× each).
+    step
+        Only this step.
+
+    Examples
+    --------
+    >>> from dtrace.reduce.whatif import whatif                       # doctest: +SKIP
+    >>> whatif("run42/results", speedup={"gemm": 1.5})                # doctest: +SKIP
+    """
+    from ..results import Results, load
+
+    res = results if isinstance(results, Results) else load(results)
+    need = ("segments", "collectives", "clock_offsets", "kernels", "classes", "stragglers")
+    tables = {n: res.table(n) for n in need if n in res.table_names}
+    if "segments" not in tables:
+        raise DtraceError(f"{res.path or 'results'}: no segments table (analysed by an older dtrace): "
+                          "run dtrace analyze again")
+    out = estimate(tables, default_scenarios(tables, speedup))
+    if step is not None:
+        out = out.loc[out["step"].to_numpy() == step].reset_index(drop=True)
+    return out
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per scenario: the mean over steps of the ``whatif`` table's times.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"step": [1, 1, 2, 2], "scenario": ["a", "b", "a", "b"], "detail": ["x", "y", "x", "y"],
+    ...                   "observed_ns": [10, 10, 12, 12], "replayed_ns": [10, 10, 12, 12],
+    ...                   "estimate_ns": [8, 9, 10, 11], "fit_ns": [0, 0, 1, 1]})
+    >>> summary(t)[["scenario", "steps", "estimate_ns", "saved_ns", "saved_share"]].to_dict("list")
+    {'scenario': ['a', 'b'], 'steps': [2, 2], 'estimate_ns': [9, 10], 'saved_ns': [2, 1], 'saved_share': [0.18181818181818182, 0.09090909090909091]}
+    """
+    if not len(table):
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in
+                             {"scenario": object, "detail": object, "steps": "int64", "observed_ns": "int64",
+                              "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64",
+                              "saved_share": "float64", "fit_ns": "int64"}.items()})
+    g = table.groupby("scenario", sort=False)
+    out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(),
+                        "observed_ns": g["observed_ns"].mean(), "replayed_ns": g["replayed_ns"].mean(),
+                        "estimate_ns": g["estimate_ns"].mean(), "fit_ns": g["fit_ns"].max()}).reset_index()
+    for c in ("observed_ns", "replayed_ns", "estimate_ns"):
+        out[c] = np.rint(out[c].to_numpy(np.float64)).astype(np.int64)
+    out["saved_ns"] = out["replayed_ns"] - out["estimate_ns"]
+    out["saved_share"] = np.divide(out["saved_ns"].to_numpy(np.float64), out["replayed_ns"].to_numpy(np.float64),
+                                   out=np.zeros(len(out)), where=out["replayed_ns"].to_numpy() > 0)
+    cols = ["scenario", "detail", "steps", "observed_ns", "replayed_ns", "estimate_ns", "saved_ns", "saved_share",
+            "fit_ns"]
+    return out[cols]
