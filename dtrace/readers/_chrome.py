@@ -16,6 +16,12 @@ content is inflated into it), the brackets are written over the separators in pl
 decoder reads the buffer through a memoryview. The buffer starts small (small files stay
 cheap) and grows to ``block`` bytes as the file turns out large.
 
+A small document (at most :data:`WHOLE_MAX` bytes of content, the common per-rank trace) is
+decoded in one call instead: one msgspec pass over the whole text into a ``Struct`` of its
+top-level keys, no boundary search, no chunk bookkeeping. Anything that does not decode that
+way (a malformed or truncated document) is read again by the chunked path, whose errors say
+precisely what is wrong.
+
 Memory and time stay bounded on hostile input. Every byte is examined by C code (``rfind``,
 compiled regexes, numpy comparisons for long runs), never by a Python loop per byte.
 Whitespace between events, before and after the array and after the document is skipped
@@ -26,6 +32,7 @@ events array is limited the same way. ``max_size`` limits the whole decompressed
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import zlib
@@ -35,7 +42,7 @@ import msgspec
 import numpy as np
 
 from ..errors import InputError, InputTooLarge
-from ._io import BLOCK, Content, format_size
+from ._io import BLOCK, Content, format_size, open_regular
 
 T = TypeVar("T")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -50,8 +57,35 @@ _MAX_TRIES = 64
 _FIRST_BLOCK = 1 << 16
 MAX_EVENT = 16 << 20
 """Default limit of one event's JSON text (and of the JSON before or after the events array)."""
+WHOLE_MAX = 8 << 20
+"""Content up to this size is decoded in one call (below :data:`MAX_EVENT`, so no event in it can
+be over the event limit)."""
 
 _OPEN, _CLOSE, _COMMA = 0x5B, 0x5D, 0x2C  # '[', ']', ','
+
+
+def _content_size_hint(path: str) -> int | None:
+    """The content size of a file: its size, or for gzip the size its trailer states (ISIZE, the
+    content size modulo 2**32); None if unreadable. A hint only: the caller reads one byte more."""
+    try:
+        with open_regular(path) as f:
+            magic = f.read(2)
+            if magic != b"\x1f\x8b":
+                return os.fstat(f.fileno()).st_size
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    except (OSError, InputError):
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _decoders(event_type: Any, meta_type: Any) -> tuple[Any, Any, Any]:
+    """Decoders of a list of events, of the top-level keys, and of a whole document (the keys
+    and ``traceEvents``), built once per event/meta type."""
+    doc = msgspec.defstruct(f"{meta_type.__name__}Document", [("traceEvents", list[event_type] | None, None)],
+                            bases=(meta_type,), gc=False)
+    return (msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(meta_type),  # type: ignore[valid-type]
+            msgspec.json.Decoder(doc))
 
 
 def _problem(exc: Exception) -> str:
@@ -182,14 +216,18 @@ class ChromeTrace:
         self.max_event = max_event
         self.max_size = max_size
         self.meta_type = meta_type
-        self._events_decoder = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
-        self._meta_decoder = msgspec.json.Decoder(meta_type)
+        self._events_decoder, self._meta_decoder, self._doc_decoder = _decoders(event_type, meta_type)
         self.meta: Any = None
         self.fingerprint: str = ""
         self.bytes_read = 0
 
     # -- public -------------------------------------------------------------------------
     def chunks(self) -> Iterator[list[Any]]:
+        whole = self._whole() if self.max_event >= WHOLE_MAX else None
+        if whole is not None:
+            if whole:
+                yield whole
+            return
         with Content(self.path, max_size=self.max_size) as content:
             try:
                 yield from self._chunks(_Window(content, self.path, self.block, self.max_event))
@@ -201,6 +239,47 @@ class ChromeTrace:
             self.fingerprint = content.fingerprint
 
     # -- internals ----------------------------------------------------------------------
+    def _whole(self) -> list[Any] | None:
+        """All events of a small document in one decode, or None (too large, or not decodable
+        in one piece: the chunked path then reads it and names the problem)."""
+        expect = _content_size_hint(self.path)
+        if expect is None or expect > WHOLE_MAX:
+            return None
+        buf = bytearray(expect + 1)  # one byte more: reading it means the hint was wrong
+        n = 0
+        with Content(self.path, max_size=self.max_size) as content:
+            try:
+                with memoryview(buf) as mv:
+                    while n < len(buf):
+                        got = content.readinto(mv[n:])
+                        if not got:
+                            break
+                        n += got
+                if n > expect:
+                    return None
+                content.finish()
+            except (EOFError, zlib.error, OSError, InputError):
+                return None  # the chunked path reports it
+            fingerprint, size = content.fingerprint, content.size
+        with memoryview(buf) as mv, mv[:n] as text:
+            head = bytes(text[:64]).lstrip(_WS)
+            try:
+                if head[:1] == b"[":
+                    events, meta = self._events_decoder.decode(text), self._meta_decoder.decode(b"{}")
+                elif head[:1] == b"{":
+                    doc = self._doc_decoder.decode(text)
+                    events, meta = doc.traceEvents, doc
+                else:
+                    return None
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return None
+        if events is None:
+            return None
+        if meta is not None and hasattr(meta, "traceEvents"):
+            meta.traceEvents = None  # the events now live in the list only
+        self.meta, self.fingerprint, self.bytes_read = meta, fingerprint, size
+        return events
+
     def _chunks(self, w: _Window) -> Iterator[list[Any]]:
         """Find the events array, decode its events in place, then the keys after it.
 
