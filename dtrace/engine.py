@@ -146,8 +146,16 @@ class Engine:
             self.client = Client(s.scheduler)
             self.mode = "cluster"
         else:
-            self._cluster = LocalCluster(n_workers=local_workers(s), threads_per_worker=1, processes=True,
-                                         dashboard_address=":0", silence_logs=logging.ERROR)  # a free port: 8787 may be taken
+            import dask
+
+            # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which turns off glibc's
+            # adaptive mmap threshold: every large numpy array is then mmap'ed and unmapped again,
+            # and the analyses run twice slower (measured: 2.3 s vs 1.2 s per 600k-event partition).
+            # The workers keep glibc's defaults; each task frees what it allocated.
+            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+                self._cluster = LocalCluster(n_workers=local_workers(s), threads_per_worker=1, processes=True,
+                                             dashboard_address=":0",  # a free port: 8787 may be taken
+                                             silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
             self.mode = "local cluster"
         return self
