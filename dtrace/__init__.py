@@ -3,20 +3,35 @@
 >>> import dtrace
 >>> r = dtrace.analyze("traces/", "results/")     # doctest: +SKIP
 >>> r = dtrace.load("results/"); r.breakdown      # doctest: +SKIP
+
+The names below are imported on first use (PEP 562), so ``import dtrace`` costs nothing until
+one is needed.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from ._version import __version__
 
-from .analyses import Analysis  # noqa: E402
-from .api import analyze  # noqa: E402
-from .batch import Batch  # noqa: E402
-from .calltree import Tree, tree  # noqa: E402
-from .events import events  # noqa: E402
-from .errors import DtraceError, InputError, ResultsError, UsageError  # noqa: E402
-from .options import Options  # noqa: E402
-from .results import Results, load  # noqa: E402
-from .timeline_export import timeline  # noqa: E402
+_EXPORTS = {
+    "analyze": "api", "load": "results", "Results": "results", "events": "event_frame", "tree": "calltree",
+    "Tree": "calltree", "timeline": "timeline_export", "Analysis": "analyses", "Batch": "batch",
+    "Options": "options", "DtraceError": "errors", "InputError": "errors", "ResultsError": "errors",
+    "UsageError": "errors",
+}
 
-__all__ = ["analyze", "load", "events", "tree", "timeline", "Tree", "Analysis", "Batch", "Results", "Options",
-           "DtraceError", "InputError", "ResultsError", "UsageError", "__version__"]
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dtrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -86,7 +86,7 @@ def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:
 
 def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """The events of one partition as the public event frame (see :func:`dtrace.events`)."""
-    from .events import event_frame
+    from .event_frame import event_frame
 
     ev, _, _ = load_tables(partition.parts)
     return event_frame(ev, parts_frame(partition.parts), columns)

@@ -20,6 +20,7 @@ Results folders are shared and hand-edited, so nothing read from a manifest is t
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -37,6 +38,7 @@ except ImportError:  # pragma: no cover - not on POSIX: staging folders are clea
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 from .errors import ResultsError
 
@@ -133,7 +135,7 @@ def table_path(out: str, name: object) -> str:
 
 def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
-        t = pq.read_table(path)
+        t = pq.ParquetFile(path).read(use_threads=False)  # not the dataset API: ~1 ms less per table
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
@@ -173,10 +175,17 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
     try:
         staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
         lock = _lock(staging)
+        fingerprints = {}
         for name, df in tables.items():
             t = pa.Table.from_pandas(df, preserve_index=False)
             t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
-            pq.write_table(t, os.path.join(staging, f"{name}.parquet"), compression="zstd")
+            buf = io.BytesIO()
+            pq.write_table(t, buf, compression="zstd")
+            data = buf.getvalue()
+            fingerprints[name] = xxhash.xxh3_128_hexdigest(data)
+            with open(os.path.join(staging, f"{name}.parquet"), "wb") as f:
+                f.write(data)
+        manifest["table_fingerprints"] = fingerprints
         with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, default=str)
         if os.path.lexists(old_manifest):
@@ -196,6 +205,22 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return Results(tables, manifest, out)
+
+
+def intact(out: str, manifest: dict[str, Any]) -> bool:
+    """Whether every table the manifest lists is in ``out`` with the bytes it was written with."""
+    names, fps = manifest.get("tables"), manifest.get("table_fingerprints")
+    if not isinstance(names, list) or not isinstance(fps, dict) or set(names) != set(fps):
+        return False
+    for name in names:
+        try:
+            fd = os.open(table_path(out, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as f:
+                if xxhash.xxh3_128_hexdigest(f.read()) != fps[name]:
+                    return False
+        except (OSError, ResultsError):
+            return False
+    return True
 
 
 def _previous_manifest(out: str) -> dict[str, Any] | None:

@@ -86,6 +86,21 @@ def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def run_key(inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequence[Analysis],
+            settings: dict[str, Any]) -> str | None:
+    """The key of a whole run's results: every input (path, size, mtime, fingerprint), the
+    settings, the analyses and the dtrace version. Equal keys give equal results."""
+    cm = _classmap_identity(options)
+    if options.classmap is not None and cm is None:
+        return None
+    opts = options.to_json()
+    opts["classmap"] = cm
+    ident = {"version": [__version__, STORE_VERSION], "options": opts, "settings": settings,
+             "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
+             "inputs": sorted([list(i) for i in inputs])}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
 def load(store: str, key: str, analyses: Sequence[Analysis]) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
     """The stored tables of ``key`` if the entry is intact, else ``(None, note)``."""
     d = os.path.join(store, key)

@@ -69,11 +69,11 @@ def read_parts(results: Results, parts: Iterable[tuple[int, int]],
 
     ``windows`` maps a part to ``(lo, hi)`` ns on that part's own clock: only events that
     overlap it are kept (side-table rows are renumbered to match). Nothing of any other part is
-    read (:func:`dtrace.events.part_specs` opens only their inputs' cache entries). Raises
+    read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries). Raises
     :class:`UsageError` when a part is not in the results or its cached events are gone.
     """
     from .cache import read_part_tables
-    from .events import part_specs
+    from .event_frame import part_specs
 
     wanted = {(int(k[0]), int(k[1])) for k in parts}
     specs = {(s.rank, s.device): s for s in part_specs(results.manifest, wanted)}

@@ -64,7 +64,7 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
-            from ..events import _spec
+            from ..event_frame import _spec
 
             ev, coll, mem = read_part_tables(_spec(rec, part, r))
             return prepare_part(ev.to_pandas(), coll.to_pandas(), mem.to_pandas(), rank=r, device=d, fmt=rec.format,

@@ -23,6 +23,10 @@ BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exp
 def header(results: Results) -> str:
     """The first line: inputs, parts, failures, run time."""
     m = results.manifest
+    if m.get("up_to_date"):
+        return (f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts: results up to "
+                f"date (inputs, settings and dtrace unchanged since the run of {m.get('created', '?')}; "
+                "--recompute or --no-cache analyses again)\n")
     return (f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
             f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n")
 
