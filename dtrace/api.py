@@ -27,6 +27,8 @@ from .results import Results, write_results
 
 PARSE_BYTES_PER_S = 100e6
 """Rough single-core parse speed, to estimate a job's work before choosing where to run it."""
+PARSE_FILE_S = 0.01
+"""Rough fixed cost of one input (open, decode set-up, cache entry), on top of its bytes."""
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
 
@@ -259,7 +261,7 @@ class _Run:
         """
         self._sizes = [content_size(f) for f in self.files]
         hits = [lookup(self.cache, f, verify=False)[0] if self.reuse_cache else None for f in self.files]
-        parse = sum(s for s, h in zip(self._sizes, hits) if h is None) / PARSE_BYTES_PER_S
+        parse = sum(s / PARSE_BYTES_PER_S + PARSE_FILE_S for s, h in zip(self._sizes, hits) if h is None)
         hashing = sum(h.size for h in hits if h is not None) / HASH_BYTES_PER_S
         tasks = len(ingest_batches(self.files, self._sizes, workers))
         if parse:

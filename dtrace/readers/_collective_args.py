@@ -103,19 +103,8 @@ def inherit_collective_args(events: pa.Table, with_args: Sequence[tuple[int, Any
     krows = krows[~np.isin(krows, np.fromiter((r for r, _a, _n in with_args), np.int64, len(with_args)))]
     if not len(krows):
         return []
-    lrows = np.flatnonzero((codes == kinds[1]) & (correlation >= 0))
-    lcorr = pd.Index(correlation[lrows])
-    if not lcorr.is_unique:
-        keep = ~lcorr.duplicated()
-        lrows, lcorr = lrows[keep], lcorr[keep]
-    pos = lcorr.get_indexer(correlation[krows])
-    krows, launch = krows[pos >= 0], lrows[pos[pos >= 0]]
-    rrows = np.fromiter((r for r, _ in records), np.int64, len(records))
-    pid, tid, start, end = (_column(events, c) for c in ("pid", "tid", "start_ns", "end_ns"))
-    rec = _enclosing(pid[launch], tid[launch], start[launch], pid[rrows], tid[rrows], start[rrows], end[rrows])
-    krows, rec = krows[rec >= 0], rec[rec >= 0]
-    if not len(krows):
-        return []
+    # only communication kernels inherit: decide that first, once per distinct name, so the search
+    # below never runs for the (many) compute kernels
     knames = events.column("name").take(pa.array(krows)).combine_chunks()
     if isinstance(knames, pa.DictionaryArray):
         uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
@@ -123,5 +112,19 @@ def inherit_collective_args(events: pa.Table, with_args: Sequence[tuple[int, Any
         ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
         uniq = list(uniq)
     comm = _comm_names([str(u) for u in uniq])[ncodes]
+    krows, ncodes = krows[comm], ncodes[comm]
+    if not len(krows):
+        return []
+    lrows = np.flatnonzero((codes == kinds[1]) & (correlation >= 0))
+    lcorr = pd.Index(correlation[lrows])
+    if not lcorr.is_unique:
+        keep = ~lcorr.duplicated()
+        lrows, lcorr = lrows[keep], lcorr[keep]
+    pos = lcorr.get_indexer(correlation[krows])
+    krows, ncodes, launch = krows[pos >= 0], ncodes[pos >= 0], lrows[pos[pos >= 0]]
+    rrows = np.fromiter((r for r, _ in records), np.int64, len(records))
+    pid, tid, start, end = (_column(events, c) for c in ("pid", "tid", "start_ns", "end_ns"))
+    rec = _enclosing(pid[launch], tid[launch], start[launch], pid[rrows], tid[rrows], start[rrows], end[rrows])
+    hit = rec >= 0
     return [(int(r), records[j][1], str(uniq[c])) for r, j, c in
-            zip(krows[comm].tolist(), rec[comm].tolist(), ncodes[comm].tolist())]
+            zip(krows[hit].tolist(), rec[hit].tolist(), ncodes[hit].tolist())]
