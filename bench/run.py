@@ -174,12 +174,17 @@ class Run:
     maxrss: int            # exact peak RSS of the process (and its reaped children), bytes
     tree_peak: int         # peak of the summed RSS of the process tree (psutil polling)
     worker_peak: int       # peak RSS of the largest descendant process (workers), bytes
+    client_peak: int       # peak RSS of the process itself (psutil polling), bytes
     load: float
     out: dict[str, Any]
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> Run:
-    """Run ``cmd`` and measure it from outside (wall, CPU, memory)."""
+def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600, parse: bool = True) -> Run:
+    """Run ``cmd`` and measure it from outside (wall, CPU, memory).
+
+    With ``parse`` the last line of its stdout is the case's JSON report (``seconds``, ...);
+    without, the command is a plain CLI run and ``out`` holds its stdout and stderr.
+    """
     import psutil
 
     load0 = os.getloadavg()[0]
@@ -187,7 +192,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
         t = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=out, stderr=err, env={**os.environ, **(env or {})})
         proc = psutil.Process(p.pid)
-        tree_peak = worker_peak = 0
+        tree_peak = worker_peak = client_peak = 0
         status = ru = None
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -202,6 +207,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
                     except psutil.Error:
                         rss.append(0)
                 tree_peak = max(tree_peak, sum(rss))
+                client_peak = max(client_peak, rss[0])
                 if len(rss) > 1:
                     worker_peak = max(worker_peak, max(rss[1:]))
             except psutil.Error:
@@ -217,10 +223,10 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
         stderr = err.read().decode(errors="replace")
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed ({p.returncode}):\n{stderr[-3000:]}")
-    result = json.loads(stdout.strip().splitlines()[-1])
-    return Run(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, work_s=float(result["seconds"]),
+    result = json.loads(stdout.strip().splitlines()[-1]) if parse else {"stdout": stdout, "stderr": stderr}
+    return Run(wall_s=wall, cpu_s=ru.ru_utime + ru.ru_stime, work_s=float(result.get("seconds", wall)),
                work_cpu_s=float(result.get("cpu_s", "nan")),
-               maxrss=ru.ru_maxrss * 1024, tree_peak=tree_peak, worker_peak=worker_peak,
+               maxrss=ru.ru_maxrss * 1024, tree_peak=tree_peak, worker_peak=worker_peak, client_peak=client_peak,
                load=(load0 + os.getloadavg()[0]) / 2, out=result)
 
 
