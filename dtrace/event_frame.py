@@ -83,7 +83,7 @@ def meta_frame(columns: Sequence[str] | None = None) -> pd.DataFrame:
 
 
 def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | None = None,
-           partition_events: int = TARGET_EVENTS, **kwargs: Any) -> Any:
+           partition_events: int | None = None, **kwargs: Any) -> Any:
     """The events of every rank as a Dask DataFrame (lazy; see the module docstring).
 
     Parameters
@@ -95,7 +95,8 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
     columns
         Only these columns (the index ``rank`` always comes).
     partition_events
-        Target events per partition, as in :func:`dtrace.analyze`.
+        Target events per partition, as in :func:`dtrace.analyze`; by default a results
+        directory keeps the partitions of its analysis.
     **kwargs
         For inputs: ``scheduler``, ``workers``, ``format``, ``ranks``, ``rank_by`` as in
         :func:`dtrace.analyze` (where the ingest runs; the DataFrame itself is lazy).
@@ -115,22 +116,36 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
             raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
     if path is not None and os.path.isfile(os.path.join(path, "manifest.json")):
-        specs = _specs_of_results(path)
+        from .results import load
+
+        manifest = load(path).manifest
+        specs = part_specs(manifest)
+        partitions = (plan_partitions(specs, partition_events) if partition_events
+                      else _analysis_layout(specs, manifest.get("partitions")))
     else:
         specs = _specs_of_inputs(source, cache, **kwargs)
-    partitions = plan_partitions(specs, partition_events)
+        partitions = plan_partitions(specs, partition_events or TARGET_EVENTS)
     if not partitions:
         raise UsageError("no analysable input: no events to return")
     divisions = [p.ranks[0] for p in partitions] + [partitions[-1].ranks[1]]
-    return dd.from_map(load_events, partitions, columns, meta=meta_frame(columns), divisions=divisions,
+    return dd.from_map(load_events, partitions, columns=columns, meta=meta_frame(columns), divisions=divisions,
                        label="dtrace-events", enforce_metadata=False)
 
 
-def _specs_of_results(path: str) -> list[PartSpec]:
-    """The parts of a finished analysis, from its manifest and its cache (no parsing)."""
-    from .results import load
-
-    return part_specs(load(path).manifest)
+def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
+    """The partitions an analysis used (``manifest["partitions"]``: first and last rank of each),
+    else a fresh plan."""
+    if not isinstance(layout, list) or not all(isinstance(p, dict) and len(p.get("ranks", ())) == 2
+                                               for p in layout):
+        return plan_partitions(specs)
+    bounds = np.sort(np.array([int(p["ranks"][0]) for p in layout], np.int64))
+    ordered = sorted(specs, key=lambda s: (s.rank, s.device))
+    # each part goes to the last partition starting at or before its rank
+    which = np.maximum(np.searchsorted(bounds, [s.rank for s in ordered], side="right") - 1, 0)
+    groups: dict[int, list[PartSpec]] = {}
+    for s, i in zip(ordered, which.tolist()):
+        groups.setdefault(i, []).append(s)
+    return [PartitionSpec(k, tuple(g)) for k, (_, g) in enumerate(sorted(groups.items()))]
 
 
 def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:

@@ -1,0 +1,153 @@
+"""Users' own per-partition analyses (run, stored, written like built-ins) and dtrace.events()."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dtrace
+from conftest import ROOT, shared
+from dtrace.errors import UsageError
+
+EXAMPLES = os.path.join(ROOT, "examples", "traces")
+
+
+def kernel_count(batch: dtrace.Batch) -> pd.DataFrame:
+    """Kernels and their summed duration per (rank, device)."""
+    g = batch.gpu
+    k = (g["kind"] == "kernel").to_numpy()
+    part = g["part"].to_numpy()[k]
+    dur = (g["end_ns"] - g["start_ns"]).to_numpy()[k]
+    n = batch.n_parts
+    return pd.DataFrame({**batch.keys(np.arange(n)), "kernels": np.bincount(part, minlength=n),
+                         "kernel_ns": np.bincount(part, weights=dur, minlength=n).astype(np.int64)})
+
+
+COUNT = dtrace.Analysis("kernel_count", kernel_count, {"rank": "int32", "device": "int32", "kernels": "int64",
+                                                       "kernel_ns": "int64"})
+
+
+def _raw_kernels(path: str) -> tuple[int, int]:
+    """Kernel count and summed duration (ns) from the raw JSON, independently of dtrace."""
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    ks = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    return len(ks), int(round(sum(e["dur"] for e in ks) * 1000))
+
+
+def test_own_analysis_is_run_stored_and_written(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    res = dtrace.analyze(EXAMPLES, out, analyses=[COUNT])
+    want = {r: _raw_kernels(os.path.join(EXAMPLES, f"sampled_rank-{r}.json.gz")) for r in (0, 1)}
+    got = dtrace.load(out).kernel_count.set_index("rank")
+    for r, (n, ns) in want.items():
+        assert int(got.loc[r, "kernels"]) == n and abs(int(got.loc[r, "kernel_ns"]) - ns) <= n  # µs → ns rounding
+    assert res.manifest["analyses"] == ["kernel_count"]
+    # stored like a built-in: other options recompute the built-ins, this table comes from the store
+    # only when its code and the settings are unchanged
+    import dtrace.partition as partition
+
+    calls = []
+    real = partition.run_analyses
+
+    def spy(batch, analyses=None, only=None):
+        calls.append([a.table for a in analyses or []])
+        return real(batch, analyses, only)
+
+    monkeypatch.setattr(partition, "run_analyses", spy)
+    again = dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2)  # new settings: recomputed
+    assert calls and "kernel_count" in calls[-1]
+    calls.clear()
+    dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2, reuse_results=True)
+    assert calls == []  # the same again: up to date, nothing run
+    pd.testing.assert_frame_equal(again.kernel_count, got.reset_index()[again.kernel_count.columns], check_dtype=False)
+
+
+def test_changed_analysis_code_is_not_served_from_the_store(tmp_path):
+    out = tmp_path / "out"
+    dtrace.analyze(EXAMPLES, out, analyses=[COUNT])
+
+    def kernel_count(batch):  # same table name, other code: twice the kernels
+        df = globals()["kernel_count"](batch)
+        return df.assign(kernels=df["kernels"] * 2)
+
+    other = dtrace.Analysis("kernel_count", kernel_count, COUNT.columns)
+    first = dtrace.load(out).kernel_count
+    res = dtrace.analyze(EXAMPLES, out, analyses=[other])
+    assert (res.kernel_count["kernels"].to_numpy() == 2 * first["kernels"].to_numpy()).all()
+
+
+def test_own_analysis_runs_in_batches_of_many_parts(tmp_path):
+    """Many ranks in one partition: the function sees them all at once, keyed by rank."""
+    from dtrace import synth
+
+    synth.generate(tmp_path / "job", ranks=16, steps=2, seed=5)
+    res = dtrace.analyze(str(tmp_path / "job"), tmp_path / "out", analyses=[COUNT], scheduler="sync")
+    assert len(res.manifest["partitions"]) == 1
+    kc = res.kernel_count.set_index("rank")
+    kernels = res.kernels[res.kernels["kind"] == "kernel"].groupby("rank")["count"].sum()
+    assert sorted(kc.index) == list(range(16))
+    assert (kc["kernels"].reindex(kernels.index) == kernels).all()
+
+
+@pytest.mark.parametrize("bad, why", [
+    (dtrace.Analysis("kernels", kernel_count, COUNT.columns), "built-in"),
+    (dtrace.Analysis("../x", kernel_count, COUNT.columns), "identifier"),
+    (dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"}), "rank"),
+])
+def test_invalid_own_analyses_are_usage_errors(tmp_path, bad, why):
+    with pytest.raises(UsageError, match=why):
+        dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[bad])
+
+
+def test_own_analysis_missing_a_declared_column_fails_its_inputs(tmp_path):
+    broken = dtrace.Analysis("kernel_count", lambda b: kernel_count(b).drop(columns="kernel_ns"), COUNT.columns)
+    res = dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[broken], scheduler="sync")
+    assert len(res.errors) == 2 and all("kernel_ns" in e and "\n" not in e for e in res.errors)
+
+
+def test_events_of_a_results_directory(tmp_path):
+    out = tmp_path / "out"
+    res = dtrace.analyze(shared("kineto", "hta-2rank"), out, partition_events=1)  # one rank per partition
+    ev = dtrace.events(out)
+    assert ev.npartitions == len(res.manifest["partitions"]) == 2
+    assert ev.known_divisions and tuple(ev.divisions) == (0, 1, 1)
+    assert list(ev.columns) == list(dtrace.event_frame.EVENT_COLUMNS)
+    df = ev.compute()
+    assert df.index.name == "rank" and str(df.index.dtype) == "int32"
+    for col, want in dtrace.event_frame.EVENT_COLUMNS.items():
+        assert str(df[col].dtype) == want, col
+    assert len(df) == sum(i["events"] for i in res.manifest["inputs"])
+    # GPU events per rank equal the breakdown's count, and kernel counts the kernels table's
+    gpu = df[df["is_gpu"]].groupby(level="rank").size()
+    bd = res.breakdown.set_index("rank")["gpu_events"]
+    assert (gpu.reindex(bd.index) == bd).all()
+    kern = ev[ev.is_gpu & (ev.kind == "kernel")].groupby("rank").size().compute()
+    want = res.kernels[res.kernels["kind"] == "kernel"].groupby("rank")["count"].sum()
+    assert (kern.reindex(want.index) == want).all()
+    only = dtrace.events(out, columns=["kind", "start_ns"]).compute()
+    assert list(only.columns) == ["kind", "start_ns"] and len(only) == len(df)
+
+
+def test_events_of_inputs_and_bad_columns(tmp_path):
+    ev = dtrace.events(EXAMPLES, cache=str(tmp_path / "cache"))
+    counts = ev.map_partitions(lambda d: d.groupby(level="rank").size().to_frame("n"),
+                               meta=pd.DataFrame({"n": pd.Series([], dtype="int64")},
+                                                 index=pd.Index([], dtype="int32", name="rank"))).compute()
+    assert sorted(counts.index) == [0, 1] and (counts["n"] > 1000).all()
+    with pytest.raises(UsageError, match="unknown event columns"):
+        dtrace.events(EXAMPLES, columns=["nope"], cache=str(tmp_path / "cache"))
+
+
+def test_example_own_analysis_runs(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, os.path.join("examples", "own_analysis.py"), str(tmp_path / "o")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "long_kernels" in proc.stdout and "busiest stream per rank" in proc.stdout
