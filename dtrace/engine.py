@@ -321,6 +321,9 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     kw.setdefault("python", sys.executable)  # the workers run this environment's dtrace
     kw.setdefault("job_name", "dtrace-worker")
     kw.setdefault("silence_logs", "error")
+    # keep glibc's malloc defaults in the workers (see the LocalCluster in Engine.start)
+    kw.setdefault("job_script_prologue", [
+        "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON=\"{'MALLOC_TRIM_THRESHOLD_': None}\""])
     # a random free port: the default 8787 may be taken (another cluster), which only warns
     kw.setdefault("scheduler_options", {"dashboard_address": ":0"})
     try:
