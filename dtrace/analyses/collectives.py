@@ -75,7 +75,9 @@ def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object
     col = side[name]
     if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
         cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-        labels = np.append(np.asarray(cat.cat.categories, dtype=object).astype(str), default)
+        # object arrays throughout: a fixed-width unicode array would copy every (long) group-ranks
+        # string into each row's slot
+        labels = np.array([str(c) for c in cat.cat.categories] + [default], dtype=object)
         codes = cat.cat.codes.to_numpy()
         codes = np.where(codes < 0, len(labels) - 1, codes)
         vals = labels[np.append(codes, len(labels) - 1)[pos]]
