@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--scheduler-file", default=None, help="Dask scheduler file of a running cluster")
     e.add_argument("--sync", action="store_true", help="run in-process without a cluster (same as --scheduler sync)")
     e.add_argument("--partition-size", type=int, default=None, metavar="EVENTS",
-                   help="target events per partition: whole ranks are batched up to it (default 1,000,000)")
+                   help="target events per partition: whole ranks are batched up to it (default 600,000)")
     e.add_argument("--no-progress", action="store_true",
                    help="no progress (default: a bar on a terminal, a line every 10 s otherwise, on stderr)")
     j = p.add_argument_group("batch jobs from a login node (pip install 'dtrace[jobqueue]')")
