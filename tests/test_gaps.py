@@ -39,12 +39,12 @@ def tables(part):
     return {a.table: conform(a.func(part), a.columns, a.table) for a in ANALYSES if a.table in mine}
 
 
-def make_part(rows, options=None, launches=()):
+def make_part(rows, options=None, launches=(), launch_name="cudaLaunchKernel"):
     """A part on device 0 from (name, stream, start, end[, correlation]) tuples; ``launches``
-    are (correlation, start) host launch calls."""
+    are (correlation, start) host launch calls named ``launch_name``."""
     recs = [dict(device=0, stream=r[1], pid=0, tid=r[1], kind="kernel", name=r[0], start_ns=r[2], end_ns=r[3],
                  correlation=r[4] if len(r) > 4 else -1, external_id=-1) for r in rows]
-    recs += [dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name="cudaLaunchKernel", start_ns=s,
+    recs += [dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name=launch_name, start_ns=s,
                   end_ns=s + 1, correlation=c, external_id=-1) for c, s in launches]
     ev = pd.DataFrame(recs)
     ev.insert(0, "rank", np.int32(3))
@@ -142,14 +142,17 @@ def test_kernel_wait_threshold_option(cache):
 
 def test_overlapping_kernels_default_clips_tracelens_keeps_running_max():
     rows = [("A", 7, 0, 100), ("B", 7, 10, 20), ("C", 7, 30, 40), ("D", 7, 150, 160)]
-    t = tables(make_part(rows))
-    # default: A is cut at B's start (a stream runs in order), so C and D open gaps
+    rocm = dict(launches=[(99, 0)], launch_name="hipLaunchKernel")  # a ROCm part: overlap is an overrun
+    t = tables(make_part(rows, **rocm))
+    # ROCm: A is cut at B's start (a stream runs in order), so C and D open gaps
     assert t["gaps"]["gaps"].tolist() == [2] and t["gaps"]["idle_ns"].tolist() == [10 + 110]
     assert set(zip(t["transitions"]["prev_name"], t["transitions"]["next_name"])) == {("B", "C"), ("C", "D")}
-    tl = tables(make_part(rows, Options(compat="tracelens")))
-    # TraceLens mode keeps the overrun: the busy interval runs to 100, set by A
-    assert tl["gaps"]["gaps"].tolist() == [1] and tl["gaps"]["idle_ns"].tolist() == [50]
-    assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [["A", "D", 1, 50.0]]
+    # TraceLens mode keeps the overrun, and so does a CUDA part (kernels may overlap under
+    # programmatic dependent launch): the busy interval runs to 100, set by A
+    for part in (make_part(rows, Options(compat="tracelens"), **rocm), make_part(rows)):
+        tl = tables(part)
+        assert tl["gaps"]["gaps"].tolist() == [1] and tl["gaps"]["idle_ns"].tolist() == [50]
+        assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [["A", "D", 1, 50.0]]
 
 
 def test_zero_length_events_end_and_open_gaps():

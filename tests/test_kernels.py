@@ -163,7 +163,7 @@ def run_tables(part):
     return {a.table: conform(a.func(part), a.columns, a.table) for a in ANALYSES if a.table in mine}
 
 
-def make_part(rows, *, options=None, steps=(), launches=()):
+def make_part(rows, *, options=None, steps=(), launches=(), launch_name="cudaLaunchKernel"):
     """A one-part Batch from (name, stream, start, end[, kind[, correlation]]) tuples on device 0.
 
     ``launches``: (correlation, start) host launch calls; ``steps``: (n, start, end) windows.
@@ -176,7 +176,7 @@ def make_part(rows, *, options=None, steps=(), launches=()):
         recs.append(dict(device=0, stream=stream, pid=0, tid=stream, kind=kind, name=name, start_ns=s, end_ns=e,
                          correlation=corr, external_id=-1))
     for corr, s in launches:
-        recs.append(dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name="cudaLaunchKernel", start_ns=s,
+        recs.append(dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name=launch_name, start_ns=s,
                          end_ns=s + 1, correlation=corr, external_id=-1))
     for n, s, e in steps:
         recs.append(dict(device=-1, stream=-1, pid=1, tid=1, kind="annotation", name=f"ProfilerStep#{n}",
@@ -213,11 +213,14 @@ def test_zero_length_events_count_with_zero_time():
 
 def test_overlapping_kernels_on_one_stream_are_clipped_not_double_counted():
     rows = [("a", 7, 0, 100), ("b", 7, 60, 120), ("c", 8, 50, 70)]
-    k = run_tables(make_part(rows))["kernels"].set_index("name")
+    rocm = dict(launches=[(99, 0)], launch_name="hipLaunchKernel")  # a ROCm part: the overlap is an overrun
+    k = run_tables(make_part(rows, **rocm))["kernels"].set_index("name")
     assert k.loc["a", "total_ns"] == 60  # cut at b's start (same stream); c is on another stream
     assert k.loc["b", "total_ns"] == 60 and k.loc["c", "total_ns"] == 20
-    kt = run_tables(make_part(rows, options=Options(compat="tracelens")))["kernels"].set_index("name")
+    kt = run_tables(make_part(rows, options=Options(compat="tracelens"), **rocm))["kernels"].set_index("name")
     assert kt.loc["a", "total_ns"] == 100  # TraceLens mode keeps the raw durations
+    kc = run_tables(make_part(rows))["kernels"].set_index("name")
+    assert kc.loc["a", "total_ns"] == 100  # CUDA: kernels may overlap (programmatic dependent launch)
 
 
 def test_step_windows_drive_iterations_and_filter():

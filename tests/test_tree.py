@@ -65,16 +65,22 @@ def union_len(intervals):
 def reference_ops(events, device):
     """Per op name: (count, host_ns, gpu_direct_ns, gpu_subtree_ns, kernels, subtree_kernels)."""
     gpu = [e for e in events if e["cat"] in GPU_CATS and e["args"].get("device", e["pid"]) == device]
-    # stream-overlap clipping as SPEC §8 asks (an event is cut at the next start on its stream)
+    # stream-overlap clipping (README): ROCm cuts every event at the next start on its stream;
+    # CUDA cuts a kernel only at the next memory operation (kernels may overlap under PDL)
+    rocm = any(e["cat"] in LAUNCH_CATS and e["name"].startswith("hip") for e in events)
     by_stream = defaultdict(list)
     for k, g in enumerate(gpu):
         by_stream[g["args"].get("stream", g["tid"])].append(k)
     end = [g["e"] for g in gpu]
     for ks in by_stream.values():
         ks.sort(key=lambda k: gpu[k]["s"])
-        for a, b in zip(ks, ks[1:]):
-            if end[a] > gpu[b]["s"]:
-                end[a] = max(gpu[b]["s"], gpu[a]["s"])
+        nxt = nxt_mem = None  # start of the next event and of the next memory operation on the stream
+        for a in reversed(ks):
+            cut = nxt_mem if gpu[a]["cat"] == "kernel" and not rocm else nxt
+            if cut is not None and end[a] > cut:
+                end[a] = max(cut, gpu[a]["s"])
+            nxt = gpu[a]["s"]
+            nxt_mem = nxt if gpu[a]["cat"] != "kernel" else nxt_mem
     launches = {}
     for e in events:
         c = e["args"].get("correlation")
