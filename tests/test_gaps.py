@@ -216,9 +216,16 @@ def test_gaps_cli_on_trace(a100, tmp_path, capsys):
                  "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"Total gaps found: {len(gaps):,}" in text
-    value, unit = re.search(r"Total idle time: ([\d.,]+) (s|ms|µs|ns)\n", text).groups()
+    value, unit = re.search(r"Total stream gap time: ([\d.,]+) (s|ms|µs|ns)\n", text).groups()
     shown = float(value.replace(",", "")) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
     assert shown == pytest.approx(gaps["gap_ns"].sum(), rel=5e-3)  # three significant digits
+    # first the GPU's idle time: the gaps with no stream busy, all streams pooled
+    device = rawtrace.gaps_by_loop(rawtrace.load(path)["gpu"].assign(stream=0))
+    value, unit, n = re.search(r"GPU idle time \(no stream busy; the breakdown's idle\): ([\d.,]+) (s|ms|µs|ns) in "
+                               r"([\d,]+) gaps", text).groups()
+    shown = float(value.replace(",", "")) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
+    assert shown == pytest.approx(device["gap_ns"].sum(), rel=5e-3) and int(n.replace(",", "")) == len(device)
+    assert text.index("GPU idle time") < text.index("Total stream gap time")
     assert "GAP DURATION HISTOGRAM" in text and "100.0 µs" in text and "→" in text
     outside = int(((gaps["gap_ns"] < US) | (gaps["gap_ns"] > 100 * US)).sum())
     assert f"{outside:,} gaps outside the histogram bounds" in text

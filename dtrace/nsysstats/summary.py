@@ -47,7 +47,8 @@ from .csvfiles import GPU_TRACE, KERN_SUM, MEM_SUM, NVTX_PROJ, SUMMARY_REPORTS, 
 FORMAT = "nsys-csv"
 FED = ("kernels", "classes", "nccl", "memops", "nvtx_ranges")
 ABSENT_REASON = "nsys stats summaries carry no events (no timeline)"
-ABSENT = {t: ABSENT_REASON for t in ("breakdown", "streams", "steps", "gaps", "gap_histogram", "transitions",
+ABSENT = {t: ABSENT_REASON for t in ("breakdown", "streams", "steps", "gaps", "device_gaps", "gap_histogram",
+                                     "device_gap_histogram", "transitions",
                                      "collectives", "ops")}
 
 

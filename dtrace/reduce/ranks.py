@@ -6,7 +6,8 @@ One row per (rank, device) with
   span (``total_ns``) when it has no steps;
 - ``computation_ns``, ``exposed_comm_ns``, ``exposed_memcpy_ns``, ``idle_ns``, ``busy_ns``,
   ``total_ns``, ``comm_ns`` from ``breakdown``;
-- ``host_wait_ns`` (GPU gaps the host caused, summed over streams) when ``gaps`` exists;
+- ``host_wait_ns`` (the GPU's idle time the host caused: its device gaps of cause ``host_wait``)
+  when ``device_gaps`` exists;
 - ``class_<name>_ns`` per kernel class when ``classes`` exists;
 - ``collective_wait_ns`` (time spent waiting for later ranks in matched collectives),
   ``collectives`` and ``arrived_last`` (instances it joined last) from the matched ``collectives``.
@@ -94,7 +95,7 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     else:
         out.insert(2, "step_ns", out["total_ns"].to_numpy(np.int64))
         out.insert(3, "steps", np.zeros(len(out), np.int64))
-    gaps = tables.get("gaps")
+    gaps = tables.get("device_gaps")
     if gaps is not None and len(gaps) and "host_wait_ns" in gaps.columns:
         out["host_wait_ns"] = per_rank(gaps.groupby(KEYS)["host_wait_ns"].sum()).astype(np.int64)
     coll = tables.get("collectives")
