@@ -196,8 +196,9 @@ def gap_histogram(batch: Batch) -> pd.DataFrame:
     """The ``gap_histogram`` table: per (rank, device, stream, bin) the count and total of the
     stream gaps.
 
-    Bins are ``[lo_ns, hi_ns)``, the last one closed (numpy's rule). Every bin of every stream
-    with gaps is listed, empty bins included; the streams of a device share its bins.
+    Bins are ``[lo_ns, hi_ns)``, the last one closed (numpy's rule). The edges are the float
+    edges rounded up to whole ns, which holds exactly the same integer gaps. Every bin of every
+    stream with gaps is listed, empty bins included; the streams of a device share its bins.
     """
     return _histogram(batch, find_gaps(batch), HIST_COLUMNS)
 
@@ -240,7 +241,9 @@ def _histogram(batch: Batch, gaps: pd.DataFrame, columns: list[str]) -> pd.DataF
     if per_stream:
         out["stream"] = np.repeat(gaps["stream"].to_numpy(I64)[first], nb)
     out.update({"bin": np.tile(np.arange(nb), rows_n),
-                "lo_ns": edges[row_part, :-1].reshape(-1), "hi_ns": edges[row_part, 1:].reshape(-1),
+                # integer gaps: [e, f) holds the same ones as [ceil e, ceil f), so edges are whole ns
+                "lo_ns": np.ceil(edges[row_part, :-1]).reshape(-1).astype(I64),
+                "hi_ns": np.ceil(edges[row_part, 1:]).reshape(-1).astype(I64),
                 "count": count, "total_ns": total})
     return pd.DataFrame(out)[columns]
 

@@ -27,15 +27,16 @@ import pandas as pd
 
 import re
 
+from ..analyses.dtypes import conform
 from ..options import Options
 
 Tables = dict[str, pd.DataFrame]
 
 XRANK_COLUMNS = {"op": "object", "launcher_kind": "object", "parts": "int64", "count": "int64", "host_ns": "int64", "gpu_direct_ns": "int64",
-                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "float64", "min_gpu_ns": "int64",
+                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "int64", "min_gpu_ns": "int64",
                  "max_gpu_ns": "int64", "max_rank": "int32", "max_device": "int32", "spread": "float64"}
-OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "float64",
-                   "ratio": "float64", "excess_ns": "float64", "count": "int64", "median_count": "float64",
+OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "int64",
+                   "ratio": "float64", "excess_ns": "int64", "count": "int64", "median_count": "float64",
                    "z": "float64", "parts": "int64", "comm": "bool"}
 MAD_SCALE = 1.4826
 COMM_OPS = (r"c10d::|_c10d_functional|nccl|rccl|gloo|record_param_comms|processgroup|all_?reduce|all_?gather"
@@ -80,7 +81,7 @@ def ops_xrank(tables: Tables, options: Options) -> Tables:
     with np.errstate(divide="ignore", invalid="ignore"):
         agg["spread"] = np.where(med > 0, agg["max_gpu_ns"].to_numpy(np.float64) / np.where(med > 0, med, 1), np.nan)
     xr = agg.reset_index().sort_values(["gpu_subtree_ns", *keys], ascending=[False, True, True], kind="stable")
-    xr = xr.astype({c: t for c, t in XRANK_COLUMNS.items() if t != "object"})[list(XRANK_COLUMNS)]
+    xr = conform(xr[list(XRANK_COLUMNS)], XRANK_COLUMNS, "ops_xrank")
     return {"ops_xrank": xr.reset_index(drop=True), "op_outliers": op_outliers(ops)}
 
 
@@ -111,4 +112,4 @@ def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
     })
     out = out.sort_values(["comm", "excess_ns", "op", "rank", "device"], ascending=[True, False, True, True, True],
                           kind="stable")
-    return out.reset_index(drop=True)
+    return conform(out.reset_index(drop=True), OUTLIER_COLUMNS, "op_outliers")

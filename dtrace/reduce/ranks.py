@@ -31,7 +31,7 @@ KEYS = ["rank", "device"]
 BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",
                      "comm_ns")
 STATS_COLUMNS = {"metric": object, "median": "float64", "mad": "float64", "scale": "float64", "min": "float64",
-                 "max": "float64", "max_rank": "int64"}
+                 "max": "float64", "max_rank": "Int64"}
 
 
 def robust_scale(x: np.ndarray) -> tuple[float, float, float]:
@@ -130,8 +130,8 @@ def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str,
         imax = int(np.argmax(x)) if len(x) else -1
         stats.append({"metric": m, "median": med, "mad": mad, "scale": scale,
                       "min": float(x.min()) if len(x) else 0.0, "max": float(x.max()) if len(x) else 0.0,
-                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else -1})
+                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else pd.NA})
     ranks = pd.concat([metrics, pd.DataFrame(z, index=metrics.index)], axis=1) if z else metrics
-    rank_stats = pd.DataFrame(stats) if stats else pd.DataFrame(
+    rank_stats = pd.DataFrame(stats).astype({"max_rank": "Int64"}) if stats else pd.DataFrame(
         {c: pd.Series([], dtype=t) for c, t in STATS_COLUMNS.items()})
     return {"ranks": ranks, "rank_stats": rank_stats}
