@@ -150,12 +150,13 @@ def test_shared_trace_with_an_overrun(tmp_path, trace, rocm):
 
 
 ROCM_TRACES = [("kineto", "single", "mi300_resnet_rccl_rank0.json.gz"), ("kineto", "single", "mi250_rocm62.json.gz"),
-               ("kineto", "single", "mi210_gpu_only.json.gz"), ("jax", "mi300x8_conv.trace.json.gz")]
+               ("kineto", "single", "mi210_gpu_only.json.gz"), ("jax", "mi300x8_conv.trace.json.gz"),
+               ("jax", "mi300x8_conv.trace_viewer_layout.json.gz")]
 CUDA_TRACES = [("kineto", "single", "b200_vllm_eager_rank0.json.gz"), ("kineto", "single", "h100_owlv2.json.gz"),
                ("kineto", "hta-2rank", "sampled_rank-0.json.gz"), ("nsys", "rtx4060ti_4streams.sqlite")]
 
 
-@pytest.mark.parametrize("trace", ROCM_TRACES + CUDA_TRACES, ids=lambda t: t[-1].split(".")[0])
+@pytest.mark.parametrize("trace", ROCM_TRACES + CUDA_TRACES, ids=lambda t: t[-1].replace(".json.gz", ""))
 def test_vendor_of_shared_traces(trace):
     path = shared(*trace)
     tf = detect(path).read(path)
