@@ -11,7 +11,7 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 
 ``parts``
     one row per part: ``part`` (0..P-1), ``rank``, ``device``, ``format``, ``base_ns``,
-    ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found).
+    ``rocm`` (a ROCm trace), ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found).
 ``gpu``
     GPU events (kernel, memcpy, memset on the part's device) in part order, each part's events in
     its table's order: ``part``, ``rank``, ``device``, ``row`` (the event's row in its part's
@@ -32,10 +32,23 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 Semantics of the preparation (they match the definitions in the README): a GPU event's launch
 is the host runtime call with the same correlation id in the same part (first one wins);
 ``linked_only`` keeps linked events only; TraceLens mode recomputes float-µs ends for Kineto and
-JAX; otherwise events that run past the next event's start on the same stream are clipped at
-that start (counted per part); steps come from host annotations matching ``step_pattern``,
+JAX; otherwise same-stream overlap is clipped where it is an artefact (see below; counted per
+part); steps come from host annotations matching ``step_pattern``,
 else — per part, never both — from GPU annotations; an event belongs to the step whose window
 contains its launch (host steps) or its own start.
+
+Same-stream overlap. A stream runs its work in order, so two events of one stream overlap only
+when (a) the timestamps are wrong or (b) CUDA's programmatic dependent launch (PDL, Hopper and
+later: a kernel launched with ``cudaLaunchAttributeProgrammaticStreamSerialization`` starts
+while its predecessor's last blocks still run, e.g. the ``bmm_*`` pairs of B200 MoE layers) lets
+a kernel start early. ROCm tracers overrun kernel ends (a known artefact; HIP has no dependent
+launch), so in a ROCm part (:func:`rocm_parts`: a ``hip*`` runtime call or a
+``__amd_rocclr_*`` copy kernel) every event that runs past the next event's start on its stream
+is cut at that start. In any other part only overlap PDL cannot produce is cut: kernels keep
+their overlap with later kernels and are cut at the first later memcpy/memset of the stream,
+and a memcpy/memset is cut at the next event. So measured per-kernel durations of CUDA traces
+are never shortened by a legitimate overlap, while a ROCm overrun is never double-counted.
+The part's ``clipped_events``/``clipped_ns`` count what was cut; ``rocm`` says which rule ran.
 """
 from __future__ import annotations
 
@@ -208,11 +221,14 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
 
     clipped = np.zeros(n_parts, I64)
     clipped_ns = np.zeros(n_parts, I64)
+    rocm = rocm_parts(host, hk, gpu, n_parts)
     if options.compat != "tracelens" and len(gpu):
         gp = gpu["part"].to_numpy(I64)
         stream_key, _ = dense_codes(gp, gpu["stream"].to_numpy(I64))
         s, e = gpu["start_ns"].to_numpy(I64), gpu["end_ns"].to_numpy(I64)
-        new_end, _, _ = clip_stream_overlaps(s, e, stream_key)
+        # CUDA kernels may overlap each other on a stream (programmatic dependent launch)
+        pdl = ~rocm[gp] & (gpu["kind"].cat.codes.to_numpy() == GPU_KINDS.index("kernel"))
+        new_end, _, _ = clip_stream_overlaps(s, e, stream_key, keep=pdl)
         cut = e - new_end
         clipped = count_by(gp[cut > 0], n_parts)
         clipped_ns = sum_by(gp, cut, n_parts)
@@ -227,12 +243,36 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
         steps = steps.loc[steps["step"].to_numpy() == options.step].reset_index(drop=True)
     gpu["name"] = gpu["name"].cat.remove_unused_categories()
 
+    parts["rocm"] = rocm
     parts["clipped_events"] = clipped
     parts["clipped_ns"] = clipped_ns
     parts["steps"] = count_by(steps["part"].to_numpy(I64), n_parts)
     kept = (gpu["part"].to_numpy(I64), gpu["row"].to_numpy(I64))
     return Batch(parts=parts, gpu=gpu, host=host, steps=steps,
                  collectives=_side_rows(collectives, kept), memcpy=_side_rows(memcpy, kept), options=options)
+
+
+ROCM_RUNTIME_PREFIX = "hip"
+ROCM_GPU_PREFIX = "__amd_rocclr_"
+
+
+def rocm_parts(host: pd.DataFrame, host_kinds: np.ndarray, gpu: pd.DataFrame, n_parts: int) -> np.ndarray:
+    """Which parts come from ROCm: a runtime call named ``hip*`` (``hipLaunchKernel``,
+    ``hipExtModuleLaunchKernel``, ``hipMemcpyAsync``, ...) or a GPU event named
+    ``__amd_rocclr_*`` (the HIP runtime's copy kernels). Decided once per distinct name."""
+    out = np.zeros(n_parts, bool)
+    for frame, sel, prefix in ((host, host_kinds == KINDS.index("runtime"), ROCM_RUNTIME_PREFIX),
+                               (gpu, None, ROCM_GPU_PREFIX)):
+        if not len(frame):
+            continue
+        names = _names(frame["name"])
+        hit = np.append(pd.Index(names.cat.categories).astype(str).str.startswith(prefix), False)
+        codes = names.cat.codes.to_numpy()
+        rows = hit[np.where(codes < 0, len(hit) - 1, codes)]
+        if sel is not None:
+            rows &= sel
+        out[frame["part"].to_numpy(I64)[rows]] = True
+    return out
 
 
 def take(ev: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> dict[str, Any]:

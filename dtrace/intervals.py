@@ -76,12 +76,24 @@ def merge(*us: Union) -> Union:
     return union(s, e)
 
 
-def clip_stream_overlaps(start: np.ndarray, end: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, int, int]:
+def clip_stream_overlaps(start: np.ndarray, end: np.ndarray, stream: np.ndarray,
+                         keep: np.ndarray | None = None) -> tuple[np.ndarray, int, int]:
     """Clip events that run past the next event's start on the same stream.
 
     A stream executes its work in order, so an event whose end passes the next event's start
-    (ROCm duration overrun) is cut at that start. Returns the new ends, the number of
-    clipped events and the nanoseconds removed. Input order is kept.
+    (ROCm duration overrun) is cut at that start. ``keep`` marks events that may legitimately
+    overlap each other (CUDA kernels under programmatic dependent launch): an event with
+    ``keep`` set is cut only at the start of the first later event of its stream without
+    ``keep``. Returns the new ends, the number of clipped events and the nanoseconds removed.
+    Input order is kept.
+
+    Examples
+    --------
+    >>> s, e, st = np.array([0, 10, 15]), np.array([12, 20, 30]), np.zeros(3, np.int64)
+    >>> clip_stream_overlaps(s, e, st)[0].tolist()
+    [10, 15, 30]
+    >>> clip_stream_overlaps(s, e, st, keep=np.array([True, True, False]))[0].tolist()
+    [12, 15, 30]
     """
     n = start.size
     if n < 2:
@@ -90,13 +102,23 @@ def clip_stream_overlaps(start: np.ndarray, end: np.ndarray, stream: np.ndarray)
     s = start[order]
     e = end[order]
     st = stream[order]
-    nxt = np.empty(n, np.int64)
-    nxt[:-1] = s[1:]
-    same = np.zeros(n, bool)
-    same[:-1] = st[1:] == st[:-1]
-    over = same & (e > nxt)
+    idx = np.arange(n)
+    if keep is None:
+        bound = np.minimum(idx + 1, n - 1)          # the next event
+    else:
+        k = np.asarray(keep, bool)[order]
+        # the first later event without keep (n: none), by a running minimum from the right
+        later = np.minimum.accumulate(np.where(k, n, idx)[::-1])[::-1]
+        nxt_free = np.empty(n, np.int64)
+        nxt_free[:-1] = later[1:]
+        nxt_free[-1] = n
+        bound = np.where(k, nxt_free, idx + 1)
+        bound = np.minimum(bound, n - 1)
+    valid = (bound > idx) & (st[bound] == st)
+    lim = s[bound]
+    over = valid & (e > lim)
     new_e = e.copy()
-    new_e[over] = np.maximum(nxt[over], s[over])
+    new_e[over] = np.maximum(lim[over], s[over])
     out = np.empty(n, np.int64)
     out[order] = new_e
     return out, int(over.sum()), int((e - new_e).sum())

@@ -116,3 +116,17 @@ def union_len(s, e) -> int:
         else:
             ce = max(ce, b)
     return int(total + ce - cs)
+
+
+def whole_ns(x) -> np.ndarray:
+    """Float ns as the results tables hold them: whole ns, rounded half to even."""
+    return np.rint(np.asarray(x, dtype=np.float64)).astype(np.int64)
+
+
+def assert_whole_ns(actual, expected, err_msg: str = "") -> None:
+    """``actual`` (int64 ns) is ``expected`` (a float computed here) rounded to whole ns; for
+    values computed by another float algorithm (a standard deviation) within the rounding."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    np.testing.assert_allclose(a, e, rtol=0, atol=0.5 + 1e-6 * np.maximum(np.abs(e), 1).max(initial=1),
+                               err_msg=err_msg)

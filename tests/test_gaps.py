@@ -39,12 +39,12 @@ def tables(part):
     return {a.table: conform(a.func(part), a.columns, a.table) for a in ANALYSES if a.table in mine}
 
 
-def make_part(rows, options=None, launches=()):
+def make_part(rows, options=None, launches=(), launch_name="cudaLaunchKernel"):
     """A part on device 0 from (name, stream, start, end[, correlation]) tuples; ``launches``
-    are (correlation, start) host launch calls."""
+    are (correlation, start) host launch calls named ``launch_name``."""
     recs = [dict(device=0, stream=r[1], pid=0, tid=r[1], kind="kernel", name=r[0], start_ns=r[2], end_ns=r[3],
                  correlation=r[4] if len(r) > 4 else -1, external_id=-1) for r in rows]
-    recs += [dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name="cudaLaunchKernel", start_ns=s,
+    recs += [dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name=launch_name, start_ns=s,
                   end_ns=s + 1, correlation=c, external_id=-1) for c, s in launches]
     ev = pd.DataFrame(recs)
     ev.insert(0, "rank", np.int32(3))
@@ -65,8 +65,8 @@ def test_gap_table_matches_raw_events(a100):
                         "max_ns": by.max(), "std_ns": by.std(ddof=1).fillna(0)}).reindex(g.index).fillna(0)
     for c in ("gaps", "idle_ns", "min_ns", "max_ns"):
         np.testing.assert_array_equal(g[c], exp[c].astype(np.int64), err_msg=c)
-    np.testing.assert_allclose(g["mean_ns"], exp["mean_ns"], rtol=1e-9)
-    np.testing.assert_allclose(g["std_ns"], exp["std_ns"], rtol=1e-9)
+    np.testing.assert_array_equal(g["mean_ns"], rawtrace.whole_ns(exp["mean_ns"]))  # int ns, half to even
+    rawtrace.assert_whole_ns(g["std_ns"], exp["std_ns"])
     for cause in ("host_wait", "kernel_wait", "other"):
         f = gaps.loc[gaps["cause"] == cause].groupby("stream")["gap_ns"]
         np.testing.assert_array_equal(g[f"{cause}_ns"], f.sum().reindex(g.index).fillna(0).astype(np.int64))
@@ -90,7 +90,8 @@ def test_transitions_match_raw_events(a100):
     assert t.index.equals(exp.index)
     for c in ("count", "total_ns", "min_ns", "max_ns"):
         np.testing.assert_array_equal(t[c], exp[c], err_msg=c)
-    np.testing.assert_allclose(t[["mean_ns", "std_ns"]], exp[["mean_ns", "std_ns"]], rtol=1e-9)
+    np.testing.assert_array_equal(t["mean_ns"], rawtrace.whole_ns(exp["mean_ns"]))
+    rawtrace.assert_whole_ns(t["std_ns"], exp["std_ns"])
 
 
 def test_histogram_with_user_bounds_linear_and_log(a100, cache):
@@ -142,14 +143,17 @@ def test_kernel_wait_threshold_option(cache):
 
 def test_overlapping_kernels_default_clips_tracelens_keeps_running_max():
     rows = [("A", 7, 0, 100), ("B", 7, 10, 20), ("C", 7, 30, 40), ("D", 7, 150, 160)]
-    t = tables(make_part(rows))
-    # default: A is cut at B's start (a stream runs in order), so C and D open gaps
+    rocm = dict(launches=[(99, 0)], launch_name="hipLaunchKernel")  # a ROCm part: overlap is an overrun
+    t = tables(make_part(rows, **rocm))
+    # ROCm: A is cut at B's start (a stream runs in order), so C and D open gaps
     assert t["gaps"]["gaps"].tolist() == [2] and t["gaps"]["idle_ns"].tolist() == [10 + 110]
     assert set(zip(t["transitions"]["prev_name"], t["transitions"]["next_name"])) == {("B", "C"), ("C", "D")}
-    tl = tables(make_part(rows, Options(compat="tracelens")))
-    # TraceLens mode keeps the overrun: the busy interval runs to 100, set by A
-    assert tl["gaps"]["gaps"].tolist() == [1] and tl["gaps"]["idle_ns"].tolist() == [50]
-    assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [["A", "D", 1, 50.0]]
+    # TraceLens mode keeps the overrun, and so does a CUDA part (kernels may overlap under
+    # programmatic dependent launch): the busy interval runs to 100, set by A
+    for part in (make_part(rows, Options(compat="tracelens"), **rocm), make_part(rows)):
+        tl = tables(part)
+        assert tl["gaps"]["gaps"].tolist() == [1] and tl["gaps"]["idle_ns"].tolist() == [50]
+        assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [["A", "D", 1, 50.0]]
 
 
 def test_zero_length_events_end_and_open_gaps():
@@ -213,9 +217,16 @@ def test_gaps_cli_on_trace(a100, tmp_path, capsys):
                  "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"Total gaps found: {len(gaps):,}" in text
-    value, unit = re.search(r"Total idle time: ([\d.,]+) (s|ms|µs|ns)\n", text).groups()
+    value, unit = re.search(r"Total stream gap time: ([\d.,]+) (s|ms|µs|ns)\n", text).groups()
     shown = float(value.replace(",", "")) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
     assert shown == pytest.approx(gaps["gap_ns"].sum(), rel=5e-3)  # three significant digits
+    # first the GPU's idle time: the gaps with no stream busy, all streams pooled
+    device = rawtrace.gaps_by_loop(rawtrace.load(path)["gpu"].assign(stream=0))
+    value, unit, n = re.search(r"GPU idle time \(no stream busy; the breakdown's idle\): ([\d.,]+) (s|ms|µs|ns) in "
+                               r"([\d,]+) gaps", text).groups()
+    shown = float(value.replace(",", "")) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
+    assert shown == pytest.approx(device["gap_ns"].sum(), rel=5e-3) and int(n.replace(",", "")) == len(device)
+    assert text.index("GPU idle time") < text.index("Total stream gap time")
     assert "GAP DURATION HISTOGRAM" in text and "100.0 µs" in text and "→" in text
     outside = int(((gaps["gap_ns"] < US) | (gaps["gap_ns"] > 100 * US)).sum())
     assert f"{outside:,} gaps outside the histogram bounds" in text

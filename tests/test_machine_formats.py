@@ -70,6 +70,10 @@ def test_kernels_and_gaps(res, capsys, fmt, where):
     if fmt == "json":
         assert g["summary"]["gaps"] == sum(int(s["gaps"]) for s in g["streams"]) == sum(p["count"] for p in pairs)
         assert g["histogram"]
+        # the GPU's idle time by cause (device gaps) is the breakdown's idle time
+        bd = (dtrace.load(res) if where == "results" else dtrace.analyze(TRACE, scheduler="sync")).breakdown
+        assert g["gpu_idle"]["idle_ns"] == int(bd.loc[bd["rank"] == 0, "idle_ns"].sum())
+        assert sum(g["gpu_idle"][f"{c}_ns"] for c in ("host_wait", "kernel_wait", "other")) == g["gpu_idle"]["idle_ns"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])

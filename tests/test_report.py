@@ -39,10 +39,10 @@ ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 #: chart id -> the table it is drawn from
 CHART_TABLES = {"breakdown": "breakdown", "classes": "classes", "step-heatmap": "steps",
                 "wait-heatmap": "collectives", "stragglers": "stragglers", "top-kernels": "kernels",
-                "gap-causes": "gaps", "gap-histogram": "gap_histogram", "collective-skew": "collectives",
+                "gap-causes": "device_gaps", "gap-histogram": "device_gap_histogram", "collective-skew": "collectives",
                 "collective-wait": "collectives", "ops": "ops"}
 SECTION_TABLES = {"breakdown": "breakdown", "steps": "steps", "stragglers": "stragglers", "kernels": "kernels",
-                  "gaps": "gaps", "collectives": "collectives", "ops": "ops"}
+                  "gaps": "device_gaps", "collectives": "collectives", "ops": "ops"}
 
 CHECK_JS = """(() => {
   const figs = Array.from(document.querySelectorAll('figure.chart'));
@@ -165,11 +165,19 @@ def fake_job(n: int = 1024, steps: int = 5, straggler: int = 37, seed: int = 0) 
                          "host_wait_ns": rng.integers(1e5, 1e6, 2 * n), "kernel_wait_ns": rng.integers(1e4, 1e5, 2 * n),
                          "other_ns": rng.integers(1e5, 5e5, 2 * n)})
     gaps["idle_ns"] = gaps["host_wait_ns"] + gaps["kernel_wait_ns"] + gaps["other_ns"]
+    dgaps = pd.DataFrame({"rank": rank, "device": dev, "gaps": 30, "host_wait_ns": rng.integers(1e4, 1e5, n),
+                          "kernel_wait_ns": rng.integers(1e3, 1e4, n)})
+    dgaps["other_ns"] = idle - dgaps["host_wait_ns"] - dgaps["kernel_wait_ns"]
+    dgaps["idle_ns"] = idle
     edges = np.geomspace(1e3, 1e7, 11)
     hr = np.repeat(gr, 10)
     hist = pd.DataFrame({"rank": hr, "device": hr % 8, "stream": np.repeat(gaps["stream"].to_numpy(), 10),
                          "bin": np.tile(np.arange(10), 2 * n), "lo_ns": np.tile(edges[:-1], 2 * n),
                          "hi_ns": np.tile(edges[1:], 2 * n), "count": rng.integers(0, 20, 20 * n)})
+    dr = np.repeat(rank, 10)
+    dhist = pd.DataFrame({"rank": dr, "device": dr % 8, "bin": np.tile(np.arange(10), n),
+                          "lo_ns": np.tile(edges[:-1], n), "hi_ns": np.tile(edges[1:], n),
+                          "count": rng.integers(0, 10, 10 * n)})
     tr = pd.DataFrame({"rank": gr, "device": gr % 8, "stream": gaps["stream"], "prev_name": names[0],
                        "next_name": names[3], "count": 10, "mean_ns": 5000.0, "min_ns": 1000, "max_ns": 9000,
                        "std_ns": 100.0})
@@ -197,6 +205,7 @@ def fake_job(n: int = 1024, steps: int = 5, straggler: int = 37, seed: int = 0) 
                         "count": 10, "gpu_direct_ns": np.tile([5_000_000, 0, 100_000], n),
                         "gpu_subtree_ns": np.tile([5_000_000, 5_000_000, 100_000], n)})
     tables = {"breakdown": bd, "steps": st, "kernels": kern, "classes": cls, "gaps": gaps, "gap_histogram": hist,
+              "device_gaps": dgaps, "device_gap_histogram": dhist,
               "transitions": tr, "collectives": coll, "ranks": ranks, "stragglers": sg, "ops": ops}
     inputs = [{"path": f"/traces/rank-{r}.json.gz", "format": "kineto", "status": "ok", "error": None,
                "ranks": [[int(r), int(r % 8)]], "events": 1000} for r in range(n)]
@@ -329,8 +338,8 @@ def test_report_1024_ranks_aggregates(tmp_path):
 def test_sections_say_what_is_missing():
     bd = fake_job(8, straggler=3).breakdown
     html = report(Results({"breakdown": bd}, {}))
-    for table in ("steps", "stragglers", "kernels", "gaps", "collectives", "ops", "gap_histogram", "transitions",
-                  "ranks"):
+    for table in ("steps", "stragglers", "kernels", "gaps", "device_gaps", "collectives", "ops",
+                  "device_gap_histogram", "transitions", "ranks"):
         assert f"not available (table {table} absent)" in html, table
     assert 'data-chart="breakdown"' in html
     empty = report(Results({}, {}))
@@ -359,8 +368,8 @@ def test_gap_histogram_merges_only_equal_bins():
                          "hi_ns": [50, 100, 20, 40, 60], "count": [1, 2, 3, 4, 5]})
     lo, hi, c, which = merged_histogram(diff, "lo_ns", "hi_ns", "count")
     assert (lo.tolist(), c.tolist(), which) == ([0, 20, 40], [3, 4, 5], (1, 1))
-    html = report(Results({"gap_histogram": diff}, {}))
-    assert "this is rank 1, the GPU with the most gaps (12 gaps in 3 bins)" in html
+    html = report(Results({"device_gap_histogram": diff}, {}))
+    assert "this is rank 1, the GPU with the most gaps (12 device gaps in 3 bins)" in html
 
 
 # ------------------------------------------------------------------------------------------

@@ -122,3 +122,18 @@ def test_compare_categories_never_share_the_non_gpu_colour():
     assert "non-GPU" in [name for _, name in legend]
     colours = [c for c, _ in legend]
     assert len(colours) == len(set(colours)), legend  # every series its own colour
+
+
+def test_idle_causes_come_from_device_gaps_and_stream_gaps_are_labelled():
+    from dtrace.render.charts import fmt_time
+
+    res = fake_job(16, straggler=3)
+    html = unescape(section_gaps(Context(res)))
+    causes = html.split('data-chart="gap-causes"')[1].split("</figure>")[0]
+    dg = res.device_gaps.set_index("rank")
+    for r in (0, 3, 15):  # every bar segment is the device figure, not the sum over streams
+        for lab, col in (("host wait", "host_wait_ns"), ("other", "other_ns")):
+            assert f"rank {r} · {lab}: {fmt_time(float(dg.loc[r, col]))} (" in causes
+    assert "add up to the idle time of the breakdown" in html
+    assert "<h3>Per-stream gaps (not GPU idle time)</h3>" in html
+    assert html.index("GPU idle time by cause per GPU") < html.index("Per-stream gaps")

@@ -63,18 +63,25 @@ def union_len(intervals):
 
 
 def reference_ops(events, device):
-    """Per op name: (count, host_ns, gpu_direct_ns, gpu_subtree_ns, kernels, subtree_kernels)."""
+    """Per launcher (op name, launcher kind): (count, host_ns, gpu_direct_ns, gpu_subtree_ns,
+    kernels, subtree_kernels). A launch call inside no cpu_op is the launcher of its GPU events."""
     gpu = [e for e in events if e["cat"] in GPU_CATS and e["args"].get("device", e["pid"]) == device]
-    # stream-overlap clipping as SPEC §8 asks (an event is cut at the next start on its stream)
+    # stream-overlap clipping (README): ROCm cuts every event at the next start on its stream;
+    # CUDA cuts a kernel only at the next memory operation (kernels may overlap under PDL)
+    rocm = any(e["cat"] in LAUNCH_CATS and e["name"].startswith("hip") for e in events)
     by_stream = defaultdict(list)
     for k, g in enumerate(gpu):
         by_stream[g["args"].get("stream", g["tid"])].append(k)
     end = [g["e"] for g in gpu]
     for ks in by_stream.values():
         ks.sort(key=lambda k: gpu[k]["s"])
-        for a, b in zip(ks, ks[1:]):
-            if end[a] > gpu[b]["s"]:
-                end[a] = max(gpu[b]["s"], gpu[a]["s"])
+        nxt = nxt_mem = None  # start of the next event and of the next memory operation on the stream
+        for a in reversed(ks):
+            cut = nxt_mem if gpu[a]["cat"] == "kernel" and not rocm else nxt
+            if cut is not None and end[a] > cut:
+                end[a] = max(cut, gpu[a]["s"])
+            nxt = gpu[a]["s"]
+            nxt_mem = nxt if gpu[a]["cat"] != "kernel" else nxt_mem
     launches = {}
     for e in events:
         c = e["args"].get("correlation")
@@ -98,20 +105,25 @@ def reference_ops(events, device):
             active = [o for o in active if o["e"] > l["s"]]
             containing[l["args"]["correlation"]] = [o for o in active if o["e"] >= l["e"]]
     direct, subtree = defaultdict(list), defaultdict(set)
+    bare = {}  # launch calls inside no cpu_op that launched GPU work here, by correlation
     for k, g in enumerate(gpu):
         c = g["args"].get("correlation")
         if c not in launches:
             continue
         around = containing.get(c, [])
         if not around:
+            key = (launches[c]["name"], "runtime")
+            bare[c] = launches[c]
+            direct[key].append(k)
+            subtree[key].add(k)
             continue
         inner = max(around, key=lambda o: (o["s"], o["s"] - o["e"], o["i"]))
-        direct[inner["name"]].append(k)
+        direct[(inner["name"], "cpu_op")].append(k)
         for o in around:
-            subtree[o["name"]].add(k)
+            subtree[(o["name"], "cpu_op")].add(k)
     out = {}
-    for o in ops:
-        n = o["name"]
+    for o, kind in [(o, "cpu_op") for o in ops] + [(l, "runtime") for l in bare.values()]:
+        n = (o["name"], kind)
         cnt, host = out.get(n, (0, 0))[:2]
         out[n] = (cnt + 1, host + o["e"] - o["s"])
     return {n: (cnt, host, union_len([(gpu[k]["s"], end[k]) for k in direct.get(n, [])]),
@@ -135,7 +147,7 @@ def test_ops_match_raw_json(parts):
     assert t.overlaps == 0  # containment and the stack rule agree only without partial overlaps
     _, events = raw(path)
     ref = reference_ops(events, t.device)
-    got = t.ops().set_index("op")
+    got = t.ops().set_index(["op", "launcher_kind"])
     cols = ["count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]
     assert set(got.index) == set(ref)
     top = sorted(ref, key=lambda n: (-ref[n][3], n))[:15]
@@ -409,7 +421,7 @@ def test_ops_table_in_results_and_cli(tmp_path, capsys):
     assert xr.loc["aten::mm", "gpu_subtree_ns"] == mm.sum() and xr.loc["aten::mm", "parts"] == 2
     assert main(["ops", str(tmp_path / "out"), "--top", "3", "--fmt", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("op,parts,count") and len(lines) == 4
+    assert lines[0].startswith("op,launcher_kind,parts,count") and len(lines) == 4
     assert main(["ops", str(tmp_path / "out"), "--rank", "1", "--top", "2", "--fmt", "csv", "--sort", "count"]) == 0
     body = capsys.readouterr().out.splitlines()[1:]
     top_count = loaded.ops.loc[loaded.ops["rank"] == 1].sort_values("count", ascending=False, kind="stable")
@@ -437,5 +449,5 @@ def test_step_selection_keeps_the_step_ops():
     for name, (lo, hi) in steps.items():
         want = sum(1 for e in events if e["cat"] == "cpu_op" and lo <= e["s"] < hi)
         table = ops(load_part(path, options=Options(step=int(name.split("#")[1]))))
-        assert table["count"].sum() == want
+        assert table.loc[table["launcher_kind"] == "cpu_op", "count"].sum() == want
         assert (table["rank"] == 0).all() and (table["device"] == 0).all()

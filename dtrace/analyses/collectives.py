@@ -5,7 +5,7 @@ collective's normalized name (``op``), process group, ``seq`` and message bytes 
 reader's collective side table (keyed by the kernel's ``row``). Where the trace carries no
 collective args the op is inferred from the kernel name (``ncclKernel_AllReduce_*`` →
 ``all_reduce``, ``ncclDevKernel_SendRecv`` → ``send_recv``, ...; see :data:`OP_PATTERNS`) and
-the group, seq and bytes are unknown (``""``, ``-1``). Two order indices let
+the group, seq and bytes are unknown (``""``, ``NA``). Two order indices let
 :mod:`dtrace.reduce.collectives` match instances across ranks without a ``seq``: the position
 within (group, op) and the position on the stream, both by start time.
 
@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
+from .dtypes import missing_if_negative
 
 # kernel name → collective (case-insensitive re.search, first match wins)
 OP_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -38,8 +39,8 @@ UNKNOWN_OP = "other"
 
 DECLARED: dict[str, str] = {
     "rank": "int32", "device": "int32", "stream": "int64", "start_ns": "int64", "end_ns": "int64", "op": "object",
-    "group": "object", "group_ranks": "object", "group_size": "int32", "seq": "int64", "bytes": "int64",
-    "dtype": "object", "step": "int64", "order_op": "int64", "order_stream": "int64",
+    "group": "object", "group_ranks": "object", "group_size": "Int64", "seq": "Int64", "bytes": "Int64",
+    "dtype": "object", "step": "Int64", "order_op": "int64", "order_stream": "int64",
 }
 """Output columns and dtypes (registered with the analysis)."""
 
@@ -135,11 +136,11 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
         "op": op.astype(object),
         "group": group,
         "group_ranks": group_ranks,
-        "group_size": group_size.astype(np.int32),
-        "seq": seq,
-        "bytes": nbytes,
+        "group_size": missing_if_negative(group_size),
+        "seq": missing_if_negative(seq),
+        "bytes": missing_if_negative(nbytes),
         "dtype": dtype,
-        "step": g["step"].to_numpy(I64)[idx],
+        "step": missing_if_negative(g["step"].to_numpy(I64)[idx]),  # NA: outside every step
         "order_op": cumcount(key),
         "order_stream": cumcount(dense_codes(part, stream)[0]),
     })

@@ -1,13 +1,24 @@
-"""Idle gaps between GPU events per (rank, device, stream) (see the README, "Gaps").
+"""Idle gaps between GPU events: per device and per (rank, device, stream) (README, "Gaps").
 
-Notes on the algorithm: the events of every (part, stream) are sorted by (start, end); the
+Two views of the same sweep. A *device gap* (``device_gaps``, ``device_gap_histogram``) is an
+interval in which no stream of the device runs anything, between its first and last GPU event:
+the device gaps of a (rank, device) add up to exactly the breakdown's ``idle_ns``, so their
+causes split the GPU's idle time. A *stream gap* (``gaps``, ``gap_histogram``, ``transitions``)
+is an interval in which one stream runs nothing: it usually overlaps work on the device's other
+streams (an NCCL stream waits between collectives while compute runs), so stream gaps summed
+over streams are per-stream waiting, not GPU idle time.
+
+Notes on the algorithm: the events of every group — a (part, stream), or a part with all its
+streams pooled — are sorted by (start, end); the
 *busy end* before an event is the running maximum of the ends of all earlier events of that
 stream (a grouped ``cummax``), so overlapping events (TraceLens mode keeps ROCm overruns) never
 open a false gap. A gap is ``start − busy end`` where that is positive; back-to-back events (gap
 0) are not gaps. Zero-length events are events like any other: they end a gap and open the
 next. The event that set the busy end (the last one whose end equals the running maximum, found
 with a running maximum over record positions) is the ``prev_name`` of the gap, the next event
-its ``next_name``. All streams of all parts are swept at once.
+its ``next_name``. All groups of all parts are swept at once. For a device gap the next event is
+the first event to start after the gap on any stream (of several starting at the same instant,
+the shortest, then the first in the trace).
 
 Causes, from the next event's launch call (``launch_ns``, the start of the host runtime call
 with the same correlation id): ``host_wait`` when the launch started after the busy end (the
@@ -15,10 +26,10 @@ GPU waited for the host); ``kernel_wait`` when it was launched in time and the g
 than ``kernel_wait_ns`` (back-to-back launch overhead); ``other`` otherwise, and for events
 whose launch is unknown.
 
-The histogram uses ``hist_bins`` linear (or, with ``hist_log``, logarithmic) bins between
+The histograms use ``hist_bins`` linear (or, with ``hist_log``, logarithmic) bins between
 ``hist_min_ns`` and ``hist_max_ns``; a bound not given is the smallest/largest gap of the
-part (all streams of the device, so its streams share their bins). Gaps outside the bounds
-are left out of the histogram (the ``gaps`` table keeps every gap).
+part (for stream gaps: of all streams of the device, so its streams share their bins). Gaps
+outside the bounds are left out of the histogram (the gap tables keep every gap).
 """
 from __future__ import annotations
 
@@ -26,21 +37,26 @@ import numpy as np
 import pandas as pd
 
 from ..batch import Batch
-from ..groups import I64, dense_codes, max_by, min_by, string_rank, unique_first, unique_inverse
+from ..groups import (I64, count_by, dense_codes, max_by, min_by, shared_codes, string_rank, sum_by, unique_first,
+                      unique_inverse)
 
 GAP_COLUMNS = ["rank", "device", "stream", "events", "span_ns", "gaps", "idle_ns", "mean_ns", "min_ns", "max_ns",
                "std_ns", "host_wait_ns", "kernel_wait_ns", "other_ns", "host_wait_gaps", "kernel_wait_gaps",
                "other_gaps"]
+DEVICE_GAP_COLUMNS = [c for c in GAP_COLUMNS if c != "stream"]
 HIST_COLUMNS = ["rank", "device", "stream", "bin", "lo_ns", "hi_ns", "count", "total_ns"]
+DEVICE_HIST_COLUMNS = [c for c in HIST_COLUMNS if c != "stream"]
 TRANSITION_COLUMNS = ["rank", "device", "stream", "prev_name", "next_name", "count", "total_ns", "mean_ns",
                       "min_ns", "max_ns", "std_ns"]
 CAUSES = ("host_wait", "kernel_wait", "other")
 
 
-def find_gaps(batch: Batch) -> pd.DataFrame:
+def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
     """Every gap of the partition: part, stream, prev/next event positions, gap_ns, busy_end_ns, cause.
 
-    ``prev`` and ``next`` index into ``batch.gpu`` (positional). Pure: reads ``batch`` only.
+    Stream gaps by default; ``device=True`` sweeps each part's streams pooled (device gaps;
+    ``stream`` is then the stream of the event that ends the gap). ``prev`` and ``next`` index
+    into ``batch.gpu`` (positional). Pure: reads ``batch`` only.
     """
     g = batch.gpu
     cols = {"part": "int64", "stream": "int64", "prev": "int64", "next": "int64", "gap_ns": "int64",
@@ -51,8 +67,12 @@ def find_gaps(batch: Batch) -> pd.DataFrame:
     stream = g["stream"].to_numpy(I64)
     start = g["start_ns"].to_numpy(I64)
     end = g["end_ns"].to_numpy(I64)
-    order = np.lexsort((end, start, stream, part))
-    key = dense_codes(part, stream)[0][order]
+    if device:
+        order = np.lexsort((end, start, part))
+        key = part[order]
+    else:
+        order = np.lexsort((end, start, stream, part))
+        key = dense_codes(part, stream)[0][order]
     s, e = start[order], end[order]
     runmax = pd.Series(e).groupby(key, sort=False).cummax().to_numpy()
     n = len(s)
@@ -80,31 +100,67 @@ def find_gaps(batch: Batch) -> pd.DataFrame:
                          "cause": pd.Categorical.from_codes(code, categories=list(CAUSES))})
 
 
+def _gap_figures(gaps: pd.DataFrame, group: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per group ``0..n-1`` of the gaps: gaps, idle_ns, mean/min/max/std (sample; 0 for one
+    gap) and ns and count per cause (zeros for groups without gaps)."""
+    gv = gaps["gap_ns"].to_numpy(I64)
+    cnt = count_by(group, n)
+    idle = sum_by(group, gv, n)
+    big = np.iinfo(np.int64).max
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(cnt > 0, idle / np.maximum(cnt, 1), 0.0)
+        dev = gv - mean[group]
+        ss = np.bincount(group, weights=dev * dev, minlength=n) if group.size else np.zeros(n)
+        std = np.where(cnt > 1, np.sqrt(ss / np.maximum(cnt - 1, 1)), 0.0)
+    out = {"gaps": cnt, "idle_ns": idle, "mean_ns": mean,
+           "min_ns": np.where(cnt > 0, min_by(group, gv, n, big), 0),
+           "max_ns": np.where(cnt > 0, max_by(group, gv, n, 0), 0), "std_ns": std}
+    code = gaps["cause"].cat.codes.to_numpy().astype(I64)
+    flat = group * len(CAUSES) + code
+    ns_by = sum_by(flat, gv, n * len(CAUSES)).reshape(-1, len(CAUSES))
+    n_by = count_by(flat, n * len(CAUSES)).reshape(-1, len(CAUSES))
+    for i, c in enumerate(CAUSES):
+        out[f"{c}_ns"] = ns_by[:, i]
+    for i, c in enumerate(CAUSES):
+        out[f"{c}_gaps"] = n_by[:, i]
+    return out
+
+
+def device_gap_stats(batch: Batch) -> pd.DataFrame:
+    """The ``device_gaps`` table: one row per (rank, device) of the partition (parts without GPU
+    events included, with zeros): the gaps in which no stream of the device is busy.
+
+    ``span_ns`` is the GPU span (first start to last end) and ``idle_ns`` the sum of the device
+    gaps, equal to the breakdown's ``idle_ns``; the causes split it.
+    """
+    n = batch.n_parts
+    g = batch.gpu
+    gp = g["part"].to_numpy(I64)
+    big = np.iinfo(np.int64).max
+    lo = min_by(gp, g["start_ns"].to_numpy(I64), n, big)
+    hi = max_by(gp, g["end_ns"].to_numpy(I64), n, -big - 1)
+    gaps = find_gaps(batch, device=True)
+    out = pd.DataFrame({**batch.keys(np.arange(n)), "events": count_by(gp, n),
+                        "span_ns": np.where(lo <= hi, hi - lo, 0).astype(I64),
+                        **_gap_figures(gaps, gaps["part"].to_numpy(I64), n)})
+    return out[DEVICE_GAP_COLUMNS]
+
+
 def gap_stats(batch: Batch) -> pd.DataFrame:
     """The ``gaps`` table: one row per (rank, device, stream), streams without gaps included."""
     g = batch.gpu
     if not len(g):
         return pd.DataFrame({c: [] for c in GAP_COLUMNS})
-    ev = pd.DataFrame({"part": g["part"].to_numpy(I64), "stream": g["stream"].to_numpy(I64),
-                       "start": g["start_ns"].to_numpy(I64), "end": g["end_ns"].to_numpy(I64)})
-    grp_ev = ev.groupby(["part", "stream"], sort=True)
-    out = pd.DataFrame({"events": grp_ev.size(), "span_ns": grp_ev["end"].max() - grp_ev["start"].min()})
+    gp, gs = g["part"].to_numpy(I64), g["stream"].to_numpy(I64)
     gaps = find_gaps(batch)
-    grp = gaps.groupby(["part", "stream"], sort=True)["gap_ns"]
-    stats = pd.DataFrame({"gaps": grp.size(), "idle_ns": grp.sum(), "mean_ns": grp.mean(), "min_ns": grp.min(),
-                          "max_ns": grp.max(), "std_ns": grp.std(ddof=1)})
-    sidx = stats.index.get_indexer(pd.MultiIndex.from_arrays([gaps["part"].to_numpy(), gaps["stream"].to_numpy()]))
-    flat = sidx * len(CAUSES) + gaps["cause"].cat.codes.to_numpy()
-    size = len(stats) * len(CAUSES)
-    n_by = np.bincount(flat, minlength=size).reshape(-1, len(CAUSES))
-    ns_by = np.bincount(flat, weights=gaps["gap_ns"].to_numpy(), minlength=size).reshape(-1, len(CAUSES))
-    for i, c in enumerate(CAUSES):
-        stats[f"{c}_ns"] = np.rint(ns_by[:, i]).astype(I64)
-        stats[f"{c}_gaps"] = n_by[:, i]
-    out = out.join(stats, how="left").fillna(0).reset_index()
-    keys = batch.keys(out["part"].to_numpy(I64))
-    out.insert(0, "device", keys["device"])
-    out.insert(0, "rank", keys["rank"])
+    code, gap_code = shared_codes((gp, gs), (gaps["part"].to_numpy(I64), gaps["stream"].to_numpy(I64)))
+    n = int(code.max()) + 1
+    first = unique_first(code)[1]
+    big = np.iinfo(np.int64).max
+    lo = min_by(code, g["start_ns"].to_numpy(I64), n, big)
+    hi = max_by(code, g["end_ns"].to_numpy(I64), n, -big - 1)
+    out = pd.DataFrame({**batch.keys(gp[first]), "stream": gs[first], "events": count_by(code, n), "span_ns": hi - lo,
+                        **_gap_figures(gaps, gap_code, n)})
     return out[GAP_COLUMNS]
 
 
@@ -137,15 +193,29 @@ def _edges(lo: np.ndarray, hi: np.ndarray, bins: int, log: bool) -> np.ndarray:
 
 
 def gap_histogram(batch: Batch) -> pd.DataFrame:
-    """The ``gap_histogram`` table: per (rank, device, stream, bin) the count and total of gaps.
+    """The ``gap_histogram`` table: per (rank, device, stream, bin) the count and total of the
+    stream gaps.
 
-    Bins are ``[lo_ns, hi_ns)``, the last one closed (numpy's rule). Every bin of every stream
-    with gaps is listed, empty bins included.
+    Bins are ``[lo_ns, hi_ns)``, the last one closed (numpy's rule). The edges are the float
+    edges rounded up to whole ns, which holds exactly the same integer gaps. Every bin of every
+    stream with gaps is listed, empty bins included; the streams of a device share its bins.
     """
-    gaps = find_gaps(batch)
+    return _histogram(batch, find_gaps(batch), HIST_COLUMNS)
+
+
+def device_gap_histogram(batch: Batch) -> pd.DataFrame:
+    """The ``device_gap_histogram`` table: per (rank, device, bin) the count and total of the
+    device gaps (those of ``device_gaps``), with the bins of :func:`gap_histogram`'s rule.
+    Every bin of every device with gaps is listed, empty bins included."""
+    return _histogram(batch, find_gaps(batch, device=True), DEVICE_HIST_COLUMNS)
+
+
+def _histogram(batch: Batch, gaps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Histogram rows per part (``columns`` without ``stream``) or per (part, stream); the bin
+    edges come from each part's gaps or the options' bounds."""
     o = batch.options
     if not len(gaps):
-        return pd.DataFrame({c: [] for c in HIST_COLUMNS})
+        return pd.DataFrame({c: [] for c in columns})
     gv = gaps["gap_ns"].to_numpy(I64)
     gp = gaps["part"].to_numpy(I64)
     parts, pidx = unique_inverse(gp)
@@ -159,19 +229,23 @@ def gap_histogram(batch: Batch) -> pd.DataFrame:
     b = _bin_of(edges, pidx, gv.astype(np.float64))
     b[gv == edges[pidx, -1]] = nb - 1
     inside = (b >= 0) & (b < nb)
-    skey, streams_n = dense_codes(gp, gaps["stream"].to_numpy(I64))
+    per_stream = "stream" in columns
+    skey, rows_n = dense_codes(gp, gaps["stream"].to_numpy(I64)) if per_stream else (pidx, len(parts))
     first = unique_first(skey)[1]
     flat = skey[inside] * nb + b[inside]
-    count = np.bincount(flat, minlength=streams_n * nb).astype(I64)
-    total = np.bincount(flat, weights=gv[inside], minlength=streams_n * nb)
+    count = np.bincount(flat, minlength=rows_n * nb).astype(I64)
+    total = sum_by(flat, gv[inside], rows_n * nb)
     row_part = pidx[first]
     keys = batch.keys(parts[row_part])
-    return pd.DataFrame({
-        "rank": np.repeat(keys["rank"], nb), "device": np.repeat(keys["device"], nb),
-        "stream": np.repeat(gaps["stream"].to_numpy(I64)[first], nb), "bin": np.tile(np.arange(nb), streams_n),
-        "lo_ns": edges[row_part, :-1].reshape(-1), "hi_ns": edges[row_part, 1:].reshape(-1),
-        "count": count, "total_ns": np.rint(total).astype(I64),
-    })
+    out = {"rank": np.repeat(keys["rank"], nb), "device": np.repeat(keys["device"], nb)}
+    if per_stream:
+        out["stream"] = np.repeat(gaps["stream"].to_numpy(I64)[first], nb)
+    out.update({"bin": np.tile(np.arange(nb), rows_n),
+                # integer gaps: [e, f) holds the same ones as [ceil e, ceil f), so edges are whole ns
+                "lo_ns": np.ceil(edges[row_part, :-1]).reshape(-1).astype(I64),
+                "hi_ns": np.ceil(edges[row_part, 1:]).reshape(-1).astype(I64),
+                "count": count, "total_ns": total})
+    return pd.DataFrame(out)[columns]
 
 
 def _bin_of(edges: np.ndarray, row: np.ndarray, v: np.ndarray) -> np.ndarray:

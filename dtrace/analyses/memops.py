@@ -4,7 +4,7 @@
 ``P2P``, ``H2H``, ``other``; keyed by the event's part and ``row``), ``memset`` for memsets, and
 ``other`` for copies the side table does not describe (e.g. ROCm ``__amd_rocclr_copyBuffer``
 kernels, which are copies by category but carry no direction). ``bytes`` sums the sizes the
-trace states (-1 when it states none); ``bandwidth_bytes_per_s`` divides them by the time of
+trace states (``NA`` when it states none); ``bandwidth_bytes_per_s`` divides them by the time of
 the events that state a size. Per-iteration figures as in :mod:`dtrace.analyses.kernels`.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..groups import I64, first_match, string_rank, sum_by
+from .dtypes import missing_if_negative
 
 MEMOP_COLUMNS = ["rank", "device", "op", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "bytes",
                  "bandwidth_bytes_per_s", "time_share", "iters", "count_per_iter", "total_per_iter_ns"]
@@ -61,7 +62,7 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
         "count": out["size"].to_numpy(I64), "total_ns": out["sum"].to_numpy(I64),
         "mean_ns": out["sum"].to_numpy(np.float64) / out["size"].to_numpy(np.float64),
         "min_ns": out["min"].to_numpy(I64), "max_ns": out["max"].to_numpy(I64),
-        "bytes": np.where(nknown > 0, nbytes, -1),
+        "bytes": missing_if_negative(np.where(nknown > 0, nbytes, -1)),
         "bandwidth_bytes_per_s": np.divide(nbytes * 1e9, kdur, out=np.full(len(out), np.nan),
                                            where=(nknown > 0) & (kdur > 0)),
         "time_share": out["sum"].to_numpy(np.float64) / np.where(all_time_f > 0, all_time_f, 1.0)[p],

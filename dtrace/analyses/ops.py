@@ -4,11 +4,18 @@ Built from the host → GPU forest of the partition (:mod:`dtrace.calltree`): ho
 by time containment per (part, thread), launches link to GPU events of the same part by
 correlation id.
 
-Columns: ``count`` (instances), ``host_ns`` (sum of the instances' durations),
-``gpu_direct_ns`` (union of the op's direct GPU events: those whose launcher op — the first
-``cpu_op`` above the launch call — is an instance of this op), ``gpu_subtree_ns`` (union of
-the GPU events anywhere below an instance), ``kernels`` and ``subtree_kernels`` (their
-counts). Unions run over all instances of the name, so nested same-name ops and concurrent
+Rows are *launchers*: every ``cpu_op`` name (``launcher_kind`` ``cpu_op``) and, for GPU work
+launched outside every ``cpu_op`` — a top-level ``cudaGraphLaunch``/``hipGraphLaunch`` replaying
+a CUDA/HIP graph (vLLM graph execution), a ``cudaLaunchKernel`` under a bare annotation — the
+launch call itself, one row per call name (``launcher_kind`` ``runtime``; TraceLens counts the
+runtime launch as the launcher op the same way). So every GPU event linked to a launch call is
+the direct event of exactly one row, and no GPU time is left out of the table.
+
+Columns: ``launcher_kind``, ``count`` (instances), ``host_ns`` (sum of the instances'
+durations), ``gpu_direct_ns`` (union of the op's direct GPU events: those whose launcher — the
+first ``cpu_op`` above the launch call, else the launch call — is an instance of this row),
+``gpu_subtree_ns`` (union of the GPU events anywhere below an instance; for a ``runtime`` row
+its direct events), ``kernels`` and ``subtree_kernels`` (their counts). Unions run over all instances of the name, so nested same-name ops and concurrent
 kernels count once. GPU events are the part's (its device, after the analysis options:
 step selection, ``linked_only``, stream-overlap clipping); with a step selected and host step
 windows, only the op instances that start inside the step's window count.
@@ -22,13 +29,14 @@ from ..batch import Batch
 from ..calltree import Tree
 from ..groups import I64, max_by, min_by
 
-COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "count": "int64", "host_ns": "int64",
+COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "launcher_kind": "object", "count": "int64", "host_ns": "int64",
            "gpu_direct_ns": "int64", "gpu_subtree_ns": "int64", "kernels": "int64", "subtree_kernels": "int64"}
 """Declared output columns and dtypes."""
 
 
 def ops(batch: Batch) -> pd.DataFrame:
-    """Per op name of every part: count, host time, direct and subtree GPU time, kernels."""
+    """Per launcher (op name and kind) of every part: count, host time, direct and subtree GPU
+    time, kernels."""
     lo = hi = None
     steps = batch.steps
     if batch.options.step is not None and len(steps):

@@ -27,8 +27,9 @@ fixed in a replay) and the kernel classes of the work in it: ``class_1`` ... ``c
 ``class_1_ns`` ... (the union of each class's events in the interval, largest first; ``""`` and
 0 where the interval has fewer classes) and ``other_class_ns`` (the sum over its other classes).
 One row per node keeps the table small: a step has about two nodes per collective. ``ready`` and ``gate`` nodes name their communication kernel by
-``comm_stream`` and ``comm_start_ns`` (its own-clock start), which :mod:`dtrace.reduce.whatif`
-joins to the matched ``collectives``.
+``comm_stream`` and ``comm_start_ns`` (its own-clock start; ``NA`` for the other nodes), which
+:mod:`dtrace.reduce.whatif` joins to the matched ``collectives``. ``step`` is ``NA`` for the
+chain of the events outside every step (a trace without steps).
 
 Notes on the algorithm: everything is vectorised over parts and steps (chains). Unions come
 from a grouped running maximum of ends; "the last X at or before t in the same group" is one
@@ -43,8 +44,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..classify import Classifier, classifier_for
 from ..batch import Batch
+from ..classify import Classifier, classifier_for
+from .dtypes import missing_if_negative
 
 GATE_TOL_NS = 20_000
 """A work period starting at most this long after a collective ended waited for it."""
@@ -55,8 +57,8 @@ CLASS_SLOTS = 4
 """Each node names the classes with the most time in its interval, at most this many."""
 
 COLUMNS: dict[str, str] = {
-    "rank": "int32", "device": "int32", "step": "int64", "node": "int64", "kind": "object", "time_ns": "int64",
-    "work_ns": "int64", "wait_ns": "int64", "free_ns": "int64", "comm_stream": "int64", "comm_start_ns": "int64",
+    "rank": "int32", "device": "int32", "step": "Int64", "node": "int64", "kind": "object", "time_ns": "int64",
+    "work_ns": "int64", "wait_ns": "int64", "free_ns": "int64", "comm_stream": "Int64", "comm_start_ns": "Int64",
     **{c: t for i in range(1, CLASS_SLOTS + 1) for c, t in ((f"class_{i}", "object"), (f"class_{i}_ns", "int64"))},
     "other_class_ns": "int64",
 }
@@ -316,14 +318,14 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     cidx = np.maximum(comm, 0)
     _pu, p_first = np.unique(part_all, return_index=True)
     p_idx = np.searchsorted(_pu, c_part[ch])
-    cols: dict[str, np.ndarray] = {
+    cols: dict[str, object] = {
         "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
         "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
-        "step": c_step[ch], "node": node_no.astype(np.int64),
+        "step": missing_if_negative(c_step[ch]), "node": node_no.astype(np.int64),  # NA: outside every step
         "kind": np.asarray(KINDS, dtype=object)[nk], "time_ns": t, "work_ns": work.astype(np.int64),
         "wait_ns": wait.astype(np.int64), "free_ns": free.astype(np.int64),
-        "comm_stream": np.where(has_comm, stream_all[cidx], -1).astype(np.int64),
-        "comm_start_ns": np.where(has_comm, start_all[cidx], -1).astype(np.int64),
+        "comm_stream": pd.arrays.IntegerArray(np.where(has_comm, stream_all[cidx], 0).astype(np.int64), ~has_comm),
+        "comm_start_ns": pd.arrays.IntegerArray(np.where(has_comm, start_all[cidx], 0).astype(np.int64), ~has_comm),
     }
     for slot in range(CLASS_SLOTS):
         m = rank_in_node == slot

@@ -113,7 +113,11 @@ class Tree:
         hanc = B.nearest_ancestor(hparent, is_op, lv)
         gl = np.maximum(launch, 0)
         ganc = np.where(launch >= 0, np.where(is_op[gl], gl, hanc[gl]) if h else -1, -1)
+        # a launch outside every cpu_op (a top-level graph launch) is its kernels' launcher itself
+        ganc = np.where((launch >= 0) & (ganc < 0), launch, ganc)
         self.launcher_op = np.concatenate([hanc, ganc]).astype(np.int64)
+        self.is_launcher = is_op.copy()
+        self.is_launcher[ganc[ganc >= 0]] = True
         self.unlinked_gpu = int(np.count_nonzero(launch < 0))
         self._children: tuple[np.ndarray, np.ndarray] | None = None  # built on first use
         self._fwd_bwd: pd.DataFrame | None = None
@@ -297,7 +301,9 @@ class Tree:
         return self.n_host + np.flatnonzero(np.isin(launches, host_uids))
 
     def launcher(self, uid: int) -> int | None:
-        """The op that launched a GPU event: the first ``cpu_op`` above its launch call."""
+        """The op that launched a GPU event: the first ``cpu_op`` above its launch call, else the
+        launch call itself (a runtime/driver call outside every ``cpu_op``, such as a top-level
+        ``cudaGraphLaunch``); for a host node, the first ``cpu_op`` above it."""
         a = int(self.launcher_op[self._check(uid)])
         return a if a >= 0 else None
 
@@ -336,8 +342,9 @@ class Tree:
         return dict(zip(nodes.tolist(), t.tolist()))
 
     def _op_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(op node, GPU node) pairs for every cpu_op above every linked GPU event, and the
-        index where the direct pairs (launcher op) end."""
+        """(op node, GPU node) pairs for every launcher above every linked GPU event — its
+        launcher (:meth:`launcher`) first, then the cpu_ops above that — and the index where
+        the direct pairs (launcher) end. Every linked GPU event has exactly one direct pair."""
         h = self.n_host
         g = h + np.flatnonzero(self.launcher_op[h:] >= 0)
         ops, gpus = [], []
@@ -354,13 +361,19 @@ class Tree:
             return e, e, 0
         return np.concatenate(ops), np.concatenate(gpus), int(ops[0].size)
 
+    def launcher_kind(self, uids: np.ndarray) -> np.ndarray:
+        """``cpu_op`` or ``runtime`` (a launch call outside every cpu_op) for launcher nodes."""
+        return np.where(self.kind[uids] == CPU_OP, "cpu_op", "runtime").astype(object)
+
     def op_instances(self) -> pd.DataFrame:
-        """One row per ``cpu_op`` node: uid, op, start, host duration, GPU time and kernels.
+        """One row per launcher node (every ``cpu_op``, and every launch call outside all
+        cpu_ops that launched GPU work): uid, op, ``launcher_kind``, start, host duration, GPU
+        time and kernels.
 
         ``gpu_direct_ns``/``kernels`` cover the GPU events this op launched itself (it is
-        their launcher op); ``gpu_subtree_ns``/``subtree_kernels`` those of its whole subtree.
+        their launcher); ``gpu_subtree_ns``/``subtree_kernels`` those of its whole subtree.
         """
-        uids = np.flatnonzero(self.kind[:self.n_host] == CPU_OP)
+        uids = np.flatnonzero(self.is_launcher)
         op, gpu, n_direct = self._op_pairs()
         pos = np.searchsorted(uids, op)
         n = uids.size
@@ -368,7 +381,7 @@ class Tree:
         sub = B.grouped_union(pos, self.start_ns[gpu], self.end_ns[gpu], n)
         return pd.DataFrame({
             "uid": uids, "op": self.names[self._name_codes[uids]].astype(object),
-            "pid": self.pid[uids], "tid": self.tid[uids], "start_ns": self.start_ns[uids],
+            "launcher_kind": self.launcher_kind(uids), "pid": self.pid[uids], "tid": self.tid[uids], "start_ns": self.start_ns[uids],
             "host_ns": self.end_ns[uids] - self.start_ns[uids],
             "gpu_direct_ns": direct, "gpu_subtree_ns": sub,
             "kernels": np.bincount(pos[:n_direct], minlength=n).astype(np.int64),
@@ -376,13 +389,16 @@ class Tree:
         })
 
     def ops(self, window: tuple[int, int] | None = None) -> pd.DataFrame:
-        """Per op name: count, host time, GPU time (direct and subtree) and kernel counts.
+        """Per launcher name: count, host time, GPU time (direct and subtree) and kernel counts.
 
-        GPU times are unions over *all* instances of the name, so an op nested in an op of the
-        same name (``aten::layer_norm`` in ``aten::layer_norm``) counts its kernels once, and
-        kernels of different instances that run concurrently are not double-counted.
-        ``host_ns`` is the sum of the instances' durations. ``window`` (``start_ns, end_ns``)
-        keeps only the instances that start inside it (one step's ops).
+        Launchers are the ``cpu_op`` s (``launcher_kind`` ``cpu_op``) and the launch calls made
+        outside every cpu_op that launched GPU work (``launcher_kind`` ``runtime``, one row per
+        call name such as ``cudaGraphLaunch``), so every linked GPU event is the direct event of
+        exactly one row. GPU times are unions over *all* instances of the name, so an op nested
+        in an op of the same name (``aten::layer_norm`` in ``aten::layer_norm``) counts its
+        kernels once, and kernels of different instances that run concurrently are not
+        double-counted. ``host_ns`` is the sum of the instances' durations. ``window``
+        (``start_ns, end_ns``) keeps only the instances that start inside it (one step's ops).
         """
         lo = hi = None
         if window is not None:
@@ -399,13 +415,13 @@ class Tree:
         then subtree GPU time descending, then name.
         """
         h = self.n_host
-        inside = self.kind[:h] == CPU_OP
+        inside = self.is_launcher.copy()
         if window_start is not None and window_end is not None:
             p = self.part[:h]
             lo, hi = window_start[p], window_end[p]
             inside &= (lo > hi) | ((self.start_ns[:h] >= lo) & (self.start_ns[:h] < hi))
         uids = np.flatnonzero(inside)
-        key_of, n_keys = dense_codes(self.part[uids], self._name_codes[uids])
+        key_of, n_keys = dense_codes(self.part[uids], self._name_codes[uids], self.kind[uids])
         node_key = np.full(h, -1, np.int64)
         node_key[uids] = key_of
         count = np.bincount(key_of, minlength=n_keys).astype(np.int64)
@@ -427,10 +443,10 @@ class Tree:
         names = self.names[self._name_codes[first]].astype(object)
         part = self.part[first]
         out = pd.DataFrame({
-            "part": part, "op": names, "count": count, "host_ns": host,
+            "part": part, "op": names, "launcher_kind": self.launcher_kind(first), "count": count, "host_ns": host,
             "gpu_direct_ns": direct, "gpu_subtree_ns": sub, "kernels": kernels, "subtree_kernels": sub_k,
         })
-        order = np.lexsort((string_rank(names), -sub, part))
+        order = np.lexsort((self.kind[first], string_rank(names), -sub, part))
         return out.iloc[order].reset_index(drop=True)
 
     # -- forward / backward ---------------------------------------------------------------

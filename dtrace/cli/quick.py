@@ -4,8 +4,9 @@
 written by ``dtrace analyze``. The views are the GPU Kernel Analyzer's and the GPU
 Performance Analyser's reports for every rank at once: top kernels with readable shortened
 names, kernel classes with per-iteration figures, per-collective NCCL time and memory
-operations; idle gaps per stream with their causes, a gap histogram and the kernel pairs
-around the gaps. ``--output FILE`` writes the detail with full names (``.csv``/``.json``: the
+operations; the GPU's idle time by cause (device gaps: no stream busy; they add up to the
+breakdown's idle time), then the gaps per stream with their causes, a gap histogram and the
+kernel pairs around the gaps (per stream: a stream's gap may overlap work on other streams). ``--output FILE`` writes the detail with full names (``.csv``/``.json``: the
 full table; any other name: a text report).
 
 The view builders are pure functions of the results tables returning text; only
@@ -455,6 +456,7 @@ class GapReport:
     """What ``dtrace gaps`` shows, as numbers (ns) and tables: :func:`gap_report`."""
 
     summary: dict[str, Any]
+    device: dict[str, Any]           # GPU idle time (device gaps) by cause; empty with --stream or old results
     streams: pd.DataFrame            # one row per (rank, device, stream), most idle first
     histogram: pd.DataFrame          # the gap_histogram rows selected
     transitions: pd.DataFrame        # transition_view: kernel pairs, sorted
@@ -480,13 +482,19 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None)
         summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
     streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[[c for c in STREAM_COLUMNS
                                                                            if c in gaps.columns]]
-    return GapReport(summary, streams.reset_index(drop=True), hist, transition_view(trans, sort))
+    device: dict[str, Any] = {}
+    if stream is None and "device_gaps" in res.table_names:
+        dg = _select(res.table("device_gaps"), rank)
+        device = {"gpus": len(dg), **{c: int(dg[c].sum()) if len(dg) else 0
+                                      for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))}}
+    return GapReport(summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort))
 
 
 def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
     """:class:`GapReport` as one JSON-able object (raw ns, full names)."""
     tv = rep.transitions.drop(columns=["#", "transition"])
-    return {"summary": rep.summary, "streams": _records(rep.streams.head(top) if top else rep.streams),
+    return {"gpu_idle": rep.device, "summary": rep.summary,
+            "streams": _records(rep.streams.head(top) if top else rep.streams),
             "histogram": _records(rep.histogram), "transitions": _records(tv.head(top) if top else tv)}
 
 
@@ -496,7 +504,14 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
     sm = rep.summary
     n = sm["gaps"]
     out = [_note(res)]
-    out.append(f"Total gaps found: {n:,}\nTotal idle time: {_fmt_time(sm['idle_ns'])}\n"
+    dv = rep.device
+    if dv:
+        causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {_fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
+        out.append(f"GPU idle time (no stream busy; the breakdown's idle): {_fmt_time(dv['idle_ns'])} in "
+                   f"{dv['gaps']:,} gaps over {dv['gpus']:,} GPU(s)\n" + (f"Causes: {causes}\n" if dv["gaps"] else ""))
+        out.append("Per stream (a stream's gap may overlap work on the GPU's other streams, so these add up to "
+                   "more than the GPU's idle time):\n")
+    out.append(f"Total gaps found: {n:,}\nTotal stream gap time: {_fmt_time(sm['idle_ns'])}\n"
                f"Average gap duration: {_fmt_time(sm['mean_gap_ns'])}\n")
     if n:
         causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {_fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
@@ -507,7 +522,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
     if bars:
         binned = int(rep.histogram["count"].sum()) if not note else -1
         left = f"{n - binned:,} gaps outside the histogram bounds\n" if 0 <= binned < n else ""
-        out.append("GAP DURATION HISTOGRAM:\n" + note + bars + left)
+        out.append("GAP DURATION HISTOGRAM (stream gaps):\n" + note + bars + left)
     tv = rep.transitions
     if len(tv):
         out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analyses.dtypes import NI64, as_declared
 from ..categories import categorize_names
 from ..classify import classifier_for, collective_label
 from ..errors import DtraceError, UsageError
@@ -47,7 +48,8 @@ from .csvfiles import GPU_TRACE, KERN_SUM, MEM_SUM, NVTX_PROJ, SUMMARY_REPORTS, 
 FORMAT = "nsys-csv"
 FED = ("kernels", "classes", "nccl", "memops", "nvtx_ranges")
 ABSENT_REASON = "nsys stats summaries carry no events (no timeline)"
-ABSENT = {t: ABSENT_REASON for t in ("breakdown", "streams", "steps", "gaps", "gap_histogram", "transitions",
+ABSENT = {t: ABSENT_REASON for t in ("breakdown", "streams", "steps", "gaps", "device_gaps", "gap_histogram",
+                                     "device_gap_histogram", "transitions",
                                      "collectives", "ops")}
 
 
@@ -174,7 +176,7 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
         mem.insert(0, "rank", key["rank"])
         mem.insert(1, "device", key["device"])
         mem["mean_ns"] = mem["total_ns"] / mem["count"]
-        mem["bytes"] = np.int64(-1)
+        mem["bytes"] = pd.array([pd.NA] * len(mem), dtype="Int64")  # summaries state no sizes
         mem["bandwidth_bytes_per_s"] = np.nan
         out["memops"] = _iters(_shares(mem, float(out["kernels"]["total_ns"].sum()) or 1.0, 1), iters, gpus, div) \
             .drop(columns=["count_share"])
@@ -237,8 +239,12 @@ def _merge(tables: dict[str, pd.DataFrame], add: dict[str, list[pd.DataFrame]]) 
 
 
 def _nullable(df: pd.DataFrame) -> pd.DataFrame:
-    return df.astype({c: "Int64" for c in df.columns if pd.api.types.is_integer_dtype(df[c].dtype)
-                      and not isinstance(df[c].dtype, pd.Int64Dtype) and c not in ("rank", "device")})
+    """Integer columns as nullable ``Int64``; ``*_ns`` columns in whole ns (floats rounded half to
+    even, NaN as ``NA``), like every results table."""
+    out = df.astype({c: "Int64" for c in df.columns if pd.api.types.is_integer_dtype(df[c].dtype)
+                     and not isinstance(df[c].dtype, pd.Int64Dtype) and c not in ("rank", "device")})
+    ns = {c: as_declared(out[c], NI64) for c in out.columns if c.endswith("_ns") and out[c].dtype.kind == "f"}
+    return out.assign(**ns) if ns else out
 
 
 def add_summaries(tables: dict[str, pd.DataFrame], groups: list[SummaryGroup],

@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analyses.dtypes import missing_if_negative
 from ..options import Options
 
 MATCH_METHODS = ("seq", "order", "stream")
@@ -54,13 +55,13 @@ BUS_FACTOR = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n:
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 
 ROW_COLUMNS = {"collective": "int64", "rank": "int32", "device": "int32", "group": object, "op": object,
-               "seq": "int64", "match": object, "stream": "int64", "step": "int64", "bytes": "int64",
+               "seq": "Int64", "match": object, "stream": "int64", "step": "Int64", "bytes": "Int64",
                "start_ns": "int64", "end_ns": "int64", "duration_ns": "int64", "wait_ns": "int64",
                "transfer_ns": "int64", "start_skew_ns": "int64", "end_skew_ns": "int64", "ranks": "int64",
                "group_size": "int64", "last": "bool", "algbw_gbps": "float64", "busbw_gbps": "float64",
                "clock_offset_ns": "int64"}
-INSTANCE_COLUMNS = {"collective": "int64", "group": object, "group_ranks": object, "op": object, "seq": "int64",
-                    "match": object, "ranks": "int64", "group_size": "int64", "hosts": "int64", "bytes": "int64",
+INSTANCE_COLUMNS = {"collective": "int64", "group": object, "group_ranks": object, "op": object, "seq": "Int64",
+                    "match": object, "ranks": "int64", "group_size": "int64", "hosts": "int64", "bytes": "Int64",
                     "start_ns": "int64", "end_ns": "int64", "transfer_ns": "int64", "start_skew_ns": "int64",
                     "end_skew_ns": "int64", "raw_end_skew_ns": "int64", "wait_total_ns": "int64",
                     "last_rank": "int32", "last_device": "int32", "late_ns": "int64", "algbw_gbps": "float64",
@@ -87,7 +88,8 @@ def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     n = len(rows)
     group = rows["group"].astype(object).to_numpy()
     has_group = group != ""
-    has_seq = has_group & (rows["seq"].to_numpy() >= 0)
+    seq = rows["seq"].to_numpy(np.int64, na_value=-1)
+    has_seq = has_group & (seq >= 0)
     method = np.where(has_seq, 0, np.where(has_group, 1, 2)).astype(np.int8)
     stream_label = "stream " + rows["stream"].astype(str).to_numpy(object)
     keys = pd.DataFrame({
@@ -95,7 +97,7 @@ def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         "g": np.where(method < 2, group, stream_label),
         "gr": np.where(method < 2, rows["group_ranks"].astype(object).to_numpy(), ""),
         "op": np.where(method == 1, rows["op"].astype(object).to_numpy(), ""),
-        "i": np.where(method == 0, rows["seq"].to_numpy(),
+        "i": np.where(method == 0, seq,
                       np.where(method == 1, rows["order_op"].to_numpy(), rows["order_stream"].to_numpy())),
     })
     keys["r"] = rows["rank"].to_numpy()
@@ -201,7 +203,10 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     if rows is None or not len(rows) or "order_stream" not in rows.columns:
         return {"collectives": _empty(ROW_COLUMNS), "collective_instances": _empty(INSTANCE_COLUMNS),
                 "clock_offsets": _empty(CLOCK_COLUMNS)}
+    # missing values (NA: no seq, bytes, group size or step stated) are -1 for the arithmetic below
     rows = rows.reset_index(drop=True)
+    rows = rows.assign(**{c: rows[c].to_numpy(np.int64, na_value=-1) for c in ("seq", "bytes", "group_size", "step")
+                          if c in rows.columns})
     inst, method = match_instances(rows)
     rank = rows["rank"].to_numpy(np.int64)
     device = rows["device"].to_numpy(np.int64)
@@ -259,9 +264,10 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
                            rows["group"].astype(object).to_numpy())
     out = pd.DataFrame({
         "collective": inst, "rank": rank.astype(np.int32), "device": device.astype(np.int32),
-        "group": group_label, "op": op_i, "seq": rows["seq"].to_numpy(np.int64),
+        "group": group_label, "op": op_i, "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
         "match": np.asarray(MATCH_METHODS, object)[method], "stream": rows["stream"].to_numpy(np.int64),
-        "step": rows["step"].to_numpy(np.int64), "bytes": a["bytes"].to_numpy(np.int64),
+        "step": missing_if_negative(rows["step"].to_numpy(np.int64)),
+        "bytes": missing_if_negative(a["bytes"].to_numpy(np.int64)),
         "start_ns": s, "end_ns": e, "duration_ns": dur, "wait_ns": wait,
         "transfer_ns": a["d_min"].to_numpy(np.int64),
         "start_skew_ns": (a["s_max"] - a["s_min"]).to_numpy(np.int64),
@@ -279,10 +285,10 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     instances = pd.DataFrame({
         "collective": agg.index.to_numpy(np.int64), "group": group_label[first_row],
         "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row], "op": inst_op,
-        "seq": rows["seq"].to_numpy(np.int64)[first_row],
+        "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)[first_row]),
         "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
         "ranks": agg["ranks"].to_numpy(np.int64), "group_size": n_eff.astype(np.int64),
-        "hosts": agg["hosts"].to_numpy(np.int64), "bytes": agg["bytes"].to_numpy(np.int64),
+        "hosts": agg["hosts"].to_numpy(np.int64), "bytes": missing_if_negative(agg["bytes"].to_numpy(np.int64)),
         "start_ns": agg["s_min"].to_numpy(np.int64), "end_ns": agg["e_max"].to_numpy(np.int64),
         "transfer_ns": agg["d_min"].to_numpy(np.int64),
         "start_skew_ns": (agg["s_max"] - agg["s_min"]).to_numpy(np.int64),
@@ -303,7 +309,7 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     cg = pr.groupby(["rank", "device"], sort=True)
     clock = pd.DataFrame({
         "host": cg["host"].first(), "offset_ns": cg["off"].first(), "instances": cg["multi"].sum(),
-        "residual_end_ns": cg["dev"].median().fillna(0),
+        "residual_end_ns": np.rint(cg["dev"].median().fillna(0)),
     }).reset_index()
     clock = clock.astype({"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64",
                           "instances": "int64", "residual_end_ns": "int64"})

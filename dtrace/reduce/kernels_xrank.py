@@ -16,18 +16,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analyses.dtypes import NI64, as_declared, conform
 from ..options import Options
 
 KERNELS_XRANK_COLUMNS = {
     "name": "object", "class": "object", "category": "object", "parts": "int64", "count": "int64",
-    "total_ns": "int64", "total_ns_mean": "float64", "total_ns_min": "int64", "total_ns_max": "int64",
+    "total_ns": "int64", "total_ns_mean": "int64", "total_ns_min": "int64", "total_ns_max": "int64",
     "max_rank": "int32", "max_device": "int32", "min_rank": "int32", "min_device": "int32",
-    "mean_ns": "float64", "std_ns": "float64", "min_ns": "int64", "max_ns": "int64", "time_share": "float64",
+    "mean_ns": "int64", "std_ns": "Int64", "min_ns": "Int64", "max_ns": "Int64", "time_share": "float64",
 }
 CLASSES_XRANK_COLUMNS = {
-    "class": "object", "parts": "int64", "count": "int64", "total_ns": "int64", "total_ns_mean": "float64",
+    "class": "object", "parts": "int64", "count": "int64", "total_ns": "int64", "total_ns_mean": "int64",
     "total_ns_min": "int64", "total_ns_max": "int64", "max_rank": "int32", "max_device": "int32",
-    "min_rank": "int32", "min_device": "int32", "mean_ns": "float64", "time_share": "float64",
+    "min_rank": "int32", "min_device": "int32", "mean_ns": "int64", "time_share": "float64",
 }
 
 
@@ -37,36 +38,42 @@ def _empty(columns: dict[str, str]) -> pd.DataFrame:
 
 def pool(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Pool per-part duration statistics of equal ``keys``: count and total add up, min/max
-    combine, mean = total / count, std = pooled sample std (0 for a single event).
+    combine, mean = total / count, std = pooled sample std (0 for a single event); mean and std
+    in whole ns (rounded half to even).
 
-    ``df`` needs ``count``, ``total_ns``, ``mean_ns``, ``std_ns``, ``min_ns``, ``max_ns``.
+    ``df`` needs ``count``, ``total_ns``, ``std_ns``, ``min_ns``, ``max_ns``. Each part's mean is
+    its exact ``total_ns / count`` (the table's ``mean_ns`` is rounded to whole ns); ``std_ns``,
+    ``min_ns`` or ``max_ns`` missing (``NA``: an ``nsys stats`` summary without them) in any
+    part of a key make that key's pooled value ``NaN``.
 
     Examples
     --------
-    >>> df = pd.DataFrame({"k": ["a", "a"], "count": [2, 3], "total_ns": [4, 15], "mean_ns": [2.0, 5.0],
+    >>> df = pd.DataFrame({"k": ["a", "a"], "count": [2, 3], "total_ns": [4, 15],
     ...                    "std_ns": [np.sqrt(2.0), 1.0], "min_ns": [1, 4], "max_ns": [3, 6]})
     >>> r = pool(df, ["k"])      # values 1, 3 and 4, 5, 6
-    >>> r[["count", "total_ns", "min_ns", "max_ns"]].values.tolist(), round(float(r["std_ns"][0]), 6)
-    ([[5, 19, 1, 6]], 1.923538)
+    >>> r[["count", "total_ns", "min_ns", "max_ns"]].values.tolist(), int(r["mean_ns"][0]), int(r["std_ns"][0])
+    ([[5, 19, 1, 6]], 4, 2)
     """
     n = df["count"].to_numpy(np.float64)
-    m = df["mean_ns"].to_numpy(np.float64)
-    s = df["std_ns"].to_numpy(np.float64)
+    m = df["total_ns"].to_numpy(np.float64) / np.maximum(n, 1)
+    s = df["std_ns"].to_numpy(np.float64, na_value=np.nan)
     work = df[keys].copy()
     work["count"] = df["count"].to_numpy(np.int64)
     work["total_ns"] = df["total_ns"].to_numpy(np.int64)
-    work["min_ns"] = df["min_ns"].to_numpy(np.int64)
-    work["max_ns"] = df["max_ns"].to_numpy(np.int64)
+    work["min_ns"] = df["min_ns"].to_numpy(np.float64, na_value=np.nan)
+    work["max_ns"] = df["max_ns"].to_numpy(np.float64, na_value=np.nan)
     work["_ss"] = (n - 1) * s * s + n * m * m
     g = work.groupby(keys, sort=False, dropna=False)
-    out = g.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
-                max_ns=("max_ns", "max"), _ss=("_ss", "sum")).reset_index()
+    out = g.agg(count=("count", "sum"), total_ns=("total_ns", "sum")).reset_index()
+    out["min_ns"] = as_declared(g["min_ns"].min(skipna=False), NI64)  # durations: exact in float64
+    out["max_ns"] = as_declared(g["max_ns"].max(skipna=False), NI64)
+    out["_ss"] = g["_ss"].sum(skipna=False).to_numpy()
     big_n = out["count"].to_numpy(np.float64)
     mean = out["total_ns"].to_numpy(np.float64) / np.maximum(big_n, 1)
     var = np.divide(out["_ss"].to_numpy() - big_n * mean * mean, big_n - 1,
                     out=np.zeros(len(out)), where=big_n > 1)
-    out["mean_ns"] = mean
-    out["std_ns"] = np.sqrt(np.maximum(var, 0.0))
+    out["mean_ns"] = as_declared(pd.Series(mean), "int64")  # whole ns, rounded half to even
+    out["std_ns"] = as_declared(pd.Series(np.sqrt(np.maximum(var, 0.0))), NI64)
     return out.drop(columns="_ss")
 
 
@@ -119,4 +126,4 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
 
 
 def _typed(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: df[c].to_numpy().astype(t) for c, t in columns.items()})
+    return conform(df[list(columns)], columns, "kernels_xrank")

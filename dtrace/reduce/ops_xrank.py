@@ -1,6 +1,7 @@
 """Host ops across ranks: ``ops_xrank`` (one row per op) and ``op_outliers`` (rank vs median).
 
-``ops_xrank`` — per op name over all (rank, device) parts that ran it: ``parts``, total
+``ops_xrank`` — per op (name and ``launcher_kind``: a ``cpu_op``, or a ``runtime`` launch call
+outside every cpu_op, see :mod:`dtrace.analyses.ops`) over all (rank, device) parts that ran it: ``parts``, total
 ``count``, ``host_ns``, ``gpu_direct_ns``, ``gpu_subtree_ns``, ``kernels``; the spread of the
 per-part GPU time (``gpu_subtree_ns``): ``median_gpu_ns``, ``min_gpu_ns``, ``max_gpu_ns`` and
 the part holding the maximum (``max_rank``, ``max_device``), ``spread = max / median``.
@@ -26,15 +27,16 @@ import pandas as pd
 
 import re
 
+from ..analyses.dtypes import conform
 from ..options import Options
 
 Tables = dict[str, pd.DataFrame]
 
-XRANK_COLUMNS = {"op": "object", "parts": "int64", "count": "int64", "host_ns": "int64", "gpu_direct_ns": "int64",
-                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "float64", "min_gpu_ns": "int64",
+XRANK_COLUMNS = {"op": "object", "launcher_kind": "object", "parts": "int64", "count": "int64", "host_ns": "int64", "gpu_direct_ns": "int64",
+                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "int64", "min_gpu_ns": "int64",
                  "max_gpu_ns": "int64", "max_rank": "int32", "max_device": "int32", "spread": "float64"}
-OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "float64",
-                   "ratio": "float64", "excess_ns": "float64", "count": "int64", "median_count": "float64",
+OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "int64",
+                   "ratio": "float64", "excess_ns": "int64", "count": "int64", "median_count": "float64",
                    "z": "float64", "parts": "int64", "comm": "bool"}
 MAD_SCALE = 1.4826
 COMM_OPS = (r"c10d::|_c10d_functional|nccl|rccl|gloo|record_param_comms|processgroup|all_?reduce|all_?gather"
@@ -64,19 +66,22 @@ def ops_xrank(tables: Tables, options: Options) -> Tables:
     ops = tables.get("ops")
     if ops is None or not len(ops):
         return {"ops_xrank": _empty(XRANK_COLUMNS), "op_outliers": _empty(OUTLIER_COLUMNS)}
-    g = ops.groupby("op", sort=False)
+    if "launcher_kind" not in ops.columns:  # a table written before launchers had kinds
+        ops = ops.assign(launcher_kind="cpu_op")
+    keys = ["op", "launcher_kind"]
+    g = ops.groupby(keys, sort=False)
     agg = g.agg(parts=("rank", "size"), count=("count", "sum"), host_ns=("host_ns", "sum"),
                 gpu_direct_ns=("gpu_direct_ns", "sum"), gpu_subtree_ns=("gpu_subtree_ns", "sum"),
                 kernels=("kernels", "sum"), median_gpu_ns=("gpu_subtree_ns", "median"),
                 min_gpu_ns=("gpu_subtree_ns", "min"), max_gpu_ns=("gpu_subtree_ns", "max"))
-    at_max = ops.loc[g["gpu_subtree_ns"].idxmax().to_numpy(), ["op", "rank", "device"]].set_index("op")
+    at_max = ops.loc[g["gpu_subtree_ns"].idxmax().to_numpy(), [*keys, "rank", "device"]].set_index(keys)
     agg["max_rank"] = at_max["rank"].reindex(agg.index).to_numpy(np.int32)
     agg["max_device"] = at_max["device"].reindex(agg.index).to_numpy(np.int32)
     med = agg["median_gpu_ns"].to_numpy(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         agg["spread"] = np.where(med > 0, agg["max_gpu_ns"].to_numpy(np.float64) / np.where(med > 0, med, 1), np.nan)
-    xr = agg.reset_index().sort_values(["gpu_subtree_ns", "op"], ascending=[False, True], kind="stable")
-    xr = xr.astype({c: t for c, t in XRANK_COLUMNS.items() if c != "op"})[list(XRANK_COLUMNS)]
+    xr = agg.reset_index().sort_values(["gpu_subtree_ns", *keys], ascending=[False, True, True], kind="stable")
+    xr = conform(xr[list(XRANK_COLUMNS)], XRANK_COLUMNS, "ops_xrank")
     return {"ops_xrank": xr.reset_index(drop=True), "op_outliers": op_outliers(ops)}
 
 
@@ -107,4 +112,4 @@ def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
     })
     out = out.sort_values(["comm", "excess_ns", "op", "rank", "device"], ascending=[True, False, True, True, True],
                           kind="stable")
-    return out.reset_index(drop=True)
+    return conform(out.reset_index(drop=True), OUTLIER_COLUMNS, "op_outliers")

@@ -6,7 +6,8 @@ One row per (rank, device) with
   span (``total_ns``) when it has no steps;
 - ``computation_ns``, ``exposed_comm_ns``, ``exposed_memcpy_ns``, ``idle_ns``, ``busy_ns``,
   ``total_ns``, ``comm_ns`` from ``breakdown``;
-- ``host_wait_ns`` (GPU gaps the host caused, summed over streams) when ``gaps`` exists;
+- ``host_wait_ns`` (the GPU's idle time the host caused: its device gaps of cause ``host_wait``)
+  when ``device_gaps`` exists;
 - ``class_<name>_ns`` per kernel class when ``classes`` exists;
 - ``collective_wait_ns`` (time spent waiting for later ranks in matched collectives),
   ``collectives`` and ``arrived_last`` (instances it joined last) from the matched ``collectives``.
@@ -30,7 +31,7 @@ KEYS = ["rank", "device"]
 BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",
                      "comm_ns")
 STATS_COLUMNS = {"metric": object, "median": "float64", "mad": "float64", "scale": "float64", "min": "float64",
-                 "max": "float64", "max_rank": "int64"}
+                 "max": "float64", "max_rank": "Int64"}
 
 
 def robust_scale(x: np.ndarray) -> tuple[float, float, float]:
@@ -94,7 +95,7 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     else:
         out.insert(2, "step_ns", out["total_ns"].to_numpy(np.int64))
         out.insert(3, "steps", np.zeros(len(out), np.int64))
-    gaps = tables.get("gaps")
+    gaps = tables.get("device_gaps")
     if gaps is not None and len(gaps) and "host_wait_ns" in gaps.columns:
         out["host_wait_ns"] = per_rank(gaps.groupby(KEYS)["host_wait_ns"].sum()).astype(np.int64)
     coll = tables.get("collectives")
@@ -129,8 +130,8 @@ def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str,
         imax = int(np.argmax(x)) if len(x) else -1
         stats.append({"metric": m, "median": med, "mad": mad, "scale": scale,
                       "min": float(x.min()) if len(x) else 0.0, "max": float(x.max()) if len(x) else 0.0,
-                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else -1})
+                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else pd.NA})
     ranks = pd.concat([metrics, pd.DataFrame(z, index=metrics.index)], axis=1) if z else metrics
-    rank_stats = pd.DataFrame(stats) if stats else pd.DataFrame(
+    rank_stats = pd.DataFrame(stats).astype({"max_rank": "Int64"}) if stats else pd.DataFrame(
         {c: pd.Series([], dtype=t) for c, t in STATS_COLUMNS.items()})
     return {"ranks": ranks, "rank_stats": rank_stats}

@@ -56,6 +56,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..analyses.dtypes import missing_if_negative
 from ..errors import UsageError
 from ..options import Options
 from .ranks import robust_z
@@ -72,7 +73,7 @@ Method = Callable[["Signals", Options], pd.DataFrame]
 METHODS: dict[str, Method] = {}
 
 OUTPUT_COLUMNS = {"rank": "int32", "device": "int32", "score": "float64", "flagged": "bool", "evidence": object,
-                  "method": object, "signals": object, "explained_by": "int64", "collectives": "int64",
+                  "method": object, "signals": object, "explained_by": "Int64", "collectives": "int64",
                   "arrived_last": "int64", "last_share": "float64", "last_z": "float64", "wait_caused_ns": "int64",
                   "late_ns": "int64", "collective_wait_ns": "int64", "compute_slowdown": "float64",
                   "compute_slowdown_z": "float64", "step_ns": "int64", "step_z": "float64",
@@ -268,7 +269,8 @@ def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
     if not len(i):
         return np.zeros(n), np.zeros(n), empty_g, empty_m
     gkey = i["group"].astype(str) + "|" + i["group_ranks"].astype(str)
-    cls = pd.DataFrame({"op": i["op"].to_numpy(), "b": i["bytes"].to_numpy(), "n": i["group_size"].to_numpy(),
+    cls = pd.DataFrame({"op": i["op"].to_numpy(), "b": i["bytes"].to_numpy(np.int64, na_value=-1),  # -1: unknown
+                        "n": i["group_size"].to_numpy(),
                         "g": gkey.to_numpy(), "t": np.log(i["transfer_ns"].to_numpy(np.float64)),
                         "c": i["collective"].to_numpy()})
     ngroups = cls.groupby(["op", "b", "n"])["g"].transform("nunique").to_numpy()
@@ -491,7 +493,7 @@ def _output(sig: Signals, method: str, score: np.ndarray, flagged: np.ndarray, e
     out = pd.DataFrame({
         "rank": r["rank"].to_numpy(np.int32), "device": r["device"].to_numpy(np.int32),
         "score": score.astype(np.float64), "flagged": flagged.astype(bool), "evidence": evidence,
-        "method": method, "signals": signals, "explained_by": explained.astype(np.int64),
+        "method": method, "signals": signals, "explained_by": missing_if_negative(explained),
         "collectives": r["collectives"].to_numpy(np.int64), "arrived_last": r["arrived_last"].to_numpy(np.int64),
         "last_share": r["last_share"].to_numpy(np.float64), "last_z": r["last_z"].to_numpy(np.float64),
         "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64), "late_ns": r["late_ns"].to_numpy(np.int64),

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..analyses.dtypes import missing_if_negative
 from ..classify import OTHER as _BUILTIN_LEFTOVER, REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..errors import DtraceError
 from ..options import Options
@@ -71,7 +72,7 @@ TOP_CLASSES = 3
 NEG = -np.inf
 
 COLUMNS: dict[str, object] = {
-    "step": "int64", "scenario": object, "detail": object, "ranks": "int64", "observed_ns": "int64",
+    "step": "Int64", "scenario": object, "detail": object, "ranks": "int64", "observed_ns": "int64",
     "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64", "saved_share": "float64",
     "fit_ns": "int64",
 }
@@ -199,6 +200,10 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         coll = pd.DataFrame({c: pd.Series([], dtype="int64") for c in
                              ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns",
                               "clock_offset_ns", "step")})
+    # missing values (NA: no step, no collective) become -1 for the arithmetic below
+    seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in ("step", "comm_stream", "comm_start_ns")})
+    if "step" in coll.columns:
+        coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
     nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
     offsets = tables.get("clock_offsets")
     off = pd.Series(0, index=pd.MultiIndex.from_frame(nodes[KEYS].drop_duplicates()), dtype=np.int64)
@@ -503,7 +508,8 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     agg = agg.sort_values(["step", "scenario"], key=lambda s: s.map(order) if s.name == "scenario" else s,
                           kind="stable").reset_index(drop=True)
     out = pd.DataFrame({
-        "step": agg["step"].to_numpy(np.int64), "scenario": agg["scenario"].to_numpy(object),
+        "step": missing_if_negative(agg["step"].to_numpy(np.int64)),  # NA: a trace without steps
+        "scenario": agg["scenario"].to_numpy(object),
         "detail": agg["detail"].to_numpy(object), "ranks": agg["ranks"].to_numpy(np.int64),
         "observed_ns": np.rint(agg["observed_ns"]).astype(np.int64),
         "replayed_ns": np.rint(agg["replayed_ns"]).astype(np.int64),
@@ -552,7 +558,7 @@ def whatif(results, *, speedup: dict[str, float] | None = None, step: int | None
                           "run dtrace analyze again")
     out = estimate(tables, default_scenarios(tables, speedup))
     if step is not None:
-        out = out.loc[out["step"].to_numpy() == step].reset_index(drop=True)
+        out = out.loc[out["step"].eq(step).fillna(False).to_numpy(bool)].reset_index(drop=True)
     return out
 
 
@@ -573,7 +579,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                               "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64",
                               "saved_share": "float64", "fit_ns": "int64"}.items()})
     g = table.groupby("scenario", sort=False)
-    out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(),
+    out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(dropna=False),
                         "observed_ns": g["observed_ns"].mean(), "replayed_ns": g["replayed_ns"].mean(),
                         "estimate_ns": g["estimate_ns"].mean(), "fit_ns": g["fit_ns"].max()}).reset_index()
     for c in ("observed_ns", "replayed_ns", "estimate_ns"):

@@ -7,7 +7,8 @@ so the report works for a single-trace quick look and for a 1,024-rank job alike
 Sections (SPEC §1's questions, in order): job summary; per-GPU breakdown (computation /
 exposed comm / exposed memcpy / idle); time by kernel class per GPU; rank × step heatmaps
 (step time, collective wait); stragglers with evidence and the robust z-scores of the rank
-comparison; top kernels; idle gaps (causes per GPU, histogram, top transitions); collective
+comparison; top kernels; idle gaps (GPU idle time by cause per GPU from the device gaps, their
+histogram, then the per-stream gaps and top transitions, labelled per stream); collective
 skew; per-op GPU time.
 
 Scaling: a per-GPU bar chart shows every GPU up to ``max_bars`` (64) of them; beyond that it

@@ -153,8 +153,10 @@ def section_steps(ctx: Context) -> str:
         html.append(msg)
         return "".join(html)
     co = co.assign(device=co["device"] if "device" in co.columns else -1)
-    if "step" in co.columns and (co["step"] >= 0).any():
-        c2 = co.loc[co["step"] >= 0]
+    in_step = co["step"].notna().to_numpy() & (co["step"].fillna(-1).to_numpy() >= 0) if "step" in co.columns \
+        else np.zeros(len(co), bool)  # NA (or an older table's -1): outside every step
+    if in_step.any():
+        c2 = co.loc[in_step]
         piv = c2.pivot_table(index=["rank", "device"], columns="step", values="wait_ns", aggfunc="sum").sort_index()
         col_labels = [f"step {s}" for s in piv.columns]
         html.append(note("Time each GPU waited in collectives for the last rank to arrive, per step. Colour: "

@@ -276,23 +276,25 @@ def merged_histogram(hg: pd.DataFrame, lo: str, hi: str, cnt: str
             g.to_numpy(np.float64), which)
 
 
+CAUSE_NOTE = ("host wait: the event that ends the gap was launched after the gap began (the GPU waited for the "
+              "host); kernel wait: launched in time, short gap (launch overhead); other: launched in time, longer "
+              "gap (synchronisation, dependencies), or launch unknown.")
+
+
 def section_gaps(ctx: Context) -> str:
-    """Idle gaps: causes per GPU, one gap-length histogram over all GPUs, the top transitions."""
-    html = ["<h3>Idle time by cause per GPU</h3>"]
-    gp, msg = ctx.get("gaps", ("rank", "device", "gaps", "idle_ns", *(c for _, c, _ in GAP_CAUSES)))
-    if gp is None:
+    """Idle gaps: GPU idle time by cause per GPU (device gaps), their length histogram, then the
+    per-stream view (stream gaps by cause, top transitions), labelled as such."""
+    html = ["<h3>GPU idle time by cause per GPU</h3>"]
+    cause_cols = tuple(c for _, c, _ in GAP_CAUSES)
+    dg, msg = ctx.get("device_gaps", ("rank", "device", "gaps", "idle_ns", *cause_cols))
+    if dg is None:
         html.append(msg)
     else:
-        per = gp.groupby(["rank", "device"])[["gaps", "idle_ns", *(c for _, c, _ in GAP_CAUSES)]].sum().reset_index()
-        idx, sel_note = ctx.select(per["idle_ns"].to_numpy(np.float64), per["rank"].to_numpy(), "total gap time")
+        per = dg.sort_values(["rank", "device"], kind="stable").reset_index(drop=True)
+        idx, sel_note = ctx.select(per["idle_ns"].to_numpy(np.float64), per["rank"].to_numpy(), "GPU idle time")
         view = per.iloc[idx]
-        html.append(note("Gaps between consecutive GPU events on a stream, summed over the GPU's streams. "
-                         "host wait: the launch came after the previous event ended (the GPU waited for the "
-                         "host); kernel wait: launched in time, short gap (launch overhead); other: launched "
-                         "in time, longer gap (synchronisation, dependencies)."))
-        overlap = _stream_sum_note(ctx, per)
-        if overlap:
-            html.append(note(overlap))
+        html.append(note("Device gaps: intervals in which no stream of the GPU runs anything, between its first and "
+                         "last GPU event; per GPU they add up to the idle time of the breakdown. " + CAUSE_NOTE))
         if sel_note:
             html.append(note(sel_note))
         html.append(ch.stacked_hbars("gap-causes", ctx.labels(view),
@@ -302,24 +304,11 @@ def section_gaps(ctx: Context) -> str:
         if len(per) > ctx.max_bars:
             html.append(ch.boxplots("gap-causes-dist", {lab: per[c].to_numpy() for lab, c, _ in GAP_CAUSES},
                                     colors={lab: col for lab, _, col in GAP_CAUSES}))
-    html.append("<h3>Gap length histogram</h3>")
-    hg, msg = ctx.get("gap_histogram")
-    cols = _hist_columns(hg) if hg is not None else None
-    if hg is None:
-        html.append(msg)
-    elif cols is None:
-        html.append(na("gap_histogram", "table gap_histogram has no recognised bin columns"))
-    else:
-        lo_e, hi_e, counts, which = merged_histogram(hg, *cols)
-        widths = hi_e - lo_e
-        log = bool(len(widths) > 2 and widths[0] > 0 and widths[-1] > 1.5 * widths[0])
-        cap = f"{int(counts.sum()):,} gaps in {len(counts)} bins"
-        if which is not None:
-            cap = (f"The GPUs' bins differ (each spans that GPU's own gaps), so they cannot be added up: this is "
-                   f"{ctx.label(*which)}, the GPU with the most gaps ({cap}). Analyse with --hist-min/--hist-max "
-                   "for one histogram over all GPUs.")
-        html.append(ch.histogram("gap-histogram", lo_e, hi_e, counts, log_x=log, caption=cap))
-    html.append("<h3>Top transitions (kernel pairs around gaps)</h3>")
+    html.append("<h3>GPU idle gap length histogram</h3>")
+    html.append(_histogram_html(ctx, "device_gap_histogram", "gap-histogram", "device gaps"))
+    html.append("<h3>Per-stream gaps (not GPU idle time)</h3>")
+    html.append(_stream_gaps_html(ctx, cause_cols))
+    html.append("<h3>Top transitions per stream (kernel pairs around stream gaps)</h3>")
     tr, msg = ctx.get("transitions", ("prev_name", "next_name", "count", "mean_ns"))
     if tr is None:
         html.append(msg)
@@ -347,6 +336,45 @@ def section_gaps(ctx: Context) -> str:
     return "".join(html)
 
 
+def _histogram_html(ctx: Context, name: str, chart_id: str, what: str) -> str:
+    hg, msg = ctx.get(name)
+    cols = _hist_columns(hg) if hg is not None else None
+    if hg is None:
+        return msg
+    if cols is None:
+        return na(name, f"table {name} has no recognised bin columns")
+    lo_e, hi_e, counts, which = merged_histogram(hg, *cols)
+    widths = hi_e - lo_e
+    log = bool(len(widths) > 2 and widths[0] > 0 and widths[-1] > 1.5 * widths[0])
+    cap = f"{int(counts.sum()):,} {what} in {len(counts)} bins"
+    if which is not None:
+        cap = (f"The GPUs' bins differ (each spans that GPU's own gaps), so they cannot be added up: this is "
+               f"{ctx.label(*which)}, the GPU with the most gaps ({cap}). Analyse with --hist-min/--hist-max "
+               "for one histogram over all GPUs.")
+    return ch.histogram(chart_id, lo_e, hi_e, counts, log_x=log, caption=cap)
+
+
+def _stream_gaps_html(ctx: Context, cause_cols: tuple[str, ...]) -> str:
+    """The per-stream gaps: the streams with the most gap time, by cause, labelled per stream."""
+    gp, msg = ctx.get("gaps", ("rank", "device", "stream", "gaps", "idle_ns", *cause_cols))
+    if gp is None:
+        return msg
+    html = [note("Stream gaps: intervals in which one stream runs nothing while it has work before and after. "
+                 "A stream's gap usually overlaps work on the GPU's other streams (an NCCL stream waits between "
+                 "collectives while compute runs), so these are per-stream waits, not GPU idle time; the causes "
+                 "follow the same rules, from the stream's next event.")]
+    per = gp.groupby(["rank", "device"])[["idle_ns"]].sum().reset_index()
+    overlap = _stream_sum_note(ctx, per)
+    if overlap:
+        html.append(note(overlap))
+    top = gp.sort_values("idle_ns", ascending=False, kind="stable").head(20)
+    top = top.assign(label=ctx.labels(top))
+    html.append(table(top, [("label", "GPU", "text"), ("stream", "stream", "num"), ("gaps", "gaps", "num"),
+                            ("idle_ns", "stream gap time", "time"), *[(c, lab, "time") for lab, c, _ in GAP_CAUSES]],
+                      flag=[int(r) in ctx.flagged for r in top["rank"]]))
+    return "".join(html)
+
+
 def _stream_sum_note(ctx: Context, per: pd.DataFrame) -> str:
     """When the gaps summed over streams exceed the GPU's idle time, say so: a stream's gap
     usually overlaps work on the GPU's other streams, so it is not GPU idle time."""
@@ -359,7 +387,7 @@ def _stream_sum_note(ctx: Context, per: pd.DataFrame) -> str:
         return ""
     return (f"Per GPU these stream gaps add up to {ch.fmt_time(summed)} (median), while the GPU itself is idle "
             f"for {ch.fmt_time(idle)} (median, breakdown above): a gap on one stream mostly overlaps work on the "
-            "other streams, so read the causes as shares of per-stream waiting, not as GPU idle time.")
+            "other streams, so read them as per-stream waiting, not as GPU idle time.")
 
 
 def section_ops(ctx: Context) -> str:

@@ -62,6 +62,35 @@ def _str_names(s: pd.Series) -> pd.Series:
     return s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")
 
 
+def _is_rocm(host: pd.DataFrame, gpu: pd.DataFrame) -> bool:
+    """Issue 14 (changed on purpose): a ROCm part has a ``hip*`` runtime call or a
+    ``__amd_rocclr_*`` GPU event; only ROCm parts clip every same-stream overlap."""
+    rt = host.loc[(host["kind"].astype(str) == "runtime").to_numpy(), "name"].astype(str) if len(host) else []
+    return any(n.startswith("hip") for n in rt) or any(str(n).startswith("__amd_rocclr_") for n in gpu["name"])
+
+
+def _clip_beyond_pdl(gpu: pd.DataFrame) -> tuple[np.ndarray, int, int]:
+    """Issue 14 (changed on purpose): outside ROCm, a kernel keeps its overlap with later
+    kernels of its stream (programmatic dependent launch) and is cut at the first later
+    memcpy/memset; a memcpy/memset is cut at the next event. A plain loop per stream."""
+    start, end = gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy().copy()
+    kernel = (gpu["kind"].astype(str) == "kernel").to_numpy()
+    stream = gpu["stream"].to_numpy()
+    old = end.copy()
+    for st in pd.unique(stream):
+        ks = np.flatnonzero(stream == st)
+        ks = ks[np.argsort(start[ks], kind="stable")].tolist()
+        nxt, nxt_copy = None, None  # start of the next event, of the next memcpy/memset
+        for i in reversed(ks):
+            bound = nxt_copy if kernel[i] else nxt
+            if bound is not None and end[i] > bound:
+                end[i] = max(bound, start[i])
+            nxt = start[i]
+            if not kernel[i]:
+                nxt_copy = start[i]
+    return end, int((old != end).sum()), int((old - end).sum())
+
+
 def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, *,
             rank: int, device: int, fmt: str, options: Options, base_ns: int = 0) -> PartData:
     """Build the :class:`PartData` of one partition (pure: copies what it changes)."""
@@ -90,8 +119,11 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
     if options.compat == "tracelens" and fmt in FLOAT_US_FORMATS and len(gpu):
         gpu["end_ns"] = float_us_end(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy(), base_ns)
     if options.compat != "tracelens" and len(gpu):
-        new_end, clipped, clipped_ns = clip_stream_overlaps(
-            gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy(), gpu["stream"].to_numpy())
+        if _is_rocm(host, gpu):
+            new_end, clipped, clipped_ns = clip_stream_overlaps(
+                gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy(), gpu["stream"].to_numpy())
+        else:
+            new_end, clipped, clipped_ns = _clip_beyond_pdl(gpu)
         gpu["end_ns"] = new_end
     gpu["category"] = pd.Categorical(
         categorize(gpu["name"], gpu["kind"], compat=options.compat, fmt=fmt),

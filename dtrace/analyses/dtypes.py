@@ -1,0 +1,89 @@
+"""Declared dtypes of the results tables and the one function that casts a table to them.
+
+Every ``*_ns`` column is an integer number of nanoseconds (int64); a value that can be missing
+(unknown message bytes, a collective without ``seq``, a node without a collective) is a pandas
+nullable ``Int64`` holding ``NA``, never a sentinel such as -1. Floats computed for an integer
+column (a mean, a median, a standard deviation) are rounded half to even, once, here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
+NI64 = "Int64"
+"""A nullable int64 (pandas ``Int64``): ``NA`` where the value is missing (unknown bytes, no seq)."""
+INTS = (NI64, I64, I32, "int16", "int8")
+
+
+def has_dtype(col: pd.Series, want: str) -> bool:
+    """Whether ``col`` already has the declared dtype (``object`` means text: any string dtype)."""
+    if want == STR:
+        return col.dtype == object or pd.api.types.is_string_dtype(col.dtype)
+    if want == NI64:  # stored with its nulls as int64 + validity; a column without any may read back as int64
+        return str(col.dtype) == NI64 or col.dtype == np.int64
+    return str(col.dtype) == want
+
+
+def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
+    """The values of ``col`` in the declared dtype ``want`` (an array for the DataFrame).
+
+    Floats declared as integers are rounded half to even (``np.rint``) from the float as it is;
+    NaN becomes ``NA`` in a nullable ``Int64`` column and is an error in a plain integer one.
+
+    Examples
+    --------
+    >>> as_declared(pd.Series([2.5, 3.5, np.nan]), "Int64").tolist()
+    [2, 4, <NA>]
+    >>> as_declared(pd.Series([0.5, 1.5]), "int64").tolist()
+    [0, 2]
+    """
+    if want == STR:
+        return col.astype(object).to_numpy() if len(col) else np.array([], object)
+    if want not in INTS:
+        return col.to_numpy(want, na_value=np.nan) if want == F64 else col.to_numpy().astype(want)
+    if col.dtype == object:
+        col = pd.to_numeric(col)
+    if pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
+        missing = col.isna().to_numpy()
+        ints = col.to_numpy(np.int64, na_value=0)
+    else:
+        vals = col.to_numpy(np.float64, na_value=np.nan)
+        missing = np.isnan(vals)
+        ints = np.rint(np.where(missing, 0.0, vals)).astype(np.int64)
+    if want == NI64:
+        return pd.arrays.IntegerArray(ints, missing)
+    if missing.any():
+        raise TypeError(f"column {name!r} has missing values but is declared {want}")
+    return ints.astype(want)
+
+
+def conform(df: pd.DataFrame, columns: dict[str, str], table: str) -> pd.DataFrame:
+    """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes
+    (:func:`as_declared`: floats declared as integers are rounded half to even, NaN is ``NA``).
+
+    Text columns (declared ``object``) may be object or pandas string columns.
+    """
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise TypeError(f"analysis {table!r} did not produce the declared columns {missing}")
+    if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
+        return df
+    out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy()
+           for c in df.columns}
+    return pd.DataFrame(out, columns=list(df.columns))
+
+
+def missing_if_negative(values: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """A nullable ``Int64`` array of ``values`` with ``NA`` where a value is negative (the
+    readers' -1 for "not stated": seq, bytes, group size, step).
+
+    Examples
+    --------
+    >>> missing_if_negative(np.array([3, -1, 0])).tolist()
+    [3, <NA>, 0]
+    """
+    v = np.asarray(values, np.int64)
+    return pd.arrays.IntegerArray(np.where(v < 0, 0, v), v < 0)
