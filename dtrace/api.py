@@ -23,7 +23,7 @@ from .partition import PartitionResult, analyze_partition, ingest_files
 from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_ranks, parse_size, refuse_irregular, \
     resolve_ranks
 from .reduce import run_reducers
-from .results import Results, write_results
+from .results import Results, check_results_dir, write_results
 
 PARSE_BYTES_PER_S = 100e6
 """Rough single-core parse speed, to estimate a job's work before choosing where to run it."""
@@ -87,6 +87,16 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         ``results.breakdown``, ``results.streams``, ... as pandas DataFrames; failed inputs
         are listed in ``results.manifest["inputs"]`` with their one-line error.
 
+    Raises
+    ------
+    UsageError
+        Invalid settings.
+    dtrace.errors.OutputError
+        ``out`` cannot hold results (a file, ``out/manifest.json`` a folder, read-only, no
+        space), said in one line before any work.
+    dtrace.cache.CacheError
+        The cache folder is a file, a symbolic link, or cannot be written.
+
     Examples
     --------
     >>> r = dtrace.analyze("traces/", "results/")                     # doctest: +SKIP
@@ -99,6 +109,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
                        jobs=jobs, cluster_options=cluster_options, progress=progress)
     out = os.fspath(out) if out is not None else None
+    if out is not None:
+        check_results_dir(out)  # before any work: a one-line error naming the path
     # FIFOs, devices, unlistable folders: failed inputs, never opened
     files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path

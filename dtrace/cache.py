@@ -101,22 +101,30 @@ def entry_dir(cache_dir: str, path: str) -> str:
 
 
 def check_cache_dir(cache_dir: str) -> None:
-    """Create the cache folder if needed; refuse a non-folder or a symbolic link."""
+    """Create the cache folder if needed and check that it can be written (a probe file);
+    refuse a non-folder or a symbolic link, in one line naming the folder (:class:`CacheError`)."""
     try:
         st = os.lstat(cache_dir)
     except FileNotFoundError:
         try:
             os.makedirs(cache_dir, exist_ok=True)
+            st = os.lstat(cache_dir)
         except OSError as exc:
             raise CacheError(f"{cache_dir}: cannot create the cache folder: {exc.strerror or exc}") from None
-        return
     except OSError as exc:
         raise CacheError(f"{cache_dir}: cannot use the cache folder: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         raise CacheError(f"{cache_dir}: the cache folder is a symbolic link; dtrace does not follow links in its "
-                         "cache (pass --cache DIR to use another folder)")
+                         "cache (use another folder: --cache DIR, cache=DIR)")
     if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or pass --cache DIR")
+        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or use another folder (--cache DIR, "
+                         "cache=DIR)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CacheError(f"{cache_dir}: cannot write to the cache folder: {exc.strerror or exc}") from None
 
 
 # -- reading ---------------------------------------------------------------------------------
