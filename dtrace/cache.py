@@ -31,9 +31,11 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import tempfile
 import traceback
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -41,12 +43,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+try:
+    from isal.isal_zlib import IsalError
+except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
+    IsalError = None
+
 from .errors import DtraceError, InputError, NoGPUActivity
 from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 
 CACHE_VERSION = 4
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
 _PART_FILE = re.compile(r"^(events|collectives|memcpy)-p\d{1,6}-d-?\d{1,9}\.parquet$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -387,6 +395,9 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
                 rec.notes.append(note)
         reader = get_reader(fmt) if fmt else detect(apath)
         tf = reader.read(apath, **(reader_options or {}))
+        for part in tf.parts:  # ids the event tables and partitions hold as int32
+            if not _I32_MIN <= part.device <= _I32_MAX:
+                raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
         d = entry_dir(cache_dir, apath)
         _fresh_entry(d)
         rec.format = tf.format
@@ -416,6 +427,8 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     except OSError as exc:
         where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
         rec.error, rec.error_type = f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
+    except UNDECODABLE as exc:  # the input's own bytes, whichever reader met them: not a bug of ours
+        rec.error, rec.error_type = f"{apath}: {_undecodable(exc)}", InputError.__name__
     except Exception as exc:  # a bug or an unforeseen format quirk: fail this input only
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         rec.error = (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
@@ -424,6 +437,23 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec
+
+
+UNDECODABLE: tuple[type[BaseException], ...] = (UnicodeDecodeError, sqlite3.DatabaseError, zlib.error, EOFError,
+                                                 *([IsalError] if IsalError is not None else []))
+"""Exceptions that by their type say an input's bytes cannot be decoded (text that is not UTF-8,
+a damaged SQLite database, a damaged compressed stream). A reader should say so itself; one that
+does not still fails its input with this one-line description, never an "internal error"."""
+
+
+def _undecodable(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start:exc.start + 1]
+        byte = f"byte 0x{bytes(bad).hex()}" if isinstance(bad, (bytes, bytearray, memoryview)) and bad else "a byte"
+        return f"not valid UTF-8 text ({byte}: {exc.reason}); is it a trace file?"
+    if isinstance(exc, sqlite3.DatabaseError):
+        return f"the SQLite database cannot be read: {_one_line(exc)}"
+    return f"damaged compressed data ({type(exc).__name__}: {_one_line(exc) or 'ends early'})"
 
 
 def verify(rec: FileRecord) -> bool:
