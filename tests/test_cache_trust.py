@@ -210,10 +210,14 @@ def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, w
     with open(outside / other_events, "rb") as f:
         fp = xxhash.xxh3_128_hexdigest(f.read())
 
+    with open(os.path.join(other, "source.json"), encoding="utf-8") as f:
+        other_events_n = json.load(f)["record"]["parts"][0]["n_events"]
+
     def edit(doc):
         (part,) = doc["record"]["parts"]
         old = part["events"]
         part["events"] = target
+        part["n_events"] = other_events_n  # forged too: only the name's check can refuse it
         part["checksums"] = {(target if k == old else k): (fp if k == old else v) for k, v in part["checksums"].items()}
     edit_source(victim, edit)
     before_outside, before_other = snapshot(outside), snapshot(other)
@@ -278,9 +282,10 @@ def test_links_in_the_cache_are_not_followed(job, tmp_path, what):
     entry = entries(str(cache))[files[0]]
     outside = tmp_path / "outside"
     (events,) = [n for n in os.listdir(entry) if n.startswith("events-")]
-    if what == "entry":
+    if what == "entry":  # and the entry there is stale: following the link would write there
         shutil.move(entry, outside)
         os.symlink(outside, entry)
+        _truncate(os.path.join(outside, events))
     elif what in ("events", "source"):
         name = events if what == "events" else "source.json"
         outside.mkdir()
@@ -302,7 +307,8 @@ def test_links_in_the_cache_are_not_followed(job, tmp_path, what):
     assert snapshot(outside) == before
     if what in ("entry", "events", "source"):
         (note,) = {i["path"]: i for i in res.manifest["inputs"]}[files[0]]["notes"]
-        assert "parsing again" in note
+        assert note.endswith("parsing again")
+        assert ("symbolic link" if what == "entry" else "unreadable") in note, note
         assert not os.path.islink(entry) and os.path.isdir(entry)
     # the cache is whole again: a second run reuses every input and partition
     again = dtrace.analyze(files, cache=str(cache), scheduler="sync")
@@ -469,6 +475,14 @@ def _other_ranks(entry):
     forge_store_fingerprint(entry, "breakdown")
 
 
+def _edited_values(entry):
+    """A valid table of the right types and rows, other numbers, fingerprint not forged."""
+    p = os.path.join(entry, "breakdown.arrow")
+    t = _read_arrow(p)
+    i = t.schema.get_field_index("idle_ns")
+    _write_arrow(p, t.set_column(i, "idle_ns", pa.array([7] * t.num_rows, pa.int64())))
+
+
 def _store_file(name, damage):
     def apply(entry):
         damage(os.path.join(entry, name))
@@ -482,6 +496,7 @@ def _entry_json(edit):
 
 
 STORE_DAMAGE = {
+    "values edited": _edited_values,
     "wrong column type": _retyped,
     "tables emptied": _emptied,
     "rows of other ranks": _other_ranks,
