@@ -150,26 +150,22 @@ def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, tmp_pa
     dtrace.analyze(files, cache=cache, scheduler="sync")
     marker = str(tmp_path / "pwned")
     evil = pickle.dumps(Payload(marker))
+
+    def plant(entry, planted, suffix, forge):
+        Path(entry, planted).write_bytes(evil)
+        for name in os.listdir(entry):
+            if name.endswith(suffix):
+                Path(entry, name).write_bytes(evil)
+                forge(entry, name)
+
     ent = entries(cache)
     assert sorted(ent) == files
     for entry in ent.values():
-        with open(os.path.join(entry, "results-0123456789abcdef.pkl"), "wb") as f:
-            f.write(evil)
-        for name in os.listdir(entry):
-            if name.endswith(".parquet"):
-                with open(os.path.join(entry, name), "wb") as f:
-                    f.write(evil)
-                forge_part_checksum(entry, name)
+        plant(entry, "results-0123456789abcdef.pkl", ".parquet", forge_part_checksum)
     stored = store_entries(cache)
     assert stored
     for entry in stored:
-        with open(os.path.join(entry, "tables.pkl"), "wb") as f:
-            f.write(evil)
-        for name in os.listdir(entry):
-            if name.endswith(".arrow"):
-                with open(os.path.join(entry, name), "wb") as f:
-                    f.write(evil)
-                forge_store_fingerprint(entry, name[:-len(".arrow")])
+        plant(entry, "tables.pkl", ".arrow", lambda e, n: forge_store_fingerprint(e, n[:-len(".arrow")]))
 
     res = dtrace.analyze(files, cache=cache, scheduler="sync")
     assert not os.path.exists(marker)
@@ -346,23 +342,23 @@ def _file(prefix, damage):
     return apply
 
 
+def _parent(doc, path):
+    for k in path[:-1]:
+        doc = doc[k]
+    return doc
+
+
 def _set(*path_and_value):
     *path, value = path_and_value
 
     def edit(doc):
-        node = doc
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = value
+        _parent(doc, path)[path[-1]] = value
     return edit
 
 
 def _delete(*path):
     def edit(doc):
-        node = doc
-        for k in path[:-1]:
-            node = node[k]
-        del node[path[-1]]
+        del _parent(doc, path)[path[-1]]
     return edit
 
 

@@ -77,23 +77,24 @@ def m_delete_field(rng, doc):
     return "delete field"
 
 
-def m_type_swap(rng, doc):
+def _set_fields(rng, doc, values, fields, p_args):
+    """Give a field of some events (one of ``fields``, or of ``args`` with probability ``p_args``)
+    one of ``values``."""
     for e in _some_events(rng, doc):
-        value = rng.choice(ODD_VALUES)
-        if isinstance(e.get("args"), dict) and rng.random() < 0.4:
+        value = rng.choice(values)
+        if isinstance(e.get("args"), dict) and rng.random() < p_args:
             e["args"][rng.choice(ARG_FIELDS)] = value
         else:
-            e[rng.choice(EVENT_FIELDS)] = value
+            e[rng.choice(fields)] = value
+
+
+def m_type_swap(rng, doc):
+    _set_fields(rng, doc, ODD_VALUES, EVENT_FIELDS, 0.4)
     return "type swap"
 
 
 def m_huge(rng, doc):
-    for e in _some_events(rng, doc):
-        value = rng.choice(HUGE_VALUES)
-        if isinstance(e.get("args"), dict) and rng.random() < 0.3:
-            e["args"][rng.choice(ARG_FIELDS)] = value
-        else:
-            e[rng.choice(TIME_FIELDS)] = value
+    _set_fields(rng, doc, HUGE_VALUES, TIME_FIELDS, 0.3)
     return "huge value"
 
 
