@@ -8,6 +8,7 @@ import glob
 import os
 
 import dask
+import distributed  # noqa: F401 - loads its config defaults before dask.config.set in the test
 import pandas as pd
 import pytest
 
@@ -44,7 +45,8 @@ def test_inputs_that_kill_their_worker_fail_alone(tmp_path, capsys):
     crash_analysing(killed_analysing)
     out = tmp_path / "out"
     # a worker that dies once at a task is enough to give it up (the engine still retries it
-    # and then splits it): the test stays short
+    # and then splits it): the test stays short. (Leaving the block restores dask's config as it
+    # was: distributed's defaults must have been loaded before, or they would be dropped.)
     with dask.config.set({"distributed.worker.preload": [PRELOAD], "distributed.scheduler.allowed-failures": 0}):
         code = main(["analyze", *files, "-o", str(out), "--scheduler", "local", "--workers", "2", "--no-progress"])
     assert code == 1, capsys.readouterr().err
