@@ -23,7 +23,7 @@ from .partition import PartitionResult, analyze_partition, ingest_files
 from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_ranks, parse_size, refuse_irregular, \
     resolve_ranks
 from .reduce import run_reducers
-from .results import Results, write_results
+from .results import Results, check_results_dir, write_results
 
 PARSE_BYTES_PER_S = 70e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before
@@ -90,6 +90,16 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         ``results.breakdown``, ``results.streams``, ... as pandas DataFrames; failed inputs
         are listed in ``results.manifest["inputs"]`` with their one-line error.
 
+    Raises
+    ------
+    UsageError
+        Invalid settings.
+    dtrace.errors.OutputError
+        ``out`` cannot hold results (a file, ``out/manifest.json`` a folder, read-only, no
+        space), said in one line before any work.
+    dtrace.cache.CacheError
+        The cache folder is a file, a symbolic link, or cannot be written.
+
     Examples
     --------
     >>> r = dtrace.analyze("traces/", "results/")                     # doctest: +SKIP
@@ -102,6 +112,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
                        jobs=jobs, cluster_options=cluster_options, progress=progress)
     out = os.fspath(out) if out is not None else None
+    if out is not None:
+        check_results_dir(out)  # before any work: a one-line error naming the path
     # FIFOs, devices, unlistable folders: failed inputs, never opened
     files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
@@ -120,7 +132,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
             return done
     run = _Run(files=files, cache=cache, options=opts, analyses=user, ranks=ranks, reuse_cache=reuse_cache,
                reuse_results=reuse_results, fmt=format, partition_events=partition_events,
-               reader_options={"max_input_size": limit}, refused=refused)
+               reader_options={"max_input_size": limit}, refused=refused,
+               store=resultstore.open_store(cache) if reuse_cache or reuse_results else None)
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
@@ -137,8 +150,8 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
     run.phase("reduce")
-    if reuse_results:
-        resultstore.prune(resultstore.store_dir(cache), run.keys_used)
+    if reuse_results and run.store is not None:
+        resultstore.prune(run.store, run.keys_used)
     manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
     note_summaries(manifest, summary_inputs, summary_parts)
     if not summaries and not manifest["n_failed"]:
@@ -234,6 +247,7 @@ class _Run:
     partition_events: int
     reader_options: dict[str, Any] = field(default_factory=dict)
     refused: list[FileRecord] = field(default_factory=list)
+    store: str | None = None
     records: list[FileRecord] = field(default_factory=list)
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
@@ -248,10 +262,6 @@ class _Run:
         now = time.perf_counter()
         self.phases[name] = round(now - self.t_last, 3)
         self.t_last = now
-
-    @property
-    def store(self) -> str:
-        return resultstore.store_dir(self.cache)
 
     def estimate(self, workers: int) -> tuple[float, int]:
         """Seconds of single-core work this run will take (roughly), and its ingest tasks.
@@ -272,8 +282,8 @@ class _Run:
         todo = list(ANALYSES) + self.analyses
         events = 0
         for p in plan_partitions(specs, self.partition_events, workers):
-            key = resultstore.key(p, self.options, todo) if self.reuse_results else None
-            if key is None or not os.path.exists(os.path.join(self.store, key, resultstore.ENTRY)):
+            key = resultstore.key(p, self.options, todo) if self.reuse_results and self.store else None
+            if key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
                 events += p.n_events
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
 
@@ -292,7 +302,7 @@ class _Run:
         self.records = sorted(by_path.values(), key=lambda r: r.path)
         self.specs = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
-        store = self.store if self.reuse_cache or self.reuse_results else None
+        store = self.store
         todo = list(ANALYSES) + self.analyses
         self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
         self.phase("ingest")

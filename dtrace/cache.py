@@ -2,18 +2,22 @@
 
 Layout: ``CACHE/<key>/`` per source file (``key`` from its absolute path) with
 ``events-p<index>-d<device>.parquet``, ``collectives-...``, ``memcpy-...`` (one per part)
-and ``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, and the
-fingerprint of every cached file). ``source.json`` is written last and atomically, so an entry
-is either complete or absent.
+and ``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, the
+fingerprint of every cached file, and a fingerprint of the record itself). ``source.json`` is
+written last and atomically, so an entry is either complete or absent.
 
 Reuse is decided by content, not trust: an entry is reused only if its input still has the
 recorded size, mtime and **fingerprint** (a 128-bit xxh3 hash of the whole file, computed at
-GB/s), and every cached file reads back whole (its own fingerprint matches). Anything else —
-a changed input, a damaged or hand-edited entry, a truncated Parquet file — is parsed again,
-with a note in the manifest, never an error. Cached files are data (Parquet, JSON), never code;
-every name read from ``source.json`` must be a plain file name of the entry's own folder, and
-nothing inside the cache is followed through a symbolic link: a link where an entry or a file
-should be is removed (the link, never its target) and the entry is written anew.
+GB/s), its record matches its own fingerprint, and every cached file reads back whole (its
+fingerprint matches) as a Parquet file of the right table (columns, types and rows, from its
+footer). Anything else — a changed input, a damaged or hand-edited entry, a truncated Parquet
+file — is parsed again, with a note in the manifest, never an error. Cached files are data
+(Parquet, JSON), never code: nothing is unpickled. Every name read from ``source.json`` must be
+a plain file name of the entry's own folder, and nothing inside the cache is followed through a
+symbolic link: a link where an entry or a file should be is removed (the link, never its
+target) and the entry is written anew. An entry whose file still fails to decode when its
+events are loaded (a file forged to match its fingerprint) fails its input once, and is
+dropped so that the next run parses the input again.
 
 Ranks are a property of the whole input set (a file may be numbered by its sorted position),
 so the cache is keyed by source and the rank is attached when the partition is loaded.
@@ -26,9 +30,12 @@ import io
 import json
 import os
 import re
+import shutil
+import sqlite3
 import stat
 import tempfile
 import traceback
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,11 +43,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+try:
+    from isal.isal_zlib import IsalError
+except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
+    IsalError = None
+
 from .errors import DtraceError, InputError, NoGPUActivity
+from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
 _PART_FILE = re.compile(r"^(events|collectives|memcpy)-p\d{1,6}-d-?\d{1,9}\.parquet$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -95,22 +109,30 @@ def entry_dir(cache_dir: str, path: str) -> str:
 
 
 def check_cache_dir(cache_dir: str) -> None:
-    """Create the cache folder if needed; refuse a non-folder or a symbolic link."""
+    """Create the cache folder if needed and check that it can be written (a probe file);
+    refuse a non-folder or a symbolic link, in one line naming the folder (:class:`CacheError`)."""
     try:
         st = os.lstat(cache_dir)
     except FileNotFoundError:
         try:
             os.makedirs(cache_dir, exist_ok=True)
+            st = os.lstat(cache_dir)
         except OSError as exc:
             raise CacheError(f"{cache_dir}: cannot create the cache folder: {exc.strerror or exc}") from None
-        return
     except OSError as exc:
         raise CacheError(f"{cache_dir}: cannot use the cache folder: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         raise CacheError(f"{cache_dir}: the cache folder is a symbolic link; dtrace does not follow links in its "
-                         "cache (pass --cache DIR to use another folder)")
+                         "cache (use another folder: --cache DIR, cache=DIR)")
     if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or pass --cache DIR")
+        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or use another folder (--cache DIR, "
+                         "cache=DIR)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise CacheError(f"{cache_dir}: cannot write to the cache folder: {exc.strerror or exc}") from None
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -149,8 +171,10 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
         return None, f"cache entry {d} is unreadable ({exc.strerror or exc}); parsing again"
     try:
         rec, sums = _parse_source(raw, d)
-    except (ValueError, TypeError, KeyError) as exc:
-        return None, f"cache entry {d} is damaged ({exc}); parsing again"
+    except _OtherVersion:
+        return None, None  # written by another dtrace: an ordinary re-parse
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        return None, f"cache entry {d} is damaged ({_one_line(exc)}); parsing again"
     if rec.path != apath:
         return None, f"cache entry {d} belongs to another input; parsing again"
     try:
@@ -164,23 +188,74 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
         return rec, None
     if file_fingerprint(apath) != rec.fingerprint:
         return None, f"{apath}: content changed although size and mtime did not; parsing again"
-    for name, want in sums.items():
-        try:
-            ok = fingerprint_bytes(read_file(os.path.join(d, name))) == want
-        except OSError:
-            ok = False
-        if not ok:
-            return None, f"cache entry {d}: {name} is damaged or missing; parsing again"
+    for part in rec.parts:
+        for kind in _TABLES:
+            name = os.path.basename(getattr(part, kind))
+            try:
+                data = read_file(os.path.join(d, name))
+            except OSError:
+                return None, f"cache entry {d}: {name} is missing or unreadable; parsing again"
+            if fingerprint_bytes(data) != sums[name]:
+                return None, f"cache entry {d}: {name} is damaged; parsing again"
+            try:
+                _check_parquet(data, kind, part.n_events if kind == "events" else None)
+            except (ValueError, pa.ArrowException) as exc:
+                return None, f"cache entry {d}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again"
     rec.cached = True
     return rec, None
+
+
+_TABLES = ("events", "collectives", "memcpy")
+_SCHEMAS = {"events": EVENT_SCHEMA, "collectives": COLLECTIVE_SCHEMA, "memcpy": MEMCPY_SCHEMA}
+
+
+def _check_parquet(data: bytes, kind: str, rows: int | None) -> None:
+    """Check that ``data`` is a Parquet file of a ``kind`` table (its footer only: the columns
+    and their types, and ``rows`` rows if given); raise ValueError or ArrowException if not.
+
+    Its fingerprint matched, so only a hand-made file can fail this: a file of another format
+    (a pickle renamed ``.parquet`` is never unpickled, Arrow only parses Parquet), another table,
+    or another part's events.
+    """
+    f = pq.ParquetFile(pa.BufferReader(data))
+    schema = f.schema_arrow
+    for want in _SCHEMAS[kind]:
+        i = schema.get_field_index(want.name)
+        if i < 0 or schema.field(i).type != want.type:
+            raise ValueError(f"column {want.name!r} missing or not {want.type}")
+    if rows is not None and f.metadata.num_rows != rows:
+        raise ValueError(f"{f.metadata.num_rows} rows, not {rows}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+class _OtherVersion(Exception):
+    """The entry was written by another version of the cache."""
+
+
+def _record_fingerprint(record: Any) -> str:
+    """The fingerprint of a ``source.json`` record (as JSON, keys sorted): any change to a record,
+    a flipped digit included, is seen."""
+    return fingerprint_bytes(json.dumps(record, sort_keys=True).encode())
 
 
 def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
     """A strictly validated record from ``source.json`` (raises ValueError/TypeError/KeyError)."""
     doc = json.loads(raw)
-    if not isinstance(doc, dict) or doc.get("cache_version") != CACHE_VERSION:
-        raise ValueError("unknown cache version")
+    if not isinstance(doc, dict):
+        raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+    version = doc["cache_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TypeError("field 'cache_version' is not an int")
+    if version != CACHE_VERSION:
+        raise _OtherVersion()
     r = doc["record"]
+    if not isinstance(r, dict):
+        raise TypeError("field 'record' is not an object")
+    if doc["record_fingerprint"] != _record_fingerprint(r):
+        raise ValueError("the record does not match its fingerprint")
     want = {"path": str, "format": str, "size": int, "mtime_ns": int, "fingerprint": str, "parts": list,
             "rank_per_device": bool, "meta": dict}
     for k, t in want.items():
@@ -191,7 +266,9 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
     sums: dict[str, str] = {}
     parts = []
     for p in r["parts"]:
-        names = {k: p[k] for k in ("events", "collectives", "memcpy")}
+        if not isinstance(p, dict):
+            raise TypeError("a part is not an object")
+        names = {k: p[k] for k in _TABLES}
         for k, name in names.items():
             if not isinstance(name, str) or not _PART_FILE.match(name) or not name.startswith(k):
                 raise ValueError(f"invalid part file name {name!r}")
@@ -225,11 +302,22 @@ def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
             if want is not None and fingerprint_bytes(data) != want:
                 raise OSError(errno.EIO, "content does not match its fingerprint")
             out.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
-        except (OSError, pa.ArrowInvalid) as exc:
+        except (OSError, pa.ArrowException) as exc:
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            _drop_entry(os.path.dirname(path))
             raise InputError(spec.path, f"its cached {name} is damaged ({msg}); run again (it will be parsed "
                                         f"again) or pass --no-cache") from None
     return out[0], out[1], out[2]
+
+
+def _drop_entry(d: str) -> None:
+    """Make the next run parse the input of entry ``d`` again (its ``source.json`` is removed;
+    a link is never followed)."""
+    try:
+        if stat.S_ISDIR(os.lstat(d).st_mode):
+            os.unlink(os.path.join(d, SOURCE))
+    except OSError:
+        pass
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -239,6 +327,7 @@ def _atomic_write_bytes(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        _remove_folder(path)
         os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
     except BaseException:
         if os.path.exists(tmp):
@@ -263,14 +352,30 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
+def _remove_folder(path: str) -> None:
+    """Remove a folder where a file of the cache belongs (its content too; links in it are not followed)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+
+
 def _fresh_entry(d: str) -> None:
-    """Make ``d`` a real folder (a symbolic link there is removed, never followed)."""
+    """Make ``d`` a real folder (a symbolic link there is removed, never followed) without a
+    ``source.json``: until the new one is written, the entry is absent."""
     try:
         if stat.S_ISLNK(os.lstat(d).st_mode):
             os.unlink(d)
     except FileNotFoundError:
         pass
     os.makedirs(d, exist_ok=True)
+    src = os.path.join(d, SOURCE)
+    _remove_folder(src)
+    try:
+        os.unlink(src)
+    except FileNotFoundError:
+        pass
 
 
 def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options: dict[str, Any] | None = None,
@@ -290,6 +395,9 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
                 rec.notes.append(note)
         reader = get_reader(fmt) if fmt else detect(apath)
         tf = reader.read(apath, **(reader_options or {}))
+        for part in tf.parts:  # ids the event tables and partitions hold as int32
+            if not _I32_MIN <= part.device <= _I32_MAX:
+                raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
         d = entry_dir(cache_dir, apath)
         _fresh_entry(d)
         rec.format = tf.format
@@ -307,8 +415,9 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
                 pr.checksums[names[k]] = fingerprint_bytes(data)
                 _atomic_write_bytes(os.path.join(d, names[k]), data)
             rec.parts.append(pr)
-        payload = {"cache_version": CACHE_VERSION, "record": rec.to_json()}
-        _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1, default=str).encode())
+        record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
+        payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
+        _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
     except InputError as exc:
         rec.error, rec.error_type = str(exc), type(exc).__name__
     except DtraceError as exc:
@@ -318,6 +427,8 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     except OSError as exc:
         where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
         rec.error, rec.error_type = f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
+    except UNDECODABLE as exc:  # the input's own bytes, whichever reader met them: not a bug of ours
+        rec.error, rec.error_type = f"{apath}: {_undecodable(exc)}", InputError.__name__
     except Exception as exc:  # a bug or an unforeseen format quirk: fail this input only
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         rec.error = (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
@@ -326,6 +437,23 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec
+
+
+UNDECODABLE: tuple[type[BaseException], ...] = (UnicodeDecodeError, sqlite3.DatabaseError, zlib.error, EOFError,
+                                                 *([IsalError] if IsalError is not None else []))
+"""Exceptions that by their type say an input's bytes cannot be decoded (text that is not UTF-8,
+a damaged SQLite database, a damaged compressed stream). A reader should say so itself; one that
+does not still fails its input with this one-line description, never an "internal error"."""
+
+
+def _undecodable(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start:exc.start + 1]
+        byte = f"byte 0x{bytes(bad).hex()}" if isinstance(bad, (bytes, bytearray, memoryview)) and bad else "a byte"
+        return f"not valid UTF-8 text ({byte}: {exc.reason}); is it a trace file?"
+    if isinstance(exc, sqlite3.DatabaseError):
+        return f"the SQLite database cannot be read: {_one_line(exc)}"
+    return f"damaged compressed data ({type(exc).__name__}: {_one_line(exc) or 'ends early'})"
 
 
 def verify(rec: FileRecord) -> bool:

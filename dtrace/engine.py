@@ -21,7 +21,8 @@ Dask is imported only when a cluster is used: an in-process run never imports it
 A task that fails — a bug, or a worker process killed on every attempt (out of memory, a crash
 in a native library) — never loses the run: its item is split (a batch of files into single
 files, a partition into halves) and the pieces run again; a piece that still fails is reported
-as a :class:`TaskFailure` for its inputs alone. Progress: a bar on a terminal, a log line every
+as a :class:`TaskFailure` for its inputs alone. A worker's death fails every task it held, the
+innocent ones too, so a piece that failed that way is first run once more alone on the cluster. Progress: a bar on a terminal, a log line every
 :data:`LOG_EVERY_S` seconds otherwise.
 """
 from __future__ import annotations
@@ -227,6 +228,7 @@ class Engine:
             futures[f] = ((i,), item)
         done = as_completed(list(futures))
         top = set(range(len(items)))
+        suspects: list[tuple[tuple[int, ...], Any]] = []
         for f in done:
             path, item = futures.pop(f)
             if f.status == "finished":
@@ -239,20 +241,37 @@ class Engine:
                         g = self.client.submit(func, piece, *args, pure=False, retries=self.spec.retries)
                         futures[g] = (path + (j,), piece)
                         done.add(g)
+                elif _killed(exc):
+                    suspects.append((path, item))
                 else:
                     results[path] = TaskFailure(item, _reason(exc))
             f.release()
             if path[0] in top and not any(p[0] == path[0] for p, _ in futures.values()):
                 top.discard(path[0])
                 progress.advance()
+        # A dead worker takes every task it held with it, so a task can be blamed for a death it
+        # did not cause. Each one is run again alone on the cluster: what dies then, failed.
+        for path, item in suspects:
+            f = self.client.submit(func, item, *args, pure=False, retries=self.spec.retries)
+            try:
+                results[path] = f.result()
+            except Exception as exc:  # noqa: BLE001 - reported for this item alone
+                results[path] = TaskFailure(item, _reason(exc))
+            finally:
+                f.release()
         return [results[k] for k in sorted(results)]
+
+
+def _killed(exc: BaseException | None) -> bool:
+    """Whether a task failed because the worker process running it died (Dask's ``KilledWorker``)."""
+    return type(exc).__name__ == "KilledWorker"
 
 
 def _reason(exc: BaseException | None) -> str:
     if exc is None:
         return "the task failed"
     name = type(exc).__name__
-    if name == "KilledWorker":
+    if _killed(exc):
         return ("the worker process died each time it ran this input (killed for using too much memory, or a "
                 "crash in a native library)")
     tb = traceback.extract_tb(exc.__traceback__)

@@ -23,7 +23,7 @@ from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses
 from .batch import PART_COLUMNS, Batch, prepare
 from .cache import FileRecord, ingest, read_part_tables
-from .errors import DtraceError
+from .errors import DtraceError, InputError
 from .intervals import AxisOverflow
 from .layout import PartitionSpec
 from .options import Options
@@ -117,7 +117,7 @@ def analyze_partition(partition: PartitionSpec, options: Options, analyses: Sequ
     res = PartitionResult(partition.index)
     key = resultstore.key(partition, options, todo) if store else None
     if reuse and key is not None:
-        tables, note = resultstore.load(store, key, todo)
+        tables, note = resultstore.load(store, key, todo, [(p.rank, p.device) for p in partition.parts])
         if tables is not None:
             res.tables, res.reused = tables, True
             return res
@@ -149,6 +149,8 @@ def _run(specs: list[PartSpec], options: Options, analyses: list[Analysis]) -> t
 
 
 def _describe(spec: PartSpec, exc: BaseException) -> str:
+    if isinstance(exc, InputError) and exc.path == spec.path:
+        return str(exc)
     if isinstance(exc, DtraceError):
         return f"{spec.path}: {exc}"
     if isinstance(exc, AxisOverflow):

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from .errors import ResultsError
+from .errors import OutputError, ResultsError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -144,6 +144,33 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
         raise ResultsError(f"{path}: table is from another run ({got}) than the manifest ({run_id}); "
                            "the results directory is inconsistent, re-run dtrace analyze")
     return t.to_pandas()
+
+
+def check_results_dir(out: str) -> None:
+    """Make sure results can be written to ``out`` before any work: create it if needed and
+    write (and remove) a probe file in it.
+
+    Raises
+    ------
+    OutputError
+        One line naming the path: ``out`` is a file, ``out/manifest.json`` is a folder, or
+        ``out`` cannot be created or written (read-only, no permission, disk full).
+    """
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise OutputError(f"{out}: exists and is not a folder; cannot write results there")
+    manifest = os.path.join(out, MANIFEST)
+    if os.path.isdir(manifest) and not os.path.islink(manifest):
+        raise OutputError(f"{manifest} is a folder, not a results manifest; remove it or write the results elsewhere")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create the results folder: {exc.strerror or exc}") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=out)  # a leftover is cleaned as staging
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write results there: {exc.strerror or exc}") from None
 
 
 def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:

@@ -6,9 +6,10 @@ everything the tables depend on: the dtrace version, the analyses (names, declar
 and for users' own analyses their code), the settings (a class-map file by its content) and,
 per part, its rank, device, format, time origin and the fingerprint of its input.
 
-Stored results are data, never code (no pickle): on load every file must match its fingerprint
-and every table must have its declared columns with their dtypes; anything else is recomputed,
-with a note, never an error. File names are made here from table names, never read from disk,
+Stored results are data, never code (no pickle): on load every file must match its fingerprint,
+every table must have its declared columns with their dtypes and only rows of the partition's
+own (rank, device) parts, and the breakdown one row for each of them; anything else is
+recomputed, with a note, never an error, and the damaged entry is replaced. File names are made here from table names, never read from disk,
 and links are not followed.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -35,10 +37,30 @@ from .options import Options
 STORE_VERSION = 1
 ENTRY = "entry.json"
 MAX_ENTRIES = 256
+PER_PART_TABLE = "breakdown"
+"""The table with exactly one row per (rank, device) part of a partition."""
 
 
 def store_dir(cache_dir: str) -> str:
     return os.path.join(cache_dir, "results")
+
+
+def open_store(cache_dir: str) -> str | None:
+    """The result store of ``cache_dir`` as a real folder (created if needed), or None when it
+    cannot be (then nothing is stored). A link or a file where the store belongs is removed
+    (the link, never its target): results are never read from, written to or pruned in a
+    folder elsewhere."""
+    d = store_dir(cache_dir)
+    try:
+        try:
+            if not stat.S_ISDIR(os.lstat(d).st_mode):
+                os.unlink(d)
+        except FileNotFoundError:
+            pass
+        os.makedirs(d, exist_ok=True)
+        return d if stat.S_ISDIR(os.lstat(d).st_mode) else None
+    except OSError:
+        return None
 
 
 def _code_identity(func: Any) -> str:
@@ -101,16 +123,23 @@ def run_key(inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequenc
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def load(store: str, key: str, analyses: Sequence[Analysis]) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
-    """The stored tables of ``key`` if the entry is intact, else ``(None, note)``."""
+def load(store: str, key: str, analyses: Sequence[Analysis], parts: Sequence[tuple[int, int]] | None = None
+         ) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
+    """The stored tables of ``key`` if the entry is intact, else ``(None, note)``.
+
+    ``parts``: the partition's (rank, device) pairs; then every table's rows must be theirs and
+    the :data:`PER_PART_TABLE` must hold one row for each (no part dropped or added).
+    """
     d = os.path.join(store, key)
     try:
         if not stat.S_ISDIR(os.lstat(d).st_mode):
+            _discard(store, d)
             return None, f"stored results {d} are not a folder; recomputing"
         entry = json.loads(read_file(os.path.join(d, ENTRY)))
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
+        _discard(store, d)
         return None, f"stored results {d} are damaged ({exc}); recomputing"
     try:
         tables = {}
@@ -125,11 +154,42 @@ def load(store: str, key: str, analyses: Sequence[Analysis]) -> tuple[dict[str, 
                 raise ValueError(f"{a.table}.arrow has {t.num_rows} rows, not {info['rows']}")
             df = t.to_pandas()
             _check_dtypes(df, a)
+            if parts is not None:
+                _check_parts(df, a.table, parts)
             tables[a.table] = conform(df, a.columns, a.table)
-    except (OSError, ValueError, TypeError, KeyError, pa.ArrowInvalid) as exc:
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+        _discard(store, d)
         return None, f"stored results {d} are damaged ({exc}); recomputing"
     _touch(os.path.join(d, ENTRY))
     return tables, None
+
+
+def _discard(store: str, d: str) -> None:
+    """Remove a damaged entry so that the recomputed results can be stored in its place: it is
+    first renamed away (atomic; a link is renamed, never followed), then deleted."""
+    try:
+        gone = tempfile.mkdtemp(prefix=".tmp-", dir=store)
+    except OSError:
+        return
+    moved = os.path.join(gone, "entry")
+    try:
+        os.replace(d, moved)
+        if not stat.S_ISDIR(os.lstat(moved).st_mode):
+            os.unlink(moved)
+    except OSError:
+        pass
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _check_parts(df: pd.DataFrame, table: str, parts: Sequence[tuple[int, int]]) -> None:
+    want = np.array(sorted(set(parts)), dtype=np.int64).reshape(-1, 2)
+    got = np.stack([df["rank"].to_numpy(np.int64), df["device"].to_numpy(np.int64)], axis=1)
+    codes = want[:, 0] << 32 | (want[:, 1] & 0xFFFFFFFF)
+    found = got[:, 0] << 32 | (got[:, 1] & 0xFFFFFFFF)
+    if not np.isin(found, codes).all():
+        raise ValueError(f"{table} has rows of (rank, device) pairs that are not this partition's")
+    if table == PER_PART_TABLE and (len(found) != len(codes) or not np.isin(codes, found).all()):
+        raise ValueError(f"{table} does not have one row per (rank, device) of this partition")
 
 
 def _check_dtypes(df: pd.DataFrame, a: Analysis) -> None:

@@ -104,3 +104,15 @@ def test_output_flag_is_the_same_everywhere(tmp_path, capsys, flag):
         run(capsys, ["gaps", str(out), flag, str(tmp_path / "g.csv")])
         run(capsys, ["diff", str(out), str(out), flag, str(tmp_path / "d.csv")])
         assert all((tmp_path / f).exists() for f in ("r.html", "k.csv", "g.csv", "d.csv"))
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_analyze_prose_on_stderr_is_one_line_each(tmp_path, capsys, fmt):
+    """Also when the results are up to date: the header and ``results: OUT`` are two lines."""
+    out = str(tmp_path / "out")
+    for up_to_date in (False, True):
+        got = run(capsys, ["analyze", TRACE, "-o", out, "--sync", "--fmt", fmt])
+        parse(fmt, got.out)
+        lines = got.err.splitlines()
+        assert len(lines) == 2 and lines[1] == f"results: {out}", got.err
+        assert ("up to date" in lines[0]) == up_to_date and "\\n" not in got.err

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                          f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
                          f"see dtrace show OUT steps); results written to {args.out}")
     if is_machine(args.fmt):  # one document on stdout; the prose on stderr
-        print(printable(header(res)), end="", file=sys.stderr)
+        print(printable(header(res), keep_newlines=True), end="", file=sys.stderr)
         for e in res.errors:
             print(f"error: {printable(e)}", file=sys.stderr)
         if args.fmt == "json":

@@ -231,7 +231,10 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     probe = pd.MultiIndex.from_arrays([nodes["rank"].to_numpy(np.int64), nodes["device"].to_numpy(np.int64),
                                        nodes["comm_stream"].to_numpy(np.int64),
                                        nodes["comm_start_ns"].to_numpy(np.int64)])
-    hit = np.where(has_comm, row_key.get_indexer(probe) if len(row_key) else -1, -1)
+    # a trace may hold the same collective kernel twice (same stream and start): the first row is its
+    first = np.flatnonzero(~row_key.duplicated())
+    found = row_key[first].get_indexer(probe) if len(first) else np.full(len(probe), -1, np.int64)
+    hit = np.where(has_comm & (found >= 0), first[np.maximum(found, 0)] if len(first) else -1, -1)
     is_gate = (kind == "gate") & (hit >= 0)
     gate_row = np.where(is_gate, hit, -1).astype(np.int64)
     delay = np.where(is_gate, t - take(e, hit, 0.0), 0.0)

@@ -1,0 +1,55 @@
+"""A Dask worker preload that kills the worker process at a marked input, as the OOM killer or
+a crash in a native library would (``SIGKILL``: no exception, no clean-up).
+
+Start workers with the Dask setting ``distributed.worker.preload`` = [:data:`PRELOAD`] (a
+``LocalCluster`` started in the test process takes it from ``dask.config.set``). A worker then
+dies when it
+
+- reads an input ``X`` while ``X.crash-read`` exists (:func:`crash_reading`), or
+- loads the cached events of ``X`` for analysis while ``X.crash-analysis`` exists
+  (:func:`crash_analysing`).
+
+Other inputs are read and analysed normally; importing this module changes nothing in the
+importing process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from dtrace import partition
+from dtrace.readers import _io
+
+PRELOAD = os.path.abspath(__file__)
+_open_regular = _io.open_regular
+_read_part_tables = partition.read_part_tables
+
+
+def crash_reading(path: str | os.PathLike[str]) -> None:
+    open(os.fspath(path) + ".crash-read", "w").close()
+
+
+def crash_analysing(path: str | os.PathLike[str]) -> None:
+    open(os.fspath(path) + ".crash-analysis", "w").close()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _crashing_open(path: str | os.PathLike[str]):
+    if os.path.exists(os.fspath(path) + ".crash-read"):
+        _die()
+    return _open_regular(path)
+
+
+def _crashing_read_part_tables(spec):
+    if os.path.exists(spec.path + ".crash-analysis"):
+        _die()
+    return _read_part_tables(spec)
+
+
+def dask_setup(worker: object) -> None:
+    """Called by Dask when a worker loads this module as a preload (never in the test process)."""
+    _io.open_regular = _crashing_open
+    partition.read_part_tables = _crashing_read_part_tables
