@@ -190,7 +190,10 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env={**os.environ, **(env or {})})
+        # bytecode caching as in a user's installation (a sandbox may set PYTHONDONTWRITEBYTECODE,
+        # which recompiles every module in every run)
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env={**base, **(env or {})})
         proc = psutil.Process(p.pid)
         tree_peak = worker_peak = client_peak = 0
         status = ru = None

@@ -102,17 +102,21 @@ def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENT
 
 
 def content_size(path: str) -> int:
-    """Estimated bytes of content of an input (gzip inflated by :data:`GZIP_RATIO`)."""
+    """Estimated bytes of content of an input: its size, or for gzip the size its trailer states
+    (ISIZE, exact below 4 GiB), else :data:`GZIP_RATIO` times the compressed size."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):  # never open a FIFO or a device here: it could block
             return 0
         with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
+            if f.read(2) != b"\x1f\x8b":
+                return st.st_size
+            f.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(f.read(4), "little")
     except OSError:
         return 0
-    size = st.st_size
-    return size * GZIP_RATIO if gz else size
+    # ISIZE is the content size modulo 2**32: trust it unless the file is big enough to wrap it
+    return isize if st.st_size < (1 << 31) and isize >= st.st_size else st.st_size * GZIP_RATIO
 
 
 def ingest_batches(paths: Sequence[str], sizes: Sequence[int], workers: int,

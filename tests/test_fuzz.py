@@ -234,8 +234,7 @@ def mutate_json(rng, text: bytes, path: str) -> list[str]:
 # -- SQLite mutations ------------------------------------------------------------------------
 SQL_VALUES = ["NULL", "'abc'", "''", "1e300", "-1e300", "-5", "9223372036854775807", "-9223372036854775808",
               "X'00ff'", "1.5", "0"]
-# text and blobs as the session start are test_nsys_session_start_that_is_not_a_number below
-SESSION_START_VALUES = [v for v in SQL_VALUES if v not in ("'abc'", "''", "X'00ff'")]
+SESSION_START_VALUES = SQL_VALUES
 GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"]
 GPU_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "contextId"]
 
@@ -371,9 +370,6 @@ def test_mutated_traces_never_break_the_run(tmp_path):
     assert 0.1 * n_inputs < n_failed < 0.9 * n_inputs, (n_failed, n_inputs)
 
 
-@pytest.mark.xfail(strict=True, reason="dtrace/readers/nsys.py (_read_db) calls int() on the session start "
-                                       "unchecked: a ValueError, reported as an internal error (found by the fuzz "
-                                       "test; when fixed, drop this mark and the exclusion in SESSION_START_VALUES)")
 @pytest.mark.parametrize("value", ["'abc'", "''", "X'00ff'"])
 def test_nsys_session_start_that_is_not_a_number(tmp_path, value):
     path = str(tmp_path / "report.sqlite")

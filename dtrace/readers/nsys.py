@@ -245,6 +245,24 @@ def _read_sqlite(path: str, *, source: str) -> TraceFile:
         db.close()
 
 
+def _session_start(value: Any, source: str) -> int:
+    """The session start in ns since the epoch (0 if the report has none); a value that is not
+    an integer number fails the input."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(source, f"the session start (TARGET_INFO_SESSION_START_TIME.utcEpochNs = {value!r:.40}) "
+                                 "is not an integer number of ns")
+    return value
+
+
 def _read_db(db: _Db, source: str) -> TraceFile:
     present = [t for t in GPU_TABLES if t in db.tables]
     if not present:
@@ -252,7 +270,7 @@ def _read_db(db: _Db, source: str) -> TraceFile:
                                  "CUDA trace (profile with 'nsys profile --trace=cuda')")
     origin = db.scalar("select utcEpochNs from TARGET_INFO_SESSION_START_TIME") \
         if "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME") else None
-    origin = int(origin) if origin is not None else 0
+    origin = _session_start(origin, source)
     if not TIME_MIN_NS <= origin < TIME_MAX_NS:
         raise ImplausibleTimes(source, f"the session start (utcEpochNs {origin}) is outside 1970-2200")
 
