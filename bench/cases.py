@@ -173,7 +173,7 @@ def case_profile(a: dict) -> dict:
     cache._atomic_parquet = timed("cache: write Parquet", cache._atomic_parquet)
     cache.ingest = timed("ingest: total", cache.ingest)
     partition.ingest = cache.ingest
-    partition.load_events = timed("analyse: load Parquet → pandas", partition.load_events)
+    partition.load_tables = timed("analyse: load Parquet → pandas", partition.load_tables)
     partition.prepare = timed("analyse: prepare", partition.prepare)
     an.conform = timed("analyse: conform outputs", an.conform)
     an.ANALYSES[:] = [dataclasses.replace(x, func=timed(f"analysis: {x.table}", x.func)) for x in an.ANALYSES]

@@ -15,8 +15,8 @@ from typing import Any
 from ._version import __version__
 
 _EXPORTS = {
-    "analyze": "api", "load": "results", "Results": "results", "events": "event_frame", "tree": "calltree",
-    "Tree": "calltree", "timeline": "timeline_export", "Analysis": "analyses", "Batch": "batch",
+    "analyze": "api", "load": "results", "Results": "results", "events": "event_frame", "tree": "part_loader",
+    "Tree": "calltree", "timeline": "timeline_export", "whatif": "api", "Analysis": "analyses", "Batch": "batch",
     "Options": "options", "DtraceError": "errors", "InputError": "errors", "ResultsError": "errors",
     "UsageError": "errors",
 }

@@ -14,15 +14,17 @@ from . import resultstore
 from ._version import __version__
 from .analyses import ANALYSES, Analysis
 from .cache import FileRecord, check_cache_dir, lookup
+from .classify import load_classmap
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
 from .errors import DtraceError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
-from .nsysstats.summary import add_summaries, note_summaries, split_summaries
+from .summaries import add_summaries, note_summaries, split_summaries
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
 from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_ranks, parse_size, refuse_irregular, \
     resolve_ranks
 from .reduce import run_reducers
+from .reduce.stragglers import check_method
 from .results import Results, check_results_dir, write_results
 
 PARSE_BYTES_PER_S = 70e6
@@ -32,6 +34,25 @@ PARSE_FILE_S = 0.004
 """Rough fixed cost of one input (open, decode set-up, cache entry, its part's analyses)."""
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
+
+
+def make_options(**options: Any) -> Options:
+    """The :class:`Options` of keyword settings, checked before any work.
+
+    Besides what :class:`Options` checks itself, the straggler detector must be registered
+    (:data:`dtrace.reduce.stragglers.METHODS`) and a class map must load (a readable file in a
+    known format, the engine and model it names).
+
+    Raises
+    ------
+    UsageError
+        An unknown setting or an invalid value, in one line that lists the valid choices.
+    """
+    opts = Options.from_kwargs(**options)
+    check_method(opts.straggler_method)
+    if opts.classmap is not None:
+        load_classmap(opts.classmap, opts.classmap_engine, opts.classmap_model)
+    return opts
 
 
 def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: str | None = None,
@@ -106,7 +127,7 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     >>> r.breakdown[["rank", "computation_ns", "idle_ns"]]            # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    opts = Options.from_kwargs(**options)
+    opts = make_options(**options)
     user = _check_analyses(analyses)
     limit, ranks = parse_size(max_input_size), explicit_ranks(ranks)
     spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
@@ -161,6 +182,24 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
+
+
+def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
+    """What-if estimates of a results directory (or ``dtrace.load(OUT)``) with your scenarios.
+
+    ``speedup``: ``{class: x}``, each kernel class ``x`` times as fast on every rank (default:
+    the three compute classes with the most time, 1.2× each); ``step``: only this step. See
+    :func:`dtrace.reduce.whatif.whatif` and docs/semantics.md, "What-if".
+
+    Examples
+    --------
+    >>> dtrace.whatif("run42/results", speedup={"gemm": 1.5})        # doctest: +SKIP
+    """
+    from .reduce.whatif import whatif as estimate
+    from .results import load
+
+    res = results if isinstance(results, Results) else load(results)
+    return estimate(res, speedup=speedup, step=step)
 
 
 UP_TO_DATE_MAX_BYTES = 4 << 30
@@ -390,4 +429,4 @@ def combine(per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Ana
     return out
 
 
-__all__ = ["analyze", "combine"]
+__all__ = ["analyze", "combine", "make_options", "whatif"]

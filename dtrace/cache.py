@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
     IsalError = None
 
 from .errors import DtraceError, InputError, NoGPUActivity
+from .fileio import atomic_write_bytes
 from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
@@ -322,17 +323,10 @@ def _drop_entry(d: str) -> None:
 
 # -- writing ---------------------------------------------------------------------------------
 def _atomic_write_bytes(path: str, data: bytes) -> None:
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _remove_folder(path)
-        os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write a cache file (private, as the cache is) in place of whatever is at ``path``: a folder
+    there is removed, a link replaced (never followed)."""
+    _remove_folder(path)
+    atomic_write_bytes(path, data, mode=0o600)
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

@@ -173,7 +173,7 @@ def nsys_memop_name(name: str, kind: str) -> str:
         return name
     if kind == "memset":
         return "[CUDA memset]"
-    from .readers.kineto import copy_kind
+    from .constants import copy_kind
 
     direction = _NSYS_COPY.get(copy_kind(name))
     return f"[CUDA memcpy {direction}]" if direction else "[CUDA memcpy]"

@@ -36,8 +36,8 @@ import pandas as pd
 
 from .errors import UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, plan_partitions
-from .plan import PartSpec
-from .schema import GPU_KINDS, KINDS
+from .plan import PartSpec, part_spec
+from .constants import GPU_KINDS, KINDS
 
 EVENT_COLUMNS: dict[str, str] = {
     "device": "int32", "stream": "int64", "pid": "int64", "tid": "int64", "kind": "category", "name": "category",
@@ -108,8 +108,6 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
     """
     import dask.dataframe as dd
 
-    from .partition import load_events
-
     if columns is not None:
         unknown = sorted(set(columns) - set(EVENT_COLUMNS))
         if unknown:
@@ -130,6 +128,14 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
     divisions = [p.ranks[0] for p in partitions] + [partitions[-1].ranks[1]]
     return dd.from_map(load_events, partitions, columns=columns, meta=meta_frame(columns), divisions=divisions,
                        label="dtrace-events", enforce_metadata=False)
+
+
+def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The events of one partition as the public event frame (the task :func:`events` maps)."""
+    from .partition import load_tables, parts_frame
+
+    ev, _, _ = load_tables(partition.parts)
+    return event_frame(ev, parts_frame(partition.parts), columns)
 
 
 def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
@@ -169,15 +175,8 @@ def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = N
                              f"run dtrace analyze again")
         for p in rec.parts:
             if p.local_index in where:
-                specs.append(_spec(rec, p, int(where[p.local_index]["rank"])))
+                specs.append(part_spec(rec, p, int(where[p.local_index]["rank"])))
     return specs
-
-
-def _spec(rec: Any, p: Any, rank: int) -> PartSpec:
-    return PartSpec(rank=rank, device=int(p.device), path=rec.path, format=rec.format, events=p.events,
-                    collectives=p.collectives, memcpy=p.memcpy,
-                    base_ns=int((rec.meta or {}).get("base_time_ns") or 0), fingerprint=rec.fingerprint,
-                    n_events=p.n_events, local_index=p.local_index, checksums=tuple(sorted(p.checksums.items())))
 
 
 def _specs_of_inputs(inputs: Any, cache: str | None, *, scheduler: str | None = None, workers: int | None = None,

@@ -1,4 +1,9 @@
-"""Analysis settings: one frozen dataclass, keyword-only, mapped one to one onto CLI flags."""
+"""Analysis settings: one frozen dataclass, keyword-only, mapped one to one onto CLI flags.
+
+:class:`Options` checks what it can alone (ranges, choices); the settings that name things of
+other layers (a straggler detector, a class-map file) are checked at the API boundary, before
+any work, by :func:`dtrace.api.make_options`.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -83,13 +88,8 @@ class Options:
             raise UsageError("log-spaced histogram bins need hist_min > 0")
         if self.gpus_per_host < 0:
             raise UsageError("gpus_per_host must be >= 0 (0: one clock per rank)")
-        from .reduce.stragglers import check_method  # the registry of detection methods
-        check_method(self.straggler_method)
         if self.iters is not None and self.iters < 1:
             raise UsageError("iters must be >= 1")
-        if self.classmap is not None:  # fail before any work: unreadable file, unknown engine/model
-            from .classify import load_classmap
-            load_classmap(self.classmap, self.classmap_engine, self.classmap_model)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":

@@ -84,14 +84,6 @@ def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:
     return prepare(ev, coll, mem, parts_frame(specs), options)
 
 
-def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """The events of one partition as the public event frame (see :func:`dtrace.events`)."""
-    from .event_frame import event_frame
-
-    ev, _, _ = load_tables(partition.parts)
-    return event_frame(ev, parts_frame(partition.parts), columns)
-
-
 # -- analysis --------------------------------------------------------------------------------
 @dataclass
 class PartitionResult:

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .cache import FileRecord
+from .cache import FileRecord, PartRecord
 from .errors import NotRegularFile, RankError, UsageError
 from .readers._io import refusal
 
@@ -151,6 +151,15 @@ class PartSpec:
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
 
 
+def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
+    """The :class:`PartSpec` of one part of an ingested input, given its rank."""
+    return PartSpec(rank=rank, device=int(part.device), path=record.path, format=record.format, events=part.events,
+                    collectives=part.collectives, memcpy=part.memcpy,
+                    base_ns=int((record.meta or {}).get("base_time_ns") or 0), fingerprint=record.fingerprint,
+                    n_events=part.n_events, local_index=part.local_index,
+                    checksums=tuple(sorted(part.checksums.items())))
+
+
 def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
     """Explicit ``{path: rank}`` keyed by absolute path; a rank that is not an integer from 0 to
     2**31-1 is a :class:`UsageError` (checked before any work)."""
@@ -232,11 +241,7 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
             continue
         for p in r.parts:
             rank = b + p.local_index if r.rank_per_device else b
-            specs.append((r, PartSpec(rank=int(rank), device=int(p.device), path=r.path, format=r.format,
-                                      events=p.events, collectives=p.collectives, memcpy=p.memcpy,
-                                      base_ns=int((r.meta or {}).get("base_time_ns") or 0),
-                                      fingerprint=r.fingerprint, n_events=p.n_events,
-                                      local_index=p.local_index, checksums=tuple(sorted(p.checksums.items())))))
+            specs.append((r, part_spec(r, p, int(rank))))
     claims: dict[int, set[str]] = {}
     for r, s in specs:
         claims.setdefault(s.rank, set()).add(r.path)

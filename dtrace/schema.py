@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .constants import GPU_KINDS, KIND_CODES, KINDS
 from .errors import InputError
 
-KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation",
-         "gpu_annotation", "python", "other")
-GPU_KINDS = ("kernel", "memcpy", "memset")
+__all__ = ["KINDS", "GPU_KINDS", "KIND_CODES", "KIND_DICT", "EVENT_SCHEMA", "COLLECTIVE_SCHEMA", "MEMCPY_SCHEMA"]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
+KIND_DICT = pa.array(list(KINDS), pa.string())
+"""The dictionary of the event table's ``kind`` column (codes: :data:`~dtrace.constants.KIND_CODES`)."""
 
 EVENT_SCHEMA = pa.schema([
     ("rank", pa.int32()),

@@ -49,6 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import UsageError
+from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
 
@@ -620,10 +621,7 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
     for r in range(ranks):
         data = writer.rank_text(r, gzip)
         path = os.path.join(out, f"rank-{r}{suffix}")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
     n_compute = sum(1 for o in job.ops if o.kind == "kernel")
     truth = {
         "generator": "dtrace.synth",

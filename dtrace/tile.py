@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
+from .fileio import atomic_write
 from .errors import InputError, UsageError
 from .readers._io import GZIP_MAGIC, _gzip
 
@@ -267,9 +268,10 @@ def tile_trace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, time
         where["distributedInfo"] = msgspec.json.encode(info)
     rng = np.random.default_rng([seed, 0 if rank is None else int(rank) + 1])
 
-    tmp = dst + ".tmp"
     n_out = json_bytes = 0
-    try:
+
+    def fill(tmp: str) -> None:
+        nonlocal n_out, json_bytes
         with _open(tmp, gzip) as out:
             def write(b: bytes) -> None:
                 nonlocal json_bytes
@@ -286,10 +288,7 @@ def tile_trace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, time
                     first = False
                 n_out += len(source.events) - (int(source.meta_event.sum()) if i else 0)
             write(b"\n  ]" + b"".join(b",\n  %s: %s" % (msgspec.json.encode(k), v) for k, v in tail.items()) + b"\n}\n")
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_write(dst, fill)
     return {"path": dst, "events": n_out, "json_bytes": json_bytes, "file_bytes": os.path.getsize(dst),
             "times": times, "rank": rank, "period_us": source.period_us, "source_events": len(source.events)}

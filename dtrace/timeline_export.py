@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from . import __version__
+from ._version import __version__
 from .errors import UsageError
 from .options import Options
 from .batch import Batch, prepare_part

@@ -8,6 +8,7 @@ import pytest
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
+from dtrace.api import make_options
 from dtrace.classify import BuiltinClassifier, RegexMap, SubstringMap, load_classmap
 from dtrace.cli.main import main
 from dtrace.errors import UsageError
@@ -261,21 +262,21 @@ def test_regex_map_first_match_wins_and_leftover():
 def test_classmap_errors(tmp_path):
     vllm = shared(*MAPS["vllm"])
     with pytest.raises(UsageError, match="several models of engine 'vllm': llama, ds, gpt-oss"):
-        Options(classmap=vllm)
+        make_options(classmap=vllm)
     with pytest.raises(UsageError, match="no model 'mixtral'.*valid: llama, ds, gpt-oss"):
-        Options(classmap=vllm, classmap_model="mixtral")
+        make_options(classmap=vllm, classmap_model="mixtral")
     with pytest.raises(UsageError, match="no engine 'sglang'"):
-        Options(classmap=vllm, classmap_engine="sglang", classmap_model="llama")
+        make_options(classmap=vllm, classmap_engine="sglang", classmap_model="llama")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UsageError, match="invalid JSON"):
-        Options(classmap=str(bad))
+        make_options(classmap=str(bad))
     with pytest.raises(UsageError, match="invalid regex"):
-        Options(classmap={"e": {"m": {"(": "x"}}})
+        make_options(classmap={"e": {"m": {"(": "x"}}})
     with pytest.raises(UsageError, match="cannot read"):
-        Options(classmap=str(tmp_path / "missing.json"))
+        make_options(classmap=str(tmp_path / "missing.json"))
     with pytest.raises(UsageError, match="not a recognised format"):
-        Options(classmap={"gemm": 3})
+        make_options(classmap={"gemm": 3})
     assert main(["kernels", str(bad), "--classmap", str(bad)]) == 2
 
 

@@ -114,7 +114,7 @@ def test_disk_full_while_writing_the_report(tmp_path, results, capsys, monkeypat
             f.write(text[:10])
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(dtrace.cli.report, "_write_file", full)
+    monkeypatch.setattr(dtrace.cli.common, "_write_file", full)
     target = tmp_path / "report.html"
     assert main(["report", results, "-o", str(target)]) == 2
     one_line_error(capsys, str(target), "No space left on device")

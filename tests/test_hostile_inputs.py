@@ -24,7 +24,7 @@ from dtrace.readers._io import Content
 from dtrace.readers.kineto import read_kineto
 from dtrace.readers.nsys import read_nsys
 from dtrace.readers.nsys_csv import read_nsys_csv
-from dtrace.synth_formats import write_nsys_sqlite
+from synth_formats import write_nsys_sqlite
 
 from _fifo import release_fifo
 from conftest import ROOT

@@ -17,7 +17,7 @@ from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.jax import hlo_collective, read_jax
-from dtrace.synth_formats import write_jax_trace
+from synth_formats import write_jax_trace
 from conftest import shared
 
 CLASSIC = ("jax", "mi300x8_conv.trace.json.gz")

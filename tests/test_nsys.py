@@ -13,7 +13,7 @@ from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.nsys import read_nsys, split_gid
-from dtrace.synth_formats import ITER_TAG, global_id, write_nsys_sqlite
+from synth_formats import ITER_TAG, global_id, write_nsys_sqlite
 from conftest import shared
 
 RTX = ("nsys", "rtx4060ti_4streams.sqlite")
@@ -235,7 +235,7 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
 
     from dtrace.readers import readers
     from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
-    from dtrace.synth_formats import write_jax_trace
+    from synth_formats import write_jax_trace
 
     write_jax_trace(str(tmp_path / "s.trace.json.gz"), n_gpus=1, steps=1)
     (tmp_path / "s_cuda_gpu_trace.csv").write_text(

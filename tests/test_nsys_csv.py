@@ -12,7 +12,7 @@ import pytest
 import dtrace
 from dtrace.cli.main import main
 from dtrace.errors import InputError
-from dtrace.nsysstats.csvfiles import kernel_summary, memop_summary, nvtx_projection, read_report
+from dtrace.readers._stats_csv import kernel_summary, memop_summary, nvtx_projection, read_report
 from dtrace.readers import detect
 from dtrace.readers.nsys_csv import read_nsys_csv
 from conftest import shared
@@ -288,7 +288,7 @@ def test_config_errors_name_the_entry(tmp_path):
 
 
 def test_mixed_event_and_summary_inputs(tmp_path):
-    from dtrace.synth_formats import write_nsys_sqlite
+    from synth_formats import write_nsys_sqlite
 
     write_nsys_sqlite(str(tmp_path / "job_rank0.sqlite"), steps=1)
     write(tmp_path, "job_rank1_cuda_gpu_kern_sum.csv", KERN_NEW)

@@ -9,6 +9,7 @@ import pytest
 
 import dtrace
 from dtrace import synth
+from dtrace.api import make_options
 from dtrace.cli.main import main as cli
 from dtrace.errors import UsageError
 from dtrace.options import Options
@@ -160,7 +161,7 @@ def test_detection_method_is_swappable(jobs):
     assert (late["method"] == "late_start").all()
     assert late.iloc[0]["rank"] == 37
     with pytest.raises(UsageError, match="valid: robust, late_start"):
-        Options(straggler_method="nope")
+        make_options(straggler_method="nope")
 
 
 def test_op_outliers_line_in_evidence(jobs):

@@ -440,7 +440,7 @@ def test_empty_tree():
 
 def test_step_selection_keeps_the_step_ops():
     from dtrace.analyses.ops import ops
-    from dtrace.calltree import load_part
+    from dtrace.part_loader import load_part
 
     path = shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
     _, events = raw(path)

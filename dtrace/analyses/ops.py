@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..batch import Batch
-from ..calltree import Tree
+from ..calltree.model import Tree
 from ..groups import I64, max_by, min_by
 
 COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "launcher_kind": "object", "count": "int64", "host_ns": "int64",

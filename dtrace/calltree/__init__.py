@@ -5,14 +5,15 @@
 - :mod:`.model`: the :class:`Tree` and its queries (lookups, parents, children, subtrees,
   launcher op, GPU time per op, forward/backward links, the per-op table);
 - :mod:`.printer`: the seed's text views, down and up;
-- :mod:`.load`: one (rank, device) of a trace, traces or results as a tree (:func:`tree`).
+
+Opening one (rank, device) of a trace, of traces or of results as a tree (:func:`dtrace.tree`)
+is :mod:`dtrace.part_loader`, a layer above: the tree itself reads no file.
 
 The package is named ``calltree`` rather than ``tree`` because ``dtrace.tree`` is the API
 function; a subpackage of the same name would be shadowed by it.
 """
 from __future__ import annotations
 
-from .load import load_part, tree
 from .model import KINDS, Tree
 
-__all__ = ["Tree", "tree", "load_part", "KINDS"]
+__all__ = ["Tree", "KINDS"]

@@ -6,9 +6,10 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from ..errors import InputError, UsageError
+from ..errors import InputError, OutputError, UsageError
+from ..fileio import atomic_write
 from ..render.escape import printable
 from ..render.text import FORMATS
 
@@ -197,3 +198,55 @@ def select_rank(df: Any, rank: int, where: str) -> Any:
     if not len(sel):
         raise UsageError(f"no rank {rank} in {where}; ranks: {id_list(df['rank'].to_numpy())}")
     return sel
+
+
+# -- writing ---------------------------------------------------------------------------------
+def write_output(path: str, write: Callable[[str], None]) -> None:
+    """Write an output file atomically (:func:`dtrace.fileio.atomic_write`): ``write(tmp)`` fills a
+    temporary file beside ``path``, which is then renamed into place.
+
+    Raises
+    ------
+    UsageError
+        The folder does not exist, or ``path`` is a folder.
+    OutputError
+        The file cannot be written (disk full, read-only, permission); nothing is left behind.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {path}: directory {folder} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a directory")
+    try:
+        atomic_write(path, write, prefix=".dtrace-")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (UTF-8, newlines as given)."""
+    write_output(path, lambda tmp: _write_file(tmp, text))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    write_output(path, write)
+
+
+def write_parquet(df: Any, path: str) -> None:
+    """Write a DataFrame to ``path`` as Parquet (zstd) atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_output(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp,
+                                                  compression="zstd"))

@@ -5,7 +5,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DtraceError, ResultsError, UsageError
 from ..render.escape import printable
 

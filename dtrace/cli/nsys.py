@@ -50,8 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfig:
     from ..nsysstats.config import StatsConfig, StatsInput
-    from ..nsysstats.csvfiles import KERN_SUM, MEM_SUM, NVTX_PROJ, report_prefix
-    from ..nsysstats.summary import summary_report
+    from ..readers._stats_csv import KERN_SUM, MEM_SUM, NVTX_PROJ, report_prefix
+    from ..summaries import summary_report
     from ..plan import expand_inputs
 
     files = expand_inputs(paths)
@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:
-    from .. import __version__
+    from .._version import __version__
     from ..results import write_results
-    from .report import write_text
+    from .common import write_text
 
     merged = {name: pd.concat([t[name] for t in tables], ignore_index=True) for name in tables[0]}
     manifest = {"dtrace_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -367,7 +367,7 @@ def kernels_detail(view: pd.DataFrame) -> str:
 
 
 def _write(path: str, df: pd.DataFrame, text: str) -> None:
-    from .report import write_text
+    from .common import write_text
 
     low = path.lower()
     if low.endswith(".csv"):

@@ -8,14 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-from typing import Callable
 
 from ..diff import LEVELS, PER, diff, missing_levels
-from ..errors import OutputError, UsageError
+from ..errors import UsageError
 from ..render.escape import printable, to_csv
 from ..results import Results, load
-from .common import add_output_format, add_rows, is_machine, rows_to_show, say
+from .common import add_output_format, add_rows, is_machine, rows_to_show, say, write_parquet, write_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,45 +66,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also write every row to FILE.parquet or FILE.csv")
     add_output_format(d)
     d.set_defaults(func=run_diff)
-
-
-def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
-
-    Raises
-    ------
-    UsageError
-        The folder does not exist, or ``path`` is a folder.
-    OutputError
-        The file cannot be written (disk full, read-only, permission); nothing is left behind.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"cannot write {path}: directory {folder} does not exist")
-    if os.path.isdir(path):
-        raise UsageError(f"cannot write {path}: it is a directory")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".dtrace-", suffix=".tmp", dir=folder)
-        os.close(fd)
-        write(tmp)
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _write_file(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file in the same directory, then rename)."""
-    _atomic_write(path, lambda tmp: _write_file(tmp, text))
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -190,7 +149,7 @@ def run_diff(args: argparse.Namespace) -> int:
         if ext == ".csv":
             write_text(args.output, to_csv(table))
         else:
-            _write_parquet(table, args.output)
+            write_parquet(table, args.output)
     if is_machine(args.fmt):  # exactly one document on stdout
         sys.stdout.write(render(table, args.fmt))
     else:
@@ -209,18 +168,3 @@ def run_diff(args: argparse.Namespace) -> int:
     if args.output:
         print(f"diff: {printable(args.output)}", file=sys.stderr)
     return 0
-
-
-def _write_parquet(df, path: str) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp,
-                                                   compression="zstd"))
-
-
-def _default_mode(path: str) -> None:
-    """Give a temporary file the mode a plain ``open`` would (mkstemp makes it private)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

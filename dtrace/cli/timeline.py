@@ -14,8 +14,7 @@ from ..errors import UsageError
 from ..reduce.whatif import DEFAULT_SPEEDUP, summary, whatif
 from ..render.text import render
 from ..results import load
-from .common import add_output_format
-from .report import _atomic_write
+from .common import add_output_format, write_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -110,11 +109,7 @@ def run_timeline(args: argparse.Namespace) -> int:
     trace = timeline(res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host)
     data = encode(trace, args.output)
 
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(data)
-
-    _atomic_write(args.output, write)
+    write_bytes(args.output, data)
     od = trace["otherData"]
     where = f"step {od['step']}" if od["step"] is not None else "window"
     tracks = ", ".join(f"rank {t['rank']}" + (f" ({t['role']})" if t["role"] else "") for t in od["tracks"])

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from ..calltree import Tree, load_part
-from ..calltree.load import is_results_dir
+from ..calltree import Tree
+from ..part_loader import is_results_dir, load_part
 from ..errors import UsageError
 from ..options import Options
 from ..render.charts import fmt_time

@@ -14,44 +14,12 @@ says (``rank_hint``) and the planner decides.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-import pyarrow as pa
-
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ._io import SQLITE_MAGIC, read_head
+from .base import Part, Reader, TraceFile
 
-
-@dataclass
-class Part:
-    """The events of one device of one trace file (host events included)."""
-
-    device: int
-    events: pa.Table
-    collectives: pa.Table
-    memcpy: pa.Table
-    local_index: int = 0  # position of this device among the file's devices
-
-
-@dataclass
-class TraceFile:
-    """What a reader returns for one input file."""
-
-    path: str
-    format: str
-    parts: list[Part]
-    rank_hint: int | None = None        # rank the file states (e.g. Kineto distributedInfo)
-    rank_per_device: bool = False       # several GPUs in one file, each its own rank (JAX)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class Reader(Protocol):
-    name: str
-
-    def guess_can_open(self, path: str, head: bytes) -> bool: ...
-
-    def read(self, path: str, **options: Any) -> TraceFile: ...
+__all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "readers"]
 
 
 def _registry() -> dict[str, Reader]:
@@ -92,6 +60,5 @@ def detect(path: str | os.PathLike[str]) -> Reader:
 def get_reader(name: str) -> Reader:
     regs = readers()
     if name not in regs:
-        from ..errors import UsageError
         raise UsageError(f"unknown format {name!r}; valid formats: {', '.join(regs)}")
     return regs[name]

@@ -37,19 +37,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..constants import KIND_CODES, kernel_collective, copy_kind
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, dropped_summary, implausible_times, us_to_ns, validate_events
-from . import Part, TraceFile
+from ..schema import COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, dropped_summary, implausible_times, us_to_ns, validate_events
+from .base import Part, TraceFile
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._ids import StableIds
-from .kineto import copy_kind, normalize_collective
 
 NAME = "jax"
 
 GROUP = "xla"  # JAX traces do not name replica groups: one group, instances matched by order
-KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
-KIND_CODES = {k: i for i, k in enumerate(KINDS)}
-KIND_DICT = pa.array(list(KINDS), pa.string())
 
 _DEVICE_RE = re.compile(r"/device:(?:GPU|gpu):(\d+)\s*$")
 _STREAM_RE = re.compile(r"^Stream #(\d+)")
@@ -69,7 +66,6 @@ _HLO_COLLECTIVE = [
     (re.compile(r"^send"), "send"),
     (re.compile(r"^recv"), "recv"),
 ]
-_KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
 _SIZE_RE = re.compile(r"size:(\d+)")
 _MEMKIND_RE = re.compile(r"kind:(\w+)")
 
@@ -445,10 +441,7 @@ def hlo_collective(hlo_op: str | None, kernel: str) -> str:
         for rx, coll in _HLO_COLLECTIVE:
             if rx.match(hlo_op):
                 return coll
-    m = _KERNEL_COLLECTIVE.search(kernel)
-    if m and m.group(1).lower() not in ("generic",):
-        return normalize_collective(m.group(1))
-    return "unknown"
+    return kernel_collective(kernel)
 
 
 def _side_rows(gpu_rows: np.ndarray, kinds: np.ndarray, name_dict: list[str], codes: np.ndarray,

@@ -10,23 +10,22 @@ per device; host events are shared by every part.
 from __future__ import annotations
 
 import operator
-import re
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
+from ..constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (COLLECTIVE_SCHEMA, DTYPE_BYTES, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary,
+from ..schema import (COLLECTIVE_SCHEMA, DTYPE_BYTES, KIND_DICT, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary,
                       implausible_times, us_to_ns, validate_events)
-from . import Part, TraceFile
+from .base import Part, TraceFile
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
 
 NAME = "kineto"
-MEMSET = "memset"  # the memcpy side table's copy_kind of memsets
 
 # category (lower-cased) -> schema kind
 CATEGORY_KIND = {
@@ -40,10 +39,7 @@ CATEGORY_KIND = {
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "python",
 }
-GPU_KIND_SET = frozenset({"kernel", "memcpy", "memset", "gpu_annotation"})
-KIND_CODES = {k: i for i, k in enumerate(("kernel", "memcpy", "memset", "cpu_op", "runtime",
-                                          "annotation", "gpu_annotation", "python", "other"))}
-KIND_DICT = pa.array(list(KIND_CODES), pa.string())
+GPU_KIND_SET = frozenset({*GPU_KINDS, "gpu_annotation"})
 
 
 class Args(msgspec.Struct, gc=False, frozen=True):
@@ -384,26 +380,6 @@ def _remap(side: pa.Table, rows: np.ndarray | None) -> pa.Table:
     return out.set_column(0, "row", pa.array(pos[keep].astype(np.int64)))
 
 
-_COLL_NORMAL = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-    "send": "send", "recv": "recv", "sendrecv": "send_recv", "alltoall": "all_to_all",
-    "all_to_all": "all_to_all", "alltoall_base": "all_to_all", "all_to_allv": "all_to_all",
-    "barrier": "barrier",
-}
-
-
-def normalize_collective(name: str) -> str:
-    """``allreduce``/``AllReduce``/``all_reduce`` → ``all_reduce``; unknown names lower-cased."""
-    key = name.strip().lower().replace(" ", "")
-    return _COLL_NORMAL.get(key, _COLL_NORMAL.get(key.replace("_", ""), key))
-
-
 def _raw(v: Any) -> Any:
     return v
 
@@ -467,24 +443,6 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
         out["dtype"].append(dtype)
         out["bytes"].append(nel * width if nel >= 0 and width else -1)
     return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
-
-
-_COPY_KIND = [
-    (re.compile(r"htod|host\s*->\s*device|hosttodevice|h2d", re.I), "H2D"),
-    (re.compile(r"dtoh|device\s*->\s*(pageable|pinned|host)|devicetohost|d2h", re.I), "D2H"),
-    (re.compile(r"ptop|peer|p2p", re.I), "P2P"),
-    (re.compile(r"dtod|device\s*->\s*device|devicetodevice|d2d", re.I), "D2D"),
-    (re.compile(r"htoh|h2h", re.I), "H2H"),
-]
-
-
-def copy_kind(name: str, kind: str | None = None) -> str:
-    """Direction of a memcpy from its name (``Memcpy HtoD (Pinned -> Device)``) or kind arg."""
-    for text in (kind or "", name):
-        for rx, k in _COPY_KIND:
-            if rx.search(text):
-                return k
-    return "other"
 
 
 def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.Table:

@@ -34,18 +34,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..constants import COMM_KERNEL, KIND_CODES, kernel_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary, implausible_times,
+from ..schema import (COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary, implausible_times,
                       side_table, validate_events)
-from . import Part, TraceFile
+from .base import Part, TraceFile
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
-from .kineto import normalize_collective
 
 NAME = "nsys"
 
-KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
-KIND_CODES = {k: i for i, k in enumerate(KINDS)}
-KIND_DICT = pa.array(list(KINDS), pa.string())
 
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 PID_SHIFT = 0x1000000
@@ -63,8 +60,6 @@ COPY_KIND = {1: "H2D", 2: "D2H", 3: "H2D", 4: "D2H", 5: "D2D", 6: "D2D", 7: "D2D
              10: "P2P", 11: "H2D", 12: "D2H", 13: "D2D"}
 NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange",
                     71: "NvtxtStartEndRange"}
-_NCCL_KERNEL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)
-_COMM = re.compile(r"nccl|rccl", re.I)
 
 
 class READER:  # noqa: N801 - the registered reader object
@@ -364,7 +359,7 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     table = validate_events(table, source)
 
     # side tables over the whole event table, split per part below
-    coll_of_name = np.array([kernel_collective(s) if _COMM.search(s) else "" for s in kernel_dict], object)
+    coll_of_name = np.array([kernel_collective(s) if COMM_KERNEL.search(s) else "" for s in kernel_dict], object)
     k_code = inv_k.reshape(-1)
     coll_rows = np.flatnonzero(coll_of_name[k_code] != "") if n_k else np.empty(0, np.int64)
     coll_types = coll_of_name[k_code[coll_rows]] if n_k else np.empty(0, object)
@@ -433,18 +428,6 @@ def _renumber(rows_all: np.ndarray, part_rows: np.ndarray) -> tuple[np.ndarray, 
     pos = np.minimum(pos, max(len(srt) - 1, 0))
     ok = (srt[pos] == rows_all) if len(srt) else np.zeros(len(rows_all), bool)
     return ok, order[pos[ok]] if len(srt) else np.empty(0, np.int64)
-
-
-def kernel_collective(name: str) -> str:
-    """Collective type of an NCCL/RCCL kernel from its name (``unknown`` if it does not say).
-
-    Examples
-    --------
-    >>> kernel_collective("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)")
-    'all_gather'
-    """
-    m = _NCCL_KERNEL.search(name)
-    return normalize_collective(m.group(1)) if m and m.group(1).lower() != "generic" else "unknown"
 
 
 def _collectives(rows: np.ndarray, types: np.ndarray, part_rows: np.ndarray) -> pa.Table:

@@ -21,23 +21,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..constants import COMM_KERNEL, KIND_CODES, copy_kind, kernel_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..nsysstats.csvfiles import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
-from ..schema import (COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, dropped_summary, implausible_times, side_table,
+from ._stats_csv import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
+from ..schema import (COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, dropped_summary, implausible_times, side_table,
                       validate_events)
-from . import Part, TraceFile
+from .base import Part, TraceFile
 from ._io import check_size, file_fingerprint, open_regular
-from .kineto import copy_kind
-from .nsys import kernel_collective
 
 NAME = "nsys-csv"
 
-KINDS = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "annotation", "gpu_annotation", "python", "other")
-KIND_CODES = {k: i for i, k in enumerate(KINDS)}
-KIND_DICT = pa.array(list(KINDS), pa.string())
 _MEMCPY = re.compile(r"^\[CUDA memcpy", re.I)
 _MEMSET = re.compile(r"^\[CUDA memset", re.I)
-_COMM = re.compile(r"nccl|rccl", re.I)
 _NEW_DIRECTION = {"host-to-device": "H2D", "device-to-host": "D2H", "device-to-device": "D2D",
                   "peer-to-peer": "P2P", "host-to-host": "H2H"}
 
@@ -124,7 +119,7 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
         "external_id": np.full(n, -1, np.int64),
     })
     table = validate_events(table, path)
-    coll_of = np.array([kernel_collective(u) if _COMM.search(u) else "" for u in uniq_list], dtype=object)
+    coll_of = np.array([kernel_collective(u) if COMM_KERNEL.search(u) else "" for u in uniq_list], dtype=object)
     dir_of = np.array([memop_direction(u) for u in uniq_list], dtype=object)
     parts = []
     for idx, dev in enumerate(sorted(set(device.tolist()))):

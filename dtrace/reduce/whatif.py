@@ -56,6 +56,7 @@ overlap between compute and communication kernels sharing the GPU, are not model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -533,13 +534,14 @@ def reduce_whatif(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
         return {"whatif": _empty()}
 
 
-def whatif(results, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
-    """What-if estimates of a results directory (or :class:`~dtrace.results.Results`) with your scenarios.
+def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
+    """What-if estimates of loaded results with your scenarios (a results directory by its path:
+    :func:`dtrace.whatif`).
 
     Parameters
     ----------
     results
-        A results directory or ``dtrace.load(OUT)``.
+        ``dtrace.load(OUT)``: anything with ``table_names``, ``table(name)`` and ``path``.
     speedup
         ``{class: x}``: each class ``x`` times as fast on every rank (default: the three compute
         classes with the most time, 1.2× each).
@@ -549,11 +551,9 @@ def whatif(results, *, speedup: dict[str, float] | None = None, step: int | None
     Examples
     --------
     >>> from dtrace.reduce.whatif import whatif                       # doctest: +SKIP
-    >>> whatif("run42/results", speedup={"gemm": 1.5})                # doctest: +SKIP
+    >>> whatif(dtrace.load("run42/results"), speedup={"gemm": 1.5})   # doctest: +SKIP
     """
-    from ..results import Results, load
-
-    res = results if isinstance(results, Results) else load(results)
+    res = results
     need = ("segments", "collectives", "clock_offsets", "kernels", "classes", "stragglers")
     tables = {n: res.table(n) for n in need if n in res.table_names}
     if "segments" not in tables:

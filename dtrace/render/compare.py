@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from .._version import __version__
 from ..diff import diff as diff_runs
 from ..diff import n_parts
 from ..results import Results

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .. import __version__
+from .._version import __version__
 from ..results import Results
 from .context import MAX_BARS, Context
 from .page import page

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from .._version import __version__
 from . import charts as ch
 from .text import shorten
 

@@ -10,7 +10,7 @@ from html import escape
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from .._version import __version__
 from ..diff import class_source
 from . import charts as ch
 from .context import Context

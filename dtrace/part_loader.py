@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InputError, UsageError
-from ..options import Options
-from ..plan import expand_inputs, rank_from_filename
-from ..batch import Batch, prepare_part
-from .model import Tree
+from .api import make_options
+from .errors import InputError, UsageError
+from .options import Options
+from .plan import expand_inputs, part_spec, rank_from_filename
+from .batch import Batch, prepare_part
+from .calltree import Tree
 
 
 def is_results_dir(path: str) -> bool:
@@ -23,7 +24,7 @@ def is_results_dir(path: str) -> bool:
 def _from_file(path: str, rank: int | None, device: int | None, options: Options,
                want_rank: int | None = None) -> Batch | None:
     """Read ``path`` and build the part of ``device``; None if the file is not ``want_rank``."""
-    from ..readers import detect
+    from .readers import detect
 
     tf = detect(path).read(path)
     file_rank = tf.rank_hint if tf.rank_hint is not None else rank_from_filename(path)
@@ -46,8 +47,8 @@ def _from_file(path: str, rank: int | None, device: int | None, options: Options
 
 
 def _from_results(path: str, rank: int | None, device: int | None, options: Options) -> Batch:
-    from ..cache import lookup, read_part_tables
-    from ..results import load
+    from .cache import lookup, read_part_tables
+    from .results import load
 
     m = load(path).manifest
     ok = [(r, d, i) for i in m.get("inputs", []) if i.get("status") == "ok" for r, d in i.get("ranks", [])]
@@ -64,9 +65,7 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
-            from ..event_frame import _spec
-
-            ev, coll, mem = read_part_tables(_spec(rec, part, r))
+            ev, coll, mem = read_part_tables(part_spec(rec, part, r))
             return prepare_part(ev.to_pandas(), coll.to_pandas(), mem.to_pandas(), rank=r, device=d, fmt=rec.format,
                                 options=options, base_ns=int((rec.meta or {}).get("base_time_ns") or 0))
     if not os.path.exists(inp["path"]):
@@ -134,7 +133,7 @@ def tree(trace: Any, rank: int | None = None, device: int | None = None, *, pyth
     """
     if isinstance(trace, Batch):
         return Tree.from_batch(trace, python=python)
-    part = load_part(trace, rank=rank, device=device, options=Options.from_kwargs(**options))
+    part = load_part(trace, rank=rank, device=device, options=make_options(**options))
     return Tree.from_batch(part, python=python)
 
 

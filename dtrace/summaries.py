@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analyses.dtypes import NI64, as_declared
-from ..categories import categorize_names
-from ..classify import classifier_for, collective_label
-from ..errors import DtraceError, UsageError
-from ..options import Options
-from ..plan import rank_from_filename
-from ..readers._io import read_head
-from .csvfiles import GPU_TRACE, KERN_SUM, MEM_SUM, NVTX_PROJ, SUMMARY_REPORTS, kernel_summary, memop_summary, \
+from .analyses.dtypes import NI64, as_declared
+from .categories import categorize_names
+from .classify import classifier_for, collective_label
+from .errors import DtraceError, UsageError
+from .options import Options
+from .plan import rank_from_filename
+from .readers._io import read_head
+from .readers._stats_csv import GPU_TRACE, KERN_SUM, MEM_SUM, NVTX_PROJ, SUMMARY_REPORTS, kernel_summary, memop_summary, \
     nvtx_projection, report_of_name, report_prefix, sniff
 
 FORMAT = "nsys-csv"
@@ -164,7 +164,7 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
         nccl["mean_ns"] = nccl["total_ns"] / nccl["count"] if len(nccl) else np.empty(0)
         out["nccl"] = _iters(_shares(nccl, total, n_all), iters, gpus, div).drop(columns=["count_share"])
     if MEM_SUM in g.files:
-        from ..readers.nsys_csv import memop_direction
+        from .readers.nsys_csv import memop_direction
 
         m = out["kernels"].loc[out["kernels"]["kind"].isin(["memcpy", "memset"])]
         op = np.array([memop_direction(n) for n in m["name"]], dtype=object)  # one per distinct operation
@@ -200,7 +200,7 @@ def _iters(df: pd.DataFrame, iters: int, gpus: int, div: int) -> pd.DataFrame:
 
 
 def _nvtx_rows(proj: pd.DataFrame, key: dict[str, Any]) -> pd.DataFrame:
-    from ..analyses.breakdown import VALUE_COLUMNS
+    from .analyses.breakdown import VALUE_COLUMNS
 
     dur = proj["proj_dur_ns"].to_numpy(np.float64)
     has = ~np.isnan(dur)
