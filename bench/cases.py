@@ -214,7 +214,7 @@ def case_core(a: dict) -> dict:
         raise RuntimeError([r.error for r in records if r.error])
     opts = Options()
     tables = [an.run_part_analyses(load_part(s, opts), only={"breakdown", "streams", "steps"})
-              for s in resolve_ranks(records)]
+              for s in resolve_ranks(records).specs]
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
     bd = tables[0]["breakdown"]
     return {"seconds": seconds, "cpu_s": cpu, "import_s": imp,

@@ -16,7 +16,7 @@ from .analyses import ANALYSES, Analysis
 from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
-from .errors import DtraceError, UsageError
+from .errors import DtraceError, RankError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .summaries import add_summaries, note_summaries, split_summaries
 from .options import Options
@@ -288,6 +288,7 @@ class _Run:
     refused: list[FileRecord] = field(default_factory=list)
     store: str | None = None
     records: list[FileRecord] = field(default_factory=list)
+    errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
@@ -317,7 +318,7 @@ class _Run:
         if parse:
             return parse + hashing, tasks
         records = [h for h in hits if h is not None]
-        specs = resolve_ranks([_copy(r) for r in records], rank_by=self.options.rank_by, ranks=self.ranks)
+        specs = resolve_ranks(records, rank_by=self.options.rank_by, ranks=self.ranks).specs
         todo = list(ANALYSES) + self.analyses
         events = 0
         for p in plan_partitions(specs, self.partition_events, workers):
@@ -326,20 +327,21 @@ class _Run:
                 events += p.n_events
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
 
+    def fail(self, path: str, error: str, kind: str) -> None:
+        """Record an input's error; the first one found (ingest, ranks, analysis) is the one reported."""
+        self.errors.setdefault(path, (error, kind))
+
     def execute(self, engine: Engine) -> None:
-        batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
-        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, self.reader_options,
-                          label="reading traces", split=lambda b: [[p] for p in b] if len(b) > 1 else None)
-        self.records = []
-        for d in done:
-            if isinstance(d, TaskFailure):
-                self.records += [FileRecord(path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}",
-                                            error_type="WorkerError") for p in d.item]
-            else:
-                self.records += d
-        by_path = {r.path: r for r in self.records + self.refused}
-        self.records = sorted(by_path.values(), key=lambda r: r.path)
-        self.specs = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
+        """Ingest every input, rank the parts, plan the partitions and analyse them; each stage's
+        errors are collected in :attr:`errors`, its results are never changed afterwards."""
+        self.records = self.ingest(engine)
+        for r in self.records:
+            if r.error is not None:
+                self.fail(r.path, r.error, r.error_type or "InputError")
+        ranking = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
+        for path, err in ranking.errors.items():
+            self.fail(path, err, RankError.__name__)
+        self.specs = ranking.specs
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store
         todo = list(ANALYSES) + self.analyses
@@ -348,19 +350,29 @@ class _Run:
         outcome = engine.map(analyze_partition, self.partitions, self.options, self.analyses, self.reuse_results,
                              store, label="analysing ranks", split=_halves)
         self.phase("analyse")
-        self.results = []
-        for o in outcome:
-            if isinstance(o, TaskFailure):
-                o = PartitionResult(o.item.index, errors={p: f"{p}: {o.reason}" for p in o.item.paths})
-            self.results.append(o)
+        self.results = [PartitionResult(o.item.index, errors={p: f"{p}: {o.reason}" for p in o.item.paths})
+                        if isinstance(o, TaskFailure) else o for o in outcome]
         for res in self.results:
             for path, err in res.errors.items():
-                r = by_path[path]
-                if r.error is None:
-                    r.error, r.error_type = err, "AnalysisError"
+                self.fail(path, err, "AnalysisError")
+
+    def ingest(self, engine: Engine) -> list[FileRecord]:
+        """The ingest records of every input (the refused ones included), sorted by path."""
+        batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
+        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, self.reader_options,
+                          label="reading traces", split=lambda b: [[p] for p in b] if len(b) > 1 else None)
+        records: list[FileRecord] = []
+        for d in done:
+            if isinstance(d, TaskFailure):
+                records += [FileRecord(path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}",
+                                       error_type="WorkerError") for p in d.item]
+            else:
+                records += d
+        by_path = {r.path: r for r in records + self.refused}
+        return sorted(by_path.values(), key=lambda r: r.path)
 
     def manifest(self, seconds: float, n_workers: int, mode: str) -> dict[str, Any]:
-        failed = {r.path for r in self.records if r.error}
+        failed = set(self.errors)
         ranks: dict[str, list[list[int]]] = {}
         parts: dict[str, list[dict[str, int]]] = {}
         for s in self.specs:
@@ -370,12 +382,13 @@ class _Run:
         notes = [n for res in self.results for n in res.notes]
         inputs = []
         for r in self.records:
+            error, error_type = self.errors.get(r.path, (None, None))
             inputs.append({
-                "path": r.path, "format": r.format, "status": "error" if r.error else "ok", "error": r.error,
-                "error_type": r.error_type, "ranks": ranks.get(r.path, []) if not r.error else [],
-                "parts": parts.get(r.path, []) if not r.error else [],
+                "path": r.path, "format": r.format, "status": "error" if error else "ok", "error": error,
+                "error_type": error_type, "ranks": ranks.get(r.path, []) if not error else [],
+                "parts": parts.get(r.path, []) if not error else [],
                 "size": r.size, "mtime_ns": r.mtime_ns, "fingerprint": r.fingerprint, "cached": r.cached,
-                "results_reused": r.path in reused and not r.error,
+                "results_reused": r.path in reused and not error,
                 "events": int(r.meta.get("events", 0)) if r.meta else 0, "notes": list(r.notes),
                 "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
             })
@@ -397,13 +410,6 @@ class _Run:
             "n_failed": sum(1 for i in inputs if i["status"] == "error"),
             "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
         }
-
-
-def _copy(r: FileRecord) -> FileRecord:
-    """A record ranks can be resolved on without touching the original (estimates only)."""
-    from dataclasses import replace
-
-    return replace(r, notes=list(r.notes))
 
 
 def _halves(p: PartitionSpec) -> list[PartitionSpec] | None:

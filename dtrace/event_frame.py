@@ -199,7 +199,7 @@ def _specs_of_inputs(inputs: Any, cache: str | None, *, scheduler: str | None = 
         batches = ingest_batches(files, sizes, engine.n_workers)
         records = [r for batch in engine.map(ingest_files, batches, cache, format, True, label="reading traces")
                    for r in (batch if isinstance(batch, list) else [])]
-    return resolve_ranks(records, rank_by=rank_by, ranks=ranks)
+    return resolve_ranks(records, rank_by=rank_by, ranks=ranks).specs
 
 
 __all__ = ["events", "event_frame", "meta_frame", "EVENT_COLUMNS", "PartitionSpec"]

@@ -9,7 +9,7 @@ import glob
 import numbers
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .cache import FileRecord, PartRecord
 from .errors import NotRegularFile, RankError, UsageError
@@ -171,9 +171,21 @@ def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
     return out
 
 
+@dataclass
+class Ranking:
+    """What rank resolution gives: the parts to analyse, and the inputs that cannot be ranked.
+
+    ``errors`` maps an input's path to its one-line :class:`~dtrace.errors.RankError` message;
+    the records given to :func:`resolve_ranks` are never changed.
+    """
+
+    specs: list[PartSpec]
+    errors: dict[str, str] = field(default_factory=dict)
+
+
 def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
-                  ranks: dict[str, int] | None = None) -> list[PartSpec]:
-    """Assign a global rank to every part; records that cannot be ranked get an error.
+                  ranks: dict[str, int] | None = None) -> Ranking:
+    """Assign a global rank to every part of the inputs that were read without error.
 
     ``auto``: the rank the file states (Kineto ``distributedInfo``), else ``rank<N>`` in the
     file name, else — for a single input only — rank 0. Several inputs without a rank fail
@@ -188,10 +200,31 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
 
     A rank belongs to one input: inputs claiming the same rank (on any devices) all fail; a
     file holding several devices of one rank (Kineto) is one claim. A rank outside 0 to
-    2**31-1 (``distributedInfo.rank = -1``) fails its input.
+    2**31-1 (``distributedInfo.rank = -1``) fails its input. See docs/semantics.md, "Ranks and
+    stragglers".
     """
-    ok = [r for r in records if r.error is None]
+    errors: dict[str, str] = {}
     explicit = explicit_ranks(ranks)
+    ok = [r for r in records if r.error is None]
+    base = _stated_ranks(ok, explicit, rank_by, errors)
+    ok = [r for r in ok if r.path not in errors]
+    _number_unranked(ok, base, rank_by, errors)
+    if rank_by != "order":
+        _rank_per_device(ok, base, explicit, errors)
+    specs = _part_specs(ok, base, errors)
+    _refuse_shared_ranks(specs, errors)
+    kept = sorted((s for s in specs if s.path not in errors), key=lambda s: (s.rank, s.device))
+    return Ranking(kept, errors)
+
+
+def _fail(errors: dict[str, str], path: str, problem: str) -> None:
+    """Record a one-line rank error for ``path`` (the first error of an input wins)."""
+    errors.setdefault(path, str(RankError(path, problem)))
+
+
+def _stated_ranks(ok: list[FileRecord], explicit: dict[str, int], rank_by: str,
+                  errors: dict[str, str]) -> dict[str, int | None]:
+    """The rank each input states: given explicitly, in the trace, or in its file name (None: none)."""
     base: dict[str, int | None] = {}
     for r in ok:
         if r.path in explicit:
@@ -201,61 +234,70 @@ def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
         elif r.rank_hint is not None:
             base[r.path] = r.rank_hint
             if not 0 <= r.rank_hint <= RANK_MAX:
-                _fail(r, f"the trace states rank {r.rank_hint}, which is not a rank (0 to {RANK_MAX})")
+                _fail(errors, r.path, f"the trace states rank {r.rank_hint}, which is not a rank (0 to {RANK_MAX})")
         else:
-            base[r.path] = rank_from_filename(r.path)
-            if base[r.path] is not None and base[r.path] > RANK_MAX:  # type: ignore[operator]
-                _fail(r, f"the file name states rank {base[r.path]}, which is not a rank (0 to {RANK_MAX})")
-    ok = [r for r in ok if r.error is None]
+            named = base[r.path] = rank_from_filename(r.path)
+            if named is not None and named > RANK_MAX:
+                _fail(errors, r.path, f"the file name states rank {named}, which is not a rank (0 to {RANK_MAX})")
+    return base
+
+
+def _number_unranked(ok: list[FileRecord], base: dict[str, int | None], rank_by: str,
+                     errors: dict[str, str]) -> None:
+    """Number inputs by sorted path (``order``, or a single input without a rank); with several
+    inputs and ``auto``, an input without a rank fails."""
     unknown = [r for r in ok if base[r.path] is None]
     if rank_by == "order" or (len(ok) == 1 and unknown):
         nxt = 0
         for r in sorted(ok, key=lambda r: r.path):
-            if base[r.path] is None:
-                base[r.path] = nxt
-            nxt = max(nxt, base[r.path] + (_n_devices(r) if r.rank_per_device else 1))  # type: ignore[operator]
-    elif unknown:
+            rank = base[r.path]
+            if rank is None:
+                rank = base[r.path] = nxt
+            nxt = max(nxt, rank + (_n_devices(r) if r.rank_per_device else 1))
+    else:
         for r in unknown:
-            _fail(r, f"cannot tell this trace's rank: no rank in distributedInfo or in the file name (rank<N>), "
-                     f"and {len(ok)} inputs are given; pass --rank-by order (rank_by='order') to number inputs "
-                     "by sorted path")
-    # files holding several GPUs that are each a rank state a process index, not a global rank
-    multi = sorted((r for r in ok if r.error is None and r.rank_per_device and r.path not in explicit),
+            _fail(errors, r.path, f"cannot tell this trace's rank: no rank in distributedInfo or in the file name "
+                                  f"(rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
+                                  "(rank_by='order') to number inputs by sorted path")
+
+
+def _rank_per_device(ok: list[FileRecord], base: dict[str, int | None], explicit: dict[str, int],
+                     errors: dict[str, str]) -> None:
+    """Files holding several GPUs that are each a rank state a process index, not a global rank:
+    their first rank is index × GPUs per file (consecutive numbers if the GPU counts differ)."""
+    multi = sorted((r for r in ok if r.path not in errors and r.rank_per_device and r.path not in explicit),
                    key=lambda r: (base[r.path], r.path))
-    if multi and rank_by != "order":
-        uniform = len({_n_devices(r) for r in multi}) == 1
-        nxt = 0
-        for r in multi:
-            index = base[r.path]
-            assert index is not None
-            base[r.path] = index * _n_devices(r) if uniform else nxt
-            nxt += _n_devices(r)
-    specs: list[tuple[FileRecord, PartSpec]] = []
+    uniform = len({_n_devices(r) for r in multi}) == 1
+    nxt = 0
+    for r in multi:
+        index = base[r.path]
+        assert index is not None
+        base[r.path] = index * _n_devices(r) if uniform else nxt
+        nxt += _n_devices(r)
+
+
+def _part_specs(ok: list[FileRecord], base: dict[str, int | None], errors: dict[str, str]) -> list[PartSpec]:
+    """One :class:`PartSpec` per part of every ranked input (its device's rank for rank-per-device files)."""
+    specs: list[PartSpec] = []
     for r in ok:
-        if r.error is not None:
+        first = base[r.path]
+        if r.path in errors or first is None:
             continue
-        b = base[r.path]
-        assert b is not None
-        if b + (_n_devices(r) - 1 if r.rank_per_device else 0) > RANK_MAX:
-            _fail(r, f"its ranks would start at {b}, past the largest rank {RANK_MAX}")
+        if first + (_n_devices(r) - 1 if r.rank_per_device else 0) > RANK_MAX:
+            _fail(errors, r.path, f"its ranks would start at {first}, past the largest rank {RANK_MAX}")
             continue
-        for p in r.parts:
-            rank = b + p.local_index if r.rank_per_device else b
-            specs.append((r, part_spec(r, p, int(rank))))
+        specs += [part_spec(r, p, int(first + p.local_index if r.rank_per_device else first)) for p in r.parts]
+    return specs
+
+
+def _refuse_shared_ranks(specs: list[PartSpec], errors: dict[str, str]) -> None:
+    """Every input claiming a rank another input claims too fails (a rank belongs to one input)."""
     claims: dict[int, set[str]] = {}
-    for r, s in specs:
-        claims.setdefault(s.rank, set()).add(r.path)
-    by_path = {r.path: r for r in ok}
+    for s in specs:
+        claims.setdefault(s.rank, set()).add(s.path)
     for rank, paths in sorted(claims.items()):
         if len(paths) > 1:
             for path in sorted(paths):
                 others = ", ".join(os.path.basename(p) for p in sorted(paths) if p != path)
-                _fail(by_path[path], f"rank {rank} is also claimed by {others}; pass --rank-by order to number "
-                                     "inputs by sorted path")
-    return sorted((s for r, s in specs if r.error is None), key=lambda s: (s.rank, s.device))
-
-
-def _fail(r: FileRecord, problem: str) -> None:
-    """Mark ``r`` failed with a one-line rank error (the first error of an input wins)."""
-    if r.error is None:
-        r.error, r.error_type = str(RankError(r.path, problem)), RankError.__name__
+                _fail(errors, path, f"rank {rank} is also claimed by {others}; pass --rank-by order to number "
+                                    "inputs by sorted path")

@@ -39,7 +39,7 @@ def test_task_payloads_are_small(tmp_path):
 
     files = [os.path.join(EXAMPLES, f) for f in sorted(os.listdir(EXAMPLES)) if f.endswith(".json.gz")]
     recs = ingest_files(files, str(tmp_path))
-    specs = resolve_ranks(recs)
+    specs = resolve_ranks(recs).specs
     partition = plan_partitions(specs)[0]
     assert len(partition.parts) == 2
     assert len(pickle.dumps((partition, Options()))) < 4_000

@@ -77,11 +77,11 @@ def _multi(path: str, n: int) -> FileRecord:
 
 def test_rank_per_device_files_take_ranks_from_their_process_index():
     # 4 GPUs per host file: process 1 is ranks 4-7 and process 3 ranks 12-15, with or without the others
-    specs = resolve_ranks([_multi("/x/host_rank3.trace.json.gz", 4), _multi("/x/host_rank1.trace.json.gz", 4)])
+    specs = resolve_ranks([_multi("/x/host_rank3.trace.json.gz", 4), _multi("/x/host_rank1.trace.json.gz", 4)]).specs
     assert [(os.path.basename(s.path), s.rank) for s in specs] == \
         [("host_rank1.trace.json.gz", r) for r in range(4, 8)] + [("host_rank3.trace.json.gz", r) for r in range(12, 16)]
     # hosts with different GPU counts: numbered consecutively in process-index order
-    specs = resolve_ranks([_multi("/x/host_rank1.trace.json.gz", 2), _multi("/x/host_rank0.trace.json.gz", 3)])
+    specs = resolve_ranks([_multi("/x/host_rank1.trace.json.gz", 2), _multi("/x/host_rank0.trace.json.gz", 3)]).specs
     assert [(os.path.basename(s.path), s.rank) for s in specs] == \
         [("host_rank0.trace.json.gz", r) for r in range(3)] + [("host_rank1.trace.json.gz", r) for r in (3, 4)]
 

@@ -128,7 +128,7 @@ def test_rank_per_device_files_numbered_by_process_index():
                  for k in range(8)]
         return FileRecord(path=path, format="jax", parts=parts, rank_hint=hint, rank_per_device=True)
 
-    specs = resolve_ranks([rec("/x/host_rank1.trace.json.gz", None), rec("/x/host_rank0.trace.json.gz", None)])
+    specs = resolve_ranks([rec("/x/host_rank1.trace.json.gz", None), rec("/x/host_rank0.trace.json.gz", None)]).specs
     got = {(s.path.split("/")[-1], s.device): s.rank for s in specs}
     assert got[("host_rank0.trace.json.gz", 0)] == 0 and got[("host_rank0.trace.json.gz", 7)] == 7
     assert got[("host_rank1.trace.json.gz", 0)] == 8 and got[("host_rank1.trace.json.gz", 7)] == 15
