@@ -109,7 +109,7 @@ def _describe(event: dict) -> tuple[str, str] | None:
 
 
 async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
-                 clicks: tuple[tuple[int, int], ...] = ()) -> PageRun:
+                 clicks: tuple[tuple[int, int], ...] = (), prepare: str | None = None) -> PageRun:
     from tornado.websocket import websocket_connect
 
     ws = await websocket_connect(ws_url, max_message_size=1 << 30)
@@ -122,6 +122,10 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
         s.events.clear()
         await s.call("Page.navigate", {"url": url}, session=sid)
         await s.wait_for("Page.loadEventFired")
+        prepared = None
+        if prepare is not None:  # e.g. hand the page its data through its own API
+            prepared = await s.call("Runtime.evaluate", {"expression": prepare, "awaitPromise": True,
+                                                         "returnByValue": True}, session=sid, timeout=120)
         await asyncio.sleep(settle_s)
         for x, y in clicks:  # left clicks at CSS pixels, each given time to take effect
             for kind in ("mousePressed", "mouseReleased"):
@@ -129,6 +133,8 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
                                                           "clickCount": 1}, session=sid)
             await asyncio.sleep(0.8)
         run = PageRun()
+        if prepared is not None and "exceptionDetails" in prepared:
+            run.exceptions.append(f"preparing the page: {prepared['exceptionDetails']}")
         res = await s.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=sid)
         if "exceptionDetails" in res:
             run.exceptions.append(f"evaluating the check: {res['exceptionDetails']}")
@@ -160,11 +166,13 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
 
 
 def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, timeout_s: float = 90.0,
-              url: Callable[[str], str] | None = None, clicks: tuple[tuple[int, int], ...] = ()) -> PageRun:
+              url: Callable[[str], str] | None = None, clicks: tuple[tuple[int, int], ...] = (),
+              prepare: str | None = None) -> PageRun:
     """Load ``path`` in a fresh headless Chromium and return a :class:`PageRun`.
 
     ``url`` (given the browser's DevTools websocket address) replaces ``file://path``, e.g. for
-    a page of the browser's own debugging server; ``clicks`` are made before the evaluation.
+    a page of the browser's own debugging server; ``prepare`` (an expression, awaited) runs once the
+    page has loaded; ``clicks`` are made before the evaluation.
     """
     exe = find_chromium()
     if exe is None:
@@ -190,7 +198,7 @@ def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, tim
                 tail = f.read()[-2000:]
             raise RuntimeError(f"chromium did not start (exit {proc.poll()}): {tail}")
         return asyncio.run(asyncio.wait_for(
-            _drive(ws_url, url(ws_url) if url else "file://" + os.path.abspath(path), expression, settle_s, clicks),
+            _drive(ws_url, url(ws_url) if url else "file://" + os.path.abspath(path), expression, settle_s, clicks, prepare),
             timeout_s))
     finally:
         try:
