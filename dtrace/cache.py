@@ -412,22 +412,8 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
         record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
         payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
         _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
-    except InputError as exc:
-        rec.error, rec.error_type = str(exc), type(exc).__name__
-    except DtraceError as exc:
-        rec.error, rec.error_type = f"{apath}: {exc}", type(exc).__name__
-    except MemoryError:
-        rec.error, rec.error_type = f"{apath}: out of memory while reading", "MemoryError"
-    except OSError as exc:
-        where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
-        rec.error, rec.error_type = f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
-    except UNDECODABLE as exc:  # the input's own bytes, whichever reader met them: not a bug of ours
-        rec.error, rec.error_type = f"{apath}: {_undecodable(exc)}", InputError.__name__
-    except Exception as exc:  # a bug or an unforeseen format quirk: fail this input only
-        tb = traceback.extract_tb(exc.__traceback__)[-1]
-        rec.error = (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
-                     f"at {os.path.basename(tb.filename)}:{tb.lineno})")
-        rec.error_type = "InternalError"
+    except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
+        rec.error, rec.error_type = ingest_error(apath, exc)
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec
@@ -438,6 +424,25 @@ UNDECODABLE: tuple[type[BaseException], ...] = (UnicodeDecodeError, sqlite3.Data
 """Exceptions that by their type say an input's bytes cannot be decoded (text that is not UTF-8,
 a damaged SQLite database, a damaged compressed stream). A reader should say so itself; one that
 does not still fails its input with this one-line description, never an "internal error"."""
+
+
+def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
+    """The one-line error (naming ``apath``) and its type for an exception met while ingesting."""
+    if isinstance(exc, InputError):
+        return str(exc), type(exc).__name__
+    if isinstance(exc, DtraceError):
+        return f"{apath}: {exc}", type(exc).__name__
+    if isinstance(exc, MemoryError):
+        return f"{apath}: out of memory while reading", "MemoryError"
+    if isinstance(exc, OSError):
+        where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
+        return f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
+    if isinstance(exc, UNDECODABLE):  # the input's own bytes, whichever reader met them: not a bug of ours
+        return f"{apath}: {_undecodable(exc)}", InputError.__name__
+    # a bug or an unforeseen format quirk: fail this input only
+    tb = traceback.extract_tb(exc.__traceback__)[-1]
+    return (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
+            f"at {os.path.basename(tb.filename)}:{tb.lineno})"), "InternalError"
 
 
 def _undecodable(exc: BaseException) -> str:
