@@ -26,6 +26,7 @@ from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_rank
 from .reduce import run_reducers
 from .reduce.stragglers import check_method
 from .results import Results, check_results_dir, write_results
+from .dtypes import empty_frame
 
 PARSE_BYTES_PER_S = 70e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before
@@ -431,7 +432,7 @@ def combine(per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Ana
         elif frames:
             out[a.table] = pd.concat(frames, ignore_index=True)
         else:
-            out[a.table] = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in a.columns.items()})
+            out[a.table] = empty_frame(a.columns)
     return out
 
 

@@ -64,6 +64,7 @@ from .groups import I64, count_by, cumcount, dense_codes, first_match, shared_co
 from .intervals import clip_stream_overlaps
 from .options import Options
 from .constants import GPU_KINDS, KINDS
+from .dtypes import empty_frame
 
 FLOAT_US_FORMATS = ("kineto", "jax")
 PART_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "format": "object", "base_ns": "int64"}
@@ -331,7 +332,7 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, 
         g = g.loc[~np.isin(g["part"].to_numpy(), h["part"].to_numpy())]
     out = pd.concat([f for f in (h, g) if len(f)], ignore_index=True) if (len(h) or len(g)) else None
     if out is None:
-        return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in STEP_COLUMNS.items()})
+        return empty_frame(STEP_COLUMNS)
     p = out["part"].to_numpy(I64)
     order = np.lexsort((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
     out = out.iloc[order].reset_index(drop=True)
@@ -351,9 +352,8 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, 
 
 def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: str) -> pd.DataFrame:
     """The rows of ``frame`` of ``kind`` whose name matches ``rx`` (regex run once per distinct name)."""
-    empty = pd.DataFrame({"part": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
-                          "step_name": pd.Series([], dtype=object), "start_ns": pd.Series([], dtype="int64"),
-                          "end_ns": pd.Series([], dtype="int64"), "source": pd.Series([], dtype=object)})
+    empty = empty_frame({"part": "int64", "step": "int64", "step_name": object, "start_ns": "int64",
+                         "end_ns": "int64", "source": object})
     if not len(frame):
         return empty
     f = frame.loc[(frame["kind"] == kind).to_numpy(bool)]

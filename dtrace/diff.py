@@ -31,6 +31,7 @@ import pandas as pd
 
 from .errors import UsageError
 from .results import Results
+from .dtypes import empty_frame
 
 LEVELS = ("breakdown", "class", "kernel", "op")
 PER = ("gpu", "job")
@@ -209,4 +210,4 @@ def empty() -> pd.DataFrame:
     dtypes = {"level": object, "key": object, "presence": object, "count_a": np.float64, "count_b": np.float64,
               "count_delta": np.float64, "time_a_ns": np.int64, "time_b_ns": np.int64,
               "time_delta_ns": np.int64, "time_ratio": np.float64}
-    return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in COLUMNS})
+    return empty_frame({c: dtypes[c] for c in COLUMNS})

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analyses.dtypes import NI64, as_declared
+from .dtypes import NI64, as_declared
 from .categories import categorize_names
 from .classify import classifier_for, collective_label
 from .errors import DtraceError, UsageError

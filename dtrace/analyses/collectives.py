@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
-from .dtypes import missing_if_negative
+from ..dtypes import empty_frame, missing_if_negative
 
 # kernel name → collective (case-insensitive re.search, first match wins)
 OP_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -66,10 +66,6 @@ def infer_op(name: str) -> str:
 _COMPILED = tuple((re.compile(p, re.I), op) for p, op in OP_PATTERNS)
 
 
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in DECLARED.items()})
-
-
 def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object, dtype: object) -> np.ndarray:
     if name not in side.columns:
         return np.full(len(pos), default, dtype)
@@ -91,10 +87,10 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
     """One row per communication kernel of every part, sorted by (part, start time)."""
     g = batch.gpu
     if not len(g):
-        return _empty()
+        return empty_frame(DECLARED)
     sel = (g["category"] == "comm").to_numpy(bool) & (g["kind"] == "kernel").to_numpy(bool)
     if not sel.any():
-        return _empty()
+        return empty_frame(DECLARED)
     idx = np.flatnonzero(sel)
     part = g["part"].to_numpy(I64)[idx]
     start = g["start_ns"].to_numpy(I64)[idx]

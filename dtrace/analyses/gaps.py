@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..batch import Batch
+from ..dtypes import empty_frame
 from ..groups import (I64, count_by, dense_codes, max_by, min_by, shared_codes, string_rank, sum_by, unique_first,
                       unique_inverse)
 
@@ -62,7 +63,7 @@ def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
     cols = {"part": "int64", "stream": "int64", "prev": "int64", "next": "int64", "gap_ns": "int64",
             "busy_end_ns": "int64", "cause": pd.CategoricalDtype(list(CAUSES))}
     if len(g) < 2:
-        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+        return empty_frame(cols)
     part = g["part"].to_numpy(I64)
     stream = g["stream"].to_numpy(I64)
     start = g["start_ns"].to_numpy(I64)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..classify import Classifier, classifier_for, collective_label
+from ..dtypes import empty_frame
 from ..groups import I64, dense_codes, first_match, string_rank, sum_by
 
 KERNEL_COLUMNS = ["rank", "device", "name", "category", "kind", "class", "count", "total_ns", "mean_ns",
@@ -30,10 +31,6 @@ CLASS_COLUMNS = ["rank", "device", "class", "classifier", "count", "total_ns", "
                  "time_share", "count_share", "iters", "count_per_iter", "total_per_iter_ns"]
 NCCL_COLUMNS = ["rank", "device", "collective", "count", "total_ns", "mean_ns", "time_share", "iters",
                 "count_per_iter", "total_per_iter_ns"]
-
-
-def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({c: [] for c in columns})
 
 
 def collective_codes(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +134,7 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
     name's share of the part's GPU time and of its GPU events, and per-iteration count/time.
     """
     if not len(batch.gpu):
-        return _empty(KERNEL_COLUMNS)
+        return empty_frame(KERNEL_COLUMNS)
     per, _ = per_name(batch, full=True)
     return _finish(per, batch, "name", KERNEL_COLUMNS)
 
@@ -157,7 +154,7 @@ def class_stats(batch: Batch) -> pd.DataFrame:
     """The ``classes`` table: one row per (rank, device, class) with count, total time,
     number of distinct kernel names, shares and per-iteration figures."""
     if not len(batch.gpu):
-        return _empty(CLASS_COLUMNS)
+        return empty_frame(CLASS_COLUMNS)
     per, classifier = per_name(batch, full=False, by_collective=True)
     out, _ = _grouped(per, "class", per["class"].to_numpy(object))
     out["classifier"] = classifier.label
@@ -172,11 +169,11 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     a substring map, otherwise the kernels of category ``comm``.
     """
     if not len(batch.gpu):
-        return _empty(NCCL_COLUMNS)
+        return empty_frame(NCCL_COLUMNS)
     per, classifier = per_name(batch, full=False, by_collective=True)
     per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
-        return _empty(NCCL_COLUMNS)
+        return empty_frame(NCCL_COLUMNS)
     labels = np.array([collective_label(str(n), str(c)) for n, c in zip(per["name"], per["collective"])],
                       dtype=object)  # one per distinct (part, name, collective)
     out, _ = _grouped(per, "collective", labels)

@@ -46,7 +46,7 @@ import pandas as pd
 
 from ..batch import Batch
 from ..classify import Classifier, classifier_for
-from .dtypes import missing_if_negative
+from ..dtypes import empty_frame, missing_if_negative
 
 GATE_TOL_NS = 20_000
 """A work period starting at most this long after a collective ended waited for it."""
@@ -63,10 +63,6 @@ COLUMNS: dict[str, str] = {
     "other_class_ns": "int64",
 }
 """Output columns and dtypes (registered with the analysis)."""
-
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in COLUMNS.items()})
 
 
 def last_at_or_before(data_group: np.ndarray, data_value: np.ndarray, query_group: np.ndarray,
@@ -191,7 +187,7 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
         How soon after a collective's end resuming work counts as having waited for it.
     """
     if not len(gpu):
-        return _empty()
+        return empty_frame(COLUMNS)
     cat_code, cat_lab = _labels(gpu["category"])
     kind_code, kind_lab = _labels(gpu["kind"])
     comm_cat = _is(cat_code, cat_lab, "comm")
@@ -199,7 +195,7 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     is_work = ~comm_cat
     keep = is_comm | is_work
     if not keep.any():
-        return _empty()
+        return empty_frame(COLUMNS)
     part_all = gpu["part"].to_numpy(np.int64)
     step_all = gpu["step"].to_numpy(np.int64)
     start_all = gpu["start_ns"].to_numpy(np.int64)
@@ -343,5 +339,5 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
 def segments(batch: Batch) -> pd.DataFrame:
     """The ``segments`` table of every part of the partition (see the module docstring)."""
     if not len(batch.gpu):
-        return _empty()
+        return empty_frame(COLUMNS)
     return segment_rows(batch.gpu, classifier_for(batch.options))

@@ -27,7 +27,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..options import Options
 from ..reduce.kernels_xrank import pool
-from ..render.charts import fmt_time, time_unit
+from ..units import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
@@ -168,11 +168,6 @@ def _note(res: Results) -> str:
     default = Options().to_json()
     diff = [f"{k}={v}" for k, v in opts.items() if k in default and v != default[k] and k != "extra"]
     return f"options: {', '.join(diff)}\n" if diff else ""
-
-
-def _fmt_time(ns: float) -> str:
-    """A duration in the unit that suits it, three significant digits (``8.38 s``, ``612 µs``)."""
-    return fmt_time(float(ns))
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -331,8 +326,8 @@ def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, 
           else f"{sm['iterations_min']}-{sm['iterations_max']}")
     out.append(f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
                f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
-               f"GPU time {_fmt_time(sm['gpu_time_ns'])}\n"
-               f"per iteration ({it} iteration(s) per part): {_fmt_time(sm['per_iteration_ns'])} and "
+               f"GPU time {fmt_time(sm['gpu_time_ns'])}\n"
+               f"per iteration ({it} iteration(s) per part): {fmt_time(sm['per_iteration_ns'])} and "
                f"{sm['events_per_iteration']:,.1f} events per part\n")
     view = rep.kernels
     shown = view.copy()  # every row: units come from the whole column, whatever --top
@@ -506,15 +501,15 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
     out = [_note(res)]
     dv = rep.device
     if dv:
-        causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {_fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
-        out.append(f"GPU idle time (no stream busy; the breakdown's idle): {_fmt_time(dv['idle_ns'])} in "
+        causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
+        out.append(f"GPU idle time (no stream busy; the breakdown's idle): {fmt_time(dv['idle_ns'])} in "
                    f"{dv['gaps']:,} gaps over {dv['gpus']:,} GPU(s)\n" + (f"Causes: {causes}\n" if dv["gaps"] else ""))
         out.append("Per stream (a stream's gap may overlap work on the GPU's other streams, so these add up to "
                    "more than the GPU's idle time):\n")
-    out.append(f"Total gaps found: {n:,}\nTotal stream gap time: {_fmt_time(sm['idle_ns'])}\n"
-               f"Average gap duration: {_fmt_time(sm['mean_gap_ns'])}\n")
+    out.append(f"Total gaps found: {n:,}\nTotal stream gap time: {fmt_time(sm['idle_ns'])}\n"
+               f"Average gap duration: {fmt_time(sm['mean_gap_ns'])}\n")
     if n:
-        causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {_fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
+        causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
     if len(rep.streams):
         out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))

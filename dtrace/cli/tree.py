@@ -13,7 +13,7 @@ from ..calltree import Tree
 from ..part_loader import is_results_dir, load_part
 from ..errors import UsageError
 from ..options import Options
-from ..render.charts import fmt_time
+from ..units import fmt_time
 from ..render.escape import printable
 from ..render.text import render
 from .common import add_output_format, add_rows, reading, rows_to_show

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..categories import categorize_names
 from ..classify import Classifier, collective_label
+from ..dtypes import empty_frame
 
 
 @dataclass
@@ -86,7 +87,7 @@ class StatsReport:
         def tag(df: pd.DataFrame | None) -> pd.DataFrame:
             df = df if df is not None else pd.DataFrame()
             return df.assign(title=self.title)[["title", *df.columns]] if len(df.columns) else \
-                pd.DataFrame({"title": pd.Series([], dtype=object)})
+                empty_frame(["title"])
         return {"stats_summary": pd.DataFrame([self.summary_row()]), "stats_classes": tag(self.classes),
                 "stats_nccl": tag(self.nccl), "stats_memops": tag(self.memops)}
 

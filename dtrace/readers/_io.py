@@ -16,6 +16,7 @@ from typing import BinaryIO
 import xxhash
 
 from ..errors import InputTooLarge, NotRegularFile
+from ..units import format_size
 
 try:  # isal's gzip is ~1.7x faster than zlib's; fall back silently to the stdlib
     from isal import igzip as _gzip
@@ -83,20 +84,6 @@ def check_size(path: str | os.PathLike[str], size: int, limit: int | None) -> No
     if limit is not None and size > limit:
         raise InputTooLarge(path, f"its content is larger than the input size limit of {format_size(limit)} "
                                   "(--max-input-size / max_input_size)")
-
-
-def format_size(n: int) -> str:
-    """``65536`` → ``'64 KiB'``; exact multiples of a binary unit keep that unit.
-
-    Examples
-    --------
-    >>> format_size(64 << 30), format_size(1000)
-    ('64 GiB', '1000 bytes')
-    """
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} bytes"
 
 
 def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:

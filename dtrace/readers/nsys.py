@@ -40,6 +40,7 @@ from ..schema import (COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, TIME_MAX_NS, 
                       side_table, validate_events)
 from .base import Part, TraceFile
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
+from ..dtypes import empty_frame
 
 NAME = "nsys"
 
@@ -160,7 +161,7 @@ class _Db:
         have = self.columns(table)
         present = [c for c in wanted if c in have]
         if not present:
-            return pd.DataFrame({c: pd.Series([], dtype=object) for c in wanted})
+            return empty_frame(wanted)
         sql = f"select {', '.join(f'[{c}]' for c in present)} from [{table}]" + (f" where {where}" if where else "")
         try:
             rows = self.con.execute(sql).fetchall()

@@ -1,7 +1,9 @@
 """Cross-rank reduce: functions of the small per-rank tables, run on the client.
 
 Each reducer takes the dict of concatenated per-rank tables (plus the options) and returns
-new tables. Adding one is one module and one line in :data:`REDUCERS`.
+new tables. Adding one is one module and one line in :data:`REDUCERS`; the tables it makes
+declare their columns in :data:`DECLARED` and are cast to them by the same
+:func:`~dtrace.dtypes.conform` as the per-part tables.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Callable
 
 import pandas as pd
 
+from ..dtypes import conform
 from ..options import Options
 from . import collectives as _coll
 from . import kernels_xrank as _kx
@@ -29,9 +32,21 @@ REDUCERS: list[tuple[str, Reducer]] = [
     ("whatif", _whatif.reduce_whatif),  # whatif (after collectives and stragglers)
 ]
 
+DECLARED: dict[str, dict[str, object]] = {
+    "kernels_xrank": _kx.KERNELS_XRANK_COLUMNS, "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
+    "ops_xrank": _ox.XRANK_COLUMNS, "op_outliers": _ox.OUTLIER_COLUMNS,
+    "collectives": _coll.ROW_COLUMNS, "collective_instances": _coll.INSTANCE_COLUMNS,
+    "clock_offsets": _coll.CLOCK_COLUMNS, "rank_stats": _ranks.STATS_COLUMNS,
+    "stragglers": _strag.OUTPUT_COLUMNS, "whatif": _whatif.COLUMNS,
+}
+"""The declared columns (name → dtype) of the reduced tables (``ranks`` has a column per metric
+present and is not declared)."""
+
 
 def run_reducers(tables: Tables, options: Options) -> Tables:
+    """Every reducer in order, each seeing the tables of those before it; a declared table is
+    conformed to its columns (extra columns kept)."""
     out = dict(tables)
     for _name, fn in REDUCERS:
-        out.update(fn(out, options))
+        out.update({t: conform(df, DECLARED[t], t) if t in DECLARED else df for t, df in fn(out, options).items()})
     return out

@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analyses.dtypes import missing_if_negative
+from ..dtypes import empty_frame, missing_if_negative
 from ..options import Options
 
 MATCH_METHODS = ("seq", "order", "stream")
@@ -68,10 +68,6 @@ INSTANCE_COLUMNS = {"collective": "int64", "group": object, "group_ranks": objec
                     "busbw_gbps": "float64"}
 CLOCK_COLUMNS = {"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64", "instances": "int64",
                  "residual_end_ns": "int64"}
-
-
-def _empty(columns: dict[str, object]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
 
 
 def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -201,8 +197,8 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     """Match the per-rank comm kernels into instances; see the module docstring."""
     rows = tables.get("collectives")
     if rows is None or not len(rows) or "order_stream" not in rows.columns:
-        return {"collectives": _empty(ROW_COLUMNS), "collective_instances": _empty(INSTANCE_COLUMNS),
-                "clock_offsets": _empty(CLOCK_COLUMNS)}
+        return {"collectives": empty_frame(ROW_COLUMNS), "collective_instances": empty_frame(INSTANCE_COLUMNS),
+                "clock_offsets": empty_frame(CLOCK_COLUMNS)}
     # missing values (NA: no seq, bytes, group size or step stated) are -1 for the arithmetic below
     rows = rows.reset_index(drop=True)
     rows = rows.assign(**{c: rows[c].to_numpy(np.int64, na_value=-1) for c in ("seq", "bytes", "group_size", "step")

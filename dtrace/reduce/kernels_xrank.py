@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analyses.dtypes import NI64, as_declared, conform
+from ..dtypes import NI64, as_declared, conform, empty_frame
 from ..options import Options
 
 KERNELS_XRANK_COLUMNS = {
@@ -30,10 +30,6 @@ CLASSES_XRANK_COLUMNS = {
     "total_ns_min": "int64", "total_ns_max": "int64", "max_rank": "int32", "max_device": "int32",
     "min_rank": "int32", "min_device": "int32", "mean_ns": "int64", "time_share": "float64",
 }
-
-
-def _empty(columns: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
 
 
 def pool(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -97,7 +93,7 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
     out = {}
     k = tables.get("kernels")
     if k is None or not len(k):
-        out["kernels_xrank"] = _empty(KERNELS_XRANK_COLUMNS)
+        out["kernels_xrank"] = empty_frame(KERNELS_XRANK_COLUMNS)
     else:
         k = k.reset_index(drop=True)
         spread = _spread(k, "name")
@@ -114,7 +110,7 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
             ["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     c = tables.get("classes")
     if c is None or not len(c):
-        out["classes_xrank"] = _empty(CLASSES_XRANK_COLUMNS)
+        out["classes_xrank"] = empty_frame(CLASSES_XRANK_COLUMNS)
     else:
         c = c.reset_index(drop=True)
         res = _spread(c, "class")

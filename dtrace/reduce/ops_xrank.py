@@ -27,7 +27,7 @@ import pandas as pd
 
 import re
 
-from ..analyses.dtypes import conform
+from ..dtypes import conform, empty_frame
 from ..options import Options
 
 Tables = dict[str, pd.DataFrame]
@@ -57,15 +57,11 @@ def is_comm_op(names: pd.Series) -> np.ndarray:
     return np.array([bool(rx.search(u)) for u in uniq], bool)[codes] if len(codes) else np.zeros(0, bool)
 
 
-def _empty(columns: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
-
-
 def ops_xrank(tables: Tables, options: Options) -> Tables:
     """Cross-rank aggregates of the ``ops`` table (see the module docstring)."""
     ops = tables.get("ops")
     if ops is None or not len(ops):
-        return {"ops_xrank": _empty(XRANK_COLUMNS), "op_outliers": _empty(OUTLIER_COLUMNS)}
+        return {"ops_xrank": empty_frame(XRANK_COLUMNS), "op_outliers": empty_frame(OUTLIER_COLUMNS)}
     if "launcher_kind" not in ops.columns:  # a table written before launchers had kinds
         ops = ops.assign(launcher_kind="cpu_op")
     keys = ["op", "launcher_kind"]
@@ -93,7 +89,7 @@ def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
     f = f.assign(parts=g["gpu_ns"].transform("size").to_numpy(np.int64))
     f = f.loc[f["parts"].to_numpy() >= 2]
     if not len(f):
-        return _empty(OUTLIER_COLUMNS)
+        return empty_frame(OUTLIER_COLUMNS)
     g = f.groupby("op", sort=False)
     x = f["gpu_ns"].to_numpy(np.float64)
     med = g["gpu_ns"].transform("median").to_numpy(np.float64)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..options import Options
+from ..dtypes import empty_frame
 
 KEYS = ["rank", "device"]
 BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",
@@ -78,7 +79,7 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per-(rank, device) metrics from the per-rank tables (no z-scores)."""
     bd = tables.get("breakdown")
     if bd is None or not len(bd):
-        return pd.DataFrame({"rank": pd.Series([], dtype="int32"), "device": pd.Series([], dtype="int32")})
+        return empty_frame(KEYS, "int32")
     out = bd[KEYS + [c for c in BREAKDOWN_METRICS if c in bd.columns]].drop_duplicates(KEYS)
     out = out.sort_values(KEYS, kind="stable").reset_index(drop=True)
     idx = pd.MultiIndex.from_frame(out[KEYS])
@@ -132,6 +133,5 @@ def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str,
                       "min": float(x.min()) if len(x) else 0.0, "max": float(x.max()) if len(x) else 0.0,
                       "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else pd.NA})
     ranks = pd.concat([metrics, pd.DataFrame(z, index=metrics.index)], axis=1) if z else metrics
-    rank_stats = pd.DataFrame(stats).astype({"max_rank": "Int64"}) if stats else pd.DataFrame(
-        {c: pd.Series([], dtype=t) for c, t in STATS_COLUMNS.items()})
+    rank_stats = pd.DataFrame(stats).astype({"max_rank": "Int64"}) if stats else empty_frame(STATS_COLUMNS)
     return {"ranks": ranks, "rank_stats": rank_stats}

@@ -56,9 +56,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..analyses.dtypes import missing_if_negative
+from ..dtypes import empty_frame, missing_if_negative
 from ..errors import UsageError
 from ..options import Options
+from ..units import fmt_time
 from .ranks import robust_z
 
 KEYS = ["rank", "device"]
@@ -113,7 +114,7 @@ def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     frames = [t[KEYS] for name in ("ranks", "breakdown", "collectives", "kernels")
               if (t := tables.get(name)) is not None and len(t) and set(KEYS) <= set(t.columns)]
     if not frames:
-        return pd.DataFrame({"rank": pd.Series([], dtype="int32"), "device": pd.Series([], dtype="int32")})
+        return empty_frame(KEYS, "int32")
     keys = pd.concat(frames, ignore_index=True).drop_duplicates().sort_values(KEYS, kind="stable")
     return keys.astype({"rank": "int32", "device": "int32"}).reset_index(drop=True)
 
@@ -122,8 +123,7 @@ def _arrival(coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.Multi
                                                                                                    pd.DataFrame]:
     n = len(idx)
     zero = np.zeros(n)
-    empty_w = pd.DataFrame({c: pd.Series([], dtype="int64") for c in
-                            ("rank", "device", "last_rank", "last_device", "wait_ns")})
+    empty_w = empty_frame(("rank", "device", "last_rank", "last_device", "wait_ns"), "int64")
     empty_t = pd.DataFrame({"rank": [], "device": [], "group": [], "op": [], "instances": [], "last": [],
                             "wait_caused_ns": []})
     if coll is None or not len(coll) or "last" not in coll.columns:
@@ -353,22 +353,6 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
 
 # -- evidence text ---------------------------------------------------------------------------
 
-def fmt_ns(ns: float) -> str:
-    """A duration for people: ``212 ms``, ``35.2 µs``.
-
-    Examples
-    --------
-    >>> fmt_ns(212_300_000), fmt_ns(35_200), fmt_ns(3.4e9)
-    ('212 ms', '35.2 µs', '3.4 s')
-    """
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(v) >= scale:
-            x = v / scale
-            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
-    return f"{v:.0f} ns"
-
-
 _PLURAL = {"all_reduce": "all-reduces", "all_gather": "all-gathers", "reduce_scatter": "reduce-scatters",
            "all_to_all": "all-to-alls", "send_recv": "send/recvs", "broadcast": "broadcasts", "send": "sends",
            "recv": "recvs", "reduce": "reduces", "barrier": "barriers"}
@@ -431,7 +415,7 @@ class _Evidence:
                         f"{_plural(str(t['op']))} on {_pg(str(t['group']))}")
                 if int(t["instances"]) < n:
                     text += f" ({100 * last / n:.0f} % of all its {n} collectives)"
-        return text + f", making the others wait {fmt_ns(row['wait_caused_ns'])} in total"
+        return text + f", making the others wait {fmt_time(row['wait_caused_ns'], trim=True)} in total"
 
     def kernels(self, row: dict) -> str:
         overall = float(row["compute_slowdown"])
@@ -450,15 +434,15 @@ class _Evidence:
         extra_idle = float(row["idle_ns"]) - self.median_idle
         text = f"its kernels are not slower ({float(row['compute_slowdown']):.2f}× the median rank)"
         if extra_idle > 0:
-            text += f" but its GPU idles {fmt_ns(extra_idle)} more than the median rank"
+            text += f" but its GPU idles {fmt_time(extra_idle, trim=True)} more than the median rank"
             hw = float(row["host_wait_ns"])
             if np.isfinite(hw) and np.isfinite(self.median_host_wait) and hw > self.median_host_wait:
-                text += (f", {fmt_ns(hw - self.median_host_wait)} more of it waiting for the host to launch work: "
+                text += (f", {fmt_time(hw - self.median_host_wait, trim=True)} more of it waiting for the host to launch work: "
                          "the host is late (CPU contention, data loading, Python overhead)")
         return text
 
     def step(self, row: dict) -> str:
-        return (f"its median step takes {fmt_ns(row['step_ns'])}, {float(row['step_ratio']):.2f}× the median "
+        return (f"its median step takes {fmt_time(row['step_ns'], trim=True)}, {float(row['step_ratio']):.2f}× the median "
                 f"rank (z {float(row['step_z']):+.1f})")
 
     def link(self, row: dict) -> str:
@@ -615,7 +599,7 @@ def late_start_method(sig: Signals, options: Options) -> pd.DataFrame:
     z = robust_z(lag, floor=max(1.0, 0.001 * step_med))
     flagged = (z >= Z_FLAG) & (lag >= 0.01 * step_med)
     score = np.maximum(z, 0) / Z_FLAG
-    evidence = [f"rank {int(k)} reaches its collectives {fmt_ns(v)} later than the median member on average, "
+    evidence = [f"rank {int(k)} reaches its collectives {fmt_time(v, trim=True)} later than the median member on average, "
                 f"counted from its previous collective's end (z {zz:+.1f})" for k, v, zz in
                 zip(r["rank"].to_numpy(), lag, z)]
     return _output(sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged],
@@ -627,5 +611,5 @@ def reduce_stragglers(tables: dict[str, pd.DataFrame], options: Options) -> dict
     check_method(options.straggler_method)
     sig = compute_signals(tables)
     if not len(sig.ranks):
-        return {"stragglers": pd.DataFrame({c: pd.Series([], dtype=t) for c, t in OUTPUT_COLUMNS.items()})}
+        return {"stragglers": empty_frame(OUTPUT_COLUMNS)}
     return {"stragglers": METHODS[options.straggler_method](sig, options)}

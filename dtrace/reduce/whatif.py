@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analyses.dtypes import missing_if_negative
+from ..dtypes import empty_frame, missing_if_negative
 from ..classify import OTHER as _BUILTIN_LEFTOVER, REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..errors import DtraceError
 from ..options import Options
@@ -80,10 +80,6 @@ COLUMNS: dict[str, object] = {
 OTHER = "*"
 """Class name of a node's time outside its named classes; a factor for it applies to a rank's
 unnamed classes (default 1)."""
-
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in COLUMNS.items()})
 
 
 @dataclass
@@ -198,9 +194,8 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         return None
     coll = tables.get("collectives")
     if coll is None or "collective" not in getattr(coll, "columns", ()):
-        coll = pd.DataFrame({c: pd.Series([], dtype="int64") for c in
-                             ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns",
-                              "clock_offset_ns", "step")})
+        coll = empty_frame(("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns",
+                            "clock_offset_ns", "step"), "int64")
     # missing values (NA: no step, no collective) become -1 for the arithmetic below
     seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in ("step", "comm_stream", "comm_start_ns")})
     if "step" in coll.columns:
@@ -493,7 +488,7 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     """The ``whatif`` table: one row per (step, scenario)."""
     g = graph if graph is not None else build_graph(tables)
     if g is None or not len(g.t):
-        return _empty()
+        return empty_frame(COLUMNS)
     obs = observed_span(g)
     base = replay(g, np.ones(len(g.t)))
     steps = g.chains["step"].to_numpy(np.int64)
@@ -531,7 +526,7 @@ def reduce_whatif(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
     try:
         return {"whatif": estimate(tables, default_scenarios(tables))}
     except DtraceError:
-        return {"whatif": _empty()}
+        return {"whatif": empty_frame(COLUMNS)}
 
 
 def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
@@ -577,10 +572,9 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     {'scenario': ['a', 'b'], 'steps': [2, 2], 'estimate_ns': [9, 10], 'saved_ns': [2, 1], 'saved_share': [0.18181818181818182, 0.09090909090909091]}
     """
     if not len(table):
-        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in
-                             {"scenario": object, "detail": object, "steps": "int64", "observed_ns": "int64",
+        return empty_frame({"scenario": object, "detail": object, "steps": "int64", "observed_ns": "int64",
                               "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64",
-                              "saved_share": "float64", "fit_ns": "int64"}.items()})
+                              "saved_share": "float64", "fit_ns": "int64"})
     g = table.groupby("scenario", sort=False)
     out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(dropna=False),
                         "observed_ns": g["observed_ns"].mean(), "replayed_ns": g["replayed_ns"].mean(),

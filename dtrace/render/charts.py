@@ -17,6 +17,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..units import fmt_bytes, fmt_num, fmt_pct, fmt_time, sig3, time_unit  # noqa: F401 - charts' formatters
+
 #: Colours of the breakdown components, used by every report.
 BREAKDOWN_COLORS = {
     "computation": "#4e79a7",
@@ -33,74 +35,6 @@ _SEQ = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75,
         (1.0, (253, 231, 37)))
 
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;font-size:11px"
-
-
-def time_unit(max_ns: float) -> tuple[str, float]:
-    """The unit that shows ``max_ns`` with 1–3 integer digits: ``("ms", 1e6)``, ...
-
-    Examples
-    --------
-    >>> time_unit(2.5e9), time_unit(37_000), time_unit(12)
-    (('s', 1000000000.0), ('µs', 1000.0), ('ns', 1.0))
-    """
-    m = abs(float(max_ns)) if np.isfinite(max_ns) else 0.0
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if m >= scale:
-            return unit, scale
-    return "ns", 1.0
-
-
-def fmt_time(ns: float) -> str:
-    """One time value with its own unit and three significant digits.
-
-    Examples
-    --------
-    >>> fmt_time(612_058_000), fmt_time(1_500), fmt_time(-2_000_000), fmt_time(0), fmt_time(float("nan"))
-    ('612 ms', '1.50 µs', '-2.00 ms', '0', '–')
-    >>> fmt_time(9_999_600), fmt_time(99_960)
-    ('10.0 ms', '100 µs')
-    """
-    if ns is None or not np.isfinite(ns):
-        return "–"
-    if ns == 0:
-        return "0"
-    unit, scale = time_unit(ns)
-    return f"{_sig3(ns / scale)} {unit}"
-
-
-def fmt_pct(frac: float) -> str:
-    """A fraction as a percentage: ``0.1234 → '12.3 %'``."""
-    if frac is None or not np.isfinite(frac):
-        return "–"
-    return f"{100.0 * frac:.1f} %"
-
-
-def fmt_num(v: float) -> str:
-    """A count or plain number: thousands separators, three significant digits for fractions."""
-    if v is None or not np.isfinite(v):
-        return "–"
-    if float(v).is_integer():
-        return f"{int(v):,}"
-    return _sig3(v)
-
-
-def fmt_bytes(v: float) -> str:
-    """A byte count in B/KiB/MiB/GiB (negative: unknown)."""
-    if v is None or not np.isfinite(v) or v < 0:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(v) >= scale:
-            return f"{_sig3(v / scale)} {unit}"
-    return f"{int(v)} B"
-
-
-def _sig3(x: float) -> str:
-    """Three significant digits with fixed decimals (``9.996 → '10.0'``, not ``'10.00'``)."""
-    a = abs(x)
-    decimals = 0 if a >= 100 else (1 if a >= 10 else 2)
-    if decimals and abs(round(x, decimals)) >= 10 ** (3 - decimals):
-        decimals -= 1
-    return f"{x:,.{decimals}f}"
 
 
 def nice_ticks(vmax: float, n: int = 5) -> np.ndarray:

@@ -30,6 +30,7 @@ from . import charts as ch
 from .escape import to_csv
 from .page import na, note, page, table
 from .sections import BREAKDOWN_PARTS
+from ..dtypes import empty_frame
 
 MAX_CATEGORIES = 12
 CATEGORY_COLUMNS = ("run", "category", "name", "count", "total_ns", "per_gpu_ns", "gpus")
@@ -84,8 +85,8 @@ def category_table(runs: Sequence[tuple[str, Results]], classifier: Any = None) 
         frames.append(g.sort_values(["_cat_total", "category", "total_ns"], ascending=[False, True, False],
                                     kind="stable").drop(columns="_cat_total"))
     if not frames:
-        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("run", "category", "name") else np.int64)
-                             for c in CATEGORY_COLUMNS})
+        return empty_frame({c: object if c in ("run", "category", "name") else np.int64
+                            for c in CATEGORY_COLUMNS})
     out = pd.concat(frames, ignore_index=True)
     return out[list(CATEGORY_COLUMNS)].astype({"count": np.int64, "total_ns": np.int64, "gpus": np.int64})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import Results
-from .charts import fmt_time
+from ..units import fmt_time
 from .escape import printable
 from .text import flags, render
 

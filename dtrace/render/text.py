@@ -16,40 +16,16 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from ..units import TIME_UNITS, pick_unit
 from .escape import markdown_cell, printable, to_csv
 
 FORMATS = ("table", "csv", "json", "markdown")
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
-_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
 #: ``x_ns`` or a statistic of it (``x_ns_mean``; not ``x_ns_z``, a z-score).
 _TIME_COLUMN = re.compile(r"_ns(_(?:mean|median|min|max|sum|std|total|p\d+))?$")
 #: Columns holding absolute times (shown relative to the earliest of them).
 ABSOLUTE_TIMES = ("start_ns", "end_ns", "first_ns", "last_ns")
-
-
-def pick_unit(values: np.ndarray) -> tuple[str, float]:
-    """A readable time unit for ns values: the largest one that keeps the median magnitude ≥ 1.
-
-    Zeros and NaN are ignored; an all-zero column is shown in µs.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> pick_unit(np.array([3_000_000, 12_000_000])), pick_unit(np.array([0, 0]))
-    (('ms', 1000000.0), ('µs', 1000.0))
-    >>> pick_unit(np.array([250, -400]))
-    ('ns', 1.0)
-    """
-    v = np.abs(np.asarray(values, dtype=np.float64))
-    v = v[np.isfinite(v) & (v > 0)]
-    if not v.size:
-        return "µs", 1e3
-    m = float(np.median(v))
-    for unit, scale in _UNITS:
-        if m >= scale:
-            return unit, scale
-    return "ns", 1.0
 
 
 def is_time_column(name: str) -> bool:
@@ -110,7 +86,7 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
     if time_unit == "auto" and times:
         fixed = pick_unit(np.concatenate(list(shifted.values())))
     elif time_unit is not None and time_unit != "auto":
-        units = dict(_UNITS)
+        units = dict(TIME_UNITS)
         if time_unit not in units:
             raise ValueError(f"unknown time unit {time_unit!r}; valid: auto, {', '.join(units)}")
         fixed = (time_unit, units[time_unit])

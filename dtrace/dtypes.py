@@ -1,4 +1,5 @@
-"""Declared dtypes of the results tables and the one function that casts a table to them.
+"""Declared dtypes of the results tables, the one function that casts a table to them, and
+the one that makes an empty table of declared columns.
 
 Every ``*_ns`` column is an integer number of nanoseconds (int64); a value that can be missing
 (unknown message bytes, a collective without ``seq``, a node without a collective) is a pandas
@@ -7,7 +8,7 @@ column (a mean, a median, a standard deviation) are rounded half to even, once, 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -60,15 +61,31 @@ def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
     return ints.astype(want)
 
 
-def conform(df: pd.DataFrame, columns: dict[str, str], table: str) -> pd.DataFrame:
+def empty_frame(columns: Mapping[str, Any] | Iterable[str], dtype: Any = object) -> pd.DataFrame:
+    """A table without rows whose columns have the declared dtypes (a name → dtype mapping), or
+    ``dtype`` for every name of a plain list.
+
+    Examples
+    --------
+    >>> empty_frame({"rank": "int32", "name": object}).dtypes.astype(str).tolist()
+    ['int32', 'object']
+    >>> list(empty_frame(["a", "b"], "int64").columns)
+    ['a', 'b']
+    """
+    cols = dict(columns) if isinstance(columns, Mapping) else dict.fromkeys(columns, dtype)
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()}, columns=list(cols))
+
+
+def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str) -> pd.DataFrame:
     """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes
     (:func:`as_declared`: floats declared as integers are rounded half to even, NaN is ``NA``).
 
     Text columns (declared ``object``) may be object or pandas string columns.
     """
+    columns = {c: t if isinstance(t, str) else str(np.dtype(t)) for c, t in columns.items()}  # object -> "object"
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise TypeError(f"analysis {table!r} did not produce the declared columns {missing}")
+        raise TypeError(f"table {table!r} lacks its declared columns {missing}")
     if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
         return df
     out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy()
