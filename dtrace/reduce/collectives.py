@@ -194,7 +194,12 @@ def _bus_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
-    """Match the per-rank comm kernels into instances; see the module docstring."""
+    """Match the per-rank comm kernels into instances; see the module docstring.
+
+    Phases: match the rows into instances, estimate each host's clock offset, number the
+    instances by their first corrected start, aggregate per instance, find the rank that
+    arrived last, then build the row, instance and clock tables.
+    """
     rows = tables.get("collectives")
     if rows is None or not len(rows) or "order_stream" not in rows.columns:
         return {"collectives": empty_frame(ROW_COLUMNS), "collective_instances": empty_frame(INSTANCE_COLUMNS),
@@ -206,68 +211,35 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     inst, method = match_instances(rows)
     rank = rows["rank"].to_numpy(np.int64)
     device = rows["device"].to_numpy(np.int64)
-    gph = options.gpus_per_host
-    if gph > 0:
-        host = rank // gph
-    else:
-        host = pd.MultiIndex.from_arrays([rank, device]).factorize()[0].astype(np.int64)
-    hosts_u, host_idx = np.unique(host, return_inverse=True)
-    start = rows["start_ns"].to_numpy(np.int64)
-    end = rows["end_ns"].to_numpy(np.int64)
-    host_off = estimate_offsets(inst, host_idx, end)
+    hosts, host_idx = _hosts(rank, device, options.gpus_per_host)
+    raw_start = rows["start_ns"].to_numpy(np.int64)
+    raw_end = rows["end_ns"].to_numpy(np.int64)
+    host_off = estimate_offsets(inst, host_idx, raw_end)
     off = host_off[host_idx] if len(host_off) else np.zeros(len(rows), np.int64)
-    s = start - off
-    e = end - off
-    dur = end - start
-    # number instances by their first (clock-corrected) start
-    first = pd.Series(s).groupby(inst).min()
-    renum = np.empty(len(first), np.int64)
-    renum[first.index.to_numpy()[np.argsort(first.to_numpy(), kind="stable")]] = np.arange(len(first))
-    inst = renum[inst]
-
-    f = pd.DataFrame({"i": inst, "s": s, "e": e, "d": dur, "raw_e": end, "h": host_idx,
-                      "b": rows["bytes"].to_numpy(np.int64), "gs": rows["group_size"].to_numpy(np.int64)})
-    g = f.groupby("i", sort=True)
-    agg = pd.DataFrame({
-        "ranks": g.size(), "s_max": g["s"].max(), "s_min": g["s"].min(), "e_max": g["e"].max(),
-        "e_min": g["e"].min(), "d_min": g["d"].min(), "raw_e_max": g["raw_e"].max(), "raw_e_min": g["raw_e"].min(),
-        "bytes": g["b"].max(), "gs": g["gs"].max(), "hosts": g["h"].nunique(),
-    })
-    a = agg.reindex(inst)
-    wait = a["s_max"].to_numpy(np.int64) - s
-    # the last rank of each instance: the latest start (first such row on ties)
-    order = np.lexsort((-s, inst))
-    first_of = np.r_[True, inst[order][1:] != inst[order][:-1]]
-    last = np.zeros(len(rows), bool)
-    last[order[first_of]] = True
-    # how much the last rank alone delayed the instance: latest start − second-latest start, in
-    # int64 ns (absolute times near 1.7e18 ns are not exact in float64); 0 for one-rank instances
-    second_pos = order[np.r_[False, first_of[:-1]] & ~first_of] if len(order) > 1 else np.zeros(0, np.int64)
-    late = np.zeros(len(agg), np.int64)
-    late[inst[second_pos]] = agg["s_max"].to_numpy(np.int64)[inst[second_pos]] - s[second_pos]
-
-    n_eff = np.where(agg["gs"].to_numpy() > 0, agg["gs"].to_numpy(), agg["ranks"].to_numpy())
-    op_i = rows["op"].astype(object).to_numpy()
+    start, end, dur = raw_start - off, raw_end - off, raw_end - raw_start
+    inst = _number_by_first_start(inst, start)
+    per = pd.DataFrame({"collective": inst, "start_ns": start, "end_ns": end, "duration_ns": dur,
+                        "raw_end_ns": raw_end, "host": host_idx, "bytes": rows["bytes"].to_numpy(np.int64),
+                        "group_size": rows["group_size"].to_numpy(np.int64)})
+    agg = _instance_stats(per)
+    last, late = _last_arrivals(inst, start, agg)
     first_row = pd.Series(np.arange(len(rows))).groupby(inst).first().to_numpy()
-    inst_op = op_i[first_row]
-    transfer = agg["d_min"].to_numpy(np.float64)
-    nbytes = agg["bytes"].to_numpy(np.float64)
-    ok = (nbytes > 0) & (transfer > 0)
-    algbw = np.where(ok, nbytes / np.where(transfer > 0, transfer, 1.0), np.nan)
-    busbw = algbw * _bus_factor(inst_op, n_eff)
-
+    op = rows["op"].astype(object).to_numpy()
+    n_eff, algbw, busbw = _bandwidth(agg, op[first_row])
     group_label = np.where(method == 2, "stream " + rows["stream"].astype(str).to_numpy(object),
                            rows["group"].astype(object).to_numpy())
+    a = agg.reindex(inst)
+    wait = a["start_max"].to_numpy(np.int64) - start
     out = pd.DataFrame({
         "collective": inst, "rank": rank.astype(np.int32), "device": device.astype(np.int32),
-        "group": group_label, "op": op_i, "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
+        "group": group_label, "op": op, "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
         "match": np.asarray(MATCH_METHODS, object)[method], "stream": rows["stream"].to_numpy(np.int64),
         "step": missing_if_negative(rows["step"].to_numpy(np.int64)),
         "bytes": missing_if_negative(a["bytes"].to_numpy(np.int64)),
-        "start_ns": s, "end_ns": e, "duration_ns": dur, "wait_ns": wait,
-        "transfer_ns": a["d_min"].to_numpy(np.int64),
-        "start_skew_ns": (a["s_max"] - a["s_min"]).to_numpy(np.int64),
-        "end_skew_ns": (a["e_max"] - a["e_min"]).to_numpy(np.int64),
+        "start_ns": start, "end_ns": end, "duration_ns": dur, "wait_ns": wait,
+        "transfer_ns": a["transfer_ns"].to_numpy(np.int64),
+        "start_skew_ns": (a["start_max"] - a["start_min"]).to_numpy(np.int64),
+        "end_skew_ns": (a["end_max"] - a["end_min"]).to_numpy(np.int64),
         "ranks": a["ranks"].to_numpy(np.int64), "group_size": n_eff[inst].astype(np.int64), "last": last,
         "algbw_gbps": algbw[inst], "busbw_gbps": busbw[inst], "clock_offset_ns": off.astype(np.int64),
     }).sort_values(["collective", "rank", "device"], kind="stable").reset_index(drop=True)
@@ -280,33 +252,94 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     wait_total = pd.Series(wait).groupby(inst).sum().to_numpy(np.int64)
     instances = pd.DataFrame({
         "collective": agg.index.to_numpy(np.int64), "group": group_label[first_row],
-        "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row], "op": inst_op,
+        "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row], "op": op[first_row],
         "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)[first_row]),
         "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
         "ranks": agg["ranks"].to_numpy(np.int64), "group_size": n_eff.astype(np.int64),
         "hosts": agg["hosts"].to_numpy(np.int64), "bytes": missing_if_negative(agg["bytes"].to_numpy(np.int64)),
-        "start_ns": agg["s_min"].to_numpy(np.int64), "end_ns": agg["e_max"].to_numpy(np.int64),
-        "transfer_ns": agg["d_min"].to_numpy(np.int64),
-        "start_skew_ns": (agg["s_max"] - agg["s_min"]).to_numpy(np.int64),
-        "end_skew_ns": (agg["e_max"] - agg["e_min"]).to_numpy(np.int64),
-        "raw_end_skew_ns": (agg["raw_e_max"] - agg["raw_e_min"]).to_numpy(np.int64),
+        "start_ns": agg["start_min"].to_numpy(np.int64), "end_ns": agg["end_max"].to_numpy(np.int64),
+        "transfer_ns": agg["transfer_ns"].to_numpy(np.int64),
+        "start_skew_ns": (agg["start_max"] - agg["start_min"]).to_numpy(np.int64),
+        "end_skew_ns": (agg["end_max"] - agg["end_min"]).to_numpy(np.int64),
+        "raw_end_skew_ns": (agg["raw_end_max"] - agg["raw_end_min"]).to_numpy(np.int64),
         "wait_total_ns": wait_total, "last_rank": last_rank.astype(np.int32), "last_device": last_dev.astype(np.int32),
         "late_ns": late, "algbw_gbps": algbw, "busbw_gbps": busbw,
     })
-
-    # clock quality per rank: median |own end − instance median end| over shared multi-host instances
-    # (ends relative to the instance's first end: absolute ns are not exact in float64)
-    e_rel = e - agg["e_min"].to_numpy(np.int64)[inst]
-    med_end = pd.Series(e_rel).groupby(inst).median().to_numpy()
-    dev_end = np.abs(e_rel - med_end[inst])
-    multi = agg["hosts"].to_numpy()[inst] >= 2
-    pr = pd.DataFrame({"rank": rank, "device": device, "host": hosts_u[host_idx], "off": off,
-                       "multi": multi.astype(np.int64), "dev": np.where(multi, dev_end, np.nan)})
-    cg = pr.groupby(["rank", "device"], sort=True)
-    clock = pd.DataFrame({
-        "host": cg["host"].first(), "offset_ns": cg["off"].first(), "instances": cg["multi"].sum(),
-        "residual_end_ns": np.rint(cg["dev"].median().fillna(0)),
-    }).reset_index()
-    clock = clock.astype({"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64",
-                          "instances": "int64", "residual_end_ns": "int64"})
+    clock = _clock_quality(rank, device, hosts[host_idx], off, inst, end, agg)
     return {"collectives": out, "collective_instances": instances, "clock_offsets": clock}
+
+
+def _hosts(rank: np.ndarray, device: np.ndarray, gpus_per_host: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct hosts and each row's index into them: ``rank // gpus_per_host``, or one host
+    per (rank, device) when the GPU count per host is not given."""
+    if gpus_per_host > 0:
+        host = rank // gpus_per_host
+    else:
+        host = pd.MultiIndex.from_arrays([rank, device]).factorize()[0].astype(np.int64)
+    hosts, host_idx = np.unique(host, return_inverse=True)
+    return hosts, host_idx
+
+
+def _number_by_first_start(inst: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Instance ids renumbered 0.. in the order of their first (clock-corrected) start."""
+    first = pd.Series(start).groupby(inst).min()
+    renum = np.empty(len(first), np.int64)
+    renum[first.index.to_numpy()[np.argsort(first.to_numpy(), kind="stable")]] = np.arange(len(first))
+    return renum[inst]
+
+
+def _instance_stats(per: pd.DataFrame) -> pd.DataFrame:
+    """Per instance (index ``collective``): ranks, earliest and latest corrected start and end,
+    the shortest duration (the transfer), the raw end range, bytes, group size and hosts."""
+    g = per.groupby("collective", sort=True)
+    return pd.DataFrame({
+        "ranks": g.size(), "start_max": g["start_ns"].max(), "start_min": g["start_ns"].min(),
+        "end_max": g["end_ns"].max(), "end_min": g["end_ns"].min(), "transfer_ns": g["duration_ns"].min(),
+        "raw_end_max": g["raw_end_ns"].max(), "raw_end_min": g["raw_end_ns"].min(),
+        "bytes": g["bytes"].max(), "group_size": g["group_size"].max(), "hosts": g["host"].nunique(),
+    })
+
+
+def _last_arrivals(inst: np.ndarray, start: np.ndarray, agg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Which row arrived last in its instance (the latest start, the first such row on ties), and
+    per instance how much the last rank alone delayed it: latest start − second-latest start, in
+    int64 ns (absolute times near 1.7e18 ns are not exact in float64); 0 for one-rank instances."""
+    order = np.lexsort((-start, inst))
+    first_of = np.r_[True, inst[order][1:] != inst[order][:-1]]
+    last = np.zeros(len(inst), bool)
+    last[order[first_of]] = True
+    second_pos = order[np.r_[False, first_of[:-1]] & ~first_of] if len(order) > 1 else np.zeros(0, np.int64)
+    late = np.zeros(len(agg), np.int64)
+    late[inst[second_pos]] = agg["start_max"].to_numpy(np.int64)[inst[second_pos]] - start[second_pos]
+    return last, late
+
+
+def _bandwidth(agg: pd.DataFrame, inst_op: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance: the group size (stated, else the ranks seen), algorithm bandwidth (bytes /
+    transfer) and bus bandwidth (nccl-tests' factor for the op), NaN where bytes are unknown."""
+    n_eff = np.where(agg["group_size"].to_numpy() > 0, agg["group_size"].to_numpy(), agg["ranks"].to_numpy())
+    transfer = agg["transfer_ns"].to_numpy(np.float64)
+    nbytes = agg["bytes"].to_numpy(np.float64)
+    ok = (nbytes > 0) & (transfer > 0)
+    algbw = np.where(ok, nbytes / np.where(transfer > 0, transfer, 1.0), np.nan)
+    return n_eff, algbw, algbw * _bus_factor(inst_op, n_eff)
+
+
+def _clock_quality(rank: np.ndarray, device: np.ndarray, host: np.ndarray, off: np.ndarray, inst: np.ndarray,
+                   end: np.ndarray, agg: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, device): its host, clock offset, the shared multi-host instances, and the median
+    |own end − instance median end| over them (ends relative to the instance's first end:
+    absolute ns are not exact in float64)."""
+    end_rel = end - agg["end_min"].to_numpy(np.int64)[inst]
+    med_end = pd.Series(end_rel).groupby(inst).median().to_numpy()
+    dev_end = np.abs(end_rel - med_end[inst])
+    multi = agg["hosts"].to_numpy()[inst] >= 2
+    per = pd.DataFrame({"rank": rank, "device": device, "host": host, "offset_ns": off,
+                        "multi": multi.astype(np.int64), "residual": np.where(multi, dev_end, np.nan)})
+    g = per.groupby(["rank", "device"], sort=True)
+    clock = pd.DataFrame({
+        "host": g["host"].first(), "offset_ns": g["offset_ns"].first(), "instances": g["multi"].sum(),
+        "residual_end_ns": np.rint(g["residual"].median().fillna(0)),
+    }).reset_index()
+    return clock.astype({"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64",
+                         "instances": "int64", "residual_end_ns": "int64"})
