@@ -21,6 +21,8 @@ the host events of its process. NCCL kernels become rows of the collectives side
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import os
 import re
 import shutil
@@ -260,6 +262,35 @@ def _session_start(value: Any, source: str) -> int:
 
 
 def _read_db(db: _Db, source: str) -> TraceFile:
+    """The parts of an exported report: session origin, GPU activity, host calls and NVTX
+    ranges as one event table, then split per (process, device) with the side tables."""
+    origin = _session_origin(db, source)
+    gpu = _gpu_activity(db, source)
+    rt = db.read_ints("CUPTI_ACTIVITY_KIND_RUNTIME", {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1,
+                                                      "nameId": -1})
+    nvtx = _nvtx(db)
+    cols, name_dict = _event_columns(db, gpu, rt, nvtx)
+    start_f = cols["start"].astype(np.float64)
+    keep, dropped = implausible_times(start_f + origin, cols["end"].astype(np.float64) - start_f, source)
+    if keep is not None:  # dropped rows stay in the table with harmless times; no part takes them
+        cols["start"][~keep] = 0
+        cols["end"][~keep] = 0
+    kept = np.ones(len(cols["start"]), bool) if keep is None else keep
+    table = validate_events(_event_table(cols, name_dict, origin), source)
+    keys = _device_keys(cols, gpu.n, kept)
+    if not keys:
+        raise ImplausibleTimes(source, f"all {gpu.n} GPU events have implausible times ({dropped_summary(dropped)})")
+    parts = _parts(table, cols, gpu, kept, keys)
+    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(kept.sum()), "dropped_events": dropped,
+            "processes": sorted({p for p, _ in keys}), "devices": sorted({d for _, d in keys}),
+            "schema_version": str(db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
+                                  if "META_DATA_EXPORT" in db.tables else ""),
+            "nvtx_ranges": int(len(nvtx))}
+    return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+
+
+def _session_origin(db: _Db, source: str) -> int:
+    """The session start (UTC epoch ns) that the report's times count from."""
     present = [t for t in GPU_TABLES if t in db.tables]
     if not present:
         raise InputError(source, "no CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY or _MEMSET table: the report has no "
@@ -269,55 +300,72 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     origin = _session_start(origin, source)
     if not TIME_MIN_NS <= origin < TIME_MAX_NS:
         raise ImplausibleTimes(source, f"the session start (utcEpochNs {origin}) is outside 1970-2200")
+    return origin
 
-    base = {"start": _NULL, "end": _NULL, "deviceId": -1, "streamId": -1, "correlationId": -1, "globalPid": 0}
+
+_GPU_BASE = {"start": _NULL, "end": _NULL, "deviceId": -1, "streamId": -1, "correlationId": -1, "globalPid": 0}
+"""The columns read from every GPU activity table (kernels, copies, sets), with their defaults."""
+
+
+@dataclass
+class _GpuActivity:
+    """The kernel, memcpy and memset rows of a report (in that order in the event table)."""
+
+    kernels: pd.DataFrame
+    copies: pd.DataFrame
+    sets: pd.DataFrame
+    name_col: str | None
+
+    @property
+    def n(self) -> int:
+        return len(self.kernels) + len(self.copies) + len(self.sets)
+
+
+def _gpu_activity(db: _Db, source: str) -> _GpuActivity:
+    """The GPU activity tables; a report without any, or with rows lacking times, fails."""
     kcols = db.columns("CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in kcols), None)
-    kern = db.read_ints("CUPTI_ACTIVITY_KIND_KERNEL", {**base, **({name_col: -1} if name_col else {})})
-    mcpy = db.read_ints("CUPTI_ACTIVITY_KIND_MEMCPY", {**base, "copyKind": 0, "bytes": -1})
-    mset = db.read_ints("CUPTI_ACTIVITY_KIND_MEMSET", {**base, "bytes": -1})
-    n_gpu = len(kern) + len(mcpy) + len(mset)
-    if n_gpu == 0:
+    gpu = _GpuActivity(
+        kernels=db.read_ints("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU_BASE, **({name_col: -1} if name_col else {})}),
+        copies=db.read_ints("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU_BASE, "copyKind": 0, "bytes": -1}),
+        sets=db.read_ints("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_BASE, "bytes": -1}), name_col=name_col)
+    if gpu.n == 0:
         raise NoGPUActivity(source, "no GPU activity: the report's kernel, memcpy and memset tables are empty")
-    for t, df in (("KERNEL", kern), ("MEMCPY", mcpy), ("MEMSET", mset)):
+    for t, df in (("KERNEL", gpu.kernels), ("MEMCPY", gpu.copies), ("MEMSET", gpu.sets)):
         if len(df) and ((df["start"] == _NULL).any() or (df["end"] == _NULL).any()):
             raise InputError(source, f"CUPTI_ACTIVITY_KIND_{t} lacks start/end times")
+    return gpu
 
-    # names: kernels through StringIds, copies and sets as nsys stats writes them
-    kname_ids = _ints(kern[name_col]) if name_col else np.full(len(kern), -1, np.int64)
+
+def _event_columns(db: _Db, gpu: _GpuActivity, rt: pd.DataFrame, nvtx: pd.DataFrame
+                   ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The event columns (GPU rows first, then runtime calls, then NVTX ranges) with ``code``
+    indexing the returned name list: kernels through StringIds, copies and sets named as nsys
+    stats names them."""
+    kname_ids = _ints(gpu.kernels[gpu.name_col]) if gpu.name_col else np.full(len(gpu.kernels), -1, np.int64)
     strings = db.strings(np.unique(kname_ids))
     labels = dict(MEMCPY_LABELS)
     if "ENUM_CUDA_MEMCPY_OPER" in db.tables:
         labels.update({int(i): str(lbl) for i, lbl in db.con.execute("select id, label from ENUM_CUDA_MEMCPY_OPER")})
-    copy_kind = _ints(mcpy["copyKind"], 0)
     uniq_k, inv_k = np.unique(kname_ids, return_inverse=True)
     kernel_dict = [strings.get(int(i), f"<kernel {int(i)}>") for i in uniq_k.tolist()]
-    uniq_c, inv_c = np.unique(copy_kind, return_inverse=True)
+    uniq_c, inv_c = np.unique(_ints(gpu.copies["copyKind"], 0), return_inverse=True)
     copy_dict = [f"[CUDA memcpy {labels.get(int(k), 'Unknown')}]" for k in uniq_c.tolist()]
-
-    rt = db.read_ints("CUPTI_ACTIVITY_KIND_RUNTIME", {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1,
-                                                      "nameId": -1})
-    nvtx = _nvtx(db)
-    rt_names = db.strings(np.unique(_ints(rt["nameId"]))) if len(rt) else {}
-
-    frames = []
-    n_k, n_c, n_s = len(kern), len(mcpy), len(mset)
-    gpu = pd.concat([kern[list(base)], mcpy[list(base)], mset[list(base)]], ignore_index=True) \
-        if n_gpu else pd.DataFrame(columns=list(base))
-    gpid = _ints(gpu["globalPid"], 0)
-    g_pid, _ = split_gid(gpid)
+    n_k, n_c, n_s = len(gpu.kernels), len(gpu.copies), len(gpu.sets)
+    rows = pd.concat([df[list(_GPU_BASE)] for df in (gpu.kernels, gpu.copies, gpu.sets)], ignore_index=True)
+    g_pid, _ = split_gid(_ints(rows["globalPid"], 0))
     name_dict = kernel_dict + copy_dict + ["[CUDA memset]"]
-    g_code = np.concatenate([inv_k.reshape(-1), len(kernel_dict) + inv_c.reshape(-1),
-                             np.full(n_s, len(kernel_dict) + len(copy_dict))]).astype(np.int64)
-    g_kind = np.concatenate([np.full(n_k, KIND_CODES["kernel"]), np.full(n_c, KIND_CODES["memcpy"]),
-                             np.full(n_s, KIND_CODES["memset"])]).astype(np.int8)
-    frames.append(dict(device=_ints(gpu["deviceId"]), stream=_ints(gpu["streamId"]), pid=g_pid,
-                       tid=_ints(gpu["streamId"]), kind=g_kind, code=g_code,
-                       start=_ints(gpu["start"], 0), end=_ints(gpu["end"], 0), corr=_ints(gpu["correlationId"])))
+    frames = [dict(device=_ints(rows["deviceId"]), stream=_ints(rows["streamId"]), pid=g_pid,
+                   tid=_ints(rows["streamId"]),
+                   kind=np.concatenate([np.full(n_k, KIND_CODES["kernel"]), np.full(n_c, KIND_CODES["memcpy"]),
+                                        np.full(n_s, KIND_CODES["memset"])]).astype(np.int8),
+                   code=np.concatenate([inv_k.reshape(-1), len(kernel_dict) + inv_c.reshape(-1),
+                                        np.full(n_s, len(kernel_dict) + len(copy_dict))]).astype(np.int64),
+                   start=_ints(rows["start"], 0), end=_ints(rows["end"], 0), corr=_ints(rows["correlationId"]))]
     # host: runtime calls and NVTX ranges
+    rt_names = db.strings(np.unique(_ints(rt["nameId"]))) if len(rt) else {}
     rt_pid, rt_tid = split_gid(_ints(rt["globalTid"], 0))
-    rt_ids = _ints(rt["nameId"])
-    uniq_r, inv_r = np.unique(rt_ids, return_inverse=True)
+    uniq_r, inv_r = np.unique(_ints(rt["nameId"]), return_inverse=True)
     off = len(name_dict)
     name_dict += [rt_names.get(int(i), f"<runtime {int(i)}>") for i in uniq_r.tolist()]
     frames.append(dict(device=np.full(len(rt), -1), stream=np.full(len(rt), -1), pid=rt_pid, tid=rt_tid,
@@ -333,18 +381,21 @@ def _read_db(db: _Db, source: str) -> TraceFile:
                        start=nvtx["start"].to_numpy(np.int64), end=nvtx["end"].to_numpy(np.int64),
                        corr=np.full(len(nvtx), -1)))
     cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
+    # for the side tables: each kernel's name code and each copy's kind, by the GPU rows' order
+    cols["kernel_code"], cols["copy_code"] = inv_k.reshape(-1), inv_c.reshape(-1)
+    cols["kernel_names"] = np.array(kernel_dict, object)
+    cols["copy_kinds"] = uniq_c
+    return cols, name_dict
+
+
+def _event_table(cols: dict[str, np.ndarray], name_dict: list[str], origin: int) -> pa.Table:
+    """The normalized event table of all rows (times made absolute by ``origin``)."""
     n = len(cols["start"])
-    start_f = cols["start"].astype(np.float64)
-    keep, dropped = implausible_times(start_f + origin, cols["end"].astype(np.float64) - start_f, source)
-    if keep is not None:  # dropped rows stay in the table with harmless times; no part takes them
-        cols["start"][~keep] = 0
-        cols["end"][~keep] = 0
-    kept = np.ones(n, bool) if keep is None else keep
     # a name can occur in several sources (an NVTX range named like a kernel): one dictionary entry
     uniq_names, remap = np.unique(np.array(name_dict, dtype=object).astype(str), return_inverse=True)
     names = pa.DictionaryArray.from_arrays(pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
                                            pa.array([str(x) for x in uniq_names.tolist()], pa.string()))
-    table = pa.table({
+    return pa.table({
         "rank": np.full(n, -1, np.int32),
         "device": cols["device"].astype(np.int32),
         "stream": cols["stream"].astype(np.int64),
@@ -357,39 +408,38 @@ def _read_db(db: _Db, source: str) -> TraceFile:
         "correlation": cols["corr"].astype(np.int64),
         "external_id": np.full(n, -1, np.int64),
     })
-    table = validate_events(table, source)
 
-    # side tables over the whole event table, split per part below
-    coll_of_name = np.array([kernel_collective(s) if COMM_KERNEL.search(s) else "" for s in kernel_dict], object)
-    k_code = inv_k.reshape(-1)
+
+def _device_keys(cols: dict[str, np.ndarray], n_gpu: int, kept: np.ndarray) -> list[tuple[int, int]]:
+    """The (process, device) pairs with kept GPU events, sorted: one part each."""
+    pairs = pd.DataFrame({"p": cols["pid"][:n_gpu][kept[:n_gpu]], "d": cols["device"][:n_gpu][kept[:n_gpu]]}
+                         ).drop_duplicates().sort_values(["p", "d"])
+    return list(zip(pairs["p"].astype(int).tolist(), pairs["d"].astype(int).tolist()))
+
+
+def _parts(table: pa.Table, cols: dict[str, np.ndarray], gpu: _GpuActivity, kept: np.ndarray,
+           keys: list[tuple[int, int]]) -> list[Part]:
+    """One part per (process, device): its GPU rows and its process's host rows, with the
+    collective and memcpy side tables (built once over the whole table, split per part)."""
+    n_k, n_c, n_gpu = len(gpu.kernels), len(gpu.copies), gpu.n
+    k_code = cols["kernel_code"]
+    coll_of_name = np.array([kernel_collective(s) if COMM_KERNEL.search(s) else "" for s in cols["kernel_names"]],
+                            object)
     coll_rows = np.flatnonzero(coll_of_name[k_code] != "") if n_k else np.empty(0, np.int64)
     coll_types = coll_of_name[k_code[coll_rows]] if n_k else np.empty(0, object)
     mem_rows = np.arange(n_k, n_k + n_c)
-    mem_kind = np.array([COPY_KIND.get(int(k), "other") for k in uniq_c.tolist()], object)[inv_c.reshape(-1)] \
-        if n_c else np.empty(0, object)
-    mem_bytes = _ints(mcpy["bytes"])
-
-    host_pid = cols["pid"][n_gpu:]
+    mem_kind = np.array([COPY_KIND.get(int(k), "other") for k in cols["copy_kinds"].tolist()],
+                        object)[cols["copy_code"]] if n_c else np.empty(0, object)
+    mem_bytes = _ints(gpu.copies["bytes"])
+    g_pid, gdev, host_pid = cols["pid"][:n_gpu], cols["device"][:n_gpu], cols["pid"][n_gpu:]
     parts: list[Part] = []
-    gdev = cols["device"][:n_gpu]
-    pairs = pd.DataFrame({"p": g_pid[kept[:n_gpu]], "d": gdev[kept[:n_gpu]]}).drop_duplicates().sort_values(["p", "d"])
-    keys = list(zip(pairs["p"].astype(int).tolist(), pairs["d"].astype(int).tolist()))
-    if not keys:
-        raise ImplausibleTimes(source, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
     for idx, (p, d) in enumerate(keys):
-        grows = np.flatnonzero((g_pid == p) & (gdev == d))
-        hrows = n_gpu + np.flatnonzero(host_pid == p)
-        rows = np.concatenate([grows, hrows])
+        rows = np.concatenate([np.flatnonzero((g_pid == p) & (gdev == d)), n_gpu + np.flatnonzero(host_pid == p)])
         rows = rows[kept[rows]]
         parts.append(Part(device=d, events=table.take(pa.array(rows)),
                           collectives=_collectives(coll_rows, coll_types, rows),
                           memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows), local_index=idx))
-    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(kept.sum()), "dropped_events": dropped,
-            "processes": sorted({p for p, _ in keys}), "devices": sorted({d for _, d in keys}),
-            "schema_version": str(db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
-                                  if "META_DATA_EXPORT" in db.tables else ""),
-            "nvtx_ranges": int(len(nvtx))}
-    return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+    return parts
 
 
 def _nvtx(db: _Db) -> pd.DataFrame:
