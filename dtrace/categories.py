@@ -1,4 +1,4 @@
-"""GPU event categories (SPEC §4): ``compute``, ``comm``, ``memcpy``, ``memset``.
+"""GPU event categories (docs/semantics.md, "GPU categories"): ``compute``, ``comm``, ``memcpy``, ``memset``.
 
 The patterns live in one table, :data:`PATTERNS`; classification runs once per distinct
 name (``categorize_names``), never per event.

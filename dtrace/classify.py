@@ -1,4 +1,4 @@
-"""Kernel classes (SPEC §4 "Kernel statistics and classes"): one built-in classifier, two map formats.
+"""Kernel classes (docs/semantics.md, "Kernels and classes"): one built-in classifier, two map formats.
 
 Three classifiers, one interface (:class:`Classifier`: distinct names in, class names out):
 

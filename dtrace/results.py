@@ -1,4 +1,4 @@
-"""The results contract (SPEC §5): ``OUT/<table>.parquet`` + ``OUT/manifest.json``.
+"""The results contract (docs/semantics.md, "Results tables"): ``OUT/<table>.parquet`` + ``OUT/manifest.json``.
 
 Writing is atomic per run: every table is first written to ``OUT/.staging-<run>/`` with the
 run id in its Parquet metadata; the old manifest is removed, the tables are renamed into

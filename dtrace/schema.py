@@ -1,4 +1,4 @@
-"""The normalized event table (SPEC §3): one schema, validated in one function.
+"""The normalized event table (docs/semantics.md, "Event table"): one schema, validated in one function.
 
 Every reader returns, per (rank, device), an Arrow table with at least the columns of
 :data:`EVENT_SCHEMA`, plus two side tables keyed by the event's row in that table:

@@ -1,7 +1,7 @@
 """Build large Kineto traces from a real one: tile it in time, replicate it across ranks.
 
-Benchmarks need inputs of hundreds of MB and jobs of hundreds of ranks; SPEC §9 says to
-generate them from the small real traces rather than commit them. :func:`tile_trace` writes
+Benchmarks need inputs of hundreds of MB and jobs of hundreds of ranks; they are generated
+from the small real traces rather than committed (CONTRIBUTING.md, benchmarks). :func:`tile_trace` writes
 ``times`` back-to-back copies of a source trace's events into one valid Kineto JSON document:
 
 - every timestamp of copy ``i`` is shifted by ``i * period`` (the source's span plus a small

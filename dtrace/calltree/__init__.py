@@ -1,10 +1,10 @@
-"""Host op → GPU kernel tree (Trace2Tree at cluster scale; SPEC §4 "Host → GPU tree").
+"""Host op → GPU kernel tree (Trace2Tree at cluster scale; docs/semantics.md, "Host op tree and ops").
 
 - :mod:`.build`: vectorised construction (nesting by time containment, depths, subtrees,
   correlation links, grouped interval unions);
 - :mod:`.model`: the :class:`Tree` and its queries (lookups, parents, children, subtrees,
   launcher op, GPU time per op, forward/backward links, the per-op table);
-- :mod:`.printer`: the seed's text views, down and up;
+- :mod:`.printer`: the text views, down and up;
 
 Opening one (rank, device) of a trace, of traces or of results as a tree (:func:`dtrace.tree`)
 is :mod:`dtrace.part_loader`, a layer above: the tree itself reads no file.

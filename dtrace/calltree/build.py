@@ -1,4 +1,4 @@
-"""Vectorised construction of the host → GPU tree (SPEC §4 "Host → GPU tree").
+"""Vectorised construction of the host → GPU tree (docs/semantics.md, "Host op tree and ops").
 
 Everything here works on plain numpy arrays and runs in O(n log n) without a per-event Python
 loop; the Python loops that remain run over *rounds* (``log`` of the longest sibling run) or

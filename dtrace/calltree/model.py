@@ -246,7 +246,7 @@ class Tree:
         return np.flatnonzero(self._name_codes == code[0])
 
     def node(self, uid: int) -> dict[str, Any]:
-        """One node as a dict (the seed's fields: UID, kind, name, ids, times, parent, children)."""
+        """One node as a dict (the fields of the text views: UID, kind, name, ids, times, parent, children)."""
         u = self._check(uid)
         return {"UID": u, "kind": self.kind_of(u), "name": self.name_of(u), "pid": int(self.pid[u]),
                 "tid": int(self.tid[u]), "start_ns": int(self.start_ns[u]), "end_ns": int(self.end_ns[u]),

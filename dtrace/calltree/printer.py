@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def cut(name: str, width: int) -> str:
-    """``name`` cut to ``width`` characters plus ``...`` (the seed's truncation)."""
+    """``name`` cut to ``width`` characters plus ``...`` (the text views' truncation)."""
     return name if width <= 0 or len(name) <= width else name[:width] + "..."
 
 

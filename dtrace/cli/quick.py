@@ -349,7 +349,7 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def kernels_detail(view: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (one block per kernel, the seed tool's layout)."""
+    """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
     lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
     for i, d in enumerate(view.to_dict("records"), start=1):
         lines += [f"Rank {i}: {d['name']}", f"  Class: {d['class']}",
@@ -528,7 +528,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
 
 
 def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (the seed tool's gap report layout)."""
+    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it replaces)."""
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
     lines = ["DETAILED GPU GAP ANALYSIS", "=" * 50, "", f"Total gaps found: {n}",

@@ -1,6 +1,6 @@
 """``nsys stats`` CSV files: find the header, key columns by name, normalise to ns.
 
-Four reports are understood (SPEC §2), each in its new and old spellings:
+Four reports are understood (docs/semantics.md, "Compatibility modes"), each in its new and old spellings:
 
 ========================  ==================================================================
 report                    key columns (aliases of older nsys versions in parentheses)

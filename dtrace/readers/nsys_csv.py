@@ -1,4 +1,4 @@
-"""``nsys stats`` CSV files (SPEC §2): ``*_cuda_gpu_trace.csv`` as events; summaries recognised.
+"""``nsys stats`` CSV files (docs/extending.md, "A reader"): ``*_cuda_gpu_trace.csv`` as events; summaries recognised.
 
 ``cuda_gpu_trace`` lists every GPU activity (start, duration, correlation id, device,
 stream, bytes, name), so it becomes an event table like any trace: one part per ``Device``

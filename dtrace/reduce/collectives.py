@@ -1,4 +1,5 @@
-"""Collectives across ranks (SPEC §4): match instances, remove host clock offsets, measure waits.
+"""Collectives across ranks: match instances, remove host clock offsets, measure waits
+(docs/semantics.md, "Collectives across ranks" and "Clock offsets").
 
 Input: the per-rank ``collectives`` rows of :mod:`dtrace.analyses.collectives` (one per comm
 kernel). Output tables:

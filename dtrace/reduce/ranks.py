@@ -1,4 +1,4 @@
-"""The ``ranks`` table (SPEC §4 "Cross-rank comparison"): per-rank metrics and robust z-scores.
+"""The ``ranks`` table (docs/semantics.md, "Ranks and stragglers"): per-rank metrics and robust z-scores.
 
 One row per (rank, device) with
 

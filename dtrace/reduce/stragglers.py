@@ -1,4 +1,4 @@
-"""Straggler detection (SPEC §4): signals per rank, a combined score, ``flagged`` and evidence.
+"""Straggler detection (docs/semantics.md, "Ranks and stragglers"): signals per rank, a combined score, ``flagged`` and evidence.
 
 Signals, computed once from the small cross-rank tables (:func:`compute_signals`):
 

@@ -101,7 +101,7 @@ def _classify(classifier: Any, names: np.ndarray, kinds: np.ndarray, cats: np.nd
 
 
 def category_csv(runs: Sequence[tuple[str, Results]], classifier: Any = None) -> str:
-    """:func:`category_table` as CSV text (the seed tool's ``result.csv``; formula cells neutralised)."""
+    """:func:`category_table` as CSV text (the comparison tools' ``result.csv``; formula cells neutralised)."""
     return to_csv(category_table(runs, classifier))
 
 

@@ -4,7 +4,7 @@
 from whatever tables the results hold and says ``not available (table X absent)`` otherwise,
 so the report works for a single-trace quick look and for a 1,024-rank job alike.
 
-Sections (SPEC §1's questions, in order): job summary; per-GPU breakdown (computation /
+Sections (the questions a job's owner asks, in order): job summary; per-GPU breakdown (computation /
 exposed comm / exposed memcpy / idle); time by kernel class per GPU; rank × step heatmaps
 (step time, collective wait); stragglers with evidence and the robust z-scores of the rank
 comparison; top kernels; idle gaps (GPU idle time by cause per GPU from the device gaps, their

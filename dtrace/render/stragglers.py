@@ -9,7 +9,7 @@ from .escape import printable
 from .text import flags, render
 
 TOP = 5
-#: What the letters of the ``signals`` column mean (SPEC §4's four straggler signals).
+#: What the letters of the ``signals`` column mean (docs/semantics.md, "Ranks and stragglers").
 SIGNALS = {
     "a": "arrives last at collectives, making the others wait",
     "b": "compute kernels slower than the median rank for the same kernel names",
