@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="write the tiled trace here and keep it")
     args = ap.parse_args(argv)
 
+    from dtrace.prepare import prepare
+
     from dtrace.calltree import Tree
     from dtrace.options import Options
-    from dtrace.prepare import prepare
     from dtrace.readers import detect
     from dtrace.tile import tile_trace
 
@@ -86,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
               f"read + prepare {t_read:.1f} s")
         print(f"host events {len(part.host):,}, GPU events {len(part.gpu):,}")
         for python in (False, True):
-            tree, med, best = _timed(lambda: Tree.from_part(part, python=python), args.repeat)
-            _, peak = _peak_mb(lambda: Tree.from_part(part, python=python))
+            tree, med, best = _timed(lambda python=python: Tree.from_part(part, python=python), args.repeat)
+            _, peak = _peak_mb(lambda python=python: Tree.from_part(part, python=python))
             ops, ops_med, _ = _timed(tree.ops, args.repeat)
             s = tree.stats
             print(f"tree (python={python}): {tree.size:,} nodes ({s['host_nodes']:,} host, {s['gpu_nodes']:,} GPU, "

@@ -51,6 +51,7 @@ def _task_totals(data: list[dict]) -> dict[str, float]:
 def case_dtrace(a: dict) -> dict:
     t = time.perf_counter()
     import distributed  # noqa: F401 - dask imports it even for the sync scheduler: count it as an import
+
     import dtrace
 
     imp = time.perf_counter() - t
@@ -142,8 +143,9 @@ def case_profile(a: dict) -> dict:
     the Parquet cache write, loading a part back, ``prepare``, each registered analysis, the
     conforming of its output, the reducers and writing the results.
     """
-    import distributed  # noqa: F401
     import dataclasses
+
+    import distributed  # noqa: F401
 
     import dtrace
     import dtrace.analyses as an

@@ -384,7 +384,7 @@ def report(cases: dict[str, Case], env: dict[str, Any], path: str,
             continue
         ch = c.median.out.get("check", {})
 
-        def ms(k: str) -> str:
+        def ms(k: str, ch: dict = ch) -> str:
             return f"{ch[k] / 1e3:,.1f}" if k in ch else "–"
 
         lines.append(f"| {c.name} | {c.tool} | {ch.get('parts', '–')} | {ch.get('gpu_events', '–')} | "

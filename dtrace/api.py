@@ -15,18 +15,25 @@ from ._version import __version__
 from .analyses import ANALYSES, Analysis
 from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
+from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
 from .errors import DtraceError, RankError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
-from .summaries import add_summaries, note_summaries, split_summaries
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
-from .plan import DEFAULT_MAX_INPUT_SIZE, PartSpec, expand_inputs, explicit_ranks, parse_size, refuse_irregular, \
-    resolve_ranks
+from .plan import (
+    DEFAULT_MAX_INPUT_SIZE,
+    PartSpec,
+    expand_inputs,
+    explicit_ranks,
+    parse_size,
+    refuse_irregular,
+    resolve_ranks,
+)
 from .reduce import run_reducers
 from .reduce.stragglers import check_method
 from .results import Results, check_results_dir, write_results
-from .dtypes import empty_frame
+from .summaries import add_summaries, note_summaries, split_summaries
 
 PARSE_BYTES_PER_S = 70e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before

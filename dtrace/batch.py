@@ -60,11 +60,11 @@ import numpy as np
 import pandas as pd
 
 from .categories import CATEGORIES, categorize
+from .constants import GPU_KINDS, KINDS
+from .dtypes import empty_frame
 from .groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
 from .intervals import clip_stream_overlaps
 from .options import Options
-from .constants import GPU_KINDS, KINDS
-from .dtypes import empty_frame
 
 FLOAT_US_FORMATS = ("kineto", "jax")
 PART_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "format": "object", "base_ns": "int64"}

@@ -50,9 +50,9 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
 
 from .errors import DtraceError, InputError, NoGPUActivity
 from .fileio import atomic_write_bytes
-from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
+from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 
 CACHE_VERSION = 4
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1

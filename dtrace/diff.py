@@ -29,9 +29,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .dtypes import empty_frame
 from .errors import UsageError
 from .results import Results
-from .dtypes import empty_frame
 
 LEVELS = ("breakdown", "class", "kernel", "op")
 PER = ("gpu", "job")

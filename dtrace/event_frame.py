@@ -34,10 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from .constants import GPU_KINDS, KINDS
 from .errors import UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, plan_partitions
 from .plan import PartSpec, part_spec
-from .constants import GPU_KINDS, KINDS
 
 EVENT_COLUMNS: dict[str, str] = {
     "device": "int32", "stream": "int64", "pid": "int64", "tid": "int64", "kind": "category", "name": "category",

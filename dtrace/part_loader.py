@@ -10,11 +10,11 @@ import os
 from typing import Any
 
 from .api import make_options
+from .batch import Batch, prepare_part
+from .calltree import Tree
 from .errors import InputError, UsageError
 from .options import Options
 from .plan import expand_inputs, part_spec, rank_from_filename
-from .batch import Batch, prepare_part
-from .calltree import Tree
 
 
 def is_results_dir(path: str) -> bool:

@@ -17,7 +17,6 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses

@@ -35,15 +35,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .dtypes import NI64, as_declared
 from .categories import categorize_names
 from .classify import classifier_for, collective_label
+from .dtypes import NI64, as_declared
 from .errors import DtraceError, UsageError
 from .options import Options
 from .plan import rank_from_filename
 from .readers._io import read_head
-from .readers._stats_csv import GPU_TRACE, KERN_SUM, MEM_SUM, NVTX_PROJ, SUMMARY_REPORTS, kernel_summary, memop_summary, \
-    nvtx_projection, report_of_name, report_prefix, sniff
+from .readers._stats_csv import (
+    GPU_TRACE,
+    KERN_SUM,
+    MEM_SUM,
+    NVTX_PROJ,
+    SUMMARY_REPORTS,
+    kernel_summary,
+    memop_summary,
+    nvtx_projection,
+    report_of_name,
+    report_prefix,
+    sniff,
+)
 
 FORMAT = "nsys-csv"
 FED = ("kernels", "classes", "nccl", "memops", "nvtx_ranges")

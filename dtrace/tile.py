@@ -39,8 +39,8 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
-from .fileio import atomic_write
 from .errors import InputError, UsageError
+from .fileio import atomic_write
 from .readers._io import GZIP_MAGIC, _gzip
 
 ID_ARGS = ("correlation", "External id", "external id", "Sequence number", "Python id",

@@ -35,9 +35,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ._version import __version__
+from .batch import Batch, prepare_part
 from .errors import UsageError
 from .options import Options
-from .batch import Batch, prepare_part
 from .results import Results, load
 
 KEYS = ["rank", "device"]

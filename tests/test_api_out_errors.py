@@ -7,12 +7,11 @@ import shutil
 import subprocess
 
 import pytest
+from test_bad_input import GOOD, write
 
 import dtrace
 from dtrace import partition
 from dtrace.errors import DtraceError
-
-from test_bad_input import GOOD, write
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, shared
 
 import dtrace
 from dtrace.errors import InputError
 from dtrace.readers import detect
-from conftest import ROOT, shared
 
 GOOD = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [
     {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 100.0, "dur": 10.0,

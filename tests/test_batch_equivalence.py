@@ -15,16 +15,16 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import shared
+from oracle.analyses import ANALYSES as ORACLE
+from oracle.analyses import run_part_analyses as oracle_run
+from oracle.prepare import prepare as oracle_prepare
+
 from dtrace.analyses import ANALYSES, run_analyses
 from dtrace.batch import prepare
 from dtrace.options import Options
 from dtrace.partition import concat_parts
 from dtrace.readers import detect
-from oracle.analyses import ANALYSES as ORACLE
-from oracle.analyses import run_part_analyses as oracle_run
-from oracle.prepare import prepare as oracle_prepare
 
 ORACLE_TABLES = {a.table for a in ORACLE}
 KINETO = ["single/a100_nccl_collectives.json.gz", "single/mi300_resnet_rccl_rank0.json.gz",

@@ -6,12 +6,11 @@ import types
 
 import numpy as np
 import pyarrow as pa
+from conftest import shared
 
 import dtrace.readers._io as io_
 from dtrace.readers.kineto import read_kineto
 from dtrace.tile import tile_trace
-
-from conftest import shared
 
 
 def _same(a, b) -> bool:

@@ -5,19 +5,18 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+import rawtrace
+from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
 from dtrace.api import make_options
+from dtrace.batch import prepare_part as prepare
 from dtrace.classify import BuiltinClassifier, RegexMap, SubstringMap, load_classmap
 from dtrace.cli.main import main
 from dtrace.errors import UsageError
 from dtrace.options import Options
-from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
-
-import rawtrace
-from conftest import shared
 
 MAPS = {"vllm": ("classmaps", "vllm_engine_model.json"), "sglang": ("classmaps", "sglang_engine_model.json")}
 TRACES = [("kineto", "single", "b200_vllm_eager_rank0.json.gz"), ("kineto", "single", "h100_owlv2.json.gz"),

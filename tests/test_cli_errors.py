@@ -7,14 +7,13 @@ import os
 import shutil
 
 import pytest
+from test_bad_input import GOOD, write
 
 import dtrace
 import dtrace.cli.report
 import dtrace.results
 from dtrace.cli.main import main
 from dtrace.results import MANIFEST
-
-from test_bad_input import GOOD, write
 
 
 def one_line_error(capsys, *needles):

@@ -11,13 +11,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.classify import BuiltinClassifier, collective_label
 from dtrace.readers._collective_args import _enclosing
 from dtrace.readers.kineto import read_kineto
-
-from conftest import shared
 
 COLL_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
              "Process Group Ranks", "Process Group Description", "In split size", "Out split size", "Seq")

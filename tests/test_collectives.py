@@ -7,6 +7,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.analyses.collectives import DECLARED, cumcount, infer_op
@@ -14,8 +15,6 @@ from dtrace.options import Options
 from dtrace.reduce.collectives import estimate_offsets, reduce_collectives
 from dtrace.reduce.ranks import reduce_ranks, robust_z
 from dtrace.reduce.stragglers import reduce_stragglers
-
-from conftest import shared
 
 
 def rows(records: list[dict]) -> pd.DataFrame:

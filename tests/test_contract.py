@@ -3,8 +3,8 @@ import pandas as pd
 import pyarrow as pa
 
 from dtrace.analyses import ANALYSES, run_analyses
-from dtrace.options import Options
 from dtrace.batch import prepare_part as prepare
+from dtrace.options import Options
 from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 
 

@@ -10,6 +10,10 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+import rawtrace
+from conftest import TRACES, shared
+from test_gaps import make_part
+from test_gaps import tables as stream_tables
 
 import dtrace
 from dtrace.analyses import run_analyses
@@ -17,10 +21,6 @@ from dtrace.batch import prepare
 from dtrace.options import Options
 from dtrace.partition import concat_parts
 from dtrace.readers import detect
-
-import rawtrace
-from conftest import TRACES, shared
-from test_gaps import make_part, tables as stream_tables
 
 CAUSES = ("host_wait", "kernel_wait", "other")
 

@@ -21,10 +21,10 @@ import time
 
 import pandas as pd
 import pytest
+from _stall import preload_env, release, stall
 from distributed import Client
 
 import dtrace
-from _stall import preload_env, release, stall
 from dtrace.errors import ResultsError
 from dtrace.synth import generate
 

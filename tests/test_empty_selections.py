@@ -5,12 +5,11 @@ import json
 import os
 
 import pytest
-
-from dtrace.cli.main import main
-
 from conftest import ROOT
 from test_bad_input import GOOD, write
 from test_nsys_csv import KERN_NEW
+
+from dtrace.cli.main import main
 
 TRACE = os.path.join(ROOT, "examples", "traces", "sampled_rank-0.json.gz")
 

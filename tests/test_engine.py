@@ -4,13 +4,13 @@ import os
 import pickle
 
 import pandas as pd
+from conftest import ROOT
 
 import dtrace
 from dtrace.engine import ClusterSpec, Engine, TaskFailure
 from dtrace.layout import plan_partitions
 from dtrace.options import Options
 from dtrace.partition import analyze_partition, ingest_files
-from conftest import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples", "traces")
 

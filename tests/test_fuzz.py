@@ -26,11 +26,10 @@ import warnings
 
 import pandas as pd
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES
-
-from conftest import shared
 
 SEED = int(os.environ.get("DTRACE_FUZZ_SEED", "13"))
 BATCHES = int(os.environ.get("DTRACE_FUZZ_BATCHES", "12"))

@@ -4,16 +4,15 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+import rawtrace
+from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
+from dtrace.batch import prepare_part as prepare
 from dtrace.cli.main import main
 from dtrace.options import Options
-from dtrace.batch import prepare_part as prepare
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
-
-import rawtrace
-from conftest import shared
 
 A100 = ("kineto", "single", "a100_nccl_collectives.json.gz")
 US = 1000

@@ -15,6 +15,10 @@ import tracemalloc
 import zlib
 
 import pytest
+from _fifo import release_fifo
+from conftest import ROOT
+from synth_formats import write_nsys_sqlite
+from test_implausible_times import GOOD, TRACE_HEADER, csv_row, write_kineto
 
 import dtrace
 from dtrace.errors import InputTooLarge, NotRegularFile, UsageError
@@ -24,11 +28,6 @@ from dtrace.readers._io import Content
 from dtrace.readers.kineto import read_kineto
 from dtrace.readers.nsys import read_nsys
 from dtrace.readers.nsys_csv import read_nsys_csv
-from synth_formats import write_nsys_sqlite
-
-from _fifo import release_fifo
-from conftest import ROOT
-from test_implausible_times import GOOD, TRACE_HEADER, csv_row, write_kineto
 
 KERNEL = ('{"ph": "X", "cat": "kernel", "name": "%s", "pid": 0, "tid": 7, "ts": %s, "dur": 10.0, '
           '"args": {"device": 0, "stream": 7}}')

@@ -14,6 +14,7 @@ import sqlite3
 
 import numpy as np
 import pytest
+from synth_formats import write_jax_trace, write_nsys_sqlite
 
 import dtrace
 from dtrace.errors import ImplausibleTimes, InputError
@@ -24,7 +25,6 @@ from dtrace.readers.nsys import read_nsys
 from dtrace.readers.nsys_csv import read_nsys_csv
 from dtrace.render.summary import summary
 from dtrace.schema import DROP_END, DROP_LONG, DROP_NEGATIVE, DROP_START
-from synth_formats import write_jax_trace, write_nsys_sqlite
 
 I64_MAX = 2**63 - 1
 DAY_US = 86_400 * 10**6

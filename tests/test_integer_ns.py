@@ -10,13 +10,12 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
+from test_nsys_csv import KERN_NEW, MEM_NEW, NVTX, write
 
 import dtrace
 from dtrace.analyses import ANALYSES, as_declared, conform
 from dtrace.synth import generate
-
-from conftest import shared
-from test_nsys_csv import KERN_NEW, MEM_NEW, NVTX, write
 
 NULLABLE = {  # table: columns that hold NA where the inputs state nothing
     "collectives": ("seq", "bytes", "step"), "collective_instances": ("seq", "bytes"), "memops": ("bytes",),

@@ -11,14 +11,14 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
+from rawtrace import union_len
+from synth_formats import write_jax_trace
 
 import dtrace
-from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.jax import hlo_collective, read_jax
-from synth_formats import write_jax_trace
-from conftest import shared
 
 CLASSIC = ("jax", "mi300x8_conv.trace.json.gz")
 VIEWER = ("jax", "mi300x8_conv.trace_viewer_layout.json.gz")
@@ -55,8 +55,8 @@ def raw_stream_events(path):
 def part_tables(tf, compat):
     """breakdown, streams and kernels of every part of a read file (no Dask, no other analyses)."""
     from dtrace.analyses import run_analyses
-    from dtrace.options import Options
     from dtrace.batch import prepare_part as prepare
+    from dtrace.options import Options
 
     out = {}
     for part in tf.parts:
@@ -150,7 +150,7 @@ def test_synthetic_layouts_steps_collectives_and_memcpy(tmp_path):
     truth = write_jax_trace(str(tmp_path / "c.trace.json.gz"), layout="classic", n_gpus=2, steps=3, seed=3)
     write_jax_trace(str(tmp_path / "v.trace.json.gz"), layout="viewer", n_gpus=2, steps=3, seed=3)
     res = {k: dtrace.analyze(str(tmp_path / f"{k}.trace.json.gz"), scheduler="sync") for k in ("c", "v")}
-    for k, r in res.items():
+    for _k, r in res.items():
         assert not r.errors
         bd = r.breakdown.set_index("device")
         st = r.steps

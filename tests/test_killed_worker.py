@@ -11,13 +11,12 @@ import dask
 import distributed  # noqa: F401 - loads its config defaults before dask.config.set in the test
 import pandas as pd
 import pytest
+from _crash import PRELOAD, crash_analysing, crash_reading
 
 import dtrace
 from dtrace.cli.main import main
 from dtrace.layout import content_size, ingest_batches
 from dtrace.synth import generate
-
-from _crash import PRELOAD, crash_analysing, crash_reading
 
 pytestmark = pytest.mark.slow
 

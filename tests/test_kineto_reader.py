@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.readers.kineto import read_kineto
 from dtrace.schema import us_to_ns, validate_events
-from conftest import shared
 
 
 def kernel(name, ts, dur, dev, stream, corr, **args):

@@ -12,12 +12,11 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from conftest import shared
+from rawtrace import to_ns
 
 import dtrace
 from dtrace.cli.main import main
-
-from conftest import shared
-from rawtrace import to_ns
 
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

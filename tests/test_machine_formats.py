@@ -6,11 +6,10 @@ import json
 import os
 
 import pytest
+from conftest import ROOT
 
 import dtrace
 from dtrace.cli.main import main
-
-from conftest import ROOT
 
 TRACES = os.path.join(ROOT, "examples", "traces")
 TRACE = os.path.join(TRACES, "sampled_rank-0.json.gz")

@@ -4,15 +4,14 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+import rawtrace
+from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
-from dtrace.options import Options
 from dtrace.batch import prepare_part as prepare
+from dtrace.options import Options
 from dtrace.schema import COLLECTIVE_SCHEMA
-
-import rawtrace
-from conftest import shared
 
 DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "PtoP": "P2P"}
 

@@ -7,14 +7,14 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
+from rawtrace import union_len
+from synth_formats import ITER_TAG, global_id, write_nsys_sqlite
 
 import dtrace
-from rawtrace import union_len
 from dtrace.errors import InputError
 from dtrace.readers import detect
 from dtrace.readers.nsys import read_nsys, split_gid
-from synth_formats import ITER_TAG, global_id, write_nsys_sqlite
-from conftest import shared
 
 RTX = ("nsys", "rtx4060ti_4streams.sqlite")
 
@@ -54,7 +54,7 @@ def test_rtx_counts_and_times_match_sql(rtx):
     for name, n, total in sql(p, "select s.value, count(*), sum(k.end - k.start) from CUPTI_ACTIVITY_KIND_KERNEL k "
                                  "join StringIds s on s.id = k.demangledName group by s.value"):
         assert (k.loc[name, "count"], k.loc[name, "total_ns"]) == (n, total)
-    for kind, label, n, total in sql(p, "select m.copyKind, e.label, count(*), sum(m.end - m.start) from "
+    for _kind, label, n, total in sql(p, "select m.copyKind, e.label, count(*), sum(m.end - m.start) from "
                                         "CUPTI_ACTIVITY_KIND_MEMCPY m join ENUM_CUDA_MEMCPY_OPER e on e.id = m.copyKind "
                                         "group by m.copyKind"):
         assert (k.loc[f"[CUDA memcpy {label}]", "count"], k.loc[f"[CUDA memcpy {label}]", "total_ns"]) == (n, total)
@@ -232,10 +232,10 @@ def test_global_id_packing():
 def test_every_registered_reader_output_follows_the_schema(tmp_path):
     """Conformance: each reader's sample passes the one schema check, side tables included."""
     import pyarrow as pa
+    from synth_formats import write_jax_trace
 
     from dtrace.readers import readers
     from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
-    from synth_formats import write_jax_trace
 
     write_jax_trace(str(tmp_path / "s.trace.json.gz"), n_gpus=1, steps=1)
     (tmp_path / "s_cuda_gpu_trace.csv").write_text(

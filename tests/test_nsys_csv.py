@@ -8,14 +8,14 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.cli.main import main
 from dtrace.errors import InputError
-from dtrace.readers._stats_csv import kernel_summary, memop_summary, nvtx_projection, read_report
 from dtrace.readers import detect
+from dtrace.readers._stats_csv import kernel_summary, memop_summary, nvtx_projection, read_report
 from dtrace.readers.nsys_csv import read_nsys_csv
-from conftest import shared
 
 PREAMBLE = ("Generating SQLite file run.sqlite from run.nsys-rep\n"
             "Processing [run.sqlite] with [/opt/nvidia/nsight-systems/2024.5/reports/cuda_gpu_kern_sum.py]... \n"
@@ -141,8 +141,8 @@ def test_analyze_cli_on_csvs_and_a_bad_csv(tmp_path, capsys):
 
 def _breakdown(tf, part):
     from dtrace.analyses import run_analyses
-    from dtrace.options import Options
     from dtrace.batch import prepare_part as prepare
+    from dtrace.options import Options
 
     p = prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(), rank=part.local_index,
                 device=part.device, fmt=tf.format, options=Options())

@@ -7,13 +7,12 @@ import json
 
 import pandas as pd
 import pytest
+from test_bad_input import GOOD, write
 
 from dtrace.cli.main import main
 from dtrace.render.escape import csv_frame, markdown_cell, printable
 from dtrace.render.text import render
 from dtrace.results import write_results
-
-from test_bad_input import GOOD, write
 
 #: names a spreadsheet would run, and names that drive a terminal
 FORMULAS = ["=HYPERLINK(\"http://evil\",\"x\")", "+1+2", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]

@@ -11,6 +11,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
+from rawtrace import to_ns
 
 import dtrace
 from dtrace.analyses import run_analyses
@@ -18,9 +20,6 @@ from dtrace.batch import prepare, prepare_part
 from dtrace.options import Options
 from dtrace.readers import detect
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
-
-from conftest import shared
-from rawtrace import to_ns
 
 
 def _events(rows, launch_name):
@@ -113,7 +112,7 @@ def _stretch(src, dst, pick):
     for e in gpu:
         by_stream.setdefault(e["args"]["stream"], []).append(e)
     pairs = []  # consecutive kernels of a stream with a gap between them and a long second one
-    for st, es in sorted(by_stream.items()):
+    for _st, es in sorted(by_stream.items()):
         es.sort(key=lambda e: e["ts"])
         pairs += [(a, b) for a, b in zip(es, es[1:]) if a["cat"].lower() == b["cat"].lower() == "kernel"
                   and b["ts"] - (a["ts"] + a["dur"]) > 1 and b["dur"] > 10]

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, shared
 
 import dtrace
-from conftest import ROOT, shared
 from dtrace.errors import UsageError
 
 EXAMPLES = os.path.join(ROOT, "examples", "traces")

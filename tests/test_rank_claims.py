@@ -6,13 +6,12 @@ import json
 import os
 
 import pytest
+from test_implausible_times import GOOD, TRACE_HEADER, csv_row, kernel, write_kineto
 
 import dtrace
 from dtrace.cache import FileRecord, PartRecord
 from dtrace.errors import UsageError
 from dtrace.plan import resolve_ranks
-
-from test_implausible_times import GOOD, TRACE_HEADER, csv_row, kernel, write_kineto
 
 
 def status(res) -> dict[str, dict]:

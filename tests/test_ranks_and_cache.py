@@ -4,10 +4,10 @@ import os
 import shutil
 
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.readers import kineto
-from conftest import shared
 
 
 def test_rank_from_file_name(copy_shared, tmp_path):

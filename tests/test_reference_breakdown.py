@@ -4,9 +4,9 @@ import os
 import re
 
 import pytest
+from conftest import TRACES, shared
 
 import dtrace
-from conftest import TRACES, shared
 
 COLS = ["computation", "exposed_comm", "exposed_memcpy", "busy", "idle", "total", "comm", "memcpy"]
 

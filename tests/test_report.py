@@ -12,9 +12,11 @@ import os
 import re
 from html.parser import HTMLParser
 
+import browser
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, shared
 
 import dtrace
 import dtrace.cli.report
@@ -31,9 +33,6 @@ from dtrace.render.ranks import HEAT_ROWS
 from dtrace.render.sections import merged_histogram
 from dtrace.render.text import humanize, pick_unit, render, shorten
 from dtrace.results import Results, write_results
-
-import browser
-from conftest import ROOT, shared
 
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 #: chart id -> the table it is drawn from

@@ -6,14 +6,13 @@ import re
 from html import unescape
 
 import numpy as np
+from test_report import fake_job
 
 from dtrace.render.context import Context
 from dtrace.render.html import report
 from dtrace.render.ranks import MIN_STEP_SPAN, section_stragglers, step_colour_range
 from dtrace.render.sections import section_gaps, section_summary
 from dtrace.results import Results
-
-from test_report import fake_job
 
 UNITS = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _stall import preload_env, release, stall
 
 import dtrace
-from _stall import preload_env, release, stall
 from dtrace.engine import ClusterSpec, Engine
 from dtrace.errors import UsageError
 from dtrace.synth import generate

@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from _synthjobs import per_rank_tables, reduce
 
 import dtrace
 from dtrace import synth
@@ -15,8 +16,6 @@ from dtrace.errors import UsageError
 from dtrace.options import Options
 from dtrace.reduce.stragglers import METHODS, reduce_stragglers
 from dtrace.render.summary import summary
-
-from _synthjobs import per_rank_tables, reduce
 
 RANKS = 64
 SMALL = dict(ranks=RANKS, steps=3, kernels_per_step=30)

@@ -7,13 +7,12 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from conftest import shared
 
 from dtrace import synth
 from dtrace.cli.main import main as cli
 from dtrace.errors import UsageError
 from dtrace.readers import detect
-
-from conftest import shared
 
 SMALL = dict(steps=2, kernels_per_step=30)
 
@@ -121,7 +120,7 @@ def test_collectives_end_together_after_the_last_arrival(job64):
     assert len(inst) == truth["steps"] * (truth["dp"] * per_step["tp"] + truth["tp"] * per_step["dp"])
     slow_groups = {g["name"] for g in truth["process_groups"] if 50 in g["ranks"]}
     transfer = defaultdict(list)
-    for (group, seq), by_rank in inst.items():
+    for (group, _seq), by_rank in inst.items():
         assert len(by_rank) == 8
         starts = np.array([v[0] for v in by_rank.values()])
         ends = np.array([v[1] for v in by_rank.values()])

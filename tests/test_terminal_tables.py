@@ -6,14 +6,13 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 import dtrace
 from dtrace.cli.main import main
 from dtrace.render.html import report
 from dtrace.render.text import render
 from dtrace.results import Results, write_results
-
-from conftest import ROOT
 
 TRACES = os.path.join(ROOT, "examples", "traces")
 

@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.errors import InputError, UsageError
 from dtrace.tile import tile_trace
-
-from conftest import shared
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 

@@ -12,26 +12,25 @@ import os
 import shutil
 from collections import defaultdict
 
+import _trace_viewer
+import browser
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import dtrace
 from dtrace import synth
 from dtrace import timeline_export as tx
 from dtrace.analyses.breakdown import breakdown
+from dtrace.batch import prepare_part as prepare
 from dtrace.cli.main import main as cli
 from dtrace.errors import DtraceError, UsageError
 from dtrace.options import Options
-from dtrace.batch import prepare_part as prepare
 from dtrace.readers import detect
 from dtrace.render.context import Context
 from dtrace.render.html import report
 from dtrace.render.page import page
 from dtrace.render.whatif import section_whatif
-
-import browser
-import _trace_viewer
-from conftest import ROOT
 
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 BD = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "busy_ns", "idle_ns", "total_ns", "comm_ns",

@@ -14,14 +14,13 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import shared
 
 import dtrace
 from dtrace.calltree import Tree, build
 from dtrace.cli.main import main
 from dtrace.options import Options
 from dtrace.reduce.ops_xrank import ops_xrank
-
-from conftest import shared
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime"}
@@ -92,7 +91,7 @@ def reference_ops(events, device):
     ops_by_thread, launches_by_thread = defaultdict(list), defaultdict(list)
     for o in ops:
         ops_by_thread[(o["pid"], o["tid"])].append(o)
-    for c, l in launches.items():
+    for l in launches.values():
         launches_by_thread[(l["pid"], l["tid"])].append(l)
     containing = {}
     for key, ls in launches_by_thread.items():
@@ -281,7 +280,7 @@ def test_forward_backward_links_match_fwdbwd_flows():
 def stack_parents(group, start, end):
     """The plain stack sweep (sorted input): pop ended events, the top is the parent."""
     parent, stack, cur = [], [], None
-    for i, (g, s, e) in enumerate(zip(group, start, end)):
+    for i, (g, s, _e) in enumerate(zip(group, start, end)):
         if g != cur:
             stack, cur = [], g
         while stack and end[stack[-1]] <= s:

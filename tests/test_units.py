@@ -5,13 +5,12 @@ import re
 
 import pandas as pd
 import pytest
+import rawtrace
+from conftest import ROOT
 
 from dtrace.cli.main import main
 from dtrace.render.text import render
 from dtrace.results import write_results
-
-import rawtrace
-from conftest import ROOT
 
 EXAMPLE = f"{ROOT}/examples/traces/sampled_rank-0.json.gz"
 BIG_US = re.compile(r"\d{1,3}(,\d{3})+(\.\d+)? µs")  # e.g. 8,376,066.00 µs

@@ -7,11 +7,11 @@ reference is the median over ranks of the other job's ``steps.step_ns``, measure
 import doctest
 import gzip
 import json
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
+from _synthjobs import per_rank_tables
 
 import dtrace
 from dtrace import synth
@@ -22,8 +22,6 @@ from dtrace.errors import DtraceError, UsageError
 from dtrace.options import Options
 from dtrace.reduce import REDUCERS
 from dtrace.reduce import whatif as wi
-
-from _synthjobs import per_rank_tables
 
 NEED = {"breakdown", "steps", "kernels", "classes", "collectives", "segments"}
 REDUCE = ("collectives", "ranks", "stragglers", "whatif")

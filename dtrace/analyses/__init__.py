@@ -15,16 +15,16 @@ from typing import Callable
 import pandas as pd
 
 from ..batch import Batch
+from ..dtypes import BOOL, F64, I32, I64, NI64, STR, as_declared, conform, has_dtype, missing_if_negative  # noqa: F401
 from . import breakdown as _bd
 from . import collectives as _coll
 from . import gaps as _gaps
 from . import kernels as _kern
 from . import memops as _mem
-from . import ranges as _ranges
 from . import ops as _ops
+from . import ranges as _ranges
 from . import segments as _seg
 
-from ..dtypes import BOOL, F64, I32, I64, NI64, STR, as_declared, conform, has_dtype, missing_if_negative  # noqa: F401
 _KEYS = {"rank": I32, "device": I32}
 _BD = {c: I64 for c in _bd.VALUE_COLUMNS}
 _ITER = {"iters": I64, "count_per_iter": F64, "total_per_iter_ns": I64}

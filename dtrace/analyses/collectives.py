@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..batch import Batch
-from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
 from ..dtypes import empty_frame, missing_if_negative
+from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
 
 # kernel name → collective (case-insensitive re.search, first match wins)
 OP_PATTERNS: tuple[tuple[str, str], ...] = (

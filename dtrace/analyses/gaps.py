@@ -38,8 +38,18 @@ import pandas as pd
 
 from ..batch import Batch
 from ..dtypes import empty_frame
-from ..groups import (I64, count_by, dense_codes, max_by, min_by, shared_codes, string_rank, sum_by, unique_first,
-                      unique_inverse)
+from ..groups import (
+    I64,
+    count_by,
+    dense_codes,
+    max_by,
+    min_by,
+    shared_codes,
+    string_rank,
+    sum_by,
+    unique_first,
+    unique_inverse,
+)
 
 GAP_COLUMNS = ["rank", "device", "stream", "events", "span_ns", "gaps", "idle_ns", "mean_ns", "min_ns", "max_ns",
                "std_ns", "host_wait_ns", "kernel_wait_ns", "other_ns", "host_wait_gaps", "kernel_wait_gaps",

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ..batch import Batch
-from ..groups import I64, first_match, string_rank, sum_by
 from ..dtypes import missing_if_negative
+from ..groups import I64, first_match, string_rank, sum_by
 
 MEMOP_COLUMNS = ["rank", "device", "op", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "bytes",
                  "bandwidth_bytes_per_s", "time_share", "iters", "count_per_iter", "total_per_iter_ns"]

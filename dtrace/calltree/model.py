@@ -23,6 +23,7 @@ from . import build as B
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
 """Host event kinds that form the tree (``python`` joins them with ``python=True``)."""
 from ..constants import GPU_KINDS  # noqa: E402
+
 KINDS = ("cpu_op", "annotation", "runtime", "python", "kernel", "memcpy", "memset")
 _K = {k: i for i, k in enumerate(KINDS)}
 CPU_OP = _K["cpu_op"]

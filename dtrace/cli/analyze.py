@@ -5,14 +5,21 @@ import argparse
 import sys
 
 from .. import api
+from ..errors import UsageError
 from ..plan import DEFAULT_MAX_INPUT_SIZE
 from ..render.escape import printable
 from ..render.summary import header, summary, summary_csv, summary_document
-from ..errors import UsageError
 from ..results import Results
-from .common import (add_analysis_options, add_output_format, analysis_kwargs, check_out_dir, id_list, is_machine,
-                     print_json, say)
-
+from .common import (
+    add_analysis_options,
+    add_output_format,
+    analysis_kwargs,
+    check_out_dir,
+    id_list,
+    is_machine,
+    print_json,
+    say,
+)
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
 _JOB_FLAGS = [

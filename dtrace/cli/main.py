@@ -11,13 +11,16 @@ from ..render.escape import printable
 
 
 def _commands() -> list[ModuleType]:
-    from . import analyze, show
-    from . import tree as tree_cmd  # dtrace tree, dtrace ops
-    from . import quick  # dtrace kernels, dtrace gaps
-    from . import report  # dtrace report, dtrace compare, dtrace diff
+    from . import (
+        analyze,
+        quick,  # dtrace kernels, dtrace gaps
+        report,  # dtrace report, dtrace compare, dtrace diff
+        show,
+    )
     from . import nsys as nsys_cmd  # dtrace nsys-stats
     from . import synth as synth_cmd  # dtrace synth
     from . import timeline as timeline_cmd  # dtrace timeline, dtrace whatif
+    from . import tree as tree_cmd  # dtrace tree, dtrace ops
 
     return [
         analyze,

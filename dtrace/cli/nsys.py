@@ -17,7 +17,6 @@ import argparse
 import os
 import sys
 import time
-
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -50,9 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfig:
     from ..nsysstats.config import StatsConfig, StatsInput
+    from ..plan import expand_inputs
     from ..readers._stats_csv import KERN_SUM, MEM_SUM, NVTX_PROJ, report_prefix
     from ..summaries import summary_report
-    from ..plan import expand_inputs
 
     files = expand_inputs(paths)
     groups: dict[str, dict[str, str]] = {}

@@ -27,12 +27,21 @@ import pandas as pd
 from ..errors import UsageError
 from ..options import Options
 from ..reduce.kernels_xrank import pool
-from ..units import fmt_time, time_unit
 from ..render.escape import printable, to_csv
 from ..render.text import render, shorten
 from ..results import MANIFEST, Results
-from .common import (add_analysis_options, add_output_format, add_rows, analysis_kwargs, id_list, is_machine,
-                     print_json, rows_to_show, say)
+from ..units import fmt_time, time_unit
+from .common import (
+    add_analysis_options,
+    add_output_format,
+    add_rows,
+    analysis_kwargs,
+    id_list,
+    is_machine,
+    print_json,
+    rows_to_show,
+    say,
+)
 
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}

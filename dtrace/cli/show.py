@@ -7,9 +7,9 @@ import json
 import pandas as pd
 
 from ..errors import UsageError
-from ..results import load
 from ..render.stragglers import signals_legend
 from ..render.text import render
+from ..results import load
 from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 

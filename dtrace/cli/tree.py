@@ -10,12 +10,12 @@ import argparse
 import difflib
 
 from ..calltree import Tree
-from ..part_loader import is_results_dir, load_part
 from ..errors import UsageError
 from ..options import Options
-from ..units import fmt_time
+from ..part_loader import is_results_dir, load_part
 from ..render.escape import printable
 from ..render.text import render
+from ..units import fmt_time
 from .common import add_output_format, add_rows, reading, rows_to_show
 
 OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")

@@ -37,12 +37,20 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..constants import KIND_CODES, kernel_collective, copy_kind
+from ..constants import KIND_CODES, copy_kind, kernel_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, dropped_summary, implausible_times, us_to_ns, validate_events
-from .base import Part, TraceFile
+from ..schema import (
+    COLLECTIVE_SCHEMA,
+    KIND_DICT,
+    MEMCPY_SCHEMA,
+    dropped_summary,
+    implausible_times,
+    us_to_ns,
+    validate_events,
+)
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._ids import StableIds
+from .base import Part, TraceFile
 
 NAME = "jax"
 

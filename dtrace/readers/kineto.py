@@ -18,12 +18,22 @@ import pyarrow as pa
 
 from ..constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (COLLECTIVE_SCHEMA, DTYPE_BYTES, KIND_DICT, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary,
-                      implausible_times, us_to_ns, validate_events)
-from .base import Part, TraceFile
+from ..schema import (
+    COLLECTIVE_SCHEMA,
+    DTYPE_BYTES,
+    KIND_DICT,
+    MEMCPY_SCHEMA,
+    TIME_MAX_NS,
+    TIME_MIN_NS,
+    dropped_summary,
+    implausible_times,
+    us_to_ns,
+    validate_events,
+)
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
+from .base import Part, TraceFile
 
 NAME = "kineto"
 

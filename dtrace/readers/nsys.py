@@ -21,14 +21,12 @@ the host events of its process. NCCL kernels become rows of the collectives side
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +35,21 @@ import pandas as pd
 import pyarrow as pa
 
 from ..constants import COMM_KERNEL, KIND_CODES, kernel_collective
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, TIME_MAX_NS, TIME_MIN_NS, dropped_summary, implausible_times,
-                      side_table, validate_events)
-from .base import Part, TraceFile
-from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
 from ..dtypes import empty_frame
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..schema import (
+    COLLECTIVE_SCHEMA,
+    KIND_DICT,
+    MEMCPY_SCHEMA,
+    TIME_MAX_NS,
+    TIME_MIN_NS,
+    dropped_summary,
+    implausible_times,
+    side_table,
+    validate_events,
+)
+from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
+from .base import Part, TraceFile
 
 NAME = "nsys"
 

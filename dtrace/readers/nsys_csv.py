@@ -23,11 +23,18 @@ import pyarrow as pa
 
 from ..constants import COMM_KERNEL, KIND_CODES, copy_kind, kernel_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ._stats_csv import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
-from ..schema import (COLLECTIVE_SCHEMA, KIND_DICT, MEMCPY_SCHEMA, dropped_summary, implausible_times, side_table,
-                      validate_events)
-from .base import Part, TraceFile
+from ..schema import (
+    COLLECTIVE_SCHEMA,
+    KIND_DICT,
+    MEMCPY_SCHEMA,
+    dropped_summary,
+    implausible_times,
+    side_table,
+    validate_events,
+)
 from ._io import check_size, file_fingerprint, open_regular
+from ._stats_csv import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
+from .base import Part, TraceFile
 
 NAME = "nsys-csv"
 

@@ -22,10 +22,10 @@ ops are kept (a slow link does show there) but never outrank the compute op of a
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
-
-import re
 
 from ..dtypes import conform, empty_frame
 from ..options import Options

@@ -25,8 +25,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..options import Options
 from ..dtypes import empty_frame
+from ..options import Options
 
 KEYS = ["rank", "device"]
 BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",

@@ -61,8 +61,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..classify import OTHER as _BUILTIN_LEFTOVER
+from ..classify import REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..dtypes import empty_frame, missing_if_negative
-from ..classify import OTHER as _BUILTIN_LEFTOVER, REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..errors import DtraceError
 from ..options import Options
 

@@ -25,12 +25,12 @@ import pandas as pd
 from .._version import __version__
 from ..diff import diff as diff_runs
 from ..diff import n_parts
+from ..dtypes import empty_frame
 from ..results import Results
 from . import charts as ch
 from .escape import to_csv
 from .page import na, note, page, table
 from .sections import BREAKDOWN_PARTS
-from ..dtypes import empty_frame
 
 MAX_CATEGORIES = 12
 CATEGORY_COLUMNS = ("run", "category", "name", "count", "total_ns", "per_gpu_ns", "gpus")

@@ -258,7 +258,6 @@ def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool
     from rich.table import Table
     from rich.text import Text
 
-    n = len(heads)
     blocks = layout(heads, cells, numeric, names, width)
     for cols, widths, _ in blocks:  # text shortened to its column, numbers never
         for k, w in zip(cols, widths):
