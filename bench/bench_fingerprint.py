@@ -18,6 +18,7 @@ Usage::
 Each figure is the median of ``--repeat`` runs; results are printed as a markdown table and saved
 to ``bench/out/fingerprint.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -135,7 +136,10 @@ def up_to_date_cost(ranks: int, repeat: int) -> dict:
 
     call()  # warm: page cache, imports
     return {
-        "ranks": ranks, "input_bytes": size, "tables": len(manifest["tables"]), "cold_analysis_s": round(cold, 2),
+        "ranks": ranks,
+        "input_bytes": size,
+        "tables": len(manifest["tables"]),
+        "cold_analysis_s": round(cold, 2),
         "fingerprint_inputs_s": round(_median_s(lambda: [file_fingerprint(f) for f in files], repeat), 4),
         "fingerprint_tables_s": round(_median_s(lambda: intact(out, manifest), repeat), 4),
         "up_to_date_check_s": round(_median_s(check, repeat), 4),
@@ -157,14 +161,18 @@ def main() -> None:
         print(f"| {r['what']} | {r['bytes'] / MiB:.0f} | {r['seconds']:.3f} | {r['GB_per_s']:.2f} |")
     if not a.skip_job:
         job = result["up_to_date"] = up_to_date_cost(a.ranks, a.repeat)
-        print(f"\n{job['ranks']}-rank job, {job['input_bytes'] / 1e6:.0f} MB of inputs, {job['tables']} tables "
-              f"(cold analysis {job['cold_analysis_s']:.1f} s):\n")
+        print(
+            f"\n{job['ranks']}-rank job, {job['input_bytes'] / 1e6:.0f} MB of inputs, {job['tables']} tables "
+            f"(cold analysis {job['cold_analysis_s']:.1f} s):\n"
+        )
         print("| step | s |\n|---|---:|")
-        for k, what in (("fingerprint_inputs_s", "fingerprint every input"),
-                        ("fingerprint_tables_s", "fingerprint every results table"),
-                        ("up_to_date_check_s", "api.up_to_date (both, and the manifest)"),
-                        ("analyze_call_s", "dtrace.analyze, up to date"),
-                        ("cli_process_s", "dtrace analyze, whole process, up to date")):
+        for k, what in (
+            ("fingerprint_inputs_s", "fingerprint every input"),
+            ("fingerprint_tables_s", "fingerprint every results table"),
+            ("up_to_date_check_s", "api.up_to_date (both, and the manifest)"),
+            ("analyze_call_s", "dtrace.analyze, up to date"),
+            ("cli_process_s", "dtrace analyze, whole process, up to date"),
+        ):
             print(f"| {what} | {job[k]:.3f} |")
     os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
     with open(os.path.join(HERE, "out", "fingerprint.json"), "w", encoding="utf-8") as f:

@@ -11,6 +11,7 @@ Usage::
     python bench/bench_tree.py                         # h100_owlv2 × 8 ≈ 1.06 M events
     python bench/bench_tree.py --source PATH --times 10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,24 +79,38 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         tf = detect(dst).read(dst)
         p = tf.parts[0]
-        part = prepare(p.events.to_pandas(), p.collectives.to_pandas(), p.memcpy.to_pandas(), rank=0,
-                       device=p.device, fmt=tf.format, options=Options(), base_ns=int(tf.meta.get("base_time_ns") or 0))
+        part = prepare(
+            p.events.to_pandas(),
+            p.collectives.to_pandas(),
+            p.memcpy.to_pandas(),
+            rank=0,
+            device=p.device,
+            fmt=tf.format,
+            options=Options(),
+            base_ns=int(tf.meta.get("base_time_ns") or 0),
+        )
         t_read = time.perf_counter() - t0
         n_x = int(tf.meta.get("events", 0))
-        print(f"source: {os.path.basename(src)} x {times} -> {info['events']:,} JSON events "
-              f"({info['json_bytes'] / 2**20:,.0f} MiB), {n_x:,} complete events; tiled in {t_tile:.1f} s, "
-              f"read + prepare {t_read:.1f} s")
+        print(
+            f"source: {os.path.basename(src)} x {times} -> {info['events']:,} JSON events "
+            f"({info['json_bytes'] / 2**20:,.0f} MiB), {n_x:,} complete events; tiled in {t_tile:.1f} s, "
+            f"read + prepare {t_read:.1f} s"
+        )
         print(f"host events {len(part.host):,}, GPU events {len(part.gpu):,}")
         for python in (False, True):
             tree, med, best = _timed(lambda python=python: Tree.from_part(part, python=python), args.repeat)
             _, peak = _peak_mb(lambda python=python: Tree.from_part(part, python=python))
             ops, ops_med, _ = _timed(tree.ops, args.repeat)
             s = tree.stats
-            print(f"tree (python={python}): {tree.size:,} nodes ({s['host_nodes']:,} host, {s['gpu_nodes']:,} GPU, "
-                  f"{s['unlinked_gpu']:,} unlinked, depth {s['max_depth']}, {s['build_rounds']} jump rounds, "
-                  f"{s['partial_overlaps']} partial overlaps)")
-            print(f"  build: median {med:.3f} s, best {best:.3f} s ({tree.size / med / 1e6:.2f} M nodes/s); "
-                  f"peak allocated during build {peak:,.0f} MiB ({peak * 2**20 / max(tree.size, 1):,.0f} B/node)")
+            print(
+                f"tree (python={python}): {tree.size:,} nodes ({s['host_nodes']:,} host, {s['gpu_nodes']:,} GPU, "
+                f"{s['unlinked_gpu']:,} unlinked, depth {s['max_depth']}, {s['build_rounds']} jump rounds, "
+                f"{s['partial_overlaps']} partial overlaps)"
+            )
+            print(
+                f"  build: median {med:.3f} s, best {best:.3f} s ({tree.size / med / 1e6:.2f} M nodes/s); "
+                f"peak allocated during build {peak:,.0f} MiB ({peak * 2**20 / max(tree.size, 1):,.0f} B/node)"
+            )
             print(f"  ops table: median {ops_med:.3f} s, {len(ops)} op names")
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"process peak RSS (reading included): {rss:,.0f} MiB")

@@ -15,6 +15,7 @@ Cases:
 
 HTA runs in its own virtual environment through ``bench/peer_hta.py``.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,13 @@ def case_dtrace(a: dict) -> dict:
         from distributed import Client, LocalCluster
 
         t = time.perf_counter()
-        cluster = LocalCluster(n_workers=a["workers"], threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        cluster = LocalCluster(
+            n_workers=a["workers"],
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
         scheduler = cluster.scheduler_address
         with Client(cluster) as client:  # start-up includes importing dtrace in every worker
             client.run(_warm_worker)
@@ -92,14 +98,23 @@ def case_dtrace(a: dict) -> dict:
             cluster.close()
     bd = r.breakdown
     failed = [i["error"] for i in r.manifest["inputs"] if i["status"] != "ok"]
-    return {"seconds": seconds, "cpu_s": cpu, "import_s": imp, "cluster_s": cluster_s, "tasks": tasks,
-            "cached": all(i.get("cached") for i in r.manifest["inputs"]),
-            "failed": failed[:3],
-            "check": {"parts": int(len(bd)), "gpu_events": int(bd["gpu_events"].sum()),
-                      "computation_us": float(bd["computation_ns"].sum()) / 1e3,
-                      "busy_us": float(bd["busy_ns"].sum()) / 1e3,
-                      "idle_us": float(bd["idle_ns"].sum()) / 1e3,
-                      "total_us": float(bd["total_ns"].sum()) / 1e3}}
+    return {
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "import_s": imp,
+        "cluster_s": cluster_s,
+        "tasks": tasks,
+        "cached": all(i.get("cached") for i in r.manifest["inputs"]),
+        "failed": failed[:3],
+        "check": {
+            "parts": int(len(bd)),
+            "gpu_events": int(bd["gpu_events"].sum()),
+            "computation_us": float(bd["computation_ns"].sum()) / 1e3,
+            "busy_us": float(bd["busy_ns"].sum()) / 1e3,
+            "idle_us": float(bd["idle_ns"].sum()) / 1e3,
+            "total_us": float(bd["total_ns"].sum()) / 1e3,
+        },
+    }
 
 
 def case_floor(a: dict) -> dict:
@@ -114,7 +129,7 @@ def case_floor(a: dict) -> dict:
     t, c = time.perf_counter(), time.process_time()
     with open(path, "rb") as raw:
         gz = raw.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
         doc = json.load(f)
     df = pd.DataFrame(doc["traceEvents"])
     del doc
@@ -130,9 +145,12 @@ def case_floor(a: dict) -> dict:
     busy = float((run[last] - s[first]).sum())
     total = float(e.max() - s.min())
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
-    return {"seconds": seconds, "cpu_s": cpu, "import_s": imp, "check": {"parts": 1, "gpu_events": int(len(gpu)),
-                                                          "busy_us": busy, "idle_us": total - busy,
-                                                          "total_us": total}}
+    return {
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "import_s": imp,
+        "check": {"parts": 1, "gpu_events": int(len(gpu)), "busy_us": busy, "idle_us": total - busy, "total_us": total},
+    }
 
 
 def case_profile(a: dict) -> dict:
@@ -166,6 +184,7 @@ def case_profile(a: dict) -> dict:
                 return func(*args, **kw)
             finally:
                 times[key] = times.get(key, 0.0) + time.perf_counter() - t
+
         return wrapper
 
     io_.Content.readinto = timed("read: bytes in + sha256", io_.Content.readinto)
@@ -190,7 +209,8 @@ def case_profile(a: dict) -> dict:
         times["read: rest (boundaries, table, checks)"] = times.pop("read: total") - known
     if "ingest: total" in times:
         times["ingest: rest"] = times.pop("ingest: total") - sum(
-            v for k, v in times.items() if k.startswith(("read: ", "cache: ")))
+            v for k, v in times.items() if k.startswith(("read: ", "cache: "))
+        )
     times["other (engine, planning, manifest)"] = seconds - sum(times.values())
     return {"seconds": seconds, "cpu_s": cpu, "phases": times}
 
@@ -215,15 +235,25 @@ def case_core(a: dict) -> dict:
     if any(r.error for r in records):
         raise RuntimeError([r.error for r in records if r.error])
     opts = Options()
-    tables = [an.run_part_analyses(load_part(s, opts), only={"breakdown", "streams", "steps"})
-              for s in resolve_ranks(records).specs]
+    tables = [
+        an.run_part_analyses(load_part(s, opts), only={"breakdown", "streams", "steps"})
+        for s in resolve_ranks(records).specs
+    ]
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
     bd = tables[0]["breakdown"]
-    return {"seconds": seconds, "cpu_s": cpu, "import_s": imp,
-            "check": {"parts": len(tables), "gpu_events": int(bd["gpu_events"].sum()),
-                      "computation_us": float(bd["computation_ns"].sum()) / 1e3,
-                      "busy_us": float(bd["busy_ns"].sum()) / 1e3, "idle_us": float(bd["idle_ns"].sum()) / 1e3,
-                      "total_us": float(bd["total_ns"].sum()) / 1e3}}
+    return {
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "import_s": imp,
+        "check": {
+            "parts": len(tables),
+            "gpu_events": int(bd["gpu_events"].sum()),
+            "computation_us": float(bd["computation_ns"].sum()) / 1e3,
+            "busy_us": float(bd["busy_ns"].sum()) / 1e3,
+            "idle_us": float(bd["idle_ns"].sum()) / 1e3,
+            "total_us": float(bd["total_ns"].sum()) / 1e3,
+        },
+    }
 
 
 CASES = {"dtrace": case_dtrace, "floor": case_floor, "profile": case_profile, "core": case_core}

@@ -6,6 +6,7 @@ line. It imports nothing from dtrace: the venv holds only HTA and its dependenci
 (``python3 -m venv bench/.venv-hta && bench/.venv-hta/bin/pip install
 holistictraceanalysis==0.5.0 'pandas<3'``; with pandas 3 HTA 0.5.0 fails on some traces).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,18 @@ def main() -> None:
     parse = time.perf_counter() - t
     df = analysis.get_temporal_breakdown(visualize=False)
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
-    out = {"seconds": seconds, "cpu_s": cpu, "parse_s": parse, "import_s": imp,
-           "check": {"parts": int(len(df)),
-                     "computation_us": float(df["compute_time(us)"].sum()),
-                     "idle_us": float(df["idle_time(us)"].sum()),
-                     "total_us": float(df["kernel_time(us)"].sum())}}
+    out = {
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "parse_s": parse,
+        "import_s": imp,
+        "check": {
+            "parts": int(len(df)),
+            "computation_us": float(df["compute_time(us)"].sum()),
+            "idle_us": float(df["idle_time(us)"].sum()),
+            "total_us": float(df["kernel_time(us)"].sum()),
+        },
+    }
     sys.stdout.flush()
     print(json.dumps(out), flush=True)
     os._exit(0)

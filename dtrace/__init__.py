@@ -7,6 +7,7 @@
 The names below are imported on first use (PEP 562), so ``import dtrace`` costs nothing until
 one is needed.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,9 +16,20 @@ from typing import Any
 from ._version import __version__
 
 _EXPORTS = {
-    "analyze": "api", "load": "results", "Results": "results", "events": "event_frame", "tree": "part_loader",
-    "Tree": "calltree", "timeline": "timeline_export", "whatif": "api", "Analysis": "analyses", "Batch": "batch",
-    "Options": "options", "DtraceError": "errors", "InputError": "errors", "ResultsError": "errors",
+    "analyze": "api",
+    "load": "results",
+    "Results": "results",
+    "events": "event_frame",
+    "tree": "part_loader",
+    "Tree": "calltree",
+    "timeline": "timeline_export",
+    "whatif": "api",
+    "Analysis": "analyses",
+    "Batch": "batch",
+    "Options": "options",
+    "DtraceError": "errors",
+    "InputError": "errors",
+    "ResultsError": "errors",
     "UsageError": "errors",
 }
 

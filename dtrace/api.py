@@ -1,4 +1,5 @@
 """The Python API: :func:`analyze` runs the pipeline; :func:`dtrace.load` opens results."""
+
 from __future__ import annotations
 
 import os
@@ -63,13 +64,27 @@ def make_options(**options: Any) -> Options:
     return opts
 
 
-def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: str | None = None,
-            scheduler: str | None = None, scheduler_file: str | None = None, workers: int | None = None,
-            cluster: str | None = None, jobs: int | None = None, cluster_options: dict[str, Any] | None = None,
-            progress: Any = False, format: str | None = None, ranks: dict[str, int] | None = None,
-            reuse_cache: bool = True, reuse_results: bool | None = None,
-            analyses: Sequence[Analysis] = (), partition_events: int = TARGET_EVENTS,
-            max_input_size: int | str | None = DEFAULT_MAX_INPUT_SIZE, **options: Any) -> Results:
+def analyze(
+    inputs: Any,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    cache: str | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
+    jobs: int | None = None,
+    cluster_options: dict[str, Any] | None = None,
+    progress: Any = False,
+    format: str | None = None,
+    ranks: dict[str, int] | None = None,
+    reuse_cache: bool = True,
+    reuse_results: bool | None = None,
+    analyses: Sequence[Analysis] = (),
+    partition_events: int = TARGET_EVENTS,
+    max_input_size: int | str | None = DEFAULT_MAX_INPUT_SIZE,
+    **options: Any,
+) -> Results:
     """Analyse the traces of every rank and return (and, with ``out``, write) the results.
 
     Parameters
@@ -138,8 +153,15 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     opts = make_options(**options)
     user = _check_analyses(analyses)
     limit, ranks = parse_size(max_input_size), explicit_ranks(ranks)
-    spec = ClusterSpec(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, cluster=cluster,
-                       jobs=jobs, cluster_options=cluster_options, progress=progress)
+    spec = ClusterSpec(
+        scheduler=scheduler,
+        scheduler_file=scheduler_file,
+        workers=workers,
+        cluster=cluster,
+        jobs=jobs,
+        cluster_options=cluster_options,
+        progress=progress,
+    )
     out = os.fspath(out) if out is not None else None
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
@@ -159,10 +181,20 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
         done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings)
         if done is not None:
             return done
-    run = _Run(files=files, cache=cache, options=opts, analyses=user, ranks=ranks, reuse_cache=reuse_cache,
-               reuse_results=reuse_results, fmt=format, partition_events=partition_events,
-               reader_options={"max_input_size": limit}, refused=refused,
-               store=resultstore.open_store(cache) if reuse_cache or reuse_results else None)
+    run = _Run(
+        files=files,
+        cache=cache,
+        options=opts,
+        analyses=user,
+        ranks=ranks,
+        reuse_cache=reuse_cache,
+        reuse_results=reuse_results,
+        fmt=format,
+        partition_events=partition_events,
+        reader_options={"max_input_size": limit},
+        refused=refused,
+        store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
+    )
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
@@ -185,8 +217,11 @@ def analyze(inputs: Any, out: str | os.PathLike[str] | None = None, *, cache: st
     note_summaries(manifest, summary_inputs, summary_parts)
     if not summaries and not manifest["n_failed"]:
         manifest["run_key"] = resultstore.run_key(
-            [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]], opts,
-            list(ANALYSES) + user, settings)
+            [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]],
+            opts,
+            list(ANALYSES) + user,
+            settings,
+        )
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
@@ -215,8 +250,14 @@ UP_TO_DATE_MAX_BYTES = 4 << 30
 total size (a larger job checks its inputs in the ingest tasks, on the workers)."""
 
 
-def up_to_date(out: str, files: list[str], refused: list[FileRecord], options: Options,
-               analyses: Sequence[Analysis], settings: dict[str, Any]) -> Results | None:
+def up_to_date(
+    out: str,
+    files: list[str],
+    refused: list[FileRecord],
+    options: Options,
+    analyses: Sequence[Analysis],
+    settings: dict[str, Any],
+) -> Results | None:
     """The results in ``out`` if they come from these very inputs (same fingerprints), settings,
     analyses and dtrace version, and every table file is intact; else None.
 
@@ -238,8 +279,9 @@ def up_to_date(out: str, files: list[str], refused: list[FileRecord], options: O
         stats = {f: os.stat(f) for f in files}
     except OSError:
         return None
-    before = {(i.get("path"), i.get("size"), i.get("mtime_ns")): i.get("fingerprint") for i in items
-              if isinstance(i, dict)}
+    before = {
+        (i.get("path"), i.get("size"), i.get("mtime_ns")): i.get("fingerprint") for i in items if isinstance(i, dict)
+    }
     now = {(f, st.st_size, st.st_mtime_ns) for f, st in stats.items()}
     if set(before) != now or sum(st.st_size for st in stats.values()) > UP_TO_DATE_MAX_BYTES:
         return None
@@ -355,11 +397,23 @@ class _Run:
         todo = list(ANALYSES) + self.analyses
         self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
         self.phase("ingest")
-        outcome = engine.map(analyze_partition, self.partitions, self.options, self.analyses, self.reuse_results,
-                             store, label="analysing ranks", split=_halves)
+        outcome = engine.map(
+            analyze_partition,
+            self.partitions,
+            self.options,
+            self.analyses,
+            self.reuse_results,
+            store,
+            label="analysing ranks",
+            split=_halves,
+        )
         self.phase("analyse")
-        self.results = [PartitionResult(o.item.index, errors={p: f"{p}: {o.reason}" for p in o.item.paths})
-                        if isinstance(o, TaskFailure) else o for o in outcome]
+        self.results = [
+            PartitionResult(o.item.index, errors={p: f"{p}: {o.reason}" for p in o.item.paths})
+            if isinstance(o, TaskFailure)
+            else o
+            for o in outcome
+        ]
         for res in self.results:
             for path, err in res.errors.items():
                 self.fail(path, err, "AnalysisError")
@@ -367,13 +421,25 @@ class _Run:
     def ingest(self, engine: Engine) -> list[FileRecord]:
         """The ingest records of every input (the refused ones included), sorted by path."""
         batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
-        done = engine.map(ingest_files, batches, self.cache, self.fmt, self.reuse_cache, self.reader_options,
-                          label="reading traces", split=lambda b: [[p] for p in b] if len(b) > 1 else None)
+        done = engine.map(
+            ingest_files,
+            batches,
+            self.cache,
+            self.fmt,
+            self.reuse_cache,
+            self.reader_options,
+            label="reading traces",
+            split=lambda b: [[p] for p in b] if len(b) > 1 else None,
+        )
         records: list[FileRecord] = []
         for d in done:
             if isinstance(d, TaskFailure):
-                records += [FileRecord(path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}",
-                                       error_type="WorkerError") for p in d.item]
+                records += [
+                    FileRecord(
+                        path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}", error_type="WorkerError"
+                    )
+                    for p in d.item
+                ]
             else:
                 records += d
         by_path = {r.path: r for r in records + self.refused}
@@ -391,15 +457,25 @@ class _Run:
         inputs = []
         for r in self.records:
             error, error_type = self.errors.get(r.path, (None, None))
-            inputs.append({
-                "path": r.path, "format": r.format, "status": "error" if error else "ok", "error": error,
-                "error_type": error_type, "ranks": ranks.get(r.path, []) if not error else [],
-                "parts": parts.get(r.path, []) if not error else [],
-                "size": r.size, "mtime_ns": r.mtime_ns, "fingerprint": r.fingerprint, "cached": r.cached,
-                "results_reused": r.path in reused and not error,
-                "events": int(r.meta.get("events", 0)) if r.meta else 0, "notes": list(r.notes),
-                "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
-            })
+            inputs.append(
+                {
+                    "path": r.path,
+                    "format": r.format,
+                    "status": "error" if error else "ok",
+                    "error": error,
+                    "error_type": error_type,
+                    "ranks": ranks.get(r.path, []) if not error else [],
+                    "parts": parts.get(r.path, []) if not error else [],
+                    "size": r.size,
+                    "mtime_ns": r.mtime_ns,
+                    "fingerprint": r.fingerprint,
+                    "cached": r.cached,
+                    "results_reused": r.path in reused and not error,
+                    "events": int(r.meta.get("events", 0)) if r.meta else 0,
+                    "notes": list(r.notes),
+                    "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
+                }
+            )
         return {
             "dtrace_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -410,8 +486,9 @@ class _Run:
             "phases": dict(self.phases),
             "execution": mode,
             "workers": n_workers,
-            "partitions": [{"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events}
-                           for p in self.partitions],
+            "partitions": [
+                {"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events} for p in self.partitions
+            ],
             "notes": notes,
             "inputs": inputs,
             "n_inputs": len(self.files) + len(self.refused),
@@ -428,8 +505,9 @@ def _halves(p: PartitionSpec) -> list[PartitionSpec] | None:
     return [PartitionSpec(p.index, p.parts[:mid]), PartitionSpec(p.index, p.parts[mid:])]
 
 
-def combine(per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Analysis] = ANALYSES
-            ) -> dict[str, pd.DataFrame]:
+def combine(
+    per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Analysis] = ANALYSES
+) -> dict[str, pd.DataFrame]:
     """Concatenate each table over partitions (once per table); empty tables keep their columns."""
     out = {}
     for a in analyses:

@@ -50,6 +50,7 @@ and a memcpy/memset is cut at the next event. So measured per-kernel durations o
 are never shortened by a legitimate overlap, while a ROCm overrun is never double-counted.
 The part's ``clipped_events``/``clipped_ns`` count what was cut; ``rocm`` says which rule ran.
 """
+
 from __future__ import annotations
 
 import re
@@ -68,8 +69,16 @@ from .options import Options
 
 FLOAT_US_FORMATS = ("kineto", "jax")
 PART_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "format": "object", "base_ns": "int64"}
-STEP_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "step": "int64", "step_name": "object",
-                "start_ns": "int64", "end_ns": "int64", "source": "object"}
+STEP_COLUMNS = {
+    "part": "int32",
+    "rank": "int32",
+    "device": "int32",
+    "step": "int64",
+    "step_name": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "source": "object",
+}
 _GPU_KIND_CODES = np.array([KINDS.index(k) for k in GPU_KINDS], np.int8)
 
 
@@ -103,8 +112,10 @@ class Batch:
     def keys(self, part: np.ndarray) -> dict[str, np.ndarray]:
         """``rank`` and ``device`` columns for rows of the given parts."""
         part = np.asarray(part, I64)
-        return {"rank": self.parts["rank"].to_numpy(np.int32)[part],
-                "device": self.parts["device"].to_numpy(np.int32)[part]}
+        return {
+            "rank": self.parts["rank"].to_numpy(np.int32)[part],
+            "device": self.parts["device"].to_numpy(np.int32)[part],
+        }
 
     def iterations(self) -> np.ndarray:
         """Per part, the divisor of per-iteration figures: ``iters``, else steps found, else 1."""
@@ -133,8 +144,11 @@ def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray |
 def kind_codes(kind: pd.Series) -> np.ndarray:
     """Index into :data:`dtrace.schema.KINDS` of each event's kind (compares categories, not strings)."""
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        lut = np.array([KINDS.index(str(c)) if str(c) in KINDS else KINDS.index("other")
-                        for c in kind.cat.categories] + [KINDS.index("other")], np.int8)
+        lut = np.array(
+            [KINDS.index(str(c)) if str(c) in KINDS else KINDS.index("other") for c in kind.cat.categories]
+            + [KINDS.index("other")],
+            np.int8,
+        )
         codes = kind.cat.codes.to_numpy()
         return lut[np.where(codes < 0, len(lut) - 1, codes)]
     uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
@@ -150,8 +164,9 @@ def _names(col: pd.Series) -> pd.Series:
     return col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
 
 
-def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, parts: pd.DataFrame,
-            options: Options) -> Batch:
+def prepare(
+    events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, parts: pd.DataFrame, options: Options
+) -> Batch:
     """Build the :class:`Batch` of one partition (pure: copies what it changes).
 
     Parameters
@@ -179,8 +194,9 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
     host = _host_frame(ev, is_host, parts)
     gi = np.flatnonzero(is_gpu)
     gpart = part[gi]
-    gkind = pd.Categorical.from_codes(np.searchsorted(_GPU_KIND_CODES, kc[gi]).astype(np.int8),
-                                      categories=list(GPU_KINDS))
+    gkind = pd.Categorical.from_codes(
+        np.searchsorted(_GPU_KIND_CODES, kc[gi]).astype(np.int8), categories=list(GPU_KINDS)
+    )
     names = _names(ev["name"]) if len(ev) else pd.Series([], dtype="category")
     start = ev["start_ns"].to_numpy(I64)[gi]
     end = ev["end_ns"].to_numpy(I64)[gi]
@@ -203,20 +219,22 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
             base = parts["base_ns"].to_numpy(I64)[gpart]
             end = np.where(float_fmt, float_us_end(start, end, base), end)
 
-    gpu = pd.DataFrame({
-        "part": gpart.astype(np.int32),
-        "rank": parts["rank"].to_numpy(np.int32)[gpart],
-        "device": p_dev.astype(np.int32)[gpart],
-        "row": ev["row"].to_numpy(I64)[gi],
-        "stream": ev["stream"].to_numpy(I64)[gi],
-        "kind": gkind,
-        "name": pd.Categorical.from_codes(names.cat.codes.to_numpy()[gi], dtype=names.dtype),
-        "start_ns": start,
-        "end_ns": end,
-        "correlation": corr,
-        "external_id": ev["external_id"].to_numpy(I64)[gi],
-        "launch_ns": launch,
-    })
+    gpu = pd.DataFrame(
+        {
+            "part": gpart.astype(np.int32),
+            "rank": parts["rank"].to_numpy(np.int32)[gpart],
+            "device": p_dev.astype(np.int32)[gpart],
+            "row": ev["row"].to_numpy(I64)[gi],
+            "stream": ev["stream"].to_numpy(I64)[gi],
+            "kind": gkind,
+            "name": pd.Categorical.from_codes(names.cat.codes.to_numpy()[gi], dtype=names.dtype),
+            "start_ns": start,
+            "end_ns": end,
+            "correlation": corr,
+            "external_id": ev["external_id"].to_numpy(I64)[gi],
+            "launch_ns": launch,
+        }
+    )
     if keep is not None:
         gpu = gpu.loc[keep].reset_index(drop=True)
 
@@ -249,8 +267,15 @@ def prepare(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFram
     parts["clipped_ns"] = clipped_ns
     parts["steps"] = count_by(steps["part"].to_numpy(I64), n_parts)
     kept = (gpu["part"].to_numpy(I64), gpu["row"].to_numpy(I64))
-    return Batch(parts=parts, gpu=gpu, host=host, steps=steps,
-                 collectives=_side_rows(collectives, kept), memcpy=_side_rows(memcpy, kept), options=options)
+    return Batch(
+        parts=parts,
+        gpu=gpu,
+        host=host,
+        steps=steps,
+        collectives=_side_rows(collectives, kept),
+        memcpy=_side_rows(memcpy, kept),
+        options=options,
+    )
 
 
 ROCM_RUNTIME_PREFIX = "hip"
@@ -262,8 +287,10 @@ def rocm_parts(host: pd.DataFrame, host_kinds: np.ndarray, gpu: pd.DataFrame, n_
     ``hipExtModuleLaunchKernel``, ``hipMemcpyAsync``, ...) or a GPU event named
     ``__amd_rocclr_*`` (the HIP runtime's copy kernels). Decided once per distinct name."""
     out = np.zeros(n_parts, bool)
-    for frame, sel, prefix in ((host, host_kinds == KINDS.index("runtime"), ROCM_RUNTIME_PREFIX),
-                               (gpu, None, ROCM_GPU_PREFIX)):
+    for frame, sel, prefix in (
+        (host, host_kinds == KINDS.index("runtime"), ROCM_RUNTIME_PREFIX),
+        (gpu, None, ROCM_GPU_PREFIX),
+    ):
         if not len(frame):
             continue
         names = _names(frame["name"])
@@ -291,15 +318,19 @@ def take(ev: pd.DataFrame, rows: np.ndarray, columns: list[str]) -> dict[str, An
 def _host_frame(ev: pd.DataFrame, is_host: np.ndarray, parts: pd.DataFrame) -> pd.DataFrame:
     rows = np.flatnonzero(is_host)
     hp = ev["part"].to_numpy(I64)[rows]
-    h = {"part": hp.astype(np.int32), "rank": parts["rank"].to_numpy(np.int32)[hp],
-         "device": parts["device"].to_numpy(np.int32)[hp],
-         **take(ev, rows, ["row", "pid", "tid", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"])}
+    h = {
+        "part": hp.astype(np.int32),
+        "rank": parts["rank"].to_numpy(np.int32)[hp],
+        "device": parts["device"].to_numpy(np.int32)[hp],
+        **take(ev, rows, ["row", "pid", "tid", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"]),
+    }
     h["seq"] = ev["seq"].to_numpy(I64)[rows] if "seq" in ev.columns else np.full(rows.size, -1, I64)
     return pd.DataFrame(h)
 
 
-def _gpu_annotations(ev: pd.DataFrame, kc: np.ndarray, device: np.ndarray, part: np.ndarray,
-                     p_dev: np.ndarray) -> pd.DataFrame:
+def _gpu_annotations(
+    ev: pd.DataFrame, kc: np.ndarray, device: np.ndarray, part: np.ndarray, p_dev: np.ndarray
+) -> pd.DataFrame:
     if not len(ev):
         return ev.iloc[:0]
     sel = (kc == KINDS.index("gpu_annotation")) & (device == p_dev[part])
@@ -352,8 +383,16 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, 
 
 def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: str) -> pd.DataFrame:
     """The rows of ``frame`` of ``kind`` whose name matches ``rx`` (regex run once per distinct name)."""
-    empty = empty_frame({"part": "int64", "step": "int64", "step_name": object, "start_ns": "int64",
-                         "end_ns": "int64", "source": object})
+    empty = empty_frame(
+        {
+            "part": "int64",
+            "step": "int64",
+            "step_name": object,
+            "start_ns": "int64",
+            "end_ns": "int64",
+            "source": object,
+        }
+    )
     if not len(frame):
         return empty
     f = frame.loc[(frame["kind"] == kind).to_numpy(bool)]
@@ -371,14 +410,16 @@ def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: s
     sel = nums > -2
     if not sel.any():
         return empty
-    return pd.DataFrame({
-        "part": f["part"].to_numpy(I64)[sel],
-        "step": nums[sel],
-        "step_name": cats[codes[sel]].astype(str).astype(object),
-        "start_ns": f["start_ns"].to_numpy(I64)[sel],
-        "end_ns": f["end_ns"].to_numpy(I64)[sel],
-        "source": source,
-    })
+    return pd.DataFrame(
+        {
+            "part": f["part"].to_numpy(I64)[sel],
+            "step": nums[sel],
+            "step_name": cats[codes[sel]].astype(str).astype(object),
+            "start_ns": f["start_ns"].to_numpy(I64)[sel],
+            "end_ns": f["end_ns"].to_numpy(I64)[sel],
+            "source": source,
+        }
+    )
 
 
 def assign_steps(gpu: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
@@ -413,8 +454,17 @@ def _side_rows(side: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]) -> pd.Da
     return side.loc[np.isin(a, b)].reset_index(drop=True)
 
 
-def prepare_part(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, *, rank: int, device: int,
-                 fmt: str, options: Options, base_ns: int = 0) -> Batch:
+def prepare_part(
+    events: pd.DataFrame,
+    collectives: pd.DataFrame,
+    memcpy: pd.DataFrame,
+    *,
+    rank: int,
+    device: int,
+    fmt: str,
+    options: Options,
+    base_ns: int = 0,
+) -> Batch:
     """The :class:`Batch` of a single (rank, device) part given as pandas frames (tests, quick views).
 
     ``events`` follows the event schema (its ``rank`` column is ignored); the side tables are
@@ -425,7 +475,13 @@ def prepare_part(events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.Dat
     ev["row"] = np.arange(len(ev), dtype=I64)
     coll = collectives.assign(part=np.zeros(len(collectives), np.int32))
     mem = memcpy.assign(part=np.zeros(len(memcpy), np.int32))
-    parts = pd.DataFrame({"part": np.zeros(1, np.int32), "rank": np.array([rank], np.int32),
-                          "device": np.array([device], np.int32), "format": np.array([fmt], dtype=object),
-                          "base_ns": np.array([base_ns], I64)})
+    parts = pd.DataFrame(
+        {
+            "part": np.zeros(1, np.int32),
+            "rank": np.array([rank], np.int32),
+            "device": np.array([device], np.int32),
+            "format": np.array([fmt], dtype=object),
+            "base_ns": np.array([base_ns], I64),
+        }
+    )
     return prepare(ev, coll, mem, parts, options)

@@ -22,6 +22,7 @@ dropped so that the next run parses the input again.
 Ranks are a property of the whole input set (a file may be numbered by its sorted position),
 so the cache is keyed by source and the rank is attached when the partition is loaded.
 """
+
 from __future__ import annotations
 
 import errno
@@ -123,11 +124,14 @@ def check_cache_dir(cache_dir: str) -> None:
     except OSError as exc:
         raise CacheError(f"{cache_dir}: cannot use the cache folder: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise CacheError(f"{cache_dir}: the cache folder is a symbolic link; dtrace does not follow links in its "
-                         "cache (use another folder: --cache DIR, cache=DIR)")
+        raise CacheError(
+            f"{cache_dir}: the cache folder is a symbolic link; dtrace does not follow links in its "
+            "cache (use another folder: --cache DIR, cache=DIR)"
+        )
     if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(f"{cache_dir}: exists and is not a folder; remove it or use another folder (--cache DIR, "
-                         "cache=DIR)")
+        raise CacheError(
+            f"{cache_dir}: exists and is not a folder; remove it or use another folder (--cache DIR, cache=DIR)"
+        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".tmp-", dir=cache_dir)
         os.close(fd)
@@ -257,8 +261,16 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         raise TypeError("field 'record' is not an object")
     if doc["record_fingerprint"] != _record_fingerprint(r):
         raise ValueError("the record does not match its fingerprint")
-    want = {"path": str, "format": str, "size": int, "mtime_ns": int, "fingerprint": str, "parts": list,
-            "rank_per_device": bool, "meta": dict}
+    want = {
+        "path": str,
+        "format": str,
+        "size": int,
+        "mtime_ns": int,
+        "fingerprint": str,
+        "parts": list,
+        "rank_per_device": bool,
+        "meta": dict,
+    }
     for k, t in want.items():
         if not isinstance(r.get(k), t) or isinstance(r.get(k), bool) != (t is bool):
             raise TypeError(f"field {k!r} is not {t.__name__}")
@@ -274,17 +286,36 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
             if not isinstance(name, str) or not _PART_FILE.match(name) or not name.startswith(k):
                 raise ValueError(f"invalid part file name {name!r}")
         cs = p.get("checksums")
-        if not isinstance(cs, dict) or set(cs) != set(names.values()) or not all(isinstance(v, str) for v in cs.values()):
+        if (
+            not isinstance(cs, dict)
+            or set(cs) != set(names.values())
+            or not all(isinstance(v, str) for v in cs.values())
+        ):
             raise ValueError("part checksums missing")
         for k in ("device", "local_index", "n_events"):
             if not isinstance(p.get(k), int) or isinstance(p.get(k), bool):
                 raise TypeError(f"part field {k!r} is not an int")
         sums.update(cs)
-        parts.append(PartRecord(device=p["device"], local_index=p["local_index"], n_events=p["n_events"],
-                                checksums=dict(cs), **{k: os.path.join(d, v) for k, v in names.items()}))
-    rec = FileRecord(path=r["path"], format=r["format"], size=r["size"], mtime_ns=r["mtime_ns"],
-                     fingerprint=r["fingerprint"], parts=parts, rank_hint=r.get("rank_hint"),
-                     rank_per_device=r["rank_per_device"], meta=r["meta"])
+        parts.append(
+            PartRecord(
+                device=p["device"],
+                local_index=p["local_index"],
+                n_events=p["n_events"],
+                checksums=dict(cs),
+                **{k: os.path.join(d, v) for k, v in names.items()},
+            )
+        )
+    rec = FileRecord(
+        path=r["path"],
+        format=r["format"],
+        size=r["size"],
+        mtime_ns=r["mtime_ns"],
+        fingerprint=r["fingerprint"],
+        parts=parts,
+        rank_hint=r.get("rank_hint"),
+        rank_per_device=r["rank_per_device"],
+        meta=r["meta"],
+    )
     return rec, sums
 
 
@@ -306,8 +337,10 @@ def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
         except (OSError, pa.ArrowException) as exc:
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             _drop_entry(os.path.dirname(path))
-            raise InputError(spec.path, f"its cached {name} is damaged ({msg}); run again (it will be parsed "
-                                        f"again) or pass --no-cache") from None
+            raise InputError(
+                spec.path,
+                f"its cached {name} is damaged ({msg}); run again (it will be parsed again) or pass --no-cache",
+            ) from None
     return out[0], out[1], out[2]
 
 
@@ -341,8 +374,15 @@ def parquet_bytes(table: pa.Table) -> bytes:
     dict_cols = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     int_cols = {f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)}
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="lz4", row_group_size=1 << 20,
-                   use_dictionary=dict_cols or False, column_encoding=int_cols or None, write_statistics=False)
+    pq.write_table(
+        table,
+        buf,
+        compression="lz4",
+        row_group_size=1 << 20,
+        use_dictionary=dict_cols or False,
+        column_encoding=int_cols or None,
+        write_statistics=False,
+    )
     return buf.getvalue()
 
 
@@ -372,8 +412,14 @@ def _fresh_entry(d: str) -> None:
         pass
 
 
-def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options: dict[str, Any] | None = None,
-           reuse: bool = True) -> FileRecord:
+def ingest(
+    path: str,
+    cache_dir: str,
+    *,
+    fmt: str | None = None,
+    reader_options: dict[str, Any] | None = None,
+    reuse: bool = True,
+) -> FileRecord:
     """Parse ``path`` into the cache (or reuse an intact entry). Never raises for a bad input:
     the returned record carries the one-line error instead."""
     apath = os.path.abspath(path)
@@ -402,8 +448,12 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
         for part in tf.parts:
             # keyed by position too: processes of one nsys report may share a device id
             names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in ("events", "collectives", "memcpy")}
-            pr = PartRecord(device=part.device, local_index=part.local_index, n_events=part.events.num_rows,
-                            **{k: os.path.join(d, v) for k, v in names.items()})
+            pr = PartRecord(
+                device=part.device,
+                local_index=part.local_index,
+                n_events=part.events.num_rows,
+                **{k: os.path.join(d, v) for k, v in names.items()},
+            )
             for k, table in (("events", part.events), ("collectives", part.collectives), ("memcpy", part.memcpy)):
                 data = parquet_bytes(table)
                 pr.checksums[names[k]] = fingerprint_bytes(data)
@@ -419,8 +469,13 @@ def ingest(path: str, cache_dir: str, *, fmt: str | None = None, reader_options:
     return rec
 
 
-UNDECODABLE: tuple[type[BaseException], ...] = (UnicodeDecodeError, sqlite3.DatabaseError, zlib.error, EOFError,
-                                                 *([IsalError] if IsalError is not None else []))
+UNDECODABLE: tuple[type[BaseException], ...] = (
+    UnicodeDecodeError,
+    sqlite3.DatabaseError,
+    zlib.error,
+    EOFError,
+    *([IsalError] if IsalError is not None else []),
+)
 """Exceptions that by their type say an input's bytes cannot be decoded (text that is not UTF-8,
 a damaged SQLite database, a damaged compressed stream). A reader should say so itself; one that
 does not still fails its input with this one-line description, never an "internal error"."""
@@ -441,13 +496,15 @@ def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
         return f"{apath}: {_undecodable(exc)}", InputError.__name__
     # a bug or an unforeseen format quirk: fail this input only
     tb = traceback.extract_tb(exc.__traceback__)[-1]
-    return (f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
-            f"at {os.path.basename(tb.filename)}:{tb.lineno})"), "InternalError"
+    return (
+        f"{apath}: internal error while reading ({type(exc).__name__}: {exc} "
+        f"at {os.path.basename(tb.filename)}:{tb.lineno})"
+    ), "InternalError"
 
 
 def _undecodable(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
-        bad = exc.object[exc.start:exc.start + 1]
+        bad = exc.object[exc.start : exc.start + 1]
         byte = f"byte 0x{bytes(bad).hex()}" if isinstance(bad, (bytes, bytearray, memoryview)) and bad else "a byte"
         return f"not valid UTF-8 text ({byte}: {exc.reason}); is it a trace file?"
     if isinstance(exc, sqlite3.DatabaseError):

@@ -3,6 +3,7 @@
 The patterns live in one table, :data:`PATTERNS`; classification runs once per distinct
 name (``categorize_names``), never per event.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,7 @@ PATTERNS: dict[str, str] = {
     "comm": r"nccl|rccl|cross_device_reduce",
     # known collective kernels without nccl in the name (default mode only)
     "comm_extra": r"multimem_all_reduce|multimem_all_gather|multimem_reduce_scatter|one_shot_all_reduce"
-                  r"|two_shot_all_reduce|symm_mem|custom_all_reduce|allreduce_(one|two)_?shot",
+    r"|two_shot_all_reduce|symm_mem|custom_all_reduce|allreduce_(one|two)_?shot",
     # kernels that are really copies
     "memcpy_kernel": r"^__amd_rocclr_copy(Buffer|Image)|^__amd_rocclr_fill",
     # JAX (TraceLens rule): names starting with these are memory operations
@@ -30,8 +31,14 @@ PATTERNS: dict[str, str] = {
 _MODES = ("default", "tracelens")
 
 
-def categorize_names(names: Iterable[str], kinds: Iterable[str], *, compat: str = "default",
-                     fmt: str = "kineto", patterns: dict[str, str] | None = None) -> list[str]:
+def categorize_names(
+    names: Iterable[str],
+    kinds: Iterable[str],
+    *,
+    compat: str = "default",
+    fmt: str = "kineto",
+    patterns: dict[str, str] | None = None,
+) -> list[str]:
     """Category of each (name, kind) pair.
 
     Parameters
@@ -84,6 +91,9 @@ def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
     kcodes, kuniq = pd.factorize(kinds, use_na_sentinel=False)
     nk = max(len(kuniq), 1)
     upair, inv = unique_inverse(ncodes.astype(np.int64) * nk + kcodes)
-    cats = categorize_names([str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
-                            [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]], **kw)
+    cats = categorize_names(
+        [str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
+        [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]],
+        **kw,
+    )
     return np.asarray(cats, dtype=object)[inv.reshape(-1)]

@@ -35,6 +35,7 @@ Examples
 ...     ["xmma_gemm_f32f32", "ncclKernel_SendRecv", "loop_fusion_1", "copy_kernel"])
 ['gemm', 'nccl', 'fusion', 'others']
 """
+
 from __future__ import annotations
 
 import abc
@@ -61,19 +62,31 @@ REGEX_LEFTOVER = "misc"
 BUILTIN_RULES: list[tuple[str, str]] = [
     ("attention", r"flash|fmha|attention|attn|(?<![a-z])mha|_mla_|::mla::|scaled_dot_product"),
     # Cijk_*: Tensile / hipBLASLt GEMMs (rocBLAS, hipBLASLt, XLA on ROCm); *scudnn*: cuDNN implicit-GEMM convolutions
-    ("gemm", r"(?<!fb)gemm|gemv|matmul|nvjet|cublas|xmma|wgmma|cutlass.*tensorop|s16816|h16816|s1688|i8816"
-             r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"
-             r"|(?<![a-z])cijk_|[sh]cudnn"),
+    (
+        "gemm",
+        r"(?<!fb)gemm|gemv|matmul|nvjet|cublas|xmma|wgmma|cutlass.*tensorop|s16816|h16816|s1688|i8816"
+        r"|bmm|splitkreduce|convolution|convolve|conv[123]d|_conv_|winograd|fprop|dgrad|wgrad"
+        r"|(?<![a-z])cijk_|[sh]cudnn",
+    ),
     ("triton", r"triton"),
-    ("normalization", r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|_norm_|norm_kernel"
-                      r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd|gammabeta"),
+    (
+        "normalization",
+        r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|_norm_|norm_kernel"
+        r"|softmax|welford|moments|bn_fw|bn_bw|ln_fwd|ln_bwd|gammabeta",
+    ),
     # pooling reduces a window; sorting sits with top-k and scans
-    ("reduction", r"reduce|reduction|scan|cumsum|cumprod|argmax|argmin|topk|sum_kernel|_sum_|mean_kernel"
-                  r"|max_kernel|min_kernel|(max|avg)_?pool|pooling|radix_?sort|segmented_?sort|sort_?kernel"),
+    (
+        "reduction",
+        r"reduce|reduction|scan|cumsum|cumprod|argmax|argmin|topk|sum_kernel|_sum_|mean_kernel"
+        r"|max_kernel|min_kernel|(max|avg)_?pool|pooling|radix_?sort|segmented_?sort|sort_?kernel",
+    ),
     # SubTensorOp*: MIOpen sub-tensor set/scale/copy; im2col and permutes move data
-    ("elementwise", r"elementwise|pointwise|vectorized|unrolled|fill|copy|cast|silu|gelu|relu|act_and_mul"
-                    r"|sigmoid|tanh|rotary|quant|functor|transpose|nchwtonhwc|nhwctonchw|catarray|index"
-                    r"|gather|scatter|subtensorop|im[23]d?2col|col2im|permute"),
+    (
+        "elementwise",
+        r"elementwise|pointwise|vectorized|unrolled|fill|copy|cast|silu|gelu|relu|act_and_mul"
+        r"|sigmoid|tanh|rotary|quant|functor|transpose|nchwtonhwc|nhwctonchw|catarray|index"
+        r"|gather|scatter|subtensorop|im[23]d?2col|col2im|permute",
+    ),
 ]
 
 # communication kernels: collective type from the name (case-insensitive, first match wins)
@@ -84,12 +97,23 @@ COLLECTIVE_RULES: list[tuple[str, str]] = [
     ("sendrecv", r"send|recv|all_?to_?all|p2p"),
     ("broadcast", r"broadcast|bcast"),
 ]
-COLLECTIVE_LABELS = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
-                     "sendrecv": "SendRecv", "broadcast": "Broadcast", "other": "Other"}
+COLLECTIVE_LABELS = {
+    "allreduce": "AllReduce",
+    "allgather": "AllGather",
+    "reducescatter": "ReduceScatter",
+    "sendrecv": "SendRecv",
+    "broadcast": "Broadcast",
+    "other": "Other",
+}
 
 _ROCM_FILL = re.compile(r"^__amd_rocclr_fill", re.I)
-_NSYS_COPY = {"H2D": "Host-to-Device", "D2H": "Device-to-Host", "D2D": "Device-to-Device",
-              "P2P": "Peer-to-Peer", "H2H": "Host-to-Host"}
+_NSYS_COPY = {
+    "H2D": "Host-to-Device",
+    "D2H": "Device-to-Host",
+    "D2D": "Device-to-Device",
+    "P2P": "Peer-to-Peer",
+    "H2H": "Host-to-Host",
+}
 
 
 def kernel_identifier(name: str) -> str:
@@ -193,8 +217,13 @@ class Classifier(abc.ABC):
     def __init__(self) -> None:
         self._memo: dict[tuple[str, str, str], str] = {}
 
-    def classify(self, names: Iterable[str], kinds: Iterable[str] | None = None,
-                 categories: Iterable[str] | None = None, collectives: Iterable[str] | None = None) -> list[str]:
+    def classify(
+        self,
+        names: Iterable[str],
+        kinds: Iterable[str] | None = None,
+        categories: Iterable[str] | None = None,
+        collectives: Iterable[str] | None = None,
+    ) -> list[str]:
         """Class of each name (``kinds`` default to ``kernel``; ``categories`` to ``compute``).
 
         ``collectives``, when given, is the collective each communication kernel's args state
@@ -212,8 +241,10 @@ class Classifier(abc.ABC):
                 cls = memo[key] = self._one(*key)
             out.append(cls)
         if collectives is not None:
-            out = [self.with_collective(c, str(coll or "")) if cat == "comm" else c
-                   for c, cat, coll in zip(out, cats, collectives)]
+            out = [
+                self.with_collective(c, str(coll or "")) if cat == "comm" else c
+                for c, cat, coll in zip(out, cats, collectives)
+            ]
         return out
 
     def with_collective(self, cls: str, collective: str) -> str:
@@ -299,8 +330,9 @@ class RegexMap(Classifier):
 
     leftover = REGEX_LEFTOVER
 
-    def __init__(self, mapping: dict[str, str], engine: str = "", model: str = "",
-                 source: str = "<in-memory map>") -> None:
+    def __init__(
+        self, mapping: dict[str, str], engine: str = "", model: str = "", source: str = "<in-memory map>"
+    ) -> None:
         super().__init__()
         self.label = f"regex:{engine}/{model}"
         self._rules = []
@@ -308,8 +340,7 @@ class RegexMap(Classifier):
             try:
                 self._rules.append((re.compile(pattern), str(cls)))
             except re.error as exc:
-                raise UsageError(f"class map {source}: invalid regex {pattern!r} for "
-                                 f"{engine}/{model}: {exc}") from None
+                raise UsageError(f"class map {source}: invalid regex {pattern!r} for {engine}/{model}: {exc}") from None
 
     def _one(self, name: str, kind: str, category: str) -> str:
         text = nsys_memop_name(name, kind) if kind in ("memcpy", "memset") else name
@@ -323,8 +354,9 @@ def _is_str_map(d: Any) -> bool:
     return isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in d.items())
 
 
-def from_mapping(spec: Any, engine: str | None = None, model: str | None = None,
-                 source: str = "<in-memory map>") -> Classifier:
+def from_mapping(
+    spec: Any, engine: str | None = None, model: str | None = None, source: str = "<in-memory map>"
+) -> Classifier:
     """Build the classifier a loaded class map describes (format detected from its shape).
 
     ``{"key": "class"}`` or a config holding ``kernel_to_class_map`` → :class:`SubstringMap`;
@@ -338,21 +370,29 @@ def from_mapping(spec: Any, engine: str | None = None, model: str | None = None,
         return SubstringMap(inner)
     if _is_str_map(spec):
         return SubstringMap(spec)
-    if (isinstance(spec, dict) and spec and all(isinstance(v, dict) and v for v in spec.values())
-            and all(_is_str_map(m) for models in spec.values() for m in models.values())):
+    if (
+        isinstance(spec, dict)
+        and spec
+        and all(isinstance(v, dict) and v for v in spec.values())
+        and all(_is_str_map(m) for models in spec.values() for m in models.values())
+    ):
         engine = _choose(sorted(spec), engine, "engine", source)
         model = _choose(list(spec[engine]), model, "model", source, f" of engine {engine!r}")
         return RegexMap(spec[engine][model], engine, model, source)
-    raise UsageError(f"class map {source}: not a recognised format; expected {{\"substring\": \"class\"}}, "
-                     f"a config with \"kernel_to_class_map\", or {{engine: {{model: {{regex: category}}}}}}")
+    raise UsageError(
+        f'class map {source}: not a recognised format; expected {{"substring": "class"}}, '
+        f'a config with "kernel_to_class_map", or {{engine: {{model: {{regex: category}}}}}}'
+    )
 
 
 def _choose(choices: list[str], given: str | None, what: str, source: str, where: str = "") -> str:
     if given is None:
         if len(choices) == 1:
             return choices[0]
-        raise UsageError(f"class map {source} has several {what}s{where}: {', '.join(choices)}; "
-                         f"choose one with --{what} ({'classmap_' + what}=...)")
+        raise UsageError(
+            f"class map {source} has several {what}s{where}: {', '.join(choices)}; "
+            f"choose one with --{what} ({'classmap_' + what}=...)"
+        )
     if given not in choices:
         raise UsageError(f"class map {source} has no {what} {given!r}{where}; valid: {', '.join(choices)}")
     return given

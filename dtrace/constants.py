@@ -4,6 +4,7 @@ This module is the bottom of the package (it imports nothing of dtrace and no th
 library), so readers, analyses, reducers and renderers spell these names the same way. See
 docs/semantics.md, "Event table" and "Memory operations".
 """
+
 from __future__ import annotations
 
 import re
@@ -44,15 +45,30 @@ def copy_kind(name: str, kind: str | None = None) -> str:
 
 
 COLLECTIVE_NAMES = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "allreduce": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather": "all_gather",
+    "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "reduce_scatter_tensor": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
-    "send": "send", "recv": "recv", "sendrecv": "send_recv", "alltoall": "all_to_all",
-    "all_to_all": "all_to_all", "alltoall_base": "all_to_all", "all_to_allv": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "send": "send",
+    "recv": "recv",
+    "sendrecv": "send_recv",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "all_to_allv": "all_to_all",
     "barrier": "barrier",
 }
 """Spellings of collectives in traces (lower-cased, spaces removed) → the collective side

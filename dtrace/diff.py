@@ -22,6 +22,7 @@ counts per GPU are fractional. Rows present in one run only have zeros for the o
 ``presence`` ``only_a`` / ``only_b``. Within a level, rows are sorted by impact: absolute
 time delta, then absolute count delta, then key.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -35,8 +36,18 @@ from .results import Results
 
 LEVELS = ("breakdown", "class", "kernel", "op")
 PER = ("gpu", "job")
-COLUMNS = ("level", "key", "presence", "count_a", "count_b", "count_delta", "time_a_ns", "time_b_ns",
-           "time_delta_ns", "time_ratio")
+COLUMNS = (
+    "level",
+    "key",
+    "presence",
+    "count_a",
+    "count_b",
+    "count_delta",
+    "time_a_ns",
+    "time_b_ns",
+    "time_delta_ns",
+    "time_ratio",
+)
 BREAKDOWN_KEYS = ("computation", "exposed_comm", "exposed_memcpy", "idle", "busy", "total", "comm", "memcpy")
 
 
@@ -59,8 +70,12 @@ def class_source(results: Results) -> tuple[pd.DataFrame, str] | None:
         col = "class" if "class" in k.columns else ("category" if "category" in k.columns else None)
         if col is None:
             return None
-        g = (k.groupby(["rank", "device", col], observed=True, sort=True)[["count", "total_ns"]].sum()
-             .reset_index().rename(columns={col: "class"}))
+        g = (
+            k.groupby(["rank", "device", col], observed=True, sort=True)[["count", "total_ns"]]
+            .sum()
+            .reset_index()
+            .rename(columns={col: "class"})
+        )
         return g, f"kernels.{col}"
     return None
 
@@ -84,8 +99,9 @@ def level_totals(results: Results, level: str) -> pd.DataFrame | None:
             return None
         bd = results.table("breakdown")
         keys = [k for k in BREAKDOWN_KEYS if f"{k}_ns" in bd.columns]
-        return pd.DataFrame({"key": keys, "count": np.full(len(keys), np.nan),
-                             "time_ns": [int(bd[f"{k}_ns"].sum()) for k in keys]})
+        return pd.DataFrame(
+            {"key": keys, "count": np.full(len(keys), np.nan), "time_ns": [int(bd[f"{k}_ns"].sum()) for k in keys]}
+        )
     if level == "class":
         src = class_source(results)
         if src is None:
@@ -101,8 +117,9 @@ def level_totals(results: Results, level: str) -> pd.DataFrame | None:
             return None
         frame, key, count, time = results.table("ops"), "op", "count", "gpu_subtree_ns"
     g = frame.groupby(frame[key].astype(str), sort=True)[[count, time]].sum()
-    return pd.DataFrame({"key": g.index.to_numpy(object), "count": g[count].to_numpy(np.float64),
-                         "time_ns": g[time].to_numpy(np.int64)})
+    return pd.DataFrame(
+        {"key": g.index.to_numpy(object), "count": g[count].to_numpy(np.float64), "time_ns": g[time].to_numpy(np.int64)}
+    )
 
 
 def n_parts(results: Results) -> int:
@@ -130,8 +147,15 @@ def diff_totals(a: pd.DataFrame, b: pd.DataFrame, *, level: str, n_a: int = 1, n
      {'key': 'z', 'presence': 'only_b', 'time_delta_ns': 5, 'count_delta': 1.0}]
     """
     na, nb = max(int(n_a), 1), max(int(n_b), 1)
-    m = pd.merge(a[["key", "count", "time_ns"]], b[["key", "count", "time_ns"]], on="key", how="outer",
-                 suffixes=("_a", "_b"), sort=True, indicator=True)
+    m = pd.merge(
+        a[["key", "count", "time_ns"]],
+        b[["key", "count", "time_ns"]],
+        on="key",
+        how="outer",
+        suffixes=("_a", "_b"),
+        sort=True,
+        indicator=True,
+    )
     where = m["_merge"].astype(str).to_numpy()
     in_a = where != "right_only"
     in_b = where != "left_only"
@@ -143,16 +167,27 @@ def diff_totals(a: pd.DataFrame, b: pd.DataFrame, *, level: str, n_a: int = 1, n
     time_b = np.rint(np.nan_to_num(m["time_ns_b"].to_numpy(np.float64)) / nb).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(time_a > 0, time_b / np.where(time_a > 0, time_a, 1), np.nan)
-    out = pd.DataFrame({
-        "level": level,
-        "key": m["key"].to_numpy(object),
-        "presence": np.where(in_a & in_b, "both", np.where(in_a, "only_a", "only_b")).astype(object),
-        "count_a": count_a, "count_b": count_b, "count_delta": count_b - count_a,
-        "time_a_ns": time_a, "time_b_ns": time_b, "time_delta_ns": time_b - time_a,
-        "time_ratio": ratio,
-    })
-    order = np.lexsort((out["key"].to_numpy(str), -np.abs(np.nan_to_num(out["count_delta"].to_numpy())),
-                        -np.abs(out["time_delta_ns"].to_numpy())))
+    out = pd.DataFrame(
+        {
+            "level": level,
+            "key": m["key"].to_numpy(object),
+            "presence": np.where(in_a & in_b, "both", np.where(in_a, "only_a", "only_b")).astype(object),
+            "count_a": count_a,
+            "count_b": count_b,
+            "count_delta": count_b - count_a,
+            "time_a_ns": time_a,
+            "time_b_ns": time_b,
+            "time_delta_ns": time_b - time_a,
+            "time_ratio": ratio,
+        }
+    )
+    order = np.lexsort(
+        (
+            out["key"].to_numpy(str),
+            -np.abs(np.nan_to_num(out["count_delta"].to_numpy())),
+            -np.abs(out["time_delta_ns"].to_numpy()),
+        )
+    )
     return out.iloc[order].reset_index(drop=True)
 
 
@@ -207,7 +242,16 @@ def missing_levels(a: Results, b: Results, levels: Iterable[str] = LEVELS) -> di
 
 def empty() -> pd.DataFrame:
     """An empty diff with the declared columns and dtypes."""
-    dtypes = {"level": object, "key": object, "presence": object, "count_a": np.float64, "count_b": np.float64,
-              "count_delta": np.float64, "time_a_ns": np.int64, "time_b_ns": np.int64,
-              "time_delta_ns": np.int64, "time_ratio": np.float64}
+    dtypes = {
+        "level": object,
+        "key": object,
+        "presence": object,
+        "count_a": np.float64,
+        "count_b": np.float64,
+        "count_delta": np.float64,
+        "time_a_ns": np.int64,
+        "time_b_ns": np.int64,
+        "time_delta_ns": np.int64,
+        "time_ratio": np.float64,
+    }
     return empty_frame({c: dtypes[c] for c in COLUMNS})

@@ -6,6 +6,7 @@ Every ``*_ns`` column is an integer number of nanoseconds (int64); a value that 
 nullable ``Int64`` holding ``NA``, never a sentinel such as -1. Floats computed for an integer
 column (a mean, a median, a standard deviation) are rounded half to even, once, here.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
@@ -88,8 +89,7 @@ def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str) -> pd.Data
         raise TypeError(f"table {table!r} lacks its declared columns {missing}")
     if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
         return df
-    out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy()
-           for c in df.columns}
+    out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy() for c in df.columns}
     return pd.DataFrame(out, columns=list(df.columns))
 
 

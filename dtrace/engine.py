@@ -25,6 +25,7 @@ as a :class:`TaskFailure` for its inputs alone. A worker's death fails every tas
 innocent ones too, so a piece that failed that way is first run once more alone on the cluster. Progress: a bar on a terminal, a log line every
 :data:`LOG_EVERY_S` seconds otherwise.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -82,8 +83,9 @@ class ClusterSpec:
             if self.scheduler or self.scheduler_file:
                 raise UsageError("give either a cluster to submit jobs to or a scheduler to connect to, not both")
         elif self.jobs is not None or self.cluster_options:
-            raise UsageError("jobs and job settings need a cluster to submit to "
-                             "(--cluster slurm|pbs, cluster='slurm'|'pbs')")
+            raise UsageError(
+                "jobs and job settings need a cluster to submit to (--cluster slurm|pbs, cluster='slurm'|'pbs')"
+            )
         if self.jobs is not None and self.jobs < 1:
             raise UsageError("jobs must be >= 1")
 
@@ -139,8 +141,10 @@ class Engine:
             except BaseException as exc:
                 self.__exit__(None, None, None)  # cancels the submitted jobs
                 if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
-                    raise DtraceError(f"no Dask worker of the {s.jobs or 1} {s.cluster} job(s) connected within "
-                                      f"{s.startup_timeout:g} s: check the queue and the jobs' logs") from None
+                    raise DtraceError(
+                        f"no Dask worker of the {s.jobs or 1} {s.cluster} job(s) connected within "
+                        f"{s.startup_timeout:g} s: check the queue and the jobs' logs"
+                    ) from None
                 raise
             self.mode = f"{s.cluster} jobs"
         elif s.scheduler_file:
@@ -157,9 +161,13 @@ class Engine:
             # and the analyses run twice slower (measured: 2.3 s vs 1.2 s per 600k-event partition).
             # The workers keep glibc's defaults; each task frees what it allocated.
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-                self._cluster = LocalCluster(n_workers=local_workers(s), threads_per_worker=1, processes=True,
-                                             dashboard_address=":0",  # a free port: 8787 may be taken
-                                             silence_logs=logging.ERROR)
+                self._cluster = LocalCluster(
+                    n_workers=local_workers(s),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",  # a free port: 8787 may be taken
+                    silence_logs=logging.ERROR,
+                )
             self.client = Client(self._cluster)
             self.mode = "local cluster"
         return self
@@ -185,8 +193,14 @@ class Engine:
             return 1
         return len(self.client.scheduler_info().get("workers", {})) or 1
 
-    def map(self, func: Callable[..., Any], items: Sequence[Any], *args: Any, label: str = "",
-            split: Callable[[Any], list[Any] | None] | None = None) -> list[Any]:
+    def map(
+        self,
+        func: Callable[..., Any],
+        items: Sequence[Any],
+        *args: Any,
+        label: str = "",
+        split: Callable[[Any], list[Any] | None] | None = None,
+    ) -> list[Any]:
         """``[func(item, *args) for item in items]`` in item order, where a failed item is
         replaced by the results of its pieces (``split(item)``, tried one by one) or, when it
         cannot be split, by a :class:`TaskFailure`."""
@@ -200,8 +214,14 @@ class Engine:
         finally:
             progress.close()
 
-    def _map_local(self, func: Callable[..., Any], items: list[Any], args: tuple[Any, ...],
-                   split: Callable[[Any], list[Any] | None] | None, progress: "_Progress") -> list[Any]:
+    def _map_local(
+        self,
+        func: Callable[..., Any],
+        items: list[Any],
+        args: tuple[Any, ...],
+        split: Callable[[Any], list[Any] | None] | None,
+        progress: "_Progress",
+    ) -> list[Any]:
         out: list[Any] = []
         for item in items:
             try:
@@ -217,8 +237,14 @@ class Engine:
             progress.advance()
         return out
 
-    def _map_cluster(self, func: Callable[..., Any], items: list[Any], args: tuple[Any, ...],
-                     split: Callable[[Any], list[Any] | None] | None, progress: "_Progress") -> list[Any]:
+    def _map_cluster(
+        self,
+        func: Callable[..., Any],
+        items: list[Any],
+        args: tuple[Any, ...],
+        split: Callable[[Any], list[Any] | None] | None,
+        progress: "_Progress",
+    ) -> list[Any]:
         from distributed import as_completed
 
         results: dict[tuple[int, ...], Any] = {}
@@ -272,8 +298,10 @@ def _reason(exc: BaseException | None) -> str:
         return "the task failed"
     name = type(exc).__name__
     if _killed(exc):
-        return ("the worker process died each time it ran this input (killed for using too much memory, or a "
-                "crash in a native library)")
+        return (
+            "the worker process died each time it ran this input (killed for using too much memory, or a "
+            "crash in a native library)"
+        )
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
     return f"internal error ({name}: {' '.join(str(exc).split())}{where})"
@@ -309,8 +337,9 @@ class _Progress:
         if self.tty:
             width = 30
             fill = int(width * self.done / max(self.total, 1))
-            self.stream.write(f"\r{self.label} [{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} "
-                              f"{elapsed:5.1f} s")
+            self.stream.write(
+                f"\r{self.label} [{'#' * fill}{' ' * (width - fill)}] {self.done}/{self.total} {elapsed:5.1f} s"
+            )
             self.stream.flush()
         elif (force and self.logged) or now - self.last >= LOG_EVERY_S:
             self.last, self.logged = now, True
@@ -341,8 +370,10 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     kw.setdefault("job_name", "dtrace-worker")
     kw.setdefault("silence_logs", "error")
     # keep glibc's malloc defaults in the workers (see the LocalCluster in Engine.start)
-    kw.setdefault("job_script_prologue", [
-        "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON=\"{'MALLOC_TRIM_THRESHOLD_': None}\""])
+    kw.setdefault(
+        "job_script_prologue",
+        ["export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON=\"{'MALLOC_TRIM_THRESHOLD_': None}\""],
+    )
     # a random free port: the default 8787 may be taken (another cluster), which only warns
     kw.setdefault("scheduler_options", {"dashboard_address": ":0"})
     try:

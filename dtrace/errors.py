@@ -1,4 +1,5 @@
 """Exceptions. Every error names the input it is about and says what is wrong in one line."""
+
 from __future__ import annotations
 
 import os

@@ -23,6 +23,7 @@ Columns (:data:`EVENT_COLUMNS`):
 ``is_gpu``              bool        a kernel, memcpy or memset on the part's GPU
 ======================  ==========  ===========================================================
 """
+
 from __future__ import annotations
 
 import atexit
@@ -40,8 +41,17 @@ from .layout import TARGET_EVENTS, PartitionSpec, plan_partitions
 from .plan import PartSpec, part_spec
 
 EVENT_COLUMNS: dict[str, str] = {
-    "device": "int32", "stream": "int64", "pid": "int64", "tid": "int64", "kind": "category", "name": "category",
-    "start_ns": "int64", "end_ns": "int64", "correlation": "int64", "external_id": "int64", "seq": "int64",
+    "device": "int32",
+    "stream": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "kind": "category",
+    "name": "category",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "correlation": "int64",
+    "external_id": "int64",
+    "seq": "int64",
     "is_gpu": "bool",
 }
 """Columns of the event frame (the index is ``rank``, int32)."""
@@ -54,15 +64,23 @@ def event_frame(ev: pd.DataFrame, parts: pd.DataFrame, columns: Sequence[str] | 
     p_dev = parts["device"].to_numpy(np.int32)
     kind = pd.Categorical(np.asarray(ev["kind"].astype(str), dtype=object), categories=list(KINDS))
     dev = ev["device"].to_numpy(np.int64)
-    out = pd.DataFrame({
-        "device": p_dev[part], "stream": ev["stream"].to_numpy(np.int64), "pid": ev["pid"].to_numpy(np.int64),
-        "tid": ev["tid"].to_numpy(np.int64), "kind": kind,
-        "name": ev["name"] if isinstance(ev["name"].dtype, pd.CategoricalDtype) else ev["name"].astype("category"),
-        "start_ns": ev["start_ns"].to_numpy(np.int64), "end_ns": ev["end_ns"].to_numpy(np.int64),
-        "correlation": ev["correlation"].to_numpy(np.int64), "external_id": ev["external_id"].to_numpy(np.int64),
-        "seq": ev["seq"].to_numpy(np.int64) if "seq" in ev.columns else np.full(len(ev), -1, np.int64),
-        "is_gpu": np.isin(np.asarray(kind.codes), [KINDS.index(k) for k in GPU_KINDS]) & (dev == p_dev[part]),
-    }, index=pd.Index(p_rank[part], name="rank"))
+    out = pd.DataFrame(
+        {
+            "device": p_dev[part],
+            "stream": ev["stream"].to_numpy(np.int64),
+            "pid": ev["pid"].to_numpy(np.int64),
+            "tid": ev["tid"].to_numpy(np.int64),
+            "kind": kind,
+            "name": ev["name"] if isinstance(ev["name"].dtype, pd.CategoricalDtype) else ev["name"].astype("category"),
+            "start_ns": ev["start_ns"].to_numpy(np.int64),
+            "end_ns": ev["end_ns"].to_numpy(np.int64),
+            "correlation": ev["correlation"].to_numpy(np.int64),
+            "external_id": ev["external_id"].to_numpy(np.int64),
+            "seq": ev["seq"].to_numpy(np.int64) if "seq" in ev.columns else np.full(len(ev), -1, np.int64),
+            "is_gpu": np.isin(np.asarray(kind.codes), [KINDS.index(k) for k in GPU_KINDS]) & (dev == p_dev[part]),
+        },
+        index=pd.Index(p_rank[part], name="rank"),
+    )
     return out[list(columns)] if columns is not None else out
 
 
@@ -82,8 +100,14 @@ def meta_frame(columns: Sequence[str] | None = None) -> pd.DataFrame:
     return df[list(columns)] if columns is not None else df
 
 
-def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | None = None,
-           partition_events: int | None = None, **kwargs: Any) -> Any:
+def events(
+    source: Any,
+    *,
+    columns: Sequence[str] | None = None,
+    cache: str | None = None,
+    partition_events: int | None = None,
+    **kwargs: Any,
+) -> Any:
     """The events of every rank as a Dask DataFrame (lazy; see the module docstring).
 
     Parameters
@@ -118,16 +142,26 @@ def events(source: Any, *, columns: Sequence[str] | None = None, cache: str | No
 
         manifest = load(path).manifest
         specs = part_specs(manifest)
-        partitions = (plan_partitions(specs, partition_events) if partition_events
-                      else _analysis_layout(specs, manifest.get("partitions")))
+        partitions = (
+            plan_partitions(specs, partition_events)
+            if partition_events
+            else _analysis_layout(specs, manifest.get("partitions"))
+        )
     else:
         specs = _specs_of_inputs(source, cache, **kwargs)
         partitions = plan_partitions(specs, partition_events or TARGET_EVENTS)
     if not partitions:
         raise UsageError("no analysable input: no events to return")
     divisions = [p.ranks[0] for p in partitions] + [partitions[-1].ranks[1]]
-    return dd.from_map(load_events, partitions, columns=columns, meta=meta_frame(columns), divisions=divisions,
-                       label="dtrace-events", enforce_metadata=False)
+    return dd.from_map(
+        load_events,
+        partitions,
+        columns=columns,
+        meta=meta_frame(columns),
+        divisions=divisions,
+        label="dtrace-events",
+        enforce_metadata=False,
+    )
 
 
 def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
@@ -141,8 +175,7 @@ def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) 
 def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
     """The partitions an analysis used (``manifest["partitions"]``: first and last rank of each),
     else a fresh plan."""
-    if not isinstance(layout, list) or not all(isinstance(p, dict) and len(p.get("ranks", ())) == 2
-                                               for p in layout):
+    if not isinstance(layout, list) or not all(isinstance(p, dict) and len(p.get("ranks", ())) == 2 for p in layout):
         return plan_partitions(specs)
     bounds = np.sort(np.array([int(p["ranks"][0]) for p in layout], np.int64))
     ordered = sorted(specs, key=lambda s: (s.rank, s.device))
@@ -165,23 +198,35 @@ def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = N
     for item in manifest.get("inputs", []):
         if item.get("status") != "ok" or item.get("summary"):
             continue
-        where = {p["local_index"]: p for p in item.get("parts", [])
-                 if wanted is None or (int(p["rank"]), int(p["device"])) in wanted}
+        where = {
+            p["local_index"]: p
+            for p in item.get("parts", [])
+            if wanted is None or (int(p["rank"]), int(p["device"])) in wanted
+        }
         if not where:
             continue
         rec, _ = lookup(cache_dir, item["path"], verify=False) if cache_dir else (None, None)
         if rec is None or rec.fingerprint != item.get("fingerprint"):
-            raise UsageError(f"{item['path']}: its cached events are gone or changed since the analysis; "
-                             f"run dtrace analyze again")
+            raise UsageError(
+                f"{item['path']}: its cached events are gone or changed since the analysis; run dtrace analyze again"
+            )
         for p in rec.parts:
             if p.local_index in where:
                 specs.append(part_spec(rec, p, int(where[p.local_index]["rank"])))
     return specs
 
 
-def _specs_of_inputs(inputs: Any, cache: str | None, *, scheduler: str | None = None, workers: int | None = None,
-                     format: str | None = None, ranks: dict[str, int] | None = None, rank_by: str = "auto",
-                     progress: Any = False) -> list[PartSpec]:
+def _specs_of_inputs(
+    inputs: Any,
+    cache: str | None,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    format: str | None = None,
+    ranks: dict[str, int] | None = None,
+    rank_by: str = "auto",
+    progress: Any = False,
+) -> list[PartSpec]:
     from .cache import check_cache_dir
     from .engine import ClusterSpec, Engine
     from .layout import content_size, ingest_batches
@@ -197,8 +242,11 @@ def _specs_of_inputs(inputs: Any, cache: str | None, *, scheduler: str | None = 
     with Engine(ClusterSpec(scheduler=scheduler, workers=workers, progress=progress)) as engine:
         engine.start(sum(sizes) / 100e6, len(files))
         batches = ingest_batches(files, sizes, engine.n_workers)
-        records = [r for batch in engine.map(ingest_files, batches, cache, format, True, label="reading traces")
-                   for r in (batch if isinstance(batch, list) else [])]
+        records = [
+            r
+            for batch in engine.map(ingest_files, batches, cache, format, True, label="reading traces")
+            for r in (batch if isinstance(batch, list) else [])
+        ]
     return resolve_ranks(records, rank_by=rank_by, ranks=ranks).specs
 
 

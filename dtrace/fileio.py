@@ -4,6 +4,7 @@ Every file dtrace writes whole (cache entries, reports, CSVs, timelines, generat
 through :func:`atomic_write`, so a reader never sees half a file and a failed write leaves
 nothing behind. See docs/architecture.md, "Caching and trust".
 """
+
 from __future__ import annotations
 
 import os

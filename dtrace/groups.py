@@ -5,6 +5,7 @@ part first. These helpers turn several integer key columns into one dense int64 
 first matching row of a key in another table, and count positions inside groups — each in one
 vectorised pass, never a Python loop over groups or rows.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,6 +9,7 @@ Notes on the algorithms:
   ``cov_B(t) = |B ∩ (-inf, t]|`` evaluated at A's boundaries with ``searchsorted`` and a prefix
   sum of B's lengths: ``|A ∩ B| = Σ cov_B(a_end) - cov_B(a_start)``. O((n+m) log m), no loop.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -76,8 +77,9 @@ def merge(*us: Union) -> Union:
     return union(s, e)
 
 
-def clip_stream_overlaps(start: np.ndarray, end: np.ndarray, stream: np.ndarray,
-                         keep: np.ndarray | None = None) -> tuple[np.ndarray, int, int]:
+def clip_stream_overlaps(
+    start: np.ndarray, end: np.ndarray, stream: np.ndarray, keep: np.ndarray | None = None
+) -> tuple[np.ndarray, int, int]:
     """Clip events that run past the next event's start on the same stream.
 
     A stream executes its work in order, so an event whose end passes the next event's start
@@ -104,7 +106,7 @@ def clip_stream_overlaps(start: np.ndarray, end: np.ndarray, stream: np.ndarray,
     st = stream[order]
     idx = np.arange(n)
     if keep is None:
-        bound = np.minimum(idx + 1, n - 1)          # the next event
+        bound = np.minimum(idx + 1, n - 1)  # the next event
     else:
         k = np.asarray(keep, bool)[order]
         # the first later event without keep (n: none), by a running minimum from the right
@@ -167,11 +169,12 @@ class Axis:
         lo[empty] = 0
         hi[empty] = 0
         span = hi.astype(np.float64) - lo.astype(np.float64)
-        if float(span.sum()) + float(self.GAP) * (n_groups + 1) >= 2.0 ** 62:
+        if float(span.sum()) + float(self.GAP) * (n_groups + 1) >= 2.0**62:
             raise AxisOverflow(f"{n_groups} groups span {span.sum():.3g} ns in all")
         width = (hi - lo) + self.GAP
-        self.offset = np.concatenate(([0], np.cumsum(width)[:-1])).astype(np.int64) if n_groups else \
-            np.empty(0, np.int64)
+        self.offset = (
+            np.concatenate(([0], np.cumsum(width)[:-1])).astype(np.int64) if n_groups else np.empty(0, np.int64)
+        )
         self.shift = self.offset - lo
         self.n_groups = int(n_groups)
 
@@ -226,4 +229,3 @@ def inside(u: Union, t: np.ndarray) -> np.ndarray:
         return np.zeros(np.shape(t), bool)
     j = np.searchsorted(s, t, side="right") - 1
     return (j >= 0) & (t < e[np.maximum(j, 0)])
-

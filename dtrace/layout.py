@@ -10,6 +10,7 @@ so stored per-partition results stay valid from one run to the next.
 Ingest is batched the same way, by file size: :func:`ingest_batches` groups small files into one
 task (large files stand alone) while keeping enough tasks to feed every worker.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,9 @@ class PartitionSpec:
         return sorted({p.path for p in self.parts})
 
 
-def plan_partitions(specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS,
-                    parallelism: int = 1) -> list[PartitionSpec]:
+def plan_partitions(
+    specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS, parallelism: int = 1
+) -> list[PartitionSpec]:
     """Batch parts (sorted by rank, device) into balanced partitions of whole ranks.
 
     The number of partitions is enough to keep each under ``target_events`` and, when there is
@@ -119,8 +121,9 @@ def content_size(path: str) -> int:
     return isize if st.st_size < (1 << 31) and isize >= st.st_size else st.st_size * GZIP_RATIO
 
 
-def ingest_batches(paths: Sequence[str], sizes: Sequence[int], workers: int,
-                   target_bytes: int = TARGET_INGEST_BYTES) -> list[list[str]]:
+def ingest_batches(
+    paths: Sequence[str], sizes: Sequence[int], workers: int, target_bytes: int = TARGET_INGEST_BYTES
+) -> list[list[str]]:
     """Group inputs into ingest tasks of about ``target_bytes`` (never fewer than about four
     tasks per worker while there are enough files), keeping the input order.
 

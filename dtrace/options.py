@@ -4,6 +4,7 @@
 other layers (a straggler detector, a class-map file) are checked at the API boundary, before
 any work, by :func:`dtrace.api.make_options`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -81,8 +82,7 @@ class Options:
             raise UsageError("kernel_wait_ns must be >= 0")
         if self.hist_bins < 1:
             raise UsageError("hist_bins must be >= 1")
-        if (self.hist_min_ns is not None and self.hist_max_ns is not None
-                and self.hist_min_ns >= self.hist_max_ns):
+        if self.hist_min_ns is not None and self.hist_max_ns is not None and self.hist_min_ns >= self.hist_max_ns:
             raise UsageError("hist_min must be smaller than hist_max")
         if self.hist_log and self.hist_min_ns is not None and self.hist_min_ns <= 0:
             raise UsageError("log-spaced histogram bins need hist_min > 0")

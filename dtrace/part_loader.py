@@ -4,6 +4,7 @@ This is the single-trace quick path behind :func:`dtrace.tree` and ``dtrace tree
 ops``: no Dask, no results written. A results directory is resolved through its manifest
 (the input of the wanted rank) and its ingest cache (Parquet, no JSON parse while fresh).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,9 @@ def is_results_dir(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))
 
 
-def _from_file(path: str, rank: int | None, device: int | None, options: Options,
-               want_rank: int | None = None) -> Batch | None:
+def _from_file(
+    path: str, rank: int | None, device: int | None, options: Options, want_rank: int | None = None
+) -> Batch | None:
     """Read ``path`` and build the part of ``device``; None if the file is not ``want_rank``."""
     from .readers import detect
 
@@ -41,9 +43,16 @@ def _from_file(path: str, rank: int | None, device: int | None, options: Options
     r = rank if rank is not None else (file_rank if file_rank is not None else 0)
     if tf.rank_per_device:
         r = r + part.local_index
-    return prepare_part(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(),
-                        rank=int(r), device=int(part.device), fmt=tf.format, options=options,
-                        base_ns=int(tf.meta.get("base_time_ns") or 0))
+    return prepare_part(
+        part.events.to_pandas(),
+        part.collectives.to_pandas(),
+        part.memcpy.to_pandas(),
+        rank=int(r),
+        device=int(part.device),
+        fmt=tf.format,
+        options=options,
+        base_ns=int(tf.meta.get("base_time_ns") or 0),
+    )
 
 
 def _from_results(path: str, rank: int | None, device: int | None, options: Options) -> Batch:
@@ -58,16 +67,27 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
     want = ranks[0] if rank is None else rank
     hits = [(r, d, i) for r, d, i in ok if r == want and (device is None or d == device)]
     if not hits:
-        raise UsageError(f"{path}: no input for rank {want}" + (f" device {device}" if device is not None else "")
-                         + f"; ranks: {_span(ranks)}")
+        raise UsageError(
+            f"{path}: no input for rank {want}"
+            + (f" device {device}" if device is not None else "")
+            + f"; ranks: {_span(ranks)}"
+        )
     r, d, inp = sorted(hits, key=lambda h: h[1])[0]
     rec = lookup(m["cache"], inp["path"], verify=False)[0] if m.get("cache") and os.path.exists(inp["path"]) else None
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
             ev, coll, mem = read_part_tables(part_spec(rec, part, r))
-            return prepare_part(ev.to_pandas(), coll.to_pandas(), mem.to_pandas(), rank=r, device=d, fmt=rec.format,
-                                options=options, base_ns=int((rec.meta or {}).get("base_time_ns") or 0))
+            return prepare_part(
+                ev.to_pandas(),
+                coll.to_pandas(),
+                mem.to_pandas(),
+                rank=r,
+                device=d,
+                fmt=rec.format,
+                options=options,
+                base_ns=int((rec.meta or {}).get("base_time_ns") or 0),
+            )
     if not os.path.exists(inp["path"]):
         raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {m.get('cache')}")
     found = _from_file(inp["path"], r, d, options)
@@ -79,8 +99,9 @@ def _span(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)} ranks)"
 
 
-def load_part(trace: Any, *, rank: int | None = None, device: int | None = None,
-              options: Options | None = None) -> Batch:
+def load_part(
+    trace: Any, *, rank: int | None = None, device: int | None = None, options: Options | None = None
+) -> Batch:
     """The :class:`~dtrace.batch.Batch` of one (rank, device) of ``trace``.
 
     ``trace`` is a trace file, a directory or glob of traces (``rank`` picks one; the file
@@ -105,8 +126,9 @@ def load_part(trace: Any, *, rank: int | None = None, device: int | None = None,
     raise UsageError(f"no trace of rank {rank} among the {len(files)} traces in {path}")
 
 
-def tree(trace: Any, rank: int | None = None, device: int | None = None, *, python: bool = False,
-         **options: Any) -> Tree:
+def tree(
+    trace: Any, rank: int | None = None, device: int | None = None, *, python: bool = False, **options: Any
+) -> Tree:
     """The host op → GPU kernel tree of one (rank, device) of a trace.
 
     Parameters

@@ -7,6 +7,7 @@ column says whose rows they are), :func:`analyze_partition` prepares the
 partition's stored result tables when its events and the settings are unchanged
 (:mod:`dtrace.resultstore`). :func:`ingest_files` parses (or reuses) a batch of inputs.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,13 @@ from .options import Options
 from .plan import PartSpec
 
 
-def ingest_files(paths: Sequence[str], cache_dir: str, fmt: str | None = None, reuse: bool = True,
-                 reader_options: dict[str, Any] | None = None) -> list[FileRecord]:
+def ingest_files(
+    paths: Sequence[str],
+    cache_dir: str,
+    fmt: str | None = None,
+    reuse: bool = True,
+    reader_options: dict[str, Any] | None = None,
+) -> list[FileRecord]:
     """Parse (or reuse from the cache) each input of one ingest task."""
     return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options) for p in paths]
 
@@ -38,17 +44,21 @@ def ingest_files(paths: Sequence[str], cache_dir: str, fmt: str | None = None, r
 # -- loading ---------------------------------------------------------------------------------
 def parts_frame(specs: Sequence[PartSpec]) -> pd.DataFrame:
     """One row per part: part, rank, device, format, base_ns."""
-    return pd.DataFrame({
-        "part": np.arange(len(specs), dtype=np.int32),
-        "rank": np.array([s.rank for s in specs], np.int32),
-        "device": np.array([s.device for s in specs], np.int32),
-        "format": np.array([s.format for s in specs], dtype=object),
-        "base_ns": np.array([s.base_ns for s in specs], np.int64),
-    }, columns=list(PART_COLUMNS))
+    return pd.DataFrame(
+        {
+            "part": np.arange(len(specs), dtype=np.int32),
+            "rank": np.array([s.rank for s in specs], np.int32),
+            "device": np.array([s.device for s in specs], np.int32),
+            "format": np.array([s.format for s in specs], dtype=object),
+            "base_ns": np.array([s.base_ns for s in specs], np.int64),
+        },
+        columns=list(PART_COLUMNS),
+    )
 
 
-def concat_parts(tables: Sequence[tuple[pa.Table, pa.Table, pa.Table]]) -> tuple[pd.DataFrame, pd.DataFrame,
-                                                                                     pd.DataFrame]:
+def concat_parts(
+    tables: Sequence[tuple[pa.Table, pa.Table, pa.Table]],
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The event, collective and memcpy tables of several parts as one pandas frame each.
 
     Adds ``part`` (position in ``tables``) and, to the events, ``row`` (the event's row in its
@@ -95,8 +105,13 @@ class PartitionResult:
     notes: list[str] = field(default_factory=list)
 
 
-def analyze_partition(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis] | None = None,
-                      reuse: bool = True, store: str | None = None) -> PartitionResult:
+def analyze_partition(
+    partition: PartitionSpec,
+    options: Options,
+    analyses: Sequence[Analysis] | None = None,
+    reuse: bool = True,
+    store: str | None = None,
+) -> PartitionResult:
     """Run every analysis on one partition. Never raises for bad data: failed parts are
     reported per input and the other parts of the partition still complete.
 
@@ -123,8 +138,9 @@ def analyze_partition(partition: PartitionSpec, options: Options, analyses: Sequ
     return res
 
 
-def _run(specs: list[PartSpec], options: Options, analyses: list[Analysis]) -> tuple[dict[str, pd.DataFrame],
-                                                                                     dict[str, str]]:
+def _run(
+    specs: list[PartSpec], options: Options, analyses: list[Analysis]
+) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
     """Analyse the parts together; if that fails, each half alone (recursively), so that a bad
     part fails alone and the others keep their results (in part order)."""
     try:
@@ -134,8 +150,10 @@ def _run(specs: list[PartSpec], options: Options, analyses: list[Analysis]) -> t
             return {}, {specs[0].path: _describe(specs[0], exc)}
     mid = len(specs) // 2
     (t1, e1), (t2, e2) = _run(specs[:mid], options, analyses), _run(specs[mid:], options, analyses)
-    tables = {name: pd.concat([t for t in (t1.get(name), t2.get(name)) if t is not None], ignore_index=True)
-              for name in {**t1, **t2}}
+    tables = {
+        name: pd.concat([t for t in (t1.get(name), t2.get(name)) if t is not None], ignore_index=True)
+        for name in {**t1, **t2}
+    }
     return tables, {**e1, **e2}
 
 
@@ -147,5 +165,7 @@ def _describe(spec: PartSpec, exc: BaseException) -> str:
     if isinstance(exc, AxisOverflow):
         return f"{spec.path}: rank {spec.rank} device {spec.device}: the events span too long a time to analyse ({exc})"
     tb = traceback.extract_tb(exc.__traceback__)[-1]
-    return (f"{spec.path}: internal error in analysis of rank {spec.rank} ({type(exc).__name__}: {exc} at "
-            f"{os.path.basename(tb.filename)}:{tb.lineno})")
+    return (
+        f"{spec.path}: internal error in analysis of rank {spec.rank} ({type(exc).__name__}: {exc} at "
+        f"{os.path.basename(tb.filename)}:{tb.lineno})"
+    )

@@ -3,6 +3,7 @@
 Both steps are cheap and need no worker: expansion lists paths, and rank resolution works
 on the small :class:`~dtrace.cache.FileRecord` objects that ingest returns.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,8 +25,18 @@ RANK_MAX = 2**31 - 1  # ranks are int32 in the event table
 DEFAULT_MAX_INPUT_SIZE = "64GiB"
 """Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
 low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?)\s*([a-zA-Z]*)")
 
 
@@ -113,8 +124,9 @@ def parse_size(size: int | str | None) -> int | None:
     else:
         m = _SIZE_RE.fullmatch(str(size).strip())
         if m is None or m.group(2).lower() not in _SIZE_UNITS:
-            raise UsageError(f"invalid size {size!r}: give bytes or a number with a unit "
-                             f"({', '.join(_SIZE_UNITS)}), or 'unlimited'")
+            raise UsageError(
+                f"invalid size {size!r}: give bytes or a number with a unit ({', '.join(_SIZE_UNITS)}), or 'unlimited'"
+            )
         n = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
     if not 0 < n < 2**63:
         raise UsageError(f"invalid size {size!r}: a size limit must be positive")
@@ -153,11 +165,20 @@ class PartSpec:
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
     """The :class:`PartSpec` of one part of an ingested input, given its rank."""
-    return PartSpec(rank=rank, device=int(part.device), path=record.path, format=record.format, events=part.events,
-                    collectives=part.collectives, memcpy=part.memcpy,
-                    base_ns=int((record.meta or {}).get("base_time_ns") or 0), fingerprint=record.fingerprint,
-                    n_events=part.n_events, local_index=part.local_index,
-                    checksums=tuple(sorted(part.checksums.items())))
+    return PartSpec(
+        rank=rank,
+        device=int(part.device),
+        path=record.path,
+        format=record.format,
+        events=part.events,
+        collectives=part.collectives,
+        memcpy=part.memcpy,
+        base_ns=int((record.meta or {}).get("base_time_ns") or 0),
+        fingerprint=record.fingerprint,
+        n_events=part.n_events,
+        local_index=part.local_index,
+        checksums=tuple(sorted(part.checksums.items())),
+    )
 
 
 def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
@@ -183,8 +204,7 @@ class Ranking:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto",
-                  ranks: dict[str, int] | None = None) -> Ranking:
+def resolve_ranks(records: list[FileRecord], *, rank_by: str = "auto", ranks: dict[str, int] | None = None) -> Ranking:
     """Assign a global rank to every part of the inputs that were read without error.
 
     ``auto``: the rank the file states (Kineto ``distributedInfo``), else ``rank<N>`` in the
@@ -222,8 +242,9 @@ def _fail(errors: dict[str, str], path: str, problem: str) -> None:
     errors.setdefault(path, str(RankError(path, problem)))
 
 
-def _stated_ranks(ok: list[FileRecord], explicit: dict[str, int], rank_by: str,
-                  errors: dict[str, str]) -> dict[str, int | None]:
+def _stated_ranks(
+    ok: list[FileRecord], explicit: dict[str, int], rank_by: str, errors: dict[str, str]
+) -> dict[str, int | None]:
     """The rank each input states: given explicitly, in the trace, or in its file name (None: none)."""
     base: dict[str, int | None] = {}
     for r in ok:
@@ -242,8 +263,7 @@ def _stated_ranks(ok: list[FileRecord], explicit: dict[str, int], rank_by: str,
     return base
 
 
-def _number_unranked(ok: list[FileRecord], base: dict[str, int | None], rank_by: str,
-                     errors: dict[str, str]) -> None:
+def _number_unranked(ok: list[FileRecord], base: dict[str, int | None], rank_by: str, errors: dict[str, str]) -> None:
     """Number inputs by sorted path (``order``, or a single input without a rank); with several
     inputs and ``auto``, an input without a rank fails."""
     unknown = [r for r in ok if base[r.path] is None]
@@ -256,17 +276,24 @@ def _number_unranked(ok: list[FileRecord], base: dict[str, int | None], rank_by:
             nxt = max(nxt, rank + (_n_devices(r) if r.rank_per_device else 1))
     else:
         for r in unknown:
-            _fail(errors, r.path, f"cannot tell this trace's rank: no rank in distributedInfo or in the file name "
-                                  f"(rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
-                                  "(rank_by='order') to number inputs by sorted path")
+            _fail(
+                errors,
+                r.path,
+                f"cannot tell this trace's rank: no rank in distributedInfo or in the file name "
+                f"(rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
+                "(rank_by='order') to number inputs by sorted path",
+            )
 
 
-def _rank_per_device(ok: list[FileRecord], base: dict[str, int | None], explicit: dict[str, int],
-                     errors: dict[str, str]) -> None:
+def _rank_per_device(
+    ok: list[FileRecord], base: dict[str, int | None], explicit: dict[str, int], errors: dict[str, str]
+) -> None:
     """Files holding several GPUs that are each a rank state a process index, not a global rank:
     their first rank is index × GPUs per file (consecutive numbers if the GPU counts differ)."""
-    multi = sorted((r for r in ok if r.path not in errors and r.rank_per_device and r.path not in explicit),
-                   key=lambda r: (base[r.path], r.path))
+    multi = sorted(
+        (r for r in ok if r.path not in errors and r.rank_per_device and r.path not in explicit),
+        key=lambda r: (base[r.path], r.path),
+    )
     uniform = len({_n_devices(r) for r in multi}) == 1
     nxt = 0
     for r in multi:
@@ -299,5 +326,8 @@ def _refuse_shared_ranks(specs: list[PartSpec], errors: dict[str, str]) -> None:
         if len(paths) > 1:
             for path in sorted(paths):
                 others = ", ".join(os.path.basename(p) for p in sorted(paths) if p != path)
-                _fail(errors, path, f"rank {rank} is also claimed by {others}; pass --rank-by order to number "
-                                    "inputs by sorted path")
+                _fail(
+                    errors,
+                    path,
+                    f"rank {rank} is also claimed by {others}; pass --rank-by order to number inputs by sorted path",
+                )

@@ -18,6 +18,7 @@ Results folders are shared and hand-edited, so nothing read from a manifest is t
 - a staging folder holds a lock (``flock``) while its run writes; the next write removes the
   staging folders whose lock is free (their run crashed) and leaves those of live runs.
 """
+
 from __future__ import annotations
 
 import io
@@ -59,8 +60,12 @@ class Results:
     version, options, and every input with its rank(s), format, status and error message.
     """
 
-    def __init__(self, tables: dict[str, pd.DataFrame] | None = None, manifest: dict[str, Any] | None = None,
-                 path: str | None = None) -> None:
+    def __init__(
+        self,
+        tables: dict[str, pd.DataFrame] | None = None,
+        manifest: dict[str, Any] | None = None,
+        path: str | None = None,
+    ) -> None:
         self._tables = dict(tables or {})
         self.manifest = manifest or {}
         self.path = path
@@ -109,8 +114,10 @@ class Results:
 
     def __repr__(self) -> str:
         n_ok = sum(1 for i in self.manifest.get("inputs", []) if i.get("status") == "ok")
-        return (f"<dtrace.Results {self.path or '(in memory)'}: {n_ok} inputs ok, {len(self.errors)} failed; "
-                f"tables: {', '.join(self.table_names)}>")
+        return (
+            f"<dtrace.Results {self.path or '(in memory)'}: {n_ok} inputs ok, {len(self.errors)} failed; "
+            f"tables: {', '.join(self.table_names)}>"
+        )
 
 
 def table_path(out: str, name: object) -> str:
@@ -123,8 +130,10 @@ def table_path(out: str, name: object) -> str:
         leads out of ``OUT``.
     """
     if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
-        raise ResultsError(f"{os.path.join(out, MANIFEST)}: invalid table name {name!r} (table names are "
-                           "identifiers: letters, digits and _); the manifest was edited or damaged")
+        raise ResultsError(
+            f"{os.path.join(out, MANIFEST)}: invalid table name {name!r} (table names are "
+            "identifiers: letters, digits and _); the manifest was edited or damaged"
+        )
     path = os.path.join(out, f"{name}.parquet")
     root = os.path.realpath(out)
     real = os.path.realpath(path)
@@ -141,8 +150,10 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     md = t.schema.metadata or {}
     got = md.get(b"dtrace.run_id", b"").decode()
     if run_id and got != run_id:
-        raise ResultsError(f"{path}: table is from another run ({got}) than the manifest ({run_id}); "
-                           "the results directory is inconsistent, re-run dtrace analyze")
+        raise ResultsError(
+            f"{path}: table is from another run ({got}) than the manifest ({run_id}); "
+            "the results directory is inconsistent, re-run dtrace analyze"
+        )
     return t.to_pandas()
 
 
@@ -341,8 +352,10 @@ def clean_staging(out: str) -> list[str]:
 def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None:
     mf = os.path.join(path, MANIFEST)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ResultsError(f"{path}: is a file, not a results directory (to look at one trace: dtrace kernels, gaps "
-                           f"or ops FILE; to analyse it: dtrace analyze FILE -o OUT)")
+        raise ResultsError(
+            f"{path}: is a file, not a results directory (to look at one trace: dtrace kernels, gaps "
+            f"or ops FILE; to analyse it: dtrace analyze FILE -o OUT)"
+        )
     if os.path.islink(mf):
         root, real = os.path.realpath(path), os.path.realpath(mf)
         if os.path.commonpath([root, real]) != root:
@@ -366,12 +379,27 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
 
 #: Manifest fields renderers rely on, and the JSON types each may have (``None`` allowed where listed).
 _FIELDS: dict[str, tuple[type, ...]] = {
-    "tables": (list,), "inputs": (list,), "options": (dict,), "absent_tables": (dict,),
-    "seconds": (int, float), "workers": (int,), "n_inputs": (int,), "n_failed": (int,), "n_parts": (int,),
-    "created": (str,), "dtrace_version": (str,), "run_id": (str,), "format_version": (int,),
+    "tables": (list,),
+    "inputs": (list,),
+    "options": (dict,),
+    "absent_tables": (dict,),
+    "seconds": (int, float),
+    "workers": (int,),
+    "n_inputs": (int,),
+    "n_failed": (int,),
+    "n_parts": (int,),
+    "created": (str,),
+    "dtrace_version": (str,),
+    "run_id": (str,),
+    "format_version": (int,),
 }
-_INPUT_FIELDS: dict[str, tuple[type, ...]] = {"path": (str,), "format": (str, type(None)), "status": (str,),
-                                             "error": (str, type(None)), "events": (int, type(None))}
+_INPUT_FIELDS: dict[str, tuple[type, ...]] = {
+    "path": (str,),
+    "format": (str, type(None)),
+    "status": (str,),
+    "error": (str, type(None)),
+    "events": (int, type(None)),
+}
 
 
 def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
@@ -385,6 +413,7 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     Traceback (most recent call last):
     dtrace.errors.ResultsError: m.json: field 'tables' is a str, expected a list (the manifest was edited or damaged)
     """
+
     def bad(what: str) -> ResultsError:
         return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
 

@@ -12,6 +12,7 @@ own (rank, device) parts, and the breakdown one row for each of them; anything e
 recomputed, with a note, never an error, and the damaged entry is replaced. File names are made here from table names, never read from disk,
 and links are not followed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -108,8 +109,9 @@ def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def run_key(inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequence[Analysis],
-            settings: dict[str, Any]) -> str | None:
+def run_key(
+    inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequence[Analysis], settings: dict[str, Any]
+) -> str | None:
     """The key of a whole run's results: every input (path, size, mtime, fingerprint), the
     settings, the analyses and the dtrace version. Equal keys give equal results."""
     cm = _classmap_identity(options)
@@ -117,14 +119,19 @@ def run_key(inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequenc
         return None
     opts = options.to_json()
     opts["classmap"] = cm
-    ident = {"version": [__version__, STORE_VERSION], "options": opts, "settings": settings,
-             "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
-             "inputs": sorted([list(i) for i in inputs])}
+    ident = {
+        "version": [__version__, STORE_VERSION],
+        "options": opts,
+        "settings": settings,
+        "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
+        "inputs": sorted([list(i) for i in inputs]),
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def load(store: str, key: str, analyses: Sequence[Analysis], parts: Sequence[tuple[int, int]] | None = None
-         ) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
+def load(
+    store: str, key: str, analyses: Sequence[Analysis], parts: Sequence[tuple[int, int]] | None = None
+) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
     """The stored tables of ``key`` if the entry is intact, else ``(None, note)``.
 
     ``parts``: the partition's (rank, device) pairs; then every table's rows must be theirs and
@@ -225,8 +232,10 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame]) -> str | None:
             data = sink.getvalue().to_pybytes()
             _write_new(os.path.join(tmp, f"{name}.arrow"), data)
             listed[name] = {"rows": t.num_rows, "fingerprint": fingerprint_bytes(data)}
-        _write_new(os.path.join(tmp, ENTRY), json.dumps({"version": STORE_VERSION, "key": key, "tables": listed,
-                                                          "created": time.time()}).encode())
+        _write_new(
+            os.path.join(tmp, ENTRY),
+            json.dumps({"version": STORE_VERSION, "key": key, "tables": listed, "created": time.time()}).encode(),
+        )
         try:
             os.replace(tmp, os.path.join(store, key))
         except OSError:  # another run stored the same key meanwhile: keep theirs
@@ -270,7 +279,7 @@ def prune(store: str, keep: set[str], max_entries: int = MAX_ENTRIES) -> None:
             used = st.st_mtime
         entries.append((used, p))
     extra = len(entries) + len(keep) - max(max_entries, len(keep))
-    for _, p in sorted(entries)[:max(extra, 0)]:
+    for _, p in sorted(entries)[: max(extra, 0)]:
         if os.path.islink(p):
             os.unlink(p)
         else:

@@ -4,6 +4,7 @@ Every reader returns, per (rank, device), an Arrow table with at least the colum
 :data:`EVENT_SCHEMA`, plus two side tables keyed by the event's row in that table:
 :data:`COLLECTIVE_SCHEMA` (NCCL/RCCL metadata) and :data:`MEMCPY_SCHEMA` (copy kind, bytes).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,49 +19,75 @@ _DICT = pa.dictionary(pa.int32(), pa.string())
 KIND_DICT = pa.array(list(KINDS), pa.string())
 """The dictionary of the event table's ``kind`` column (codes: :data:`~dtrace.constants.KIND_CODES`)."""
 
-EVENT_SCHEMA = pa.schema([
-    ("rank", pa.int32()),
-    ("device", pa.int32()),
-    ("stream", pa.int64()),
-    ("pid", pa.int64()),
-    ("tid", pa.int64()),
-    ("kind", _DICT),
-    ("name", _DICT),
-    ("start_ns", pa.int64()),
-    ("end_ns", pa.int64()),
-    ("correlation", pa.int64()),
-    ("external_id", pa.int64()),
-])
+EVENT_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("kind", _DICT),
+        ("name", _DICT),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("correlation", pa.int64()),
+        ("external_id", pa.int64()),
+    ]
+)
 """Required columns of the event table, in order. Readers may append more columns."""
 
 OPTIONAL_EVENT_COLUMNS = {
     "seq": pa.int64(),  # forward/backward "Sequence number" of cpu ops (-1 if none)
 }
 
-COLLECTIVE_SCHEMA = pa.schema([
-    ("row", pa.int64()),            # row of the kernel in the event table
-    ("collective", _DICT),          # all_reduce, all_gather, reduce_scatter, send_recv, ...
-    ("group", _DICT),               # process group name ("" if unknown)
-    ("group_ranks", _DICT),         # the group's global ranks as text, "[0, 1, ...]"
-    ("group_size", pa.int32()),     # -1 if unknown
-    ("seq", pa.int64()),            # collective sequence number in its group (-1 if unknown)
-    ("in_nelems", pa.int64()),
-    ("out_nelems", pa.int64()),
-    ("dtype", _DICT),
-    ("bytes", pa.int64()),          # message bytes (max of in/out), -1 if unknown
-])
+COLLECTIVE_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),  # row of the kernel in the event table
+        ("collective", _DICT),  # all_reduce, all_gather, reduce_scatter, send_recv, ...
+        ("group", _DICT),  # process group name ("" if unknown)
+        ("group_ranks", _DICT),  # the group's global ranks as text, "[0, 1, ...]"
+        ("group_size", pa.int32()),  # -1 if unknown
+        ("seq", pa.int64()),  # collective sequence number in its group (-1 if unknown)
+        ("in_nelems", pa.int64()),
+        ("out_nelems", pa.int64()),
+        ("dtype", _DICT),
+        ("bytes", pa.int64()),  # message bytes (max of in/out), -1 if unknown
+    ]
+)
 
-MEMCPY_SCHEMA = pa.schema([
-    ("row", pa.int64()),
-    ("copy_kind", _DICT),           # H2D, D2H, D2D, P2P, H2H, other; memset for memsets
-    ("bytes", pa.int64()),          # -1 if unknown
-])
+MEMCPY_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("copy_kind", _DICT),  # H2D, D2H, D2D, P2P, H2H, other; memset for memsets
+        ("bytes", pa.int64()),  # -1 if unknown
+    ]
+)
 
 DTYPE_BYTES = {
-    "float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1,
-    "bool": 1, "int16": 2, "short": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16,
+    "float": 4,
+    "float32": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "int64": 8,
+    "long": 8,
+    "int8": 1,
+    "uint8": 1,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "int16": 2,
+    "short": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
 }
 
 
@@ -94,8 +121,9 @@ DROP_LONG = "duration longer than a day and than the trace"
 DROP_END = "end after 2200"
 
 
-def implausible_times(start_ns: np.ndarray, dur_ns: np.ndarray, source: str = "<events>"
-                      ) -> tuple[np.ndarray | None, dict[str, int]]:
+def implausible_times(
+    start_ns: np.ndarray, dur_ns: np.ndarray, source: str = "<events>"
+) -> tuple[np.ndarray | None, dict[str, int]]:
     """Which events have plausible times, and why the others do not (vectorised, no warnings).
 
     ``start_ns`` and ``dur_ns`` are float64 approximations of each event's absolute start and
@@ -140,8 +168,10 @@ def implausible_times(start_ns: np.ndarray, dur_ns: np.ndarray, source: str = "<
     reasons = {k: v for k, v in reasons.items() if v}
     total = float(dur[keep].sum())
     if total > _SUM_MAX_NS:
-        raise InputError(source, f"the event durations add up to {total / DAY_NS / 365.25:.0f} years, more than "
-                                 "int64 nanoseconds can sum")
+        raise InputError(
+            source,
+            f"the event durations add up to {total / DAY_NS / 365.25:.0f} years, more than int64 nanoseconds can sum",
+        )
     return (None if not reasons else keep), reasons
 
 
@@ -170,12 +200,10 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise InputError(source, f"column {field.name!r} is {col.type}, "
-                                         f"expected {field.type}: {exc}") from None
+                raise InputError(source, f"column {field.name!r} is {col.type}, expected {field.type}: {exc}") from None
         cols.append(col)
     extra = [n for n in table.column_names if n not in EVENT_SCHEMA.names]
-    out = pa.Table.from_arrays(cols + [table.column(n) for n in extra],
-                               names=EVENT_SCHEMA.names + extra)
+    out = pa.Table.from_arrays(cols + [table.column(n) for n in extra], names=EVENT_SCHEMA.names + extra)
     if out.num_rows:
         kinds = out.column("kind").combine_chunks().dictionary.to_pylist()
         unknown = sorted(set(kinds) - set(KINDS))
@@ -186,8 +214,9 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
         bad = np.flatnonzero(end < start)
         if bad.size:
             name = out.column("name")[int(bad[0])].as_py()
-            raise InputError(source, f"{bad.size} events have a negative duration "
-                                     f"(first: {name!r} at row {int(bad[0])})")
+            raise InputError(
+                source, f"{bad.size} events have a negative duration (first: {name!r} at row {int(bad[0])})"
+            )
     return out
 
 

@@ -26,6 +26,7 @@ whose prefix also has a ``cuda_gpu_trace`` CSV is skipped: that file's events ar
 instead. The manifest lists each summary file with ``summary: true``, its rank, the tables it
 fed and, under ``absent_tables``, the tables it cannot give and why.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,9 +60,21 @@ from .readers._stats_csv import (
 FORMAT = "nsys-csv"
 FED = ("kernels", "classes", "nccl", "memops", "nvtx_ranges")
 ABSENT_REASON = "nsys stats summaries carry no events (no timeline)"
-ABSENT = {t: ABSENT_REASON for t in ("breakdown", "streams", "steps", "gaps", "device_gaps", "gap_histogram",
-                                     "device_gap_histogram", "transitions",
-                                     "collectives", "ops")}
+ABSENT = {
+    t: ABSENT_REASON
+    for t in (
+        "breakdown",
+        "streams",
+        "steps",
+        "gaps",
+        "device_gaps",
+        "gap_histogram",
+        "device_gap_histogram",
+        "transitions",
+        "collectives",
+        "ops",
+    )
+}
 
 
 @dataclass
@@ -69,7 +82,7 @@ class SummaryGroup:
     """The summary CSVs of one report."""
 
     prefix: str
-    files: dict[str, str] = field(default_factory=dict)   # report -> path
+    files: dict[str, str] = field(default_factory=dict)  # report -> path
     rank: int = -1
     error: str | None = None
     skipped: str | None = None
@@ -103,8 +116,10 @@ def split_summaries(files: list[str]) -> tuple[list[str], list[SummaryGroup]]:
             g = groups.setdefault(f, SummaryGroup(f))
         g.files[report] = f
         if prefix in traces:
-            g.skipped = (f"skipped: the events of {os.path.basename(prefix)}_cuda_gpu_trace.csv are analysed "
-                         "instead of this summary")
+            g.skipped = (
+                f"skipped: the events of {os.path.basename(prefix)}_cuda_gpu_trace.csv are analysed "
+                "instead of this summary"
+            )
     out = sorted(groups.values(), key=lambda g: g.prefix)
     stated = [rank_from_filename(g.prefix + ".csv") for g in out]
     if all(r is not None for r in stated) and len(set(stated)) == len(stated):
@@ -147,19 +162,31 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
         cls = classifier.classify(names, kinds, cats)
         total = float(per["total_ns"].sum()) or 1.0
         n_all = max(int(per["count"].sum()), 1)
-        kern = pd.DataFrame({**key, "name": np.asarray(names, dtype=object), "category": np.asarray(cats, object),
-                             "kind": np.asarray(kinds, object), "class": np.asarray(cls, object),
-                             "count": per["count"].to_numpy(np.int64), "total_ns": per["total_ns"].to_numpy(np.int64),
-                             "mean_ns": per["mean_ns"].to_numpy(np.float64),
-                             "median_ns": per["median_ns"].to_numpy(np.float64),
-                             "min_ns": per["min_ns"].round().astype("Int64"),
-                             "max_ns": per["max_ns"].round().astype("Int64"),
-                             "std_ns": per["std_ns"].to_numpy(np.float64)})
-        out["kernels"] = _iters(_shares(kern, total, n_all), iters, gpus, div).sort_values(
-            ["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+        kern = pd.DataFrame(
+            {
+                **key,
+                "name": np.asarray(names, dtype=object),
+                "category": np.asarray(cats, object),
+                "kind": np.asarray(kinds, object),
+                "class": np.asarray(cls, object),
+                "count": per["count"].to_numpy(np.int64),
+                "total_ns": per["total_ns"].to_numpy(np.int64),
+                "mean_ns": per["mean_ns"].to_numpy(np.float64),
+                "median_ns": per["median_ns"].to_numpy(np.float64),
+                "min_ns": per["min_ns"].round().astype("Int64"),
+                "max_ns": per["max_ns"].round().astype("Int64"),
+                "std_ns": per["std_ns"].to_numpy(np.float64),
+            }
+        )
+        out["kernels"] = (
+            _iters(_shares(kern, total, n_all), iters, gpus, div)
+            .sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+            .reset_index(drop=True)
+        )
         grp = kern.groupby("class", sort=True)
-        classes = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                                "kernels": grp["name"].size()}).reset_index()
+        classes = pd.DataFrame(
+            {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].size()}
+        ).reset_index()
         classes.insert(0, "rank", key["rank"])
         classes.insert(1, "device", key["device"])
         classes["classifier"] = classifier.label
@@ -181,16 +208,22 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
         op = np.array([memop_direction(n) for n in m["name"]], dtype=object)  # one per distinct operation
         frame = m.assign(op=op, min_v=m["min_ns"].astype("float64"), max_v=m["max_ns"].astype("float64"))
         grp = frame.groupby("op", sort=True)
-        mem = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                            "min_ns": grp["min_v"].min().round().astype("Int64"),
-                            "max_ns": grp["max_v"].max().round().astype("Int64")}).reset_index()
+        mem = pd.DataFrame(
+            {
+                "count": grp["count"].sum(),
+                "total_ns": grp["total_ns"].sum(),
+                "min_ns": grp["min_v"].min().round().astype("Int64"),
+                "max_ns": grp["max_v"].max().round().astype("Int64"),
+            }
+        ).reset_index()
         mem.insert(0, "rank", key["rank"])
         mem.insert(1, "device", key["device"])
         mem["mean_ns"] = mem["total_ns"] / mem["count"]
         mem["bytes"] = pd.array([pd.NA] * len(mem), dtype="Int64")  # summaries state no sizes
         mem["bandwidth_bytes_per_s"] = np.nan
-        out["memops"] = _iters(_shares(mem, float(out["kernels"]["total_ns"].sum()) or 1.0, 1), iters, gpus, div) \
-            .drop(columns=["count_share"])
+        out["memops"] = _iters(_shares(mem, float(out["kernels"]["total_ns"].sum()) or 1.0, 1), iters, gpus, div).drop(
+            columns=["count_share"]
+        )
     if NVTX_PROJ in g.files:
         out["nvtx_ranges"] = _nvtx_rows(nvtx_projection(g.files[NVTX_PROJ]), key)
     return out
@@ -215,22 +248,36 @@ def _nvtx_rows(proj: pd.DataFrame, key: dict[str, Any]) -> pd.DataFrame:
 
     dur = proj["proj_dur_ns"].to_numpy(np.float64)
     has = ~np.isnan(dur)
-    frame = pd.DataFrame({"name": proj["name"].astype(str).to_numpy(dtype=object), "count": 1,
-                          "with_gpu": has.astype(np.int64), "proj": np.where(has, dur, 0.0),
-                          "pmin": np.where(has, dur, np.inf), "pmax": np.where(has, dur, -np.inf),
-                          "orig": np.nan_to_num(proj["orig_dur_ns"].to_numpy(np.float64)),
-                          "ops": np.nan_to_num(proj["gpu_ops"].to_numpy(np.float64))})
+    frame = pd.DataFrame(
+        {
+            "name": proj["name"].astype(str).to_numpy(dtype=object),
+            "count": 1,
+            "with_gpu": has.astype(np.int64),
+            "proj": np.where(has, dur, 0.0),
+            "pmin": np.where(has, dur, np.inf),
+            "pmax": np.where(has, dur, -np.inf),
+            "orig": np.nan_to_num(proj["orig_dur_ns"].to_numpy(np.float64)),
+            "ops": np.nan_to_num(proj["gpu_ops"].to_numpy(np.float64)),
+        }
+    )
     grp = frame.groupby("name", sort=True)
     s = grp[["count", "with_gpu", "proj", "orig", "ops"]].sum()
     n = len(s)
     with_gpu = s["with_gpu"].to_numpy(np.int64)
-    out = pd.DataFrame({**key, "name": s.index.to_numpy(dtype=object), "count": s["count"].to_numpy(np.int64),
-                        "with_gpu": with_gpu, "range_ns": s["orig"].round().to_numpy(np.int64),
-                        "proj_ns": s["proj"].round().to_numpy(np.int64),
-                        "proj_mean_ns": np.divide(s["proj"].to_numpy(), with_gpu, out=np.zeros(n), where=with_gpu > 0),
-                        "proj_min_ns": np.where(with_gpu > 0, grp["pmin"].min().to_numpy(), 0).round().astype(np.int64),
-                        "proj_max_ns": np.where(with_gpu > 0, grp["pmax"].max().to_numpy(), 0).round().astype(np.int64),
-                        "gpu_events": s["ops"].round().to_numpy(np.int64)})
+    out = pd.DataFrame(
+        {
+            **key,
+            "name": s.index.to_numpy(dtype=object),
+            "count": s["count"].to_numpy(np.int64),
+            "with_gpu": with_gpu,
+            "range_ns": s["orig"].round().to_numpy(np.int64),
+            "proj_ns": s["proj"].round().to_numpy(np.int64),
+            "proj_mean_ns": np.divide(s["proj"].to_numpy(), with_gpu, out=np.zeros(n), where=with_gpu > 0),
+            "proj_min_ns": np.where(with_gpu > 0, grp["pmin"].min().to_numpy(), 0).round().astype(np.int64),
+            "proj_max_ns": np.where(with_gpu > 0, grp["pmax"].max().to_numpy(), 0).round().astype(np.int64),
+            "gpu_events": s["ops"].round().to_numpy(np.int64),
+        }
+    )
     for c in ("kernel_ns", "non_comm_kernel_ns", *VALUE_COLUMNS):
         out[c] = _int_na(n)
     return out.sort_values(["proj_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
@@ -252,14 +299,22 @@ def _merge(tables: dict[str, pd.DataFrame], add: dict[str, list[pd.DataFrame]]) 
 def _nullable(df: pd.DataFrame) -> pd.DataFrame:
     """Integer columns as nullable ``Int64``; ``*_ns`` columns in whole ns (floats rounded half to
     even, NaN as ``NA``), like every results table."""
-    out = df.astype({c: "Int64" for c in df.columns if pd.api.types.is_integer_dtype(df[c].dtype)
-                     and not isinstance(df[c].dtype, pd.Int64Dtype) and c not in ("rank", "device")})
+    out = df.astype(
+        {
+            c: "Int64"
+            for c in df.columns
+            if pd.api.types.is_integer_dtype(df[c].dtype)
+            and not isinstance(df[c].dtype, pd.Int64Dtype)
+            and c not in ("rank", "device")
+        }
+    )
     ns = {c: as_declared(out[c], NI64) for c in out.columns if c.endswith("_ns") and out[c].dtype.kind == "f"}
     return out.assign(**ns) if ns else out
 
 
-def add_summaries(tables: dict[str, pd.DataFrame], groups: list[SummaryGroup],
-                  options: Options) -> tuple[dict[str, pd.DataFrame], list[dict[str, Any]], int]:
+def add_summaries(
+    tables: dict[str, pd.DataFrame], groups: list[SummaryGroup], options: Options
+) -> tuple[dict[str, pd.DataFrame], list[dict[str, Any]], int]:
     """The tables with the summary groups' rows appended, their manifest entries, and the
     number of parts they contributed. A bad group fails alone (its entries say why)."""
     if not groups:
@@ -280,17 +335,30 @@ def add_summaries(tables: dict[str, pd.DataFrame], groups: list[SummaryGroup],
                 fed = sorted(rows)
                 n_parts += 1
         for report, path in sorted(g.files.items()):
-            err = g.error if g.error and (g.error.startswith(path) or len(g.files) == 1) else \
-                (f"{path}: report {os.path.basename(g.prefix)} failed: {g.error}" if g.error else None)
-            entries.append({
-                "path": path, "format": FORMAT, "report": report, "summary": True,
-                "status": "error" if g.error else ("skipped" if g.skipped else "ok"),
-                "error": err if g.error else g.skipped, "error_type": "InputError" if g.error else None,
-                "ranks": [[g.rank, -1]] if not (g.error or g.skipped) else [],
-                "tables": fed, "absent_tables": dict(ABSENT) if not (g.error or g.skipped) else {},
-                "size": os.path.getsize(path), "mtime_ns": os.stat(path).st_mtime_ns, "fingerprint": "",
-                "cached": False, "events": 0,
-            })
+            err = (
+                g.error
+                if g.error and (g.error.startswith(path) or len(g.files) == 1)
+                else (f"{path}: report {os.path.basename(g.prefix)} failed: {g.error}" if g.error else None)
+            )
+            entries.append(
+                {
+                    "path": path,
+                    "format": FORMAT,
+                    "report": report,
+                    "summary": True,
+                    "status": "error" if g.error else ("skipped" if g.skipped else "ok"),
+                    "error": err if g.error else g.skipped,
+                    "error_type": "InputError" if g.error else None,
+                    "ranks": [[g.rank, -1]] if not (g.error or g.skipped) else [],
+                    "tables": fed,
+                    "absent_tables": dict(ABSENT) if not (g.error or g.skipped) else {},
+                    "size": os.path.getsize(path),
+                    "mtime_ns": os.stat(path).st_mtime_ns,
+                    "fingerprint": "",
+                    "cached": False,
+                    "events": 0,
+                }
+            )
     return _merge(tables, add), entries, n_parts
 
 

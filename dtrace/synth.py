@@ -39,6 +39,7 @@ duration of every GPU activity of that class (dtrace's built-in classes: ``gemm`
 same seed gives the same job with only that difference; without them the files are
 byte-identical to those of earlier versions.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,9 @@ T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the e
 FAULT_KINDS: dict[str, str] = {
     "compute": "the rank's compute kernels take (1 + slow) times as long",
     "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "
-              "its GPU waits for launches",
+    "its GPU waits for launches",
     "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
-            "containing it is slow",
+    "containing it is slow",
 }
 
 
@@ -116,62 +117,84 @@ def _as_fault(f: Fault | str | dict[str, Any]) -> Fault:
 
 # -- the op sequence of one training step ---------------------------------------------------
 
-GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
-        "_kernel__5x_cublas")
-GEMM_WGRAD = ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8>"
-              "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8::Params)")
+GEMM = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+    "_kernel__5x_cublas"
+)
+GEMM_WGRAD = (
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8>"
+    "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nt_align8::Params)"
+)
 GEMM_DGRAD = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNN"
-FLASH_FWD = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
-             "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, "
-             "false, false, true, true, false, false>(flash::Flash_fwd_params)")
-FLASH_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, "
-             "2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, "
-             "cutlass::bfloat16_t> >, true, false, false, false, false, true, false>(flash::Flash_bwd_params)")
-LN_FWD = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, "
-          "c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)")
-LN_BWD = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>"
-          "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, "
-          "c10::BFloat16*, int)")
-ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)")
+FLASH_FWD = (
+    "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+    "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, "
+    "false, false, true, true, false, false>(flash::Flash_fwd_params)"
+)
+FLASH_BWD = (
+    "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, "
+    "2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, "
+    "cutlass::bfloat16_t> >, true, false, false, false, false, true, false>(flash::Flash_bwd_params)"
+)
+LN_FWD = (
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, "
+    "c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)"
+)
+LN_BWD = (
+    "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>"
+    "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, "
+    "c10::BFloat16*, int)"
+)
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)"
+)
 GELU = "triton_poi_fused_gelu_0"
 GELU_BWD = "triton_poi_fused_gelu_backward_1"
-EMBED = ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, "
-         "true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
-         "at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<long, unsigned int>, "
-         "int, int, unsigned int, unsigned int, long)")
-SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-           "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)")
-REDUCE = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float,"
-          " float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
-          "float>, unsigned int, float, 4>)")
-ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-        "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
-        "(at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, double const*, "
-        "double const*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous "
-        "namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, "
-        "double, double, double, bool, double const*, double const*)")
+EMBED = (
+    "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, "
+    "true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
+    "at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<long, unsigned int>, "
+    "int, int, unsigned int, unsigned int, long)"
+)
+SOFTMAX = (
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"
+)
+REDUCE = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float,"
+    " float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
+    "float>, unsigned int, float, 4>)"
+)
+ADAM = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+    "(at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, double const*, "
+    "double const*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous "
+    "namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, "
+    "double, double, double, bool, double const*, double const*)"
+)
 NCCL_KERNEL = {
     "allreduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "_reduce_scatter_base": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "allreduce_f32": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
 }
 NCCL_BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n}
-INTRA_BUSBW = 180e9   # B/s, NVLink
-INTER_BUSBW = 40e9    # B/s, one 400G NIC per GPU
+INTRA_BUSBW = 180e9  # B/s, NVLink
+INTER_BUSBW = 40e9  # B/s, one 400G NIC per GPU
 NCCL_LATENCY_NS = 12_000
 
 
 @dataclass(frozen=True)
 class _Op:
-    kind: str              # kernel, memcpy, memset, coll, wait_comm, sync
-    name: str = ""         # GPU activity name
-    cpu: str = ""          # host op name
-    dur_ns: float = 0.0    # base GPU duration
-    stream: int = 0        # compute stream index (kernel, memcpy, memset)
-    group: str = ""        # tp or dp (coll)
-    coll: str = ""         # Collective name arg (coll)
-    nelems: int = 0        # message elements (coll) or bytes (memcpy, memset)
+    kind: str  # kernel, memcpy, memset, coll, wait_comm, sync
+    name: str = ""  # GPU activity name
+    cpu: str = ""  # host op name
+    dur_ns: float = 0.0  # base GPU duration
+    stream: int = 0  # compute stream index (kernel, memcpy, memset)
+    group: str = ""  # tp or dp (coll)
+    coll: str = ""  # Collective name arg (coll)
+    nelems: int = 0  # message elements (coll) or bytes (memcpy, memset)
     dtype: str = "BFloat16"
     blocking: bool = False  # compute streams wait for this collective
     launch: str = "cudaLaunchKernel"
@@ -181,56 +204,98 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
     """The op sequence of one training step (the same on every rank)."""
     side = 1 if n_streams > 1 else 0
     ops: list[_Op] = [
-        _Op("memcpy", "Memcpy HtoD (Pinned -> Device)", "aten::copy_", 0, 0, nelems=8 << 20,
-            launch="cudaMemcpyAsync"),
+        _Op("memcpy", "Memcpy HtoD (Pinned -> Device)", "aten::copy_", 0, 0, nelems=8 << 20, launch="cudaMemcpyAsync"),
         _Op("kernel", EMBED, "aten::embedding", 60_000),
     ]
     has_tp, has_dp = tp > 1, dp > 1
-    tp_ar = _Op("coll", NCCL_KERNEL["allreduce"], "c10d::allreduce_", group="tp", coll="allreduce",
-                nelems=8 << 20, blocking=True)
+    tp_ar = _Op(
+        "coll",
+        NCCL_KERNEL["allreduce"],
+        "c10d::allreduce_",
+        group="tp",
+        coll="allreduce",
+        nelems=8 << 20,
+        blocking=True,
+    )
     for _ in range(layers):
-        ops += [_Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-                _Op("kernel", GEMM, "aten::addmm", 300_000),
-                _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
-                _Op("kernel", GEMM, "aten::mm", 120_000)]
+        ops += [
+            _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+            _Op("kernel", GEMM, "aten::addmm", 300_000),
+            _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
+            _Op("kernel", GEMM, "aten::mm", 120_000),
+        ]
         ops += [tp_ar] if has_tp else []
-        ops += [_Op("kernel", ADD, "aten::add", 30_000, side),
-                _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-                _Op("kernel", GEMM, "aten::addmm", 450_000),
-                _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
-                _Op("kernel", GEMM, "aten::mm", 450_000)]
+        ops += [
+            _Op("kernel", ADD, "aten::add", 30_000, side),
+            _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+            _Op("kernel", GEMM, "aten::addmm", 450_000),
+            _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
+            _Op("kernel", GEMM, "aten::mm", 450_000),
+        ]
         ops += [tp_ar] if has_tp else []
         ops += [_Op("kernel", ADD, "aten::add", 30_000, side)]
-    ops += [_Op("kernel", SOFTMAX, "aten::_log_softmax", 200_000),
-            _Op("kernel", REDUCE, "aten::mean", 20_000)]
+    ops += [_Op("kernel", SOFTMAX, "aten::_log_softmax", 200_000), _Op("kernel", REDUCE, "aten::mean", 20_000)]
     for _ in range(layers):
-        ops += [_Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
-                _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
-                _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
-                _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
-                _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side)]
+        ops += [
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
+            _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
+        ]
         ops += [tp_ar] if has_tp else []
-        ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
-                _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000),
-                _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side),
-                _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
-                _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000),
-                _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side)]
+        ops += [
+            _Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side),
+            _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side),
+        ]
         ops += [tp_ar] if has_tp else []
         ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000)]
         if has_dp:
-            ops += [_Op("coll", NCCL_KERNEL["_reduce_scatter_base"], "c10d::_reduce_scatter_base_", group="dp",
-                        coll="_reduce_scatter_base", nelems=12 << 20)]
-    ops += [_Op("wait_comm", "cudaStreamWaitEvent"),
-            _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
-            _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
-            _Op("memset", "Memset (Device)", "aten::zero_", 0, nelems=64 << 20, launch="cudaMemsetAsync")]
+            ops += [
+                _Op(
+                    "coll",
+                    NCCL_KERNEL["_reduce_scatter_base"],
+                    "c10d::_reduce_scatter_base_",
+                    group="dp",
+                    coll="_reduce_scatter_base",
+                    nelems=12 << 20,
+                )
+            ]
+    ops += [
+        _Op("wait_comm", "cudaStreamWaitEvent"),
+        _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
+        _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
+        _Op("memset", "Memset (Device)", "aten::zero_", 0, nelems=64 << 20, launch="cudaMemsetAsync"),
+    ]
     if has_dp:
-        ops += [_Op("coll", NCCL_KERNEL["allreduce_f32"], "c10d::allreduce_", group="dp", coll="allreduce",
-                    nelems=1, dtype="Float", blocking=True)]
-    ops += [_Op("memcpy", "Memcpy DtoH (Device -> Pinned)", "aten::_local_scalar_dense", 0, 0, nelems=4,
-                launch="cudaMemcpyAsync"),
-            _Op("sync", "cudaStreamSynchronize")]
+        ops += [
+            _Op(
+                "coll",
+                NCCL_KERNEL["allreduce_f32"],
+                "c10d::allreduce_",
+                group="dp",
+                coll="allreduce",
+                nelems=1,
+                dtype="Float",
+                blocking=True,
+            )
+        ]
+    ops += [
+        _Op(
+            "memcpy",
+            "Memcpy DtoH (Device -> Pinned)",
+            "aten::_local_scalar_dense",
+            0,
+            0,
+            nelems=4,
+            launch="cudaMemcpyAsync",
+        ),
+        _Op("sync", "cudaStreamSynchronize"),
+    ]
     return ops
 
 
@@ -271,6 +336,7 @@ def _default_tp(ranks: int, gpus_per_host: int) -> int:
 
 # -- simulation ------------------------------------------------------------------------------
 
+
 @dataclass
 class _Record:
     """One op instance on every rank: host op, launch call and GPU activity times (true ns)."""
@@ -287,9 +353,21 @@ class _Record:
 
 
 class _Job:
-    def __init__(self, ranks: int, steps: int, seed: int, gpus_per_host: int, streams: int, tp: int,
-                 faults: Sequence[Fault], clock_offset_ns: int, kernels_per_step: int, jitter: float,
-                 speedup: Mapping[str, float] | None = None, comm: bool = True) -> None:
+    def __init__(
+        self,
+        ranks: int,
+        steps: int,
+        seed: int,
+        gpus_per_host: int,
+        streams: int,
+        tp: int,
+        faults: Sequence[Fault],
+        clock_offset_ns: int,
+        kernels_per_step: int,
+        jitter: float,
+        speedup: Mapping[str, float] | None = None,
+        comm: bool = True,
+    ) -> None:
         self.R, self.steps, self.tp, self.dp = ranks, steps, tp, ranks // tp
         self.gph = gpus_per_host
         self.n_streams = streams
@@ -402,6 +480,7 @@ class _Job:
 
 # -- trace text ------------------------------------------------------------------------------
 
+
 def _esc(s: str) -> str:
     return json.dumps(s).replace("%", "%%")
 
@@ -420,8 +499,7 @@ class _Writer:
         tp, dp = job.tp, job.dp
         # process groups: TP groups "1".."dp", DP groups "dp+1".."dp+tp" (PyTorch names groups in creation order)
         self.group_name = {"tp": lambda g: str(1 + g), "dp": lambda g: str(1 + dp + g)}
-        self.group_ranks = {"tp": lambda g: list(range(g * tp, g * tp + tp)),
-                            "dp": lambda g: list(range(g, job.R, tp))}
+        self.group_ranks = {"tp": lambda g: list(range(g * tp, g * tp + tp)), "dp": lambda g: list(range(g, job.R, tp))}
 
     def groups(self) -> list[dict[str, Any]]:
         out = []
@@ -446,8 +524,10 @@ class _Writer:
         ext = 500
         tp_g = r // job.tp
         dp_g = r % job.tp
-        pg = {"tp": (self.group_name["tp"](tp_g), self.group_ranks["tp"](tp_g)),
-              "dp": (self.group_name["dp"](dp_g), self.group_ranks["dp"](dp_g))}
+        pg = {
+            "tp": (self.group_name["tp"](tp_g), self.group_ranks["tp"](tp_g)),
+            "dp": (self.group_name["dp"](dp_g), self.group_ranks["dp"](dp_g)),
+        }
         pg_text = {k: (n, "[" + ", ".join(map(str, rs)) + "]") for k, (n, rs) in pg.items()}
 
         def t(ns: float, dur: float) -> tuple[int, int, int, int]:
@@ -456,16 +536,30 @@ class _Writer:
             return a // 1000, a % 1000, d // 1000, d % 1000
 
         for (s0, s1), step in zip(job.step_windows, range(job.steps)):
-            ev.append(('{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":%d,"tid":%d,' + _TS +
-                       ',"args":{"External id":%d}}') % ((step + 1, pid, tid) + t(s0[r], s1[r] - s0[r]) + (ext,)))
+            ev.append(
+                (
+                    '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":%d,"tid":%d,'
+                    + _TS
+                    + ',"args":{"External id":%d}}'
+                )
+                % ((step + 1, pid, tid) + t(s0[r], s1[r] - s0[r]) + (ext,))
+            )
             ext += 1
         for i, rec in enumerate(job.records):
             op = rec.op
             if op.kind in ("wait_comm", "sync"):
-                ev.append(('{"ph":"X","cat":"cuda_runtime","name":%s,"pid":%d,"tid":%d,' + _TS +
-                           ',"args":{"cbid":%d,"correlation":%d}}')
-                          % ((_esc(op.name), pid, tid) + t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
-                             + (131 if op.kind == "sync" else 147, corr)))
+                ev.append(
+                    (
+                        '{"ph":"X","cat":"cuda_runtime","name":%s,"pid":%d,"tid":%d,'
+                        + _TS
+                        + ',"args":{"cbid":%d,"correlation":%d}}'
+                    )
+                    % (
+                        (_esc(op.name), pid, tid)
+                        + t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
+                        + (131 if op.kind == "sync" else 147, corr)
+                    )
+                )
                 corr += 1
                 continue
             ext += 1
@@ -476,20 +570,29 @@ class _Writer:
                 name, ranks_txt = pg_text[op.group]
                 n = job.tp if op.group == "tp" else job.dp
                 out_n = op.nelems // n if op.coll == "_reduce_scatter_base" else op.nelems
-                coll_args = (f'"Collective name":"{op.coll}","In msg nelems":{op.nelems},"Out msg nelems":{out_n},'
-                             f'"Group size":{n},"dtype":"{op.dtype}","In split size":"[]","Out split size":"[]",'
-                             f'"Process Group Name":"{name}","Process Group Description":'
-                             f'"{"tensor_parallel" if op.group == "tp" else "data_parallel"}",'
-                             f'"Process Group Ranks":"{ranks_txt}","Seq":{rec.seq}')
+                coll_args = (
+                    f'"Collective name":"{op.coll}","In msg nelems":{op.nelems},"Out msg nelems":{out_n},'
+                    f'"Group size":{n},"dtype":"{op.dtype}","In split size":"[]","Out split size":"[]",'
+                    f'"Process Group Name":"{name}","Process Group Description":'
+                    f'"{"tensor_parallel" if op.group == "tp" else "data_parallel"}",'
+                    f'"Process Group Ranks":"{ranks_txt}","Seq":{rec.seq}'
+                )
                 cpu_args += "," + coll_args
             cpu_t = t(rec.cpu_start[r], rec.cpu_end[r] - rec.cpu_start[r])
-            ev.append(('{"ph":"X","cat":"cpu_op","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
-                      % ((_esc(op.cpu), pid, tid) + cpu_t + (cpu_args,)))
+            ev.append(
+                ('{"ph":"X","cat":"cpu_op","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
+                % ((_esc(op.cpu), pid, tid) + cpu_t + (cpu_args,))
+            )
             rt_cat = "cuda_driver" if op.launch == "cuLaunchKernel" else "cuda_runtime"
             rt_t = t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
-            ev.append(('{"ph":"X","cat":"%s","name":"%s","pid":%d,"tid":%d,' + _TS +
-                       ',"args":{"External id":%d,"cbid":211,"correlation":%d}}')
-                      % ((rt_cat, op.launch, pid, tid) + rt_t + (ext, corr)))
+            ev.append(
+                (
+                    '{"ph":"X","cat":"%s","name":"%s","pid":%d,"tid":%d,'
+                    + _TS
+                    + ',"args":{"External id":%d,"cbid":211,"correlation":%d}}'
+                )
+                % ((rt_cat, op.launch, pid, tid) + rt_t + (ext, corr))
+            )
             assert rec.gpu_start is not None and rec.gpu_end is not None
             g0, g1 = float(rec.gpu_start[r]), float(rec.gpu_end[r])
             gargs = f'"External id":{ext},"queued":0,"device":{dev},"context":1,"stream":{stream},"correlation":{corr}'
@@ -499,36 +602,68 @@ class _Writer:
                 cat = "gpu_memcpy" if op.kind == "memcpy" else "gpu_memset"
             else:
                 cat = "kernel"
-                gargs += (',"registers per thread":128,"shared memory":49152,"blocks per SM":1.5,'
-                          '"warps per SM":12,"grid":[264, 1, 1],"block":[256, 1, 1],"est. achieved occupancy %":19')
+                gargs += (
+                    ',"registers per thread":128,"shared memory":49152,"blocks per SM":1.5,'
+                    '"warps per SM":12,"grid":[264, 1, 1],"block":[256, 1, 1],"est. achieved occupancy %":19'
+                )
                 if op.kind == "coll":
                     gargs += "," + coll_args
-            ev.append(('{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
-                      % ((cat, _esc(op.name), dev, stream) + t(g0, g1 - g0) + (gargs,)))
+            ev.append(
+                ('{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
+                % ((cat, _esc(op.name), dev, stream) + t(g0, g1 - g0) + (gargs,))
+            )
             a = t(rec.rt_start[r], 0)
             b = t(g0, 0)
-            ev.append('{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g"}'
-                      % (corr, pid, tid, a[0], a[1]))
-            ev.append('{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g","bp":"e"}'
-                      % (corr, dev, stream, b[0], b[1]))
+            ev.append(
+                '{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g"}'
+                % (corr, pid, tid, a[0], a[1])
+            )
+            ev.append(
+                '{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g","bp":"e"}'
+                % (corr, dev, stream, b[0], b[1])
+            )
         meta = [
             '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"python3"}}' % pid,
             '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"GPU %d"}}' % (dev, dev),
-        ] + ['{"name":"thread_name","ph":"M","ts":0.000,"pid":%d,"tid":%d,"args":{"name":"stream %d"}}'
-             % (dev, s, s) for s in self.streams + sorted(NCCL_STREAMS.values())]
+        ] + [
+            '{"name":"thread_name","ph":"M","ts":0.000,"pid":%d,"tid":%d,"args":{"name":"stream %d"}}' % (dev, s, s)
+            for s in self.streams + sorted(NCCL_STREAMS.values())
+        ]
         head = {
             "schemaVersion": 1,
-            "deviceProperties": [{"id": dev, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85031714816,
-                                  "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
-                                  "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
-                                  "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132}],
-            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": job.R, "pg_count": 1 + job.dp + job.tp,
-                                "pg_config": [], "nccl_version": "2.21.5"},
-            "record_shapes": 1, "with_stack": 0,
+            "deviceProperties": [
+                {
+                    "id": dev,
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "totalGlobalMem": 85031714816,
+                    "computeMajor": 9,
+                    "computeMinor": 0,
+                    "maxThreadsPerBlock": 1024,
+                    "maxThreadsPerMultiprocessor": 2048,
+                    "regsPerBlock": 65536,
+                    "warpSize": 32,
+                    "sharedMemPerBlock": 49152,
+                    "numSms": 132,
+                }
+            ],
+            "distributedInfo": {
+                "backend": "nccl",
+                "rank": r,
+                "world_size": job.R,
+                "pg_count": 1 + job.dp + job.tp,
+                "pg_config": [],
+                "nccl_version": "2.21.5",
+            },
+            "record_shapes": 1,
+            "with_stack": 0,
         }
-        text = (json.dumps(head)[:-1] + ',\n  "traceEvents": [\n' + ",\n".join(meta + ev) +
-                f'\n  ],\n  "traceName": "rank-{r}.json", "displayTimeUnit": "ms",\n'
-                f'  "baseTimeNanoseconds": {base}\n}}\n')
+        text = (
+            json.dumps(head)[:-1]
+            + ',\n  "traceEvents": [\n'
+            + ",\n".join(meta + ev)
+            + f'\n  ],\n  "traceName": "rank-{r}.json", "displayTimeUnit": "ms",\n'
+            f'  "baseTimeNanoseconds": {base}\n}}\n'
+        )
         data = text.encode()
         if not gzip:
             return data
@@ -542,11 +677,23 @@ class _Writer:
             return _gz.compress(data, 1, mtime=0)
 
 
-def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3, seed: int = 0,
-             gpus_per_host: int = 8, streams: int = 2, faults: Iterable[Fault | str | dict[str, Any]] = (),
-             clock_offset_ns: int = 2_000_000, gzip: bool = True, kernels_per_step: int = 55,
-             tp: int | None = None, jitter: float = 0.02, speedup: Mapping[str, float] | None = None,
-             comm: bool = True) -> dict[str, Any]:
+def generate(
+    out_dir: str | os.PathLike[str],
+    *,
+    ranks: int = 8,
+    steps: int = 3,
+    seed: int = 0,
+    gpus_per_host: int = 8,
+    streams: int = 2,
+    faults: Iterable[Fault | str | dict[str, Any]] = (),
+    clock_offset_ns: int = 2_000_000,
+    gzip: bool = True,
+    kernels_per_step: int = 55,
+    tp: int | None = None,
+    jitter: float = 0.02,
+    speedup: Mapping[str, float] | None = None,
+    comm: bool = True,
+) -> dict[str, Any]:
     """Write one Kineto trace per rank of a simulated training job, plus its ground truth.
 
     Parameters
@@ -613,8 +760,20 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
         raise UsageError(f"fault rank {bad[0].rank} is outside the job's ranks 0..{ranks - 1}")
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
-    job = _Job(ranks, steps, seed, gpus_per_host, streams, tp, fl, int(clock_offset_ns), kernels_per_step, jitter,
-               speedup=sp, comm=bool(comm))
+    job = _Job(
+        ranks,
+        steps,
+        seed,
+        gpus_per_host,
+        streams,
+        tp,
+        fl,
+        int(clock_offset_ns),
+        kernels_per_step,
+        jitter,
+        speedup=sp,
+        comm=bool(comm),
+    )
     job.run()
     writer = _Writer(job)
     suffix = ".json.gz" if gzip else ".json"
@@ -625,15 +784,24 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
     n_compute = sum(1 for o in job.ops if o.kind == "kernel")
     truth = {
         "generator": "dtrace.synth",
-        "ranks": ranks, "steps": steps, "seed": seed, "gpus_per_host": gpus_per_host, "streams": streams,
-        "tp": tp, "dp": ranks // tp, "layers": job.layers, "kernels_per_step": n_compute,
+        "ranks": ranks,
+        "steps": steps,
+        "seed": seed,
+        "gpus_per_host": gpus_per_host,
+        "streams": streams,
+        "tp": tp,
+        "dp": ranks // tp,
+        "layers": job.layers,
+        "kernels_per_step": n_compute,
         "collectives_per_step": {k: sum(1 for o in job.ops if o.kind == "coll" and o.group == k) for k in ("tp", "dp")},
-        "jitter": jitter, "clock_offset_ns": int(clock_offset_ns),
+        "jitter": jitter,
+        "clock_offset_ns": int(clock_offset_ns),
         "host_clock_offsets_ns": [int(x) for x in job.host_offset],
         "process_groups": writer.groups(),
         "faults": [asdict(f) | {"effect": FAULT_KINDS[f.kind]} for f in fl],
         "stragglers": sorted({f.rank for f in fl}),
-        **({"speedup": sp} if sp else {}), **({"comm": False} if not comm else {}),
+        **({"speedup": sp} if sp else {}),
+        **({"comm": False} if not comm else {}),
         "files": [f"rank-{r}{suffix}" for r in range(ranks)],
     }
     with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:
@@ -641,9 +809,16 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, steps: int = 3,
     return truth
 
 
-
-def from_trace(out_dir: str | os.PathLike[str], source: str | os.PathLike[str], *, tile: int = 1, ranks: int = 8,
-               seed: int = 0, jitter: float = 0.05, gzip: bool = True) -> dict[str, Any]:
+def from_trace(
+    out_dir: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    *,
+    tile: int = 1,
+    ranks: int = 8,
+    seed: int = 0,
+    jitter: float = 0.05,
+    gzip: bool = True,
+) -> dict[str, Any]:
     """A job built from a real trace: ``tile`` copies in time, replicated to ``ranks`` ranks.
 
     Each rank's file is the source tiled ``tile`` times (:func:`dtrace.tile.tile_trace`) with
@@ -658,12 +833,30 @@ def from_trace(out_dir: str | os.PathLike[str], source: str | os.PathLike[str], 
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     suffix = ".json.gz" if gzip else ".json"
-    infos = [tile_trace(source, os.path.join(out, f"rank-{r}{suffix}"), times=tile, rank=r, world_size=ranks,
-                        jitter=jitter, seed=seed, gzip=gzip) for r in range(ranks)]
+    infos = [
+        tile_trace(
+            source,
+            os.path.join(out, f"rank-{r}{suffix}"),
+            times=tile,
+            rank=r,
+            world_size=ranks,
+            jitter=jitter,
+            seed=seed,
+            gzip=gzip,
+        )
+        for r in range(ranks)
+    ]
     truth = {
-        "generator": "dtrace.tile", "source": os.path.abspath(os.fspath(source)), "tile": tile, "ranks": ranks,
-        "seed": seed, "jitter": jitter, "faults": [], "stragglers": [],
-        "events_per_rank": int(infos[0]["events"]), "json_bytes_per_rank": int(infos[0]["json_bytes"]),
+        "generator": "dtrace.tile",
+        "source": os.path.abspath(os.fspath(source)),
+        "tile": tile,
+        "ranks": ranks,
+        "seed": seed,
+        "jitter": jitter,
+        "faults": [],
+        "stragglers": [],
+        "events_per_rank": int(infos[0]["events"]),
+        "json_bytes_per_rank": int(infos[0]["json_bytes"]),
         "files": [f"rank-{r}{suffix}" for r in range(ranks)],
     }
     with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:

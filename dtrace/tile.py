@@ -28,6 +28,7 @@ Examples
 >>> info["events"], info["json_bytes"]                                 # doctest: +SKIP
 (1056796, 445140517)
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,13 +44,25 @@ from .errors import InputError, UsageError
 from .fileio import atomic_write
 from .readers._io import GZIP_MAGIC, _gzip
 
-ID_ARGS = ("correlation", "External id", "external id", "Sequence number", "Python id",
-           "Python parent id", "Seq", "Ev Idx", "Record function id")
+ID_ARGS = (
+    "correlation",
+    "External id",
+    "external id",
+    "Sequence number",
+    "Python id",
+    "Python parent id",
+    "Seq",
+    "Ev Idx",
+    "Record function id",
+)
 """Integer arguments that link events and must stay unique across copies."""
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_FIELDS = re.compile(rb'"(ts|id|' + b"|".join(re.escape(k.encode()) for k in ID_ARGS)
-                     + rb')"(\s*:\s*)(-?\d+)(?![\d.eE])|"(ts)"(\s*:\s*)(-?\d+)(\.\d+)(?![\deE])')
+_FIELDS = re.compile(
+    rb'"(ts|id|'
+    + b"|".join(re.escape(k.encode()) for k in ID_ARGS)
+    + rb')"(\s*:\s*)(-?\d+)(?![\d.eE])|"(ts)"(\s*:\s*)(-?\d+)(\.\d+)(?![\deE])'
+)
 _STEP_NAME = re.compile(rb'"name"(\s*:\s*)"ProfilerStep#(\d+)"')
 _DUR = re.compile(rb'"dur"(\s*:\s*)(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
 _BATCH = 20_000
@@ -105,12 +118,18 @@ class _Source:
         keys = list(doc)
         cut = keys.index("traceEvents")
         self.head = {k: doc[k] for k in keys[:cut]}
-        self.tail = {k: doc[k] for k in keys[cut + 1:]}
+        self.tail = {k: doc[k] for k in keys[cut + 1 :]}
         self.data = data  # the Raw values point into it
         n = len(typed)
         self.meta_event = np.fromiter((e.ph == "M" for e in typed), bool, n)
-        self.gpu = np.fromiter((isinstance(e.cat, str) and e.cat.lower() in GPU_CATEGORIES
-                                and isinstance(e.dur, (int, float)) for e in typed), bool, n)
+        self.gpu = np.fromiter(
+            (
+                isinstance(e.cat, str) and e.cat.lower() in GPU_CATEGORIES and isinstance(e.dur, (int, float))
+                for e in typed
+            ),
+            bool,
+            n,
+        )
         self._measure(typed)
 
     def _measure(self, typed: list[_Event]) -> None:
@@ -191,7 +210,7 @@ def _copy_text(src: _Source, i: int, factors: np.ndarray | None) -> list[bytes]:
     out = []
     for lo in range(0, len(idx), _BATCH):
         pieces = []
-        for j in idx[lo:lo + _BATCH].tolist():
+        for j in idx[lo : lo + _BATCH].tolist():
             r = bytes(src.events[j])
             if factors is not None and gpu[j]:
                 r = _jitter(r, float(factors[j]))
@@ -211,9 +230,17 @@ def _open(dst: str, gz: bool) -> BinaryIO:
     return open(dst, "wb", buffering=1 << 20)
 
 
-def tile_trace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, times: int,
-               rank: int | None = None, jitter: float = 0.0, seed: int = 0, gzip: bool = False,
-               world_size: int | None = None) -> dict[str, Any]:
+def tile_trace(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    times: int,
+    rank: int | None = None,
+    jitter: float = 0.0,
+    seed: int = 0,
+    gzip: bool = False,
+    world_size: int | None = None,
+) -> dict[str, Any]:
     """Write ``times`` copies of the trace ``src``, one after the other in time, to ``dst``.
 
     Parameters
@@ -273,13 +300,17 @@ def tile_trace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, time
     def fill(tmp: str) -> None:
         nonlocal n_out, json_bytes
         with _open(tmp, gzip) as out:
+
             def write(b: bytes) -> None:
                 nonlocal json_bytes
                 json_bytes += len(b)
                 out.write(b)
 
-            write(b"{\n" + b"".join(b"  %s: %s,\n" % (msgspec.json.encode(k), v) for k, v in head.items())
-                  + b'  "traceEvents": [\n')
+            write(
+                b"{\n"
+                + b"".join(b"  %s: %s,\n" % (msgspec.json.encode(k), v) for k, v in head.items())
+                + b'  "traceEvents": [\n'
+            )
             first = True
             for i in range(times):
                 factors = 1.0 - jitter * rng.random(len(source.events)) if jitter > 0 else None
@@ -290,5 +321,13 @@ def tile_trace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, time
             write(b"\n  ]" + b"".join(b",\n  %s: %s" % (msgspec.json.encode(k), v) for k, v in tail.items()) + b"\n}\n")
 
     atomic_write(dst, fill)
-    return {"path": dst, "events": n_out, "json_bytes": json_bytes, "file_bytes": os.path.getsize(dst),
-            "times": times, "rank": rank, "period_us": source.period_us, "source_events": len(source.events)}
+    return {
+        "path": dst,
+        "events": n_out,
+        "json_bytes": json_bytes,
+        "file_bytes": os.path.getsize(dst),
+        "times": times,
+        "rank": rank,
+        "period_us": source.period_us,
+        "source_events": len(source.events),
+    }

@@ -22,6 +22,7 @@ dtrace's own Kineto reader reads the same nanoseconds back (``baseTimeNanosecond
 origin); ``otherData`` records the step, window, ranks, roles and offsets. The size depends on
 the chosen ranks and the window only, never on the job's size.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,13 +43,19 @@ from .results import Results, load
 
 KEYS = ["rank", "device"]
 ROLES = ("straggler", "slowest", "fastest", "median")
-HOST_KIND_CAT = {"cpu_op": "cpu_op", "runtime": "cuda_runtime", "annotation": "user_annotation",
-                 "python": "python_function", "other": "other"}
+HOST_KIND_CAT = {
+    "cpu_op": "cpu_op",
+    "runtime": "cuda_runtime",
+    "annotation": "user_annotation",
+    "python": "python_function",
+    "other": "other",
+}
 GPU_KIND_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 WINDOW_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 # -- reading the cache -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class CachedPart:
@@ -63,8 +70,9 @@ class CachedPart:
     memcpy: pd.DataFrame
 
 
-def read_parts(results: Results, parts: Iterable[tuple[int, int]],
-               windows: Mapping[tuple[int, int], tuple[int, int]] | None = None) -> dict[tuple[int, int], CachedPart]:
+def read_parts(
+    results: Results, parts: Iterable[tuple[int, int]], windows: Mapping[tuple[int, int], tuple[int, int]] | None = None
+) -> dict[tuple[int, int], CachedPart]:
     """Read the cached events of these (rank, device) parts, each only inside its window if given.
 
     ``windows`` maps a part to ``(lo, hi)`` ns on that part's own clock: only events that
@@ -102,14 +110,15 @@ def _renumber(side: pd.DataFrame, kept: np.ndarray) -> pd.DataFrame:
 
 # -- what to show ----------------------------------------------------------------------------
 
+
 @dataclass
 class Selection:
     """The chosen window and tracks: ``parts`` has rank, device, role, host, offset_ns, pid."""
 
     parts: pd.DataFrame
     step: int | None
-    window: tuple[int, int] | None      # clock-corrected ns, when chosen by time
-    origin: int                         # clock-corrected ns of the job's first GPU event
+    window: tuple[int, int] | None  # clock-corrected ns, when chosen by time
+    origin: int  # clock-corrected ns of the job's first GPU event
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -124,8 +133,10 @@ def parse_window(text: str) -> tuple[int, int]:
     """
     parts = str(text).split(":")
     if len(parts) != 2:
-        raise UsageError(f"--window {text!r}: expected START:END (ms since the job's first GPU event, or with "
-                         f"a unit: {', '.join(WINDOW_UNITS)})")
+        raise UsageError(
+            f"--window {text!r}: expected START:END (ms since the job's first GPU event, or with "
+            f"a unit: {', '.join(WINDOW_UNITS)})"
+        )
     vals = []
     for p in parts:
         m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d*)?|[-+]?\.\d+)\s*(ns|us|µs|ms|s)?\s*", p)
@@ -147,14 +158,18 @@ def _offsets(res: Results, parts: pd.DataFrame) -> pd.DataFrame:
         if len(co):
             c = co.set_index(KEYS)
             idx = pd.MultiIndex.from_frame(out[KEYS])
-            out["host"] = c["host"].reindex(idx).fillna(pd.Series(out["host"].to_numpy(), index=idx)).to_numpy(
-                np.int64)
+            out["host"] = c["host"].reindex(idx).fillna(pd.Series(out["host"].to_numpy(), index=idx)).to_numpy(np.int64)
             out["offset_ns"] = c["offset_ns"].reindex(idx).fillna(0).to_numpy(np.int64)
     return out
 
 
-def choose(results: Results, *, ranks: Sequence[int] | None = None, step: int | None = None,
-           window: tuple[int, int] | str | None = None) -> Selection:
+def choose(
+    results: Results,
+    *,
+    ranks: Sequence[int] | None = None,
+    step: int | None = None,
+    window: tuple[int, int] | str | None = None,
+) -> Selection:
     """Pick the window and the ranks (see :func:`timeline`)."""
     if step is not None and window is not None:
         raise UsageError("give either a step or a window, not both")
@@ -187,8 +202,7 @@ def choose(results: Results, *, ranks: Sequence[int] | None = None, step: int | 
             raise UsageError(f"no step {step}; steps: {_span(have)}")
         step = int(step)
         per = steps.loc[steps["step"].to_numpy() == step]
-    comp = per.groupby(KEYS)["computation_ns"].sum() if "computation_ns" in per.columns else \
-        pd.Series(dtype=np.int64)
+    comp = per.groupby(KEYS)["computation_ns"].sum() if "computation_ns" in per.columns else pd.Series(dtype=np.int64)
     flagged: list[tuple[int, int]] = []
     if "stragglers" in results.table_names and len(results.stragglers):
         sg = results.stragglers
@@ -226,6 +240,7 @@ def _span(values: Sequence[int]) -> str:
 
 
 # -- building the trace ----------------------------------------------------------------------
+
 
 def _options(results: Results) -> Options:
     o = results.manifest.get("options") or {}
@@ -271,8 +286,10 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     evidence = {}
     if "stragglers" in results.table_names and len(results.stragglers):
         sg = results.stragglers
-        evidence = {(int(r), int(d)): (str(e), float(s)) for r, d, e, s in
-                    sg[KEYS + ["evidence", "score"]].itertuples(index=False)}
+        evidence = {
+            (int(r), int(d)): (str(e), float(s))
+            for r, d, e, s in sg[KEYS + ["evidence", "score"]].itertuples(index=False)
+        }
 
     events: list[dict[str, Any]] = []
     meta: list[dict[str, Any]] = []
@@ -282,21 +299,42 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     for sort_index, row in enumerate(parts.itertuples(index=False)):
         key = (int(row.rank), int(row.device))
         cp = cached[key]
-        part = prepare_part(cp.events, cp.collectives, cp.memcpy, rank=key[0], device=key[1], fmt=cp.fmt,
-                            options=opts, base_ns=cp.base_ns)
+        part = prepare_part(
+            cp.events,
+            cp.collectives,
+            cp.memcpy,
+            rank=key[0],
+            device=key[1],
+            fmt=cp.fmt,
+            options=opts,
+            base_ns=cp.base_ns,
+        )
         gpu, hst = _select(part, sel, int(row.offset_ns), host)
         pid = int(row.pid)
-        shift = int(row.offset_ns) + sel.origin     # own clock → exported axis
+        shift = int(row.offset_ns) + sel.origin  # own clock → exported axis
         role = str(row.role)
-        label = f"rank {key[0]}" + (f" · dev {key[1]}" if parts["rank"].duplicated(keep=False).any() else "") \
-            + f" · host {int(row.host)}" + (f" · {role}" if role else "")
+        label = (
+            f"rank {key[0]}"
+            + (f" · dev {key[1]}" if parts["rank"].duplicated(keep=False).any() else "")
+            + f" · host {int(row.host)}"
+            + (f" · {role}" if role else "")
+        )
         meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}})
-        meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0,
-                     "args": {"sort_index": sort_index}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": sort_index}}
+        )
         if key in evidence and role == "straggler":
             text, score = evidence[key]
-            meta.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "ts": 0,
-                         "args": {"labels": f"straggler (score {score:.2f}): {text[:160]}"}})
+            meta.append(
+                {
+                    "ph": "M",
+                    "name": "process_labels",
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": 0,
+                    "args": {"labels": f"straggler (score {score:.2f}): {text[:160]}"},
+                }
+            )
         g_ev, g_meta, g_flow, span = _gpu_events(gpu, coll, key, pid, shift)
         events += g_ev
         meta += g_meta
@@ -311,21 +349,45 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
             hi_all = span[1] if hi_all is None else max(hi_all, span[1])
         if key in evidence and role == "straggler" and span is not None:
             text, score = evidence[key]
-            events.append({"ph": "i", "s": "p", "name": "straggler evidence", "cat": "dtrace", "pid": pid,
-                           "tid": 0, "ts": span[0] / 1000.0, "args": {"score": round(score, 3), "evidence": text}})
-        tracks.append({"pid": pid, "rank": key[0], "device": key[1], "host": int(row.host), "role": role,
-                       "clock_offset_ns": int(row.offset_ns), "gpu_events": int(len(gpu)),
-                       "host_events": int(len(hst)) if host else 0})
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "p",
+                    "name": "straggler evidence",
+                    "cat": "dtrace",
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": span[0] / 1000.0,
+                    "args": {"score": round(score, 3), "evidence": text},
+                }
+            )
+        tracks.append(
+            {
+                "pid": pid,
+                "rank": key[0],
+                "device": key[1],
+                "host": int(row.host),
+                "role": role,
+                "clock_offset_ns": int(row.offset_ns),
+                "gpu_events": int(len(gpu)),
+                "host_events": int(len(hst)) if host else 0,
+            }
+        )
     events += _flow_events(pd.concat(flows, ignore_index=True) if flows else pd.DataFrame())
-    window = sel.window if sel.window is not None else (
-        (sel.origin + lo_all, sel.origin + hi_all) if lo_all is not None else None)
+    window = (
+        sel.window
+        if sel.window is not None
+        else ((sel.origin + lo_all, sel.origin + hi_all) if lo_all is not None else None)
+    )
     return {
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": int(sel.origin),
         "otherData": {
-            "generator": f"dtrace {__version__} timeline", "results": str(results.path or ""),
-            "step": sel.step, "window_ns": list(window) if window else None,
+            "generator": f"dtrace {__version__} timeline",
+            "results": str(results.path or ""),
+            "step": sel.step,
+            "window_ns": list(window) if window else None,
             "time_axis": "µs since the job's first GPU event, host clock offsets removed (clock_offsets)",
             "tracks": tracks,
         },
@@ -352,8 +414,9 @@ def _select(part: Batch, sel: Selection, offset: int, host: bool) -> tuple[pd.Da
     return g.reset_index(drop=True), (h.reset_index(drop=True) if host else h.iloc[:0])
 
 
-def _gpu_events(gpu: pd.DataFrame, coll: pd.DataFrame, key: tuple[int, int], pid: int,
-                shift: int) -> tuple[list[dict], list[dict], pd.DataFrame, tuple[int, int] | None]:
+def _gpu_events(
+    gpu: pd.DataFrame, coll: pd.DataFrame, key: tuple[int, int], pid: int, shift: int
+) -> tuple[list[dict], list[dict], pd.DataFrame, tuple[int, int] | None]:
     if not len(gpu):
         return [], [], pd.DataFrame(), None
     start = gpu["start_ns"].to_numpy(np.int64)
@@ -367,8 +430,7 @@ def _gpu_events(gpu: pd.DataFrame, coll: pd.DataFrame, key: tuple[int, int], pid
     ts, dur = _ts(rel), _ts(end - start)
     # the matched collective of each comm kernel
     match = np.full(len(gpu), -1, np.int64)
-    mine = coll.loc[(coll["rank"].to_numpy() == key[0]) & (coll["device"].to_numpy() == key[1])] if len(coll) \
-        else coll
+    mine = coll.loc[(coll["rank"].to_numpy() == key[0]) & (coll["device"].to_numpy() == key[1])] if len(coll) else coll
     if len(mine):
         idx = pd.MultiIndex.from_arrays([mine["stream"].to_numpy(np.int64), mine["raw_start"].to_numpy(np.int64)])
         match = idx.get_indexer(pd.MultiIndex.from_arrays([stream, start]))
@@ -376,39 +438,74 @@ def _gpu_events(gpu: pd.DataFrame, coll: pd.DataFrame, key: tuple[int, int], pid
     hit = match >= 0
     if hit.any():
         c = mine.iloc[match[hit]]
-        cols = {"collective instance": c["collective"].to_numpy(np.int64).tolist(),
-                "group": c["group"].astype(str).tolist(), "Collective name": c["op"].astype(str).tolist(),
-                "wait (µs)": (c["wait_ns"].to_numpy(np.int64) / 1000.0).tolist(),
-                "transfer (µs)": (c["transfer_ns"].to_numpy(np.int64) / 1000.0).tolist(),
-                "arrived last": c["last"].astype(bool).tolist(), "ranks in instance": c["ranks"].astype(int).tolist(),
-                "start skew (µs)": (c["start_skew_ns"].to_numpy(np.int64) / 1000.0).tolist()}
+        cols = {
+            "collective instance": c["collective"].to_numpy(np.int64).tolist(),
+            "group": c["group"].astype(str).tolist(),
+            "Collective name": c["op"].astype(str).tolist(),
+            "wait (µs)": (c["wait_ns"].to_numpy(np.int64) / 1000.0).tolist(),
+            "transfer (µs)": (c["transfer_ns"].to_numpy(np.int64) / 1000.0).tolist(),
+            "arrived last": c["last"].astype(bool).tolist(),
+            "ranks in instance": c["ranks"].astype(int).tolist(),
+            "start skew (µs)": (c["start_skew_ns"].to_numpy(np.int64) / 1000.0).tolist(),
+        }
         for pos, vals in zip(np.flatnonzero(hit).tolist(), zip(*cols.values())):
             extra[pos] = dict(zip(cols, vals))
     gcat = [GPU_KIND_CAT.get(k, "kernel") for k in kinds]
-    events = [{"ph": "X", "cat": gc, "name": nm, "pid": pid, "tid": s, "ts": t, "dur": d,
-               "args": {"device": pid, "stream": s, "correlation": cr, "rank": key[0], "dtrace category": ct, **x}}
-              for gc, nm, s, t, d, cr, ct, x in zip(gcat, names.tolist(), stream.tolist(), ts, dur, corr.tolist(),
-                                                    cat.tolist(), extra)]
+    events = [
+        {
+            "ph": "X",
+            "cat": gc,
+            "name": nm,
+            "pid": pid,
+            "tid": s,
+            "ts": t,
+            "dur": d,
+            "args": {"device": pid, "stream": s, "correlation": cr, "rank": key[0], "dtrace category": ct, **x},
+        }
+        for gc, nm, s, t, d, cr, ct, x in zip(
+            gcat, names.tolist(), stream.tolist(), ts, dur, corr.tolist(), cat.tolist(), extra
+        )
+    ]
     comm_streams = set(stream[cat == "comm"].tolist())
     meta = []
     for k, s in enumerate(sorted(set(stream.tolist()), key=lambda s: (s in comm_streams, s))):
-        meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(s), "ts": 0,
-                     "args": {"name": f"stream {s}" + (" · comm" if s in comm_streams else "")}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": int(s), "ts": 0,
-                     "args": {"sort_index": k}})
+        meta.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": int(s),
+                "ts": 0,
+                "args": {"name": f"stream {s}" + (" · comm" if s in comm_streams else "")},
+            }
+        )
+        meta.append(
+            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": int(s), "ts": 0, "args": {"sort_index": k}}
+        )
     flow = pd.DataFrame()
     if hit.any():
         wait_us = c["wait_ns"].to_numpy(np.int64) / 1000.0
         s_rel, e_rel = rel[hit], (end - shift)[hit]
-        counter = [{"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0,
-                    "args": {"wait": w}} for t, w in zip(s_rel.tolist(), wait_us.tolist())]
-        counter += [{"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0,
-                     "args": {"wait": 0}} for t in e_rel.tolist()]
+        counter = [
+            {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": w}}
+            for t, w in zip(s_rel.tolist(), wait_us.tolist())
+        ]
+        counter += [
+            {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": 0}}
+            for t in e_rel.tolist()
+        ]
         events += sorted(counter, key=lambda e: e["ts"])
-        flow = pd.DataFrame({"collective": c["collective"].to_numpy(np.int64), "pid": pid,
-                             "tid": stream[hit], "ts_ns": s_rel, "op": c["op"].astype(str).to_numpy(object),
-                             "group": c["group"].astype(str).to_numpy(object),
-                             "corrected_start": c["start_ns"].to_numpy(np.int64)})
+        flow = pd.DataFrame(
+            {
+                "collective": c["collective"].to_numpy(np.int64),
+                "pid": pid,
+                "tid": stream[hit],
+                "ts_ns": s_rel,
+                "op": c["op"].astype(str).to_numpy(object),
+                "group": c["group"].astype(str).to_numpy(object),
+                "corrected_start": c["start_ns"].to_numpy(np.int64),
+            }
+        )
     return events, meta, flow, (int(rel.min()), int((end - shift).max()))
 
 
@@ -424,8 +521,15 @@ def _flow_events(flow: pd.DataFrame) -> list[dict[str, Any]]:
     ph = np.where(first, "s", np.where(last, "f", "t"))
     out = []
     for p, i, pid, tid, ts, op, grp in zip(ph, inst, f["pid"], f["tid"], f["ts_ns"], f["op"], f["group"]):
-        e = {"ph": str(p), "cat": "collective", "name": f"{op} · group {grp}", "id": int(i) + 1, "pid": int(pid),
-             "tid": int(tid), "ts": int(ts) / 1000.0}
+        e = {
+            "ph": str(p),
+            "cat": "collective",
+            "name": f"{op} · group {grp}",
+            "id": int(i) + 1,
+            "pid": int(pid),
+            "tid": int(tid),
+            "ts": int(ts) / 1000.0,
+        }
         if p != "s":
             e["bp"] = "e"
         out.append(e)
@@ -442,17 +546,39 @@ def _host_events(h: pd.DataFrame, pid: int, shift: int, streams: set[int]) -> tu
     names = h["name"].astype(str).to_numpy(object)
     corr = h["correlation"].to_numpy(np.int64)
     ext = h["external_id"].to_numpy(np.int64)
-    events = [{"ph": "X", "cat": HOST_KIND_CAT.get(kinds[i], "other"), "name": names[i], "pid": pid,
-               "tid": int(tids[i]), "ts": ts[i], "dur": dur[i],
-               "args": {"correlation": int(corr[i]), "External id": int(ext[i])}} for i in range(len(h))]
-    meta = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": int(t), "ts": 0,
-             "args": {"name": f"host thread {int(t) & 0xFFFFFFFF}"}} for t in np.unique(tids).tolist()]
-    meta += [{"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": int(t), "ts": 0,
-              "args": {"sort_index": 1000 + k}} for k, t in enumerate(np.unique(tids).tolist())]
+    events = [
+        {
+            "ph": "X",
+            "cat": HOST_KIND_CAT.get(kinds[i], "other"),
+            "name": names[i],
+            "pid": pid,
+            "tid": int(tids[i]),
+            "ts": ts[i],
+            "dur": dur[i],
+            "args": {"correlation": int(corr[i]), "External id": int(ext[i])},
+        }
+        for i in range(len(h))
+    ]
+    meta = [
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": int(t),
+            "ts": 0,
+            "args": {"name": f"host thread {int(t) & 0xFFFFFFFF}"},
+        }
+        for t in np.unique(tids).tolist()
+    ]
+    meta += [
+        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": int(t), "ts": 0, "args": {"sort_index": 1000 + k}}
+        for k, t in enumerate(np.unique(tids).tolist())
+    ]
     return events, meta
 
 
 # -- API -------------------------------------------------------------------------------------
+
 
 def encode(trace: dict[str, Any], path: str) -> bytes:
     """The trace as JSON bytes, gzip-compressed when ``path`` ends in ``.gz`` (pure: writes nothing)."""
@@ -462,8 +588,14 @@ def encode(trace: dict[str, Any], path: str) -> bytes:
     return gzip.compress(data, 6, mtime=0) if path.endswith(".gz") else data
 
 
-def timeline(results: Results | str | os.PathLike[str], *, ranks: Sequence[int] | None = None, step: int | None = None, window: tuple[int, int] | str | None = None,
-             host: bool = False) -> dict[str, Any]:
+def timeline(
+    results: Results | str | os.PathLike[str],
+    *,
+    ranks: Sequence[int] | None = None,
+    step: int | None = None,
+    window: tuple[int, int] | str | None = None,
+    host: bool = False,
+) -> dict[str, Any]:
     """The chosen ranks during one step (or window) as a Chrome / Perfetto trace, on one clock.
 
     Parameters

@@ -4,6 +4,7 @@ Tables hold integer ns and bytes; renderers and the CLI call these functions to 
 (:func:`pick_unit` for a whole column, :func:`time_unit` for one value or an axis,
 :func:`fmt_time`, :func:`fmt_bytes`, :func:`format_size` for single values).
 """
+
 from __future__ import annotations
 
 import numpy as np

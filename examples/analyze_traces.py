@@ -2,6 +2,7 @@
 
 Run: python examples/analyze_traces.py [OUT]
 """
+
 import os
 import sys
 
@@ -14,6 +15,8 @@ results = dtrace.analyze(os.path.join(HERE, "traces"), out, scheduler="sync")
 bd = results.breakdown.set_index("rank")
 for rank, row in bd.iterrows():
     total = row["total_ns"]
-    print(f"rank {rank}: compute {row['computation_ns'] / total:6.1%}  "
-          f"exposed comm {row['exposed_comm_ns'] / total:6.1%}  idle {row['idle_ns'] / total:6.1%}  "
-          f"of {total / 1e6:.1f} ms")
+    print(
+        f"rank {rank}: compute {row['computation_ns'] / total:6.1%}  "
+        f"exposed comm {row['exposed_comm_ns'] / total:6.1%}  idle {row['idle_ns'] / total:6.1%}  "
+        f"of {total / 1e6:.1f} ms"
+    )

@@ -2,6 +2,7 @@
 
 Run: python examples/load_results.py OUT   (OUT from `dtrace analyze ... -o OUT`)
 """
+
 import sys
 
 import dtrace

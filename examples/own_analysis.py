@@ -11,6 +11,7 @@ Run: python examples/own_analysis.py [OUT]
 2. ``dtrace.events(OUT)`` opens the cached events of the analysis as a Dask DataFrame indexed
    by rank; ``map_partitions`` and ``groupby`` run on it with any Dask scheduler.
 """
+
 import os
 import sys
 
@@ -37,12 +38,16 @@ def long_kernels(batch: dtrace.Batch) -> pd.DataFrame:
     last = order[np.r_[np.flatnonzero(np.diff(part[order])), len(order) - 1]] if len(order) else order
     longest = np.full(n, "", dtype=object)
     longest[part[last]] = g["name"].astype(str).to_numpy()[last]
-    return pd.DataFrame({**batch.keys(np.arange(n)), "long_kernels": count, "long_ns": total,
-                         "longest_kernel": longest})
+    return pd.DataFrame(
+        {**batch.keys(np.arange(n)), "long_kernels": count, "long_ns": total, "longest_kernel": longest}
+    )
 
 
-LONG_KERNELS = dtrace.Analysis("long_kernels", long_kernels, {
-    "rank": "int32", "device": "int32", "long_kernels": "int64", "long_ns": "int64", "longest_kernel": "object"})
+LONG_KERNELS = dtrace.Analysis(
+    "long_kernels",
+    long_kernels,
+    {"rank": "int32", "device": "int32", "long_kernels": "int64", "long_ns": "int64", "longest_kernel": "object"},
+)
 
 
 def main(out: str) -> None:
@@ -50,23 +55,30 @@ def main(out: str) -> None:
     print(res.long_kernels.to_string(index=False))
 
     ev = dtrace.events(out)  # lazy: one Dask partition per dtrace partition, divisions by rank
-    print(f"\nevents: {ev.npartitions} partition(s), ranks {ev.divisions[0]}..{ev.divisions[-1]}, "
-          f"columns {list(ev.columns)}")
+    print(
+        f"\nevents: {ev.npartitions} partition(s), ranks {ev.divisions[0]}..{ev.divisions[-1]}, "
+        f"columns {list(ev.columns)}"
+    )
     # a groupby across every rank: host runtime calls and their total time per rank
     runtime = ev[ev.kind == "runtime"]
-    per_rank = runtime.assign(dur_ns=runtime.end_ns - runtime.start_ns).groupby("rank").dur_ns.agg(
-        ["count", "sum"]).compute()
+    per_rank = (
+        runtime.assign(dur_ns=runtime.end_ns - runtime.start_ns).groupby("rank").dur_ns.agg(["count", "sum"]).compute()
+    )
     print("\nruntime calls per rank:\n" + per_rank.to_string())
+
     # your own per-partition function: the busiest GPU stream of each rank
     def busiest(df: pd.DataFrame) -> pd.DataFrame:
         gpu = df[df.is_gpu]
         busy = (gpu.end_ns - gpu.start_ns).groupby([gpu.index, gpu.stream]).sum()
         top = busy.groupby(level=0).idxmax()
-        return pd.DataFrame({"stream": [s for _, s in top], "busy_ns": busy[top].to_numpy()},
-                            index=pd.Index(top.index, name="rank"))
+        return pd.DataFrame(
+            {"stream": [s for _, s in top], "busy_ns": busy[top].to_numpy()}, index=pd.Index(top.index, name="rank")
+        )
 
-    meta = pd.DataFrame({"stream": pd.Series([], dtype="int64"), "busy_ns": pd.Series([], dtype="int64")},
-                        index=pd.Index([], dtype="int32", name="rank"))
+    meta = pd.DataFrame(
+        {"stream": pd.Series([], dtype="int64"), "busy_ns": pd.Series([], dtype="int64")},
+        index=pd.Index([], dtype="int32", name="rank"),
+    )
     print("\nbusiest stream per rank:\n" + ev.map_partitions(busiest, meta=meta).compute().to_string())
 
 

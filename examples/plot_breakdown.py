@@ -5,13 +5,18 @@ Run: python examples/plot_breakdown.py OUT plot.(png|html)
 
 Asking for a PNG without matplotlib writes the HTML chart beside it (plot.html) and says so.
 """
+
 import os
 import sys
 
 import dtrace
 
-PARTS = [("computation_ns", "#4c78a8"), ("exposed_comm_ns", "#f58518"),
-         ("exposed_memcpy_ns", "#54a24b"), ("idle_ns", "#bab0ac")]
+PARTS = [
+    ("computation_ns", "#4c78a8"),
+    ("exposed_comm_ns", "#f58518"),
+    ("exposed_memcpy_ns", "#54a24b"),
+    ("idle_ns", "#bab0ac"),
+]
 
 
 def plot_png(bd, target):
@@ -40,8 +45,10 @@ def plot_html(bd, target):
         x = 60.0
         for col, color in PARTS:
             w = width * r[col] / max(r["total_ns"], 1)
-            rows.append(f'<rect x="{x:.1f}" y="{10 + i * (bar + 6)}" width="{w:.1f}" height="{bar}" '
-                        f'fill="{color}"><title>{col[:-3]}: {r[col] / 1e6:.2f} ms</title></rect>')
+            rows.append(
+                f'<rect x="{x:.1f}" y="{10 + i * (bar + 6)}" width="{w:.1f}" height="{bar}" '
+                f'fill="{color}"><title>{col[:-3]}: {r[col] / 1e6:.2f} ms</title></rect>'
+            )
             x += w
         rows.append(f'<text x="5" y="{10 + i * (bar + 6) + bar * 0.65}">rank {r["rank"]}</text>')
     h = 20 + len(bd) * (bar + 6)
@@ -59,8 +66,11 @@ def main(argv):
             plot_png(bd, target)
         except ImportError:
             html = os.path.splitext(target)[0] + ".html"
-            print(f"matplotlib is not installed: writing the chart as HTML to {html} instead of {target} "
-                  "(pip install matplotlib for a PNG)", file=sys.stderr)
+            print(
+                f"matplotlib is not installed: writing the chart as HTML to {html} instead of {target} "
+                "(pip install matplotlib for a PNG)",
+                file=sys.stderr,
+            )
             target = html
             plot_html(bd, target)
     else:

@@ -12,6 +12,7 @@ dies when it
 Other inputs are read and analysed normally; importing this module changes nothing in the
 importing process.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """A FIFO helper: release every reader blocked opening a FIFO (it gets an empty file, EOF)."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ importing this module changes nothing in the importing process.
 (Inputs that are not regular files, such as FIFOs, are refused before opening, so they cannot
 stand in for a stuck read.)
 """
+
 from __future__ import annotations
 
 import errno

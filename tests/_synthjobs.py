@@ -2,6 +2,7 @@
 analyses and cross-rank reducers as ``dtrace.analyze``, minus Dask and the Parquet cache, and only
 the per-rank tables the cross-rank reduce reads, all ranks in one partition. Many 64-rank jobs then
 fit the test budget; one test runs the full ``dtrace.analyze`` path on a generated job."""
+
 from __future__ import annotations
 
 import glob
@@ -29,10 +30,15 @@ def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[
         tables.append((p.events, p.collectives, p.memcpy))
         meta.append((tf.rank_hint, p.device, tf.format))
     ev, coll, mem = concat_parts(tables)
-    parts = pd.DataFrame({"part": np.arange(len(meta), dtype=np.int32),
-                          "rank": np.array([m[0] for m in meta], np.int32),
-                          "device": np.array([m[1] for m in meta], np.int32),
-                          "format": [m[2] for m in meta], "base_ns": np.zeros(len(meta), np.int64)})
+    parts = pd.DataFrame(
+        {
+            "part": np.arange(len(meta), dtype=np.int32),
+            "rank": np.array([m[0] for m in meta], np.int32),
+            "device": np.array([m[1] for m in meta], np.int32),
+            "format": [m[2] for m in meta],
+            "base_ns": np.zeros(len(meta), np.int64),
+        }
+    )
     return run_analyses(prepare(ev, coll, mem, parts, options), only=need)
 
 

@@ -8,6 +8,7 @@ remote-debugging HTTP server. Since Chromium 156 that page no longer loads ``?lo
 handed to the Performance panel's own file loader from inside the page. Clicks (CSS pixels)
 expand tracks before the screenshot.
 """
+
 from __future__ import annotations
 
 import base64
@@ -40,12 +41,20 @@ def open_trace(data: bytes, clicks: tuple[tuple[int, int], ...] = (), *, settle_
     :class:`browser.PageRun` with ``value`` = the page's text and ``problems`` without the
     :data:`EXPECTED` start-up messages.
     """
+
     def url(ws_url: str) -> str:
         port = re.search(r"ws://[^/]+:(\d+)/", ws_url).group(1)
         return f"http://127.0.0.1:{port}/devtools/trace_app.html"
 
-    run = browser.open_page("", "document.body.innerText", settle_s=settle_s, timeout_s=150.0, url=url,
-                            clicks=clicks, prepare=LOAD % base64.b64encode(data).decode())
+    run = browser.open_page(
+        "",
+        "document.body.innerText",
+        settle_s=settle_s,
+        timeout_s=150.0,
+        url=url,
+        clicks=clicks,
+        prepare=LOAD % base64.b64encode(data).decode(),
+    )
     run.console = [m for m in run.console if not any(e in m for e in EXPECTED)]
     run.log = [m for m in run.log if not any(e in m for e in EXPECTED)]
     return run

@@ -6,6 +6,7 @@ PNG screenshot is taken. The websocket client is tornado's (a dependency of ``di
 so nothing beyond dtrace's own dependencies is needed; the browser is the Debian ``chromium``
 package (``.ci/run`` installs it).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,9 +22,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--remote-debugging-port=0", "--window-size=1280,900"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+    "--window-size=1280,900",
+]
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -39,13 +50,13 @@ def find_chromium() -> str | None:
 class PageRun:
     """What happened while the page loaded."""
 
-    console: list[str] = field(default_factory=list)      # every console.* call: "type: text"
-    exceptions: list[str] = field(default_factory=list)   # uncaught exceptions
-    log: list[str] = field(default_factory=list)          # browser log entries of level warning/error
-    requests: list[str] = field(default_factory=list)     # every URL the page requested
-    value: Any = None                                     # the evaluated expression
-    size: tuple[int, int] = (0, 0)                        # CSS content width, height
-    png: bytes = b""                                      # full-page screenshot
+    console: list[str] = field(default_factory=list)  # every console.* call: "type: text"
+    exceptions: list[str] = field(default_factory=list)  # uncaught exceptions
+    log: list[str] = field(default_factory=list)  # browser log entries of level warning/error
+    requests: list[str] = field(default_factory=list)  # every URL the page requested
+    value: Any = None  # the evaluated expression
+    size: tuple[int, int] = (0, 0)  # CSS content width, height
+    png: bytes = b""  # full-page screenshot
 
     @property
     def problems(self) -> list[str]:
@@ -64,8 +75,9 @@ class _Session:
             raise RuntimeError("the DevTools connection closed")
         return json.loads(raw)
 
-    async def call(self, method: str, params: dict | None = None, session: str | None = None,
-                   timeout: float = 60.0) -> dict:
+    async def call(
+        self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 60.0
+    ) -> dict:
         self.next_id += 1
         msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
         if session:
@@ -108,8 +120,14 @@ def _describe(event: dict) -> tuple[str, str] | None:
     return None
 
 
-async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
-                 clicks: tuple[tuple[int, int], ...] = (), prepare: str | None = None) -> PageRun:
+async def _drive(
+    ws_url: str,
+    url: str,
+    expression: str,
+    settle_s: float,
+    clicks: tuple[tuple[int, int], ...] = (),
+    prepare: str | None = None,
+) -> PageRun:
     from tornado.websocket import websocket_connect
 
     ws = await websocket_connect(ws_url, max_message_size=1 << 30)
@@ -124,13 +142,20 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
         await s.wait_for("Page.loadEventFired")
         prepared = None
         if prepare is not None:  # e.g. hand the page its data through its own API
-            prepared = await s.call("Runtime.evaluate", {"expression": prepare, "awaitPromise": True,
-                                                         "returnByValue": True}, session=sid, timeout=120)
+            prepared = await s.call(
+                "Runtime.evaluate",
+                {"expression": prepare, "awaitPromise": True, "returnByValue": True},
+                session=sid,
+                timeout=120,
+            )
         await asyncio.sleep(settle_s)
         for x, y in clicks:  # left clicks at CSS pixels, each given time to take effect
             for kind in ("mousePressed", "mouseReleased"):
-                await s.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
-                                                          "clickCount": 1}, session=sid)
+                await s.call(
+                    "Input.dispatchMouseEvent",
+                    {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+                    session=sid,
+                )
             await asyncio.sleep(0.8)
         run = PageRun()
         if prepared is not None and "exceptionDetails" in prepared:
@@ -143,9 +168,16 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         w, h = int(size["width"]), int(size["height"])
         run.size = (w, h)
-        shot = await s.call("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": w, "height": min(h, 30000), "scale": 1}}, session=sid, timeout=120)
+        shot = await s.call(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": w, "height": min(h, 30000), "scale": 1},
+            },
+            session=sid,
+            timeout=120,
+        )
         run.png = base64.b64decode(shot["data"])
         for ev in s.events:
             d = _describe(ev)
@@ -165,9 +197,16 @@ async def _drive(ws_url: str, url: str, expression: str, settle_s: float,
             pass
 
 
-def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, timeout_s: float = 90.0,
-              url: Callable[[str], str] | None = None, clicks: tuple[tuple[int, int], ...] = (),
-              prepare: str | None = None) -> PageRun:
+def open_page(
+    path: str,
+    expression: str = "null",
+    *,
+    settle_s: float = 0.2,
+    timeout_s: float = 90.0,
+    url: Callable[[str], str] | None = None,
+    clicks: tuple[tuple[int, int], ...] = (),
+    prepare: str | None = None,
+) -> PageRun:
     """Load ``path`` in a fresh headless Chromium and return a :class:`PageRun`.
 
     ``url`` (given the browser's DevTools websocket address) replaces ``file://path``, e.g. for
@@ -181,8 +220,12 @@ def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, tim
     err_path = os.path.join(profile, "stderr.txt")
     with open(err_path, "w") as err:
         # own session: the browser's helper processes can be ended together with it
-        proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={os.path.join(profile, 'p')}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            [exe, *FLAGS, f"--user-data-dir={os.path.join(profile, 'p')}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
         ws_url = None
         t0 = time.monotonic()
@@ -197,9 +240,19 @@ def open_page(path: str, expression: str = "null", *, settle_s: float = 0.2, tim
             with open(err_path, errors="replace") as f:
                 tail = f.read()[-2000:]
             raise RuntimeError(f"chromium did not start (exit {proc.poll()}): {tail}")
-        return asyncio.run(asyncio.wait_for(
-            _drive(ws_url, url(ws_url) if url else "file://" + os.path.abspath(path), expression, settle_s, clicks, prepare),
-            timeout_s))
+        return asyncio.run(
+            asyncio.wait_for(
+                _drive(
+                    ws_url,
+                    url(ws_url) if url else "file://" + os.path.abspath(path),
+                    expression,
+                    settle_s,
+                    clicks,
+                    prepare,
+                ),
+                timeout_s,
+            )
+        )
     finally:
         try:
             proc.wait(timeout=10)  # Browser.close lets it exit by itself

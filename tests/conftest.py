@@ -18,8 +18,10 @@ def shared(*parts: str) -> str:
 @pytest.fixture
 def copy_shared(tmp_path):
     """Copy a shared trace into tmp_path under a new name (for renamed-file tests)."""
+
     def _copy(rel: str, name: str) -> str:
         dst = tmp_path / name
         shutil.copy(shared(*rel.split("/")), dst)
         return str(dst)
+
     return _copy

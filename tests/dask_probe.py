@@ -11,6 +11,7 @@
 
 This is evidence from the scheduler itself, independent of dtrace's own bookkeeping.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,13 +51,26 @@ class TaskProbe(SchedulerPlugin):
             return
         if finish == "processing":
             spec = ts.run_spec
-            self._write({"event": "start", "key": str(key), "prefix": key_split(key),
-                         "worker": ts.processing_on.address if ts.processing_on else None,
-                         "args": [_arg(a) for a in getattr(spec, "args", ())],
-                         "spec_bytes": len(pickle.dumps(spec))})
+            self._write(
+                {
+                    "event": "start",
+                    "key": str(key),
+                    "prefix": key_split(key),
+                    "worker": ts.processing_on.address if ts.processing_on else None,
+                    "args": [_arg(a) for a in getattr(spec, "args", ())],
+                    "spec_bytes": len(pickle.dumps(spec)),
+                }
+            )
         elif finish == "memory":
-            self._write({"event": "done", "key": str(key), "prefix": key_split(key),
-                         "worker": sorted(w.address for w in ts.who_has), "nbytes": int(ts.nbytes)})
+            self._write(
+                {
+                    "event": "done",
+                    "key": str(key),
+                    "prefix": key_split(key),
+                    "worker": sorted(w.address for w in ts.who_has),
+                    "nbytes": int(ts.nbytes),
+                }
+            )
 
 
 def dask_setup(scheduler: Any) -> None:

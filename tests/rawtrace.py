@@ -3,6 +3,7 @@
 Numbers asserted in the kernel, class, gap and memory-operation tests are computed from these
 frames with plain pandas/numpy, never with the code under test.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -46,20 +47,35 @@ def load(path: str) -> dict:
         cat = (e.get("cat") or "").lower()
         if cat in GPU_CATS:
             a = e.get("args") or {}
-            rows.append((GPU_CATS[cat], e["name"], e["ts"], e["dur"], int(a.get("stream", e.get("tid", -1))),
-                         int(a.get("device", e.get("pid", -1))), int(a.get("correlation", -1)),
-                         a.get("bytes", -1)))
+            rows.append(
+                (
+                    GPU_CATS[cat],
+                    e["name"],
+                    e["ts"],
+                    e["dur"],
+                    int(a.get("stream", e.get("tid", -1))),
+                    int(a.get("device", e.get("pid", -1))),
+                    int(a.get("correlation", -1)),
+                    a.get("bytes", -1),
+                )
+            )
     gpu = pd.DataFrame(rows, columns=["kind", "name", "ts", "dur", "stream", "device", "correlation", "bytes"])
     gpu["start_ns"] = to_ns(gpu["ts"].to_numpy()) + base
     gpu["end_ns"] = gpu["start_ns"] + to_ns(gpu["dur"].to_numpy())
     gpu["dur_ns"] = gpu["end_ns"] - gpu["start_ns"]
-    rt = [(int((e.get("args") or {}).get("correlation", -1)), e["ts"], e["name"]) for e in ev
-          if (e.get("cat") or "").lower() in ("cuda_runtime", "cuda_driver", "runtime")]
+    rt = [
+        (int((e.get("args") or {}).get("correlation", -1)), e["ts"], e["name"])
+        for e in ev
+        if (e.get("cat") or "").lower() in ("cuda_runtime", "cuda_driver", "runtime")
+    ]
     launch = pd.DataFrame(rt, columns=["correlation", "ts", "name"])
     launch["start_ns"] = to_ns(launch["ts"].to_numpy()) + base
     launch = launch.loc[launch["correlation"] >= 0].drop_duplicates("correlation")
-    st = [(int(e["name"].split("#")[1]), e["ts"], e["dur"]) for e in ev
-          if (e.get("cat") or "").lower() == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    st = [
+        (int(e["name"].split("#")[1]), e["ts"], e["dur"])
+        for e in ev
+        if (e.get("cat") or "").lower() == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
     steps = pd.DataFrame(st, columns=["step", "ts", "dur"])
     steps["start_ns"] = to_ns(steps["ts"].to_numpy()) + base
     steps["end_ns"] = steps["start_ns"] + to_ns(steps["dur"].to_numpy())
@@ -128,5 +144,4 @@ def assert_whole_ns(actual, expected, err_msg: str = "") -> None:
     values computed by another float algorithm (a standard deviation) within the rounding."""
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
-    np.testing.assert_allclose(a, e, rtol=0, atol=0.5 + 1e-6 * np.maximum(np.abs(e), 1).max(initial=1),
-                               err_msg=err_msg)
+    np.testing.assert_allclose(a, e, rtol=0, atol=0.5 + 1e-6 * np.maximum(np.abs(e), 1).max(initial=1), err_msg=err_msg)

@@ -15,6 +15,7 @@ test can compute expected figures from the raw events independently of the reade
   ``textId``, one mark), ``StringIds`` and the session start time. Tables and columns can be
   left out to imitate other nsys versions.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,8 +31,16 @@ NSYS_KERNELS = ("void gemm_kernel<float>(float*, int)", "elementwise_kernel(floa
 ITER_TAG = "TSL:XlaModule:#hlo_module=jit_train_step,program_id=7#"
 
 
-def write_jax_trace(path: str, *, n_gpus: int = 2, layout: str = "classic", host: str = "host0",
-                    steps: int = 3, seed: int = 0, slow_gpu: int | None = None) -> dict[str, Any]:
+def write_jax_trace(
+    path: str,
+    *,
+    n_gpus: int = 2,
+    layout: str = "classic",
+    host: str = "host0",
+    steps: int = 3,
+    seed: int = 0,
+    slow_gpu: int | None = None,
+) -> dict[str, Any]:
     """Write a JAX ``*.trace.json.gz``; return ``{"gpu": {k: [events]}, "launches": n}``.
 
     Events in the truth are dicts with ``name``, ``stream``, ``ts``, ``dur`` (float µs),
@@ -44,18 +53,35 @@ def write_jax_trace(path: str, *, n_gpus: int = 2, layout: str = "classic", host
     classic = layout == "classic"
     host_pid = 701 if classic else 1701
     ev: list[dict[str, Any]] = []
-    ev.append({"ph": "M", "name": "process_name", "pid": host_pid,
-               "args": {"name": "/host:CPU" if classic else f"{host} /host:CPU"}})
+    ev.append(
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": host_pid,
+            "args": {"name": "/host:CPU" if classic else f"{host} /host:CPU"},
+        }
+    )
     ev.append({"ph": "M", "name": "thread_name", "pid": host_pid, "tid": 11, "args": {"name": "Host Threads/11"}})
     truth: dict[int, list[dict[str, Any]]] = {}
     corr = 100
     for k in range(n_gpus):
         pid = k + 1 if classic else 1001 + k
-        ev.append({"ph": "M", "name": "process_name", "pid": pid,
-                   "args": {"name": f"/device:GPU:{k}" if classic else f"{host} /device:GPU:{k}"}})
+        ev.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "args": {"name": f"/device:GPU:{k}" if classic else f"{host} /device:GPU:{k}"},
+            }
+        )
         s0, s1 = 10 + 3 * k, 11 + 3 * k
-        lines = {1: f"Stream #{s0}(Compute)", 2: f"Stream #{s1}(MemcpyD2D)", 3: f"XLA Ops - from #{s0}",
-                 4: f"XLA Modules - from #{s0}", 5: "Steps"}
+        lines = {
+            1: f"Stream #{s0}(Compute)",
+            2: f"Stream #{s1}(MemcpyD2D)",
+            3: f"XLA Ops - from #{s0}",
+            4: f"XLA Modules - from #{s0}",
+            5: "Steps",
+        }
         for tid, name in lines.items():
             ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
         gpu: list[dict[str, Any]] = []
@@ -84,8 +110,14 @@ def write_jax_trace(path: str, *, n_gpus: int = 2, layout: str = "classic", host
                 if kind == "memcpy":
                     args["memcpy_details"] = "kind:DeviceToDevice size:4096 dest:0 async:1"
                 gpu_ev = {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": d}
-                launch = {"ph": "X", "name": "cuLaunchKernel" if kind == "kernel" else "cuMemcpyDtoDAsync",
-                          "pid": host_pid, "tid": 11, "ts": launch_ts, "dur": 4.0}
+                launch = {
+                    "ph": "X",
+                    "name": "cuLaunchKernel" if kind == "kernel" else "cuMemcpyDtoDAsync",
+                    "pid": host_pid,
+                    "tid": 11,
+                    "ts": launch_ts,
+                    "dur": 4.0,
+                }
                 if classic:
                     gpu_ev["args"] = args
                     launch["args"] = {"correlation_id": str(corr)}
@@ -96,14 +128,31 @@ def write_jax_trace(path: str, *, n_gpus: int = 2, layout: str = "classic", host
                 ev += [gpu_ev, launch]
                 if kind == "kernel":  # the derived XLA Ops line repeats kernels: must not count
                     ev.append({"ph": "X", "name": hlo, "pid": pid, "tid": 3, "ts": ts, "dur": d})
-                gpu.append({"name": name, "stream": stream, "ts": ts, "dur": d, "kind": kind, "hlo_op": hlo,
-                            "step": step})
+                gpu.append(
+                    {"name": name, "stream": stream, "ts": ts, "dur": d, "kind": kind, "hlo_op": hlo, "step": step}
+                )
                 corr += 1
-            end = max(e["ts"] + e["dur"] for e in gpu[-len(seq):])
-            ev.append({"ph": "X", "name": "jit_train_step", "pid": pid, "tid": 4, "ts": step_start,
-                       "dur": round(end - step_start, 3)})
-            ev.append({"ph": "X", "name": str(step), "pid": pid, "tid": 5, "ts": step_start,
-                       "dur": round(end - step_start + 1.0, 3)})
+            end = max(e["ts"] + e["dur"] for e in gpu[-len(seq) :])
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": "jit_train_step",
+                    "pid": pid,
+                    "tid": 4,
+                    "ts": step_start,
+                    "dur": round(end - step_start, 3),
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": str(step),
+                    "pid": pid,
+                    "tid": 5,
+                    "ts": step_start,
+                    "dur": round(end - step_start + 1.0, 3),
+                }
+            )
             t = end + 200.0
         truth[k] = gpu
     ev.append({"ph": "X", "name": "$python.py:1 main", "pid": host_pid, "tid": 11, "ts": 900.0, "dur": 50000.0})
@@ -121,17 +170,17 @@ def _write_json_gz(path: str, doc: dict[str, Any]) -> None:
 _TABLES = {
     "StringIds": "id INTEGER PRIMARY KEY, value TEXT NOT NULL",
     "CUPTI_ACTIVITY_KIND_KERNEL": "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, "
-                                  "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, "
-                                  "shortName INTEGER, gridX INTEGER",
+    "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, "
+    "shortName INTEGER, gridX INTEGER",
     "CUPTI_ACTIVITY_KIND_MEMCPY": "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, "
-                                  "correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER",
+    "correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER",
     "CUPTI_ACTIVITY_KIND_MEMSET": "start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER, streamId INTEGER, "
-                                  "correlationId INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER",
+    "correlationId INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER",
     "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER, "
-                                   "correlationId INTEGER, nameId INTEGER, returnValue INTEGER",
+    "correlationId INTEGER, nameId INTEGER, returnValue INTEGER",
     "NVTX_EVENTS": "start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, category INTEGER, "
-                   "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, "
-                   "domainId INTEGER",
+    "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, "
+    "domainId INTEGER",
     "TARGET_INFO_SESSION_START_TIME": "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT",
 }
 
@@ -141,10 +190,17 @@ def global_id(pid: int, tid: int = 0) -> int:
     return (1 << 48) | (pid << 24) | tid
 
 
-def write_nsys_sqlite(path: str, *, processes: tuple[tuple[int, int], ...] = ((4242, 0),), steps: int = 3,
-                      session_start: int = 1_700_000_000_000_000_000, seed: int = 0, slow: float = 1.0,
-                      drop_tables: tuple[str, ...] = (), drop_columns: dict[str, tuple[str, ...]] | None = None
-                      ) -> dict[str, Any]:
+def write_nsys_sqlite(
+    path: str,
+    *,
+    processes: tuple[tuple[int, int], ...] = ((4242, 0),),
+    steps: int = 3,
+    session_start: int = 1_700_000_000_000_000_000,
+    seed: int = 0,
+    slow: float = 1.0,
+    drop_tables: tuple[str, ...] = (),
+    drop_columns: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, Any]:
     """Write an ``nsys export``-style SQLite report; return the truth per (pid, device).
 
     ``truth["gpu"][(pid, dev)]`` lists GPU activities (``name``, ``kind``, ``stream``,
@@ -181,8 +237,16 @@ def write_nsys_sqlite(path: str, *, processes: tuple[tuple[int, int], ...] = ((4
             for kn in NSYS_KERNELS:
                 d = int(rng.integers(20_000, 90_000) * (slow if "gemm" in kn else 1.0))
                 acts.append(("kernel", kn, 7, d, -1, 0))
-            acts.append(("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)", 9,
-                         120_000 + 1000 * step, -1, 0))
+            acts.append(
+                (
+                    "kernel",
+                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)",
+                    9,
+                    120_000 + 1000 * step,
+                    -1,
+                    0,
+                )
+            )
             acts.append(("memcpy", "", 8, 15_000, 1 << 20, 1))
             acts.append(("memcpy", "", 8, 9_000, 1 << 18, 8))
             acts.append(("memset", "[CUDA memset]", 8, 2_000, 4096, 0))
@@ -193,31 +257,60 @@ def write_nsys_sqlite(path: str, *, processes: tuple[tuple[int, int], ...] = ((4
                 start = max(launch_end + int(rng.integers(500, 5_000)), free.get(stream, 0) + 700)
                 end = start + d
                 free[stream] = end
-                api = {"kernel": "cudaLaunchKernel_v7000", "memcpy": "cudaMemcpyAsync_v3020",
-                       "memset": "cudaMemsetAsync_v3020"}[kind]
+                api = {
+                    "kernel": "cudaLaunchKernel_v7000",
+                    "memcpy": "cudaMemcpyAsync_v3020",
+                    "memset": "cudaMemsetAsync_v3020",
+                }[kind]
                 rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append((launch_start, launch_end, 0, gtid, corr, sid(api), 0))
                 launches.append({"name": api, "start": launch_start, "end": launch_end, "corr": corr})
                 if kind == "kernel":
-                    rows["CUPTI_ACTIVITY_KIND_KERNEL"].append((start, end, dev, 1, stream, corr, gpid, sid(name),
-                                                               sid(name.split("(")[0]), 128))
+                    rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
+                        (start, end, dev, 1, stream, corr, gpid, sid(name), sid(name.split("(")[0]), 128)
+                    )
                 elif kind == "memcpy":
                     rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append((start, end, dev, 1, stream, corr, gpid, nbytes, ck))
                 else:
                     rows["CUPTI_ACTIVITY_KIND_MEMSET"].append((start, end, dev, 1, stream, corr, gpid, 0, nbytes))
-                gpu.append({"kind": kind, "name": name, "stream": stream, "start": start, "end": end, "corr": corr,
-                            "bytes": nbytes, "copy_kind": ck, "step": step, "launch": launch_start})
+                gpu.append(
+                    {
+                        "kind": kind,
+                        "name": name,
+                        "stream": stream,
+                        "start": start,
+                        "end": end,
+                        "corr": corr,
+                        "bytes": nbytes,
+                        "copy_kind": ck,
+                        "step": step,
+                        "launch": launch_start,
+                    }
+                )
                 corr += 1
                 t = launch_end + 500
                 if i == 1:
                     fwd_end = t
-            t = max(g["end"] for g in gpu[-len(acts):]) + 2_000
+            t = max(g["end"] for g in gpu[-len(acts) :]) + 2_000
             nvtx.append({"name": ITER_TAG, "start": step_t0, "end": t, "tid": tid})
             nvtx.append({"name": "forward", "start": fwd_t0, "end": fwd_end, "tid": tid})
             t += 50_000
         for j, r in enumerate(nvtx):
             by_id = j == 1  # the first "forward" range names itself through StringIds
-            rows["NVTX_EVENTS"].append((r["start"], r["end"], 59, None, None, None, None if by_id else r["name"],
-                                        gtid, None, sid(r["name"]) if by_id else None, 0))
+            rows["NVTX_EVENTS"].append(
+                (
+                    r["start"],
+                    r["end"],
+                    59,
+                    None,
+                    None,
+                    None,
+                    None if by_id else r["name"],
+                    gtid,
+                    None,
+                    sid(r["name"]) if by_id else None,
+                    0,
+                )
+            )
         rows["NVTX_EVENTS"].append((t, None, 34, None, None, None, "a mark", gtid, None, None, 0))
         truth["gpu"][(pid, dev)] = gpu
         truth["nvtx"][pid] = nvtx

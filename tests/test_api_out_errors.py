@@ -1,5 +1,6 @@
 """``dtrace.analyze(..., out=X)`` where X cannot hold results: a DtraceError of one line naming
 the path, raised before any input is read, never a raw OSError (issue 13)."""
+
 from __future__ import annotations
 
 import os
@@ -80,8 +81,10 @@ def read_only(tmp_path):
     d.chmod(0o555)
     immutable = False
     if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(d)],
-                                                           capture_output=True).returncode != 0:
+        if (
+            shutil.which("chattr") is None
+            or subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode != 0
+        ):
             d.chmod(0o755)
             pytest.skip("running as root and cannot make a folder immutable here")
         immutable = True

@@ -1,4 +1,5 @@
 """SPEC §8: every bad input gets a one-line error naming the file; the other ranks complete."""
+
 import gzip
 import json
 import os
@@ -12,12 +13,32 @@ import dtrace
 from dtrace.errors import InputError
 from dtrace.readers import detect
 
-GOOD = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [
-    {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 100.0, "dur": 10.0,
-     "args": {"device": 0, "stream": 7, "correlation": 1}},
-    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, "ts": 95.0, "dur": 2.0,
-     "args": {"correlation": 1}},
-]}
+GOOD = {
+    "schemaVersion": 1,
+    "distributedInfo": {"rank": 0, "world_size": 2},
+    "traceEvents": [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "sgemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 100.0,
+            "dur": 10.0,
+            "args": {"device": 0, "stream": 7, "correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 5,
+            "tid": 5,
+            "ts": 95.0,
+            "dur": 2.0,
+            "args": {"correlation": 1},
+        },
+    ],
+}
 
 
 def write(path, doc, gz=False):
@@ -123,8 +144,12 @@ def test_multi_file_run_good_ranks_complete(tmp_path):
     write(d / "a_rank-7.json", dup)
     write(d / "b_rank-7.json", dup)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", str(d), "-o", str(out), "--sync"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", str(d), "-o", str(out), "--sync"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 1, proc.stderr
     res = dtrace.load(out)
     assert sorted(res.breakdown["rank"].tolist()) == [0, 1]
@@ -141,13 +166,21 @@ def test_multi_file_run_good_ranks_complete(tmp_path):
 
 def test_nothing_analysable_exits_2(tmp_path):
     p = write(tmp_path / "rank-0.json", {"traceEvents": []})
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", p, "-o", str(tmp_path / "o"), "--sync"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", p, "-o", str(tmp_path / "o"), "--sync"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
 
 
 def test_usage_error_exits_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", str(tmp_path / "nope"), "-o",
-                           str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", str(tmp_path / "nope"), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "no such file" in proc.stderr

@@ -8,6 +8,7 @@ with the oracle, under several settings; every row of every table must match. Ta
 the oracle (``segments``) are checked against the same analysis run on each part alone: many
 parts in one batch must give what each part gives by itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,17 @@ from dtrace.partition import concat_parts
 from dtrace.readers import detect
 
 ORACLE_TABLES = {a.table for a in ORACLE}
-KINETO = ["single/a100_nccl_collectives.json.gz", "single/mi300_resnet_rccl_rank0.json.gz",
-          "single/b200_vllm_eager_rank0.json.gz", "single/mi250_rocm62.json.gz", "single/mi210_gpu_only.json.gz",
-          "hta-2rank/sampled_rank-0.json.gz", "hta-2rank/sampled_rank-1.json.gz",
-          "edge/old_capitalized_categories_rank_1.json.gz", "edge/arg_above_int64_rank-70.json.gz"]
+KINETO = [
+    "single/a100_nccl_collectives.json.gz",
+    "single/mi300_resnet_rccl_rank0.json.gz",
+    "single/b200_vllm_eager_rank0.json.gz",
+    "single/mi250_rocm62.json.gz",
+    "single/mi210_gpu_only.json.gz",
+    "hta-2rank/sampled_rank-0.json.gz",
+    "hta-2rank/sampled_rank-1.json.gz",
+    "edge/old_capitalized_categories_rank_1.json.gz",
+    "edge/arg_above_int64_rank-70.json.gz",
+]
 
 
 def _parts_of(path: str, first_rank: int):
@@ -38,9 +46,15 @@ def _parts_of(path: str, first_rank: int):
     out = []
     for p in tf.parts:
         rank = first_rank + (p.local_index if tf.rank_per_device else 0)
-        out.append({"rank": rank, "device": p.device, "format": tf.format,
-                    "base_ns": int(tf.meta.get("base_time_ns") or 0),
-                    "tables": (p.events, p.collectives, p.memcpy)})
+        out.append(
+            {
+                "rank": rank,
+                "device": p.device,
+                "format": tf.format,
+                "base_ns": int(tf.meta.get("base_time_ns") or 0),
+                "tables": (p.events, p.collectives, p.memcpy),
+            }
+        )
     return out
 
 
@@ -69,19 +83,25 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
         return df.reset_index(drop=True)
     key = df.astype({c: str for c in df.columns if df[c].dtype == object})
     low = np.iinfo(np.int64).min  # NA sorts first
-    cols = [key[c].to_numpy(np.int64, na_value=low) if isinstance(key[c].dtype, pd.Int64Dtype) else key[c].to_numpy()
-            for c in reversed(list(key.columns))]
+    cols = [
+        key[c].to_numpy(np.int64, na_value=low) if isinstance(key[c].dtype, pd.Int64Dtype) else key[c].to_numpy()
+        for c in reversed(list(key.columns))
+    ]
     return df.iloc[np.lexsort(cols)].reset_index(drop=True)
 
 
 def _check(parts: list[dict], options: Options) -> None:
     tables = [p["tables"] for p in parts]
     ev, coll, mem = concat_parts(tables)
-    meta = pd.DataFrame({"part": np.arange(len(parts), dtype=np.int32),
-                         "rank": np.array([p["rank"] for p in parts], np.int32),
-                         "device": np.array([p["device"] for p in parts], np.int32),
-                         "format": [p["format"] for p in parts],
-                         "base_ns": np.array([p["base_ns"] for p in parts], np.int64)})
+    meta = pd.DataFrame(
+        {
+            "part": np.arange(len(parts), dtype=np.int32),
+            "rank": np.array([p["rank"] for p in parts], np.int32),
+            "device": np.array([p["device"] for p in parts], np.int32),
+            "format": [p["format"] for p in parts],
+            "base_ns": np.array([p["base_ns"] for p in parts], np.int64),
+        }
+    )
     got = run_analyses(prepare(ev, coll, mem, meta, options))
     want: dict[str, list[pd.DataFrame]] = {}
     newer = [a for a in ANALYSES if a.table not in ORACLE_TABLES]
@@ -93,8 +113,9 @@ def _check(parts: list[dict], options: Options) -> None:
     for p in parts:
         e, c, m = (t.to_pandas() for t in p["tables"])
         e["rank"] = np.full(len(e), p["rank"], np.int32)
-        part = oracle_prepare(e, c, m, rank=p["rank"], device=p["device"], fmt=p["format"], options=options,
-                              base_ns=p["base_ns"])
+        part = oracle_prepare(
+            e, c, m, rank=p["rank"], device=p["device"], fmt=p["format"], options=options, base_ns=p["base_ns"]
+        )
         declared = {a.table: a.columns for a in ANALYSES}
         for name, df in oracle_run(part).items():
             want.setdefault(name, []).append(_as_today(df, declared.get(name, {})))
@@ -106,8 +127,14 @@ def _check(parts: list[dict], options: Options) -> None:
         assert len(g) == len(w), (a.table, len(g), len(w))
         for col in w.columns:
             if w[col].dtype == np.float64:
-                np.testing.assert_allclose(g[col].to_numpy(np.float64), w[col].to_numpy(np.float64), rtol=1e-12,
-                                           atol=1e-9, equal_nan=True, err_msg=f"{a.table}.{col}")
+                np.testing.assert_allclose(
+                    g[col].to_numpy(np.float64),
+                    w[col].to_numpy(np.float64),
+                    rtol=1e-12,
+                    atol=1e-9,
+                    equal_nan=True,
+                    err_msg=f"{a.table}.{col}",
+                )
             else:
                 assert (g[col].isna().to_numpy() == w[col].isna().to_numpy()).all(), f"{a.table}.{col}"
                 known = g[col].notna().to_numpy()
@@ -139,8 +166,10 @@ def test_kineto_traces_in_one_batch(kineto_parts, kw):
 
 
 def test_class_maps_in_one_batch(kineto_parts):
-    _check(kineto_parts[:6], Options(classmap=shared("classmaps", "vllm_engine_model.json"), classmap_engine="vllm",
-                                     classmap_model="llama"))
+    _check(
+        kineto_parts[:6],
+        Options(classmap=shared("classmaps", "vllm_engine_model.json"), classmap_engine="vllm", classmap_model="llama"),
+    )
     _check(kineto_parts[:6], Options(classmap={"gemm": "gemm", "elementwise": "ew", "nccl": "comm"}))
 
 

@@ -3,6 +3,7 @@ nothing in them is ever unpickled, no name read from them leads outside its entr
 them is followed, and anything damaged, edited or stale is parsed or computed again (with a
 note), never served and never an error. Every input is built here; every expected table comes
 from a clean run with a cache of its own."""
+
 from __future__ import annotations
 
 import glob
@@ -75,11 +76,13 @@ def edit_source(entry: str, edit, forge: bool = True) -> None:
     """Edit the ``source.json`` of a cache entry; ``forge``: as someone who edits it on purpose
     would, with its record's fingerprint made to match (its definition: xxh3-128 of the record
     as JSON with sorted keys), so that only the checks of its content can refuse it."""
+
     def apply(doc):
         edit(doc)
         if forge and isinstance(doc, dict) and "record_fingerprint" in doc:
             text = json.dumps(doc.get("record"), sort_keys=True)
             doc["record_fingerprint"] = xxhash.xxh3_128_hexdigest(text.encode())
+
     edit_json(os.path.join(entry, "source.json"), apply)
 
 
@@ -93,6 +96,7 @@ def forge_part_checksum(entry: str, name: str) -> None:
         for p in doc["record"]["parts"]:
             if name in p["checksums"]:
                 p["checksums"][name] = fp
+
     edit_source(entry, edit)
 
 
@@ -104,6 +108,7 @@ def forge_store_fingerprint(entry: str, table: str, rows: int | None = None) -> 
         doc["tables"][table]["fingerprint"] = fp
         if rows is not None:
             doc["tables"][table]["rows"] = rows
+
     edit_json(os.path.join(entry, "entry.json"), edit)
 
 
@@ -165,7 +170,7 @@ def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, tmp_pa
     stored = store_entries(cache)
     assert stored
     for entry in stored:
-        plant(entry, "tables.pkl", ".arrow", lambda e, n: forge_store_fingerprint(e, n[:-len(".arrow")]))
+        plant(entry, "tables.pkl", ".arrow", lambda e, n: forge_store_fingerprint(e, n[: -len(".arrow")]))
 
     res = dtrace.analyze(files, cache=cache, scheduler="sync")
     assert not os.path.exists(marker)
@@ -182,7 +187,9 @@ def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, tmp_pa
     again = dtrace.analyze(files, cache=cache, scheduler="sync")
     assert not os.path.exists(marker)
     assert_tables(again, want)
-    assert [(i["cached"], i["results_reused"]) for i in again.manifest["inputs"]] == [(True, True)] * N_RANKS, again.manifest["notes"]
+    assert [(i["cached"], i["results_reused"]) for i in again.manifest["inputs"]] == [(True, True)] * N_RANKS, (
+        again.manifest["notes"]
+    )
 
 
 # -- no path from the cache leads outside its entry -----------------------------------------
@@ -200,9 +207,11 @@ def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, w
     outside = tmp_path / "outside"
     outside.mkdir()
     shutil.copy(os.path.join(other, other_events), outside / other_events)
-    target = {"parent": os.path.join("..", "..", "outside", other_events),
-              "absolute": str(outside / other_events),
-              "other-entry": os.path.join("..", os.path.basename(other), other_events)}[where]
+    target = {
+        "parent": os.path.join("..", "..", "outside", other_events),
+        "absolute": str(outside / other_events),
+        "other-entry": os.path.join("..", os.path.basename(other), other_events),
+    }[where]
     with open(outside / other_events, "rb") as f:
         fp = xxhash.xxh3_128_hexdigest(f.read())
 
@@ -215,6 +224,7 @@ def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, w
         part["events"] = target
         part["n_events"] = other_events_n  # forged too: only the name's check can refuse it
         part["checksums"] = {(target if k == old else k): (fp if k == old else v) for k, v in part["checksums"].items()}
+
     edit_source(victim, edit)
     before_outside, before_other = snapshot(outside), snapshot(other)
 
@@ -227,8 +237,9 @@ def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, w
     assert inputs[files[1]]["cached"] and inputs[files[1]]["notes"] == []
     assert snapshot(outside) == before_outside and snapshot(other) == before_other
     # the entry was written anew, in its own folder
-    assert sorted(os.listdir(victim)) == sorted(["source.json", *(n.replace("p0-d1", "p0-d0") for n in
-                                                                  os.listdir(other) if n != "source.json")])
+    assert sorted(os.listdir(victim)) == sorted(
+        ["source.json", *(n.replace("p0-d1", "p0-d0") for n in os.listdir(other) if n != "source.json")]
+    )
 
 
 def test_an_entry_claiming_another_input_is_not_used(job, tmp_path):
@@ -332,6 +343,7 @@ def _flip(p):
 def _source(edit, forge=True):
     def apply(entry):
         edit_source(entry, edit, forge)
+
     return apply
 
 
@@ -339,6 +351,7 @@ def _file(prefix, damage):
     def apply(entry):
         (name,) = [n for n in os.listdir(entry) if n.startswith(prefix)]
         damage(os.path.join(entry, name))
+
     return apply
 
 
@@ -353,12 +366,14 @@ def _set(*path_and_value):
 
     def edit(doc):
         _parent(doc, path)[path[-1]] = value
+
     return edit
 
 
 def _delete(*path):
     def edit(doc):
         del _parent(doc, path)[path[-1]]
+
     return edit
 
 
@@ -371,6 +386,7 @@ def _source_bytes(data):
     def apply(entry):
         with open(os.path.join(entry, "source.json"), "wb") as f:
             f.write(data)
+
     return apply
 
 
@@ -458,7 +474,7 @@ def _emptied(entry):
         if name.endswith(".arrow"):
             t = _read_arrow(os.path.join(entry, name))
             _write_arrow(os.path.join(entry, name), t.slice(0, 0))
-            forge_store_fingerprint(entry, name[:-len(".arrow")], rows=0)
+            forge_store_fingerprint(entry, name[: -len(".arrow")], rows=0)
 
 
 def _other_ranks(entry):
@@ -482,12 +498,14 @@ def _edited_values(entry):
 def _store_file(name, damage):
     def apply(entry):
         damage(os.path.join(entry, name))
+
     return apply
 
 
 def _entry_json(edit):
     def apply(entry):
         edit_json(os.path.join(entry, "entry.json"), edit)
+
     return apply
 
 
@@ -530,8 +548,10 @@ def test_damaged_stored_results_are_recomputed(job, tmp_path, damage):
 
 
 # -- stale results: the content decides -------------------------------------------------------
-KERNEL = ('{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7, "ts": %d.0, "dur": %d.0, '
-          '"args": {"device": 0, "stream": 7}}')
+KERNEL = (
+    '{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7, "ts": %d.0, "dur": %d.0, '
+    '"args": {"device": 0, "stream": 7}}'
+)
 
 
 def _trace(durations):
@@ -599,7 +619,7 @@ def test_forged_entry_that_fails_to_decode_fails_once_then_is_parsed_again(job, 
     p = Path(entry, name)
     data = bytearray(p.read_bytes())
     footer = int.from_bytes(data[-8:-4], "little")
-    data[4:len(data) - 8 - footer] = b"\xff" * (len(data) - 12 - footer)  # every page, not the footer
+    data[4 : len(data) - 8 - footer] = b"\xff" * (len(data) - 12 - footer)  # every page, not the footer
     p.write_bytes(bytes(data))
     forge_part_checksum(entry, name)
     assert pq.ParquetFile(p).metadata.num_rows > 0  # the footer still reads

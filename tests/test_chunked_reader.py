@@ -1,4 +1,5 @@
 """The chunked, in-place Chrome-trace decoder (dtrace.readers._chrome) on multi-block inputs."""
+
 from __future__ import annotations
 
 import gc
@@ -14,9 +15,14 @@ from dtrace.tile import tile_trace
 
 
 def _same(a, b) -> bool:
-    return (len(a.parts) == len(b.parts) and a.meta == b.meta
-            and all(x.events.equals(y.events) and x.collectives.equals(y.collectives) and x.memcpy.equals(y.memcpy)
-                    for x, y in zip(a.parts, b.parts)))
+    return (
+        len(a.parts) == len(b.parts)
+        and a.meta == b.meta
+        and all(
+            x.events.equals(y.events) and x.collectives.equals(y.collectives) and x.memcpy.equals(y.memcpy)
+            for x, y in zip(a.parts, b.parts)
+        )
+    )
 
 
 def test_block_size_never_changes_the_table(tmp_path):
@@ -63,8 +69,10 @@ def _non_complete(path: str) -> int:
 def test_reading_leaves_no_reference_cycles(tmp_path):
     # a list after the events makes the reader try (and reject) a wrong end of the array first;
     # a kept exception would hold the reader's frames, and with them its read buffer, in a cycle
-    doc = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
-           '"args": {"correlation": 1}}], "deviceProperties": [{"id": 0, "name": "GPU"}]}')
+    doc = (
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+        '"args": {"correlation": 1}}], "deviceProperties": [{"id": 0, "name": "GPU"}]}'
+    )
     (tmp_path / "t.json").write_text(doc)
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)

@@ -1,6 +1,7 @@
 """Every failure the CLI can meet in the file system or a hand-edited results folder is one line on
 stderr with exit code 2, never a traceback (issue 13). Inputs are built here; disk full and
 read-only folders are simulated by making the writer raise the OSError the kernel would."""
+
 import errno
 import json
 import os
@@ -64,8 +65,12 @@ def test_out_manifest_is_a_folder(tmp_path, trace, capsys):
     (out / MANIFEST).mkdir(parents=True)
     assert main(["analyze", trace, "-o", str(out), "--sync"]) == 2
     one_line_error(capsys, MANIFEST, "is a directory")
-    for argv in (["show", str(out)], ["report", str(out), "-o", str(tmp_path / "r.html")],
-                 ["diff", str(out), str(out)], ["compare", str(out), "-o", str(tmp_path / "c.html")]):
+    for argv in (
+        ["show", str(out)],
+        ["report", str(out), "-o", str(tmp_path / "r.html")],
+        ["diff", str(out), str(out)],
+        ["compare", str(out), "-o", str(tmp_path / "c.html")],
+    ):
         assert main(argv) == 2, argv
         one_line_error(capsys, MANIFEST, "is a directory")
 
@@ -122,11 +127,15 @@ def test_disk_full_while_writing_the_report(tmp_path, results, capsys, monkeypat
 
 def test_tree_and_ops_on_invalid_utf8_and_deep_json(tmp_path, capsys):
     bad = tmp_path / "bad.json"
-    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, '
-                    b'"ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}')
+    bad.write_bytes(
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "pid": 0, "tid": 7, '
+        b'"ts": 1, "dur": 1, "args": {"device": 0, "stream": 7}}]}'
+    )
     deep = tmp_path / "deep.json"
-    deep.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, '
-                    '"dur": 1, "args": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}]}")
+    deep.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, '
+        '"dur": 1, "args": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}]}"
+    )
     for path in (bad, deep):
         assert main(["ops", str(path)]) == 2
         one_line_error(capsys, str(path))
@@ -165,9 +174,16 @@ def test_hand_edited_manifest(tmp_path, results, capsys, case):
         m = edit
     with open(path, "w") as f:
         json.dump(m, f)
-    for argv in (["show", out], ["show", out, "breakdown"], ["report", out, "-o", str(tmp_path / "r.html")],
-                 ["compare", out, out, "-o", str(tmp_path / "c.html")], ["diff", out, out],
-                 ["kernels", out], ["gaps", out], ["ops", out]):
+    for argv in (
+        ["show", out],
+        ["show", out, "breakdown"],
+        ["report", out, "-o", str(tmp_path / "r.html")],
+        ["compare", out, out, "-o", str(tmp_path / "c.html")],
+        ["diff", out, out],
+        ["kernels", out],
+        ["gaps", out],
+        ["ops", out],
+    ):
         assert main(argv) == 2, argv
         one_line_error(capsys, MANIFEST, "edited or damaged")
 
@@ -176,8 +192,13 @@ def test_tables_listed_but_absent(tmp_path, results, capsys):
     out = copy_results(results, tmp_path)
     os.unlink(os.path.join(out, "breakdown.parquet"))
     os.unlink(os.path.join(out, "kernels.parquet"))
-    for argv in (["show", out, "breakdown"], ["report", out, "-o", str(tmp_path / "r.html")],
-                 ["compare", out, out, "-o", str(tmp_path / "c.html")], ["diff", out, out], ["kernels", out]):
+    for argv in (
+        ["show", out, "breakdown"],
+        ["report", out, "-o", str(tmp_path / "r.html")],
+        ["compare", out, out, "-o", str(tmp_path / "c.html")],
+        ["diff", out, out],
+        ["kernels", out],
+    ):
         assert main(argv) == 2, argv
         one_line_error(capsys, "parquet", "cannot read results table")
 

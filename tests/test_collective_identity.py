@@ -5,6 +5,7 @@ the ``record_param_comms`` op whose time window holds their launch call on the s
 expected values are read from the raw JSON here, with plain loops, and from TraceLens's reference
 collective table; the traces are the shared ones with the kernels' own collective args removed.
 """
+
 import csv
 import gzip
 import json
@@ -18,8 +19,19 @@ from dtrace.classify import BuiltinClassifier, collective_label
 from dtrace.readers._collective_args import _enclosing
 from dtrace.readers.kineto import read_kineto
 
-COLL_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
-             "Process Group Ranks", "Process Group Description", "In split size", "Out split size", "Seq")
+COLL_ARGS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Ranks",
+    "Process Group Description",
+    "In split size",
+    "Out split size",
+    "Seq",
+)
 NORMAL = {"allreduce": "all_reduce", "broadcast": "broadcast"}  # c10d's names -> dtrace's
 WIDTH = {"BFloat16": 2, "Float": 4, "Long": 8}  # bytes per element
 
@@ -40,8 +52,9 @@ def _stripped(src: str, dst) -> tuple[str, dict]:
 def _expected(doc: dict) -> dict[int, dict]:
     """Kernel correlation -> args of the innermost record_param_comms enclosing its launch (loops)."""
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    launches = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"
-                and "correlation" in e.get("args", {})}
+    launches = {
+        e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     recs = [e for e in ev if e.get("name") == "record_param_comms"]
     out = {}
     for k in ev:
@@ -50,8 +63,11 @@ def _expected(doc: dict) -> dict[int, dict]:
         launch = launches.get(k["args"]["correlation"])
         if launch is None:
             continue
-        around = [r for r in recs if r["pid"] == launch["pid"] and r["tid"] == launch["tid"]
-                  and r["ts"] <= launch["ts"] < r["ts"] + r["dur"]]
+        around = [
+            r
+            for r in recs
+            if r["pid"] == launch["pid"] and r["tid"] == launch["tid"] and r["ts"] <= launch["ts"] < r["ts"] + r["dur"]
+        ]
         if around:
             out[k["args"]["correlation"]] = max(around, key=lambda r: r["ts"])["args"]
     return out
@@ -64,8 +80,9 @@ def _side(path: str):
     return ev, coll
 
 
-@pytest.mark.parametrize("trace, n_named, n_comm", [("mi300_resnet_rccl_rank0.json.gz", 12, 17),
-                                                      ("a100_nccl_collectives.json.gz", 21, 21)])
+@pytest.mark.parametrize(
+    "trace, n_named, n_comm", [("mi300_resnet_rccl_rank0.json.gz", 12, 17), ("a100_nccl_collectives.json.gz", 21, 21)]
+)
 def test_kernels_without_args_take_them_from_record_param_comms(tmp_path, trace, n_named, n_comm):
     src = shared("kineto", "single", trace)
     path, doc = _stripped(src, tmp_path / "stripped.json")
@@ -108,8 +125,12 @@ def test_rccl_collectives_agree_with_tracelens(tmp_path):
 
 
 def _trace(events: list[dict]) -> dict:
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "baseTimeNanoseconds": 0,
-            "traceEvents": events}
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 2},
+        "baseTimeNanoseconds": 0,
+        "traceEvents": events,
+    }
 
 
 def _x(cat, name, pid, tid, ts, dur, **args):
@@ -117,30 +138,48 @@ def _x(cat, name, pid, tid, ts, dur, **args):
 
 
 def test_innermost_enclosing_op_and_what_does_not_inherit(tmp_path):
-    coalesced = {"Collective name": "allreduce_coalesced", "dtype": "Float", "In msg nelems": 100,
-                 "Out msg nelems": 100, "Group size": 2, "Process Group Name": "3", "Process Group Ranks": "[0, 1]"}
-    inner = dict(coalesced, **{"Collective name": "allgather", "In msg nelems": 10, "Out msg nelems": 20,
-                               "dtype": "BFloat16"})
+    coalesced = {
+        "Collective name": "allreduce_coalesced",
+        "dtype": "Float",
+        "In msg nelems": 100,
+        "Out msg nelems": 100,
+        "Group size": 2,
+        "Process Group Name": "3",
+        "Process Group Ranks": "[0, 1]",
+    }
+    inner = dict(
+        coalesced, **{"Collective name": "allgather", "In msg nelems": 10, "Out msg nelems": 20, "dtype": "BFloat16"}
+    )
     own = dict(inner, **{"Collective name": "reduce_scatter"})
     nccl = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
     ev = [
-        _x("cpu_op", "record_param_comms", 1, 1, 100, 100, **coalesced),   # outer op: 100..200
-        _x("cpu_op", "record_param_comms", 1, 1, 110, 20, **inner),        # inner op: 110..130
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 115, 5, correlation=1),    # inside inner
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 150, 5, correlation=2),    # after inner: outer
-        _x("cuda_runtime", "cudaMemsetAsync", 1, 1, 160, 5, correlation=3),     # a memset of the buffer
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 170, 5, correlation=4),    # a copy kernel
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 2, 120, 5, correlation=5),    # other thread
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 300, 5, correlation=6),    # after every op
-        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 180, 5, correlation=7),    # inside, own args
+        _x("cpu_op", "record_param_comms", 1, 1, 100, 100, **coalesced),  # outer op: 100..200
+        _x("cpu_op", "record_param_comms", 1, 1, 110, 20, **inner),  # inner op: 110..130
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 115, 5, correlation=1),  # inside inner
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 150, 5, correlation=2),  # after inner: outer
+        _x("cuda_runtime", "cudaMemsetAsync", 1, 1, 160, 5, correlation=3),  # a memset of the buffer
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 170, 5, correlation=4),  # a copy kernel
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 2, 120, 5, correlation=5),  # other thread
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 300, 5, correlation=6),  # after every op
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 1, 180, 5, correlation=7),  # inside, own args
         _x("kernel", nccl, 0, 7, 1000, 50, device=0, stream=7, correlation=1),
         _x("kernel", nccl, 0, 7, 1100, 50, device=0, stream=7, correlation=2),
         _x("gpu_memset", "Memset (Device)", 0, 7, 1200, 5, device=0, stream=7, correlation=3, bytes=64),
         _x("kernel", "void at::native::copy_kernel", 0, 7, 1300, 5, device=0, stream=7, correlation=4),
         _x("kernel", nccl, 0, 7, 1400, 50, device=0, stream=7, correlation=5),
         _x("kernel", nccl, 0, 7, 1500, 50, device=0, stream=7, correlation=6),
-        _x("kernel", "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 0, 7, 1600, 50, device=0, stream=7,
-           correlation=7, **own),
+        _x(
+            "kernel",
+            "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+            0,
+            7,
+            1600,
+            50,
+            device=0,
+            stream=7,
+            correlation=7,
+            **own,
+        ),
     ]
     p = tmp_path / "t.json"
     p.write_text(json.dumps(_trace(ev)))
@@ -159,18 +198,26 @@ def test_enclosing_by_hand():
     got = _enclosing(z, z, np.array([15, 35, 50, 100]), z[:3], z[:3], np.array([0, 10, 30]), np.array([100, 20, 40]))
     assert got.tolist() == [1, 2, 0, -1]
     # a launch on another thread finds nothing
-    assert _enclosing(z[:1] + 1, z[:1], np.array([15]), z[:3], z[:3], np.array([0, 10, 30]),
-                      np.array([100, 20, 40])).tolist() == [-1]
+    assert _enclosing(
+        z[:1] + 1, z[:1], np.array([15]), z[:3], z[:3], np.array([0, 10, 30]), np.array([100, 20, 40])
+    ).tolist() == [-1]
 
 
 def test_class_and_nccl_label_from_the_collective():
     clf = BuiltinClassifier()
     generic = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
     names = [generic, generic, generic, "ncclDevKernel_AllGather_RING_LL", "sm90_xmma_gemm_bf16"]
-    got = clf.classify(names, ["kernel"] * 5, ["comm", "comm", "comm", "comm", "compute"],
-                       collectives=["all_reduce", "broadcast", "", "all_reduce", "all_reduce"])
+    got = clf.classify(
+        names,
+        ["kernel"] * 5,
+        ["comm", "comm", "comm", "comm", "compute"],
+        collectives=["all_reduce", "broadcast", "", "all_reduce", "all_reduce"],
+    )
     # the name decides where it names the collective; args only name the generic kernel
     assert got == ["nccl_allreduce", "nccl_broadcast", "nccl_other", "nccl_allgather", "gemm"]
-    assert [collective_label(generic, c) for c in ("all_reduce", "broadcast", "")] == \
-        ["AllReduce", "Broadcast", "Generic"]
+    assert [collective_label(generic, c) for c in ("all_reduce", "broadcast", "")] == [
+        "AllReduce",
+        "Broadcast",
+        "Generic",
+    ]
     assert collective_label("ncclDevKernel_AllGather_RING_LL", "all_reduce") == "AllGather"

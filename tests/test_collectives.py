@@ -1,4 +1,5 @@
 """Collective matching across ranks, waits, skews, bandwidth and clock offsets."""
+
 import gzip
 import json
 import time
@@ -19,8 +20,18 @@ from dtrace.reduce.stragglers import reduce_stragglers
 
 def rows(records: list[dict]) -> pd.DataFrame:
     """Per-rank comm-kernel rows as the collectives analysis emits them (defaults for the rest)."""
-    base = {"device": 0, "stream": 52, "op": "all_reduce", "group": "", "group_ranks": "", "group_size": -1,
-            "seq": -1, "bytes": -1, "dtype": "", "step": -1}
+    base = {
+        "device": 0,
+        "stream": 52,
+        "op": "all_reduce",
+        "group": "",
+        "group_ranks": "",
+        "group_size": -1,
+        "seq": -1,
+        "bytes": -1,
+        "dtype": "",
+        "step": -1,
+    }
     df = pd.DataFrame([{**base, **r} for r in records])
     df["device"] = df["rank"]
     df = df.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
@@ -40,8 +51,21 @@ def test_infer_op_and_cumcount():
 
 def test_wait_skew_transfer_by_hand():
     # one all-reduce of 3 ranks: starts 100/130/160, ends 300/301/299 (ns)
-    r = rows([{"rank": k, "start_ns": s, "end_ns": e, "group": "7", "group_ranks": "[0, 1, 2]", "seq": 1,
-               "group_size": 3, "bytes": 3_000} for k, s, e in ((0, 100, 300), (1, 130, 301), (2, 160, 299))])
+    r = rows(
+        [
+            {
+                "rank": k,
+                "start_ns": s,
+                "end_ns": e,
+                "group": "7",
+                "group_ranks": "[0, 1, 2]",
+                "seq": 1,
+                "group_size": 3,
+                "bytes": 3_000,
+            }
+            for k, s, e in ((0, 100, 300), (1, 130, 301), (2, 160, 299))
+        ]
+    )
     out = reduce_collectives({"collectives": r}, Options())
     c = out["collectives"].sort_values("rank")
     assert c["wait_ns"].tolist() == [60, 30, 0]
@@ -59,8 +83,20 @@ def test_late_ns_exact_at_absolute_epoch_ns():
     # starts near 1.7e18 ns, where float64 resolves only 256 ns: 3 ranks arrive at T+1, T+3, T+7
     t = 1_700_000_000_000_000_001
     assert float(t + 7) - float(t + 3) != 4  # what float64 arithmetic would give instead of 4
-    r = rows([{"rank": k, "start_ns": t + d, "end_ns": t + 1_000 + k, "group": "7", "group_ranks": "[0, 1, 2]",
-               "seq": 1, "group_size": 3} for k, d in ((0, 1), (1, 3), (2, 7))])
+    r = rows(
+        [
+            {
+                "rank": k,
+                "start_ns": t + d,
+                "end_ns": t + 1_000 + k,
+                "group": "7",
+                "group_ranks": "[0, 1, 2]",
+                "seq": 1,
+                "group_size": 3,
+            }
+            for k, d in ((0, 1), (1, 3), (2, 7))
+        ]
+    )
     out = reduce_collectives({"collectives": r}, Options())
     i = out["collective_instances"].iloc[0]
     assert i["late_ns"] == 7 - 3 and i["last_rank"] == 2  # latest start − second-latest start
@@ -72,8 +108,19 @@ def test_bus_bandwidth_factors():
     recs = []
     for k, (op, n) in enumerate((("all_gather", 4), ("reduce_scatter", 4), ("send_recv", 2), ("all_to_all", 4))):
         for r in range(n):
-            recs.append({"rank": r, "start_ns": 1000 * k, "end_ns": 1000 * k + 500, "op": op, "group": f"g{k}",
-                         "group_ranks": str(list(range(n))), "seq": 1, "group_size": n, "bytes": 1_000})
+            recs.append(
+                {
+                    "rank": r,
+                    "start_ns": 1000 * k,
+                    "end_ns": 1000 * k + 500,
+                    "op": op,
+                    "group": f"g{k}",
+                    "group_ranks": str(list(range(n))),
+                    "seq": 1,
+                    "group_size": n,
+                    "bytes": 1_000,
+                }
+            )
     inst = reduce_collectives({"collectives": rows(recs)}, Options())["collective_instances"].set_index("op")
     assert inst.loc["all_gather", "busbw_gbps"] == pytest.approx(2.0 * 3 / 4)
     assert inst.loc["reduce_scatter", "busbw_gbps"] == pytest.approx(2.0 * 3 / 4)
@@ -86,13 +133,31 @@ def test_matching_keys_seq_order_stream():
     # seq: rank 1 runs seq 2 before seq 1 (matched by seq, not by order); seq 3 is coalesced (two kernels)
     for r, seqs in ((0, (1, 2, 3, 3)), (1, (2, 1, 3, 3))):
         for j, s in enumerate(seqs):
-            recs.append({"rank": r, "start_ns": 1000 * j + r, "end_ns": 1000 * j + 500, "group": "3",
-                         "group_ranks": "[0, 1]", "seq": s, "group_size": 2})
+            recs.append(
+                {
+                    "rank": r,
+                    "start_ns": 1000 * j + r,
+                    "end_ns": 1000 * j + 500,
+                    "group": "3",
+                    "group_ranks": "[0, 1]",
+                    "seq": s,
+                    "group_size": 2,
+                }
+            )
     # order within (group, op): no seq
     for r in (0, 1):
         for j in range(2):
-            recs.append({"rank": r, "start_ns": 10_000 + 1000 * j + r, "end_ns": 10_000 + 1000 * j + 400,
-                         "group": "4", "group_ranks": "[0, 1]", "op": "all_gather", "stream": 60})
+            recs.append(
+                {
+                    "rank": r,
+                    "start_ns": 10_000 + 1000 * j + r,
+                    "end_ns": 10_000 + 1000 * j + 400,
+                    "group": "4",
+                    "group_ranks": "[0, 1]",
+                    "op": "all_gather",
+                    "stream": 60,
+                }
+            )
     # no args at all: order on the stream
     for r in (0, 1):
         recs.append({"rank": r, "start_ns": 20_000 + 7 * r, "end_ns": 20_600, "op": "send_recv", "stream": 84})
@@ -128,9 +193,13 @@ def test_hta_2rank_sendrecv_matched_by_hand():
             ev = json.load(f)["traceEvents"]
         k = [e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
         # ts/dur are whole µs in these files; exact ns via Decimal
-        df = pd.DataFrame({"stream": [e["args"]["stream"] for e in k],
-                           "start": [int(Decimal(str(e["ts"])) * 1000) for e in k],
-                           "dur": [int(Decimal(str(e["dur"])) * 1000) for e in k]})
+        df = pd.DataFrame(
+            {
+                "stream": [e["args"]["stream"] for e in k],
+                "start": [int(Decimal(str(e["ts"])) * 1000) for e in k],
+                "dur": [int(Decimal(str(e["dur"])) * 1000) for e in k],
+            }
+        )
         df = df.sort_values(["stream", "start"]).reset_index(drop=True)
         df["k"] = df.groupby("stream").cumcount()
         raw[r] = df
@@ -146,8 +215,14 @@ def test_hta_2rank_sendrecv_matched_by_hand():
     assert len(c) == 20 and (c["ranks"] == 2).all() and (c["match"] == "stream").all()
     assert set(c["op"]) == {"send_recv"} and (c["clock_offset_ns"] == 0).all()
     wide = c.pivot(index="collective", columns="rank", values=["start_ns", "end_ns", "wait_ns"])
-    got = pd.DataFrame({"start0": wide["start_ns"][0], "start1": wide["start_ns"][1],
-                        "wait0": wide["wait_ns"][0], "wait1": wide["wait_ns"][1]}).astype(np.int64)
+    got = pd.DataFrame(
+        {
+            "start0": wide["start_ns"][0],
+            "start1": wide["start_ns"][1],
+            "wait0": wide["wait_ns"][0],
+            "wait1": wide["wait_ns"][1],
+        }
+    ).astype(np.int64)
     got = got.sort_values("start0").reset_index(drop=True)
     want = hand.sort_values("start0").reset_index(drop=True)
     for col in ("start0", "start1", "wait0", "wait1"):
@@ -179,21 +254,35 @@ def synthetic_tables(n_ranks: int = 1024, tp: int = 8, steps: int = 5, slow_rank
     seq = {"tp": 0, "dp": 0}
     for step in range(steps):
         for kind, op, nbytes in per_step:
-            clock += rng.uniform(200_000, 220_000, n_ranks)        # own compute before the collective
-            clock[slow_rank] += 30_000                              # the straggler's is slower
+            clock += rng.uniform(200_000, 220_000, n_ranks)  # own compute before the collective
+            clock[slow_rank] += 30_000  # the straggler's is slower
             gid = ranks // tp if kind == "tp" else ranks % tp
             last = pd.Series(clock).groupby(gid).transform("max").to_numpy()
             end = last + 150_000 + rng.uniform(0, 1_500, n_ranks)
             seq[kind] += 1
             members = {g: str(list(ranks[gid == g])) for g in np.unique(gid)} if kind == "dp" else None
-            recs.append(pd.DataFrame({
-                "rank": ranks, "start_ns": (t0 + clock).astype(np.int64), "end_ns": (t0 + end).astype(np.int64),
-                "stream": 52 if kind == "tp" else 56, "op": op,
-                "group": [f"{kind}{g}" for g in gid],
-                "group_ranks": ([str(list(range(g * tp, g * tp + tp))) for g in gid] if kind == "tp"
-                                else [members[g] for g in gid]),
-                "group_size": tp if kind == "tp" else n_ranks // tp, "seq": seq[kind], "bytes": nbytes,
-                "dtype": "BFloat16", "step": step}))
+            recs.append(
+                pd.DataFrame(
+                    {
+                        "rank": ranks,
+                        "start_ns": (t0 + clock).astype(np.int64),
+                        "end_ns": (t0 + end).astype(np.int64),
+                        "stream": 52 if kind == "tp" else 56,
+                        "op": op,
+                        "group": [f"{kind}{g}" for g in gid],
+                        "group_ranks": (
+                            [str(list(range(g * tp, g * tp + tp))) for g in gid]
+                            if kind == "tp"
+                            else [members[g] for g in gid]
+                        ),
+                        "group_size": tp if kind == "tp" else n_ranks // tp,
+                        "seq": seq[kind],
+                        "bytes": nbytes,
+                        "dtype": "BFloat16",
+                        "step": step,
+                    }
+                )
+            )
             clock = end.copy()
     coll = pd.concat(recs, ignore_index=True)
     coll["start_ns"] += host_off[coll["rank"] // 8]
@@ -207,18 +296,40 @@ def synthetic_tables(n_ranks: int = 1024, tp: int = 8, steps: int = 5, slow_rank
     kr = np.repeat(ranks, len(names))
     med = np.tile(rng.uniform(10_000, 500_000, len(names)), n_ranks) * rng.lognormal(0, 0.01, len(kr))
     med[kr == slow_rank] *= 1.15
-    kernels = pd.DataFrame({"rank": kr.astype(np.int32), "device": (kr % 8).astype(np.int32),
-                            "name": np.tile(names, n_ranks), "category": "compute",
-                            "class": np.tile(["gemm"] * 12 + ["elementwise"] * 8, n_ranks), "count": 40,
-                            "median_ns": med, "total_ns": (40 * med).astype(np.int64)})
+    kernels = pd.DataFrame(
+        {
+            "rank": kr.astype(np.int32),
+            "device": (kr % 8).astype(np.int32),
+            "name": np.tile(names, n_ranks),
+            "category": "compute",
+            "class": np.tile(["gemm"] * 12 + ["elementwise"] * 8, n_ranks),
+            "count": 40,
+            "median_ns": med,
+            "total_ns": (40 * med).astype(np.int64),
+        }
+    )
     span = (coll.groupby("rank")["end_ns"].max() - coll.groupby("rank")["start_ns"].min()).to_numpy()
-    breakdown = pd.DataFrame({"rank": ranks.astype(np.int32), "device": (ranks % 8).astype(np.int32),
-                              "computation_ns": span // 2, "exposed_comm_ns": span // 3,
-                              "exposed_memcpy_ns": 0, "idle_ns": span - span // 2 - span // 3,
-                              "busy_ns": span // 2 + span // 3, "total_ns": span, "comm_ns": span // 3})
-    steps_t = pd.DataFrame({"rank": np.repeat(ranks, steps).astype(np.int32),
-                            "device": np.repeat(ranks % 8, steps).astype(np.int32),
-                            "step": np.tile(np.arange(steps), n_ranks), "step_ns": np.repeat(span // steps, steps)})
+    breakdown = pd.DataFrame(
+        {
+            "rank": ranks.astype(np.int32),
+            "device": (ranks % 8).astype(np.int32),
+            "computation_ns": span // 2,
+            "exposed_comm_ns": span // 3,
+            "exposed_memcpy_ns": 0,
+            "idle_ns": span - span // 2 - span // 3,
+            "busy_ns": span // 2 + span // 3,
+            "total_ns": span,
+            "comm_ns": span // 3,
+        }
+    )
+    steps_t = pd.DataFrame(
+        {
+            "rank": np.repeat(ranks, steps).astype(np.int32),
+            "device": np.repeat(ranks % 8, steps).astype(np.int32),
+            "step": np.tile(np.arange(steps), n_ranks),
+            "step_ns": np.repeat(span // steps, steps),
+        }
+    )
     return {"collectives": coll, "kernels": kernels, "breakdown": breakdown, "steps": steps_t}, host_off
 
 
@@ -257,6 +368,7 @@ def test_docstring_examples():
     import dtrace.reduce.collectives as c
     import dtrace.reduce.ranks as r
     import dtrace.reduce.stragglers as s
+
     for mod in (a, c, r, s):
         failed, attempted = doctest.testmod(mod)
         assert attempted > 0 and failed == 0, mod.__name__

@@ -4,6 +4,7 @@ The device gaps of every (rank, device) add up to exactly the breakdown's idle t
 shared trace; gaps and causes match a plain loop over the raw JSON events (all streams pooled);
 hand-made parts pin the rules (an NCCL stream's wait under compute is no device gap).
 """
+
 import glob
 import os
 
@@ -40,17 +41,22 @@ def _analyse(path, options, only):
         return None
     tables = [(p.events, p.collectives, p.memcpy) for p in tf.parts]
     ev, coll, mem = concat_parts(tables)
-    parts = pd.DataFrame({"part": np.arange(len(tf.parts), dtype=np.int32),
-                          "rank": np.arange(len(tf.parts), dtype=np.int32),
-                          "device": np.array([p.device for p in tf.parts], np.int32),
-                          "format": [tf.format] * len(tf.parts),
-                          "base_ns": np.full(len(tf.parts), int(tf.meta.get("base_time_ns") or 0), np.int64)})
+    parts = pd.DataFrame(
+        {
+            "part": np.arange(len(tf.parts), dtype=np.int32),
+            "rank": np.arange(len(tf.parts), dtype=np.int32),
+            "device": np.array([p.device for p in tf.parts], np.int32),
+            "format": [tf.format] * len(tf.parts),
+            "base_ns": np.full(len(tf.parts), int(tf.meta.get("base_time_ns") or 0), np.int64),
+        }
+    )
     return run_analyses(prepare(ev, coll, mem, parts, options), only=only)
 
 
 @pytest.mark.parametrize("path", _shared_files(), ids=lambda p: os.path.basename(p).split(".")[0])
-@pytest.mark.parametrize("kw", [{}, {"compat": "tracelens"}, {"linked_only": True}], ids=["default", "tracelens",
-                                                                                          "linked"])
+@pytest.mark.parametrize(
+    "kw", [{}, {"compat": "tracelens"}, {"linked_only": True}], ids=["default", "tracelens", "linked"]
+)
 def test_device_idle_equals_breakdown_idle(path, kw):
     t = _analyse(path, Options(**kw), {"breakdown", "device_gaps", "gaps"})
     if t is None:
@@ -65,15 +71,18 @@ def test_device_idle_equals_breakdown_idle(path, kw):
     np.testing.assert_array_equal(sum(dg[f"{c}_gaps"].to_numpy() for c in CAUSES), dg["gaps"].to_numpy())
 
 
-@pytest.mark.parametrize("trace", [("kineto", "hta-2rank", "sampled_rank-0.json.gz"),
-                                   ("kineto", "single", "a100_nccl_collectives.json.gz")],
-                         ids=lambda t: t[-1].split(".")[0])
+@pytest.mark.parametrize(
+    "trace",
+    [("kineto", "hta-2rank", "sampled_rank-0.json.gz"), ("kineto", "single", "a100_nccl_collectives.json.gz")],
+    ids=lambda t: t[-1].split(".")[0],
+)
 def test_device_gaps_match_a_loop_over_the_raw_events(trace):
     path = shared(*trace)
     raw = rawtrace.load(path)
     loop = rawtrace.gaps_by_loop(raw["gpu"].assign(stream=0), kernel_wait_ns=30_000)  # all streams pooled
-    res = dtrace.analyze(path, cache=rawtrace.ingest_cache(), scheduler="sync", hist_min_ns=1_000,
-                         hist_max_ns=1_000_000, hist_bins=8)
+    res = dtrace.analyze(
+        path, cache=rawtrace.ingest_cache(), scheduler="sync", hist_min_ns=1_000, hist_max_ns=1_000_000, hist_bins=8
+    )
     assert int(res.breakdown["clipped_events"].iloc[0]) == 0  # dtrace's ends are the raw ones
     dg = res.device_gaps.iloc[0]
     assert dg["gaps"] == len(loop) > 10
@@ -95,8 +104,12 @@ def test_device_gaps_match_a_loop_over_the_raw_events(trace):
 def test_nccl_stream_waiting_under_compute_is_no_device_gap():
     # stream 7 computes from 0 to 100 and 120 to 200; the NCCL stream 9 runs 10-20 and 150-160:
     # its 130 ns wait is a stream gap, but the GPU is idle only from 100 to 120
-    rows = [("gemm", 7, 0, 100, 1), ("gemm", 7, 120, 200, 2), ("ncclKernel_AllReduce", 9, 10, 20, 3),
-            ("ncclKernel_AllReduce", 9, 150, 160, 4)]
+    rows = [
+        ("gemm", 7, 0, 100, 1),
+        ("gemm", 7, 120, 200, 2),
+        ("ncclKernel_AllReduce", 9, 10, 20, 3),
+        ("ncclKernel_AllReduce", 9, 150, 160, 4),
+    ]
     launches = [(1, 0), (2, 110), (3, 0), (4, 0)]  # gemm 2 launched at 110, after the busy end 100
     part = make_part(rows, launches=launches)
     t = run_analyses(part, only={"device_gaps", "gaps", "breakdown", "device_gap_histogram"})
@@ -111,11 +124,11 @@ def test_nccl_stream_waiting_under_compute_is_no_device_gap():
 def test_device_gap_cause_comes_from_the_event_that_ends_it():
     # the gap 50-80 ends with B (stream 8, launched at 60 > 50: host wait); C starts later on
     # stream 7 launched early; the gap 100-300 ends with D, launched at 0 (in time, long: other)
-    rows = [("A", 7, 0, 50, 1), ("B", 8, 80, 100, 2), ("C", 7, 90, 95, 3), ("D", 7, 300, 310, 4),
-            ("E", 8, 330, 340, 5)]
+    rows = [("A", 7, 0, 50, 1), ("B", 8, 80, 100, 2), ("C", 7, 90, 95, 3), ("D", 7, 300, 310, 4), ("E", 8, 330, 340, 5)]
     launches = [(1, 0), (2, 60), (3, 0), (4, 0), (5, 0)]
-    dg = run_analyses(make_part(rows, launches=launches, options=Options(kernel_wait_ns=25)),
-                      only={"device_gaps"})["device_gaps"].iloc[0]
+    dg = run_analyses(make_part(rows, launches=launches, options=Options(kernel_wait_ns=25)), only={"device_gaps"})[
+        "device_gaps"
+    ].iloc[0]
     assert (dg["gaps"], dg["idle_ns"]) == (3, 30 + 200 + 20)
     assert (dg["host_wait_ns"], dg["kernel_wait_ns"], dg["other_ns"]) == (30, 20, 200)
     assert (dg["min_ns"], dg["max_ns"]) == (20, 200)

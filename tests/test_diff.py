@@ -1,4 +1,5 @@
 """``dtrace diff``: per class, kernel and op deltas between two runs, checked by hand."""
+
 import json
 
 import numpy as np
@@ -13,37 +14,80 @@ from dtrace.results import Results, load, write_results
 
 def run_a() -> Results:
     """Two GPUs. Per GPU: gemm 2 × 100 ns + 3 × 110 ns ... (totals below are the hand sums)."""
-    kernels = pd.DataFrame({
-        "rank": [0, 0, 0, 1, 1], "device": [0, 0, 0, 1, 1],
-        "name": ["gemm_a", "nccl_ar", "relu", "gemm_a", "nccl_ar"],
-        "class": ["gemm", "nccl_allreduce", "elementwise", "gemm", "nccl_allreduce"],
-        "category": ["compute", "comm", "compute", "compute", "comm"],
-        "count": [2, 1, 4, 2, 1], "total_ns": [200, 50, 40, 220, 70]})
+    kernels = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 1],
+            "device": [0, 0, 0, 1, 1],
+            "name": ["gemm_a", "nccl_ar", "relu", "gemm_a", "nccl_ar"],
+            "class": ["gemm", "nccl_allreduce", "elementwise", "gemm", "nccl_allreduce"],
+            "category": ["compute", "comm", "compute", "compute", "comm"],
+            "count": [2, 1, 4, 2, 1],
+            "total_ns": [200, 50, 40, 220, 70],
+        }
+    )
     classes = kernels.groupby(["rank", "device", "class"], as_index=False)[["count", "total_ns"]].sum()
-    ops = pd.DataFrame({"rank": [0, 1], "device": [0, 1], "op": ["aten::mm", "aten::mm"], "count": [2, 2],
-                        "gpu_direct_ns": [200, 220], "gpu_subtree_ns": [200, 220]})
-    bd = pd.DataFrame({"rank": [0, 1], "device": [0, 1], "computation_ns": [240, 220], "exposed_comm_ns": [30, 50],
-                       "exposed_memcpy_ns": [0, 0], "busy_ns": [270, 270], "idle_ns": [30, 30],
-                       "total_ns": [300, 300], "comm_ns": [50, 70], "memcpy_ns": [0, 0]})
+    ops = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "device": [0, 1],
+            "op": ["aten::mm", "aten::mm"],
+            "count": [2, 2],
+            "gpu_direct_ns": [200, 220],
+            "gpu_subtree_ns": [200, 220],
+        }
+    )
+    bd = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "device": [0, 1],
+            "computation_ns": [240, 220],
+            "exposed_comm_ns": [30, 50],
+            "exposed_memcpy_ns": [0, 0],
+            "busy_ns": [270, 270],
+            "idle_ns": [30, 30],
+            "total_ns": [300, 300],
+            "comm_ns": [50, 70],
+            "memcpy_ns": [0, 0],
+        }
+    )
     return Results({"kernels": kernels, "classes": classes, "ops": ops, "breakdown": bd}, {})
 
 
 def run_b() -> Results:
     """One GPU: gemm slower, relu gone, a new softmax kernel, nccl unchanged per GPU."""
-    kernels = pd.DataFrame({
-        "rank": [0, 0, 0], "device": [0, 0, 0], "name": ["gemm_a", "nccl_ar", "softmax"],
-        "class": ["gemm", "nccl_allreduce", "normalization"], "category": ["compute", "comm", "compute"],
-        "count": [2, 1, 3], "total_ns": [300, 60, 9]})
+    kernels = pd.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "device": [0, 0, 0],
+            "name": ["gemm_a", "nccl_ar", "softmax"],
+            "class": ["gemm", "nccl_allreduce", "normalization"],
+            "category": ["compute", "comm", "compute"],
+            "count": [2, 1, 3],
+            "total_ns": [300, 60, 9],
+        }
+    )
     classes = kernels.groupby(["rank", "device", "class"], as_index=False)[["count", "total_ns"]].sum()
-    bd = pd.DataFrame({"rank": [0], "device": [0], "computation_ns": [309], "exposed_comm_ns": [40],
-                       "exposed_memcpy_ns": [0], "busy_ns": [349], "idle_ns": [11], "total_ns": [360],
-                       "comm_ns": [60], "memcpy_ns": [0]})
+    bd = pd.DataFrame(
+        {
+            "rank": [0],
+            "device": [0],
+            "computation_ns": [309],
+            "exposed_comm_ns": [40],
+            "exposed_memcpy_ns": [0],
+            "busy_ns": [349],
+            "idle_ns": [11],
+            "total_ns": [360],
+            "comm_ns": [60],
+            "memcpy_ns": [0],
+        }
+    )
     return Results({"kernels": kernels, "classes": classes, "breakdown": bd}, {})
 
 
 def rows(d: pd.DataFrame, level: str) -> list[dict]:
-    part = d.loc[d["level"] == level, ["key", "presence", "count_a", "count_b", "time_a_ns", "time_b_ns",
-                                       "time_delta_ns"]]
+    part = d.loc[
+        d["level"] == level, ["key", "presence", "count_a", "count_b", "time_a_ns", "time_b_ns", "time_delta_ns"]
+    ]
     return part.to_dict("records")
 
 
@@ -55,14 +99,42 @@ def test_kernel_level_per_gpu_by_hand():
     # nccl_ar: A (50 + 70) / 2 = 60, B 60 → 0; relu: A 40 / 2 = 20, count 2 → −20, only in A
     # softmax: B 9, count 3 → +9, only in B.  Sorted by |Δt|: gemm_a, relu, softmax, nccl_ar
     assert rows(d, "kernel") == [
-        {"key": "gemm_a", "presence": "both", "count_a": 2.0, "count_b": 2.0, "time_a_ns": 210, "time_b_ns": 300,
-         "time_delta_ns": 90},
-        {"key": "relu", "presence": "only_a", "count_a": 2.0, "count_b": 0.0, "time_a_ns": 20, "time_b_ns": 0,
-         "time_delta_ns": -20},
-        {"key": "softmax", "presence": "only_b", "count_a": 0.0, "count_b": 3.0, "time_a_ns": 0, "time_b_ns": 9,
-         "time_delta_ns": 9},
-        {"key": "nccl_ar", "presence": "both", "count_a": 1.0, "count_b": 1.0, "time_a_ns": 60, "time_b_ns": 60,
-         "time_delta_ns": 0},
+        {
+            "key": "gemm_a",
+            "presence": "both",
+            "count_a": 2.0,
+            "count_b": 2.0,
+            "time_a_ns": 210,
+            "time_b_ns": 300,
+            "time_delta_ns": 90,
+        },
+        {
+            "key": "relu",
+            "presence": "only_a",
+            "count_a": 2.0,
+            "count_b": 0.0,
+            "time_a_ns": 20,
+            "time_b_ns": 0,
+            "time_delta_ns": -20,
+        },
+        {
+            "key": "softmax",
+            "presence": "only_b",
+            "count_a": 0.0,
+            "count_b": 3.0,
+            "time_a_ns": 0,
+            "time_b_ns": 9,
+            "time_delta_ns": 9,
+        },
+        {
+            "key": "nccl_ar",
+            "presence": "both",
+            "count_a": 1.0,
+            "count_b": 1.0,
+            "time_a_ns": 60,
+            "time_b_ns": 60,
+            "time_delta_ns": 0,
+        },
     ]
     k = d.loc[d["level"] == "kernel"].set_index("key")
     assert k.loc["gemm_a", "time_ratio"] == pytest.approx(300 / 210)
@@ -88,11 +160,24 @@ def test_class_op_and_breakdown_levels_by_hand():
 def test_job_totals_and_single_levels():
     d = diff(run_a(), run_b(), levels=["kernel"], per="job")
     assert {r["key"]: (r["time_a_ns"], r["time_b_ns"]) for r in rows(d, "kernel")} == {
-        "gemm_a": (420, 300), "nccl_ar": (120, 60), "relu": (40, 0), "softmax": (0, 9)}
-    assert rows(d, "kernel")[0]["key"] == "gemm_a"        # |−120| is the largest change
+        "gemm_a": (420, 300),
+        "nccl_ar": (120, 60),
+        "relu": (40, 0),
+        "softmax": (0, 9),
+    }
+    assert rows(d, "kernel")[0]["key"] == "gemm_a"  # |−120| is the largest change
     ops = diff(run_a(), run_a(), levels=["op"])
-    assert rows(ops, "op") == [{"key": "aten::mm", "presence": "both", "count_a": 2.0, "count_b": 2.0,
-                                "time_a_ns": 210, "time_b_ns": 210, "time_delta_ns": 0}]
+    assert rows(ops, "op") == [
+        {
+            "key": "aten::mm",
+            "presence": "both",
+            "count_a": 2.0,
+            "count_b": 2.0,
+            "time_a_ns": 210,
+            "time_b_ns": 210,
+            "time_delta_ns": 0,
+        }
+    ]
 
 
 def test_same_run_has_no_change():
@@ -109,7 +194,10 @@ def test_helpers_and_errors():
     # class falls back to kernels.class when there is no classes table
     no_cls = Results({"kernels": run_a().kernels}, {})
     assert level_totals(no_cls, "class").set_index("key")["time_ns"].to_dict() == {
-        "elementwise": 40, "gemm": 420, "nccl_allreduce": 120}
+        "elementwise": 40,
+        "gemm": 420,
+        "nccl_allreduce": 120,
+    }
     with pytest.raises(UsageError, match="valid: breakdown, class, kernel, op"):
         diff(run_a(), run_b(), levels=["kernels"])
     with pytest.raises(UsageError, match="valid: gpu, job"):

@@ -8,6 +8,7 @@ mid-run loses nothing; a bad rank fails alone; a re-run after a crashed client r
 ingest cache of the inputs that were parsed. Evidence about tasks comes from a scheduler
 preload (``tests/dask_probe.py``), not from dtrace's own bookkeeping.
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,9 +43,19 @@ class LoopbackCluster:
         self.env = {**os.environ, "DTRACE_PROBE_LOG": self.probe_log, **preload_env()}  # stall() works
         self.workers: dict[str, subprocess.Popen] = {}
         sfile = os.path.join(workdir, "scheduler.json")
-        self.scheduler = self._spawn("scheduler", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                     "--port", "0", "--no-dashboard", "--scheduler-file", sfile,
-                                     "--preload", PROBE)
+        self.scheduler = self._spawn(
+            "scheduler",
+            "distributed.cli.dask_scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            sfile,
+            "--preload",
+            PROBE,
+        )
         deadline = time.monotonic() + 60
         while not (os.path.exists(sfile) and os.path.getsize(sfile)):
             if self.scheduler.poll() is not None or time.monotonic() > deadline:
@@ -56,8 +67,13 @@ class LoopbackCluster:
     def _spawn(self, name: str, module: str, *args: str) -> subprocess.Popen:
         log = open(os.path.join(self.dir, f"{name}.log"), "ab")
         try:
-            return subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.env)
+            return subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+            )
         finally:
             log.close()
 
@@ -67,9 +83,21 @@ class LoopbackCluster:
 
     def start_worker(self, name: str) -> None:
         """A single-threaded worker process without a nanny: killing it loses it for good."""
-        self.workers[name] = self._spawn(name, "distributed.cli.dask_worker", self.address, "--name", name,
-                                         "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
-                                         "--no-dashboard", "--death-timeout", "60")
+        self.workers[name] = self._spawn(
+            name,
+            "distributed.cli.dask_worker",
+            self.address,
+            "--name",
+            name,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--host",
+            "127.0.0.1",
+            "--no-dashboard",
+            "--death-timeout",
+            "60",
+        )
 
     def wait_for_workers(self, n: int) -> dict[str, str]:
         """Wait until exactly the live workers are connected; returns ``{name: address}``."""
@@ -157,9 +185,21 @@ def test_cli_on_loopback_cluster_matches_sync_and_reads_inputs_on_workers(cluste
     generate(tmp_path / "traces", ranks=64, steps=2, seed=0)
     files = sorted(glob.glob(str(tmp_path / "traces" / "rank-*.json.gz")))
     assert len(files) == 64
-    proc = subprocess.Popen(cli(str(tmp_path / "traces" / "rank-*.json.gz"), "-o", str(tmp_path / "dist"),
-                                "--scheduler", cluster.address, "--partition-size", "20000"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cli(
+            str(tmp_path / "traces" / "rank-*.json.gz"),
+            "-o",
+            str(tmp_path / "dist"),
+            "--scheduler",
+            cluster.address,
+            "--partition-size",
+            "20000",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         # the reference, computed in this process while the cluster works
         ref = dtrace.analyze(files, tmp_path / "sync", scheduler="sync")
@@ -208,12 +248,14 @@ def test_client_gathers_aggregates_whose_size_does_not_follow_the_events(cluster
     for steps in (2, 20):
         cluster.reset_probe()
         generate(tmp_path / f"s{steps}", ranks=2, steps=steps, seed=3)
-        res = dtrace.analyze(str(tmp_path / f"s{steps}" / "rank-*.json.gz"), tmp_path / f"out{steps}",
-                             scheduler=cluster.address)
+        res = dtrace.analyze(
+            str(tmp_path / f"s{steps}" / "rank-*.json.gz"), tmp_path / f"out{steps}", scheduler=cluster.address
+        )
         assert res.ok
         events = sum(i["events"] for i in res.manifest["inputs"])
-        gathered = sum(p["nbytes"] for p in cluster.probe()
-                       if p["event"] == "done" and p["prefix"] == "analyze_partition")
+        gathered = sum(
+            p["nbytes"] for p in cluster.probe() if p["event"] == "done" and p["prefix"] == "analyze_partition"
+        )
         sizes[steps] = (events, gathered)
     (ev2, b2), (ev20, b20) = sizes[2], sizes[20]
     assert ev20 >= 9 * ev2
@@ -225,9 +267,15 @@ def test_worker_killed_mid_run_loses_nothing(cluster, job16, tmp_path):
     files, ref = job16
     workers = cluster.ensure_two_workers()
     cluster.reset_probe()
-    proc = subprocess.Popen(cli(*files, "-o", str(tmp_path / "out"), "--scheduler", cluster.address,
-                                "--partition-size", "1"),  # one rank per partition: 16 analysis tasks
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cli(
+            *files, "-o", str(tmp_path / "out"), "--scheduler", cluster.address, "--partition-size", "1"
+        ),  # one rank per partition: 16 analysis tasks
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     killed, lost = None, set()
     try:
         with Client(cluster.address, timeout="30s") as c:
@@ -235,8 +283,10 @@ def test_worker_killed_mid_run_loses_nothing(cluster, job16, tmp_path):
             while killed is None:
                 assert proc.poll() is None, "the run finished before a worker analysed a partition"
                 assert time.monotonic() < deadline, "no worker ever analysed a partition"
-                busy = {addr: [k for k in keys if str(k).startswith("analyze_partition")]
-                        for addr, keys in c.processing().items()}
+                busy = {
+                    addr: [k for k in keys if str(k).startswith("analyze_partition")]
+                    for addr, keys in c.processing().items()
+                }
                 for addr, keys in busy.items():
                     if keys:
                         killed = next(n for n, a in workers.items() if a == addr)
@@ -256,8 +306,11 @@ def test_worker_killed_mid_run_loses_nothing(cluster, job16, tmp_path):
     assert_same_tables(got, ref)
     # the partitions that died with the worker were analysed again by the survivor
     survivor = next(a for n, a in workers.items() if n != killed)
-    redone = {r["key"] for r in cluster.probe()
-              if r["event"] == "done" and r["prefix"] == "analyze_partition" and r["worker"] == [survivor]}
+    redone = {
+        r["key"]
+        for r in cluster.probe()
+        if r["event"] == "done" and r["prefix"] == "analyze_partition" and r["worker"] == [survivor]
+    }
     assert lost and lost <= redone
 
 
@@ -271,8 +324,13 @@ def test_bad_rank_fails_alone_on_the_cluster(cluster, job16, tmp_path):
     bad = d / "rank-11.json.gz"
     data = bad.read_bytes()
     bad.write_bytes(data[: len(data) // 2])  # a truncated gzip
-    proc = subprocess.Popen(cli(str(d), "-o", str(tmp_path / "dist"), "--scheduler", cluster.address),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cli(str(d), "-o", str(tmp_path / "dist"), "--scheduler", cluster.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         ref = dtrace.analyze(str(d), tmp_path / "sync", scheduler="sync")
         out, err = proc.communicate(timeout=300)
@@ -309,8 +367,12 @@ def test_rerun_after_a_crash_reuses_the_cache_of_finished_inputs(cluster, job16,
     stall(stuck)
     inputs = [str(d / os.path.basename(f)) for f in files]
     out = tmp_path / "out"
-    proc = subprocess.Popen(cli(*inputs, "-o", str(out), "--scheduler", cluster.address),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cli(*inputs, "-o", str(out), "--scheduler", cluster.address),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
 
     def parsed() -> set[str]:
         found = set()

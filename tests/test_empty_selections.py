@@ -1,5 +1,6 @@
 """An empty selection is an error that says what there is, or a clear note; never a silent empty
 table with exit 0 (issue 14). Steps, ranks and streams are read from the raw traces here."""
+
 import gzip
 import json
 import os
@@ -52,8 +53,9 @@ def test_analyze_step_that_selects_nothing(capsys, tmp_path):
     d = tmp_path / "job"
     d.mkdir()
     stepped = json.loads(json.dumps(GOOD))
-    stepped["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 5,
-                                   "tid": 5, "ts": 90.0, "dur": 30.0})
+    stepped["traceEvents"].append(
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 5, "tid": 5, "ts": 90.0, "dur": 30.0}
+    )
     write(d / "rank-0.json", stepped)
     plain = json.loads(json.dumps(GOOD))
     plain["distributedInfo"]["rank"] = 1

@@ -1,5 +1,6 @@
 """The Dask layer: a real LocalCluster gives the synchronous result; tasks carry paths, not data;
 a task that fails is split and only its bad item fails."""
+
 import os
 import pickle
 

@@ -1,4 +1,5 @@
 """The examples in examples/ run as documented."""
+
 import os
 import subprocess
 import sys
@@ -26,12 +27,21 @@ def test_examples_analyze_load_plot(tmp_path):
 
 def test_readme_main_command(tmp_path):
     out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", "examples/traces", "-o", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", "examples/traces", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "GPU time breakdown" in proc.stdout
-    show = subprocess.run([sys.executable, "-m", "dtrace", "show", str(out), "breakdown", "--fmt", "csv"],
-                          capture_output=True, text=True, cwd=ROOT)
+    show = subprocess.run(
+        [sys.executable, "-m", "dtrace", "show", str(out), "breakdown", "--fmt", "csv"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert show.returncode == 0 and show.stdout.startswith("rank,device,")
 
 
@@ -41,8 +51,12 @@ def test_show_formats(tmp_path, fmt):
 
     out = tmp_path / "r"
     dtrace.analyze(os.path.join(ROOT, "examples", "traces"), str(out), scheduler="sync")
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "show", str(out), "streams", "--fmt", fmt],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "show", str(out), "streams", "--fmt", fmt],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "stream" in proc.stdout
 
@@ -71,8 +85,13 @@ def test_plot_breakdown_falls_back_to_html_without_matplotlib(tmp_path):
     (block / "__init__.py").write_text("raise ImportError('matplotlib is blocked by this test')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(block.parent), ROOT, os.environ.get("PYTHONPATH", "")]))
     png = tmp_path / "bd.png"
-    proc = subprocess.run([sys.executable, os.path.join("examples", "plot_breakdown.py"), str(out), str(png)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.join("examples", "plot_breakdown.py"), str(out), str(png)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "matplotlib is not installed" in proc.stderr and f"wrote {tmp_path / 'bd.html'}" in proc.stdout
     assert not png.exists()

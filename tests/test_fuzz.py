@@ -14,6 +14,7 @@ exactly those of a run of them alone.
 ``DTRACE_FUZZ_SEED`` and ``DTRACE_FUZZ_BATCHES`` run other or more cases (a failure prints the
 seed, the batch and each input's mutations).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -34,21 +35,55 @@ from dtrace.analyses import ANALYSES
 SEED = int(os.environ.get("DTRACE_FUZZ_SEED", "13"))
 BATCHES = int(os.environ.get("DTRACE_FUZZ_BATCHES", "12"))
 PER_BATCH = 25
-JSON_BASES = ["kineto/single/mi250_rocm62.json.gz", "kineto/single/mi210_gpu_only.json.gz",
-              "kineto/hta-2rank/sampled_rank-1.json.gz", "jax/mi300x8_conv.trace.json.gz"]
+JSON_BASES = [
+    "kineto/single/mi250_rocm62.json.gz",
+    "kineto/single/mi210_gpu_only.json.gz",
+    "kineto/hta-2rank/sampled_rank-1.json.gz",
+    "jax/mi300x8_conv.trace.json.gz",
+]
 NSYS_BASE = "nsys/rtx4060ti_4streams.sqlite"
 GOOD = {"kineto/hta-2rank/sampled_rank-0.json.gz": 0, "kineto/single/mi210_gpu_only.json.gz": 1}
 FIRST_MUTATED_RANK = 10_000
 RANK_STEP = 10_000  # a mutated JAX file may hold many devices, each a rank
 
 ODD_VALUES = [None, "x", "12", "", [], {}, [1, 2], {"a": 1}, True, False, 1.5, -1, 0, -0.0]
-HUGE_VALUES = [1e308, -1e308, 1e30, -1e30, 2**63 - 1, 2**63, -2**63, -2**63 - 1, 10**40, 1e-300, 4.9e-324,
-               "@@NaN@@", "@@Infinity@@", "@@-Infinity@@", "@@1e400@@", "@@-1e400@@", "@@1" + "0" * 400 + "@@"]
+HUGE_VALUES = [
+    1e308,
+    -1e308,
+    1e30,
+    -1e30,
+    2**63 - 1,
+    2**63,
+    -(2**63),
+    -(2**63) - 1,
+    10**40,
+    1e-300,
+    4.9e-324,
+    "@@NaN@@",
+    "@@Infinity@@",
+    "@@-Infinity@@",
+    "@@1e400@@",
+    "@@-1e400@@",
+    "@@1" + "0" * 400 + "@@",
+]
 TIME_FIELDS = ["ts", "dur"]
 EVENT_FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s"]
-ARG_FIELDS = ["device", "stream", "correlation", "External id", "Collective name", "In msg nelems",
-              "Out msg nelems", "dtype", "Group size", "Process Group Name", "Process Group Ranks", "bytes",
-              "Sequence number", "Fwd thread id"]
+ARG_FIELDS = [
+    "device",
+    "stream",
+    "correlation",
+    "External id",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Group size",
+    "Process Group Name",
+    "Process Group Ranks",
+    "bytes",
+    "Sequence number",
+    "Fwd thread id",
+]
 
 
 # -- JSON mutations --------------------------------------------------------------------------
@@ -61,8 +96,9 @@ def _some_events(rng, doc):
     ev = _events(doc)
     if not ev:
         return []
-    gpu = [e for e in ev if isinstance(e, dict) and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy",
-                                                                                     "gpu_memset")]
+    gpu = [
+        e for e in ev if isinstance(e, dict) and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     pool = gpu if gpu and rng.random() < 0.7 else ev
     return [e for e in rng.sample(pool, min(len(pool), rng.randint(1, 8))) if isinstance(e, dict)]
 
@@ -100,8 +136,16 @@ def m_huge(rng, doc):
 def m_top(rng, doc):
     if not isinstance(doc, dict):
         return "top (not an object)"
-    key = rng.choice(["traceEvents", "distributedInfo", "baseTimeNanoseconds", "deviceProperties", "schemaVersion",
-                      "displayTimeUnit"])
+    key = rng.choice(
+        [
+            "traceEvents",
+            "distributedInfo",
+            "baseTimeNanoseconds",
+            "deviceProperties",
+            "schemaVersion",
+            "displayTimeUnit",
+        ]
+    )
     if rng.random() < 0.3:
         doc.pop(key, None)
     else:
@@ -113,7 +157,7 @@ def m_duplicate(rng, doc):
     ev = _events(doc)
     if ev:
         i = rng.randrange(len(ev))
-        ev[i:i] = ev[i:i + rng.randint(1, 50)]
+        ev[i:i] = ev[i : i + rng.randint(1, 50)]
     return "duplicate events"
 
 
@@ -148,7 +192,7 @@ def dump(doc) -> bytes:
 
 
 def b_truncate(rng, data):
-    return data[:rng.randrange(len(data))], "truncate"
+    return data[: rng.randrange(len(data))], "truncate"
 
 
 def b_flip(rng, data):
@@ -162,7 +206,7 @@ def _brackets(rng, data):
     picks = []
     for _ in range(200):
         i = rng.randrange(len(data))
-        if data[i:i + 1] in (b"[", b"]", b"{", b"}"):
+        if data[i : i + 1] in (b"[", b"]", b"{", b"}"):
             picks.append(i)
             if len(picks) >= 3:
                 break
@@ -171,20 +215,22 @@ def _brackets(rng, data):
 
 def b_bracket_dup(rng, data):
     for i in _brackets(rng, data):
-        data = data[:i] + data[i:i + 1] * rng.randint(2, 3) + data[i + 1:]
+        data = data[:i] + data[i : i + 1] * rng.randint(2, 3) + data[i + 1 :]
     return data, "brackets duplicated"
 
 
 def b_bracket_del(rng, data):
     for i in _brackets(rng, data):
-        data = data[:i] + data[i + 1:]
+        data = data[:i] + data[i + 1 :]
     return data, "brackets removed"
 
 
 def b_junk(rng, data):
     i = rng.randrange(len(data))
-    junk = bytes(rng.choice([0, 0xFF, 0xC3, 0x1B, 0x0A, 0x22, 0x5C, 0x2C, 0x3A, rng.randrange(256)])
-                 for _ in range(rng.randint(1, 16)))
+    junk = bytes(
+        rng.choice([0, 0xFF, 0xC3, 0x1B, 0x0A, 0x22, 0x5C, 0x2C, 0x3A, rng.randrange(256)])
+        for _ in range(rng.randint(1, 16))
+    )
     return data[:i] + junk + data[i:], "junk bytes"
 
 
@@ -194,16 +240,16 @@ BYTES = [b_truncate, b_flip, b_bracket_dup, b_bracket_del, b_junk]
 def gz_damage(rng, gz):
     kind = rng.choice(["truncate", "flip", "trailing garbage", "second member", "header flip"])
     if kind == "truncate":
-        return gz[:rng.randrange(len(gz))], "gzip truncated"
+        return gz[: rng.randrange(len(gz))], "gzip truncated"
     if kind == "flip":
         i = rng.randrange(10, len(gz))
-        return gz[:i] + bytes([gz[i] ^ rng.randint(1, 255)]) + gz[i + 1:], "gzip stream flip"
+        return gz[:i] + bytes([gz[i] ^ rng.randint(1, 255)]) + gz[i + 1 :], "gzip stream flip"
     if kind == "trailing garbage":
         return gz + os.urandom(rng.randint(1, 64)), "gzip trailing garbage"
     if kind == "second member":
         return gz + gzip.compress(b'{"traceEvents": []}', compresslevel=1), "gzip second member"
     i = rng.randrange(10)
-    return gz[:i] + bytes([gz[i] ^ rng.randint(1, 255)]) + gz[i + 1:], "gzip header flip"
+    return gz[:i] + bytes([gz[i] ^ rng.randint(1, 255)]) + gz[i + 1 :], "gzip header flip"
 
 
 def mutate_json(rng, text: bytes, path: str) -> list[str]:
@@ -231,8 +277,19 @@ def mutate_json(rng, text: bytes, path: str) -> list[str]:
 
 
 # -- SQLite mutations ------------------------------------------------------------------------
-SQL_VALUES = ["NULL", "'abc'", "''", "1e300", "-1e300", "-5", "9223372036854775807", "-9223372036854775808",
-              "X'00ff'", "1.5", "0"]
+SQL_VALUES = [
+    "NULL",
+    "'abc'",
+    "''",
+    "1e300",
+    "-1e300",
+    "-5",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "X'00ff'",
+    "1.5",
+    "0",
+]
 SESSION_START_VALUES = SQL_VALUES
 GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"]
 GPU_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "contextId"]
@@ -242,18 +299,27 @@ def _sql_mutation(rng) -> tuple[str, str]:
     kind = rng.choice(["update", "update", "update", "negative", "strings", "drop", "rename", "session"])
     table = rng.choice(GPU_TABLES)
     if kind == "update":
-        col = rng.choice(GPU_COLUMNS + (["demangledName", "shortName"] if table.endswith("KERNEL") else
-                                        ["bytes", "copyKind"]))
+        col = rng.choice(
+            GPU_COLUMNS + (["demangledName", "shortName"] if table.endswith("KERNEL") else ["bytes", "copyKind"])
+        )
         v = rng.choice(SQL_VALUES)
-        return (f'UPDATE {table} SET "{col}" = {v} WHERE rowid % {rng.randint(1, 7)} = 0',
-                f"{table}.{col} = {v}")
+        return (f'UPDATE {table} SET "{col}" = {v} WHERE rowid % {rng.randint(1, 7)} = 0', f"{table}.{col} = {v}")
     if kind == "negative":
-        return f"UPDATE {table} SET \"end\" = start - 1000 WHERE rowid % 3 = 0", "negative durations"
+        return f'UPDATE {table} SET "end" = start - 1000 WHERE rowid % 3 = 0', "negative durations"
     if kind == "strings":
         return (f"DELETE FROM StringIds WHERE id % {rng.randint(1, 5)} = 0", "StringIds rows deleted")
     if kind == "drop":
-        t = rng.choice(GPU_TABLES + ["StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_RUNTIME",
-                                     "TARGET_INFO_GPU", "ThreadNames", "PROCESSES"])
+        t = rng.choice(
+            GPU_TABLES
+            + [
+                "StringIds",
+                "TARGET_INFO_SESSION_START_TIME",
+                "CUPTI_ACTIVITY_KIND_RUNTIME",
+                "TARGET_INFO_GPU",
+                "ThreadNames",
+                "PROCESSES",
+            ]
+        )
         return f"DROP TABLE IF EXISTS {t}", f"{t} dropped"
     if kind == "rename":
         col = rng.choice(["start", "end", "deviceId", "streamId", "correlationId"])
@@ -315,8 +381,9 @@ def test_mutated_traces_never_break_the_run(tmp_path):
         p = tmp_path / f"good-{rank}-{os.path.basename(rel)}"
         shutil.copy(shared(*rel.split("/")), p)
         good[str(p)] = rank
-    clean = per_rank_tables(dtrace.analyze(list(good), cache=str(tmp_path / "clean"), scheduler="sync",
-                                           ranks=good), set(good.values()))
+    clean = per_rank_tables(
+        dtrace.analyze(list(good), cache=str(tmp_path / "clean"), scheduler="sync", ranks=good), set(good.values())
+    )
     assert all(len(clean[t]) for t in ("breakdown", "kernels", "streams"))
 
     bases = {}
@@ -399,7 +466,10 @@ def _one_error(path) -> str:
 def test_invalid_utf8_in_a_small_trace(tmp_path):
     raw = _content("kineto", "single", "mi250_rocm62.json.gz")
     i = raw.index(b'"name": "') + len(b'"name": "')
-    for name, data in (("a.json", raw[:i] + b"\xff" + raw[i:]), ("b.json.gz", gzip.compress(raw[:i] + b"\xff" + raw[i:]))):
+    for name, data in (
+        ("a.json", raw[:i] + b"\xff" + raw[i:]),
+        ("b.json.gz", gzip.compress(raw[:i] + b"\xff" + raw[i:])),
+    ):
         (tmp_path / name).write_bytes(data)
         assert "not valid UTF-8 text (byte 0xff" in _one_error(tmp_path / name)
 

@@ -1,4 +1,5 @@
 """Idle gaps: the gaps, gap_histogram and transitions tables and the ``dtrace gaps`` view."""
+
 import re
 
 import numpy as np
@@ -41,27 +42,73 @@ def tables(part):
 def make_part(rows, options=None, launches=(), launch_name="cudaLaunchKernel"):
     """A part on device 0 from (name, stream, start, end[, correlation]) tuples; ``launches``
     are (correlation, start) host launch calls named ``launch_name``."""
-    recs = [dict(device=0, stream=r[1], pid=0, tid=r[1], kind="kernel", name=r[0], start_ns=r[2], end_ns=r[3],
-                 correlation=r[4] if len(r) > 4 else -1, external_id=-1) for r in rows]
-    recs += [dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name=launch_name, start_ns=s,
-                  end_ns=s + 1, correlation=c, external_id=-1) for c, s in launches]
+    recs = [
+        dict(
+            device=0,
+            stream=r[1],
+            pid=0,
+            tid=r[1],
+            kind="kernel",
+            name=r[0],
+            start_ns=r[2],
+            end_ns=r[3],
+            correlation=r[4] if len(r) > 4 else -1,
+            external_id=-1,
+        )
+        for r in rows
+    ]
+    recs += [
+        dict(
+            device=-1,
+            stream=-1,
+            pid=1,
+            tid=1,
+            kind="runtime",
+            name=launch_name,
+            start_ns=s,
+            end_ns=s + 1,
+            correlation=c,
+            external_id=-1,
+        )
+        for c, s in launches
+    ]
     ev = pd.DataFrame(recs)
     ev.insert(0, "rank", np.int32(3))
     for c in ("kind", "name"):
         ev[c] = ev[c].astype("category")
-    return prepare(ev, COLLECTIVE_SCHEMA.empty_table().to_pandas(), MEMCPY_SCHEMA.empty_table().to_pandas(),
-                   rank=3, device=0, fmt="kineto", options=options or Options())
+    return prepare(
+        ev,
+        COLLECTIVE_SCHEMA.empty_table().to_pandas(),
+        MEMCPY_SCHEMA.empty_table().to_pandas(),
+        rank=3,
+        device=0,
+        fmt="kineto",
+        options=options or Options(),
+    )
 
 
 # -- real trace against the obvious loop ------------------------------------------------------
+
 
 def test_gap_table_matches_raw_events(a100):
     _, res, raw, gaps = a100
     g = res.gaps.set_index("stream")
     assert set(g.index) == set(raw["gpu"]["stream"])
     by = gaps.groupby("stream")["gap_ns"]
-    exp = pd.DataFrame({"gaps": by.size(), "idle_ns": by.sum(), "mean_ns": by.mean(), "min_ns": by.min(),
-                        "max_ns": by.max(), "std_ns": by.std(ddof=1).fillna(0)}).reindex(g.index).fillna(0)
+    exp = (
+        pd.DataFrame(
+            {
+                "gaps": by.size(),
+                "idle_ns": by.sum(),
+                "mean_ns": by.mean(),
+                "min_ns": by.min(),
+                "max_ns": by.max(),
+                "std_ns": by.std(ddof=1).fillna(0),
+            }
+        )
+        .reindex(g.index)
+        .fillna(0)
+    )
     for c in ("gaps", "idle_ns", "min_ns", "max_ns"):
         np.testing.assert_array_equal(g[c], exp[c].astype(np.int64), err_msg=c)
     np.testing.assert_array_equal(g["mean_ns"], rawtrace.whole_ns(exp["mean_ns"]))  # int ns, half to even
@@ -84,8 +131,16 @@ def test_transitions_match_raw_events(a100):
     _, res, _, gaps = a100
     t = res.transitions.set_index(["stream", "prev_name", "next_name"]).sort_index()
     by = gaps.groupby(["stream", "prev_name", "next_name"])["gap_ns"]
-    exp = pd.DataFrame({"count": by.size(), "total_ns": by.sum(), "mean_ns": by.mean(), "min_ns": by.min(),
-                        "max_ns": by.max(), "std_ns": by.std(ddof=1).fillna(0)}).sort_index()
+    exp = pd.DataFrame(
+        {
+            "count": by.size(),
+            "total_ns": by.sum(),
+            "mean_ns": by.mean(),
+            "min_ns": by.min(),
+            "max_ns": by.max(),
+            "std_ns": by.std(ddof=1).fillna(0),
+        }
+    ).sort_index()
     assert t.index.equals(exp.index)
     for c in ("count", "total_ns", "min_ns", "max_ns"):
         np.testing.assert_array_equal(t[c], exp[c], err_msg=c)
@@ -105,8 +160,9 @@ def test_histogram_with_user_bounds_linear_and_log(a100, cache):
         np.testing.assert_allclose(got["hi_ns"], edges[1:])
         inside = f["gap_ns"][(f["gap_ns"] >= edges[0]) & (f["gap_ns"] <= edges[-1])]
         assert int(got["total_ns"].sum()) == int(inside.sum())
-    log = dtrace.analyze(path, cache=cache, scheduler="sync", hist_min_ns=US, hist_max_ns=10_000 * US, hist_bins=8,
-                         hist_log=True).gap_histogram
+    log = dtrace.analyze(
+        path, cache=cache, scheduler="sync", hist_min_ns=US, hist_max_ns=10_000 * US, hist_bins=8, hist_log=True
+    ).gap_histogram
     ledges = np.geomspace(US, 10_000 * US, 9)
     counts, _ = np.histogram(gaps["gap_ns"], bins=ledges)
     np.testing.assert_array_equal(log.groupby("bin")["count"].sum().to_numpy(), counts)
@@ -140,6 +196,7 @@ def test_kernel_wait_threshold_option(cache):
 
 # -- hand-made edge rules -----------------------------------------------------------------------
 
+
 def test_overlapping_kernels_default_clips_tracelens_keeps_running_max():
     rows = [("A", 7, 0, 100), ("B", 7, 10, 20), ("C", 7, 30, 40), ("D", 7, 150, 160)]
     rocm = dict(launches=[(99, 0)], launch_name="hipLaunchKernel")  # a ROCm part: overlap is an overrun
@@ -152,7 +209,9 @@ def test_overlapping_kernels_default_clips_tracelens_keeps_running_max():
     for part in (make_part(rows, Options(compat="tracelens"), **rocm), make_part(rows)):
         tl = tables(part)
         assert tl["gaps"]["gaps"].tolist() == [1] and tl["gaps"]["idle_ns"].tolist() == [50]
-        assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [["A", "D", 1, 50.0]]
+        assert tl["transitions"][["prev_name", "next_name", "count", "mean_ns"]].values.tolist() == [
+            ["A", "D", 1, 50.0]
+        ]
 
 
 def test_zero_length_events_end_and_open_gaps():
@@ -167,8 +226,9 @@ def test_zero_length_events_end_and_open_gaps():
 def test_single_kernel_has_no_gaps():
     t = tables(make_part([("only", 7, 100, 200)]))
     g = t["gaps"]
-    assert g[["rank", "device", "stream", "events", "span_ns", "gaps", "idle_ns"]].values.tolist() == \
-        [[3, 0, 7, 1, 100, 0, 0]]
+    assert g[["rank", "device", "stream", "events", "span_ns", "gaps", "idle_ns"]].values.tolist() == [
+        [3, 0, 7, 1, 100, 0, 0]
+    ]
     assert len(t["transitions"]) == 0 and len(t["gap_histogram"]) == 0
 
 
@@ -186,8 +246,13 @@ def test_causes_by_hand():
     # X ends at 100 µs. Y: launched at 150 µs, after X ended -> host_wait (gap 60 µs).
     # Z: launched at 120 µs, before Y ended, gap 10 µs < 30 µs -> kernel_wait.
     # W: launched at 130 µs, gap 120 µs -> other. V: launch unknown -> other.
-    rows = [("X", 7, 0, 100 * US, 1), ("Y", 7, 160 * US, 170 * US, 2), ("Z", 7, 180 * US, 190 * US, 3),
-            ("W", 7, 310 * US, 320 * US, 4), ("V", 7, 330 * US, 340 * US)]
+    rows = [
+        ("X", 7, 0, 100 * US, 1),
+        ("Y", 7, 160 * US, 170 * US, 2),
+        ("Z", 7, 180 * US, 190 * US, 3),
+        ("W", 7, 310 * US, 320 * US, 4),
+        ("V", 7, 330 * US, 340 * US),
+    ]
     launches = [(1, 0), (2, 150 * US), (3, 120 * US), (4, 130 * US)]
     g = tables(make_part(rows, launches=launches))["gaps"].iloc[0]
     assert (g["host_wait_gaps"], g["host_wait_ns"]) == (1, 60 * US)
@@ -201,19 +266,27 @@ def test_histogram_by_hand():
     rows = [("a", 7, 0, 1), ("b", 7, 6, 7), ("c", 7, 22, 23), ("d", 7, 48, 49), ("e", 7, 1049, 1050)]
     # gaps 5, 15, 25, 1000
     h = tables(make_part(rows, Options(hist_min_ns=0, hist_max_ns=30, hist_bins=3)))["gap_histogram"]
-    assert h[["bin", "lo_ns", "hi_ns", "count", "total_ns"]].values.tolist() == \
-        [[0, 0, 10, 1, 5], [1, 10, 20, 1, 15], [2, 20, 30, 1, 25]]  # 1000 is outside the bounds
+    assert h[["bin", "lo_ns", "hi_ns", "count", "total_ns"]].values.tolist() == [
+        [0, 0, 10, 1, 5],
+        [1, 10, 20, 1, 15],
+        [2, 20, 30, 1, 25],
+    ]  # 1000 is outside the bounds
     lg = tables(make_part(rows, Options(hist_min_ns=1, hist_max_ns=1000, hist_bins=3, hist_log=True)))
     assert lg["gap_histogram"]["count"].tolist() == [1, 2, 1]  # [1,10) [10,100) [100,1000]
 
 
 # -- the quick view --------------------------------------------------------------------------
 
+
 def test_gaps_cli_on_trace(a100, tmp_path, capsys):
     path, _, _, gaps = a100
     out = tmp_path / "gaps.txt"
-    assert main(["gaps", path, "--hist-min", "1", "--hist-max", "100", "--gap-sort", "avggap", "--top", "5",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            ["gaps", path, "--hist-min", "1", "--hist-max", "100", "--gap-sort", "avggap", "--top", "5", "-o", str(out)]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert f"Total gaps found: {len(gaps):,}" in text
     value, unit = re.search(r"Total stream gap time: ([\d.,]+) (s|ms|µs|ns)\n", text).groups()
@@ -221,8 +294,11 @@ def test_gaps_cli_on_trace(a100, tmp_path, capsys):
     assert shown == pytest.approx(gaps["gap_ns"].sum(), rel=5e-3)  # three significant digits
     # first the GPU's idle time: the gaps with no stream busy, all streams pooled
     device = rawtrace.gaps_by_loop(rawtrace.load(path)["gpu"].assign(stream=0))
-    value, unit, n = re.search(r"GPU idle time \(no stream busy; the breakdown's idle\): ([\d.,]+) (s|ms|µs|ns) in "
-                               r"([\d,]+) gaps", text).groups()
+    value, unit, n = re.search(
+        r"GPU idle time \(no stream busy; the breakdown's idle\): ([\d.,]+) (s|ms|µs|ns) in "
+        r"([\d,]+) gaps",
+        text,
+    ).groups()
     shown = float(value.replace(",", "")) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}[unit]
     assert shown == pytest.approx(device["gap_ns"].sum(), rel=5e-3) and int(n.replace(",", "")) == len(device)
     assert text.index("GPU idle time") < text.index("Total stream gap time")

@@ -1,6 +1,7 @@
 """Inputs that are not regular files, whitespace bombs, oversized events and the per-input size
 limit (issue 13): one-line errors for the input concerned, bounded time and memory, the
 other inputs complete."""
+
 from __future__ import annotations
 
 import gzip
@@ -29,8 +30,10 @@ from dtrace.readers.kineto import read_kineto
 from dtrace.readers.nsys import read_nsys
 from dtrace.readers.nsys_csv import read_nsys_csv
 
-KERNEL = ('{"ph": "X", "cat": "kernel", "name": "%s", "pid": 0, "tid": 7, "ts": %s, "dur": 10.0, '
-          '"args": {"device": 0, "stream": 7}}')
+KERNEL = (
+    '{"ph": "X", "cat": "kernel", "name": "%s", "pid": 0, "tid": 7, "ts": %s, "dur": 10.0, '
+    '"args": {"device": 0, "stream": 7}}'
+)
 
 
 @pytest.fixture
@@ -58,8 +61,13 @@ def test_a_fifo_among_the_inputs_is_refused_and_the_others_complete(tmp_path, fi
     out = tmp_path / "out"
     for inputs in ([str(fifo.parent)], [good, str(fifo)], [str(fifo.parent / "rank-*")]):  # folder, file, glob
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", *inputs, "-o", str(out), "--sync"],
-                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "dtrace", "analyze", *inputs, "-o", str(out), "--sync"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         assert time.monotonic() - t0 < 60 and proc.returncode == 1, proc.stderr
         res = dtrace.load(out)
         assert res.breakdown["rank"].tolist() == [0]
@@ -72,8 +80,12 @@ def test_readers_refuse_what_is_not_a_regular_file_before_opening_it(tmp_path, f
     sock_path = str(tmp_path / "s.json")
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(sock_path)
-        cases = [(str(fifo), "a FIFO (named pipe)"), ("/dev/null", "a character device"), (sock_path, "a socket"),
-                 (str(tmp_path), "a folder")]
+        cases = [
+            (str(fifo), "a FIFO (named pipe)"),
+            ("/dev/null", "a character device"),
+            (sock_path, "a socket"),
+            (str(tmp_path), "a folder"),
+        ]
         for path, what in cases:
             for call in (detect, read_kineto, read_nsys_csv, read_nsys, Content):
                 with pytest.raises(NotRegularFile) as ei:
@@ -100,8 +112,9 @@ def compact_doc(n: int = 40) -> list[str]:
     return [KERNEL % (f"k{i}", 100.0 + 20 * i) for i in range(n)]
 
 
-@pytest.mark.parametrize("where", ["after [", "before ,", "after ,", "before ]", "after ]", "after the document",
-                         "before the document"])
+@pytest.mark.parametrize(
+    "where", ["after [", "before ,", "after ,", "before ]", "after ]", "after the document", "before the document"]
+)
 def test_whitespace_anywhere_between_tokens_reads_the_same(tmp_path, where):
     events = compact_doc()
     ws = " \n\t\r" * (600 << 10)  # 2.4 MB, more than the 1 MiB read block
@@ -110,8 +123,12 @@ def test_whitespace_anywhere_between_tokens_reads_the_same(tmp_path, where):
     sep = (ws if where == "before ," else "") + "," + (ws if where == "after ," else "")
     tail = (ws if where == "before ]" else "") + "]" + (ws if where == "after ]" else "") + ', "displayTimeUnit": "ms"}'
     end = ws if where == "after the document" else ""
-    ref = read_kineto(gz_stream(tmp_path / "ref.json.gz", [(head.replace(ws, "") + ",".join(events)
-                                                             + '], "displayTimeUnit": "ms"}').encode()]))
+    ref = read_kineto(
+        gz_stream(
+            tmp_path / "ref.json.gz",
+            [(head.replace(ws, "") + ",".join(events) + '], "displayTimeUnit": "ms"}').encode()],
+        )
+    )
     p = gz_stream(tmp_path / "ws.json.gz", [(pre + head + sep.join(events) + tail + end).encode()])
     got = read_kineto(p, block=1 << 20)
     assert got.meta["events"] == 40 and got.parts[0].events.equals(ref.parts[0].events)
@@ -121,8 +138,15 @@ def test_64_mib_of_whitespace_is_skipped_fast_in_bounded_memory(tmp_path):
     """Today: a per-byte Python scan (~0.14 s/MiB, 9 s here) and a buffer that doubles to hold the
     whitespace. Now: native-speed scanning and a buffer that never grows for whitespace."""
     ws = b" " * (1 << 20)
-    pieces = [b'{"traceEvents": [', (KERNEL % ("a", 100.0)).encode(), *[ws] * 32, b",", *[ws] * 32,
-              (KERNEL % ("b", 200.0)).encode(), b"]}"]
+    pieces = [
+        b'{"traceEvents": [',
+        (KERNEL % ("a", 100.0)).encode(),
+        *[ws] * 32,
+        b",",
+        *[ws] * 32,
+        (KERNEL % ("b", 200.0)).encode(),
+        b"]}",
+    ]
     p = gz_stream(tmp_path / "ws.json.gz", pieces)
     t0 = time.perf_counter()
     tf = read_kineto(p)
@@ -139,8 +163,10 @@ def test_64_mib_of_whitespace_is_skipped_fast_in_bounded_memory(tmp_path):
 
 def test_an_oversized_event_fails_in_bounded_memory(tmp_path):
     name = "x" * (8 << 20)  # an 8 MiB kernel name (the issue's case was 2 GiB, 12.75 GB peak)
-    p = gz_stream(tmp_path / "big.json.gz", [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(), b",",
-                                             (KERNEL % (name, 2.0)).encode(), b"]}"])
+    p = gz_stream(
+        tmp_path / "big.json.gz",
+        [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(), b",", (KERNEL % (name, 2.0)).encode(), b"]}"],
+    )
     tracemalloc.start()
     try:
         with pytest.raises(InputTooLarge) as ei:
@@ -152,20 +178,25 @@ def test_an_oversized_event_fails_in_bounded_memory(tmp_path):
     assert str(ei.value) == f"{p}: an event is larger than the limit of 1 MiB (at content byte {at})"
     assert peak < 6 << 20, peak
     # the default limit (16 MiB) holds for every input, with no option given
-    huge = gz_stream(tmp_path / "huge.json.gz", [b'{"traceEvents": [', (KERNEL % ("x" * (17 << 20), 2.0)).encode(),
-                                                 b"]}"])
+    huge = gz_stream(
+        tmp_path / "huge.json.gz", [b'{"traceEvents": [', (KERNEL % ("x" * (17 << 20), 2.0)).encode(), b"]}"]
+    )
     res = dtrace.analyze([huge, write_kineto(tmp_path / "rank-0.json", GOOD)], scheduler="sync", rank_by="order")
     assert res.errors == [f"{huge}: an event is larger than the limit of 16 MiB (at content byte 17)"]
 
 
 def test_oversized_keys_around_the_events_fail_in_bounded_memory(tmp_path):
     big = '"' + "y" * (3 << 20) + '"'
-    before = gz_stream(tmp_path / "before.json.gz", [('{"traceName": ' + big + ', "traceEvents": [').encode(),
-                                                     (KERNEL % ("a", 1.0)).encode(), b"]}"])
+    before = gz_stream(
+        tmp_path / "before.json.gz",
+        [('{"traceName": ' + big + ', "traceEvents": [').encode(), (KERNEL % ("a", 1.0)).encode(), b"]}"],
+    )
     with pytest.raises(InputTooLarge, match="the JSON before 'traceEvents' is larger than the limit of 1 MiB"):
         read_kineto(before, block=256 << 10, max_event_size=1 << 20)
-    after = gz_stream(tmp_path / "after.json.gz", [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(),
-                                                   ('], "traceName": ' + big + "}").encode()])
+    after = gz_stream(
+        tmp_path / "after.json.gz",
+        [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(), ('], "traceName": ' + big + "}").encode()],
+    )
     with pytest.raises(InputTooLarge, match="is larger than the limit of 1 MiB"):
         read_kineto(after, block=256 << 10, max_event_size=1 << 20)
 
@@ -175,22 +206,34 @@ def test_oversized_keys_around_the_events_fail_in_bounded_memory(tmp_path):
 
 def test_max_input_size_fails_the_large_input_alone(tmp_path):
     # 3 MiB of content in a 10 kB gzip: the limit is on the content, not the file
-    bomb = gz_stream(tmp_path / "rank-1.json.gz", [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(),
-                                                   b" " * (3 << 20), b"]}"])
+    bomb = gz_stream(
+        tmp_path / "rank-1.json.gz", [b'{"traceEvents": [', (KERNEL % ("a", 1.0)).encode(), b" " * (3 << 20), b"]}"]
+    )
     assert os.path.getsize(bomb) < 100_000
     good = write_kineto(tmp_path / "rank-0.json", GOOD)
     res = dtrace.analyze([bomb, good], scheduler="sync", max_input_size="2MiB")
     assert res.breakdown["rank"].tolist() == [0]
-    assert res.errors == [f"{bomb}: its content is larger than the input size limit of 2 MiB "
-                          "(--max-input-size / max_input_size)"]
+    assert res.errors == [
+        f"{bomb}: its content is larger than the input size limit of 2 MiB (--max-input-size / max_input_size)"
+    ]
     assert dtrace.analyze([bomb, good], scheduler="sync", max_input_size=4 << 20).errors == []
     # the CLI flag maps onto the keyword; a bad size is a usage error
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", bomb, good, "-o", str(out), "--sync",
-                           "--max-input-size", "2MiB"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", bomb, good, "-o", str(out), "--sync", "--max-input-size", "2MiB"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "larger than the input size limit of 2 MiB" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "dtrace", "analyze", good, "-o", str(out), "--sync",
-                           "--max-input-size", "lots"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtrace", "analyze", good, "-o", str(out), "--sync", "--max-input-size", "lots"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "invalid size 'lots'" in proc.stderr
 
 

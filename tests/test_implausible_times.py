@@ -5,6 +5,7 @@ Every expected figure is a hand calculation on the events the test writes: three
 at 100, 150 and 200 µs lasting 10, 20 and 10 µs span 110 µs with 40 µs busy, whatever bad
 event is added beside them.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -32,8 +33,16 @@ Y2200_NS = 7_258_118_400 * 10**9
 
 
 def kernel(name: str, ts: float, dur: float, device: int = 0) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": device, "stream": 7}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": device,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": device, "stream": 7},
+    }
 
 
 GOOD = [kernel("k1", 100.0, 10.0), kernel("k2", 150.0, 20.0), kernel("k3", 200.0, 10.0)]
@@ -47,17 +56,20 @@ def write_kineto(path, events, *, rank: int = 0, base: int | None = None) -> str
     return str(path)
 
 
-@pytest.mark.parametrize("ts, dur, reason", [
-    (1e17, 1.0, DROP_START),            # 1e20 ns: past 2200 (today: negative total_ns)
-    (1e30, 1.0, DROP_START),            # today: becomes the trace origin with a RuntimeWarning
-    (1e308, 1.0, DROP_START),
-    (I64_MAX, 1.0, DROP_START),         # int64 max µs
-    (-5.0, 1.0, DROP_START),            # before 1970 (no time origin: the trace starts at 0)
-    (150.0, 1e17, DROP_LONG),           # today: "negative duration" for the whole file
-    (150.0, 1e30, DROP_LONG),
-    (150.0, -5.0, DROP_NEGATIVE),       # today: the whole file fails
-    (150.0, DAY_US + 1.0, DROP_LONG),   # a day and a µs in a trace spanning 110 µs
-])
+@pytest.mark.parametrize(
+    "ts, dur, reason",
+    [
+        (1e17, 1.0, DROP_START),  # 1e20 ns: past 2200 (today: negative total_ns)
+        (1e30, 1.0, DROP_START),  # today: becomes the trace origin with a RuntimeWarning
+        (1e308, 1.0, DROP_START),
+        (I64_MAX, 1.0, DROP_START),  # int64 max µs
+        (-5.0, 1.0, DROP_START),  # before 1970 (no time origin: the trace starts at 0)
+        (150.0, 1e17, DROP_LONG),  # today: "negative duration" for the whole file
+        (150.0, 1e30, DROP_LONG),
+        (150.0, -5.0, DROP_NEGATIVE),  # today: the whole file fails
+        (150.0, DAY_US + 1.0, DROP_LONG),  # a day and a µs in a trace spanning 110 µs
+    ],
+)
 def test_kineto_event_with_implausible_time_is_dropped_and_counted(tmp_path, ts, dur, reason):
     p = write_kineto(tmp_path / "rank-0.json", [*GOOD, kernel("bad", ts, dur)])
     res = dtrace.analyze(p, tmp_path / "out", scheduler="sync")
@@ -89,9 +101,11 @@ def test_times_are_checked_after_adding_the_time_origin(tmp_path):
 
 def test_a_profile_longer_than_a_day_keeps_its_long_ranges(tmp_path):
     # kernels two days apart and an annotation of 1.5 days between them: nothing is implausible
-    events = [kernel("k1", 100.0, 10.0), kernel("k2", 2 * DAY_US, 10.0),
-              {"ph": "X", "cat": "user_annotation", "name": "epoch", "pid": 5, "tid": 5, "ts": 50.0,
-               "dur": 1.5 * DAY_US}]
+    events = [
+        kernel("k1", 100.0, 10.0),
+        kernel("k2", 2 * DAY_US, 10.0),
+        {"ph": "X", "cat": "user_annotation", "name": "epoch", "pid": 5, "tid": 5, "ts": 50.0, "dur": 1.5 * DAY_US},
+    ]
     tf = read_kineto(write_kineto(tmp_path / "long.json", events))
     assert tf.meta["dropped_events"] == {} and tf.parts[0].events.num_rows == 3
     # ... but a range longer than the whole profile (and than a day) is not
@@ -106,8 +120,7 @@ def test_every_gpu_event_dropped_fails_the_file_alone(tmp_path):
     res = dtrace.analyze([bad, good], scheduler="sync")
     assert res.breakdown["rank"].tolist() == [0]
     (err,) = res.errors
-    assert err == (f"{bad}: all 2 GPU events have implausible times "
-                   f"({DROP_START}: 1, {DROP_NEGATIVE}: 1)")
+    assert err == (f"{bad}: all 2 GPU events have implausible times ({DROP_START}: 1, {DROP_NEGATIVE}: 1)")
 
 
 def test_a_number_beyond_float64_is_a_one_line_error(tmp_path):
@@ -130,8 +143,11 @@ def _rewrite_gz_json(src, dst, edit) -> None:
 
 
 def _stream_lines(doc) -> set[tuple[int, int]]:
-    return {(e["pid"], e["tid"]) for e in doc["traceEvents"]
-            if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"]["name"].startswith("Stream #")}
+    return {
+        (e["pid"], e["tid"])
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"]["name"].startswith("Stream #")
+    }
 
 
 def test_jax_events_with_implausible_times_are_dropped(tmp_path):
@@ -172,8 +188,9 @@ def test_nsys_events_with_implausible_times_are_dropped(tmp_path):
         rowids = [r[0] for r in db.execute("select rowid from CUPTI_ACTIVITY_KIND_KERNEL order by rowid limit 3")]
         db.execute("update CUPTI_ACTIVITY_KIND_KERNEL set start = ? where rowid = ?", (I64_MAX - 10, rowids[0]))
         db.execute("update CUPTI_ACTIVITY_KIND_KERNEL set [end] = start - 5 where rowid = ?", (rowids[1],))
-        db.execute("update CUPTI_ACTIVITY_KIND_KERNEL set [end] = start + ? where rowid = ?", (2 * DAY_US * 1000,
-                                                                                              rowids[2]))
+        db.execute(
+            "update CUPTI_ACTIVITY_KIND_KERNEL set [end] = start + ? where rowid = ?", (2 * DAY_US * 1000, rowids[2])
+        )
         nvtx = db.execute("select rowid from NVTX_EVENTS where [end] is not null order by rowid limit 1").fetchone()[0]
         db.execute("update NVTX_EVENTS set start = 1e30 where rowid = ?", (nvtx,))  # a REAL: no int64 holds it
     with sqlite3.connect(cut_path) as db:  # the same report without those events
@@ -193,8 +210,10 @@ def test_nsys_events_with_implausible_times_are_dropped(tmp_path):
         read_nsys(bad_path)
 
 
-TRACE_HEADER = ("Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
-                "Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n")
+TRACE_HEADER = (
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
+    "Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+)
 
 
 def csv_row(start, dur, corr, name="sgemm", device=0):
@@ -204,8 +223,13 @@ def csv_row(start, dur, corr, name="sgemm", device=0):
 def test_nsys_csv_rows_with_implausible_times_are_dropped(tmp_path):
     good = [csv_row(100_000, 10_000, 1), csv_row(150_000, 20_000, 2), csv_row(200_000, 10_000, 3)]
     p = tmp_path / "rank-4_cuda_gpu_trace.csv"
-    p.write_text(TRACE_HEADER + "".join(good) + csv_row("1e30", 5, 4) + csv_row(120_000, -7, 5)
-                 + csv_row(120_000, "1e308", 6, name="huge"))
+    p.write_text(
+        TRACE_HEADER
+        + "".join(good)
+        + csv_row("1e30", 5, 4)
+        + csv_row(120_000, -7, 5)
+        + csv_row(120_000, "1e308", 6, name="huge")
+    )
     tf = read_nsys_csv(str(p))
     assert tf.meta["dropped_events"] == {DROP_START: 1, DROP_NEGATIVE: 1, DROP_LONG: 1}
     ev = tf.parts[0].events

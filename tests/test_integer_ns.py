@@ -5,6 +5,7 @@ Nsight Systems file and ``nsys stats`` summaries is analysed; every table is che
 dtypes, the nullable columns for NA where the inputs state nothing, and the declared dtypes
 survive a reload. Rounding is checked by hand.
 """
+
 import shutil
 
 import numpy as np
@@ -18,8 +19,11 @@ from dtrace.analyses import ANALYSES, as_declared, conform
 from dtrace.synth import generate
 
 NULLABLE = {  # table: columns that hold NA where the inputs state nothing
-    "collectives": ("seq", "bytes", "step"), "collective_instances": ("seq", "bytes"), "memops": ("bytes",),
-    "segments": ("step", "comm_stream", "comm_start_ns"), "stragglers": ("explained_by",),
+    "collectives": ("seq", "bytes", "step"),
+    "collective_instances": ("seq", "bytes"),
+    "memops": ("bytes",),
+    "segments": ("step", "comm_stream", "comm_start_ns"),
+    "stragglers": ("explained_by",),
 }
 
 

@@ -1,4 +1,5 @@
 """Interval arithmetic against a brute-force timeline computed in the test."""
+
 import numpy as np
 import pytest
 

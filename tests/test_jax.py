@@ -4,6 +4,7 @@ collectives, multi-host ranks and broken inputs.
 Expected numbers come from the raw JSON read with gzip/json + numpy in this file, from
 ``traces/reference/peer_numbers.md`` (TraceLens) or from the synthetic generator's truth.
 """
+
 import gzip
 import json
 import os
@@ -33,22 +34,29 @@ def to_ns(us):
     us = np.asarray(us, dtype=np.float64)
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+
+
 def raw_stream_events(path):
     """GPU events on 'Stream #' threads per GPU index, from the raw JSON."""
     with gzip.open(path, "rt") as f:
         ev = json.load(f)["traceEvents"]
     pname = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
-    tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
-             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    tname = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
     out = {}
     for pid, name in pname.items():
         if "/device:GPU:" not in name:
             continue
         k = int(name.rsplit(":", 1)[1])
-        g = [e for e in ev if e.get("ph") == "X" and e["pid"] == pid
-             and tname.get((pid, e["tid"]), "").startswith("Stream #")]
-        out[k] = pd.DataFrame({"name": [e["name"] for e in g], "start": to_ns([e["ts"] for e in g]),
-                               "dur": to_ns([e["dur"] for e in g])})
+        g = [
+            e
+            for e in ev
+            if e.get("ph") == "X" and e["pid"] == pid and tname.get((pid, e["tid"]), "").startswith("Stream #")
+        ]
+        out[k] = pd.DataFrame(
+            {"name": [e["name"] for e in g], "start": to_ns([e["ts"] for e in g]), "dur": to_ns([e["dur"] for e in g])}
+        )
     return out
 
 
@@ -60,8 +68,15 @@ def part_tables(tf, compat):
 
     out = {}
     for part in tf.parts:
-        pd_part = prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(),
-                          rank=part.local_index, device=part.device, fmt=tf.format, options=Options(compat=compat))
+        pd_part = prepare(
+            part.events.to_pandas(),
+            part.collectives.to_pandas(),
+            part.memcpy.to_pandas(),
+            rank=part.local_index,
+            device=part.device,
+            fmt=tf.format,
+            options=Options(compat=compat),
+        )
         for name, df in run_analyses(pd_part, only={"breakdown", "streams", "kernels"}).items():
             out.setdefault(name, []).append(df)
     return {k: pd.concat(v, ignore_index=True) for k, v in out.items()}
@@ -70,8 +85,7 @@ def part_tables(tf, compat):
 @pytest.fixture(scope="module")
 def shared_results():
     files = {"classic": read_jax(shared(*CLASSIC)), "viewer": read_jax(shared(*VIEWER))}
-    return {(key, compat): part_tables(tf, compat) for key, tf in files.items()
-            for compat in ("default", "tracelens")}
+    return {(key, compat): part_tables(tf, compat) for key, tf in files.items() for compat in ("default", "tracelens")}
 
 
 def test_detected_as_jax_not_kineto():
@@ -105,8 +119,9 @@ def test_default_mode_counts_rocclr_copies_as_memcpy(shared_results):
     raw = raw_stream_events(shared(*CLASSIC))[0]
     copy = raw["name"].str.startswith("__amd_rocclr_copyBuffer")
     assert copy.sum() == 35
-    assert bd["memcpy_ns"].iloc[0] == union_len(raw["start"][copy].to_numpy(),
-                                                (raw["start"] + raw["dur"])[copy].to_numpy())
+    assert bd["memcpy_ns"].iloc[0] == union_len(
+        raw["start"][copy].to_numpy(), (raw["start"] + raw["dur"])[copy].to_numpy()
+    )
     assert (bd["busy_ns"].to_numpy() / 1e6 - TRACELENS_BUSY_MS < 1e-3).all()
 
 
@@ -138,10 +153,19 @@ def test_launch_links_by_correlation_and_bind_id():
         linked[key] = counts
     with gzip.open(shared(*CLASSIC), "rt") as f:
         ev = json.load(f)["traceEvents"]
-    host_corr = {e["args"]["correlation_id"] for e in ev if e.get("pid") == 701 and e.get("ph") == "X"
-                 and "correlation_id" in (e.get("args") or {})}
-    raw = [sum(1 for e in ev if e.get("pid") == k + 1 and e.get("ph") == "X"
-               and (e.get("args") or {}).get("correlation_id") in host_corr) for k in range(8)]
+    host_corr = {
+        e["args"]["correlation_id"]
+        for e in ev
+        if e.get("pid") == 701 and e.get("ph") == "X" and "correlation_id" in (e.get("args") or {})
+    }
+    raw = [
+        sum(
+            1
+            for e in ev
+            if e.get("pid") == k + 1 and e.get("ph") == "X" and (e.get("args") or {}).get("correlation_id") in host_corr
+        )
+        for k in range(8)
+    ]
     assert linked["classic"] == raw
     assert linked["viewer"] == raw
 
@@ -202,8 +226,17 @@ def test_multi_host_files_number_ranks_consecutively(tmp_path):
     """One file per host (2 GPUs each): ranks 0..3 across hosts, cross-rank tables over all."""
     truths = []
     for h in range(2):
-        truths.append(write_jax_trace(str(tmp_path / f"host{h}.trace.json.gz"), layout="viewer", host=f"host{h}",
-                                      n_gpus=2, steps=2, seed=10 + h, slow_gpu=1 if h == 1 else None))
+        truths.append(
+            write_jax_trace(
+                str(tmp_path / f"host{h}.trace.json.gz"),
+                layout="viewer",
+                host=f"host{h}",
+                n_gpus=2,
+                steps=2,
+                seed=10 + h,
+                slow_gpu=1 if h == 1 else None,
+            )
+        )
     r = dtrace.analyze(str(tmp_path), scheduler="sync", rank_by="order")
     assert not r.errors
     bd = r.breakdown.sort_values("rank")
@@ -239,13 +272,21 @@ def test_truncated_gzip_is_a_one_line_error_naming_the_file(tmp_path):
 def test_trace_without_gpu_planes_and_xplane_without_xprof(tmp_path, monkeypatch):
     p = tmp_path / "cpu.trace.json.gz"
     with gzip.open(p, "wt") as f:
-        json.dump({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:TPU:0"}},
-                                   {"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}]}, f)
+        json.dump(
+            {
+                "traceEvents": [
+                    {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:TPU:0"}},
+                    {"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
+                ]
+            },
+            f,
+        )
     with pytest.raises(InputError, match="no /device:GPU"):
         read_jax(str(p))
     xp = tmp_path / "host.xplane.pb"
     xp.write_bytes(b"\x0a\x03abc")
     import builtins
+
     real_import = builtins.__import__
 
     def no_xprof(name, *a, **kw):

@@ -3,6 +3,7 @@
 Every number is checked against plain pandas over the raw JSON events (``rawtrace``) or a
 hand calculation.
 """
+
 import os
 
 import numpy as np
@@ -23,8 +24,17 @@ A100 = ("kineto", "single", "a100_nccl_collectives.json.gz")
 
 def raw_stats(gpu: pd.DataFrame) -> pd.DataFrame:
     g = gpu.groupby("name")["dur_ns"]
-    out = pd.DataFrame({"count": g.size(), "total_ns": g.sum(), "mean_ns": g.mean(), "median_ns": g.median(),
-                        "min_ns": g.min(), "max_ns": g.max(), "std_ns": g.std(ddof=1).fillna(0.0)})
+    out = pd.DataFrame(
+        {
+            "count": g.size(),
+            "total_ns": g.sum(),
+            "mean_ns": g.mean(),
+            "median_ns": g.median(),
+            "min_ns": g.min(),
+            "max_ns": g.max(),
+            "std_ns": g.std(ddof=1).fillna(0.0),
+        }
+    )
     out["time_share"] = out["total_ns"] / gpu["dur_ns"].sum()
     out["count_share"] = out["count"] / len(gpu)
     return out
@@ -150,8 +160,9 @@ def test_cross_rank_kernel_view_matches_raw(cache):
     pooled = both.groupby("name")["dur_ns"]
     np.testing.assert_array_equal(x["mean_ns"], rawtrace.whole_ns(pooled.mean().loc[x.index]))
     # pooled from the parts' whole-ns standard deviations: within 1 ns of the exact one
-    np.testing.assert_allclose(x["std_ns"].to_numpy(np.float64), pooled.std(ddof=1).fillna(0).loc[x.index], rtol=0,
-                               atol=1.0)
+    np.testing.assert_allclose(
+        x["std_ns"].to_numpy(np.float64), pooled.std(ddof=1).fillna(0).loc[x.index], rtol=0, atol=1.0
+    )
     # classes across ranks
     cx = res.classes_xrank.set_index("class")
     c = res.classes.groupby("class")["total_ns"]
@@ -160,6 +171,7 @@ def test_cross_rank_kernel_view_matches_raw(cache):
 
 
 # -- hand-made edge cases ------------------------------------------------------------------
+
 
 def run_tables(part):
     """This issue's per-part tables of ``part``, conformed to their declared columns."""
@@ -177,14 +189,50 @@ def make_part(rows, *, options=None, steps=(), launches=(), launch_name="cudaLau
         name, stream, s, e = r[:4]
         kind = r[4] if len(r) > 4 else "kernel"
         corr = r[5] if len(r) > 5 else -1
-        recs.append(dict(device=0, stream=stream, pid=0, tid=stream, kind=kind, name=name, start_ns=s, end_ns=e,
-                         correlation=corr, external_id=-1))
+        recs.append(
+            dict(
+                device=0,
+                stream=stream,
+                pid=0,
+                tid=stream,
+                kind=kind,
+                name=name,
+                start_ns=s,
+                end_ns=e,
+                correlation=corr,
+                external_id=-1,
+            )
+        )
     for corr, s in launches:
-        recs.append(dict(device=-1, stream=-1, pid=1, tid=1, kind="runtime", name=launch_name, start_ns=s,
-                         end_ns=s + 1, correlation=corr, external_id=-1))
+        recs.append(
+            dict(
+                device=-1,
+                stream=-1,
+                pid=1,
+                tid=1,
+                kind="runtime",
+                name=launch_name,
+                start_ns=s,
+                end_ns=s + 1,
+                correlation=corr,
+                external_id=-1,
+            )
+        )
     for n, s, e in steps:
-        recs.append(dict(device=-1, stream=-1, pid=1, tid=1, kind="annotation", name=f"ProfilerStep#{n}",
-                         start_ns=s, end_ns=e, correlation=-1, external_id=-1))
+        recs.append(
+            dict(
+                device=-1,
+                stream=-1,
+                pid=1,
+                tid=1,
+                kind="annotation",
+                name=f"ProfilerStep#{n}",
+                start_ns=s,
+                end_ns=e,
+                correlation=-1,
+                external_id=-1,
+            )
+        )
     ev = pd.DataFrame(recs)
     ev.insert(0, "rank", np.int32(0))
     for c in ("kind", "name"):
@@ -239,6 +287,7 @@ def test_step_windows_drive_iterations_and_filter():
 
 
 # -- the quick view --------------------------------------------------------------------------
+
 
 def test_kernels_cli_on_trace_sort_aliases_and_output(tmp_path, capsys):
     path = shared(*A100)

@@ -2,6 +2,7 @@
 that input alone, in one line in the manifest; the run completes for every other rank with
 the tables of a synchronous run without that input (issue 13). On a real ``LocalCluster`` of
 two worker processes; the kills come from a worker preload (``tests/_crash.py``)."""
+
 from __future__ import annotations
 
 import glob
@@ -61,5 +62,6 @@ def test_inputs_that_kill_their_worker_fail_alone(tmp_path, capsys):
     assert ref.ok and sorted(res.breakdown["rank"]) == sorted(ref.breakdown["rank"]) == sorted(map(rank_of, good))
     assert sorted(res.table_names) == sorted(ref.table_names)
     for name in ref.table_names:
-        pd.testing.assert_frame_equal(canonical(res.table(name)), canonical(ref.table(name)), check_exact=True,
-                                      obj=name)
+        pd.testing.assert_frame_equal(
+            canonical(res.table(name)), canonical(ref.table(name)), check_exact=True, obj=name
+        )

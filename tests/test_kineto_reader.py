@@ -1,4 +1,5 @@
 """Kineto reader details: devices, string ids, time conversion, side tables, chunking."""
+
 import gzip
 import json
 
@@ -12,15 +13,29 @@ from dtrace.schema import us_to_ns, validate_events
 
 
 def kernel(name, ts, dur, dev, stream, corr, **args):
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": dev, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"device": dev, "stream": stream, "correlation": corr, **args}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": dev,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": dev, "stream": stream, "correlation": corr, **args},
+    }
 
 
 def test_two_gpus_in_one_file_become_two_parts(tmp_path):
-    doc = {"distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1_000_000_000_000, "traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "host-a", "tid": "main", "ts": 0.5, "dur": 50},
-        kernel("gemm0", 1.0, 2.0, 0, 7, 1), kernel("gemm1", 1.5, 4.0, 1, 9, 2), kernel("gemm1", 10, 1.0, 1, 9, 3),
-    ]}
+    doc = {
+        "distributedInfo": {"rank": 3},
+        "baseTimeNanoseconds": 1_000_000_000_000,
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "host-a", "tid": "main", "ts": 0.5, "dur": 50},
+            kernel("gemm0", 1.0, 2.0, 0, 7, 1),
+            kernel("gemm1", 1.5, 4.0, 1, 9, 2),
+            kernel("gemm1", 10, 1.0, 1, 9, 3),
+        ],
+    }
     p = tmp_path / "two.json"
     p.write_text(json.dumps(doc))
     tf = read_kineto(str(p))

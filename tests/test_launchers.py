@@ -6,6 +6,7 @@ A GPU event's launcher is the first ``cpu_op`` above its launch call, else the l
 events whose correlation matches a runtime call, their interval union, and the cpu_ops that
 contain each launch call in time on its thread.
 """
+
 import gzip
 import json
 from collections import defaultdict
@@ -30,21 +31,30 @@ def K(name, stream, ts, dur, corr, cat="kernel"):
     return X(cat, name, ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=corr)
 
 
-GRAPH_TRACE = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [
-    X("cpu_op", "aten::mm", 10.0, 20.0), X("cuda_runtime", "cudaLaunchKernel", 12.0, 2.0, correlation=1),
-    K("gemm", 7, 40.0, 10.0, 1),
-    # a CUDA graph replayed by a top-level graph launch: three kernels on two streams
-    X("cuda_runtime", "cudaGraphLaunch", 60.0, 5.0, correlation=2),
-    K("g1", 7, 70.0, 20.0, 2), K("g2", 8, 75.0, 30.0, 2), K("g3", 7, 95.0, 5.0, 2),
-    # launches under an annotation only
-    X("user_annotation", "## step ##", 110.0, 30.0),
-    X("cuda_runtime", "cudaLaunchKernel", 112.0, 1.0, correlation=3), K("elementwise", 7, 150.0, 4.0, 3),
-    X("cuda_runtime", "cudaMemcpyAsync", 120.0, 1.0, correlation=4),
-    K("Memcpy HtoD", 8, 160.0, 6.0, 4, cat="gpu_memcpy"),
-    K("orphan", 7, 200.0, 3.0, 99),  # no launch call: not linked, no launcher
-    X("cuda_runtime", "cudaGraphLaunch", 210.0, 4.0, correlation=5),
-    K("g1", 7, 220.0, 10.0, 5), K("g2", 8, 222.0, 10.0, 5),
-]}
+GRAPH_TRACE = {
+    "schemaVersion": 1,
+    "distributedInfo": {"rank": 0, "world_size": 1},
+    "traceEvents": [
+        X("cpu_op", "aten::mm", 10.0, 20.0),
+        X("cuda_runtime", "cudaLaunchKernel", 12.0, 2.0, correlation=1),
+        K("gemm", 7, 40.0, 10.0, 1),
+        # a CUDA graph replayed by a top-level graph launch: three kernels on two streams
+        X("cuda_runtime", "cudaGraphLaunch", 60.0, 5.0, correlation=2),
+        K("g1", 7, 70.0, 20.0, 2),
+        K("g2", 8, 75.0, 30.0, 2),
+        K("g3", 7, 95.0, 5.0, 2),
+        # launches under an annotation only
+        X("user_annotation", "## step ##", 110.0, 30.0),
+        X("cuda_runtime", "cudaLaunchKernel", 112.0, 1.0, correlation=3),
+        K("elementwise", 7, 150.0, 4.0, 3),
+        X("cuda_runtime", "cudaMemcpyAsync", 120.0, 1.0, correlation=4),
+        K("Memcpy HtoD", 8, 160.0, 6.0, 4, cat="gpu_memcpy"),
+        K("orphan", 7, 200.0, 3.0, 99),  # no launch call: not linked, no launcher
+        X("cuda_runtime", "cudaGraphLaunch", 210.0, 4.0, correlation=5),
+        K("g1", 7, 220.0, 10.0, 5),
+        K("g2", 8, 222.0, 10.0, 5),
+    ],
+}
 
 
 def union_len(intervals):
@@ -86,14 +96,17 @@ def test_graph_launch_outside_ops_is_a_launcher(graph_trace):
     assert ops["kernels"].sum() == len(linked) == 8
     graph = ops.loc[("cudaGraphLaunch", "runtime")]
     assert graph[["count", "host_ns", "kernels", "subtree_kernels"]].tolist() == [2, 9000, 5, 5]
-    assert graph["gpu_direct_ns"] == graph["gpu_subtree_ns"] == union_len(
-        [(s, e) for s, e, c in linked if c in (2, 5)])
+    assert graph["gpu_direct_ns"] == graph["gpu_subtree_ns"] == union_len([(s, e) for s, e, c in linked if c in (2, 5)])
     # the launch inside aten::mm is that op's, so the runtime row holds the bare launch only
     assert ops.loc[("cudaLaunchKernel", "runtime"), ["count", "kernels", "gpu_direct_ns"]].tolist() == [1, 1, 4000]
     assert ops.loc[("cudaMemcpyAsync", "runtime"), ["count", "kernels", "gpu_direct_ns"]].tolist() == [1, 1, 6000]
     assert ops.loc[("aten::mm", "cpu_op"), ["count", "kernels", "gpu_direct_ns"]].tolist() == [1, 1, 10000]
-    assert set(ops.index) == {("aten::mm", "cpu_op"), ("cudaGraphLaunch", "runtime"), ("cudaLaunchKernel", "runtime"),
-                              ("cudaMemcpyAsync", "runtime")}
+    assert set(ops.index) == {
+        ("aten::mm", "cpu_op"),
+        ("cudaGraphLaunch", "runtime"),
+        ("cudaLaunchKernel", "runtime"),
+        ("cudaMemcpyAsync", "runtime"),
+    }
 
 
 def test_graph_launch_in_results_cli_and_tree(graph_trace, tmp_path, capsys):
@@ -129,9 +142,13 @@ def test_a100_graph_launches_and_bare_launches():
     ops_by_thread = defaultdict(list)
     for e in ev:
         if e["cat"].lower() == "cpu_op":
-            ops_by_thread[(e["pid"], e["tid"])].append((to_ns(np.array([e["ts"]]))[0],
-                                                        to_ns(np.array([e["ts"]]))[0] + to_ns(np.array([e["dur"]]))[0],
-                                                        e["name"]))
+            ops_by_thread[(e["pid"], e["tid"])].append(
+                (
+                    to_ns(np.array([e["ts"]]))[0],
+                    to_ns(np.array([e["ts"]]))[0] + to_ns(np.array([e["dur"]]))[0],
+                    e["name"],
+                )
+            )
 
     def inner_op(launch):
         s = to_ns(np.array([launch["ts"]]))[0]

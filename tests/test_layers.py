@@ -3,6 +3,7 @@
 The contract is checked by import-linter on the package as it is, and on a copy with one
 deliberate upward import, which it must refuse.
 """
+
 import os
 import shutil
 import subprocess
@@ -16,8 +17,7 @@ LINT = "from importlinter.cli import lint_imports; raise SystemExit(lint_imports
 
 def _lint(root):
     env = {**os.environ, "PYTHONPATH": root}
-    return subprocess.run([sys.executable, "-c", LINT], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-c", LINT], cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_imports_follow_the_layers():
@@ -27,16 +27,22 @@ def test_imports_follow_the_layers():
     assert "2 kept, 0 broken" in run.stdout
 
 
-@pytest.mark.parametrize("module, line, broken", [
-    ("dtrace/schema.py", "from .readers import detect", "dtrace.schema is not allowed to import dtrace.readers"),
-    ("dtrace/reduce/ranks.py", "from ..results import load", "dtrace.reduce is not allowed to import dtrace.results"),
-    ("dtrace/readers/_io.py", "from . import kineto", "No cycles are allowed in dtrace.readers"),
-])
+@pytest.mark.parametrize(
+    "module, line, broken",
+    [
+        ("dtrace/schema.py", "from .readers import detect", "dtrace.schema is not allowed to import dtrace.readers"),
+        (
+            "dtrace/reduce/ranks.py",
+            "from ..results import load",
+            "dtrace.reduce is not allowed to import dtrace.results",
+        ),
+        ("dtrace/readers/_io.py", "from . import kineto", "No cycles are allowed in dtrace.readers"),
+    ],
+)
 def test_an_upward_import_or_a_cycle_breaks_the_contract(tmp_path, module, line, broken):
     pytest.importorskip("importlinter")
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
-    shutil.copytree(os.path.join(ROOT, "dtrace"), tmp_path / "dtrace",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "dtrace"), tmp_path / "dtrace", ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path / module
     target.write_text(target.read_text() + f"\n\ndef _scratch():\n    {line}\n")
     run = _lint(str(tmp_path))

@@ -1,5 +1,6 @@
 """Machine formats are exactly one valid document on stdout, prose on stderr; -o/--output means
 the same in every command (issue 14). Each stdout is parsed whole by json or csv here."""
+
 import csv
 import io
 import json

@@ -1,4 +1,5 @@
 """Memory operations: copies by direction (count, time, bytes, bandwidth) and memsets."""
+
 import os
 
 import numpy as np
@@ -27,8 +28,9 @@ def raw_memops(gpu: pd.DataFrame) -> pd.DataFrame:
     m["op"] = np.where(m["kind"] == "memset", "memset", m["name"].str.split().str[1].map(DIRECTION))
     m["b"] = pd.to_numeric(m["bytes"]).fillna(-1).astype(np.int64)
     g = m.groupby("op")
-    out = pd.DataFrame({"count": g.size(), "total_ns": g["dur_ns"].sum(), "min_ns": g["dur_ns"].min(),
-                        "max_ns": g["dur_ns"].max()})
+    out = pd.DataFrame(
+        {"count": g.size(), "total_ns": g["dur_ns"].sum(), "min_ns": g["dur_ns"].min(), "max_ns": g["dur_ns"].max()}
+    )
     known = m.loc[m["b"] >= 0].groupby("op")
     out["bytes"] = known["b"].sum().reindex(out.index).fillna(-1).astype(np.int64)
     out["bw"] = known["b"].sum() * 1e9 / known["dur_ns"].sum()
@@ -77,26 +79,45 @@ def test_memops_rocm_trace_partly_without_bytes(cache):
 
 def make_part(rows, side):
     """Device-0 events (name, kind, stream, start, end) and a memcpy side table (row, kind, bytes)."""
-    ev = pd.DataFrame([dict(rank=0, device=0, stream=r[2], pid=0, tid=r[2], kind=r[1], name=r[0], start_ns=r[3],
-                            end_ns=r[4], correlation=-1, external_id=-1) for r in rows])
+    ev = pd.DataFrame(
+        [
+            dict(
+                rank=0,
+                device=0,
+                stream=r[2],
+                pid=0,
+                tid=r[2],
+                kind=r[1],
+                name=r[0],
+                start_ns=r[3],
+                end_ns=r[4],
+                correlation=-1,
+                external_id=-1,
+            )
+            for r in rows
+        ]
+    )
     ev["rank"] = ev["rank"].astype(np.int32)
     for c in ("kind", "name"):
         ev[c] = ev[c].astype("category")
     mem = pd.DataFrame(side, columns=["row", "copy_kind", "bytes"]).astype({"row": np.int64, "bytes": np.int64})
     mem["copy_kind"] = mem["copy_kind"].astype("category")
-    part = prepare(ev, COLLECTIVE_SCHEMA.empty_table().to_pandas(), mem, rank=0, device=0, fmt="kineto",
-                   options=Options(iters=2))
+    part = prepare(
+        ev, COLLECTIVE_SCHEMA.empty_table().to_pandas(), mem, rank=0, device=0, fmt="kineto", options=Options(iters=2)
+    )
     a = next(a for a in ANALYSES if a.table == "memops")
     return conform(a.func(part), a.columns, a.table).set_index("op")
 
 
 def test_memops_by_hand():
-    rows = [("Memcpy PtoP (Device -> Device)", "memcpy", 7, 0, 1000),
-            ("Memcpy PtoP (Device -> Device)", "memcpy", 7, 2000, 5000),
-            ("Memcpy HtoD (Pinned -> Device)", "memcpy", 7, 6000, 6500),
-            ("Memset (Device)", "memset", 7, 7000, 7100),
-            ("__amd_rocclr_copyBuffer", "kernel", 8, 0, 400),
-            ("sgemm", "kernel", 8, 500, 900)]
+    rows = [
+        ("Memcpy PtoP (Device -> Device)", "memcpy", 7, 0, 1000),
+        ("Memcpy PtoP (Device -> Device)", "memcpy", 7, 2000, 5000),
+        ("Memcpy HtoD (Pinned -> Device)", "memcpy", 7, 6000, 6500),
+        ("Memset (Device)", "memset", 7, 7000, 7100),
+        ("__amd_rocclr_copyBuffer", "kernel", 8, 0, 400),
+        ("sgemm", "kernel", 8, 500, 900),
+    ]
     side = [(0, "P2P", 1000), (1, "P2P", 2000), (2, "H2D", -1), (3, "memset", 64)]
     m = make_part(rows, side)
     assert m.loc["P2P", ["count", "total_ns", "bytes"]].tolist() == [2, 4000, 3000]

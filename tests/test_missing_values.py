@@ -1,6 +1,7 @@
 """Renderers and diff accept missing values as pandas NA (nullable Int64/Float64) as well as the
 older -1 (issue 14: bytes, seq, explained_by, ... become NA). Every table of a real 64-rank run is
 rendered in every format, with NA injected, and the report, diff, compare and quick views run."""
+
 import json
 import re
 
@@ -17,8 +18,24 @@ from dtrace.render.summary import summary, summary_document
 from dtrace.render.text import FORMATS, render
 from dtrace.results import Results
 
-MISSING = ("bytes", "seq", "explained_by", "group_size", "last_rank", "max_rank", "computation_ns", "late_ns",
-           "algbw_gbps", "busbw_gbps", "link_ratio", "median_gpu_ns", "ratio", "z", "mean_ns", "std_ns")
+MISSING = (
+    "bytes",
+    "seq",
+    "explained_by",
+    "group_size",
+    "last_rank",
+    "max_rank",
+    "computation_ns",
+    "late_ns",
+    "algbw_gbps",
+    "busbw_gbps",
+    "link_ratio",
+    "median_gpu_ns",
+    "ratio",
+    "z",
+    "mean_ns",
+    "std_ns",
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +51,10 @@ KEYS = ("rank", "device", "stream", "step", "collective", "bin", "host")
 TEXT = ("evidence", "signals", "group", "match", "method")  # text that may be missing
 #: the per-part duration statistics that dtrace.reduce.kernels_xrank.pool combines: a kernel or a
 #: kernel pair always has them (pool is the lead's reduce code, not a renderer)
-POOLED = {"kernels": ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns"),
-          "transitions": ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns")}
+POOLED = {
+    "kernels": ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns"),
+    "transitions": ("count", "total_ns", "mean_ns", "std_ns", "min_ns", "max_ns"),
+}
 
 
 def with_na(res: Results, everywhere: bool = False) -> Results:

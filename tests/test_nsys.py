@@ -1,6 +1,7 @@
 """Nsight Systems SQLite reports: the shared RTX 4060 Ti report checked against SQL written here,
 synthetic multi-process and multi-rank reports, NVTX ranges as windows and as steps, version
 tolerance (missing tables and columns) and broken inputs."""
+
 import os
 import sqlite3
 
@@ -25,6 +26,8 @@ def sql(path, q):
         return con.execute(q).fetchall()
     finally:
         con.close()
+
+
 @pytest.fixture(scope="module")
 def rtx():
     return dtrace.analyze(shared(*RTX), scheduler="sync")
@@ -35,8 +38,11 @@ def test_rtx_counts_and_times_match_sql(rtx):
     assert detect(p).name == "nsys"
     assert not rtx.errors
     origin = sql(p, "select utcEpochNs from TARGET_INFO_SESSION_START_TIME")[0][0]
-    gpu = sql(p, "select start, end, 'k' from CUPTI_ACTIVITY_KIND_KERNEL union all "
-                 "select start, end, 'm' from CUPTI_ACTIVITY_KIND_MEMCPY")
+    gpu = sql(
+        p,
+        "select start, end, 'k' from CUPTI_ACTIVITY_KIND_KERNEL union all "
+        "select start, end, 'm' from CUPTI_ACTIVITY_KIND_MEMCPY",
+    )
     s = np.array([r[0] for r in gpu]) + origin
     e = np.array([r[1] for r in gpu]) + origin
     kern = np.array([r[2] == "k" for r in gpu])
@@ -47,20 +53,33 @@ def test_rtx_counts_and_times_match_sql(rtx):
     assert bd["busy_ns"] == union_len(s, e)
     assert bd["computation_ns"] == union_len(s[kern], e[kern])
     assert bd["memcpy_ns"] == union_len(s[~kern], e[~kern])
-    assert bd["streams"] == sql(p, "select count(distinct streamId) from (select streamId from "
-                                   "CUPTI_ACTIVITY_KIND_KERNEL union select streamId from CUPTI_ACTIVITY_KIND_MEMCPY)")[0][0]
+    assert (
+        bd["streams"]
+        == sql(
+            p,
+            "select count(distinct streamId) from (select streamId from "
+            "CUPTI_ACTIVITY_KIND_KERNEL union select streamId from CUPTI_ACTIVITY_KIND_MEMCPY)",
+        )[0][0]
+    )
     # kernels table: names through StringIds, copies named as nsys stats names them
     k = rtx.kernels.set_index("name")
-    for name, n, total in sql(p, "select s.value, count(*), sum(k.end - k.start) from CUPTI_ACTIVITY_KIND_KERNEL k "
-                                 "join StringIds s on s.id = k.demangledName group by s.value"):
+    for name, n, total in sql(
+        p,
+        "select s.value, count(*), sum(k.end - k.start) from CUPTI_ACTIVITY_KIND_KERNEL k "
+        "join StringIds s on s.id = k.demangledName group by s.value",
+    ):
         assert (k.loc[name, "count"], k.loc[name, "total_ns"]) == (n, total)
-    for _kind, label, n, total in sql(p, "select m.copyKind, e.label, count(*), sum(m.end - m.start) from "
-                                        "CUPTI_ACTIVITY_KIND_MEMCPY m join ENUM_CUDA_MEMCPY_OPER e on e.id = m.copyKind "
-                                        "group by m.copyKind"):
+    for _kind, label, n, total in sql(
+        p,
+        "select m.copyKind, e.label, count(*), sum(m.end - m.start) from "
+        "CUPTI_ACTIVITY_KIND_MEMCPY m join ENUM_CUDA_MEMCPY_OPER e on e.id = m.copyKind "
+        "group by m.copyKind",
+    ):
         assert (k.loc[f"[CUDA memcpy {label}]", "count"], k.loc[f"[CUDA memcpy {label}]", "total_ns"]) == (n, total)
     mem = rtx.memops.set_index("op")
-    for kind, n, nbytes in sql(p, "select copyKind, count(*), sum(bytes) from CUPTI_ACTIVITY_KIND_MEMCPY "
-                                  "group by copyKind"):
+    for kind, n, nbytes in sql(
+        p, "select copyKind, count(*), sum(bytes) from CUPTI_ACTIVITY_KIND_MEMCPY group by copyKind"
+    ):
         op = {1: "H2D", 2: "D2H"}[kind]
         assert (mem.loc[op, "count"], mem.loc[op, "bytes"]) == (n, nbytes)
 
@@ -74,16 +93,23 @@ def test_rtx_runtime_launches_link_by_correlation():
     rt = ev[kind == "runtime"]
     n_rt = sql(p, "select count(*) from CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
     assert len(rt) == n_rt
-    linked = sql(p, "select count(*) from (select correlationId from CUPTI_ACTIVITY_KIND_KERNEL union all "
-                    "select correlationId from CUPTI_ACTIVITY_KIND_MEMCPY) g where g.correlationId in "
-                    "(select correlationId from CUPTI_ACTIVITY_KIND_RUNTIME)")[0][0]
+    linked = sql(
+        p,
+        "select count(*) from (select correlationId from CUPTI_ACTIVITY_KIND_KERNEL union all "
+        "select correlationId from CUPTI_ACTIVITY_KIND_MEMCPY) g where g.correlationId in "
+        "(select correlationId from CUPTI_ACTIVITY_KIND_RUNTIME)",
+    )[0][0]
     gpu = ev[kind.isin(["kernel", "memcpy"])]
     assert int(gpu["correlation"].isin(rt["correlation"]).sum()) == linked == 16
     # globalTid packs pid/tid: pid = gtid // 0x1000000 % 0x1000000, tid = gtid % 0x1000000
     gtid = sql(p, "select globalTid from CUPTI_ACTIVITY_KIND_RUNTIME limit 1")[0][0]
     assert set(rt["pid"]) == {gtid // 0x1000000 % 0x1000000} and set(rt["tid"]) == {gtid % 0x1000000}
-    assert split_gid(np.array([gtid]))[0][0] == sql(p, "select pid from PROCESSES p join CUPTI_ACTIVITY_KIND_KERNEL k "
-                                                       "on k.globalPid = p.globalPid limit 1")[0][0]
+    assert (
+        split_gid(np.array([gtid]))[0][0]
+        == sql(p, "select pid from PROCESSES p join CUPTI_ACTIVITY_KIND_KERNEL k on k.globalPid = p.globalPid limit 1")[
+            0
+        ][0]
+    )
 
 
 def expected_ranges(truth, pid, dev):
@@ -134,8 +160,11 @@ def test_multi_process_report_parts_nvtx_ranges_and_steps(tmp_path):
             row = nr.loc[name]
             assert (row["count"], row["with_gpu"], row["gpu_events"]) == (exp["count"], exp["count"], exp["events"])
             assert row["proj_ns"] == exp["proj"] and row["non_comm_kernel_ns"] == exp["non_comm"]
-            assert row["computation_ns"] + row["exposed_comm_ns"] + row["exposed_memcpy_ns"] + row["idle_ns"] == \
-                row["total_ns"] == row["proj_ns"]
+            assert (
+                row["computation_ns"] + row["exposed_comm_ns"] + row["exposed_memcpy_ns"] + row["idle_ns"]
+                == row["total_ns"]
+                == row["proj_ns"]
+            )
     # an iteration tag's window holds all of the step's GPU work
     tag = r.nvtx_ranges[r.nvtx_ranges["name"] == ITER_TAG]
     assert (tag["gpu_events"] == 18).all()
@@ -158,8 +187,13 @@ def test_several_rank_files_align_on_session_start(tmp_path):
     starts = {0: 1_700_000_000_000_000_000, 1: 1_700_000_000_000_250_000}
     truths = {}
     for rank, t0 in starts.items():
-        truths[rank] = write_nsys_sqlite(str(tmp_path / f"job_rank{rank}.sqlite"), processes=((300 + rank, 0),),
-                                         session_start=t0, seed=5 + rank, slow=2.0 if rank == 1 else 1.0)
+        truths[rank] = write_nsys_sqlite(
+            str(tmp_path / f"job_rank{rank}.sqlite"),
+            processes=((300 + rank, 0),),
+            session_start=t0,
+            seed=5 + rank,
+            slow=2.0 if rank == 1 else 1.0,
+        )
     r = dtrace.analyze(str(tmp_path), scheduler="sync")
     assert not r.errors
     bd = r.breakdown.sort_values("rank")
@@ -177,10 +211,11 @@ def test_several_rank_files_align_on_session_start(tmp_path):
 
 def test_missing_tables_and_columns_are_tolerated(tmp_path):
     path = str(tmp_path / "old.sqlite")
-    truth = write_nsys_sqlite(path, drop_tables=("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMSET",
-                                                 "TARGET_INFO_SESSION_START_TIME"),
-                              drop_columns={"CUPTI_ACTIVITY_KIND_KERNEL": ("demangledName",),
-                                            "CUPTI_ACTIVITY_KIND_MEMCPY": ("bytes",)})
+    truth = write_nsys_sqlite(
+        path,
+        drop_tables=("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMSET", "TARGET_INFO_SESSION_START_TIME"),
+        drop_columns={"CUPTI_ACTIVITY_KIND_KERNEL": ("demangledName",), "CUPTI_ACTIVITY_KIND_MEMCPY": ("bytes",)},
+    )
     tf = read_nsys(path)
     ev = tf.parts[0].events.to_pandas()
     kind = ev["kind"].astype(str)
@@ -239,9 +274,14 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
 
     write_jax_trace(str(tmp_path / "s.trace.json.gz"), n_gpus=1, steps=1)
     (tmp_path / "s_cuda_gpu_trace.csv").write_text(
-        "Start (ns),Duration (ns),CorrId,Bytes (MB),Device,Strm,Name\n1,2,3,,0,7,k\n5,1,4,0.5,0,8,[CUDA memcpy Host-to-Device]\n")
-    samples = {"kineto": shared("kineto", "single", "mi210_gpu_only.json.gz"), "jax": str(tmp_path / "s.trace.json.gz"),
-               "nsys": shared(*RTX), "nsys-csv": str(tmp_path / "s_cuda_gpu_trace.csv")}
+        "Start (ns),Duration (ns),CorrId,Bytes (MB),Device,Strm,Name\n1,2,3,,0,7,k\n5,1,4,0.5,0,8,[CUDA memcpy Host-to-Device]\n"
+    )
+    samples = {
+        "kineto": shared("kineto", "single", "mi210_gpu_only.json.gz"),
+        "jax": str(tmp_path / "s.trace.json.gz"),
+        "nsys": shared(*RTX),
+        "nsys-csv": str(tmp_path / "s_cuda_gpu_trace.csv"),
+    }
     regs = readers()
     assert set(regs) <= set(samples), f"add a sample for {set(regs) - set(samples)}"
     for name, reader in regs.items():
@@ -251,10 +291,11 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
         assert tf.format == name and tf.parts
         for part in tf.parts:
             t = validate_events(part.events, path)
-            assert t.schema.names[:len(EVENT_SCHEMA)] == EVENT_SCHEMA.names
+            assert t.schema.names[: len(EVENT_SCHEMA)] == EVENT_SCHEMA.names
             assert part.collectives.schema.equals(COLLECTIVE_SCHEMA) and part.memcpy.schema.equals(MEMCPY_SCHEMA)
-            rows = pa.concat_arrays([part.collectives.column("row").combine_chunks(),
-                                     part.memcpy.column("row").combine_chunks()]).to_numpy()
+            rows = pa.concat_arrays(
+                [part.collectives.column("row").combine_chunks(), part.memcpy.column("row").combine_chunks()]
+            ).to_numpy()
             assert ((rows >= 0) & (rows < part.events.num_rows)).all()
 
 

@@ -1,6 +1,7 @@
 """``nsys stats`` CSVs: old and new headers, preambles, ``None``, missing columns; the summary path
 of ``dtrace analyze``; ``cuda_gpu_trace`` as events; the GPU Performance Analyser report
 (``dtrace nsys-stats``) checked against the numbers its README prints."""
+
 import json
 import os
 import sqlite3
@@ -17,36 +18,50 @@ from dtrace.readers import detect
 from dtrace.readers._stats_csv import kernel_summary, memop_summary, nvtx_projection, read_report
 from dtrace.readers.nsys_csv import read_nsys_csv
 
-PREAMBLE = ("Generating SQLite file run.sqlite from run.nsys-rep\n"
-            "Processing [run.sqlite] with [/opt/nvidia/nsight-systems/2024.5/reports/cuda_gpu_kern_sum.py]... \n"
-            "\n ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):\n\n")
-KERN_NEW = ("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
-            '60.0,6000,3,2000.0,2000.0,1000,3000,1000.0,"void gemm_kernel<float, 128>(int, float*)"\n'
-            "30.0,3000,2,1500.0,1500.0,1000,2000,707.1,ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)\n"
-            "10.0,1000,1,1000.0,1000.0,1000,1000,0.0,loop_fusion_1\n")
-KERN_OLD = ("Time(%),Total Time (ns),Instances,Average,Minimum,Maximum,StdDev,Name\n"
-            '60.0,6000,3,2000.0,1000,3000,1000.0,"void gemm_kernel<float, 128>(int, float*)"\n'
-            "30.0,3000,2,1500.0,1000,2000,707.1,ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)\n"
-            "10.0,1000,1,1000.0,1000,1000,0.0,loop_fusion_1\n")
-MEM_NEW = ("Time (%),Total Time (ns),Count,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Operation\n"
-           "80.0,800,2,400.0,400.0,300,500,141.4,[CUDA memcpy Device-to-Device]\n"
-           "20.0,200,4,50.0,50.0,50,50,0.0,[CUDA memset]\n")
-MEM_OLD = ("Time(%),Total Time (ns),Operations,Average,Minimum,Maximum,StdDev,Operation\n"
-           "80.0,800,2,400.0,300,500,141.4,[CUDA memcpy DtoD]\n"
-           "20.0,200,4,50.0,50,50,0.0,[CUDA memset]\n")
-NVTX = ("Name,Projected Start (ns),Projected Duration (ns),Orig Start (ns),Orig Duration (ns),Style,PID,TID,"
-        "NumGPUOps,Lvl,NumChild,RangeId,ParentId,RangeStack\n"
-        "iter,100,9000,50,9500,PushPop,11,11,4,0,1,1,None,:1\n"
-        "fwd,120,3000,60,3100,PushPop,11,11,2,1,0,2,1,:1:2\n"
-        "iter,20000,8000,19950,8500,PushPop,11,11,3,0,0,3,None,:3\n"
-        "idle,None,None,30000,100,PushPop,11,11,0,0,0,4,None,:4\n")
-TRACE_NEW = ("Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
-             "Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
-             "1000,500,11,1,1,1,128,1,1,32,0.0,0.0,,,,,0,1,,7,gemm_kernel\n"
-             "1200,800,12,1,1,1,128,1,1,32,0.0,0.0,,,,,0,1,,9,ncclDevKernel_AllReduce_Sum_f32_RING_LL\n"
-             "2500,100,13,,,,,,,,,,4.194,41940.0,Device,Device,0,1,,8,[CUDA memcpy Device-to-Device]\n"
-             "3000,50,14,,,,,,,,,,0.001,20.0,Device,,0,1,,8,[CUDA memset]\n"
-             "1000,700,21,1,1,1,128,1,1,32,0.0,0.0,,,,,1,2,,7,gemm_kernel\n")
+PREAMBLE = (
+    "Generating SQLite file run.sqlite from run.nsys-rep\n"
+    "Processing [run.sqlite] with [/opt/nvidia/nsight-systems/2024.5/reports/cuda_gpu_kern_sum.py]... \n"
+    "\n ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):\n\n"
+)
+KERN_NEW = (
+    "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+    '60.0,6000,3,2000.0,2000.0,1000,3000,1000.0,"void gemm_kernel<float, 128>(int, float*)"\n'
+    "30.0,3000,2,1500.0,1500.0,1000,2000,707.1,ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)\n"
+    "10.0,1000,1,1000.0,1000.0,1000,1000,0.0,loop_fusion_1\n"
+)
+KERN_OLD = (
+    "Time(%),Total Time (ns),Instances,Average,Minimum,Maximum,StdDev,Name\n"
+    '60.0,6000,3,2000.0,1000,3000,1000.0,"void gemm_kernel<float, 128>(int, float*)"\n'
+    "30.0,3000,2,1500.0,1000,2000,707.1,ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096>)\n"
+    "10.0,1000,1,1000.0,1000,1000,0.0,loop_fusion_1\n"
+)
+MEM_NEW = (
+    "Time (%),Total Time (ns),Count,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Operation\n"
+    "80.0,800,2,400.0,400.0,300,500,141.4,[CUDA memcpy Device-to-Device]\n"
+    "20.0,200,4,50.0,50.0,50,50,0.0,[CUDA memset]\n"
+)
+MEM_OLD = (
+    "Time(%),Total Time (ns),Operations,Average,Minimum,Maximum,StdDev,Operation\n"
+    "80.0,800,2,400.0,300,500,141.4,[CUDA memcpy DtoD]\n"
+    "20.0,200,4,50.0,50,50,0.0,[CUDA memset]\n"
+)
+NVTX = (
+    "Name,Projected Start (ns),Projected Duration (ns),Orig Start (ns),Orig Duration (ns),Style,PID,TID,"
+    "NumGPUOps,Lvl,NumChild,RangeId,ParentId,RangeStack\n"
+    "iter,100,9000,50,9500,PushPop,11,11,4,0,1,1,None,:1\n"
+    "fwd,120,3000,60,3100,PushPop,11,11,2,1,0,2,1,:1:2\n"
+    "iter,20000,8000,19950,8500,PushPop,11,11,3,0,0,3,None,:3\n"
+    "idle,None,None,30000,100,PushPop,11,11,0,0,0,4,None,:4\n"
+)
+TRACE_NEW = (
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
+    "Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+    "1000,500,11,1,1,1,128,1,1,32,0.0,0.0,,,,,0,1,,7,gemm_kernel\n"
+    "1200,800,12,1,1,1,128,1,1,32,0.0,0.0,,,,,0,1,,9,ncclDevKernel_AllReduce_Sum_f32_RING_LL\n"
+    "2500,100,13,,,,,,,,,,4.194,41940.0,Device,Device,0,1,,8,[CUDA memcpy Device-to-Device]\n"
+    "3000,50,14,,,,,,,,,,0.001,20.0,Device,,0,1,,8,[CUDA memset]\n"
+    "1000,700,21,1,1,1,128,1,1,32,0.0,0.0,,,,,1,2,,7,gemm_kernel\n"
+)
 
 
 def write(tmp_path, name, text):
@@ -68,8 +83,9 @@ def test_old_and_new_headers_parse_to_the_same_numbers(tmp_path):
     assert mnew["count"].tolist() == mold["count"].tolist() == [2, 4]
     assert mnew["total_ns"].tolist() == mold["total_ns"].tolist() == [800, 200]
     # a unit other than ns scales to ns
-    us = kernel_summary(write(tmp_path, "c_cuda_gpu_kern_sum.csv",
-                              KERN_NEW.replace("Total Time (ns)", "Total Time (us)")))
+    us = kernel_summary(
+        write(tmp_path, "c_cuda_gpu_kern_sum.csv", KERN_NEW.replace("Total Time (ns)", "Total Time (us)"))
+    )
     assert us["total_ns"].tolist() == [6_000_000, 3_000_000, 1_000_000]
 
 
@@ -144,8 +160,15 @@ def _breakdown(tf, part):
     from dtrace.batch import prepare_part as prepare
     from dtrace.options import Options
 
-    p = prepare(part.events.to_pandas(), part.collectives.to_pandas(), part.memcpy.to_pandas(), rank=part.local_index,
-                device=part.device, fmt=tf.format, options=Options())
+    p = prepare(
+        part.events.to_pandas(),
+        part.collectives.to_pandas(),
+        part.memcpy.to_pandas(),
+        rank=part.local_index,
+        device=part.device,
+        fmt=tf.format,
+        options=Options(),
+    )
     return run_analyses(p, only={"breakdown"})["breakdown"]
 
 
@@ -163,7 +186,11 @@ def test_cuda_gpu_trace_csv_is_read_as_events(tmp_path):
         assert tf.parts[0].collectives.num_rows == 1
     bd = pd.concat([_breakdown(tf, pt) for pt in read_nsys_csv(new).parts]).set_index("device")
     # device 0: gemm [1000,1500), nccl [1200,2000), memcpy [2500,2600), memset [3000,3050)
-    assert (bd.loc[0, "computation_ns"], bd.loc[0, "exposed_comm_ns"], bd.loc[0, "exposed_memcpy_ns"]) == (500, 500, 150)
+    assert (bd.loc[0, "computation_ns"], bd.loc[0, "exposed_comm_ns"], bd.loc[0, "exposed_memcpy_ns"]) == (
+        500,
+        500,
+        150,
+    )
     assert (bd.loc[0, "total_ns"], bd.loc[1, "busy_ns"]) == (2050, 700)
     with pytest.raises(InputError, match="summary"):
         read_nsys_csv(write(tmp_path, "k_cuda_gpu_kern_sum.csv", KERN_NEW))
@@ -174,20 +201,29 @@ def test_cuda_gpu_trace_csv_is_read_as_events(tmp_path):
 # 6815, fmha 2778.96 / 2400, fusion 2408.65 / 22580 (kernel total 39735.860 ms); NCCL AllGather
 # 11718.85 / 805, ReduceScatter 4623.31 / 395, AllReduce 36.14 / 20 (total 16378.295 ms); 5 NVTX
 # ranges totalling 42890.084 ms. CSVs with those totals must reproduce its printed figures.
-SEED_KERNELS = [("void cutlass_others_kernel", 397_670_000, 7590), ("sm90_xmma_gemm_bf16", 34_150_570_000, 6815),
-                ("fmha_fwd_kernel", 2_778_960_000, 2400), ("loop_fusion_7", 2_408_660_000, 22580),
-                ("ncclDevKernel_AllGather_RING_LL", 11_718_850_000, 805),
-                ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", 4_623_310_000, 395),
-                ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 36_135_000, 20)]
-SEED_MEM = [("[CUDA memcpy D2D]", 153_280_000, 905), ("[CUDA memset]", 42_850_000, 7635),
-            ("[CUDA memcpy H2D]", 50_000, 15)]
+SEED_KERNELS = [
+    ("void cutlass_others_kernel", 397_670_000, 7590),
+    ("sm90_xmma_gemm_bf16", 34_150_570_000, 6815),
+    ("fmha_fwd_kernel", 2_778_960_000, 2400),
+    ("loop_fusion_7", 2_408_660_000, 22580),
+    ("ncclDevKernel_AllGather_RING_LL", 11_718_850_000, 805),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", 4_623_310_000, 395),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 36_135_000, 20),
+]
+SEED_MEM = [
+    ("[CUDA memcpy D2D]", 153_280_000, 905),
+    ("[CUDA memset]", 42_850_000, 7635),
+    ("[CUDA memcpy H2D]", 50_000, 15),
+]
 SEED_TAG = "TSL:XlaModule:#hlo_module=pjit__train_step,program_id=11#"
 SEED_NVTX = [8_578_016_800] * 4 + [42_890_084_000 - 4 * 8_578_016_800]
 
 
 def _sum_csv(rows, last):
-    head = f"Time (%),Total Time (ns),{'Instances' if last == 'Name' else 'Count'},Avg (ns),Med (ns),Min (ns)," \
-           f"Max (ns),StdDev (ns),{last}\n"
+    head = (
+        f"Time (%),Total Time (ns),{'Instances' if last == 'Name' else 'Count'},Avg (ns),Med (ns),Min (ns),"
+        f"Max (ns),StdDev (ns),{last}\n"
+    )
     return head + "".join(f"1.0,{t},{n},{t / n:.1f},{t / n:.1f},{t // n},{t // n},0.0,{name}\n" for name, t, n in rows)
 
 
@@ -195,11 +231,14 @@ def _sum_csv(rows, last):
 def seed_csvs(tmp_path):
     write(tmp_path, "llama_cuda_gpu_kern_sum.csv", _sum_csv(SEED_KERNELS, "Name"))
     write(tmp_path, "llama_cuda_gpu_mem_time_sum.csv", _sum_csv(SEED_MEM, "Operation"))
-    rows = "".join(f'"{SEED_TAG}",{i * 10**10},{d},{i * 10**10},{d + 5},PushPop,1,1,100,0,0,{i},None,:{i}\n'
-                   for i, d in enumerate(SEED_NVTX))
+    rows = "".join(
+        f'"{SEED_TAG}",{i * 10**10},{d},{i * 10**10},{d + 5},PushPop,1,1,100,0,0,{i},None,:{i}\n'
+        for i, d in enumerate(SEED_NVTX)
+    )
     write(tmp_path, "llama_nvtx_gpu_proj_trace.csv", NVTX.splitlines()[0] + "\n" + rows)
     config = tmp_path / "config.json"
-    config.write_text("""{
+    config.write_text(
+        """{
     "inputs": [ // as in the tool's README, comments and trailing commas included
         {"format": "csv", "title": "Llama2-70B-From-CSV",
          "nsys_csv_file_path": {"kernel_sum": "llama_cuda_gpu_kern_sum.csv",
@@ -208,7 +247,9 @@ def seed_csvs(tmp_path):
          "analysis_args": {"num_of_iters": 5, "num_of_gpus": 1, "nvtx_tag_of_iter": "%s",}}
     ],
     "kernel_to_class_map": {"gemm": "gemm", "fusion": "fusion", "fmha": "fmha",},
-}""" % SEED_TAG)
+}"""
+        % SEED_TAG
+    )
     return tmp_path, str(config)
 
 
@@ -250,7 +291,7 @@ def test_report_reproduces_the_tools_example(seed_csvs, capsys):
     for want in SEED_LINES:
         assert want in lines, want
     for key, cells in SEED_ROWS.items():
-        got = [ln[len(key):].split() for ln in lines if ln.startswith(key + " ")]
+        got = [ln[len(key) :].split() for ln in lines if ln.startswith(key + " ")]
         assert got == [cells], (key, got)
     assert (out / "report.txt").read_text() == text.split("results:")[0].rstrip("\n") + "\n"
     saved = dtrace.load(str(out))
@@ -258,8 +299,23 @@ def test_report_reproduces_the_tools_example(seed_csvs, capsys):
     assert (s["kernel_total_ns"], s["nccl_instances"], s["nvtx_count"]) == (39_735_860_000, 1220, 5)
     assert set(saved.stats_classes["class"]) == {"gemm", "fmha", "fusion", "others"}
     # the same CSVs given on the command line give the same figures
-    assert main(["nsys-stats", *sorted(str(p) for p in tmp_path.glob("llama_*.csv")), "--iters", "5",
-                 "--nvtx-tag", SEED_TAG, "--classmap", config, "--title", "Llama2-70B-From-CSV"]) == 0
+    assert (
+        main(
+            [
+                "nsys-stats",
+                *sorted(str(p) for p in tmp_path.glob("llama_*.csv")),
+                "--iters",
+                "5",
+                "--nvtx-tag",
+                SEED_TAG,
+                "--classmap",
+                config,
+                "--title",
+                "Llama2-70B-From-CSV",
+            ]
+        )
+        == 0
+    )
     again = [ln.rstrip() for ln in capsys.readouterr().out.splitlines()]
     assert [ln for ln in again if ln in SEED_LINES] == [ln for ln in lines if ln in SEED_LINES]
 
@@ -282,8 +338,19 @@ def test_config_errors_name_the_entry(tmp_path):
     bad = tmp_path / "c.json"
     bad.write_text(json.dumps({"inputs": [{"format": "csv", "nsys_csv_file_path": {"kernel_sum": None}}]}))
     assert main(["nsys-stats", str(bad)]) == 2
-    bad.write_text(json.dumps({"inputs": [{"format": "csv", "nsys_csv_file_path": {"kernel_sum": "k.csv"},
-                                            "analysis_args": {"num_of_iters": 0}}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "inputs": [
+                    {
+                        "format": "csv",
+                        "nsys_csv_file_path": {"kernel_sum": "k.csv"},
+                        "analysis_args": {"num_of_iters": 0},
+                    }
+                ]
+            }
+        )
+    )
     assert main(["nsys-stats", str(bad)]) == 2
 
 
@@ -299,6 +366,8 @@ def test_mixed_event_and_summary_inputs(tmp_path):
     assert str(k["count"].dtype) in ("Int64", "int64") and k["count"].notna().all()
     assert k.loc[k["rank"] == 0, "gpus"].eq(1).all()
     assert len(r.breakdown) == 1 and r.manifest["n_parts"] == 2
-    assert os.path.basename([i for i in r.manifest["inputs"] if i.get("summary")][0]["path"]) == \
-        "job_rank1_cuda_gpu_kern_sum.csv"
+    assert (
+        os.path.basename([i for i in r.manifest["inputs"] if i.get("summary")][0]["path"])
+        == "job_rank1_cuda_gpu_kern_sum.csv"
+    )
     assert read_report(str(tmp_path / "job_rank1_cuda_gpu_kern_sum.csv"))[0] == "cuda_gpu_kern_sum"

@@ -1,6 +1,7 @@
 """Hostile names and file names in every output: CSV formula injection, Markdown/HTML, terminal
 escapes, one-line errors (issue 13). The inputs are built here; what "safe" means is spelled out
 in each assertion (a leading ``'``, an escape sequence shown as text, one line)."""
+
 import csv
 import io
 import json
@@ -15,15 +16,24 @@ from dtrace.render.text import render
 from dtrace.results import write_results
 
 #: names a spreadsheet would run, and names that drive a terminal
-FORMULAS = ["=HYPERLINK(\"http://evil\",\"x\")", "+1+2", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]
+FORMULAS = ['=HYPERLINK("http://evil","x")', "+1+2", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]
 TERMINAL = ["gemm\x1b[2J\x1b]0;owned\x07", "nul\x00kernel", "two\nlines", "[/x] :thumbs_up: [bold]b"]
 
 
 def kernels_frame(names):
     n = len(names)
-    return pd.DataFrame({"rank": [0] * n, "device": [0] * n, "name": names, "class": ["gemm"] * n,
-                         "category": ["compute"] * n, "kind": ["kernel"] * n, "count": list(range(1, n + 1)),
-                         "total_ns": [-5] + [1000 * (i + 1) for i in range(1, n)]})
+    return pd.DataFrame(
+        {
+            "rank": [0] * n,
+            "device": [0] * n,
+            "name": names,
+            "class": ["gemm"] * n,
+            "category": ["compute"] * n,
+            "kind": ["kernel"] * n,
+            "count": list(range(1, n + 1)),
+            "total_ns": [-5] + [1000 * (i + 1) for i in range(1, n)],
+        }
+    )
 
 
 def results_dir(tmp_path, names, sub="r"):
@@ -39,8 +49,13 @@ def neutralised(cell: str, original: str) -> bool:
 
 
 def test_csv_cells_neutralised_numbers_kept():
-    df = pd.DataFrame({"name": FORMULAS + ["plain", None], "n": [-1, 2, -3, 4, 5, 6, -7, 8],
-                       "cat": pd.Categorical(FORMULAS + ["plain", "plain"])})
+    df = pd.DataFrame(
+        {
+            "name": FORMULAS + ["plain", None],
+            "n": [-1, 2, -3, 4, 5, 6, -7, 8],
+            "cat": pd.Categorical(FORMULAS + ["plain", "plain"]),
+        }
+    )
     rows = list(csv.reader(io.StringIO(render(df, "csv"))))
     assert rows[0] == ["name", "n", "cat"]
     for row, name in zip(rows[1:], FORMULAS):
@@ -83,8 +98,9 @@ def test_cli_kernels_csv_from_a_trace(tmp_path, capsys):
 
 
 def test_markdown_escapes_html_and_pipes():
-    df = pd.DataFrame({"name": ["<script>alert(1)</script>", "a|b", "![x](http://evil/t.png)", "l1\nl2"],
-                       "total_ns": [1, 2, 3, 4]})
+    df = pd.DataFrame(
+        {"name": ["<script>alert(1)</script>", "a|b", "![x](http://evil/t.png)", "l1\nl2"], "total_ns": [1, 2, 3, 4]}
+    )
     md = render(df, "markdown", title="<b>t</b>")
     assert "<script>" not in md and "&lt;script&gt;" in md and "<b>" not in md
     assert "a\\|b" in md and "![x](" not in md and "\\!" not in md
@@ -94,8 +110,9 @@ def test_markdown_escapes_html_and_pipes():
 
 
 def test_terminal_table_shows_control_characters_escaped(capsys, tmp_path):
-    text = render(pd.DataFrame({"name": TERMINAL, "total_ns": [1, 2, 3, 4]}), "table", title="t\x1b[31m",
-                  short_names=False)
+    text = render(
+        pd.DataFrame({"name": TERMINAL, "total_ns": [1, 2, 3, 4]}), "table", title="t\x1b[31m", short_names=False
+    )
     assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
     assert "gemm\\x1b[2J\\x1b]0;owned\\x07" in text and "nul\\x00kernel" in text and "two\\nlines" in text
     assert "[/x] :thumbs_up: [bold]b" in text  # names are not read as rich markup or emoji codes
@@ -123,7 +140,15 @@ def test_errors_and_summary_stay_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "no\\nsuch\\x07dir" in err and "\x07" not in err
 
 
-@pytest.mark.parametrize("s,want", [("a\x1bb", "a\\x1bb"), ("\x7f\x9b", "\\x7f\\x9b"), ("\u202eabc", "\\u202eabc"),
-                                    ("tab\there", "tab\\there"), ("µs → ✓", "µs → ✓")])
+@pytest.mark.parametrize(
+    "s,want",
+    [
+        ("a\x1bb", "a\\x1bb"),
+        ("\x7f\x9b", "\\x7f\\x9b"),
+        ("\u202eabc", "\\u202eabc"),
+        ("tab\there", "tab\\there"),
+        ("µs → ✓", "µs → ✓"),
+    ],
+)
 def test_printable(s, want):
     assert printable(s) == want

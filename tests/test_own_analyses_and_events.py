@@ -1,4 +1,5 @@
 """Users' own per-partition analyses (run, stored, written like built-ins) and dtrace.events()."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,12 +24,18 @@ def kernel_count(batch: dtrace.Batch) -> pd.DataFrame:
     part = g["part"].to_numpy()[k]
     dur = (g["end_ns"] - g["start_ns"]).to_numpy()[k]
     n = batch.n_parts
-    return pd.DataFrame({**batch.keys(np.arange(n)), "kernels": np.bincount(part, minlength=n),
-                         "kernel_ns": np.bincount(part, weights=dur, minlength=n).astype(np.int64)})
+    return pd.DataFrame(
+        {
+            **batch.keys(np.arange(n)),
+            "kernels": np.bincount(part, minlength=n),
+            "kernel_ns": np.bincount(part, weights=dur, minlength=n).astype(np.int64),
+        }
+    )
 
 
-COUNT = dtrace.Analysis("kernel_count", kernel_count, {"rank": "int32", "device": "int32", "kernels": "int64",
-                                                       "kernel_ns": "int64"})
+COUNT = dtrace.Analysis(
+    "kernel_count", kernel_count, {"rank": "int32", "device": "int32", "kernels": "int64", "kernel_ns": "int64"}
+)
 
 
 def _raw_kernels(path: str) -> tuple[int, int]:
@@ -94,11 +101,14 @@ def test_own_analysis_runs_in_batches_of_many_parts(tmp_path):
     assert (kc["kernels"].reindex(kernels.index) == kernels).all()
 
 
-@pytest.mark.parametrize("bad, why", [
-    (dtrace.Analysis("kernels", kernel_count, COUNT.columns), "built-in"),
-    (dtrace.Analysis("../x", kernel_count, COUNT.columns), "identifier"),
-    (dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"}), "rank"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (dtrace.Analysis("kernels", kernel_count, COUNT.columns), "built-in"),
+        (dtrace.Analysis("../x", kernel_count, COUNT.columns), "identifier"),
+        (dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"}), "rank"),
+    ],
+)
 def test_invalid_own_analyses_are_usage_errors(tmp_path, bad, why):
     with pytest.raises(UsageError, match=why):
         dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[bad])
@@ -135,9 +145,10 @@ def test_events_of_a_results_directory(tmp_path):
 
 def test_events_of_inputs_and_bad_columns(tmp_path):
     ev = dtrace.events(EXAMPLES, cache=str(tmp_path / "cache"))
-    counts = ev.map_partitions(lambda d: d.groupby(level="rank").size().to_frame("n"),
-                               meta=pd.DataFrame({"n": pd.Series([], dtype="int64")},
-                                                 index=pd.Index([], dtype="int32", name="rank"))).compute()
+    counts = ev.map_partitions(
+        lambda d: d.groupby(level="rank").size().to_frame("n"),
+        meta=pd.DataFrame({"n": pd.Series([], dtype="int64")}, index=pd.Index([], dtype="int32", name="rank")),
+    ).compute()
     assert sorted(counts.index) == [0, 1] and (counts["n"] > 1000).all()
     with pytest.raises(UsageError, match="unknown event columns"):
         dtrace.events(EXAMPLES, columns=["nope"], cache=str(tmp_path / "cache"))
@@ -147,7 +158,12 @@ def test_example_own_analysis_runs(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, os.path.join("examples", "own_analysis.py"), str(tmp_path / "o")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join("examples", "own_analysis.py"), str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "long_kernels" in proc.stdout and "busiest stream per rank" in proc.stdout

@@ -1,5 +1,6 @@
 """Rank claims (issue 13): one input per rank across devices, no negative ranks, ranks from
 ``nsys stats`` CSV names, unreadable folders reported."""
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,16 @@ def status(res) -> dict[str, dict]:
 
 
 def test_two_inputs_claiming_one_rank_on_different_devices_both_fail(tmp_path):
-    a = write_kineto(tmp_path / "a.json", GOOD, rank=1)                                  # rank 1, device 0
-    b = write_kineto(tmp_path / "b.json", [kernel("x", 10.0, 5.0, device=1)], rank=1)   # rank 1, device 1
+    a = write_kineto(tmp_path / "a.json", GOOD, rank=1)  # rank 1, device 0
+    b = write_kineto(tmp_path / "b.json", [kernel("x", 10.0, 5.0, device=1)], rank=1)  # rank 1, device 1
     c = write_kineto(tmp_path / "c.json", GOOD, rank=0)
     res = dtrace.analyze([a, b, c], scheduler="sync")
     got = status(res)
     assert got["c.json"]["status"] == "ok" and got["c.json"]["ranks"] == [[0, 0]]
-    assert got["a.json"]["error"] == f"{a}: rank 1 is also claimed by b.json; pass --rank-by order to number " \
-                                     "inputs by sorted path"
+    assert (
+        got["a.json"]["error"] == f"{a}: rank 1 is also claimed by b.json; pass --rank-by order to number "
+        "inputs by sorted path"
+    )
     assert got["b.json"]["error"].startswith(f"{b}: rank 1 is also claimed by a.json;")
     assert got["a.json"]["error_type"] == got["b.json"]["error_type"] == "RankError"
 
@@ -69,20 +72,24 @@ def test_a_ragged_csv_row_does_not_take_the_rank_of_the_trace_beside_it(tmp_path
 
 
 def _multi(path: str, n: int) -> FileRecord:
-    parts = [PartRecord(device=k, local_index=k, events=f"{path}-{k}", collectives="", memcpy="", n_events=1)
-             for k in range(n)]
+    parts = [
+        PartRecord(device=k, local_index=k, events=f"{path}-{k}", collectives="", memcpy="", n_events=1)
+        for k in range(n)
+    ]
     return FileRecord(path=path, format="jax", parts=parts, rank_per_device=True)
 
 
 def test_rank_per_device_files_take_ranks_from_their_process_index():
     # 4 GPUs per host file: process 1 is ranks 4-7 and process 3 ranks 12-15, with or without the others
     specs = resolve_ranks([_multi("/x/host_rank3.trace.json.gz", 4), _multi("/x/host_rank1.trace.json.gz", 4)]).specs
-    assert [(os.path.basename(s.path), s.rank) for s in specs] == \
-        [("host_rank1.trace.json.gz", r) for r in range(4, 8)] + [("host_rank3.trace.json.gz", r) for r in range(12, 16)]
+    assert [(os.path.basename(s.path), s.rank) for s in specs] == [
+        ("host_rank1.trace.json.gz", r) for r in range(4, 8)
+    ] + [("host_rank3.trace.json.gz", r) for r in range(12, 16)]
     # hosts with different GPU counts: numbered consecutively in process-index order
     specs = resolve_ranks([_multi("/x/host_rank1.trace.json.gz", 2), _multi("/x/host_rank0.trace.json.gz", 3)]).specs
-    assert [(os.path.basename(s.path), s.rank) for s in specs] == \
-        [("host_rank0.trace.json.gz", r) for r in range(3)] + [("host_rank1.trace.json.gz", r) for r in (3, 4)]
+    assert [(os.path.basename(s.path), s.rank) for s in specs] == [
+        ("host_rank0.trace.json.gz", r) for r in range(3)
+    ] + [("host_rank1.trace.json.gz", r) for r in (3, 4)]
 
 
 def test_an_unreadable_subfolder_is_a_failed_input(tmp_path, monkeypatch):
@@ -104,7 +111,8 @@ def test_an_unreadable_subfolder_is_a_failed_input(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", scandir)
     res = dtrace.analyze(str(job), scheduler="sync")
     assert res.breakdown["rank"].tolist() == [0]
-    assert res.errors == [f"{private}: is a folder that cannot be listed (Permission denied): "
-                          "the traces in it are not analysed"]
+    assert res.errors == [
+        f"{private}: is a folder that cannot be listed (Permission denied): the traces in it are not analysed"
+    ]
     assert status(res)["private"]["error_type"] == "NotRegularFile" and res.manifest["n_inputs"] == 2
     assert json.dumps(res.manifest)  # the manifest stays plain JSON

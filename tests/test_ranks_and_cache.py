@@ -1,4 +1,5 @@
 """Rank resolution (SPEC §2) and the Parquet ingest cache (SPEC §3)."""
+
 import json
 import os
 import shutil
@@ -101,8 +102,11 @@ def test_steps_table_matches_profiler_step_windows():
     path = shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
     with gzip.open(path) as f:
         ev = json.load(f)["traceEvents"]
-    steps = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in ev
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    steps = {
+        e["name"]: (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    }
     launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime"}
     spans = {}
     for e in ev:
@@ -124,8 +128,10 @@ def test_rank_per_device_files_numbered_by_process_index():
     from dtrace.plan import resolve_ranks
 
     def rec(path, hint):
-        parts = [PartRecord(device=k, local_index=k, events=f"{path}-{k}", collectives="", memcpy="", n_events=1)
-                 for k in range(8)]
+        parts = [
+            PartRecord(device=k, local_index=k, events=f"{path}-{k}", collectives="", memcpy="", n_events=1)
+            for k in range(8)
+        ]
         return FileRecord(path=path, format="jax", parts=parts, rank_hint=hint, rank_per_device=True)
 
     specs = resolve_ranks([rec("/x/host_rank1.trace.json.gz", None), rec("/x/host_rank0.trace.json.gz", None)]).specs

@@ -1,4 +1,5 @@
 """The breakdown against TraceLens's own numbers (shared/traces/reference/), in compat mode."""
+
 import csv
 import os
 import re
@@ -54,9 +55,16 @@ def test_gpu_timeline_csv_reproduced(name):
         want = {r["type"]: float(r["time ms"]) for r in csv.DictReader(f)}
     res = dtrace.analyze(shared("kineto", "single", f"{name}.json.gz"), scheduler="sync", compat="tracelens")
     row = res.breakdown.iloc[0]
-    mapping = {"computation_time": "computation_ns", "exposed_comm_time": "exposed_comm_ns",
-               "exposed_memcpy_time": "exposed_memcpy_ns", "busy_time": "busy_ns", "idle_time": "idle_ns",
-               "total_time": "total_ns", "total_comm_time": "comm_ns", "total_memcpy_time": "memcpy_ns"}
+    mapping = {
+        "computation_time": "computation_ns",
+        "exposed_comm_time": "exposed_comm_ns",
+        "exposed_memcpy_time": "exposed_memcpy_ns",
+        "busy_time": "busy_ns",
+        "idle_time": "idle_ns",
+        "total_time": "total_ns",
+        "total_comm_time": "comm_ns",
+        "total_memcpy_time": "memcpy_ns",
+    }
     for key, col in mapping.items():
         assert abs(row[col] / 1e6 - want[key]) <= 1e-3, key  # 1 µs in ms
 
@@ -69,8 +77,10 @@ def test_default_mode_counts_multimem_allreduce_as_comm():
     assert df["comm_ns"] - tl["comm_ns"] > 2.0e6
     assert tl["computation_ns"] - df["computation_ns"] > 1.5e6
     for row in (tl, df):
-        assert row["computation_ns"] + row["exposed_comm_ns"] + row["exposed_memcpy_ns"] + row["idle_ns"] \
+        assert (
+            row["computation_ns"] + row["exposed_comm_ns"] + row["exposed_memcpy_ns"] + row["idle_ns"]
             == row["total_ns"]
+        )
 
 
 def test_hta_two_rank_set_one_row_per_rank():

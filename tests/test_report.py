@@ -5,6 +5,7 @@ small tables, opened in headless Chromium (console, exceptions, network, every c
 and drawn) and screenshotted to ``test-artifacts/``. Numbers shown are checked against hand
 calculations on the tables.
 """
+
 import doctest
 import glob
 import json
@@ -36,12 +37,28 @@ from dtrace.results import Results, write_results
 
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 #: chart id -> the table it is drawn from
-CHART_TABLES = {"breakdown": "breakdown", "classes": "classes", "step-heatmap": "steps",
-                "wait-heatmap": "collectives", "stragglers": "stragglers", "top-kernels": "kernels",
-                "gap-causes": "device_gaps", "gap-histogram": "device_gap_histogram", "collective-skew": "collectives",
-                "collective-wait": "collectives", "ops": "ops"}
-SECTION_TABLES = {"breakdown": "breakdown", "steps": "steps", "stragglers": "stragglers", "kernels": "kernels",
-                  "gaps": "device_gaps", "collectives": "collectives", "ops": "ops"}
+CHART_TABLES = {
+    "breakdown": "breakdown",
+    "classes": "classes",
+    "step-heatmap": "steps",
+    "wait-heatmap": "collectives",
+    "stragglers": "stragglers",
+    "top-kernels": "kernels",
+    "gap-causes": "device_gaps",
+    "gap-histogram": "device_gap_histogram",
+    "collective-skew": "collectives",
+    "collective-wait": "collectives",
+    "ops": "ops",
+}
+SECTION_TABLES = {
+    "breakdown": "breakdown",
+    "steps": "steps",
+    "stragglers": "stragglers",
+    "kernels": "kernels",
+    "gaps": "device_gaps",
+    "collectives": "collectives",
+    "ops": "ops",
+}
 
 CHECK_JS = """(() => {
   const figs = Array.from(document.querySelectorAll('figure.chart'));
@@ -82,10 +99,10 @@ def open_report(html: str, tmp_path, shot: str) -> browser.PageRun:
     path = tmp_path / f"{shot}.html"
     path.write_text(html, encoding="utf-8")
     run = browser.open_page(str(path), CHECK_JS)
-    assert run.problems == [], run.problems                   # no console output, exceptions or errors
+    assert run.problems == [], run.problems  # no console output, exceptions or errors
     assert all(u.startswith(("file://", "data:", "about:")) for u in run.requests), run.requests  # offline
     v = run.value
-    assert v["ready"] == "1"                                  # the inline script ran to its end
+    assert v["ready"] == "1"  # the inline script ran to its end
     assert v["tables"] > 0 and v["sortable"] == v["tables"]
     assert run.png[:8] == b"\x89PNG\r\n\x1a\n" and run.size[1] > 1000
     _save(f"{shot}.png", run.png)
@@ -104,13 +121,16 @@ def check_charts(run: browser.PageRun, results: Results) -> dict[str, dict]:
             assert chart in charts, (chart, sorted(charts))
     for section, table in SECTION_TABLES.items():
         if table not in names:
-            assert any(n.startswith(f"{section}: ") and f"table {table} absent" in n for n in run.value["na"]), \
-                (section, run.value["na"])
+            assert any(n.startswith(f"{section}: ") and f"table {table} absent" in n for n in run.value["na"]), (
+                section,
+                run.value["na"],
+            )
     return charts
 
 
 # ------------------------------------------------------------------------------------------
 # inputs
+
 
 @pytest.fixture(scope="module")
 def two_rank(tmp_path_factory):
@@ -123,8 +143,9 @@ def job64(tmp_path_factory):
     from dtrace import synth
 
     d = tmp_path_factory.mktemp("job64")
-    truth = synth.generate(d / "traces", ranks=64, steps=3, seed=0, kernels_per_step=20,
-                           faults=["compute:rank=37:slow=0.3"])
+    truth = synth.generate(
+        d / "traces", ranks=64, steps=3, seed=0, kernels_per_step=20, faults=["compute:rank=37:slow=0.3"]
+    )
     files = sorted(glob.glob(str(d / "traces" / "rank-*.json*")))
     assert len(files) == 64
     res = dtrace.analyze(files, str(d / "results"), scheduler="sync")
@@ -143,43 +164,108 @@ def fake_job(n: int = 1024, steps: int = 5, straggler: int = 37, seed: int = 0) 
     emem = rng.normal(3e5, 1e4, n).astype(np.int64)
     idle = rng.normal(4e6, 1e5, n).astype(np.int64)
     busy = comp + ecomm + emem
-    bd = pd.DataFrame({"rank": rank, "device": dev, "computation_ns": comp, "exposed_comm_ns": ecomm,
-                       "exposed_memcpy_ns": emem, "busy_ns": busy, "idle_ns": idle, "total_ns": busy + idle,
-                       "comm_ns": ecomm * 3, "memcpy_ns": emem * 2})
+    bd = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": dev,
+            "computation_ns": comp,
+            "exposed_comm_ns": ecomm,
+            "exposed_memcpy_ns": emem,
+            "busy_ns": busy,
+            "idle_ns": idle,
+            "total_ns": busy + idle,
+            "comm_ns": ecomm * 3,
+            "memcpy_ns": emem * 2,
+        }
+    )
     rs, ss = np.repeat(rank, steps), np.tile(np.arange(steps), n)
     step_ns = rng.normal(10e6, 1e5, n * steps).astype(np.int64)
     step_ns[rs == straggler] += 2_000_000
     st = pd.DataFrame({"rank": rs, "device": rs % 8, "step": ss, "step_ns": step_ns})
-    names = ["sm90_xmma_gemm_bf16", "flash_fwd_kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-             "vectorized_elementwise_kernel", "layer_norm_kernel"]
+    names = [
+        "sm90_xmma_gemm_bf16",
+        "flash_fwd_kernel",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+        "vectorized_elementwise_kernel",
+        "layer_norm_kernel",
+    ]
     classes = ["gemm", "attention", "nccl_allreduce", "elementwise", "normalization"]
     kr = np.repeat(rank, len(names))
     ktot = rng.integers(1_000_000, 9_000_000, len(kr))
-    kern = pd.DataFrame({"rank": kr, "device": kr % 8, "name": np.tile(names, n), "class": np.tile(classes, n),
-                         "category": np.tile(["compute", "compute", "comm", "compute", "compute"], n),
-                         "count": np.full(len(kr), 12), "total_ns": ktot})
+    kern = pd.DataFrame(
+        {
+            "rank": kr,
+            "device": kr % 8,
+            "name": np.tile(names, n),
+            "class": np.tile(classes, n),
+            "category": np.tile(["compute", "compute", "comm", "compute", "compute"], n),
+            "count": np.full(len(kr), 12),
+            "total_ns": ktot,
+        }
+    )
     cls = kern.groupby(["rank", "device", "class"], as_index=False)[["count", "total_ns"]].sum()
     gr = np.repeat(rank, 2)
-    gaps = pd.DataFrame({"rank": gr, "device": gr % 8, "stream": np.tile([7, 20], n), "gaps": 50,
-                         "host_wait_ns": rng.integers(1e5, 1e6, 2 * n), "kernel_wait_ns": rng.integers(1e4, 1e5, 2 * n),
-                         "other_ns": rng.integers(1e5, 5e5, 2 * n)})
+    gaps = pd.DataFrame(
+        {
+            "rank": gr,
+            "device": gr % 8,
+            "stream": np.tile([7, 20], n),
+            "gaps": 50,
+            "host_wait_ns": rng.integers(1e5, 1e6, 2 * n),
+            "kernel_wait_ns": rng.integers(1e4, 1e5, 2 * n),
+            "other_ns": rng.integers(1e5, 5e5, 2 * n),
+        }
+    )
     gaps["idle_ns"] = gaps["host_wait_ns"] + gaps["kernel_wait_ns"] + gaps["other_ns"]
-    dgaps = pd.DataFrame({"rank": rank, "device": dev, "gaps": 30, "host_wait_ns": rng.integers(1e4, 1e5, n),
-                          "kernel_wait_ns": rng.integers(1e3, 1e4, n)})
+    dgaps = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": dev,
+            "gaps": 30,
+            "host_wait_ns": rng.integers(1e4, 1e5, n),
+            "kernel_wait_ns": rng.integers(1e3, 1e4, n),
+        }
+    )
     dgaps["other_ns"] = idle - dgaps["host_wait_ns"] - dgaps["kernel_wait_ns"]
     dgaps["idle_ns"] = idle
     edges = np.geomspace(1e3, 1e7, 11)
     hr = np.repeat(gr, 10)
-    hist = pd.DataFrame({"rank": hr, "device": hr % 8, "stream": np.repeat(gaps["stream"].to_numpy(), 10),
-                         "bin": np.tile(np.arange(10), 2 * n), "lo_ns": np.tile(edges[:-1], 2 * n),
-                         "hi_ns": np.tile(edges[1:], 2 * n), "count": rng.integers(0, 20, 20 * n)})
+    hist = pd.DataFrame(
+        {
+            "rank": hr,
+            "device": hr % 8,
+            "stream": np.repeat(gaps["stream"].to_numpy(), 10),
+            "bin": np.tile(np.arange(10), 2 * n),
+            "lo_ns": np.tile(edges[:-1], 2 * n),
+            "hi_ns": np.tile(edges[1:], 2 * n),
+            "count": rng.integers(0, 20, 20 * n),
+        }
+    )
     dr = np.repeat(rank, 10)
-    dhist = pd.DataFrame({"rank": dr, "device": dr % 8, "bin": np.tile(np.arange(10), n),
-                          "lo_ns": np.tile(edges[:-1], n), "hi_ns": np.tile(edges[1:], n),
-                          "count": rng.integers(0, 10, 10 * n)})
-    tr = pd.DataFrame({"rank": gr, "device": gr % 8, "stream": gaps["stream"], "prev_name": names[0],
-                       "next_name": names[3], "count": 10, "mean_ns": 5000.0, "min_ns": 1000, "max_ns": 9000,
-                       "std_ns": 100.0})
+    dhist = pd.DataFrame(
+        {
+            "rank": dr,
+            "device": dr % 8,
+            "bin": np.tile(np.arange(10), n),
+            "lo_ns": np.tile(edges[:-1], n),
+            "hi_ns": np.tile(edges[1:], n),
+            "count": rng.integers(0, 10, 10 * n),
+        }
+    )
+    tr = pd.DataFrame(
+        {
+            "rank": gr,
+            "device": gr % 8,
+            "stream": gaps["stream"],
+            "prev_name": names[0],
+            "next_name": names[3],
+            "count": 10,
+            "mean_ns": 5000.0,
+            "min_ns": 1000,
+            "max_ns": 9000,
+            "std_ns": 100.0,
+        }
+    )
     # collectives: tensor-parallel groups of 8 consecutive ranks, 4 all-reduces each
     inst = n // 8 * 4
     cid = np.repeat(np.arange(inst), 8)
@@ -187,9 +273,19 @@ def fake_job(n: int = 1024, steps: int = 5, straggler: int = 37, seed: int = 0) 
     start = np.repeat(np.arange(inst) * 1_000_000, 8) + rng.integers(0, 50_000, len(cid))
     start[crank == straggler] += 400_000
     last_start = pd.Series(start).groupby(cid).transform("max").to_numpy()
-    coll = pd.DataFrame({"collective": cid, "rank": crank, "device": crank % 8, "group": (crank // 8).astype(str),
-                         "op": "all_reduce", "bytes": 1 << 24, "start_ns": start, "end_ns": last_start + 200_000,
-                         "wait_ns": last_start - start})
+    coll = pd.DataFrame(
+        {
+            "collective": cid,
+            "rank": crank,
+            "device": crank % 8,
+            "group": (crank // 8).astype(str),
+            "op": "all_reduce",
+            "bytes": 1 << 24,
+            "start_ns": start,
+            "end_ns": last_start + 200_000,
+            "wait_ns": last_start - start,
+        }
+    )
     ranks = bd[["rank", "device"]].copy()
     for m in ("computation_ns", "exposed_comm_ns", "idle_ns"):
         x = bd[m].to_numpy(np.float64)
@@ -197,17 +293,52 @@ def fake_job(n: int = 1024, steps: int = 5, straggler: int = 37, seed: int = 0) 
         ranks[m] = bd[m]
         ranks[f"{m}_z"] = (x - np.median(x)) / (1.4826 * mad)
     score = np.abs(ranks["computation_ns_z"].to_numpy()) / 10
-    sg = pd.DataFrame({"rank": rank, "device": dev, "score": score, "flagged": rank == straggler,
-                       "evidence": [f"rank {r} evidence text" for r in rank]}).sort_values("score", ascending=False)
+    sg = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": dev,
+            "score": score,
+            "flagged": rank == straggler,
+            "evidence": [f"rank {r} evidence text" for r in rank],
+        }
+    ).sort_values("score", ascending=False)
     opr = np.repeat(rank, 3)
-    ops = pd.DataFrame({"rank": opr, "device": opr % 8, "op": np.tile(["aten::mm", "aten::linear", "aten::add"], n),
-                        "count": 10, "gpu_direct_ns": np.tile([5_000_000, 0, 100_000], n),
-                        "gpu_subtree_ns": np.tile([5_000_000, 5_000_000, 100_000], n)})
-    tables = {"breakdown": bd, "steps": st, "kernels": kern, "classes": cls, "gaps": gaps, "gap_histogram": hist,
-              "device_gaps": dgaps, "device_gap_histogram": dhist,
-              "transitions": tr, "collectives": coll, "ranks": ranks, "stragglers": sg, "ops": ops}
-    inputs = [{"path": f"/traces/rank-{r}.json.gz", "format": "kineto", "status": "ok", "error": None,
-               "ranks": [[int(r), int(r % 8)]], "events": 1000} for r in range(n)]
+    ops = pd.DataFrame(
+        {
+            "rank": opr,
+            "device": opr % 8,
+            "op": np.tile(["aten::mm", "aten::linear", "aten::add"], n),
+            "count": 10,
+            "gpu_direct_ns": np.tile([5_000_000, 0, 100_000], n),
+            "gpu_subtree_ns": np.tile([5_000_000, 5_000_000, 100_000], n),
+        }
+    )
+    tables = {
+        "breakdown": bd,
+        "steps": st,
+        "kernels": kern,
+        "classes": cls,
+        "gaps": gaps,
+        "gap_histogram": hist,
+        "device_gaps": dgaps,
+        "device_gap_histogram": dhist,
+        "transitions": tr,
+        "collectives": coll,
+        "ranks": ranks,
+        "stragglers": sg,
+        "ops": ops,
+    }
+    inputs = [
+        {
+            "path": f"/traces/rank-{r}.json.gz",
+            "format": "kineto",
+            "status": "ok",
+            "error": None,
+            "ranks": [[int(r), int(r % 8)]],
+            "events": 1000,
+        }
+        for r in range(n)
+    ]
     return Results(tables, {"inputs": inputs, "n_inputs": n, "n_parts": n, "seconds": 1.0, "workers": 2})
 
 
@@ -255,11 +386,14 @@ def parse_marks(html: str) -> _Marks:
 # ------------------------------------------------------------------------------------------
 # the browser harness itself
 
+
 def test_browser_harness_catches_errors(tmp_path):
     _need_chromium()
     page = tmp_path / "bad.html"
-    page.write_text("<html><body><script>console.error('boom'); undefinedFunction();</script>"
-                    "<img src='https://example.invalid/x.png'></body></html>")
+    page.write_text(
+        "<html><body><script>console.error('boom'); undefinedFunction();</script>"
+        "<img src='https://example.invalid/x.png'></body></html>"
+    )
     run = browser.open_page(str(page), "1 + 1")
     assert run.value == 2
     assert any("boom" in c for c in run.console)
@@ -270,6 +404,7 @@ def test_browser_harness_catches_errors(tmp_path):
 # ------------------------------------------------------------------------------------------
 # the report in a browser
 
+
 def test_report_two_rank_shared_set(two_rank, tmp_path):
     html = report(two_rank)
     assert "<script src" not in html and "<link" not in html and not re.search(r"(src|href)=\"https?:", html)
@@ -279,8 +414,9 @@ def test_report_two_rank_shared_set(two_rank, tmp_path):
     assert run.value["sections"] == [s for s, _, _ in SECTIONS]
     # breakdown bars: one per rank and component; tooltips carry the table's values (hand-formatted)
     bd = two_rank.breakdown.sort_values("rank")
-    assert charts["breakdown"]["marks"] == int((bd[["computation_ns", "exposed_comm_ns", "exposed_memcpy_ns",
-                                                    "idle_ns"]] > 0).to_numpy().sum())
+    assert charts["breakdown"]["marks"] == int(
+        (bd[["computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns"]] > 0).to_numpy().sum()
+    )
     tips = parse_marks(html).titles["breakdown"]
     for row in bd.itertuples():
         ms = row.computation_ns / 1e6
@@ -298,9 +434,9 @@ def test_report_generated_64_ranks(job64, tmp_path):
     charts = check_charts(run, res)
     marks = parse_marks(html)
     labels = {t.split(" · ")[0].lstrip("⚑ ") for t in marks.titles["breakdown"]}
-    assert labels == {f"rank {r}" for r in range(64)}          # 64 GPUs: every one drawn
+    assert labels == {f"rank {r}" for r in range(64)}  # 64 GPUs: every one drawn
     assert charts["step-heatmap"]["marks"] == 64 * 3
-    if "stragglers" in res.table_names:                        # flagged ranks are marked in the charts
+    if "stragglers" in res.table_names:  # flagged ranks are marked in the charts
         flagged = res.stragglers.loc[res.stragglers["flagged"].astype(bool), "rank"].tolist()
         for r in flagged:
             assert f"⚑ rank {r}<" in html
@@ -327,8 +463,9 @@ def test_report_1024_ranks_aggregates(tmp_path):
     # collective wait: rank 37 arrives last in every instance of its group and waits least
     wait = res.collectives.groupby("rank")["wait_ns"].sum()
     assert wait.idxmin() == 37
-    assert any(t.startswith("rank 37: waited") and "arrived last at 4 of 4" in t
-               for t in marks.titles["collective-wait"])
+    assert any(
+        t.startswith("rank 37: waited") and "arrived last at 4 of 4" in t for t in marks.titles["collective-wait"]
+    )
     assert len(html) < 3_000_000
     run = open_report(html, tmp_path, "report-1024rank")
     check_charts(run, res)
@@ -337,8 +474,18 @@ def test_report_1024_ranks_aggregates(tmp_path):
 def test_sections_say_what_is_missing():
     bd = fake_job(8, straggler=3).breakdown
     html = report(Results({"breakdown": bd}, {}))
-    for table in ("steps", "stragglers", "kernels", "gaps", "device_gaps", "collectives", "ops",
-                  "device_gap_histogram", "transitions", "ranks"):
+    for table in (
+        "steps",
+        "stragglers",
+        "kernels",
+        "gaps",
+        "device_gaps",
+        "collectives",
+        "ops",
+        "device_gap_histogram",
+        "transitions",
+        "ranks",
+    ):
         assert f"not available (table {table} absent)" in html, table
     assert 'data-chart="breakdown"' in html
     empty = report(Results({}, {}))
@@ -350,21 +497,36 @@ def test_summary_numbers_by_hand():
     html = report(res)
     bd = res.breakdown
     comp_share = 100 * bd["computation_ns"].sum() / bd["total_ns"].sum()
-    assert f">{comp_share:.1f} %</div><div class=\"k\">computation (all GPUs)" in html
+    assert f'>{comp_share:.1f} %</div><div class="k">computation (all GPUs)' in html
     med = np.median(res.steps["step_ns"]) / 1e6
-    assert f">{med:.1f} ms</div><div class=\"k\">median step time" in html
+    assert f'>{med:.1f} ms</div><div class="k">median step time' in html
     # one flagged straggler (rank 3): the card's figure is the count, the rank is shown as an id
-    assert ">1</div><div class=\"k\">flagged stragglers (of 16 GPUs)</div><div class=\"ids\">rank 3</div>" in html
+    assert '>1</div><div class="k">flagged stragglers (of 16 GPUs)</div><div class="ids">rank 3</div>' in html
 
 
 def test_gap_histogram_merges_only_equal_bins():
-    same = pd.DataFrame({"rank": [0, 0, 1, 1], "device": [0, 0, 1, 1], "stream": 7, "lo_ns": [0, 50, 0, 50],
-                         "hi_ns": [50, 100, 50, 100], "count": [1, 2, 3, 4]})
+    same = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "device": [0, 0, 1, 1],
+            "stream": 7,
+            "lo_ns": [0, 50, 0, 50],
+            "hi_ns": [50, 100, 50, 100],
+            "count": [1, 2, 3, 4],
+        }
+    )
     lo, hi, c, which = merged_histogram(same, "lo_ns", "hi_ns", "count")
     assert (lo.tolist(), hi.tolist(), c.tolist(), which) == ([0, 50], [50, 100], [4, 6], None)
     # rank 1 used other bins and has more gaps (3 + 4 + 5 > 1 + 2): its own histogram is shown
-    diff = pd.DataFrame({"rank": [0, 0, 1, 1, 1], "device": [0, 0, 1, 1, 1], "lo_ns": [0, 50, 0, 20, 40],
-                         "hi_ns": [50, 100, 20, 40, 60], "count": [1, 2, 3, 4, 5]})
+    diff = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1, 1],
+            "device": [0, 0, 1, 1, 1],
+            "lo_ns": [0, 50, 0, 20, 40],
+            "hi_ns": [50, 100, 20, 40, 60],
+            "count": [1, 2, 3, 4, 5],
+        }
+    )
     lo, hi, c, which = merged_histogram(diff, "lo_ns", "hi_ns", "count")
     assert (lo.tolist(), c.tolist(), which) == ([0, 20, 40], [3, 4, 5], (1, 1))
     html = report(Results({"device_gap_histogram": diff}, {}))
@@ -373,6 +535,7 @@ def test_gap_histogram_merges_only_equal_bins():
 
 # ------------------------------------------------------------------------------------------
 # CLI: report, compare
+
 
 def test_cli_report_writes_file(two_rank, tmp_path, capsys):
     out = tmp_path / "r.html"
@@ -389,8 +552,25 @@ def test_compare_two_runs(two_rank, tmp_path):
     b_dir = str(tmp_path / "b")
     write_results(b_dir, {n: fake.table(n) for n in fake.table_names}, {"inputs": fake.manifest["inputs"]})
     out, csv = tmp_path / "c.html", tmp_path / "cat.csv"
-    rc = main(["compare", two_rank.path, b_dir, "--label", "base", "--label", "new", "-o", str(out),
-               "--wall-time", "base=2.5", "--wall-time", "2=0.06", "--category-csv", str(csv)])
+    rc = main(
+        [
+            "compare",
+            two_rank.path,
+            b_dir,
+            "--label",
+            "base",
+            "--label",
+            "new",
+            "-o",
+            str(out),
+            "--wall-time",
+            "base=2.5",
+            "--wall-time",
+            "2=0.06",
+            "--category-csv",
+            str(csv),
+        ]
+    )
     assert rc == 0
     html = out.read_text(encoding="utf-8")
     cat = pd.read_csv(csv)
@@ -448,17 +628,30 @@ def test_compare_rejects_bad_wall_time(two_rank, tmp_path):
 # ------------------------------------------------------------------------------------------
 # terminal output
 
+
 def test_render_formats_by_hand():
-    df = pd.DataFrame({"rank": [0, 1, 2], "name": ["a|b", "x", "y"], "idle_ns": [1_500_000, 2_000_000, 2_500_000],
-                       "time_share": [0.25, 0.5, 0.125], "flagged": [True, False, False]})
+    df = pd.DataFrame(
+        {
+            "rank": [0, 1, 2],
+            "name": ["a|b", "x", "y"],
+            "idle_ns": [1_500_000, 2_000_000, 2_500_000],
+            "time_share": [0.25, 0.5, 0.125],
+            "flagged": [True, False, False],
+        }
+    )
     md = render(df, "markdown", title="t", max_rows=2)
     assert "| rank | name | idle (ms) | time share (%) | flagged |" in md
     assert "| 0 | a\\|b | 1.5 | 25 | yes |" in md and "| 1 | x | 2 | 50 | no |" in md
     assert "1 more rows not shown (showing 2 of 3;" in md
     table = render(df, "table", title="t", width=120)
     assert "idle (ms)" in table and "1.5" in table and "2.5" in table and "12.5" in table
-    assert json.loads(render(df, "json"))[0] == {"rank": 0, "name": "a|b", "idle_ns": 1500000, "time_share": 0.25,
-                                                 "flagged": True}
+    assert json.loads(render(df, "json"))[0] == {
+        "rank": 0,
+        "name": "a|b",
+        "idle_ns": 1500000,
+        "time_share": 0.25,
+        "flagged": True,
+    }
     assert render(df, "csv").splitlines()[1] == "0,a|b,1500000,0.25,True"
     with pytest.raises(ValueError, match="valid: table, csv, json, markdown"):
         render(df, "xml")
@@ -488,7 +681,13 @@ def test_show_uses_readable_units(two_rank, capsys):
 
 
 def test_docstring_examples_run():
-    for mod in (dtrace.render.charts, dtrace.render.text, dtrace.render.sections, dtrace.render.compare, dtrace.diff,
-                dtrace.cli.report):
+    for mod in (
+        dtrace.render.charts,
+        dtrace.render.text,
+        dtrace.render.sections,
+        dtrace.render.compare,
+        dtrace.diff,
+        dtrace.cli.report,
+    ):
         failed, attempted = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert failed == 0, mod.__name__

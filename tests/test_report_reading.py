@@ -2,6 +2,7 @@
 with the rank ids shown as ids, the heatmap captions describe the colours and what a slow rank
 really looks like, the straggler is marked where the charts show it, stream gaps are not sold as
 GPU idle time. Expected values come from the tables built here."""
+
 import re
 from html import unescape
 
@@ -18,8 +19,11 @@ UNITS = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}
 
 
 def card(html, label):
-    m = re.search(r'<div class="v">([^<]*)</div><div class="k">' + re.escape(label) + r'[^<]*</div>'
-                  r'(?:<div class="ids">([^<]*)</div>)?', html)
+    m = re.search(
+        r'<div class="v">([^<]*)</div><div class="k">' + re.escape(label) + r"[^<]*</div>"
+        r'(?:<div class="ids">([^<]*)</div>)?',
+        html,
+    )
     assert m, label
     return unescape(m.group(1)), unescape(m.group(2) or "")
 
@@ -29,20 +33,27 @@ def test_flagged_card_is_a_count_with_ids():
     flagged = res.stragglers.loc[res.stragglers["flagged"], "rank"].tolist()
     assert flagged == [137]
     value, ids = card(section_summary(Context(res)), "flagged stragglers")
-    assert value == "1" and ids == "rank 137"   # not "137" as the big figure
+    assert value == "1" and ids == "rank 137"  # not "137" as the big figure
     many = res.stragglers.assign(flagged=res.stragglers["rank"].isin([3, 5, 7, 9, 11, 13, 15, 17]))
-    value, ids = card(section_summary(Context(Results({**res._tables, "stragglers": many}, res.manifest))),
-                      "flagged stragglers")
+    value, ids = card(
+        section_summary(Context(Results({**res._tables, "stragglers": many}, res.manifest))), "flagged stragglers"
+    )
     assert value == "8" and ids == "rank 3, rank 5, rank 7, rank 9, rank 11, rank 13, … (2 more)"
-    value, ids = card(section_summary(Context(Results({**res._tables, "stragglers": many.assign(flagged=False)},
-                                                      res.manifest))), "flagged stragglers")
+    value, ids = card(
+        section_summary(Context(Results({**res._tables, "stragglers": many.assign(flagged=False)}, res.manifest))),
+        "flagged stragglers",
+    )
     assert value == "0" and ids == ""
 
 
 def heat_legend(html, chart):
     fig = re.search(r'<figure class="chart" data-chart="' + chart + r'">.*?</figure>', html, re.S).group(0)
-    lo, lo_u, hi, hi_u = re.search(r">([\d.,]+)(?: (s|ms|µs|ns))? \(dark\)<.*?>([\d.,]+)(?: (s|ms|µs|ns))? "
-                                   r"\(yellow\)<", fig, re.S).groups()
+    lo, lo_u, hi, hi_u = re.search(
+        r">([\d.,]+)(?: (s|ms|µs|ns))? \(dark\)<.*?>([\d.,]+)(?: (s|ms|µs|ns))? "
+        r"\(yellow\)<",
+        fig,
+        re.S,
+    ).groups()
     return fig, float(lo.replace(",", "")) * UNITS[lo_u or "ns"], float(hi.replace(",", "")) * UNITS[hi_u or "ns"]
 
 
@@ -56,19 +67,19 @@ def test_step_heatmap_caption_and_scale():
     assert "slow rank shows as a bright row" not in html
     fig, lo, hi = heat_legend(html, "step-heatmap")
     med = float(np.median(st["step_ns"]))
-    assert hi - lo >= MIN_STEP_SPAN * med * 0.99   # 1 % noise does not fill the colour scale
+    assert hi - lo >= MIN_STEP_SPAN * med * 0.99  # 1 % noise does not fill the colour scale
     assert lo <= st["step_ns"].min() and hi >= st["step_ns"].max()
     text = unescape(re.sub(r"<[^>]+>", " ", html))
     assert "dark purple = shorter, yellow = longer" in text
     assert "a slow rank does not stand out here" in text and "waits least" in text
-    assert "⚑ rank 5" in fig                       # the flagged straggler's row is marked
+    assert "⚑ rank 5" in fig  # the flagged straggler's row is marked
 
 
 def test_step_colour_range_by_hand():
     lo, hi, spread = step_colour_range(np.array([[100.0, 130.0], [110.0, np.nan]]))
-    assert (lo, hi) == (100.0, 130.0) and spread == 30.0 / 110.0   # wide data keeps its own range
+    assert (lo, hi) == (100.0, 130.0) and spread == 30.0 / 110.0  # wide data keeps its own range
     lo, hi, spread = step_colour_range(np.array([[100.0, 101.0]]))
-    assert (round(lo, 6), round(hi, 6)) == (95.475, 105.525)       # widened to 10 % of the median 100.5
+    assert (round(lo, 6), round(hi, 6)) == (95.475, 105.525)  # widened to 10 % of the median 100.5
 
 
 def test_wait_heatmap_marks_the_straggler_at_1024_ranks():
@@ -77,8 +88,8 @@ def test_wait_heatmap_marks_the_straggler_at_1024_ranks():
     fig, lo, hi = heat_legend(html, "wait-heatmap")
     co = res.collectives
     wait = co.groupby("rank")["wait_ns"].sum()
-    assert wait.idxmin() == 137 and lo == 0       # the straggler waits least: the dark end
-    assert "⚑ ranks 136–143" in fig               # pooled rows of 8: the bucket holding rank 137
+    assert wait.idxmin() == 137 and lo == 0  # the straggler waits least: the dark end
+    assert "⚑ ranks 136–143" in fig  # pooled rows of 8: the bucket holding rank 137
 
 
 def test_flagged_first_and_highlights_kept():
@@ -93,13 +104,13 @@ def test_flagged_first_and_highlights_kept():
 
 def test_stream_gaps_are_not_called_gpu_idle():
     res = fake_job(16, straggler=3)
-    bd = res.breakdown.assign(idle_ns=1_000)            # the GPUs are hardly idle
+    bd = res.breakdown.assign(idle_ns=1_000)  # the GPUs are hardly idle
     html = unescape(section_gaps(Context(Results({**res._tables, "breakdown": bd}, res.manifest))))
     summed = res.gaps.groupby(["rank", "device"])["idle_ns"].sum().median()
     assert "not as GPU idle time" in html and "idle for 1.00 µs (median" in html
     value, unit = re.search(r"stream gaps add up to ([\d.,]+) (s|ms|µs)", html).groups()
     assert float(value) * UNITS[unit] == pytest_approx(summed)
-    html = unescape(section_gaps(Context(res)))          # idle larger than the gaps: no such note
+    html = unescape(section_gaps(Context(res)))  # idle larger than the gaps: no such note
     assert "not as GPU idle time" not in html
 
 

@@ -1,5 +1,6 @@
 """The results folder is shared and hand-edited: nothing outside OUT is read or deleted because a
 manifest says so, crashed writes leave nothing behind, links are never written through (issue 13)."""
+
 import json
 import os
 import time
@@ -20,8 +21,9 @@ from test_bad_input import GOOD, write
 
 
 def small(n=2):
-    return pd.DataFrame({"rank": list(range(n)), "device": list(range(n)),
-                         "total_ns": [10 * (i + 1) for i in range(n)]})
+    return pd.DataFrame(
+        {"rank": list(range(n)), "device": list(range(n)), "total_ns": [10 * (i + 1) for i in range(n)]}
+    )
 
 
 def edit_manifest(out, **fields):
@@ -45,12 +47,13 @@ def test_stale_cleanup_never_leaves_out(tmp_path):
     precious2 = tmp_path / "precious2.parquet"
     precious2.write_bytes(b"keep me too")
     (out / "notes.parquet").write_bytes(b"not a dtrace table")
-    m = edit_manifest(str(out), tables=["breakdown", "old_table", "../../../x/precious", str(tmp_path / "precious2"),
-                                        "notes"])
+    m = edit_manifest(
+        str(out), tables=["breakdown", "old_table", "../../../x/precious", str(tmp_path / "precious2"), "notes"]
+    )
     write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
     assert precious.read_bytes() == b"keep me" and precious2.read_bytes() == b"keep me too"
     assert (out / "notes.parquet").read_bytes() == b"not a dtrace table"  # listed, but not of that run
-    assert not (out / "old_table.parquet").exists()                    # the real stale table is gone
+    assert not (out / "old_table.parquet").exists()  # the real stale table is gone
     assert m["run_id"] != load(str(out)).manifest["run_id"]
     assert load(str(out)).table_names == ["breakdown"]
 
@@ -123,23 +126,23 @@ def test_links_are_replaced_not_written_through(tmp_path):
 def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
     out = tmp_path / "out"
     write_results(str(out), {"breakdown": small()}, {"inputs": []})
-    crashed = out / ".staging-crashed"          # a crashed run: its lock file is free
+    crashed = out / ".staging-crashed"  # a crashed run: its lock file is free
     crashed.mkdir()
     (crashed / ".lock").write_text("")
     (crashed / "breakdown.parquet").write_bytes(b"half")
-    legacy = out / ".staging-legacy"            # an older dtrace's, no lock, long ago
+    legacy = out / ".staging-legacy"  # an older dtrace's, no lock, long ago
     legacy.mkdir()
     (legacy / "x.parquet").write_bytes(b"half")
     old = time.time() - 7200
     os.utime(legacy, (old, old))
-    fresh = out / ".staging-starting"           # no lock yet, just created: may be a run starting
+    fresh = out / ".staging-starting"  # no lock yet, just created: may be a run starting
     fresh.mkdir()
     link = out / ".staging-link"
     target = tmp_path / "keep"
     target.mkdir()
     (target / "f").write_text("x")
     os.symlink(target, link)
-    live = out / ".staging-live"                # a live run holds its lock
+    live = out / ".staging-live"  # a live run holds its lock
     live.mkdir()
     (live / ".lock").write_text("")
     held = os.open(live / ".lock", os.O_RDWR)
@@ -149,7 +152,7 @@ def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
         write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
         left = sorted(n for n in os.listdir(out) if n.startswith(".staging-"))
         assert left == ([".staging-live", ".staging-starting"] if fcntl is not None else [".staging-starting"])
-        assert (target / "f").read_text() == "x"   # the link was removed, not followed
+        assert (target / "f").read_text() == "x"  # the link was removed, not followed
     finally:
         os.close(held)
     assert clean_staging(str(out)) == [".staging-live"] if fcntl is not None else True

@@ -12,6 +12,7 @@
 Every run's tables are compared with the synchronous run's. Every cluster runs on loopback
 (``DTRACE_INTERFACE=lo``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -85,8 +86,13 @@ def leftover_processes(marker: str, timeout: float = 30.0) -> list[str]:
 
 
 def job_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "DTRACE_PYTHON": sys.executable, "DTRACE_INTERFACE": "lo",
-            "DTRACE_STARTUP_TIMEOUT": "120", **extra}
+    return {
+        **os.environ,
+        "DTRACE_PYTHON": sys.executable,
+        "DTRACE_INTERFACE": "lo",
+        "DTRACE_STARTUP_TIMEOUT": "120",
+        **extra,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,7 +131,8 @@ class Slurm:
         host = socket.gethostname().split(".")[0]
         mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
         self.conf = root / "slurm.conf"
-        self.conf.write_text(textwrap.dedent(f"""\
+        self.conf.write_text(
+            textwrap.dedent(f"""\
             ClusterName=dtracetest
             SlurmctldHost={host}(127.0.0.1)
             SlurmctldPort={_free_port()}
@@ -150,14 +157,23 @@ class Slurm:
             MpiDefault=none
             NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={mem_mb // 2} State=UNKNOWN
             PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-            """))
+            """)
+        )
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def _daemon(self, *cmd: str) -> None:
         log = open(self.root / "log" / f"{Path(cmd[0]).name}.out", "ab")
         try:
-            self.procs.append(subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=self.env, start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    list(cmd),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    start_new_session=True,
+                )
+            )
         finally:
             log.close()
 
@@ -168,16 +184,26 @@ class Slurm:
         return "\n".join(parts)
 
     def start(self) -> None:
-        self._daemon(which("munged"), "--foreground", "--force", f"--socket={self.socket}",
-                     f"--key-file={self.root}/munge/munge.key", f"--pid-file={self.root}/run/munged.pid",
-                     f"--seed-file={self.root}/munge/seed", f"--log-file={self.root}/log/munged.log")
+        self._daemon(
+            which("munged"),
+            "--foreground",
+            "--force",
+            f"--socket={self.socket}",
+            f"--key-file={self.root}/munge/munge.key",
+            f"--pid-file={self.root}/run/munged.pid",
+            f"--seed-file={self.root}/munge/seed",
+            f"--log-file={self.root}/log/munged.log",
+        )
         self._wait(lambda: self.socket.exists(), "munged did not create its socket")
         self._daemon(which("slurmctld"), "-D", "-f", str(self.conf))
-        self._wait(lambda: self.run("scontrol", "ping", check=False).stdout.count("UP") > 0,
-                   "slurmctld does not answer")
+        self._wait(
+            lambda: self.run("scontrol", "ping", check=False).stdout.count("UP") > 0, "slurmctld does not answer"
+        )
         self._daemon(which("slurmd"), "-D", "-f", str(self.conf))
-        self._wait(lambda: self.run("sinfo", "-h", "-o", "%T", check=False).stdout.strip() == "idle",
-                   "the node did not become idle")
+        self._wait(
+            lambda: self.run("sinfo", "-h", "-o", "%T", check=False).stdout.strip() == "idle",
+            "the node did not become idle",
+        )
 
     def _wait(self, ok, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -188,8 +214,15 @@ class Slurm:
             time.sleep(0.3)
 
     def run(self, *cmd: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([which(cmd[0]) or cmd[0], *cmd[1:]], capture_output=True, text=True,
-                              env=self.env, check=check, timeout=60, cwd=cwd)
+        return subprocess.run(
+            [which(cmd[0]) or cmd[0], *cmd[1:]],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=check,
+            timeout=60,
+            cwd=cwd,
+        )
 
     def job(self, job_id: str) -> dict[str, str]:
         out = self.run("scontrol", "show", "job", job_id).stdout
@@ -244,8 +277,19 @@ def slurm(tmp_path_factory):
 def test_sbatch_script_on_real_slurm(slurm, job4, tmp_path):
     pattern, ref = job4
     out = tmp_path / "results"
-    r = slurm.run("sbatch", "--parsable", "--ntasks=2", "--mem-per-cpu=1000", f"--chdir={tmp_path}",
-                  "--output=job-%j.out", str(SBATCH), pattern, "-o", str(out), cwd=tmp_path)
+    r = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--ntasks=2",
+        "--mem-per-cpu=1000",
+        f"--chdir={tmp_path}",
+        "--output=job-%j.out",
+        str(SBATCH),
+        pattern,
+        "-o",
+        str(out),
+        cwd=tmp_path,
+    )
     job_id = r.stdout.strip().split(";")[0]
     info = slurm.wait_job(job_id)
     text = (tmp_path / f"job-{job_id}.out").read_text()
@@ -256,8 +300,12 @@ def test_sbatch_script_on_real_slurm(slurm, job4, tmp_path):
     got = assert_same_tables(out, ref)
     assert got.manifest["workers"] == 2
     job_dir = tmp_path / f"dtrace-job-{job_id}"
-    assert sorted(p.name for p in job_dir.glob("*.log")) == ["scheduler.log", "shutdown.log",
-                                                             "worker-0.log", "worker-1.log"]
+    assert sorted(p.name for p in job_dir.glob("*.log")) == [
+        "scheduler.log",
+        "shutdown.log",
+        "worker-0.log",
+        "worker-1.log",
+    ]
     assert not (job_dir / "scheduler.json").exists()
     assert leftover_processes(str(job_dir)) == []
 
@@ -273,15 +321,27 @@ def test_sbatch_time_limit_signal_stops_dtrace_and_the_cluster(slurm, job4, tmp_
     stall(stuck)
     (preload,) = preload_env().items()
     out = tmp_path / "results"
-    r = slurm.run("sbatch", "--parsable", "--ntasks=2", "--mem-per-cpu=1000", f"--chdir={tmp_path}",
-                  "--output=job-%j.out", f"--export=ALL,{preload[0]}={preload[1]}", str(SBATCH), str(stuck),
-                  "-o", str(out), cwd=tmp_path)
+    r = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--ntasks=2",
+        "--mem-per-cpu=1000",
+        f"--chdir={tmp_path}",
+        "--output=job-%j.out",
+        f"--export=ALL,{preload[0]}={preload[1]}",
+        str(SBATCH),
+        str(stuck),
+        "-o",
+        str(out),
+        cwd=tmp_path,
+    )
     job_id = r.stdout.strip().split(";")[0]
     log = tmp_path / f"job-{job_id}.out"
     deadline = time.monotonic() + 180
     while not (log.exists() and "running dtrace analyze" in log.read_text()):
-        assert time.monotonic() < deadline and slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+        assert time.monotonic() < deadline and slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), (
             log.read_text() if log.exists() else slurm.logs()
+        )
         time.sleep(0.3)
     time.sleep(2)  # dtrace is now stuck reading the input
     slurm.run("scancel", "--batch", "--signal=USR1", job_id)
@@ -328,15 +388,20 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dtrace[jobqueue]')")
     from dtrace.engine import _jobqueue_cluster
 
-    opts = {"cores": 4, "memory": "16GiB", "queue": "normal", "account": "proj42", "walltime": "00:20:00",
-            "interface": "lo"}
+    opts = {
+        "cores": 4,
+        "memory": "16GiB",
+        "queue": "normal",
+        "account": "proj42",
+        "walltime": "00:20:00",
+        "interface": "lo",
+    }
     cluster = _jobqueue_cluster(ClusterSpec(cluster="pbs", jobs=3, cluster_options=opts))
     try:
         script = cluster.job_script()
     finally:
         cluster.close()
-    for line in ("#PBS -q normal", "#PBS -A proj42", "#PBS -l select=1:ncpus=4:mem=16GB",
-                 "#PBS -l walltime=00:20:00"):
+    for line in ("#PBS -q normal", "#PBS -A proj42", "#PBS -l select=1:ncpus=4:mem=16GB", "#PBS -l walltime=00:20:00"):
         assert line in script.splitlines()
     worker = next(line for line in script.splitlines() if "distributed.cli.dask_worker" in line)
     # this environment's Python; four single-threaded worker processes per job
@@ -348,11 +413,35 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
 def test_jobqueue_launcher_submits_workers_to_real_slurm(slurm, job4, tmp_path):
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dtrace[jobqueue]')")
     pattern, ref = job4
-    r = subprocess.run([sys.executable, "-m", "dtrace", "analyze", pattern, "-o", str(tmp_path / "out"),
-                        "--cluster", "slurm", "--jobs", "1", "--job-cores", "2", "--job-memory", "2GiB",
-                        "--walltime", "00:10:00", "--interface", "lo"],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=slurm.env,
-                       stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dtrace",
+            "analyze",
+            pattern,
+            "-o",
+            str(tmp_path / "out"),
+            "--cluster",
+            "slurm",
+            "--jobs",
+            "1",
+            "--job-cores",
+            "2",
+            "--job-memory",
+            "2GiB",
+            "--walltime",
+            "00:10:00",
+            "--interface",
+            "lo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=slurm.env,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr
     got = assert_same_tables(tmp_path / "out", ref)
     assert got.manifest["workers"] == 2  # one job, two single-threaded worker processes
@@ -397,13 +486,28 @@ def fake_allocation(tmp_path: Path, ntasks: int = 2, **env: str) -> dict[str, st
     srun = tmp_path / "srun"
     srun.write_text(FAKE_SRUN)
     srun.chmod(0o755)
-    return job_env(**{"SLURM_JOB_ID": "4242", "SLURM_NTASKS": str(ntasks), "SLURM_SUBMIT_DIR": str(tmp_path),
-                      "DTRACE_SRUN": str(srun), "FAKE_SRUN_LOG": str(tmp_path / "srun.log"), **env})
+    return job_env(
+        **{
+            "SLURM_JOB_ID": "4242",
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_SUBMIT_DIR": str(tmp_path),
+            "DTRACE_SRUN": str(srun),
+            "FAKE_SRUN_LOG": str(tmp_path / "srun.log"),
+            **env,
+        }
+    )
 
 
 def run_script(script: Path, *args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_sbatch_script_refuses_to_run_outside_slurm_or_without_inputs(tmp_path):
@@ -422,8 +526,9 @@ def test_sbatch_script_shuts_the_cluster_down_when_dtrace_fails(tmp_path):
     bad = tmp_path / "traces" / "rank-0.json.gz"
     bad.parent.mkdir()
     bad.write_bytes(b"\x1f\x8b\x08\x00 truncated")
-    env = fake_allocation(tmp_path, DTRACE_INPUT=str(bad.parent), DTRACE_OUT=str(tmp_path / "out"),
-                          DTRACE_ARGS="--no-progress")
+    env = fake_allocation(
+        tmp_path, DTRACE_INPUT=str(bad.parent), DTRACE_OUT=str(tmp_path / "out"), DTRACE_ARGS="--no-progress"
+    )
     r = run_script(SBATCH, env=env, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "2 workers connected; running dtrace analyze" in r.stderr
@@ -465,9 +570,16 @@ def test_pbs_script_starts_workers_on_every_node(job4, tmp_path):
     rsh = tmp_path / "rsh"
     rsh.write_text(FAKE_RSH)
     rsh.chmod(0o755)
-    env = job_env(PBS_JOBID="77.pbs-server", PBS_NODEFILE=str(nodes), PBS_O_WORKDIR=str(tmp_path),
-                  DTRACE_RSH=str(rsh), FAKE_RSH_LOG=str(tmp_path / "rsh.log"),
-                  DTRACE_INPUT=pattern, DTRACE_OUT=str(tmp_path / "out"), DTRACE_TIME_LIMIT="240")
+    env = job_env(
+        PBS_JOBID="77.pbs-server",
+        PBS_NODEFILE=str(nodes),
+        PBS_O_WORKDIR=str(tmp_path),
+        DTRACE_RSH=str(rsh),
+        FAKE_RSH_LOG=str(tmp_path / "rsh.log"),
+        DTRACE_INPUT=pattern,
+        DTRACE_OUT=str(tmp_path / "out"),
+        DTRACE_TIME_LIMIT="240",
+    )
     r = run_script(PBS, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "3 workers on 2 nodes" in r.stderr and "stops after 240s" in r.stderr
@@ -475,8 +587,9 @@ def test_pbs_script_starts_workers_on_every_node(job4, tmp_path):
     assert len(remote) == 1 and remote[0].startswith("node-b.cluster ") and "--nworkers 1 " in remote[0]
     got = assert_same_tables(tmp_path / "out", ref)
     assert got.manifest["workers"] == 3
-    assert sorted(p.name for p in (tmp_path / "dtrace-job-77").glob("worker-*.log")) == \
-        sorted({f"worker-{this}.log", "worker-node-b.log"})
+    assert sorted(p.name for p in (tmp_path / "dtrace-job-77").glob("worker-*.log")) == sorted(
+        {f"worker-{this}.log", "worker-node-b.log"}
+    )
     assert leftover_processes(str(tmp_path / "dtrace-job-77")) == []
 
 

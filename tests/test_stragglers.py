@@ -1,4 +1,5 @@
 """Straggler detection on generated 64-rank jobs with injected faults (ground truth from dtrace.synth)."""
+
 import json
 import os
 import re
@@ -42,6 +43,7 @@ def jobs(tmp_path_factory):
             per_rank = per_rank_tables(d, Options())
             cache[name] = (truth, per_rank, reduce(per_rank, Options()))
         return cache[name]
+
     return get
 
 
@@ -166,9 +168,15 @@ def test_detection_method_is_swappable(jobs):
 def test_op_outliers_line_in_evidence(jobs):
     truth, _, t = jobs("compute")
     extra = dict(t)
-    extra["op_outliers"] = pd.DataFrame({"rank": [37, 37, 3, 37], "device": [5, 5, 3, 5],
-                                         "op": ["aten::mm", "aten::add", "aten::mm", "c10d::allreduce_"],
-                                         "ratio": [1.21, 1.4, 1.3, 2.0], "comm": [False, False, False, True]})
+    extra["op_outliers"] = pd.DataFrame(
+        {
+            "rank": [37, 37, 3, 37],
+            "device": [5, 5, 3, 5],
+            "op": ["aten::mm", "aten::add", "aten::mm", "c10d::allreduce_"],
+            "ratio": [1.21, 1.4, 1.3, 2.0],
+            "comm": [False, False, False, True],
+        }
+    )
     s = reduce_stragglers(extra, Options())["stragglers"]
     # a collective's time includes waiting for the others: never quoted as the rank's slow op
     assert s.iloc[0]["evidence"].endswith("host op aten::add takes 1.40× the median rank")
@@ -212,6 +220,7 @@ def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
 
 # -- issue 14: slow links at few ranks, late_start attribution, op-outlier order -----------------
 
+
 def _job(tmp_path_factory, ranks: int, seed: int, faults: list[str], need=None):
     d = str(tmp_path_factory.mktemp(f"r{ranks}s{seed}"))
     truth = synth.generate(d, ranks=ranks, steps=3, kernels_per_step=30, seed=seed, faults=faults)
@@ -219,11 +228,19 @@ def _job(tmp_path_factory, ranks: int, seed: int, faults: list[str], need=None):
     return truth, per_rank, reduce(per_rank, Options())
 
 
-@pytest.mark.parametrize("ranks, rank, seed, slow", [
-    (8, 0, 10, 0.3), (8, 3, 11, 1.0), (8, 6, 12, 0.1),
-    (16, 3, 10, 1.0), (16, 8, 11, 0.3), (16, 15, 12, 0.1),
-    (64, 5, 10, 1.0), (64, 63, 12, 0.3),
-])
+@pytest.mark.parametrize(
+    "ranks, rank, seed, slow",
+    [
+        (8, 0, 10, 0.3),
+        (8, 3, 11, 1.0),
+        (8, 6, 12, 0.1),
+        (16, 3, 10, 1.0),
+        (16, 8, 11, 0.3),
+        (16, 15, 12, 0.1),
+        (64, 5, 10, 1.0),
+        (64, 63, 12, 0.3),
+    ],
+)
 def test_slow_link_found_at_few_and_many_ranks(tmp_path_factory, ranks, rank, seed, slow):
     """With two tensor-parallel groups (8 and 16 ranks) each is the other's reference; the
     data-parallel groups, which share ranks with both, tell which one is slow."""
@@ -241,15 +258,23 @@ def test_slow_link_found_at_few_and_many_ranks(tmp_path_factory, ranks, rank, se
     others = per_group[~is_mine].groupby(level=["op", "bytes"]).median()
     ratio = per_group[is_mine] / others.reindex(per_group[is_mine].index.droplevel("group")).to_numpy()
     assert ratio.min() > 1 + 0.3 * slow  # latency-bound small messages dilute the injected slowdown
-    assert top["link_ratio"] == pytest.approx(float(np.exp(np.log(ratio).groupby(level="group").median().min())),
-                                              rel=0.05)
+    assert top["link_ratio"] == pytest.approx(
+        float(np.exp(np.log(ratio).groupby(level="group").median().min())), rel=0.05
+    )
 
 
-@pytest.mark.parametrize("ranks, faults, seed", [
-    (8, [], 30), (16, [], 31), (64, [], 32),
-    (8, ["compute:rank=3:slow=0.2"], 21), (16, ["compute:rank=8:slow=0.2"], 21),
-    (16, ["launch:rank=3:slow=0.2"], 23), (8, ["launch:rank=0:slow=0.2"], 23),
-])
+@pytest.mark.parametrize(
+    "ranks, faults, seed",
+    [
+        (8, [], 30),
+        (16, [], 31),
+        (64, [], 32),
+        (8, ["compute:rank=3:slow=0.2"], 21),
+        (16, ["compute:rank=8:slow=0.2"], 21),
+        (16, ["launch:rank=3:slow=0.2"], 23),
+        (8, ["launch:rank=0:slow=0.2"], 23),
+    ],
+)
 def test_no_false_flags_at_few_ranks(tmp_path_factory, ranks, faults, seed):
     truth, _, t = _job(tmp_path_factory, ranks, seed, faults)
     assert flagged(t) == truth["stragglers"]
@@ -279,8 +304,13 @@ def test_late_start_flags_only_the_faulty_rank(tmp_path_factory, kind):
 def test_op_outliers_rank_the_culprits_compute_op_above_victims_collectives(tmp_path_factory):
     from dtrace.reduce.ops_xrank import ops_xrank
 
-    truth, per_rank, _ = _job(tmp_path_factory, 16, 2, ["compute:rank=5:slow=0.05"],
-                              need={"ops", "breakdown", "steps", "kernels", "collectives"})
+    truth, per_rank, _ = _job(
+        tmp_path_factory,
+        16,
+        2,
+        ["compute:rank=5:slow=0.05"],
+        need={"ops", "breakdown", "steps", "kernels", "collectives"},
+    )
     ops = per_rank["ops"]
     oo = ops_xrank(per_rank, Options())["op_outliers"]
     # by hand: excess over the median part, per op, from the ops table

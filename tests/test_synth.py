@@ -1,4 +1,5 @@
 """The synthetic cluster-job generator: realistic Kineto traces, consistent collectives, faults."""
+
 import gzip
 import json
 import os
@@ -32,8 +33,14 @@ def ns(t):
 def job64(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("job64"))
     t0 = time.perf_counter()
-    truth = synth.generate(d, ranks=64, seed=1, faults=["compute:rank=9:slow=0.25", "link:rank=50:slow=0.5"],
-                           clock_offset_ns=4_000_000, **SMALL)
+    truth = synth.generate(
+        d,
+        ranks=64,
+        seed=1,
+        faults=["compute:rank=9:slow=0.25", "link:rank=50:slow=0.5"],
+        clock_offset_ns=4_000_000,
+        **SMALL,
+    )
     return d, truth, time.perf_counter() - t0
 
 
@@ -69,8 +76,11 @@ def test_trace_looks_like_kineto(job64):
     steps = sorted(e["name"] for e in by_cat["user_annotation"])
     assert steps == ["ProfilerStep#1", "ProfilerStep#2"]
     # every GPU activity is linked to a launch call by correlation, and to a host op by External id
-    launches = {e["args"]["correlation"]: e for e in by_cat["cuda_runtime"] + by_cat["cuda_driver"]
-                if "External id" in e["args"]}
+    launches = {
+        e["args"]["correlation"]: e
+        for e in by_cat["cuda_runtime"] + by_cat["cuda_driver"]
+        if "External id" in e["args"]
+    }
     ops = {e["args"]["External id"]: e for e in by_cat["cpu_op"]}
     gpu = by_cat["kernel"] + by_cat["gpu_memcpy"] + by_cat["gpu_memset"]
     for k in gpu:
@@ -87,8 +97,16 @@ def test_trace_looks_like_kineto(job64):
     assert len(streams - {k["args"]["stream"] for k in nccl}) >= 2  # several compute streams
     for k in nccl:
         a = k["args"]
-        for key in ("Collective name", "Process Group Name", "Process Group Ranks", "Group size", "Seq",
-                    "In msg nelems", "Out msg nelems", "dtype"):
+        for key in (
+            "Collective name",
+            "Process Group Name",
+            "Process Group Ranks",
+            "Group size",
+            "Seq",
+            "In msg nelems",
+            "Out msg nelems",
+            "dtype",
+        ):
             assert key in a, key
         assert 13 in json.loads(a["Process Group Ranks"]) and a["Group size"] == 8
     assert all(m["args"]["bytes"] > 0 for m in by_cat["gpu_memcpy"] + by_cat["gpu_memset"])
@@ -125,7 +143,7 @@ def test_collectives_end_together_after_the_last_arrival(job64):
         starts = np.array([v[0] for v in by_rank.values()])
         ends = np.array([v[1] for v in by_rank.values()])
         assert ends.max() - ends.min() <= 1_600  # everyone ends together (1.5 µs jitter)
-        assert ends.min() > starts.max()          # ... after the last rank arrived
+        assert ends.min() > starts.max()  # ... after the last rank arrived
         transfer[group in slow_groups].append(ends.min() - starts.max())
     # the groups holding the slow-link rank transfer 1.5x longer (same message sizes on both sides)
     assert np.median(transfer[True]) > 1.3 * np.median(transfer[False])
@@ -137,11 +155,18 @@ def test_compute_straggler_arrives_last_in_its_groups(job64):
     groups9 = {g["name"] for g in truth["process_groups"] if 9 in g["ranks"]}
     last = [max(by_rank, key=lambda r: by_rank[r][0]) for (g, _), by_rank in inst.items() if g in groups9]
     assert len(last) > 0 and all(r == 9 for r in last)
+
     # its kernels are 25 % longer than the same kernels elsewhere
     def gemm(r):
         doc = load(os.path.join(d, f"rank-{r}.json.gz"))
-        return np.median([e["dur"] for e in doc["traceEvents"] if e.get("cat") == "kernel"
-                          and e["name"].startswith("sm90_xmma_gemm")])
+        return np.median(
+            [
+                e["dur"]
+                for e in doc["traceEvents"]
+                if e.get("cat") == "kernel" and e["name"].startswith("sm90_xmma_gemm")
+            ]
+        )
+
     assert gemm(9) / np.median([gemm(r) for r in (1, 2, 17, 33)]) == pytest.approx(1.25, abs=0.05)
 
 
@@ -152,10 +177,16 @@ def test_launch_straggler_is_host_bound(tmp_path):
         """GPU idle time on the main compute stream before kernels launched after the previous one ended."""
         doc = load(os.path.join(tmp_path, f"rank-{r}.json.gz"))
         ev = doc["traceEvents"]
-        launch = {e["args"]["correlation"]: ns(e["ts"]) + ns(e["dur"]) for e in ev
-                  if e.get("cat") in ("cuda_runtime", "cuda_driver") and "External id" in e.get("args", {})}
-        k = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), launch[e["args"]["correlation"]]) for e in ev
-                   if e.get("cat") == "kernel" and e["args"]["stream"] == 7)
+        launch = {
+            e["args"]["correlation"]: ns(e["ts"]) + ns(e["dur"])
+            for e in ev
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "External id" in e.get("args", {})
+        }
+        k = sorted(
+            (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), launch[e["args"]["correlation"]])
+            for e in ev
+            if e.get("cat") == "kernel" and e["args"]["stream"] == 7
+        )
         return sum(b[0] - a[1] for a, b in zip(k, k[1:]) if b[2] > a[1])
 
     assert truth["stragglers"] == [3]
@@ -198,9 +229,28 @@ def test_small_jobs_and_bad_arguments(tmp_path):
 
 def test_cli_synth(tmp_path, capsys):
     out = tmp_path / "job"
-    assert cli(["synth", str(out), "--ranks", "16", "--steps", "2", "--kernels-per-step", "30",
-                "--fault", "compute:rank=5:slow=0.2", "--fault", "launch:rank=9", "--clock-offset-ms", "3",
-                "--no-gzip"]) == 0
+    assert (
+        cli(
+            [
+                "synth",
+                str(out),
+                "--ranks",
+                "16",
+                "--steps",
+                "2",
+                "--kernels-per-step",
+                "30",
+                "--fault",
+                "compute:rank=5:slow=0.2",
+                "--fault",
+                "launch:rank=9",
+                "--clock-offset-ms",
+                "3",
+                "--no-gzip",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "wrote 16 ranks x 2 steps" in text and "compute rank 5 +20%" in text
     truth = json.loads((out / "ground_truth.json").read_text())

@@ -1,5 +1,6 @@
 """Terminal tables fit the terminal, never cut numbers, show 20 rows by default and say what they
 left out; straggler signal letters are explained wherever they are shown (issue 14)."""
+
 import os
 import re
 
@@ -26,8 +27,13 @@ def res(tmp_path_factory):
 
 def wide_frame(n_rows=3, n_cols=14):
     rng = np.random.default_rng(1)
-    df = pd.DataFrame({"rank": np.arange(n_rows), "device": np.arange(n_rows),
-                       "name": ["void very_long_kernel_name_" + "x" * 150 + f"<{i}>(int)" for i in range(n_rows)]})
+    df = pd.DataFrame(
+        {
+            "rank": np.arange(n_rows),
+            "device": np.arange(n_rows),
+            "name": ["void very_long_kernel_name_" + "x" * 150 + f"<{i}>(int)" for i in range(n_rows)],
+        }
+    )
     for k in range(n_cols):
         df[f"metric_{k}_ns"] = rng.integers(10**9, 10**10, n_rows)  # seconds, 1.xxx-9.xxx
     return df
@@ -39,11 +45,11 @@ def test_wide_table_fits_and_keeps_every_number():
     assert max(len(line) for line in text.splitlines()) <= 80
     for v in df[[c for c in df.columns if c.endswith("_ns")]].to_numpy().ravel():
         shown = f"{v / 1e9:,.3f}".rstrip("0").rstrip(".")
-        assert shown in text, shown              # every number whole
+        assert shown in text, shown  # every number whole
     blocks = re.findall(r"\[block (\d+) of (\d+)", text)
     assert len(blocks) > 1 and all(b[1] == str(len(blocks)) for b in blocks)
     assert text.count("very_long_kernel_nam") == 3 * len(blocks)  # the key columns repeat in every block
-    assert "…" in text                            # names shortened, not folded
+    assert "…" in text  # names shortened, not folded
 
 
 def test_narrow_name_table_shortens_names_only():
@@ -84,9 +90,17 @@ def test_gaps_top_limits_every_table(res, capsys):
 
 
 def straggler_results():
-    s = pd.DataFrame({"rank": [3, 0, 1], "device": [3, 0, 1], "score": [9.0, 0.5, 0.2], "flagged": [True, False, False],
-                      "evidence": ["rank 3 arrived last", "rank 0 quiet", "rank 1 quiet"], "method": "robust",
-                      "signals": ["a,d", "", ""]})
+    s = pd.DataFrame(
+        {
+            "rank": [3, 0, 1],
+            "device": [3, 0, 1],
+            "score": [9.0, 0.5, 0.2],
+            "flagged": [True, False, False],
+            "evidence": ["rank 3 arrived last", "rank 0 quiet", "rank 1 quiet"],
+            "method": "robust",
+            "signals": ["a,d", "", ""],
+        }
+    )
     return Results({"stragglers": s}, {"inputs": []})
 
 

@@ -1,4 +1,5 @@
 """dtrace.tile: tiling a real trace in time and replicating it across ranks (bench inputs)."""
+
 from __future__ import annotations
 
 import gzip
@@ -54,14 +55,23 @@ def test_tiles_in_time_with_unique_ids(tmp_path):
         ids_a = [e["args"][key] for e in ev_a if e.get("cat") == "kernel" and key in e.get("args", {})]
         ids_b = [e["args"][key] for e in ev_b if e.get("cat") == "kernel" and key in e.get("args", {})]
         assert len(ids_b) == 3 * len(ids_a) and len(set(ids_b)) == 3 * len(set(ids_a))
-    launches = {e["args"]["correlation"]: e["ts"] for e in ev_b
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-    linked = [launches[e["args"]["correlation"]] <= e["ts"] for e in ev_b
-              if e.get("cat") == "kernel" and e["args"].get("correlation") in launches]
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in ev_b
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    linked = [
+        launches[e["args"]["correlation"]] <= e["ts"]
+        for e in ev_b
+        if e.get("cat") == "kernel" and e["args"].get("correlation") in launches
+    ]
     assert linked and all(linked)
     steps = [e["name"] for e in ev_b if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
-    assert len(steps) == len(set(steps)) == 3 * sum(
-        1 for e in ev_a if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    assert (
+        len(steps)
+        == len(set(steps))
+        == 3 * sum(1 for e in ev_a if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    )
     # GPU busy time triples (copies do not overlap); the span is two periods plus one
     busy_a, span_a = _busy_us(ev_a)
     busy_b, span_b = _busy_us(ev_b)
@@ -75,8 +85,10 @@ def test_tiles_in_time_with_unique_ids(tmp_path):
 def test_replicas_per_rank_gzip_and_jitter(tmp_path):
     src = shared("kineto", "single", "mi250_rocm62.json.gz")
     ev_a = _load(src)["traceEvents"]
-    outs = [tile_trace(src, tmp_path / f"rank-{r}.json.gz", times=1, rank=r, world_size=4, jitter=0.2, seed=3,
-                       gzip=True) for r in range(2)]
+    outs = [
+        tile_trace(src, tmp_path / f"rank-{r}.json.gz", times=1, rank=r, world_size=4, jitter=0.2, seed=3, gzip=True)
+        for r in range(2)
+    ]
     assert all(o["file_bytes"] < o["json_bytes"] for o in outs)
     docs = [_load(o["path"]) for o in outs]
     assert [d["distributedInfo"]["rank"] for d in docs] == [0, 1]
@@ -93,18 +105,21 @@ def test_replicas_per_rank_gzip_and_jitter(tmp_path):
         durs.append([e["dur"] for e in ev if e.get("cat") in GPU_CATS])
     assert durs[0] != durs[1]  # each rank gets its own perturbation
     again = tile_trace(src, tmp_path / "again.json.gz", times=1, rank=1, world_size=4, jitter=0.2, seed=3, gzip=True)
-    assert [e.get("dur") for e in _load(again["path"])["traceEvents"]] == \
-           [e.get("dur") for e in docs[1]["traceEvents"]]  # seeded: reproducible
+    assert [e.get("dur") for e in _load(again["path"])["traceEvents"]] == [
+        e.get("dur") for e in docs[1]["traceEvents"]
+    ]  # seeded: reproducible
     r = dtrace.analyze([o["path"] for o in outs], scheduler="sync")
     assert sorted(r.breakdown["rank"].tolist()) == [0, 1]
 
 
 def test_keeps_timestamp_digits_exactly(tmp_path):
     # absolute µs with ns digits: a float64 cannot hold 1712195495505582.988, the text copy keeps it
-    doc = ('{"traceEvents": [\n {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
-           '"ts": 1712195495505582.988, "dur": 4.928, "args": {"correlation": 9, "device": 0, "stream": 7}},\n'
-           ' {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
-           '"ts": 1712195495505580.001, "dur": 2, "args": {"correlation": 9}}\n], "baseTimeNanoseconds": 0}')
+    doc = (
+        '{"traceEvents": [\n {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+        '"ts": 1712195495505582.988, "dur": 4.928, "args": {"correlation": 9, "device": 0, "stream": 7}},\n'
+        ' {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
+        '"ts": 1712195495505580.001, "dur": 2, "args": {"correlation": 9}}\n], "baseTimeNanoseconds": 0}'
+    )
     (tmp_path / "src.json").write_text(doc)
     info = tile_trace(tmp_path / "src.json", tmp_path / "t.json", times=2)
     text = (tmp_path / "t.json").read_text()

@@ -6,6 +6,7 @@ results' ``steps`` table, collective instances lining up across hosts after the 
 are removed (and not before), that only the chosen ranks' events are read and the size does not
 grow with the job, the CLI and the report link, and the trace in a real browser trace viewer.
 """
+
 import gzip
 import json
 import os
@@ -33,13 +34,22 @@ from dtrace.render.page import page
 from dtrace.render.whatif import section_whatif
 
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
-BD = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "busy_ns", "idle_ns", "total_ns", "comm_ns",
-      "memcpy_ns")
+BD = (
+    "computation_ns",
+    "exposed_comm_ns",
+    "exposed_memcpy_ns",
+    "busy_ns",
+    "idle_ns",
+    "total_ns",
+    "comm_ns",
+    "memcpy_ns",
+)
 
 
 def _job(root, ranks, **kw):
-    truth = synth.generate(root / "traces", ranks=ranks, steps=3, kernels_per_step=30,
-                           faults=["compute:rank=5:slow=0.2"], **kw)
+    truth = synth.generate(
+        root / "traces", ranks=ranks, steps=3, kernels_per_step=30, faults=["compute:rank=5:slow=0.2"], **kw
+    )
     res = dtrace.analyze(str(root / "traces"), str(root / "out"), scheduler="sync")
     return truth, res
 
@@ -57,8 +67,13 @@ def _flagged(res):
 # ------------------------------------------------------------------------------------------
 # the Chrome trace-event format, written out
 
-META = {"process_name": "name", "process_labels": "labels", "process_sort_index": "sort_index",
-        "thread_name": "name", "thread_sort_index": "sort_index"}
+META = {
+    "process_name": "name",
+    "process_labels": "labels",
+    "process_sort_index": "sort_index",
+    "thread_name": "name",
+    "thread_sort_index": "sort_index",
+}
 
 
 def check_chrome_trace(doc: dict) -> dict:
@@ -123,6 +138,7 @@ def _load(path):
 
 # ------------------------------------------------------------------------------------------
 
+
 def test_default_choice_and_format(job16):
     truth, res = job16
     trace = tx.timeline(res)
@@ -163,8 +179,15 @@ def test_readback_breakdown_equals_the_results(job16, tmp_path):
     st = res.steps.set_index(["rank", "device", "step"])
     for p in tf.parts:
         t = tracks[p.device]
-        part = prepare(p.events.to_pandas(), p.collectives.to_pandas(), p.memcpy.to_pandas(), rank=t["rank"],
-                       device=p.device, fmt=tf.format, options=Options())
+        part = prepare(
+            p.events.to_pandas(),
+            p.collectives.to_pandas(),
+            p.memcpy.to_pandas(),
+            rank=t["rank"],
+            device=p.device,
+            fmt=tf.format,
+            options=Options(),
+        )
         got = breakdown(part).iloc[0]
         want = st.loc[(t["rank"], t["device"], step)]
         assert {c: int(got[c]) for c in BD} == {c: int(want[c]) for c in BD}, t
@@ -178,8 +201,9 @@ def test_collectives_line_up_across_hosts(job16):
     by = check_chrome_trace(json.loads(tx.encode(trace, "t.json")))
     assert {t["rank"]: t["role"] for t in trace["otherData"]["tracks"]}[5] == "straggler"
     co = res.clock_offsets.set_index("rank")
-    assert {t["rank"]: t["clock_offset_ns"] for t in trace["otherData"]["tracks"]} == \
-        {r: int(co.loc[r, "offset_ns"]) for r in [0, 1, 2, 3, 4, 5, 6, 7, 13]}
+    assert {t["rank"]: t["clock_offset_ns"] for t in trace["otherData"]["tracks"]} == {
+        r: int(co.loc[r, "offset_ns"]) for r in [0, 1, 2, 3, 4, 5, 6, 7, 13]
+    }
     kern = {(e["pid"], e["tid"], e["ts"]): e for e in by["X"]}
     flows = defaultdict(list)
     for ph in ("s", "t", "f"):
@@ -247,8 +271,11 @@ def test_window_host_threads_and_errors(job16, tmp_path):
     for e in gpu + host:  # every event overlaps the window (µs on the exported axis)
         assert e["ts"] <= (b - origin) / 1000 + 1e-6 and e["ts"] + e["dur"] >= (a - origin) / 1000 - 1e-6
     # the step's GPU events inside the window are all there
-    inside = [e for e in step_trace["traceEvents"] if e["ph"] == "X" and e["ts"] <= (b - origin) / 1000
-              and e["ts"] + e["dur"] >= (a - origin) / 1000]
+    inside = [
+        e
+        for e in step_trace["traceEvents"]
+        if e["ph"] == "X" and e["ts"] <= (b - origin) / 1000 and e["ts"] + e["dur"] >= (a - origin) / 1000
+    ]
     assert {(e["tid"], e["ts"]) for e in inside} <= {(e["tid"], e["ts"]) for e in gpu}
     names = {e["args"]["name"] for e in by["M"] if e["name"] == "thread_name"}
     assert any(n.startswith("host thread") for n in names) and any(n.startswith("stream") for n in names)
@@ -307,6 +334,7 @@ def test_cli_and_report_link(job16, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------
 # the report section and the trace in real browsers
 
+
 def _save(name, png):
     os.makedirs(ARTIFACTS, exist_ok=True)
     with open(os.path.join(ARTIFACTS, name), "wb") as f:
@@ -331,8 +359,10 @@ def test_report_section(job16, tmp_path):
     ctx = Context(res)
     ctx.timeline = "slow-step.json.gz"
     path = tmp_path / "whatif.html"
-    path.write_text(page("What if", "dtrace report section", [("whatif", "What if: estimated step time",
-                                                                section_whatif(ctx))]), encoding="utf-8")
+    path.write_text(
+        page("What if", "dtrace report section", [("whatif", "What if: estimated step time", section_whatif(ctx))]),
+        encoding="utf-8",
+    )
     run = browser.open_page(str(path), "document.querySelectorAll('svg .mark').length")
     assert run.problems == [] and run.value == 1 + len(scen)
     _save("whatif-section.png", run.png)

@@ -5,6 +5,7 @@ correlation → GPU event, the ops that contain the launch in time (plain Python
 interval union per op name. The nesting rule is checked against a plain stack sweep on random
 intervals; the printed tree against the raw events of the op; the reduce by hand.
 """
+
 import functools
 import gzip
 import json
@@ -44,8 +45,18 @@ def raw(path):
         if e.get("ph") != "X":
             continue
         s = ns(e["ts"]) + base
-        out.append({"i": i, "cat": (e.get("cat") or "").lower(), "name": e.get("name", ""), "pid": e.get("pid"),
-                    "tid": e.get("tid"), "s": s, "e": s + ns(e["dur"]), "args": e.get("args") or {}})
+        out.append(
+            {
+                "i": i,
+                "cat": (e.get("cat") or "").lower(),
+                "name": e.get("name", ""),
+                "pid": e.get("pid"),
+                "tid": e.get("tid"),
+                "s": s,
+                "e": s + ns(e["dur"]),
+                "args": e.get("args") or {},
+            }
+        )
     return doc, out
 
 
@@ -125,17 +136,24 @@ def reference_ops(events, device):
         n = (o["name"], kind)
         cnt, host = out.get(n, (0, 0))[:2]
         out[n] = (cnt + 1, host + o["e"] - o["s"])
-    return {n: (cnt, host, union_len([(gpu[k]["s"], end[k]) for k in direct.get(n, [])]),
-                union_len([(gpu[k]["s"], end[k]) for k in subtree.get(n, ())]),
-                len(direct.get(n, [])), len(subtree.get(n, ())))
-            for n, (cnt, host) in out.items()}
+    return {
+        n: (
+            cnt,
+            host,
+            union_len([(gpu[k]["s"], end[k]) for k in direct.get(n, [])]),
+            union_len([(gpu[k]["s"], end[k]) for k in subtree.get(n, ())]),
+            len(direct.get(n, [])),
+            len(subtree.get(n, ())),
+        )
+        for n, (cnt, host) in out.items()
+    }
 
 
 TRACES = [
-    ("kineto", "hta-2rank", "sampled_rank-0.json.gz"),                 # no ac2g flows
-    ("kineto", "single", "a100_5streams_sendrecv_rank0.json.gz"),      # cudaGraphLaunch, absolute µs
-    ("kineto", "single", "b200_vllm_eager_rank0.json.gz"),             # cuda_driver launches, python events
-    ("kineto", "single", "mi300_resnet_rccl_rank0.json.gz"),           # ROCm, RCCL, fwd/bwd
+    ("kineto", "hta-2rank", "sampled_rank-0.json.gz"),  # no ac2g flows
+    ("kineto", "single", "a100_5streams_sendrecv_rank0.json.gz"),  # cudaGraphLaunch, absolute µs
+    ("kineto", "single", "b200_vllm_eager_rank0.json.gz"),  # cuda_driver launches, python events
+    ("kineto", "single", "mi300_resnet_rccl_rank0.json.gz"),  # ROCm, RCCL, fwd/bwd
 ]
 
 
@@ -270,8 +288,10 @@ def test_forward_backward_links_match_fwdbwd_flows():
         want.add((a["name"], a["s"], b["name"], b["s"]))
     t = dtrace.tree(path)
     fb = t.fwd_bwd
-    got = {(t.name_of(f), int(t.start_ns[f]), t.name_of(b), int(t.start_ns[b]))
-           for f, b in zip(fb["fwd"].tolist(), fb["bwd"].tolist())}
+    got = {
+        (t.name_of(f), int(t.start_ns[f]), t.name_of(b), int(t.start_ns[b]))
+        for f, b in zip(fb["fwd"].tolist(), fb["bwd"].tolist())
+    }
     assert len(want) == 543 and got == want
     f0, b0 = int(fb["fwd"].iloc[0]), int(fb["bwd"].iloc[0])
     assert t.backward_of(f0) == b0 and t.forward_of(b0) == f0 and t.forward_of(f0) is None
@@ -327,12 +347,14 @@ def _chain(parent, j):
 
 
 def _part(host_rows, gpu_rows, device=0):
-    host = pd.DataFrame(host_rows, columns=["kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation",
-                                            "external_id", "seq"])
+    host = pd.DataFrame(
+        host_rows, columns=["kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation", "external_id", "seq"]
+    )
     host["kind"] = host["kind"].astype("category")
     host["name"] = host["name"].astype("category")
-    gpu = pd.DataFrame(gpu_rows, columns=["row", "stream", "kind", "name", "start_ns", "end_ns", "correlation",
-                                          "external_id"])
+    gpu = pd.DataFrame(
+        gpu_rows, columns=["row", "stream", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"]
+    )
     gpu["name"] = gpu["name"].astype("category")
     from dtrace.batch import Batch
 
@@ -343,9 +365,12 @@ def _part(host_rows, gpu_rows, device=0):
 
 def test_partial_overlap_is_kept_under_open_parent_and_counted():
     # op A [0,100) holds B [10,120) (ends after A: partial overlap) which holds launch L [105,110)
-    host = [("cpu_op", "A", 1, 1, 0, 100, -1, 1, -1), ("cpu_op", "B", 1, 1, 10, 120, -1, 2, -1),
-            ("runtime", "cudaLaunchKernel", 1, 1, 105, 110, 7, 2, -1),
-            ("cpu_op", "C", 1, 2, 0, 50, -1, 3, -1)]  # another thread: its own root
+    host = [
+        ("cpu_op", "A", 1, 1, 0, 100, -1, 1, -1),
+        ("cpu_op", "B", 1, 1, 10, 120, -1, 2, -1),
+        ("runtime", "cudaLaunchKernel", 1, 1, 105, 110, 7, 2, -1),
+        ("cpu_op", "C", 1, 2, 0, 50, -1, 3, -1),
+    ]  # another thread: its own root
     gpu = [(10, 0, "kernel", "k", 200, 260, 7, 2), (11, 0, "kernel", "orphan", 300, 310, 99, -1)]
     t = Tree.from_batch(_part(host, gpu))
     a, b, launch, c = (int(t.by_name(n)[0]) for n in ("A", "B", "cudaLaunchKernel", "C"))
@@ -361,30 +386,53 @@ def test_partial_overlap_is_kept_under_open_parent_and_counted():
 
 
 def test_nested_same_name_ops_count_gpu_once():
-    host = [("cpu_op", "aten::layer_norm", 1, 1, 0, 100, -1, 1, -1),
-            ("cpu_op", "aten::layer_norm", 1, 1, 5, 90, -1, 2, -1),
-            ("runtime", "cudaLaunchKernel", 1, 1, 10, 20, 1, 2, -1),
-            ("runtime", "cudaLaunchKernel", 1, 1, 30, 40, 2, 2, -1)]
+    host = [
+        ("cpu_op", "aten::layer_norm", 1, 1, 0, 100, -1, 1, -1),
+        ("cpu_op", "aten::layer_norm", 1, 1, 5, 90, -1, 2, -1),
+        ("runtime", "cudaLaunchKernel", 1, 1, 10, 20, 1, 2, -1),
+        ("runtime", "cudaLaunchKernel", 1, 1, 30, 40, 2, 2, -1),
+    ]
     gpu = [(0, 7, "kernel", "k1", 100, 150, 1, 2), (1, 8, "kernel", "k2", 120, 170, 2, 2)]  # overlap 30 ns
     t = Tree.from_batch(_part(host, gpu))
     row = t.ops().set_index("op").loc["aten::layer_norm"]
-    assert row[["count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]].tolist() == \
-        [2, 185, 70, 70, 2, 2]
+    assert row[["count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]].tolist() == [
+        2,
+        185,
+        70,
+        70,
+        2,
+        2,
+    ]
     inst = t.op_instances()
     assert inst["gpu_subtree_ns"].tolist() == [70, 70] and inst["kernels"].tolist() == [0, 2]
 
 
 def test_ops_xrank_and_outliers_by_hand():
     rows = [  # rank, device, op, count, host_ns, gpu_direct_ns, gpu_subtree_ns, kernels, subtree_kernels
-        (0, 0, "aten::mm", 10, 50, 100, 100, 10, 10), (1, 0, "aten::mm", 10, 60, 100, 100, 10, 10),
+        (0, 0, "aten::mm", 10, 50, 100, 100, 10, 10),
+        (1, 0, "aten::mm", 10, 60, 100, 100, 10, 10),
         (2, 0, "aten::mm", 10, 70, 115, 115, 10, 10),
-        (0, 0, "aten::add", 4, 8, 10, 10, 4, 4), (1, 0, "aten::add", 4, 8, 20, 20, 4, 4),
+        (0, 0, "aten::add", 4, 8, 10, 10, 4, 4),
+        (1, 0, "aten::add", 4, 8, 20, 20, 4, 4),
         (2, 0, "aten::add", 6, 8, 30, 30, 6, 6),
         (1, 0, "aten::only_here", 1, 5, 7, 7, 1, 1),
-        (0, 0, "aten::view", 3, 3, 0, 0, 0, 0), (2, 0, "aten::view", 3, 3, 0, 0, 0, 0),
+        (0, 0, "aten::view", 3, 3, 0, 0, 0, 0),
+        (2, 0, "aten::view", 3, 3, 0, 0, 0, 0),
     ]
-    ops = pd.DataFrame(rows, columns=["rank", "device", "op", "count", "host_ns", "gpu_direct_ns",
-                                      "gpu_subtree_ns", "kernels", "subtree_kernels"])
+    ops = pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "device",
+            "op",
+            "count",
+            "host_ns",
+            "gpu_direct_ns",
+            "gpu_subtree_ns",
+            "kernels",
+            "subtree_kernels",
+        ],
+    )
     out = ops_xrank({"ops": ops}, Options())
     xr = out["ops_xrank"].set_index("op")
     assert xr.index.tolist() == ["aten::mm", "aten::add", "aten::only_here", "aten::view"]

@@ -1,5 +1,6 @@
 """One unit per column, chosen from the whole column; durations with a sensible unit; absolute
 times relative to t0 with t0 as a date (issue 14, "output that misleads")."""
+
 import datetime
 import re
 
@@ -24,8 +25,15 @@ def first_row(text):
 
 def test_same_value_prints_the_same_whatever_top(tmp_path, capsys):
     # one small kernel (353 µs) among large ones (tens of ms): the column's unit is ms
-    k = pd.DataFrame({"rank": 0, "device": 0, "name": ["small", "a", "b", "c"], "count": [1, 1, 1, 1],
-                      "total_ns": [353_000, 20_000_000, 30_000_000, 40_000_000]})
+    k = pd.DataFrame(
+        {
+            "rank": 0,
+            "device": 0,
+            "name": ["small", "a", "b", "c"],
+            "count": [1, 1, 1, 1],
+            "total_ns": [353_000, 20_000_000, 30_000_000, 40_000_000],
+        }
+    )
     out = tmp_path / "r"
     write_results(str(out), {"kernels": k}, {"inputs": []})
     shown = {}
@@ -52,8 +60,15 @@ def test_summaries_use_a_sensible_unit(capsys):
 
 def test_absolute_times_relative_to_t0(tmp_path, capsys):
     t0 = 1_700_000_000_123_456_789
-    bd = pd.DataFrame({"rank": [0, 1], "device": [0, 1], "first_ns": [t0, t0 + 2_000_000],
-                       "last_ns": [t0 + 1_500_000_000, t0 + 1_502_000_000], "total_ns": [1_500_000_000] * 2})
+    bd = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "device": [0, 1],
+            "first_ns": [t0, t0 + 2_000_000],
+            "last_ns": [t0 + 1_500_000_000, t0 + 1_502_000_000],
+            "total_ns": [1_500_000_000] * 2,
+        }
+    )
     out = tmp_path / "r"
     write_results(str(out), {"breakdown": bd}, {"inputs": []})
     assert main(["show", str(out), "breakdown"]) == 0
@@ -66,8 +81,15 @@ def test_absolute_times_relative_to_t0(tmp_path, capsys):
 
 
 def test_statistic_columns_print_as_times():
-    kx = pd.DataFrame({"name": ["k"], "total_ns": [3_000_000], "total_ns_mean": [1_500_000.0],
-                       "total_ns_max": [2_000_000], "step_ns_z": [1.25]})
+    kx = pd.DataFrame(
+        {
+            "name": ["k"],
+            "total_ns": [3_000_000],
+            "total_ns_mean": [1_500_000.0],
+            "total_ns_max": [2_000_000],
+            "step_ns_z": [1.25],
+        }
+    )
     text = render(kx, "table")
     assert "total mean (ms)" in text and "total max (ms)" in text and "step_ns_z" in text
     assert first_row(text) == ["k", "3", "1.5", "2", "1.25"]

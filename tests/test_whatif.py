@@ -4,6 +4,7 @@ The accuracy checks compare the estimate on one generated job with the step time
 generated with the change made (no fault, a kernel class sped up, no communication): the
 reference is the median over ranks of the other job's ``steps.step_ns``, measured, not modelled.
 """
+
 import doctest
 import gzip
 import json
@@ -45,6 +46,7 @@ def step_time(tables) -> pd.Series:
 # ------------------------------------------------------------------------------------------
 # the segments analysis, by hand
 
+
 def _gpu_frame():
     """Two parts with the same events (part 1 shifted by 10 µs): see test_segments_by_hand."""
     ev = [  # stream, kind, category, name, start, end, launch
@@ -59,8 +61,21 @@ def _gpu_frame():
     rows = []
     for part, shift in ((0, 0), (1, 10_000)):
         for s, k, c, n, a, b, la in ev:
-            rows.append({"part": part, "rank": part, "device": 0, "stream": s, "kind": k, "category": c, "name": n,
-                         "start_ns": a + shift, "end_ns": b + shift, "launch_ns": la + shift, "step": 1})
+            rows.append(
+                {
+                    "part": part,
+                    "rank": part,
+                    "device": 0,
+                    "stream": s,
+                    "kind": k,
+                    "category": c,
+                    "name": n,
+                    "start_ns": a + shift,
+                    "end_ns": b + shift,
+                    "launch_ns": la + shift,
+                    "step": 1,
+                }
+            )
     g = pd.DataFrame(rows)
     g["name"] = g["name"].astype("category")
     g["category"] = pd.Categorical(g["category"], categories=["compute", "comm", "memcpy", "memset"])
@@ -82,24 +97,42 @@ def test_segments_by_hand():
     assert r0["free_ns"].tolist() == [0, 0, 0, 0, 100, 0]
     assert r0["comm_start_ns"].tolist() == [pd.NA, 520, 520, 1250, 1250, pd.NA]  # NA: no collective
     assert r0["comm_stream"].tolist() == [pd.NA, 52, 52, 52, 52, pd.NA]
-    assert r0.loc[1, ["class_1", "class_1_ns", "class_2", "class_2_ns", "class_3"]].tolist() == \
-        ["gemm", 220, "attention", 180, ""]
+    assert r0.loc[1, ["class_1", "class_1_ns", "class_2", "class_2_ns", "class_3"]].tolist() == [
+        "gemm",
+        220,
+        "attention",
+        180,
+        "",
+    ]
     assert r0.loc[4, ["class_1", "class_1_ns"]].tolist() == ["elementwise", 100]
     assert r0.loc[5, ["class_1", "class_1_ns"]].tolist() == ["memcpy", 90]
     assert (r0["other_class_ns"] == 0).all()
     # the second part, computed in the same pass, is the first shifted by 10 µs
     r1 = out.loc[out["rank"] == 1].reset_index(drop=True)
     assert (r1["time_ns"] - r0["time_ns"]).tolist() == [10_000] * 6
-    assert r1.drop(columns=["rank", "time_ns", "comm_start_ns"]).equals(r0.drop(columns=["rank", "time_ns",
-                                                                                          "comm_start_ns"]))
+    assert r1.drop(columns=["rank", "time_ns", "comm_start_ns"]).equals(
+        r0.drop(columns=["rank", "time_ns", "comm_start_ns"])
+    )
 
 
 def test_segments_more_classes_than_slots_sum_the_rest():
     g = _gpu_frame()
     names = [synth.GEMM, synth.FLASH_FWD, synth.LN_FWD, synth.ADD, synth.GELU, synth.REDUCE]
-    extra = pd.DataFrame({"part": 0, "rank": 0, "device": 0, "stream": 7, "kind": "kernel", "category": "compute",
-                          "name": names, "start_ns": [2000, 2100, 2300, 2600, 3000, 3500],
-                          "end_ns": [2100, 2300, 2600, 3000, 3500, 4100], "launch_ns": 1500, "step": 2})
+    extra = pd.DataFrame(
+        {
+            "part": 0,
+            "rank": 0,
+            "device": 0,
+            "stream": 7,
+            "kind": "kernel",
+            "category": "compute",
+            "name": names,
+            "start_ns": [2000, 2100, 2300, 2600, 3000, 3500],
+            "end_ns": [2100, 2300, 2600, 3000, 3500, 4100],
+            "launch_ns": 1500,
+            "step": 2,
+        }
+    )
     g = pd.concat([g, extra], ignore_index=True)
     g["name"] = g["name"].astype("category")
     g["category"] = pd.Categorical(g["category"], categories=["compute", "comm", "memcpy", "memset"])
@@ -140,9 +173,22 @@ def test_last_at_or_before_matches_a_loop():
 # ------------------------------------------------------------------------------------------
 # the replay, by hand
 
+
 def _node(rank, step, node, kind, t, work=0, stream=-1, comm=-1, cls="gemm"):
-    row = {"rank": rank, "device": 0, "step": step, "node": node, "kind": kind, "time_ns": t, "work_ns": work,
-           "wait_ns": 0, "free_ns": 0, "comm_stream": stream, "comm_start_ns": comm, "other_class_ns": 0}
+    row = {
+        "rank": rank,
+        "device": 0,
+        "step": step,
+        "node": node,
+        "kind": kind,
+        "time_ns": t,
+        "work_ns": work,
+        "wait_ns": 0,
+        "free_ns": 0,
+        "comm_stream": stream,
+        "comm_start_ns": comm,
+        "other_class_ns": 0,
+    }
     for i in range(1, 5):
         row[f"class_{i}"], row[f"class_{i}_ns"] = "", 0
     if work:
@@ -153,23 +199,48 @@ def _node(rank, step, node, kind, t, work=0, stream=-1, comm=-1, cls="gemm"):
 def _two_rank_tables():
     """Two ranks, one all-reduce: rank 0 computes 100 then 40, rank 1 150 then 50 (1 µs clock offset)."""
     o = 1000  # rank 1's clock is 1000 ns ahead
-    seg = pd.DataFrame([
-        _node(0, 1, 0, "start", 0), _node(0, 1, 1, "ready", 100, 100, 52, 100),
-        _node(0, 1, 2, "gate", 160, 0, 52, 100), _node(0, 1, 3, "end", 200, 40),
-        _node(1, 1, 0, "start", 0 + o), _node(1, 1, 1, "ready", 150 + o, 150, 52, 150 + o),
-        _node(1, 1, 2, "gate", 160 + o, 0, 52, 150 + o), _node(1, 1, 3, "end", 210 + o, 50),
-    ])
-    coll = pd.DataFrame({"collective": [0, 0], "rank": [0, 1], "device": [0, 0], "stream": [52, 52],
-                         "start_ns": [100, 150], "end_ns": [160, 160], "transfer_ns": [10, 10],
-                         "clock_offset_ns": [0, o], "step": [1, 1]})
+    seg = pd.DataFrame(
+        [
+            _node(0, 1, 0, "start", 0),
+            _node(0, 1, 1, "ready", 100, 100, 52, 100),
+            _node(0, 1, 2, "gate", 160, 0, 52, 100),
+            _node(0, 1, 3, "end", 200, 40),
+            _node(1, 1, 0, "start", 0 + o),
+            _node(1, 1, 1, "ready", 150 + o, 150, 52, 150 + o),
+            _node(1, 1, 2, "gate", 160 + o, 0, 52, 150 + o),
+            _node(1, 1, 3, "end", 210 + o, 50),
+        ]
+    )
+    coll = pd.DataFrame(
+        {
+            "collective": [0, 0],
+            "rank": [0, 1],
+            "device": [0, 0],
+            "stream": [52, 52],
+            "start_ns": [100, 150],
+            "end_ns": [160, 160],
+            "transfer_ns": [10, 10],
+            "clock_offset_ns": [0, o],
+            "step": [1, 1],
+        }
+    )
     offsets = pd.DataFrame({"rank": [0, 1], "device": [0, 0], "host": [0, 1], "offset_ns": [0, o]})
-    kernels = pd.DataFrame({"rank": [0, 1], "device": [0, 0], "name": ["g", "g"], "category": ["compute"] * 2,
-                            "class": ["gemm"] * 2, "count": [2, 2], "median_ns": [70.0, 100.0],
-                            "total_ns": [140, 200]})
-    strag = pd.DataFrame({"rank": [1, 0], "device": [0, 0], "score": [5.0, 0.0], "flagged": [True, False],
-                          "evidence": ["late", ""]})
-    return {"segments": seg, "collectives": coll, "clock_offsets": offsets, "kernels": kernels,
-            "stragglers": strag}
+    kernels = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "device": [0, 0],
+            "name": ["g", "g"],
+            "category": ["compute"] * 2,
+            "class": ["gemm"] * 2,
+            "count": [2, 2],
+            "median_ns": [70.0, 100.0],
+            "total_ns": [140, 200],
+        }
+    )
+    strag = pd.DataFrame(
+        {"rank": [1, 0], "device": [0, 0], "score": [5.0, 0.0], "flagged": [True, False], "evidence": ["late", ""]}
+    )
+    return {"segments": seg, "collectives": coll, "clock_offsets": offsets, "kernels": kernels, "stragglers": strag}
 
 
 def test_replay_by_hand():
@@ -181,8 +252,9 @@ def test_replay_by_hand():
     # (a) rank 1 at the median rank's speed: median of the per-rank medians 85 / own 100 -> 0.85;
     # it arrives at 127.5, the all-reduce ends at 137.5; rank 0 ends 177.5, rank 1 137.5 + 42.5
     assert row.loc["stragglers_at_median", "estimate_ns"] == round((177.5 + 180.0) / 2)
-    assert "rank 1" in row.loc["stragglers_at_median", "detail"] and "×0.850" in row.loc["stragglers_at_median",
-                                                                                             "detail"]
+    assert (
+        "rank 1" in row.loc["stragglers_at_median", "detail"] and "×0.850" in row.loc["stragglers_at_median", "detail"]
+    )
     # (b) gemm twice as fast everywhere: arrivals 50 and 75, end 85; ranks end 105 and 110
     assert row.loc["speedup:gemm=2", "estimate_ns"] == round((105 + 110) / 2)
     # (c) no transfer: the all-reduce ends at the last arrival, 150; ranks end 190 and 200
@@ -197,8 +269,9 @@ def test_replay_next_step_starts_after_the_previous_one():
     s2["step"] = 2
     s2["time_ns"] += 300
     s2.loc[s2["comm_start_ns"] >= 0, "comm_start_ns"] += 300
-    c2 = t["collectives"].assign(collective=1, step=2, start_ns=t["collectives"]["start_ns"] + 300,
-                                 end_ns=t["collectives"]["end_ns"] + 300)
+    c2 = t["collectives"].assign(
+        collective=1, step=2, start_ns=t["collectives"]["start_ns"] + 300, end_ns=t["collectives"]["end_ns"] + 300
+    )
     t["segments"] = pd.concat([t["segments"], s2], ignore_index=True)
     t["collectives"] = pd.concat([t["collectives"], c2], ignore_index=True)
     sc = wi.default_scenarios(t, {})
@@ -235,8 +308,14 @@ STRUCTURES = {
     "tp2-1stream": dict(ranks=8, steps=3, kernels_per_step=80, tp=2, streams=1, seed=4),
     "4gpus-per-host": dict(ranks=16, steps=2, kernels_per_step=30, gpus_per_host=4, seed=5),
 }
-FAULTS = [("tp8", 5, 0.2), ("tp8", 13, 0.5), ("tp8", 2, 0.05), ("tp4", 9, 0.3), ("tp2-1stream", 0, 0.2),
-          ("4gpus-per-host", 7, 0.15)]
+FAULTS = [
+    ("tp8", 5, 0.2),
+    ("tp8", 13, 0.5),
+    ("tp8", 2, 0.05),
+    ("tp4", 9, 0.3),
+    ("tp2-1stream", 0, 0.2),
+    ("4gpus-per-host", 7, 0.15),
+]
 SPEEDUPS = [("tp8", "gemm", 1.3), ("tp4", "attention", 1.5)]
 
 
@@ -311,6 +390,7 @@ def test_default_scenarios_and_summary(job):
 # ------------------------------------------------------------------------------------------
 # synth's counterfactual jobs
 
+
 def _events(path):
     with gzip.open(path, "rt") as f:
         return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
@@ -330,27 +410,55 @@ def test_synth_counterfactuals_change_only_what_they_say(tmp_path):
     da = np.array([e["dur"] for e in a])
     dg = np.array([e["dur"] for e in g])
     assert gemm.sum() > 5
-    np.testing.assert_allclose(dg[gemm], da[gemm] / 2, atol=0.0015)        # µs, 3 decimals written
+    np.testing.assert_allclose(dg[gemm], da[gemm] / 2, atol=0.0015)  # µs, 3 decimals written
     np.testing.assert_array_equal(dg[~gemm & ~comm], da[~gemm & ~comm])
     synth.generate(tmp_path / "n", comm=False, **kw)
     for d, lo, hi in (("a", 10.0, np.inf), ("n", 0.0, 1.5)):
         # per collective instance (group, Seq) over all ranks: its shortest duration is the transfer
         # of the last rank to arrive, plus up to 1.5 µs of end noise: >= the 12 µs latency, or none
         ev = [e for r in range(8) for e in _events(tmp_path / d / f"rank-{r}.json.gz") if "nccl" in e["name"].lower()]
-        inst = pd.DataFrame({"g": [e["args"]["Process Group Name"] for e in ev], "seq": [e["args"]["Seq"] for e in ev],
-                             "dur": [e["dur"] for e in ev]}).groupby(["g", "seq"])["dur"].min()
+        inst = (
+            pd.DataFrame(
+                {
+                    "g": [e["args"]["Process Group Name"] for e in ev],
+                    "seq": [e["args"]["Seq"] for e in ev],
+                    "dur": [e["dur"] for e in ev],
+                }
+            )
+            .groupby(["g", "seq"])["dur"]
+            .min()
+        )
         assert len(inst) > 5 and lo <= inst.min() and inst.max() <= hi, (d, inst.describe())
     dn = np.array([e["dur"] for e in _events(tmp_path / "n" / "rank-3.json.gz")])
     np.testing.assert_array_equal(dn[~comm], da[~comm])
     with pytest.raises(UsageError, match="must be > 0"):
         synth.generate(tmp_path / "bad", speedup={"gemm": 0}, **kw)
-    assert cli(["synth", str(tmp_path / "c"), "--ranks", "8", "--steps", "1", "--kernels-per-step", "30",
-                "--seed", "7", "--speedup", "gemm=2", "--no-comm"]) == 0
+    assert (
+        cli(
+            [
+                "synth",
+                str(tmp_path / "c"),
+                "--ranks",
+                "8",
+                "--steps",
+                "1",
+                "--kernels-per-step",
+                "30",
+                "--seed",
+                "7",
+                "--speedup",
+                "gemm=2",
+                "--no-comm",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "c" / "ground_truth.json").read_text())["speedup"] == {"gemm": 2.0}
 
 
 # ------------------------------------------------------------------------------------------
 # the results table, the CLI and the API
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
@@ -367,11 +475,32 @@ def test_results_whatif_table_and_cli(results, capsys):
     assert cli(["whatif", r.path, "--fmt", "csv"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("scenario,detail,steps,") and len(out) == 1 + w["scenario"].nunique()
-    assert cli(["whatif", r.path, "--class", "gemm=1.5", "--class", "attention", "--speedup", "1.25",
-                "--per-step", "--step", "2", "--fmt", "csv"]) == 0
+    assert (
+        cli(
+            [
+                "whatif",
+                r.path,
+                "--class",
+                "gemm=1.5",
+                "--class",
+                "attention",
+                "--speedup",
+                "1.25",
+                "--per-step",
+                "--step",
+                "2",
+                "--fmt",
+                "csv",
+            ]
+        )
+        == 0
+    )
     rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
-    assert rows["scenario"].tolist() == ["stragglers_at_median", "speedup:gemm=1.5", "speedup:attention=1.25",
-                                         "comm_hidden"] and (rows["step"] == 2).all()
+    assert (
+        rows["scenario"].tolist()
+        == ["stragglers_at_median", "speedup:gemm=1.5", "speedup:attention=1.25", "comm_hidden"]
+        and (rows["step"] == 2).all()
+    )
     api = wi.whatif(r, speedup={"gemm": 1.5}, step=2).set_index("scenario")["estimate_ns"]
     assert api["speedup:gemm=1.5"] == rows.set_index("scenario").loc["speedup:gemm=1.5", "estimate_ns"]
     assert cli(["whatif", r.path, "--step", "99"]) == 2

@@ -7,6 +7,7 @@ every output to its declaration, and a contract test runs all of them on an empt
 and on partitions of many parts. Adding an analysis is one module and one line in
 :data:`ANALYSES`; users pass their own :class:`Analysis` objects to :func:`dtrace.analyze`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,50 +55,172 @@ class Analysis:
 
 
 ANALYSES: list[Analysis] = [
-    Analysis("breakdown", _bd.breakdown, {**_KEYS, **_BD, "memset_ns": I64, "gpu_events": I64, "streams": I64,
-                                          "steps": I64, "first_ns": I64, "last_ns": I64,
-                                          "clipped_events": I64, "clipped_ns": I64}),
+    Analysis(
+        "breakdown",
+        _bd.breakdown,
+        {
+            **_KEYS,
+            **_BD,
+            "memset_ns": I64,
+            "gpu_events": I64,
+            "streams": I64,
+            "steps": I64,
+            "first_ns": I64,
+            "last_ns": I64,
+            "clipped_events": I64,
+            "clipped_ns": I64,
+        },
+    ),
     Analysis("streams", _bd.streams, {**_KEYS, "stream": I64, **_BD, "events": I64}),
-    Analysis("kernels", _kern.kernel_stats, {**_KEYS, "name": STR, "category": STR, "kind": STR, "class": STR,
-                                             "count": I64, "total_ns": I64, "mean_ns": I64, "median_ns": I64,
-                                             "min_ns": I64, "max_ns": I64, "std_ns": I64, "time_share": F64,
-                                             "count_share": F64, **_ITER}),
-    Analysis("classes", _kern.class_stats, {**_KEYS, "class": STR, "classifier": STR, "count": I64, "total_ns": I64,
-                                            "mean_ns": I64, "kernels": I64, "time_share": F64, "count_share": F64,
-                                            **_ITER}),
-    Analysis("nccl", _kern.nccl_stats, {**_KEYS, "collective": STR, "count": I64, "total_ns": I64, "mean_ns": I64,
-                                        "time_share": F64, **_ITER}),
-    Analysis("memops", _mem.memop_stats, {**_KEYS, "op": STR, "count": I64, "total_ns": I64, "mean_ns": I64,
-                                          "min_ns": I64, "max_ns": I64, "bytes": NI64, "bandwidth_bytes_per_s": F64,
-                                          "time_share": F64, **_ITER}),
-    Analysis("gaps", _gaps.gap_stats, {**_KEYS, "stream": I64, "events": I64, "span_ns": I64, "gaps": I64,
-                                       "idle_ns": I64, "mean_ns": I64, "min_ns": I64, "max_ns": I64, "std_ns": I64,
-                                       **{f"{c}_ns": I64 for c in _gaps.CAUSES},
-                                       **{f"{c}_gaps": I64 for c in _gaps.CAUSES}}),
-    Analysis("device_gaps", _gaps.device_gap_stats, {**_KEYS, "events": I64, "span_ns": I64, "gaps": I64,
-                                                     "idle_ns": I64, "mean_ns": I64, "min_ns": I64, "max_ns": I64,
-                                                     "std_ns": I64, **{f"{c}_ns": I64 for c in _gaps.CAUSES},
-                                                     **{f"{c}_gaps": I64 for c in _gaps.CAUSES}}),
-    Analysis("device_gap_histogram", _gaps.device_gap_histogram, {**_KEYS, "bin": I64, "lo_ns": I64, "hi_ns": I64,
-                                                                  "count": I64, "total_ns": I64}),
-    Analysis("gap_histogram", _gaps.gap_histogram, {**_KEYS, "stream": I64, "bin": I64, "lo_ns": I64, "hi_ns": I64,
-                                                    "count": I64, "total_ns": I64}),
-    Analysis("transitions", _gaps.transitions, {**_KEYS, "stream": I64, "prev_name": STR, "next_name": STR,
-                                                "count": I64, "total_ns": I64, "mean_ns": I64, "min_ns": I64,
-                                                "max_ns": I64, "std_ns": I64}),
+    Analysis(
+        "kernels",
+        _kern.kernel_stats,
+        {
+            **_KEYS,
+            "name": STR,
+            "category": STR,
+            "kind": STR,
+            "class": STR,
+            "count": I64,
+            "total_ns": I64,
+            "mean_ns": I64,
+            "median_ns": I64,
+            "min_ns": I64,
+            "max_ns": I64,
+            "std_ns": I64,
+            "time_share": F64,
+            "count_share": F64,
+            **_ITER,
+        },
+    ),
+    Analysis(
+        "classes",
+        _kern.class_stats,
+        {
+            **_KEYS,
+            "class": STR,
+            "classifier": STR,
+            "count": I64,
+            "total_ns": I64,
+            "mean_ns": I64,
+            "kernels": I64,
+            "time_share": F64,
+            "count_share": F64,
+            **_ITER,
+        },
+    ),
+    Analysis(
+        "nccl",
+        _kern.nccl_stats,
+        {**_KEYS, "collective": STR, "count": I64, "total_ns": I64, "mean_ns": I64, "time_share": F64, **_ITER},
+    ),
+    Analysis(
+        "memops",
+        _mem.memop_stats,
+        {
+            **_KEYS,
+            "op": STR,
+            "count": I64,
+            "total_ns": I64,
+            "mean_ns": I64,
+            "min_ns": I64,
+            "max_ns": I64,
+            "bytes": NI64,
+            "bandwidth_bytes_per_s": F64,
+            "time_share": F64,
+            **_ITER,
+        },
+    ),
+    Analysis(
+        "gaps",
+        _gaps.gap_stats,
+        {
+            **_KEYS,
+            "stream": I64,
+            "events": I64,
+            "span_ns": I64,
+            "gaps": I64,
+            "idle_ns": I64,
+            "mean_ns": I64,
+            "min_ns": I64,
+            "max_ns": I64,
+            "std_ns": I64,
+            **{f"{c}_ns": I64 for c in _gaps.CAUSES},
+            **{f"{c}_gaps": I64 for c in _gaps.CAUSES},
+        },
+    ),
+    Analysis(
+        "device_gaps",
+        _gaps.device_gap_stats,
+        {
+            **_KEYS,
+            "events": I64,
+            "span_ns": I64,
+            "gaps": I64,
+            "idle_ns": I64,
+            "mean_ns": I64,
+            "min_ns": I64,
+            "max_ns": I64,
+            "std_ns": I64,
+            **{f"{c}_ns": I64 for c in _gaps.CAUSES},
+            **{f"{c}_gaps": I64 for c in _gaps.CAUSES},
+        },
+    ),
+    Analysis(
+        "device_gap_histogram",
+        _gaps.device_gap_histogram,
+        {**_KEYS, "bin": I64, "lo_ns": I64, "hi_ns": I64, "count": I64, "total_ns": I64},
+    ),
+    Analysis(
+        "gap_histogram",
+        _gaps.gap_histogram,
+        {**_KEYS, "stream": I64, "bin": I64, "lo_ns": I64, "hi_ns": I64, "count": I64, "total_ns": I64},
+    ),
+    Analysis(
+        "transitions",
+        _gaps.transitions,
+        {
+            **_KEYS,
+            "stream": I64,
+            "prev_name": STR,
+            "next_name": STR,
+            "count": I64,
+            "total_ns": I64,
+            "mean_ns": I64,
+            "min_ns": I64,
+            "max_ns": I64,
+            "std_ns": I64,
+        },
+    ),
     Analysis("steps", _bd.steps, {**_KEYS, "step": I64, "step_ns": I64, **_BD, "host_ns": I64, "events": I64}),
-    Analysis("nvtx_ranges", _ranges.range_stats, {**_KEYS, "name": STR, "count": I64, "with_gpu": I64,
-                                                  "range_ns": I64, "proj_ns": I64, "proj_mean_ns": I64,
-                                                  "proj_min_ns": I64, "proj_max_ns": I64, "gpu_events": I64,
-                                                  "kernel_ns": I64, "non_comm_kernel_ns": I64, **_BD}),
+    Analysis(
+        "nvtx_ranges",
+        _ranges.range_stats,
+        {
+            **_KEYS,
+            "name": STR,
+            "count": I64,
+            "with_gpu": I64,
+            "range_ns": I64,
+            "proj_ns": I64,
+            "proj_mean_ns": I64,
+            "proj_min_ns": I64,
+            "proj_max_ns": I64,
+            "gpu_events": I64,
+            "kernel_ns": I64,
+            "non_comm_kernel_ns": I64,
+            **_BD,
+        },
+    ),
     Analysis("ops", _ops.ops, _ops.COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
 ]
 
 
-def run_analyses(batch: Batch, analyses: list[Analysis] | None = None, only: set[str] | None = None
-                 ) -> dict[str, pd.DataFrame]:
+def run_analyses(
+    batch: Batch, analyses: list[Analysis] | None = None, only: set[str] | None = None
+) -> dict[str, pd.DataFrame]:
     """Run every registered analysis (or the given ones; or those whose table is in ``only``) on
     one partition."""
     todo = ANALYSES if analyses is None else analyses

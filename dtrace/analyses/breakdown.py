@@ -11,6 +11,7 @@ Notes on the algorithm: every group (a part, a (part, stream) or a (part, step))
 side on one :class:`~dtrace.intervals.Axis`, so each union, overlap and measure is one numpy pass
 over all groups at once, with the lengths of each group summed back by position.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,16 @@ from ..batch import Batch
 from ..groups import I64, count_by, dense_codes, first_match, max_by, min_by, unique_first
 from ..intervals import Axis, measure, measure_by, merge, overlap, overlap_by, union
 
-VALUE_COLUMNS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "busy_ns", "idle_ns",
-                 "total_ns", "comm_ns", "memcpy_ns")
+VALUE_COLUMNS = (
+    "computation_ns",
+    "exposed_comm_ns",
+    "exposed_memcpy_ns",
+    "busy_ns",
+    "idle_ns",
+    "total_ns",
+    "comm_ns",
+    "memcpy_ns",
+)
 _MEM = ("memcpy", "memset")
 
 
@@ -48,8 +57,14 @@ def breakdown_values(start: np.ndarray, end: np.ndarray, category: np.ndarray) -
     busy = c + exposed_comm + exposed_mem
     total = int(end.max() - start.min())
     return {
-        "computation_ns": c, "exposed_comm_ns": exposed_comm, "exposed_memcpy_ns": exposed_mem,
-        "busy_ns": busy, "idle_ns": total - busy, "total_ns": total, "comm_ns": k, "memcpy_ns": m,
+        "computation_ns": c,
+        "exposed_comm_ns": exposed_comm,
+        "exposed_memcpy_ns": exposed_mem,
+        "busy_ns": busy,
+        "idle_ns": total - busy,
+        "total_ns": total,
+        "comm_ns": k,
+        "memcpy_ns": m,
     }
 
 
@@ -69,8 +84,9 @@ def category_masks(category: object) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return c == "compute", c == "comm", np.isin(c, _MEM)
 
 
-def grouped_breakdown(group: np.ndarray, start: np.ndarray, end: np.ndarray, category: pd.Categorical,
-                      n_groups: int) -> dict[str, np.ndarray]:
+def grouped_breakdown(
+    group: np.ndarray, start: np.ndarray, end: np.ndarray, category: pd.Categorical, n_groups: int
+) -> dict[str, np.ndarray]:
     """The breakdown values of every group of GPU events at once (int64 arrays of ``n_groups``).
 
     Empty groups get zeros. ``category`` is the categorical ``category`` column.
@@ -97,13 +113,20 @@ def grouped_breakdown(group: np.ndarray, start: np.ndarray, end: np.ndarray, cat
     lo = min_by(group, start, n_groups, big)
     hi = max_by(group, end, n_groups, -big - 1)
     total = np.where(lo <= hi, hi - lo, 0).astype(I64)
-    return {"computation_ns": c, "exposed_comm_ns": exposed_comm, "exposed_memcpy_ns": exposed_mem,
-            "busy_ns": busy, "idle_ns": total - busy, "total_ns": total, "comm_ns": k, "memcpy_ns": m}
+    return {
+        "computation_ns": c,
+        "exposed_comm_ns": exposed_comm,
+        "exposed_memcpy_ns": exposed_mem,
+        "busy_ns": busy,
+        "idle_ns": total - busy,
+        "total_ns": total,
+        "comm_ns": k,
+        "memcpy_ns": m,
+    }
 
 
 def _values(g: pd.DataFrame, group: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    return grouped_breakdown(group, g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64),
-                             g["category"].array, n)
+    return grouped_breakdown(group, g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64), g["category"].array, n)
 
 
 def breakdown(batch: Batch) -> pd.DataFrame:
@@ -115,7 +138,9 @@ def breakdown(batch: Batch) -> pd.DataFrame:
     df = pd.DataFrame({**batch.keys(np.arange(n)), **_values(g, gp, n)})
     is_set = (g["kind"] == "memset").to_numpy(bool)
     axis = Axis(np.concatenate([gp[is_set], gp[is_set]]), np.concatenate([start[is_set], end[is_set]]), n)
-    df["memset_ns"] = measure_by(union(axis.place(start[is_set], gp[is_set]), axis.place(end[is_set], gp[is_set])), axis)
+    df["memset_ns"] = measure_by(
+        union(axis.place(start[is_set], gp[is_set]), axis.place(end[is_set], gp[is_set])), axis
+    )
     df["gpu_events"] = count_by(gp, n)
     _, streams = unique_first(dense_codes(gp, g["stream"].to_numpy(I64))[0])
     df["streams"] = count_by(gp[streams], n)

@@ -12,6 +12,7 @@ within (group, op) and the position on the stream, both by start time.
 Ranks have a few hundred to a few thousand comm kernels per trace, so these rows are small
 enough to send to the client.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,9 +39,21 @@ OP_PATTERNS: tuple[tuple[str, str], ...] = (
 UNKNOWN_OP = "other"
 
 DECLARED: dict[str, str] = {
-    "rank": "int32", "device": "int32", "stream": "int64", "start_ns": "int64", "end_ns": "int64", "op": "object",
-    "group": "object", "group_ranks": "object", "group_size": "Int64", "seq": "Int64", "bytes": "Int64",
-    "dtype": "object", "step": "Int64", "order_op": "int64", "order_stream": "int64",
+    "rank": "int32",
+    "device": "int32",
+    "stream": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "op": "object",
+    "group": "object",
+    "group_ranks": "object",
+    "group_size": "Int64",
+    "seq": "Int64",
+    "bytes": "Int64",
+    "dtype": "object",
+    "step": "Int64",
+    "order_op": "int64",
+    "order_stream": "int64",
 }
 """Output columns and dtypes (registered with the analysis)."""
 
@@ -104,8 +117,7 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
     side = batch.collectives
     if len(side):
         side = side.drop_duplicates(["part", "row"])
-        pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)),
-                          (part, g["row"].to_numpy(I64)[idx]))
+        pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, g["row"].to_numpy(I64)[idx]))
         pos = np.where(pos >= 0, pos, len(side))  # len(side) selects the default
         coll = _side_column(side, "collective", pos, "", object)
         op = np.where(coll != "", coll, inferred)
@@ -124,19 +136,21 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
         nbytes = np.full(n, -1, I64)
         dtype = np.full(n, "", object)
     key = dense_codes(part, pd.factorize(group)[0], pd.factorize(group_ranks)[0], pd.factorize(op)[0])[0]
-    return pd.DataFrame({
-        **batch.keys(part),
-        "stream": stream,
-        "start_ns": start,
-        "end_ns": g["end_ns"].to_numpy(I64)[idx],
-        "op": op.astype(object),
-        "group": group,
-        "group_ranks": group_ranks,
-        "group_size": missing_if_negative(group_size),
-        "seq": missing_if_negative(seq),
-        "bytes": missing_if_negative(nbytes),
-        "dtype": dtype,
-        "step": missing_if_negative(g["step"].to_numpy(I64)[idx]),  # NA: outside every step
-        "order_op": cumcount(key),
-        "order_stream": cumcount(dense_codes(part, stream)[0]),
-    })
+    return pd.DataFrame(
+        {
+            **batch.keys(part),
+            "stream": stream,
+            "start_ns": start,
+            "end_ns": g["end_ns"].to_numpy(I64)[idx],
+            "op": op.astype(object),
+            "group": group,
+            "group_ranks": group_ranks,
+            "group_size": missing_if_negative(group_size),
+            "seq": missing_if_negative(seq),
+            "bytes": missing_if_negative(nbytes),
+            "dtype": dtype,
+            "step": missing_if_negative(g["step"].to_numpy(I64)[idx]),  # NA: outside every step
+            "order_op": cumcount(key),
+            "order_stream": cumcount(dense_codes(part, stream)[0]),
+        }
+    )

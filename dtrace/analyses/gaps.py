@@ -31,6 +31,7 @@ The histograms use ``hist_bins`` linear (or, with ``hist_log``, logarithmic) bin
 part (for stream gaps: of all streams of the device, so its streams share their bins). Gaps
 outside the bounds are left out of the histogram (the gap tables keep every gap).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,14 +52,41 @@ from ..groups import (
     unique_inverse,
 )
 
-GAP_COLUMNS = ["rank", "device", "stream", "events", "span_ns", "gaps", "idle_ns", "mean_ns", "min_ns", "max_ns",
-               "std_ns", "host_wait_ns", "kernel_wait_ns", "other_ns", "host_wait_gaps", "kernel_wait_gaps",
-               "other_gaps"]
+GAP_COLUMNS = [
+    "rank",
+    "device",
+    "stream",
+    "events",
+    "span_ns",
+    "gaps",
+    "idle_ns",
+    "mean_ns",
+    "min_ns",
+    "max_ns",
+    "std_ns",
+    "host_wait_ns",
+    "kernel_wait_ns",
+    "other_ns",
+    "host_wait_gaps",
+    "kernel_wait_gaps",
+    "other_gaps",
+]
 DEVICE_GAP_COLUMNS = [c for c in GAP_COLUMNS if c != "stream"]
 HIST_COLUMNS = ["rank", "device", "stream", "bin", "lo_ns", "hi_ns", "count", "total_ns"]
 DEVICE_HIST_COLUMNS = [c for c in HIST_COLUMNS if c != "stream"]
-TRANSITION_COLUMNS = ["rank", "device", "stream", "prev_name", "next_name", "count", "total_ns", "mean_ns",
-                      "min_ns", "max_ns", "std_ns"]
+TRANSITION_COLUMNS = [
+    "rank",
+    "device",
+    "stream",
+    "prev_name",
+    "next_name",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "min_ns",
+    "max_ns",
+    "std_ns",
+]
 CAUSES = ("host_wait", "kernel_wait", "other")
 
 
@@ -70,8 +98,15 @@ def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
     into ``batch.gpu`` (positional). Pure: reads ``batch`` only.
     """
     g = batch.gpu
-    cols = {"part": "int64", "stream": "int64", "prev": "int64", "next": "int64", "gap_ns": "int64",
-            "busy_end_ns": "int64", "cause": pd.CategoricalDtype(list(CAUSES))}
+    cols = {
+        "part": "int64",
+        "stream": "int64",
+        "prev": "int64",
+        "next": "int64",
+        "gap_ns": "int64",
+        "busy_end_ns": "int64",
+        "cause": pd.CategoricalDtype(list(CAUSES)),
+    }
     if len(g) < 2:
         return empty_frame(cols)
     part = g["part"].to_numpy(I64)
@@ -105,10 +140,17 @@ def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
     host = known & (launch > bend)
     kern = known & ~host & (gap_ns < int(batch.options.kernel_wait_ns))
     code = np.where(host, 0, np.where(kern, 1, 2)).astype(np.int8)  # index into CAUSES
-    return pd.DataFrame({"part": part[order][nxt], "stream": stream[order][nxt],
-                         "prev": order[prv].astype(I64), "next": order[nxt].astype(I64),
-                         "gap_ns": gap_ns.astype(I64), "busy_end_ns": bend.astype(I64),
-                         "cause": pd.Categorical.from_codes(code, categories=list(CAUSES))})
+    return pd.DataFrame(
+        {
+            "part": part[order][nxt],
+            "stream": stream[order][nxt],
+            "prev": order[prv].astype(I64),
+            "next": order[nxt].astype(I64),
+            "gap_ns": gap_ns.astype(I64),
+            "busy_end_ns": bend.astype(I64),
+            "cause": pd.Categorical.from_codes(code, categories=list(CAUSES)),
+        }
+    )
 
 
 def _gap_figures(gaps: pd.DataFrame, group: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -123,9 +165,14 @@ def _gap_figures(gaps: pd.DataFrame, group: np.ndarray, n: int) -> dict[str, np.
         dev = gv - mean[group]
         ss = np.bincount(group, weights=dev * dev, minlength=n) if group.size else np.zeros(n)
         std = np.where(cnt > 1, np.sqrt(ss / np.maximum(cnt - 1, 1)), 0.0)
-    out = {"gaps": cnt, "idle_ns": idle, "mean_ns": mean,
-           "min_ns": np.where(cnt > 0, min_by(group, gv, n, big), 0),
-           "max_ns": np.where(cnt > 0, max_by(group, gv, n, 0), 0), "std_ns": std}
+    out = {
+        "gaps": cnt,
+        "idle_ns": idle,
+        "mean_ns": mean,
+        "min_ns": np.where(cnt > 0, min_by(group, gv, n, big), 0),
+        "max_ns": np.where(cnt > 0, max_by(group, gv, n, 0), 0),
+        "std_ns": std,
+    }
     code = gaps["cause"].cat.codes.to_numpy().astype(I64)
     flat = group * len(CAUSES) + code
     ns_by = sum_by(flat, gv, n * len(CAUSES)).reshape(-1, len(CAUSES))
@@ -151,9 +198,14 @@ def device_gap_stats(batch: Batch) -> pd.DataFrame:
     lo = min_by(gp, g["start_ns"].to_numpy(I64), n, big)
     hi = max_by(gp, g["end_ns"].to_numpy(I64), n, -big - 1)
     gaps = find_gaps(batch, device=True)
-    out = pd.DataFrame({**batch.keys(np.arange(n)), "events": count_by(gp, n),
-                        "span_ns": np.where(lo <= hi, hi - lo, 0).astype(I64),
-                        **_gap_figures(gaps, gaps["part"].to_numpy(I64), n)})
+    out = pd.DataFrame(
+        {
+            **batch.keys(np.arange(n)),
+            "events": count_by(gp, n),
+            "span_ns": np.where(lo <= hi, hi - lo, 0).astype(I64),
+            **_gap_figures(gaps, gaps["part"].to_numpy(I64), n),
+        }
+    )
     return out[DEVICE_GAP_COLUMNS]
 
 
@@ -170,8 +222,15 @@ def gap_stats(batch: Batch) -> pd.DataFrame:
     big = np.iinfo(np.int64).max
     lo = min_by(code, g["start_ns"].to_numpy(I64), n, big)
     hi = max_by(code, g["end_ns"].to_numpy(I64), n, -big - 1)
-    out = pd.DataFrame({**batch.keys(gp[first]), "stream": gs[first], "events": count_by(code, n), "span_ns": hi - lo,
-                        **_gap_figures(gaps, gap_code, n)})
+    out = pd.DataFrame(
+        {
+            **batch.keys(gp[first]),
+            "stream": gs[first],
+            "events": count_by(code, n),
+            "span_ns": hi - lo,
+            **_gap_figures(gaps, gap_code, n),
+        }
+    )
     return out[GAP_COLUMNS]
 
 
@@ -231,10 +290,16 @@ def _histogram(batch: Batch, gaps: pd.DataFrame, columns: list[str]) -> pd.DataF
     gp = gaps["part"].to_numpy(I64)
     parts, pidx = unique_inverse(gp)
     big = np.iinfo(np.int64).max
-    lo = (np.full(len(parts), o.hist_min_ns, np.float64) if o.hist_min_ns is not None
-          else min_by(pidx, gv, len(parts), big).astype(np.float64))
-    hi = (np.full(len(parts), o.hist_max_ns, np.float64) if o.hist_max_ns is not None
-          else max_by(pidx, gv, len(parts), -big - 1).astype(np.float64))
+    lo = (
+        np.full(len(parts), o.hist_min_ns, np.float64)
+        if o.hist_min_ns is not None
+        else min_by(pidx, gv, len(parts), big).astype(np.float64)
+    )
+    hi = (
+        np.full(len(parts), o.hist_max_ns, np.float64)
+        if o.hist_max_ns is not None
+        else max_by(pidx, gv, len(parts), -big - 1).astype(np.float64)
+    )
     edges = _edges(lo, hi, o.hist_bins, o.hist_log)
     nb = edges.shape[1] - 1
     b = _bin_of(edges, pidx, gv.astype(np.float64))
@@ -251,11 +316,16 @@ def _histogram(batch: Batch, gaps: pd.DataFrame, columns: list[str]) -> pd.DataF
     out = {"rank": np.repeat(keys["rank"], nb), "device": np.repeat(keys["device"], nb)}
     if per_stream:
         out["stream"] = np.repeat(gaps["stream"].to_numpy(I64)[first], nb)
-    out.update({"bin": np.tile(np.arange(nb), rows_n),
-                # integer gaps: [e, f) holds the same ones as [ceil e, ceil f), so edges are whole ns
-                "lo_ns": np.ceil(edges[row_part, :-1]).reshape(-1).astype(I64),
-                "hi_ns": np.ceil(edges[row_part, 1:]).reshape(-1).astype(I64),
-                "count": count, "total_ns": total})
+    out.update(
+        {
+            "bin": np.tile(np.arange(nb), rows_n),
+            # integer gaps: [e, f) holds the same ones as [ceil e, ceil f), so edges are whole ns
+            "lo_ns": np.ceil(edges[row_part, :-1]).reshape(-1).astype(I64),
+            "hi_ns": np.ceil(edges[row_part, 1:]).reshape(-1).astype(I64),
+            "count": count,
+            "total_ns": total,
+        }
+    )
     return pd.DataFrame(out)[columns]
 
 
@@ -267,8 +337,8 @@ def _bin_of(edges: np.ndarray, row: np.ndarray, v: np.ndarray) -> np.ndarray:
     out = np.empty(v.size, I64)
     step = max(1, (1 << 22) // edges.shape[1])
     for i in range(0, v.size, step):  # a loop over chunks of millions of gaps, not over gaps
-        r, x = row[i:i + step], v[i:i + step]
-        out[i:i + step] = (edges[r] <= x[:, None]).sum(axis=1) - 1
+        r, x = row[i : i + step], v[i : i + step]
+        out[i : i + step] = (edges[r] <= x[:, None]).sum(axis=1) - 1
     return out
 
 
@@ -283,21 +353,41 @@ def transitions(batch: Batch) -> pd.DataFrame:
     names = batch.gpu["name"].array
     codes = np.asarray(names.codes)
     cats = np.asarray(names.categories, dtype=object)
-    frame = pd.DataFrame({"part": gaps["part"].to_numpy(I64), "stream": gaps["stream"].to_numpy(I64),
-                          "p": codes[gaps["prev"].to_numpy()], "n": codes[gaps["next"].to_numpy()],
-                          "gap": gaps["gap_ns"].to_numpy(I64)})
+    frame = pd.DataFrame(
+        {
+            "part": gaps["part"].to_numpy(I64),
+            "stream": gaps["stream"].to_numpy(I64),
+            "p": codes[gaps["prev"].to_numpy()],
+            "n": codes[gaps["next"].to_numpy()],
+            "gap": gaps["gap_ns"].to_numpy(I64),
+        }
+    )
     grp = frame.groupby(["part", "stream", "p", "n"], sort=True)["gap"]
     out = grp.agg(["size", "sum", "mean", "min", "max"]).reset_index()
     out["std"] = grp.std(ddof=1).fillna(0.0).to_numpy()
     p = out["part"].to_numpy(I64)
-    res = pd.DataFrame({
-        **batch.keys(p), "stream": out["stream"].to_numpy(I64),
-        "prev_name": cats[out["p"].to_numpy()], "next_name": cats[out["n"].to_numpy()],
-        "count": out["size"].to_numpy(I64), "total_ns": out["sum"].to_numpy(I64),
-        "mean_ns": out["mean"].to_numpy(np.float64), "min_ns": out["min"].to_numpy(I64),
-        "max_ns": out["max"].to_numpy(I64), "std_ns": out["std"].to_numpy(np.float64),
-    })
+    res = pd.DataFrame(
+        {
+            **batch.keys(p),
+            "stream": out["stream"].to_numpy(I64),
+            "prev_name": cats[out["p"].to_numpy()],
+            "next_name": cats[out["n"].to_numpy()],
+            "count": out["size"].to_numpy(I64),
+            "total_ns": out["sum"].to_numpy(I64),
+            "mean_ns": out["mean"].to_numpy(np.float64),
+            "min_ns": out["min"].to_numpy(I64),
+            "max_ns": out["max"].to_numpy(I64),
+            "std_ns": out["std"].to_numpy(np.float64),
+        }
+    )
     rank = string_rank(cats)
-    order = np.lexsort((rank[out["n"].to_numpy()], rank[out["p"].to_numpy()], res["stream"].to_numpy(),
-                        -res["total_ns"].to_numpy(I64), p))
+    order = np.lexsort(
+        (
+            rank[out["n"].to_numpy()],
+            rank[out["p"].to_numpy()],
+            res["stream"].to_numpy(),
+            -res["total_ns"].to_numpy(I64),
+            p,
+        )
+    )
     return res.iloc[order].reset_index(drop=True)

@@ -14,6 +14,7 @@ Kernel Analyzer report it; 0 for a single event). The class of each distinct nam
 Per-iteration figures divide by :meth:`dtrace.batch.Batch.iterations`: the ``iters`` option when
 given, else the number of steps found in the part (one with a step filter), else 1.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,13 +25,53 @@ from ..classify import Classifier, classifier_for, collective_label
 from ..dtypes import empty_frame
 from ..groups import I64, dense_codes, first_match, string_rank, sum_by
 
-KERNEL_COLUMNS = ["rank", "device", "name", "category", "kind", "class", "count", "total_ns", "mean_ns",
-                  "median_ns", "min_ns", "max_ns", "std_ns", "time_share", "count_share", "iters",
-                  "count_per_iter", "total_per_iter_ns"]
-CLASS_COLUMNS = ["rank", "device", "class", "classifier", "count", "total_ns", "mean_ns", "kernels",
-                 "time_share", "count_share", "iters", "count_per_iter", "total_per_iter_ns"]
-NCCL_COLUMNS = ["rank", "device", "collective", "count", "total_ns", "mean_ns", "time_share", "iters",
-                "count_per_iter", "total_per_iter_ns"]
+KERNEL_COLUMNS = [
+    "rank",
+    "device",
+    "name",
+    "category",
+    "kind",
+    "class",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "median_ns",
+    "min_ns",
+    "max_ns",
+    "std_ns",
+    "time_share",
+    "count_share",
+    "iters",
+    "count_per_iter",
+    "total_per_iter_ns",
+]
+CLASS_COLUMNS = [
+    "rank",
+    "device",
+    "class",
+    "classifier",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "kernels",
+    "time_share",
+    "count_share",
+    "iters",
+    "count_per_iter",
+    "total_per_iter_ns",
+]
+NCCL_COLUMNS = [
+    "rank",
+    "device",
+    "collective",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "time_share",
+    "iters",
+    "count_per_iter",
+    "total_per_iter_ns",
+]
 
 
 def collective_codes(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -39,8 +80,9 @@ def collective_codes(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     g, side = batch.gpu, batch.collectives
     if not len(side) or "collective" not in side.columns:
         return np.zeros(len(g), I64), np.array([""], object)
-    pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)),
-                      (g["part"].to_numpy(I64), g["row"].to_numpy(I64)))
+    pos = first_match(
+        (side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (g["part"].to_numpy(I64), g["row"].to_numpy(I64))
+    )
     codes, labels = pd.factorize(side["collective"].astype(str).to_numpy(object))
     out = np.where(pos >= 0, codes[np.maximum(pos, 0)] + 1, 0).astype(I64)
     return out, np.r_[np.array([""], object), np.asarray(labels, object)]
@@ -57,7 +99,7 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     part = g["part"].to_numpy(I64)
     ccodes, clabels = collective_codes(batch) if by_collective else (np.zeros(len(g), I64), np.array([""], object))
     pair, k = dense_codes(part, np.asarray(names.codes, I64), ccodes)
-    dur = (g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64))
+    dur = g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64)
     count = np.bincount(pair, minlength=k).astype(I64)
     starts = np.concatenate(([0], np.cumsum(count)[:-1])).astype(I64)
     srt = _sort_by_code_then_duration(pair, dur) if full else np.argsort(pair, kind="stable")
@@ -69,10 +111,20 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
     classifier = classifier_for(batch.options)
     coll = clabels[ccodes[first]] if k else np.empty(0, object)
-    cls = np.asarray(classifier.classify(name, kind, category, collectives=coll if by_collective else None),
-                     dtype=object)
-    out = pd.DataFrame({"part": part[first], "name": name.astype(object), "category": category.astype(object),
-                        "kind": kind.astype(object), "class": cls, "count": count, "total_ns": total.astype(I64)})
+    cls = np.asarray(
+        classifier.classify(name, kind, category, collectives=coll if by_collective else None), dtype=object
+    )
+    out = pd.DataFrame(
+        {
+            "part": part[first],
+            "name": name.astype(object),
+            "category": category.astype(object),
+            "kind": kind.astype(object),
+            "class": cls,
+            "count": count,
+            "total_ns": total.astype(I64),
+        }
+    )
     if by_collective:
         out["collective"] = coll
     if full:
@@ -95,7 +147,7 @@ def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
 def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """``np.lexsort((dur, codes))``, as one argsort of a combined key when it fits in int64."""
     span = int(dur.max()) + 1 if len(dur) else 1
-    if len(dur) and int(dur.min()) >= 0 and (int(codes.max()) + 1) * span < 2 ** 62:
+    if len(dur) and int(dur.min()) >= 0 and (int(codes.max()) + 1) * span < 2**62:
         return np.argsort(codes * span + dur)
     return np.lexsort((dur, codes))
 
@@ -141,11 +193,19 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
 
 def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
     """Sum count and total over (part, ``values``) of per-name rows."""
-    frame = pd.DataFrame({"part": per["part"].to_numpy(I64), key: values, "name": per["name"].to_numpy(object),
-                          "count": per["count"].to_numpy(I64), "total_ns": per["total_ns"].to_numpy(I64)})
+    frame = pd.DataFrame(
+        {
+            "part": per["part"].to_numpy(I64),
+            key: values,
+            "name": per["name"].to_numpy(object),
+            "count": per["count"].to_numpy(I64),
+            "total_ns": per["total_ns"].to_numpy(I64),
+        }
+    )
     grp = frame.groupby(["part", key], sort=True)
-    out = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(),
-                        "kernels": grp["name"].nunique()}).reset_index()
+    out = pd.DataFrame(
+        {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].nunique()}
+    ).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
     return out, out["kernels"].to_numpy(I64)
 
@@ -174,7 +234,8 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
         return empty_frame(NCCL_COLUMNS)
-    labels = np.array([collective_label(str(n), str(c)) for n, c in zip(per["name"], per["collective"])],
-                      dtype=object)  # one per distinct (part, name, collective)
+    labels = np.array(
+        [collective_label(str(n), str(c)) for n, c in zip(per["name"], per["collective"])], dtype=object
+    )  # one per distinct (part, name, collective)
     out, _ = _grouped(per, "collective", labels)
     return _finish(out, batch, "collective", NCCL_COLUMNS)

@@ -7,6 +7,7 @@ kernels, which are copies by category but carry no direction). ``bytes`` sums th
 trace states (``NA`` when it states none); ``bandwidth_bytes_per_s`` divides them by the time of
 the events that state a size. Per-iteration figures as in :mod:`dtrace.analyses.kernels`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,22 @@ from ..batch import Batch
 from ..dtypes import missing_if_negative
 from ..groups import I64, first_match, string_rank, sum_by
 
-MEMOP_COLUMNS = ["rank", "device", "op", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "bytes",
-                 "bandwidth_bytes_per_s", "time_share", "iters", "count_per_iter", "total_per_iter_ns"]
+MEMOP_COLUMNS = [
+    "rank",
+    "device",
+    "op",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "min_ns",
+    "max_ns",
+    "bytes",
+    "bandwidth_bytes_per_s",
+    "time_share",
+    "iters",
+    "count_per_iter",
+    "total_per_iter_ns",
+]
 OPS = ("H2D", "D2H", "D2D", "P2P", "H2H", "other", "memset")
 
 
@@ -33,7 +48,7 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
     m = g.loc[sel]
     is_set = is_set[sel]
     part = m["part"].to_numpy(I64)
-    dur = (m["end_ns"].to_numpy(I64) - m["start_ns"].to_numpy(I64))
+    dur = m["end_ns"].to_numpy(I64) - m["start_ns"].to_numpy(I64)
     side = batch.memcpy
     if len(side):
         idx = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, m["row"].to_numpy(I64)))
@@ -46,8 +61,16 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
         size = np.full(len(m), -1, I64)
     op = np.where(is_set, "memset", op)
     known = size >= 0
-    frame = pd.DataFrame({"part": part, "op": op, "dur": dur, "bytes": np.where(known, size, 0),
-                          "known": known.astype(I64), "known_dur": np.where(known, dur, 0)})
+    frame = pd.DataFrame(
+        {
+            "part": part,
+            "op": op,
+            "dur": dur,
+            "bytes": np.where(known, size, 0),
+            "known": known.astype(I64),
+            "known_dur": np.where(known, dur, 0),
+        }
+    )
     grp = frame.groupby(["part", "op"], sort=True)
     out = grp["dur"].agg(["size", "sum", "min", "max"]).reset_index()
     nbytes = grp["bytes"].sum().to_numpy(I64)
@@ -55,20 +78,27 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
     kdur = grp["known_dur"].sum().to_numpy(np.float64)
     p = out["part"].to_numpy(I64)
     it = batch.iterations()[p]
-    all_time_f = sum_by(g["part"].to_numpy(I64), g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64),
-                        batch.n_parts).astype(np.float64)
-    res = pd.DataFrame({
-        **batch.keys(p), "op": out["op"].to_numpy(dtype=object),
-        "count": out["size"].to_numpy(I64), "total_ns": out["sum"].to_numpy(I64),
-        "mean_ns": out["sum"].to_numpy(np.float64) / out["size"].to_numpy(np.float64),
-        "min_ns": out["min"].to_numpy(I64), "max_ns": out["max"].to_numpy(I64),
-        "bytes": missing_if_negative(np.where(nknown > 0, nbytes, -1)),
-        "bandwidth_bytes_per_s": np.divide(nbytes * 1e9, kdur, out=np.full(len(out), np.nan),
-                                           where=(nknown > 0) & (kdur > 0)),
-        "time_share": out["sum"].to_numpy(np.float64) / np.where(all_time_f > 0, all_time_f, 1.0)[p],
-        "iters": it.astype(I64),
-        "count_per_iter": out["size"].to_numpy(np.float64) / it,
-        "total_per_iter_ns": out["sum"].to_numpy(np.float64) / it,
-    })
+    all_time_f = sum_by(
+        g["part"].to_numpy(I64), g["end_ns"].to_numpy(I64) - g["start_ns"].to_numpy(I64), batch.n_parts
+    ).astype(np.float64)
+    res = pd.DataFrame(
+        {
+            **batch.keys(p),
+            "op": out["op"].to_numpy(dtype=object),
+            "count": out["size"].to_numpy(I64),
+            "total_ns": out["sum"].to_numpy(I64),
+            "mean_ns": out["sum"].to_numpy(np.float64) / out["size"].to_numpy(np.float64),
+            "min_ns": out["min"].to_numpy(I64),
+            "max_ns": out["max"].to_numpy(I64),
+            "bytes": missing_if_negative(np.where(nknown > 0, nbytes, -1)),
+            "bandwidth_bytes_per_s": np.divide(
+                nbytes * 1e9, kdur, out=np.full(len(out), np.nan), where=(nknown > 0) & (kdur > 0)
+            ),
+            "time_share": out["sum"].to_numpy(np.float64) / np.where(all_time_f > 0, all_time_f, 1.0)[p],
+            "iters": it.astype(I64),
+            "count_per_iter": out["size"].to_numpy(np.float64) / it,
+            "total_per_iter_ns": out["sum"].to_numpy(np.float64) / it,
+        }
+    )
     order = np.lexsort((string_rank(res["op"].to_numpy(object)), -res["total_ns"].to_numpy(I64), p))
     return res.iloc[order].reset_index(drop=True)

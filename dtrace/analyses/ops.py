@@ -20,6 +20,7 @@ kernels count once. GPU events are the part's (its device, after the analysis op
 step selection, ``linked_only``, stream-overlap clipping); with a step selected and host step
 windows, only the op instances that start inside the step's window count.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,18 @@ from ..batch import Batch
 from ..calltree.model import Tree
 from ..groups import I64, max_by, min_by
 
-COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "launcher_kind": "object", "count": "int64", "host_ns": "int64",
-           "gpu_direct_ns": "int64", "gpu_subtree_ns": "int64", "kernels": "int64", "subtree_kernels": "int64"}
+COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "op": "object",
+    "launcher_kind": "object",
+    "count": "int64",
+    "host_ns": "int64",
+    "gpu_direct_ns": "int64",
+    "gpu_subtree_ns": "int64",
+    "kernels": "int64",
+    "subtree_kernels": "int64",
+}
 """Declared output columns and dtypes."""
 
 

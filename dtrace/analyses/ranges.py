@@ -27,6 +27,7 @@ interval bounds. The per-window breakdown places each part's GPU timeline and wi
 axis of parts and uses the coverage function of the three exposed sets (compute,
 comm − compute, memory − compute − comm): ``|X ∩ [a, b]| = cov_X(b) − cov_X(a)``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,13 +38,28 @@ from ..groups import I64, shared_codes, string_rank
 from ..intervals import Axis, Union, coverage, difference, merge, union
 from .breakdown import VALUE_COLUMNS, category_masks
 
-RANGE_COLUMNS = ["rank", "device", "name", "count", "with_gpu", "range_ns", "proj_ns", "proj_mean_ns",
-                 "proj_min_ns", "proj_max_ns", "gpu_events", "kernel_ns", "non_comm_kernel_ns", *VALUE_COLUMNS]
+RANGE_COLUMNS = [
+    "rank",
+    "device",
+    "name",
+    "count",
+    "with_gpu",
+    "range_ns",
+    "proj_ns",
+    "proj_mean_ns",
+    "proj_min_ns",
+    "proj_max_ns",
+    "gpu_events",
+    "kernel_ns",
+    "non_comm_kernel_ns",
+    *VALUE_COLUMNS,
+]
 _BIG, _SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
-def window_breakdown(start: np.ndarray, end: np.ndarray, category: np.ndarray,
-                     w_start: np.ndarray, w_end: np.ndarray) -> dict[str, np.ndarray]:
+def window_breakdown(
+    start: np.ndarray, end: np.ndarray, category: np.ndarray, w_start: np.ndarray, w_end: np.ndarray
+) -> dict[str, np.ndarray]:
     """The breakdown values of the GPU timeline inside each window ``[w_start, w_end)``.
 
     Examples
@@ -66,8 +82,16 @@ def window_breakdown(start: np.ndarray, end: np.ndarray, category: np.ndarray,
     c, xc, xm = cov(comp), cov(x_comm), cov(x_mem)
     total = (w_end - w_start).astype(np.int64)
     busy = c + xc + xm
-    return {"computation_ns": c, "exposed_comm_ns": xc, "exposed_memcpy_ns": xm, "busy_ns": busy,
-            "idle_ns": total - busy, "total_ns": total, "comm_ns": cov(comm), "memcpy_ns": cov(mem)}
+    return {
+        "computation_ns": c,
+        "exposed_comm_ns": xc,
+        "exposed_memcpy_ns": xm,
+        "busy_ns": busy,
+        "idle_ns": total - busy,
+        "total_ns": total,
+        "comm_ns": cov(comm),
+        "memcpy_ns": cov(mem),
+    }
 
 
 def _span_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray, fill: int) -> np.ndarray:
@@ -93,8 +117,10 @@ def _launch_threads(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     launch = g["launch_ns"].to_numpy(I64) if n else np.empty(0, I64)
     if n and len(h):
         rt = (h["kind"] == "runtime").to_numpy(bool) & (h["correlation"].to_numpy(I64) >= 0)
-        idx = first_match((h["part"].to_numpy(I64)[rt], h["correlation"].to_numpy(I64)[rt]),
-                          (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64)))
+        idx = first_match(
+            (h["part"].to_numpy(I64)[rt], h["correlation"].to_numpy(I64)[rt]),
+            (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64)),
+        )
         ok = (idx >= 0) & (launch >= 0)
         pid[ok] = h["pid"].to_numpy(I64)[rt][idx[ok]]
         tid[ok] = h["tid"].to_numpy(I64)[rt][idx[ok]]
@@ -113,16 +139,26 @@ class _Owned:
         self.p_end = np.full(nr, _SMALL)
         self._dur, self._non, self._gs, self._ge = dur, non_comm, g_start, g_end
 
-    def add(self, r_group: np.ndarray, r_lo: np.ndarray, r_hi: np.ndarray,
-            e_group: np.ndarray, ev: np.ndarray, t: np.ndarray) -> None:
+    def add(
+        self,
+        r_group: np.ndarray,
+        r_lo: np.ndarray,
+        r_hi: np.ndarray,
+        e_group: np.ndarray,
+        ev: np.ndarray,
+        t: np.ndarray,
+    ) -> None:
         """Add the events ``ev`` (times ``t``, groups ``e_group``) lying in ``[r_lo, r_hi)`` of the
         same group to each range (all ranges; ``r_group`` -1 owns nothing)."""
         nr = r_group.size
         ok = r_group >= 0
         if not len(ev) or not ok.any():
             return
-        axis = Axis(np.concatenate([e_group, r_group[ok], r_group[ok]]),
-                    np.concatenate([t, r_lo[ok], r_hi[ok]]), int(max(e_group.max(initial=-1), r_group.max()) + 1))
+        axis = Axis(
+            np.concatenate([e_group, r_group[ok], r_group[ok]]),
+            np.concatenate([t, r_lo[ok], r_hi[ok]]),
+            int(max(e_group.max(initial=-1), r_group.max()) + 1),
+        )
         vt = axis.place(t, e_group)
         order = np.argsort(vt, kind="stable")
         ev, vt = ev[order], vt[order]
@@ -166,8 +202,9 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     # events with a known launch: owned by the ranges of their launching thread
     if known.any():
         ev = np.flatnonzero(known)
-        e_thr, r_thr = shared_codes((g_part[ev], l_pid[ev], l_tid[ev]),
-                                    (r_part, ann["pid"].to_numpy(I64), ann["tid"].to_numpy(I64)))
+        e_thr, r_thr = shared_codes(
+            (g_part[ev], l_pid[ev], l_tid[ev]), (r_part, ann["pid"].to_numpy(I64), ann["tid"].to_numpy(I64))
+        )
         owned.add(r_thr, r_start, r_end, e_thr, ev, launch[ev])
     # events with an unknown launch: owned by time, any thread of the part
     if (~known).any():
@@ -177,13 +214,23 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     has = owned.count > 0
     bd = _window_breakdowns(batch, r_part, owned.p_start, owned.p_end, has)
     proj = np.where(has, owned.p_end - owned.p_start, 0).astype(I64)
-    frame = pd.DataFrame({"part": r_part, "name": ann["name"].astype(str).to_numpy(dtype=object), "count": 1,
-                          "with_gpu": has.astype(I64), "range_ns": r_end - r_start, "proj_ns": proj,
-                          "proj_min_ns": np.where(has, proj, _BIG), "proj_max_ns": np.where(has, proj, -1),
-                          "gpu_events": owned.count, "kernel_ns": owned.kern, "non_comm_kernel_ns": owned.ncomm,
-                          **{c: np.asarray(v, I64) for c, v in bd.items()}})
-    sums = ["count", "with_gpu", "range_ns", "proj_ns", "gpu_events", "kernel_ns", "non_comm_kernel_ns",
-            *VALUE_COLUMNS]
+    frame = pd.DataFrame(
+        {
+            "part": r_part,
+            "name": ann["name"].astype(str).to_numpy(dtype=object),
+            "count": 1,
+            "with_gpu": has.astype(I64),
+            "range_ns": r_end - r_start,
+            "proj_ns": proj,
+            "proj_min_ns": np.where(has, proj, _BIG),
+            "proj_max_ns": np.where(has, proj, -1),
+            "gpu_events": owned.count,
+            "kernel_ns": owned.kern,
+            "non_comm_kernel_ns": owned.ncomm,
+            **{c: np.asarray(v, I64) for c, v in bd.items()},
+        }
+    )
+    sums = ["count", "with_gpu", "range_ns", "proj_ns", "gpu_events", "kernel_ns", "non_comm_kernel_ns", *VALUE_COLUMNS]
     grp = frame.groupby(["part", "name"], sort=True)
     out = grp[sums].sum()
     out["proj_min_ns"] = grp["proj_min_ns"].min()
@@ -192,8 +239,9 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     none = out["with_gpu"].to_numpy() == 0
     out["proj_min_ns"] = np.where(none, 0, out["proj_min_ns"].to_numpy())
     out["proj_max_ns"] = np.where(none, 0, out["proj_max_ns"].to_numpy())
-    out["proj_mean_ns"] = np.divide(out["proj_ns"].to_numpy(np.float64), out["with_gpu"].to_numpy(np.float64),
-                                    out=np.zeros(len(out)), where=~none)
+    out["proj_mean_ns"] = np.divide(
+        out["proj_ns"].to_numpy(np.float64), out["with_gpu"].to_numpy(np.float64), out=np.zeros(len(out)), where=~none
+    )
     p = out["part"].to_numpy(I64)
     keys = batch.keys(p)
     out.insert(0, "device", keys["device"])
@@ -202,8 +250,9 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     return out.iloc[order][RANGE_COLUMNS].reset_index(drop=True)
 
 
-def _window_breakdowns(batch: Batch, r_part: np.ndarray, w_start: np.ndarray, w_end: np.ndarray,
-                       has: np.ndarray) -> dict[str, np.ndarray]:
+def _window_breakdowns(
+    batch: Batch, r_part: np.ndarray, w_start: np.ndarray, w_end: np.ndarray, has: np.ndarray
+) -> dict[str, np.ndarray]:
     """The breakdown inside each range's projected window, on its part's GPU timeline."""
     out = {c: np.zeros(r_part.size, I64) for c in VALUE_COLUMNS}
     g = batch.gpu
@@ -213,8 +262,9 @@ def _window_breakdowns(batch: Batch, r_part: np.ndarray, w_start: np.ndarray, w_
     s, e = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
     wp, ws, we = r_part[has], w_start[has], w_end[has]
     axis = Axis(np.concatenate([gp, gp, wp, wp]), np.concatenate([s, e, ws, we]), batch.n_parts)
-    v = window_breakdown(axis.place(s, gp), axis.place(e, gp), g["category"].array, axis.place(ws, wp),
-                         axis.place(we, wp))
+    v = window_breakdown(
+        axis.place(s, gp), axis.place(e, gp), g["category"].array, axis.place(ws, wp), axis.place(we, wp)
+    )
     for c in VALUE_COLUMNS:
         out[c][has] = v[c]
     return out

@@ -39,6 +39,7 @@ that index. The core, :func:`segment_rows`, takes a frame of GPU events with ``p
 ``rank`` and ``device`` columns (many parts at once); :func:`segments` runs it on a
 :class:`~dtrace.batch.Batch`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,16 +58,31 @@ CLASS_SLOTS = 4
 """Each node names the classes with the most time in its interval, at most this many."""
 
 COLUMNS: dict[str, str] = {
-    "rank": "int32", "device": "int32", "step": "Int64", "node": "int64", "kind": "object", "time_ns": "int64",
-    "work_ns": "int64", "wait_ns": "int64", "free_ns": "int64", "comm_stream": "Int64", "comm_start_ns": "Int64",
+    "rank": "int32",
+    "device": "int32",
+    "step": "Int64",
+    "node": "int64",
+    "kind": "object",
+    "time_ns": "int64",
+    "work_ns": "int64",
+    "wait_ns": "int64",
+    "free_ns": "int64",
+    "comm_stream": "Int64",
+    "comm_start_ns": "Int64",
     **{c: t for i in range(1, CLASS_SLOTS + 1) for c, t in ((f"class_{i}", "object"), (f"class_{i}_ns", "int64"))},
     "other_class_ns": "int64",
 }
 """Output columns and dtypes (registered with the analysis)."""
 
 
-def last_at_or_before(data_group: np.ndarray, data_value: np.ndarray, query_group: np.ndarray,
-                      query_value: np.ndarray, *, strict: bool = False) -> np.ndarray:
+def last_at_or_before(
+    data_group: np.ndarray,
+    data_value: np.ndarray,
+    query_group: np.ndarray,
+    query_value: np.ndarray,
+    *,
+    strict: bool = False,
+) -> np.ndarray:
     """For each query, the data index with the largest value ``<=`` (``<`` if strict) the query's
     value in the same group (the latest such on ties); -1 if none.
 
@@ -117,7 +133,7 @@ def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
     lo = int(v.min())
     span = int(v.max()) - lo + 1
-    if (int(gi[-1]) + 1) * span < 2 ** 62:  # one accumulate over group-offset values
+    if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
         off = gi * span
         return np.maximum.accumulate(v - lo + off) - off + lo
     return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64)
@@ -247,8 +263,9 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
         kk = ko[np.maximum(jk, 0)] if len(ko) else np.zeros(len(seg_s), np.int64)
         g_end = k_e[kk] if len(k) else np.zeros(len(seg_s), np.int64)
         resume_launch = launch_all[w][seg_first]
-        is_gate = (hit & (g_end > prev_end) & (seg_s - g_end <= gate_tol_ns)
-                   & ((resume_launch < 0) | (resume_launch < g_end)))
+        is_gate = (
+            hit & (g_end > prev_end) & (seg_s - g_end <= gate_tol_ns) & ((resume_launch < 0) | (resume_launch < g_end))
+        )
         gi = np.flatnonzero(is_gate)
         gate_chain, gate_t, gate_k, gate_pe = seg_g[gi], seg_s[gi], kk[gi], prev_end[gi]
     else:
@@ -258,10 +275,12 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     n_k, n_g = len(k), len(gate_t)
     ch = np.concatenate([np.arange(n_chains), k_chain, gate_chain, np.arange(n_chains)])
     t = np.concatenate([c_start, ready, gate_t, c_end])
-    nk = np.concatenate([np.zeros(n_chains, np.int8), np.ones(n_k, np.int8), np.full(n_g, 2, np.int8),
-                         np.full(n_chains, 3, np.int8)])
-    comm = np.concatenate([np.full(n_chains, -1), k, k[gate_k] if n_g else np.zeros(0, np.int64),
-                           np.full(n_chains, -1)]).astype(np.int64)
+    nk = np.concatenate(
+        [np.zeros(n_chains, np.int8), np.ones(n_k, np.int8), np.full(n_g, 2, np.int8), np.full(n_chains, 3, np.int8)]
+    )
+    comm = np.concatenate(
+        [np.full(n_chains, -1), k, k[gate_k] if n_g else np.zeros(0, np.int64), np.full(n_chains, -1)]
+    ).astype(np.int64)
     pe = np.concatenate([np.full(n_chains + n_k, -1), gate_pe, np.full(n_chains, -1)]).astype(np.int64)
     last_t = np.full(n_chains, np.iinfo(np.int64).min)
     np.maximum.at(last_t, ch, t)
@@ -285,8 +304,12 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
     t_kind = tuniq // (len(cat_lab) + 1) % (len(kind_lab) + 1)
     t_cat = tuniq % (len(cat_lab) + 1)
-    cls_of = np.asarray(classifier.classify([str(x) for x in name_lab[t_name]], [str(x) for x in kind_lab[t_kind]],
-                                            [str(x) for x in cat_lab[t_cat]]), dtype=object)
+    cls_of = np.asarray(
+        classifier.classify(
+            [str(x) for x in name_lab[t_name]], [str(x) for x in kind_lab[t_kind]], [str(x) for x in cat_lab[t_cat]]
+        ),
+        dtype=object,
+    )
     cnames, ccode_u = np.unique(cls_of, return_inverse=True)
     ccode = ccode_u[tcode]
     n_cls = max(len(cnames), 1)
@@ -317,9 +340,13 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     cols: dict[str, object] = {
         "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
         "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
-        "step": missing_if_negative(c_step[ch]), "node": node_no.astype(np.int64),  # NA: outside every step
-        "kind": np.asarray(KINDS, dtype=object)[nk], "time_ns": t, "work_ns": work.astype(np.int64),
-        "wait_ns": wait.astype(np.int64), "free_ns": free.astype(np.int64),
+        "step": missing_if_negative(c_step[ch]),
+        "node": node_no.astype(np.int64),  # NA: outside every step
+        "kind": np.asarray(KINDS, dtype=object)[nk],
+        "time_ns": t,
+        "work_ns": work.astype(np.int64),
+        "wait_ns": wait.astype(np.int64),
+        "free_ns": free.astype(np.int64),
         "comm_stream": pd.arrays.IntegerArray(np.where(has_comm, stream_all[cidx], 0).astype(np.int64), ~has_comm),
         "comm_start_ns": pd.arrays.IntegerArray(np.where(has_comm, start_all[cidx], 0).astype(np.int64), ~has_comm),
     }

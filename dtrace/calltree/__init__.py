@@ -12,6 +12,7 @@ is :mod:`dtrace.part_loader`, a layer above: the tree itself reads no file.
 The package is named ``calltree`` rather than ``tree`` because ``dtrace.tree`` is the API
 function; a subpackage of the same name would be shadowed by it.
 """
+
 from __future__ import annotations
 
 from .model import KINDS, Tree

@@ -34,6 +34,7 @@ host nodes are in preorder, the subtree of ``i`` is the index range ``[i, subtre
 :func:`grouped_union` — the measure of the union of intervals per group (HTA's sort / running
 maximum / new-segment formulation, with the running maximum reset per group).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -85,16 +86,16 @@ def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     first[0] = True
     first[1:] = group[1:] != group[:-1]
     cand = idx - 1
-    cand[first] = -1                       # no candidate before the first event of a thread
+    cand[first] = -1  # no candidate before the first event of a thread
     active = np.flatnonzero(cand >= 0)
     rounds = 0
     while active.size:
         rounds += 1
         c = cand[active]
         hit = end[c] > start[active]
-        parent[active[hit]] = c[hit]       # cand keeps c: a valid candidate for the jumps of others
+        parent[active[hit]] = c[hit]  # cand keeps c: a valid candidate for the jumps of others
         miss = active[~hit]
-        nxt = cand[cand[miss]]             # read all before writing: one synchronous round
+        nxt = cand[cand[miss]]  # read all before writing: one synchronous round
         cand[miss] = nxt
         active = miss[nxt >= 0]
     return parent, rounds
@@ -127,7 +128,7 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
         return []
     order = np.argsort(depth, kind="stable")
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
-    return [order[bounds[k]:bounds[k + 1]] for k in range(len(bounds) - 1)]
+    return [order[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
 
 
 def subtree_end(parent: np.ndarray, lv: list[np.ndarray]) -> np.ndarray:
@@ -147,8 +148,9 @@ def nearest_ancestor(parent: np.ndarray, mask: np.ndarray, lv: list[np.ndarray])
     return anc
 
 
-def link_by_correlation(launch_part: np.ndarray, launch_corr: np.ndarray, gpu_part: np.ndarray,
-                        gpu_corr: np.ndarray) -> np.ndarray:
+def link_by_correlation(
+    launch_part: np.ndarray, launch_corr: np.ndarray, gpu_part: np.ndarray, gpu_corr: np.ndarray
+) -> np.ndarray:
     """Index into ``launch_corr`` of the launch of each GPU event of the same part (-1 if none).
 
     Every GPU event carrying a launch's correlation id links to it, so a CUDA/HIP graph launch

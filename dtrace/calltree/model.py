@@ -9,6 +9,7 @@ how much GPU time does an op cost. Nodes are identified by a UID, their index in
 arrays: host nodes first, in preorder (per (pid, tid), by start, longest first), then the GPU
 events by start. GPU nodes carry ``pid = device`` and ``tid = stream``, as Perfetto shows them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,8 +47,11 @@ def _union_names(host: pd.Series | None, gpu: pd.Series | None, order: np.ndarra
     remapped, no string is built per node."""
     sides = []
     if host is not None:
-        sides.append(pd.Categorical(host).take(order) if isinstance(host.dtype, pd.CategoricalDtype)
-                     else pd.Categorical(np.asarray(host, dtype=object)[order]))
+        sides.append(
+            pd.Categorical(host).take(order)
+            if isinstance(host.dtype, pd.CategoricalDtype)
+            else pd.Categorical(np.asarray(host, dtype=object)[order])
+        )
     if gpu is not None:
         sides.append(pd.Categorical(gpu))
     if not sides:
@@ -83,10 +87,26 @@ class Tree:
         GPU events whose correlation matches no launch call (they are roots).
     """
 
-    def __init__(self, *, rank: int, device: int, kind: np.ndarray, name: pd.Categorical, pid: np.ndarray,
-                 tid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, correlation: np.ndarray,
-                 external_id: np.ndarray, seq: np.ndarray, row: np.ndarray, n_host: int,
-                 gpu_launch: np.ndarray, part: np.ndarray | None = None, build_rounds: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int,
+        device: int,
+        kind: np.ndarray,
+        name: pd.Categorical,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        start_ns: np.ndarray,
+        end_ns: np.ndarray,
+        correlation: np.ndarray,
+        external_id: np.ndarray,
+        seq: np.ndarray,
+        row: np.ndarray,
+        n_host: int,
+        gpu_launch: np.ndarray,
+        part: np.ndarray | None = None,
+        build_rounds: int = 0,
+    ) -> None:
         self.rank, self.device = int(rank), int(device)
         self.part = np.zeros(kind.size, np.int64) if part is None else np.asarray(part, np.int64)
         self.kind, self.name = kind, name
@@ -107,8 +127,9 @@ class Tree:
         lv = B.levels(hdepth)
         launch = np.where(gpu_launch >= 0, gpu_launch, -1).astype(np.int64)
         self.parent = np.concatenate([hparent, launch])
-        self.depth = np.concatenate([hdepth, np.where(launch >= 0, hdepth[np.maximum(launch, 0)] + 1
-                                                      if h else 0, 0)]).astype(np.int64)
+        self.depth = np.concatenate(
+            [hdepth, np.where(launch >= 0, hdepth[np.maximum(launch, 0)] + 1 if h else 0, 0)]
+        ).astype(np.int64)
         self.subtree_end = np.concatenate([B.subtree_end(hparent, lv), np.arange(h + 1, h + self.n_gpu + 1)])
         is_op = kind[:h] == CPU_OP
         hanc = B.nearest_ancestor(hparent, is_op, lv)
@@ -140,7 +161,11 @@ class Tree:
         if not python:
             kinds.pop("python")
         host, gpu = batch.host, batch.gpu
-        hk = _codes(host["kind"], {k: kinds[k] for k in kinds if k not in GPU_KINDS}) if len(host) else np.empty(0, np.int64)
+        hk = (
+            _codes(host["kind"], {k: kinds[k] for k in kinds if k not in GPU_KINDS})
+            if len(host)
+            else np.empty(0, np.int64)
+        )
         keep = np.flatnonzero(hk >= 0)
         h = host.iloc[keep] if keep.size != len(host) else host
         hk = hk[keep]
@@ -161,7 +186,8 @@ class Tree:
         parts = batch.parts
         first = (int(parts["rank"].iloc[0]), int(parts["device"].iloc[0])) if len(parts) else (0, 0)
         return cls(
-            rank=first[0], device=first[1],
+            rank=first[0],
+            device=first[1],
             kind=np.concatenate([hk[order], gk]).astype(np.int8),
             name=names,
             pid=np.concatenate([hpid[order], _col(g, "device", first[1])]),
@@ -172,7 +198,10 @@ class Tree:
             external_id=np.concatenate([_col(h, "external_id")[order], _col(g, "external_id")]),
             seq=np.concatenate([_col(h, "seq")[order], np.full(len(g), -1, np.int64)]),
             row=np.concatenate([_col(h, "row")[order], _col(g, "row")]),
-            n_host=len(h), gpu_launch=launch, part=np.concatenate([hpart[order], gpart]))
+            n_host=len(h),
+            gpu_launch=launch,
+            part=np.concatenate([hpart[order], gpart]),
+        )
 
     # -- basic facts ----------------------------------------------------------------------
     @property
@@ -183,8 +212,10 @@ class Tree:
         return self.size
 
     def __repr__(self) -> str:
-        return (f"<dtrace.Tree rank {self.rank} device {self.device}: {self.n_host} host nodes, "
-                f"{self.n_gpu} GPU nodes ({self.unlinked_gpu} unlinked), {self.overlaps} partial overlaps>")
+        return (
+            f"<dtrace.Tree rank {self.rank} device {self.device}: {self.n_host} host nodes, "
+            f"{self.n_gpu} GPU nodes ({self.unlinked_gpu} unlinked), {self.overlaps} partial overlaps>"
+        )
 
     @property
     def stats(self) -> dict[str, int]:
@@ -193,11 +224,18 @@ class Tree:
         gl = self.parent[h:]
         launches = unique(gl[gl >= 0])
         per_launch = np.bincount(np.searchsorted(launches, gl[gl >= 0]), minlength=launches.size)
-        return {"host_nodes": h, "gpu_nodes": self.n_gpu, "linked_gpu": self.n_gpu - self.unlinked_gpu,
-                "unlinked_gpu": self.unlinked_gpu, "launches": int(launches.size),
-                "multi_kernel_launches": int(np.count_nonzero(per_launch > 1)),
-                "partial_overlaps": self.overlaps, "roots": int(np.count_nonzero(self.parent[:h] < 0)),
-                "max_depth": int(self.depth.max()) if self.size else 0, "build_rounds": self.build_rounds}
+        return {
+            "host_nodes": h,
+            "gpu_nodes": self.n_gpu,
+            "linked_gpu": self.n_gpu - self.unlinked_gpu,
+            "unlinked_gpu": self.unlinked_gpu,
+            "launches": int(launches.size),
+            "multi_kernel_launches": int(np.count_nonzero(per_launch > 1)),
+            "partial_overlaps": self.overlaps,
+            "roots": int(np.count_nonzero(self.parent[:h] < 0)),
+            "max_depth": int(self.depth.max()) if self.size else 0,
+            "build_rounds": self.build_rounds,
+        }
 
     def kind_of(self, uid: int) -> str:
         return KINDS[int(self.kind[uid])]
@@ -211,14 +249,25 @@ class Tree:
     @property
     def nodes(self) -> pd.DataFrame:
         """All nodes as a DataFrame indexed by UID."""
-        return pd.DataFrame({
-            "kind": pd.Categorical.from_codes(self.kind.astype(np.int64), KINDS),
-            "name": pd.Categorical.from_codes(self._name_codes, self.names),
-            "pid": self.pid, "tid": self.tid, "start_ns": self.start_ns, "end_ns": self.end_ns,
-            "dur_ns": self.end_ns - self.start_ns, "correlation": self.correlation,
-            "external_id": self.external_id, "seq": self.seq, "parent": self.parent, "depth": self.depth,
-            "launcher_op": self.launcher_op, "row": self.row,
-        }, index=pd.RangeIndex(self.size, name="uid"))
+        return pd.DataFrame(
+            {
+                "kind": pd.Categorical.from_codes(self.kind.astype(np.int64), KINDS),
+                "name": pd.Categorical.from_codes(self._name_codes, self.names),
+                "pid": self.pid,
+                "tid": self.tid,
+                "start_ns": self.start_ns,
+                "end_ns": self.end_ns,
+                "dur_ns": self.end_ns - self.start_ns,
+                "correlation": self.correlation,
+                "external_id": self.external_id,
+                "seq": self.seq,
+                "parent": self.parent,
+                "depth": self.depth,
+                "launcher_op": self.launcher_op,
+                "row": self.row,
+            },
+            index=pd.RangeIndex(self.size, name="uid"),
+        )
 
     # -- lookups --------------------------------------------------------------------------
     def _check(self, uid: int) -> int:
@@ -249,12 +298,23 @@ class Tree:
     def node(self, uid: int) -> dict[str, Any]:
         """One node as a dict (the fields of the text views: UID, kind, name, ids, times, parent, children)."""
         u = self._check(uid)
-        return {"UID": u, "kind": self.kind_of(u), "name": self.name_of(u), "pid": int(self.pid[u]),
-                "tid": int(self.tid[u]), "start_ns": int(self.start_ns[u]), "end_ns": int(self.end_ns[u]),
-                "dur_ns": int(self.end_ns[u] - self.start_ns[u]), "external_id": int(self.external_id[u]),
-                "correlation": int(self.correlation[u]), "seq": int(self.seq[u]),
-                "parent": int(self.parent[u]) if self.parent[u] >= 0 else None,
-                "children": self.children(u).tolist(), "depth": int(self.depth[u]), "row": int(self.row[u])}
+        return {
+            "UID": u,
+            "kind": self.kind_of(u),
+            "name": self.name_of(u),
+            "pid": int(self.pid[u]),
+            "tid": int(self.tid[u]),
+            "start_ns": int(self.start_ns[u]),
+            "end_ns": int(self.end_ns[u]),
+            "dur_ns": int(self.end_ns[u] - self.start_ns[u]),
+            "external_id": int(self.external_id[u]),
+            "correlation": int(self.correlation[u]),
+            "seq": int(self.seq[u]),
+            "parent": int(self.parent[u]) if self.parent[u] >= 0 else None,
+            "children": self.children(u).tolist(),
+            "depth": int(self.depth[u]),
+            "row": int(self.row[u]),
+        }
 
     # -- structure ------------------------------------------------------------------------
     def parent_of(self, uid: int) -> int | None:
@@ -269,7 +329,7 @@ class Tree:
             order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
             self._children = order, np.searchsorted(self.parent[order], np.arange(self.size + 1))
         order, ptr = self._children
-        return order[ptr[u]:ptr[u + 1]]
+        return order[ptr[u] : ptr[u + 1]]
 
     def ancestors(self, uid: int) -> list[int]:
         """UIDs from the parent up to the root."""
@@ -298,7 +358,7 @@ class Tree:
         """GPU nodes whose launch is one of ``host_uids``."""
         if not self.n_gpu or not host_uids.size:
             return np.empty(0, np.int64)
-        launches = self.parent[self.n_host:]
+        launches = self.parent[self.n_host :]
         return self.n_host + np.flatnonzero(np.isin(launches, host_uids))
 
     def launcher(self, uid: int) -> int | None:
@@ -317,7 +377,7 @@ class Tree:
             return np.array([u], np.int64)
         if subtree:
             return self._gpu_under(np.arange(u, self.subtree_end[u], dtype=np.int64))
-        return self.n_host + np.flatnonzero(self.launcher_op[self.n_host:] == u)
+        return self.n_host + np.flatnonzero(self.launcher_op[self.n_host :] == u)
 
     def gpu_time(self, uid: int, *, subtree: bool = True) -> int:
         """``|∪ GPU events|`` (ns) of :meth:`gpu_events`."""
@@ -380,14 +440,21 @@ class Tree:
         n = uids.size
         direct = B.grouped_union(pos[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], n)
         sub = B.grouped_union(pos, self.start_ns[gpu], self.end_ns[gpu], n)
-        return pd.DataFrame({
-            "uid": uids, "op": self.names[self._name_codes[uids]].astype(object),
-            "launcher_kind": self.launcher_kind(uids), "pid": self.pid[uids], "tid": self.tid[uids], "start_ns": self.start_ns[uids],
-            "host_ns": self.end_ns[uids] - self.start_ns[uids],
-            "gpu_direct_ns": direct, "gpu_subtree_ns": sub,
-            "kernels": np.bincount(pos[:n_direct], minlength=n).astype(np.int64),
-            "subtree_kernels": np.bincount(pos, minlength=n).astype(np.int64),
-        })
+        return pd.DataFrame(
+            {
+                "uid": uids,
+                "op": self.names[self._name_codes[uids]].astype(object),
+                "launcher_kind": self.launcher_kind(uids),
+                "pid": self.pid[uids],
+                "tid": self.tid[uids],
+                "start_ns": self.start_ns[uids],
+                "host_ns": self.end_ns[uids] - self.start_ns[uids],
+                "gpu_direct_ns": direct,
+                "gpu_subtree_ns": sub,
+                "kernels": np.bincount(pos[:n_direct], minlength=n).astype(np.int64),
+                "subtree_kernels": np.bincount(pos, minlength=n).astype(np.int64),
+            }
+        )
 
     def ops(self, window: tuple[int, int] | None = None) -> pd.DataFrame:
         """Per launcher name: count, host time, GPU time (direct and subtree) and kernel counts.
@@ -407,8 +474,7 @@ class Tree:
             lo, hi = np.full(n, window[0], np.int64), np.full(n, window[1], np.int64)
         return self.ops_by_part(lo, hi).drop(columns="part")
 
-    def ops_by_part(self, window_start: np.ndarray | None = None,
-                    window_end: np.ndarray | None = None) -> pd.DataFrame:
+    def ops_by_part(self, window_start: np.ndarray | None = None, window_end: np.ndarray | None = None) -> pd.DataFrame:
         """:meth:`ops` for every part of the forest at once: one row per (part, op name).
 
         ``window_start``/``window_end`` (per part; a part whose start is above its end keeps all
@@ -443,10 +509,19 @@ class Tree:
         first = uids[unique_first(key_of)[1]]
         names = self.names[self._name_codes[first]].astype(object)
         part = self.part[first]
-        out = pd.DataFrame({
-            "part": part, "op": names, "launcher_kind": self.launcher_kind(first), "count": count, "host_ns": host,
-            "gpu_direct_ns": direct, "gpu_subtree_ns": sub, "kernels": kernels, "subtree_kernels": sub_k,
-        })
+        out = pd.DataFrame(
+            {
+                "part": part,
+                "op": names,
+                "launcher_kind": self.launcher_kind(first),
+                "count": count,
+                "host_ns": host,
+                "gpu_direct_ns": direct,
+                "gpu_subtree_ns": sub,
+                "kernels": kernels,
+                "subtree_kernels": sub_k,
+            }
+        )
         order = np.lexsort((self.kind[first], string_rank(names), -sub, part))
         return out.iloc[order].reset_index(drop=True)
 
@@ -471,16 +546,29 @@ class Tree:
             return pd.DataFrame({c: np.empty(0, t) for c, t in cols.items()})
         is_bwd_name = np.array(["Backward" in str(n) or str(n).startswith("autograd::") for n in self.names], bool)
         bwd = is_bwd_name[self._name_codes[uids]]
-        f = pd.DataFrame({"pid": self.pid[uids], "seq": self.seq[uids], "uid": uids, "bwd": bwd,
-                          "start": self.start_ns[uids], "neg_dur": self.start_ns[uids] - self.end_ns[uids]})
+        f = pd.DataFrame(
+            {
+                "pid": self.pid[uids],
+                "seq": self.seq[uids],
+                "uid": uids,
+                "bwd": bwd,
+                "start": self.start_ns[uids],
+                "neg_dur": self.start_ns[uids] - self.end_ns[uids],
+            }
+        )
         f = f.sort_values(["pid", "seq", "start", "neg_dur", "uid"], kind="stable")
         last = f.groupby(["pid", "seq", "bwd"], sort=True)["uid"].last().unstack("bwd")
         if True not in last.columns or False not in last.columns:
             return pd.DataFrame({c: np.empty(0, t) for c, t in cols.items()})
         last = last.dropna()
-        return pd.DataFrame({"pid": last.index.get_level_values("pid").to_numpy(np.int64),
-                             "seq": last.index.get_level_values("seq").to_numpy(np.int64),
-                             "fwd": last[False].to_numpy(np.int64), "bwd": last[True].to_numpy(np.int64)})
+        return pd.DataFrame(
+            {
+                "pid": last.index.get_level_values("pid").to_numpy(np.int64),
+                "seq": last.index.get_level_values("seq").to_numpy(np.int64),
+                "fwd": last[False].to_numpy(np.int64),
+                "bwd": last[True].to_numpy(np.int64),
+            }
+        )
 
     def is_backward(self, uid: int) -> bool:
         """Whether ``uid`` is a backward op by name (``*Backward*``, ``autograd::*``)."""
@@ -517,4 +605,3 @@ class Tree:
         from .printer import format_up
 
         return format_up(self, self._check(uid), width=width)
-

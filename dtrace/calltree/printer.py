@@ -21,6 +21,7 @@ Up (a node and its ancestors)::
 Categories are dtrace's event kinds (``cpu_op``, ``annotation``, ``runtime``, ``python``,
 ``kernel``, ``memcpy``, ``memset``). Renderers return strings; only the CLI prints.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -49,8 +50,7 @@ def label(tree: "Tree", uid: int, width: int = 64, gpu_ns: dict[int, int] | None
     return text
 
 
-def format_down(tree: "Tree", uid: int, *, max_depth: int | None = None, width: int = 64,
-                times: bool = False) -> str:
+def format_down(tree: "Tree", uid: int, *, max_depth: int | None = None, width: int = 64, times: bool = False) -> str:
     """The subtree of ``uid``, ``max_depth`` levels below it at most (None: all)."""
     lines: list[str] = []
     gpu_ns = tree.subtree_gpu_times(uid) if times else None
@@ -68,8 +68,14 @@ def format_down(tree: "Tree", uid: int, *, max_depth: int | None = None, width: 
             continue
         for i in range(kids.size - 1, -1, -1):
             last = i == kids.size - 1
-            stack.append((int(kids[i]), child_pre + ("└── " if last else "├── "),
-                          child_pre + ("    " if last else "│   "), level + 1))
+            stack.append(
+                (
+                    int(kids[i]),
+                    child_pre + ("└── " if last else "├── "),
+                    child_pre + ("    " if last else "│   "),
+                    level + 1,
+                )
+            )
     return "\n".join(lines) + "\n"
 
 

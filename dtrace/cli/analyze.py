@@ -1,4 +1,5 @@
 """``dtrace analyze INPUT... -o OUT``: the main job."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,33 +34,58 @@ _JOB_FLAGS = [
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("analyze", help="analyse the traces of every rank and write results",
-                       description="Analyse trace files (files, directories, globs) of all ranks; write "
-                                   "Parquet tables and manifest.json to OUT and print a summary.")
+    p = sub.add_parser(
+        "analyze",
+        help="analyse the traces of every rank and write results",
+        description="Analyse trace files (files, directories, globs) of all ranks; write "
+        "Parquet tables and manifest.json to OUT and print a summary.",
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT")
     p.add_argument("-o", "--output", "--out", dest="out", required=True, metavar="OUT", help="results directory")
     p.add_argument("--cache", default=None, help="ingest cache directory (default: OUT/cache)")
     p.add_argument("--no-cache", action="store_true", help="re-parse every input even if cached")
-    p.add_argument("--recompute", action="store_true",
-                   help="recompute the analyses from the cached Parquet events (no reuse of result frames)")
-    p.add_argument("--max-input-size", default=DEFAULT_MAX_INPUT_SIZE, metavar="SIZE",
-                   help=f"largest content (decompressed) of one input, e.g. 500MB or unlimited (default: "
-                        f"{DEFAULT_MAX_INPUT_SIZE}); a larger input fails alone")
+    p.add_argument(
+        "--recompute",
+        action="store_true",
+        help="recompute the analyses from the cached Parquet events (no reuse of result frames)",
+    )
+    p.add_argument(
+        "--max-input-size",
+        default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="SIZE",
+        help=f"largest content (decompressed) of one input, e.g. 500MB or unlimited (default: "
+        f"{DEFAULT_MAX_INPUT_SIZE}); a larger input fails alone",
+    )
     e = p.add_argument_group("execution")
     e.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
-    e.add_argument("--scheduler", default=None,
-                   help="where to run: 'auto' (default: in-process for a small job, else a local cluster of "
-                        "processes), 'sync' (in-process), 'local' (always a local cluster), or the address of a "
-                        "running Dask scheduler")
+    e.add_argument(
+        "--scheduler",
+        default=None,
+        help="where to run: 'auto' (default: in-process for a small job, else a local cluster of "
+        "processes), 'sync' (in-process), 'local' (always a local cluster), or the address of a "
+        "running Dask scheduler",
+    )
     e.add_argument("--scheduler-file", default=None, help="Dask scheduler file of a running cluster")
     e.add_argument("--sync", action="store_true", help="run in-process without a cluster (same as --scheduler sync)")
-    e.add_argument("--partition-size", type=int, default=None, metavar="EVENTS",
-                   help="target events per partition: whole ranks are batched up to it (default 600,000)")
-    e.add_argument("--no-progress", action="store_true",
-                   help="no progress (default: a bar on a terminal, a line every 10 s otherwise, on stderr)")
+    e.add_argument(
+        "--partition-size",
+        type=int,
+        default=None,
+        metavar="EVENTS",
+        help="target events per partition: whole ranks are batched up to it (default 600,000)",
+    )
+    e.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (default: a bar on a terminal, a line every 10 s otherwise, on stderr)",
+    )
     j = p.add_argument_group("batch jobs from a login node (pip install 'dtrace[jobqueue]')")
-    j.add_argument("--cluster", choices=["slurm", "pbs"], default=None,
-                   help="submit Dask workers as batch jobs to this scheduler (dask-jobqueue)")
+    j.add_argument(
+        "--cluster",
+        choices=["slurm", "pbs"],
+        default=None,
+        help="submit Dask workers as batch jobs to this scheduler (dask-jobqueue)",
+    )
     j.add_argument("--jobs", type=int, default=None, help="batch jobs to submit (default: 1)")
     for flag, key, kind, what in _JOB_FLAGS:
         j.add_argument(flag, dest=f"job_{key}", type=kind, default=None, metavar=key.upper(), help=what)
@@ -71,21 +97,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out, args.cache)
     scheduler = "sync" if args.sync else args.scheduler
-    job_options = {key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS
-                   if getattr(args, f"job_{key}") is not None}
-    res = api.analyze(args.inputs, args.out, cache=args.cache, scheduler=scheduler,
-                      scheduler_file=args.scheduler_file, workers=args.workers,
-                      cluster=args.cluster, jobs=args.jobs, cluster_options=job_options or None,
-                      progress=not args.no_progress, format=args.input_format,
-                      reuse_cache=not args.no_cache,
-                      reuse_results=not (args.no_cache or args.recompute), max_input_size=args.max_input_size,
-                      **({"partition_events": args.partition_size} if args.partition_size else {}),
-                      **analysis_kwargs(args))
+    job_options = {
+        key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS if getattr(args, f"job_{key}") is not None
+    }
+    res = api.analyze(
+        args.inputs,
+        args.out,
+        cache=args.cache,
+        scheduler=scheduler,
+        scheduler_file=args.scheduler_file,
+        workers=args.workers,
+        cluster=args.cluster,
+        jobs=args.jobs,
+        cluster_options=job_options or None,
+        progress=not args.no_progress,
+        format=args.input_format,
+        reuse_cache=not args.no_cache,
+        reuse_results=not (args.no_cache or args.recompute),
+        max_input_size=args.max_input_size,
+        **({"partition_events": args.partition_size} if args.partition_size else {}),
+        **analysis_kwargs(args),
+    )
     empty = _empty_step(res, args.step)
     if empty == "all":
-        raise UsageError(f"--step {args.step} selects no GPU event in any input (steps are the traces' "
-                         f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
-                         f"see dtrace show OUT steps); results written to {args.out}")
+        raise UsageError(
+            f"--step {args.step} selects no GPU event in any input (steps are the traces' "
+            f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
+            f"see dtrace show OUT steps); results written to {args.out}"
+        )
     if is_machine(args.fmt):  # one document on stdout; the prose on stderr
         print(printable(header(res), keep_newlines=True), end="", file=sys.stderr)
         for e in res.errors:

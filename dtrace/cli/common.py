@@ -1,4 +1,5 @@
 """Flags shared by several commands, mapped one to one onto keyword arguments."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,16 +17,29 @@ from ..render.text import FORMATS
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
-    g.add_argument("--compat", choices=["default", "tracelens"], default="default",
-                   help="reproduce a peer tool's numbers exactly (tracelens: GPUEventAnalyser rules)")
+    g.add_argument(
+        "--compat",
+        choices=["default", "tracelens"],
+        default="default",
+        help="reproduce a peer tool's numbers exactly (tracelens: GPUEventAnalyser rules)",
+    )
     g.add_argument("--linked-only", action="store_true", help="keep only GPU events linked to a host launch")
     g.add_argument("--step", type=int, default=None, help="keep only this step (iteration) in every table")
     g.add_argument("--step-pattern", default=None, help="regex on annotation names marking a step (group 1 = number)")
-    g.add_argument("--rank-by", choices=["auto", "order"], default="auto",
-                   help="auto: distributedInfo, then rank<N> in the file name; order: sorted input order")
+    g.add_argument(
+        "--rank-by",
+        choices=["auto", "order"],
+        default="auto",
+        help="auto: distributedInfo, then rank<N> in the file name; order: sorted input order",
+    )
     g.add_argument("--format", dest="input_format", default=None, help="force an input format (default: detect)")
-    g.add_argument("--gpus-per-host", type=int, default=None, help="ranks r // N share a host clock (default 8; "
-                   "0: one clock per rank) when clock offsets are removed from collectives")
+    g.add_argument(
+        "--gpus-per-host",
+        type=int,
+        default=None,
+        help="ranks r // N share a host clock (default 8; "
+        "0: one clock per rank) when clock offsets are removed from collectives",
+    )
     g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
     add_kernel_gap_options(g)
 
@@ -40,28 +54,64 @@ def _us_to_ns(text: str) -> int:
 
 def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     """Kernel-class, per-iteration and gap flags (dest == Options field; times in µs → ns)."""
-    g.add_argument("--classmap", default=None, metavar="FILE", type=os.path.abspath,
-                   help="class map JSON: {substring: class}, a config with kernel_to_class_map, "
-                        "or {engine: {model: {regex: category}}}")
+    g.add_argument(
+        "--classmap",
+        default=None,
+        metavar="FILE",
+        type=os.path.abspath,
+        help="class map JSON: {substring: class}, a config with kernel_to_class_map, "
+        "or {engine: {model: {regex: category}}}",
+    )
     g.add_argument("--engine", dest="classmap_engine", default=None, help="engine of a regex class map")
     g.add_argument("--model", dest="classmap_model", default=None, help="model of a regex class map")
-    g.add_argument("--iters", type=int, default=None,
-                   help="iterations in the trace for per-iteration figures (default: steps found)")
-    g.add_argument("--summary-gpus", type=int, default=None, metavar="N",
-                   help="GPUs an nsys stats summary CSV covers (per-iteration figures divide by iters x N)")
-    g.add_argument("--hist-min", dest="hist_min_ns", type=_us_to_ns, default=None, metavar="US",
-                   help="gap histogram lower bound in µs (default: smallest gap)")
-    g.add_argument("--hist-max", dest="hist_max_ns", type=_us_to_ns, default=None, metavar="US",
-                   help="gap histogram upper bound in µs (default: largest gap)")
+    g.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="iterations in the trace for per-iteration figures (default: steps found)",
+    )
+    g.add_argument(
+        "--summary-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GPUs an nsys stats summary CSV covers (per-iteration figures divide by iters x N)",
+    )
+    g.add_argument(
+        "--hist-min",
+        dest="hist_min_ns",
+        type=_us_to_ns,
+        default=None,
+        metavar="US",
+        help="gap histogram lower bound in µs (default: smallest gap)",
+    )
+    g.add_argument(
+        "--hist-max",
+        dest="hist_max_ns",
+        type=_us_to_ns,
+        default=None,
+        metavar="US",
+        help="gap histogram upper bound in µs (default: largest gap)",
+    )
     g.add_argument("--hist-bins", type=int, default=None, help="gap histogram bins (default 20)")
     g.add_argument("--hist-log", action="store_true", default=None, help="logarithmic gap histogram bins")
-    g.add_argument("--kernel-wait-us", dest="kernel_wait_ns", type=_us_to_ns, default=None, metavar="US",
-                   help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)")
+    g.add_argument(
+        "--kernel-wait-us",
+        dest="kernel_wait_ns",
+        type=_us_to_ns,
+        default=None,
+        metavar="US",
+        help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)",
+    )
 
 
 def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kw: dict[str, Any] = {"compat": args.compat, "linked_only": args.linked_only, "step": args.step,
-                          "rank_by": args.rank_by}
+    kw: dict[str, Any] = {
+        "compat": args.compat,
+        "linked_only": args.linked_only,
+        "step": args.step,
+        "rank_by": args.rank_by,
+    }
     if args.step_pattern:
         kw["step_pattern"] = args.step_pattern
     for name in OPTION_FLAGS:
@@ -72,15 +122,30 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # option names that further commands' flags add (dest == Options field)
-OPTION_FLAGS: list[str] = ["classmap", "classmap_engine", "classmap_model", "iters", "hist_min_ns", "hist_max_ns",
-                           "hist_bins", "hist_log", "kernel_wait_ns", "summary_gpus"]
+OPTION_FLAGS: list[str] = [
+    "classmap",
+    "classmap_engine",
+    "classmap_model",
+    "iters",
+    "hist_min_ns",
+    "hist_max_ns",
+    "hist_bins",
+    "hist_log",
+    "kernel_wait_ns",
+    "summary_gpus",
+]
 OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fmt", dest="fmt", choices=FORMATS, default="table",
-                   help="table (terminal, default), markdown, or a machine format: csv or json (exactly one "
-                        "document on stdout, notes on stderr)")
+    p.add_argument(
+        "--fmt",
+        dest="fmt",
+        choices=FORMATS,
+        default="table",
+        help="table (terminal, default), markdown, or a machine format: csv or json (exactly one "
+        "document on stdout, notes on stderr)",
+    )
 
 
 #: Rows a terminal table shows unless --top N or --all says otherwise.
@@ -89,9 +154,15 @@ DEFAULT_TOP = 20
 
 def add_rows(p: argparse.ArgumentParser, *aliases: str) -> None:
     """``--top N`` and ``--all``: how many rows the tables show, the same in every command."""
-    p.add_argument("--top", *aliases, dest="top", type=int, default=None, metavar="N",
-                   help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row "
-                        "in csv/json)")
+    p.add_argument(
+        "--top",
+        *aliases,
+        dest="top",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row in csv/json)",
+    )
     p.add_argument("--all", dest="all_rows", action="store_true", help="show every row")
 
 
@@ -131,7 +202,7 @@ def reading(path: str) -> Iterator[None]:
     try:
         yield
     except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
+        bad = exc.object[exc.start : exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
         raise InputError(path, f"not valid UTF-8 text (byte 0x{bad}); is it a trace file?") from None
     except RecursionError:
         raise InputError(path, "the JSON is nested too deeply to read") from None
@@ -153,8 +224,9 @@ def check_out_dir(out: str, cache: str | None) -> None:
         raise UsageError(f"{manifest} is a directory, not a results manifest; remove it or choose another -o")
     cache_dir = cache or os.path.join(out, "cache")
     if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
-        raise UsageError(f"{cache_dir}: exists and is not a directory (the ingest cache); remove it or pass "
-                         "--cache DIR")
+        raise UsageError(
+            f"{cache_dir}: exists and is not a directory (the ingest cache); remove it or pass --cache DIR"
+        )
     for target in (out, cache_dir):
         base = os.path.abspath(target)
         while not os.path.exists(base):
@@ -248,5 +320,6 @@ def write_parquet(df: Any, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    write_output(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp,
-                                                  compression="zstd"))
+    write_output(
+        path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp, compression="zstd")
+    )

@@ -1,4 +1,5 @@
 """Entry point: ``dtrace COMMAND ...`` (also ``python -m dtrace``)."""
+
 from __future__ import annotations
 
 import argparse

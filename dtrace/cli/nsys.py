@@ -11,6 +11,7 @@ The report is printed; with ``-o OUT`` its figures are also saved as results tab
 (``stats_summary``, ``stats_classes``, ``stats_nccl``, ``stats_memops``; ``dtrace show OUT``)
 with the text in ``OUT/report.txt``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,21 +30,39 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("nsys-stats", help="GPU Performance Analyser report from nsys stats CSVs or a report",
-                       description="Per-iteration kernel, class, NCCL, memory-operation and NVTX figures from "
-                                   "a GPU Performance Analyser JSON config, nsys stats CSVs "
-                                   "(*_cuda_gpu_kern_sum.csv, *_cuda_gpu_mem_time_sum.csv, "
-                                   "*_nvtx_gpu_proj_trace.csv) or Nsight Systems reports (.sqlite, .nsys-rep).")
+    p = sub.add_parser(
+        "nsys-stats",
+        help="GPU Performance Analyser report from nsys stats CSVs or a report",
+        description="Per-iteration kernel, class, NCCL, memory-operation and NVTX figures from "
+        "a GPU Performance Analyser JSON config, nsys stats CSVs "
+        "(*_cuda_gpu_kern_sum.csv, *_cuda_gpu_mem_time_sum.csv, "
+        "*_nvtx_gpu_proj_trace.csv) or Nsight Systems reports (.sqlite, .nsys-rep).",
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="CONFIG.json, CSV files, or .sqlite/.nsys-rep reports")
     p.add_argument("--iters", type=int, default=None, help="iterations the inputs hold (num_of_iters; default 1)")
-    p.add_argument("--gpus", type=int, default=None,
-                   help="GPUs the inputs hold (num_of_gpus; default 1 for CSVs, the report's devices otherwise)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs the inputs hold (num_of_gpus; default 1 for CSVs, the report's devices otherwise)",
+    )
     p.add_argument("--nvtx-tag", default=None, help="NVTX range name of one iteration (nvtx_tag_of_iter)")
-    p.add_argument("--classmap", default=None, metavar="FILE",
-                   help="class map (kernel_to_class_map or a config holding one); overrides the config's")
+    p.add_argument(
+        "--classmap",
+        default=None,
+        metavar="FILE",
+        help="class map (kernel_to_class_map or a config holding one); overrides the config's",
+    )
     p.add_argument("--title", default=None, help="title of a report given by files (default: the file prefix)")
-    p.add_argument("-o", "--output", "--out", dest="out", default=None, metavar="OUT",
-                   help="also save the figures as results tables and report.txt here")
+    p.add_argument(
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        default=None,
+        metavar="OUT",
+        help="also save the figures as results tables and report.txt here",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,14 +83,26 @@ def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfi
         elif f.lower().endswith((".sqlite", ".nsys-rep", ".qdrep")):
             inputs.append(StatsInput(title=args.title or os.path.basename(f), format="nsys-rep", report=f, **common))
         else:
-            raise UsageError(f"{f}: not an nsys stats summary CSV, .sqlite or .nsys-rep report "
-                             "(or pass a GPU Performance Analyser JSON config alone)")
+            raise UsageError(
+                f"{f}: not an nsys stats summary CSV, .sqlite or .nsys-rep report "
+                "(or pass a GPU Performance Analyser JSON config alone)"
+            )
     for prefix, g in sorted(groups.items()):
         if KERN_SUM not in g:
-            raise UsageError(f"report {prefix}: a cuda_gpu_kern_sum CSV is required (given: "
-                             f"{', '.join(os.path.basename(v) for v in g.values())})")
-        inputs.append(StatsInput(title=args.title or os.path.basename(prefix), format="csv", kernel_sum=g[KERN_SUM],
-                                 mem_time_sum=g.get(MEM_SUM), nvtx_proj_trace=g.get(NVTX_PROJ), **common))
+            raise UsageError(
+                f"report {prefix}: a cuda_gpu_kern_sum CSV is required (given: "
+                f"{', '.join(os.path.basename(v) for v in g.values())})"
+            )
+        inputs.append(
+            StatsInput(
+                title=args.title or os.path.basename(prefix),
+                format="csv",
+                kernel_sum=g[KERN_SUM],
+                mem_time_sum=g.get(MEM_SUM),
+                nvtx_proj_trace=g.get(NVTX_PROJ),
+                **common,
+            )
+        )
     return StatsConfig(inputs=inputs, source="<command line>")
 
 
@@ -88,9 +119,17 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.inputs[0])
         if args.iters or args.gpus or args.nvtx_tag:  # command-line values override the config's
             from dataclasses import replace
-            config = StatsConfig(inputs=[replace(i, iters=args.iters or i.iters, gpus=args.gpus or i.gpus,
-                                                 nvtx_tag=args.nvtx_tag or i.nvtx_tag) for i in config.inputs],
-                                 kernel_to_class_map=config.kernel_to_class_map, source=config.source)
+
+            config = StatsConfig(
+                inputs=[
+                    replace(
+                        i, iters=args.iters or i.iters, gpus=args.gpus or i.gpus, nvtx_tag=args.nvtx_tag or i.nvtx_tag
+                    )
+                    for i in config.inputs
+                ],
+                kernel_to_class_map=config.kernel_to_class_map,
+                source=config.source,
+            )
     else:
         config = _inputs_from_files(args.inputs, args)
     classifier = classifier_of(config, os.path.abspath(args.classmap) if args.classmap else None)
@@ -99,9 +138,16 @@ def run(args: argparse.Namespace) -> int:
         paths = [p for p in (inp.kernel_sum, inp.mem_time_sum, inp.nvtx_proj_trace, inp.report) if p]
         try:
             st = stats_of(inp)
-            rep = build_report(st.kernels, st.memops, st.nvtx, title=inp.title, iters=inp.iters,
-                               gpus=inp.gpus if inp.gpus is not None else st.parts, nvtx_tag=inp.nvtx_tag,
-                               classifier=classifier)
+            rep = build_report(
+                st.kernels,
+                st.memops,
+                st.nvtx,
+                title=inp.title,
+                iters=inp.iters,
+                gpus=inp.gpus if inp.gpus is not None else st.parts,
+                nvtx_tag=inp.nvtx_tag,
+                classifier=classifier,
+            )
         except DtraceError as exc:
             failed += 1
             print(f"dtrace nsys-stats: error: {printable(exc)}", file=sys.stderr)
@@ -126,8 +172,14 @@ def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], 
     from .common import write_text
 
     merged = {name: pd.concat([t[name] for t in tables], ignore_index=True) for name in tables[0]}
-    manifest = {"dtrace_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "command": "nsys-stats", "config": getattr(config, "source", ""), "inputs": entries,
-                "n_inputs": len(entries), "n_failed": sum(1 for e in entries if e["status"] == "error")}
+    manifest = {
+        "dtrace_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": "nsys-stats",
+        "config": getattr(config, "source", ""),
+        "inputs": entries,
+        "n_inputs": len(entries),
+        "n_failed": sum(1 for e in entries if e["status"] == "error"),
+    }
     write_results(out, merged, manifest)
     write_text(os.path.join(out, "report.txt"), text)

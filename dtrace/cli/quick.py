@@ -12,6 +12,7 @@ full table; any other name: a text report).
 The view builders are pure functions of the results tables returning text; only
 :func:`run_kernels` and :func:`run_gaps` print or write.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,23 +59,35 @@ def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: st
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    k = sub.add_parser("kernels", help="top kernels, classes, NCCL and memory operations of a trace or results",
-                       description="Kernel statistics of one trace file (analysed in-process) or of a results "
-                                   "directory: top kernels, kernel classes with per-iteration figures, "
-                                   "per-collective NCCL time and memory operations.")
+    k = sub.add_parser(
+        "kernels",
+        help="top kernels, classes, NCCL and memory operations of a trace or results",
+        description="Kernel statistics of one trace file (analysed in-process) or of a results "
+        "directory: top kernels, kernel classes with per-iteration figures, "
+        "per-collective NCCL time and memory operations.",
+    )
     _common(k)
-    k.add_argument("--sort", "-s", default="total",
-                   help="count, mean, total or share (aliases: duration=mean, percentage=count, "
-                        "duration-percentage=share); default total")
+    k.add_argument(
+        "--sort",
+        "-s",
+        default="total",
+        help="count, mean, total or share (aliases: duration=mean, percentage=count, "
+        "duration-percentage=share); default total",
+    )
     k.set_defaults(func=run_kernels)
-    g = sub.add_parser("gaps", help="idle gaps between GPU events of a trace or results",
-                       description="Idle gaps per stream of one trace file or a results directory: counts, idle "
-                                   "time and causes, a histogram (--hist-min/--hist-max in µs) and the kernel "
-                                   "pairs around the gaps.")
+    g = sub.add_parser(
+        "gaps",
+        help="idle gaps between GPU events of a trace or results",
+        description="Idle gaps per stream of one trace file or a results directory: counts, idle "
+        "time and causes, a histogram (--hist-min/--hist-max in µs) and the kernel "
+        "pairs around the gaps.",
+    )
     _common(g, top_alias="--gap-top", output_alias="--gap-output")
-    g.add_argument("--gap-sort", default="mean",
-                   help="sort kernel pairs by count, mean, max or std (aliases avg, avggap, maxgap, stdev); "
-                        "default mean")
+    g.add_argument(
+        "--gap-sort",
+        default="mean",
+        help="sort kernel pairs by count, mean, max or std (aliases avg, avggap, maxgap, stdev); default mean",
+    )
     g.add_argument("--stream", type=int, default=None, help="only this stream")
     g.set_defaults(func=run_gaps)
 
@@ -82,8 +95,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_alias: str | None = None) -> None:
     p.add_argument("input", metavar="X", help="a trace file, or a results directory of dtrace analyze")
     add_rows(p, *(["-t"] + ([top_alias] if top_alias else [])))
-    p.add_argument(*(["--output", "-o"] + ([output_alias] if output_alias else [])), dest="output",
-                   default=None, metavar="FILE", help="write the detail with full names (.csv, .json or text)")
+    p.add_argument(
+        *(["--output", "-o"] + ([output_alias] if output_alias else [])),
+        dest="output",
+        default=None,
+        metavar="FILE",
+        help="write the detail with full names (.csv, .json or text)",
+    )
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
     p.add_argument("--pstep", dest="step", type=int, default=None, help=argparse.SUPPRESS)
     add_analysis_options(p)
@@ -91,6 +109,7 @@ def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_ali
 
 
 # -- loading ---------------------------------------------------------------------------------
+
 
 def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = None) -> Results:
     """Results of a results directory, or of one trace analysed in-process (nothing written).
@@ -108,8 +127,10 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
             if val == getattr(default, key, None) or key not in used:
                 continue
             if used[key] != val:
-                raise UsageError(f"{path} was analysed with {key}={used[key]!r}, not {val!r}; re-run dtrace analyze "
-                                 f"with that option, or give the trace file")
+                raise UsageError(
+                    f"{path} was analysed with {key}={used[key]!r}, not {val!r}; re-run dtrace analyze "
+                    f"with that option, or give the trace file"
+                )
         return res
     from .. import api
 
@@ -155,12 +176,15 @@ def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, A
         return f"no GPU events in step {step} in {path} (it was analysed with --step {step})"
     from .. import api
 
-    whole = api.analyze([path], None, scheduler="sync", format=input_format,
-                        **{k: v for k, v in kwargs.items() if k != "step"})
+    whole = api.analyze(
+        [path], None, scheduler="sync", format=input_format, **{k: v for k, v in kwargs.items() if k != "step"}
+    )
     steps = whole.table("steps")["step"] if "steps" in whole.table_names else pd.Series([], dtype=np.int64)
     if not len(steps):
-        return (f"--step {step}: {path} has no steps (no ProfilerStep#N, GPU step annotation, NVTX or JAX step "
-                "marker); leave out --step")
+        return (
+            f"--step {step}: {path} has no steps (no ProfilerStep#N, GPU step annotation, NVTX or JAX step "
+            "marker); leave out --step"
+        )
     return f"--step {step}: no such step in {path}; its steps: {id_list(steps)}"
 
 
@@ -180,6 +204,7 @@ def _note(res: Results) -> str:
 
 
 # -- kernels ---------------------------------------------------------------------------------
+
 
 def _outer_template(name: str) -> str:
     """The name without return type, argument list elided, template arguments below the first
@@ -240,13 +265,25 @@ def kernel_view(kernels: pd.DataFrame, sort: str) -> pd.DataFrame:
     A single part keeps its median; pooled parts get exact pooled count, total, mean, std,
     min and max, and shares of the pooled GPU time and launches.
     """
-    cols = ["name", "class", "count", "mean_ns", "total_ns", "std_ns", "min_ns", "max_ns", "count_share",
-            "time_share"]
+    cols = ["name", "class", "count", "mean_ns", "total_ns", "std_ns", "min_ns", "max_ns", "count_share", "time_share"]
     if not len(kernels):
         return pd.DataFrame({c: [] for c in cols})
     if _parts(kernels) == 1:
-        view = kernels[["name", "class", "count", "mean_ns", "total_ns", "std_ns", "median_ns", "min_ns", "max_ns",
-                        "count_share", "time_share"]].copy()
+        view = kernels[
+            [
+                "name",
+                "class",
+                "count",
+                "mean_ns",
+                "total_ns",
+                "std_ns",
+                "median_ns",
+                "min_ns",
+                "max_ns",
+                "count_share",
+                "time_share",
+            ]
+        ].copy()
     else:
         view = pool(kernels, ["name"])
         first = kernels.groupby("name", sort=False)["class"].first()
@@ -266,9 +303,14 @@ def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
         return df
     n = _parts(df)
     g = df.groupby(key, sort=False)
-    out = pd.DataFrame({"count": g["count"].sum(), "total_ns": g["total_ns"].sum(),
-                        "count_per_iter": g["count_per_iter"].sum() / n,
-                        "total_per_iter_ns": g["total_per_iter_ns"].sum() / n}).reset_index()
+    out = pd.DataFrame(
+        {
+            "count": g["count"].sum(),
+            "total_ns": g["total_ns"].sum(),
+            "count_per_iter": g["count_per_iter"].sum() / n,
+            "total_per_iter_ns": g["total_per_iter_ns"].sum() / n,
+        }
+    ).reset_index()
     out["time_share"] = out["total_ns"] / max(float(out["total_ns"].sum()), 1.0)
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -278,7 +320,7 @@ class KernelReport:
     """What ``dtrace kernels`` shows, as numbers (ns) and tables: :func:`kernel_report`."""
 
     summary: dict[str, Any]
-    kernels: pd.DataFrame            # kernel_view: one row per name, sorted
+    kernels: pd.DataFrame  # kernel_view: one row per name, sorted
     classes: pd.DataFrame | None
     classifier: str
     nccl: pd.DataFrame | None
@@ -290,13 +332,20 @@ def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
     k = _select(res.table("kernels"), rank)
     parts = _parts(k)
     view = kernel_view(k, sort)
-    summary: dict[str, Any] = {"parts": parts, "kernel_names": len(view), "gpu_events": int(k["count"].sum()),
-                               "gpu_time_ns": int(k["total_ns"].sum())}
+    summary: dict[str, Any] = {
+        "parts": parts,
+        "kernel_names": len(view),
+        "gpu_events": int(k["count"].sum()),
+        "gpu_time_ns": int(k["total_ns"].sum()),
+    }
     if parts:
         iters = k.groupby(["rank", "device"])["iters"].first()
-        summary.update(iterations_min=int(iters.min()), iterations_max=int(iters.max()),
-                       per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
-                       events_per_iteration=float(k["count_per_iter"].sum() / parts))
+        summary.update(
+            iterations_min=int(iters.min()),
+            iterations_max=int(iters.max()),
+            per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
+            events_per_iteration=float(k["count_per_iter"].sum() / parts),
+        )
     classes = _select(res.table("classes"), rank)
     label = str(classes["classifier"].iloc[0]) if len(classes) else ""
     nccl = mem = None
@@ -315,9 +364,11 @@ def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
 
 def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
     """:class:`KernelReport` as one JSON-able object (raw ns, full names)."""
-    doc: dict[str, Any] = {"summary": rep.summary, "classifier": rep.classifier,
-                           "kernels": _records(rep.kernels.drop(columns="#").head(top) if top else
-                                               rep.kernels.drop(columns="#"))}
+    doc: dict[str, Any] = {
+        "summary": rep.summary,
+        "classifier": rep.classifier,
+        "kernels": _records(rep.kernels.drop(columns="#").head(top) if top else rep.kernels.drop(columns="#")),
+    }
     for name in ("classes", "nccl", "memops"):
         df = getattr(rep, name)
         doc[name] = _records(df) if df is not None else []
@@ -331,19 +382,25 @@ def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, 
     sm = rep.summary
     if not sm["parts"]:
         return "".join(out) + "no GPU kernels found\n"
-    it = (str(sm["iterations_min"]) if sm["iterations_min"] == sm["iterations_max"]
-          else f"{sm['iterations_min']}-{sm['iterations_max']}")
-    out.append(f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
-               f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
-               f"GPU time {fmt_time(sm['gpu_time_ns'])}\n"
-               f"per iteration ({it} iteration(s) per part): {fmt_time(sm['per_iteration_ns'])} and "
-               f"{sm['events_per_iteration']:,.1f} events per part\n")
+    it = (
+        str(sm["iterations_min"])
+        if sm["iterations_min"] == sm["iterations_max"]
+        else f"{sm['iterations_min']}-{sm['iterations_max']}"
+    )
+    out.append(
+        f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
+        f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
+        f"GPU time {fmt_time(sm['gpu_time_ns'])}\n"
+        f"per iteration ({it} iteration(s) per part): {fmt_time(sm['per_iteration_ns'])} and "
+        f"{sm['events_per_iteration']:,.1f} events per part\n"
+    )
     view = rep.kernels
     shown = view.copy()  # every row: units come from the whole column, whatever --top
     head = len(shown) if top is None else min(top, len(shown))
     shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
-    out.append(render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False,
-                      max_rows=top))
+    out.append(
+        render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False, max_rows=top)
+    )
     if rep.classes is not None:
         out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
     if rep.nccl is not None:
@@ -361,12 +418,16 @@ def kernels_detail(view: pd.DataFrame) -> str:
     """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
     lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
     for i, d in enumerate(view.to_dict("records"), start=1):
-        lines += [f"Rank {i}: {d['name']}", f"  Class: {d['class']}",
-                  f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
-                  f"  Total Duration: {d['total_ns'] / 1e3:.2f} μs ({100 * d['time_share']:.1f}% of total duration)",
-                  f"  Average Duration: {d['mean_ns'] / 1e3:.2f} μs",
-                  f"  Standard Deviation: {d['std_ns'] / 1e3:.2f} μs",
-                  f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {d['max_ns'] / 1e3:.2f} μs", "-" * 50]
+        lines += [
+            f"Rank {i}: {d['name']}",
+            f"  Class: {d['class']}",
+            f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
+            f"  Total Duration: {d['total_ns'] / 1e3:.2f} μs ({100 * d['time_share']:.1f}% of total duration)",
+            f"  Average Duration: {d['mean_ns'] / 1e3:.2f} μs",
+            f"  Standard Deviation: {d['std_ns'] / 1e3:.2f} μs",
+            f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {d['max_ns'] / 1e3:.2f} μs",
+            "-" * 50,
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -411,6 +472,7 @@ def run_kernels(args: argparse.Namespace) -> int:
 
 # -- gaps ------------------------------------------------------------------------------------
 
+
 def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
     """Text bars of a gap histogram pooled over the rows given, and a note.
 
@@ -421,12 +483,15 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
         return "", ""
     note = ""
     edges = hist.groupby(["rank", "device"], sort=True)[["lo_ns", "hi_ns"]].apply(
-        lambda f: tuple(np.round(f.drop_duplicates().to_numpy(np.float64, na_value=np.nan).ravel(), 3)))
+        lambda f: tuple(np.round(f.drop_duplicates().to_numpy(np.float64, na_value=np.nan).ravel(), 3))
+    )
     if edges.nunique() > 1:
         r, d = edges.index[0]
         hist = hist.loc[(hist["rank"] == r) & (hist["device"] == d)]
-        note = (f"bins differ between parts (default bounds follow each part's gaps): showing rank {r} device {d}; "
-                f"pass --hist-min/--hist-max for common bins\n")
+        note = (
+            f"bins differ between parts (default bounds follow each part's gaps): showing rank {r} device {d}; "
+            f"pass --hist-min/--hist-max for common bins\n"
+        )
     h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
     peak = max(int(h["count"].max()), 1)
     unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
@@ -443,8 +508,7 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
 def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataFrame:
     """Kernel pairs pooled over streams and parts, sorted by ``sort``, with a readable
     ``transition`` column (both names shortened to ``width``)."""
-    cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name",
-            "next_name"]
+    cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name", "next_name"]
     if not len(trans):
         return pd.DataFrame({c: [] for c in cols})
     v = pool(trans, ["prev_name", "next_name"])
@@ -460,14 +524,25 @@ class GapReport:
     """What ``dtrace gaps`` shows, as numbers (ns) and tables: :func:`gap_report`."""
 
     summary: dict[str, Any]
-    device: dict[str, Any]           # GPU idle time (device gaps) by cause; empty with --stream or old results
-    streams: pd.DataFrame            # one row per (rank, device, stream), most idle first
-    histogram: pd.DataFrame          # the gap_histogram rows selected
-    transitions: pd.DataFrame        # transition_view: kernel pairs, sorted
+    device: dict[str, Any]  # GPU idle time (device gaps) by cause; empty with --stream or old results
+    streams: pd.DataFrame  # one row per (rank, device, stream), most idle first
+    histogram: pd.DataFrame  # the gap_histogram rows selected
+    transitions: pd.DataFrame  # transition_view: kernel pairs, sorted
 
 
-STREAM_COLUMNS = ["rank", "device", "stream", "events", "gaps", "idle_ns", "mean_ns", "max_ns", "host_wait_ns",
-                  "kernel_wait_ns", "other_ns"]
+STREAM_COLUMNS = [
+    "rank",
+    "device",
+    "stream",
+    "events",
+    "gaps",
+    "idle_ns",
+    "mean_ns",
+    "max_ns",
+    "host_wait_ns",
+    "kernel_wait_ns",
+    "other_ns",
+]
 CAUSES = ("host_wait", "kernel_wait", "other")
 
 
@@ -484,22 +559,32 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None)
     for c in CAUSES:
         summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
         summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
-    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[[c for c in STREAM_COLUMNS
-                                                                           if c in gaps.columns]]
+    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[
+        [c for c in STREAM_COLUMNS if c in gaps.columns]
+    ]
     device: dict[str, Any] = {}
     if stream is None and "device_gaps" in res.table_names:
         dg = _select(res.table("device_gaps"), rank)
-        device = {"gpus": len(dg), **{c: int(dg[c].sum()) if len(dg) else 0
-                                      for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))}}
+        device = {
+            "gpus": len(dg),
+            **{
+                c: int(dg[c].sum()) if len(dg) else 0
+                for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
+            },
+        }
     return GapReport(summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort))
 
 
 def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
     """:class:`GapReport` as one JSON-able object (raw ns, full names)."""
     tv = rep.transitions.drop(columns=["#", "transition"])
-    return {"gpu_idle": rep.device, "summary": rep.summary,
-            "streams": _records(rep.streams.head(top) if top else rep.streams),
-            "histogram": _records(rep.histogram), "transitions": _records(tv.head(top) if top else tv)}
+    return {
+        "gpu_idle": rep.device,
+        "summary": rep.summary,
+        "streams": _records(rep.streams.head(top) if top else rep.streams),
+        "histogram": _records(rep.histogram),
+        "transitions": _records(tv.head(top) if top else tv),
+    }
 
 
 def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
@@ -511,12 +596,18 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
     dv = rep.device
     if dv:
         causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
-        out.append(f"GPU idle time (no stream busy; the breakdown's idle): {fmt_time(dv['idle_ns'])} in "
-                   f"{dv['gaps']:,} gaps over {dv['gpus']:,} GPU(s)\n" + (f"Causes: {causes}\n" if dv["gaps"] else ""))
-        out.append("Per stream (a stream's gap may overlap work on the GPU's other streams, so these add up to "
-                   "more than the GPU's idle time):\n")
-    out.append(f"Total gaps found: {n:,}\nTotal stream gap time: {fmt_time(sm['idle_ns'])}\n"
-               f"Average gap duration: {fmt_time(sm['mean_gap_ns'])}\n")
+        out.append(
+            f"GPU idle time (no stream busy; the breakdown's idle): {fmt_time(dv['idle_ns'])} in "
+            f"{dv['gaps']:,} gaps over {dv['gpus']:,} GPU(s)\n" + (f"Causes: {causes}\n" if dv["gaps"] else "")
+        )
+        out.append(
+            "Per stream (a stream's gap may overlap work on the GPU's other streams, so these add up to "
+            "more than the GPU's idle time):\n"
+        )
+    out.append(
+        f"Total gaps found: {n:,}\nTotal stream gap time: {fmt_time(sm['idle_ns'])}\n"
+        f"Average gap duration: {fmt_time(sm['mean_gap_ns'])}\n"
+    )
     if n:
         causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
@@ -529,10 +620,15 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
         out.append("GAP DURATION HISTOGRAM (stream gaps):\n" + note + bars + left)
     tv = rep.transitions
     if len(tv):
-        out.append(render(tv.drop(columns=["prev_name", "next_name"]), fmt,
-                          title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
-                          max_rows=top,
-                          short_names=False))
+        out.append(
+            render(
+                tv.drop(columns=["prev_name", "next_name"]),
+                fmt,
+                title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
+                max_rows=top,
+                short_names=False,
+            )
+        )
     return "\n".join(s for s in out if s)
 
 
@@ -540,18 +636,32 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
     """The full-name text report of ``--output`` (the layout of the single-trace gap tools it replaces)."""
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    lines = ["DETAILED GPU GAP ANALYSIS", "=" * 50, "", f"Total gaps found: {n}",
-             f"Total idle time: {idle / 1e3:.2f} μs", f"Average gap duration: {(idle / n if n else 0) / 1e3:.2f} μs",
-             "", f"Active streams: {len(gaps)}"]
+    lines = [
+        "DETAILED GPU GAP ANALYSIS",
+        "=" * 50,
+        "",
+        f"Total gaps found: {n}",
+        f"Total idle time: {idle / 1e3:.2f} μs",
+        f"Average gap duration: {(idle / n if n else 0) / 1e3:.2f} μs",
+        "",
+        f"Active streams: {len(gaps)}",
+    ]
     for r in gaps.sort_values("idle_ns", ascending=False, kind="stable").itertuples(index=False):
-        lines.append(f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {r.idle_ns / 1e3:.2f} μs "
-                     f"idle time")
+        lines.append(
+            f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {r.idle_ns / 1e3:.2f} μs idle time"
+        )
     lines += ["", "Kernel Pairs:", "-" * 50]
     for i, d in enumerate(tv.to_dict("records"), start=1):
-        lines += [f"Rank {i}: {d['prev_name']} → {d['next_name']}", f"  Count: {d['count']}",
-                  f"  Average Gap: {d['mean_ns'] / 1e3:.2f} μs", f"  Max Gap: {d['max_ns'] / 1e3:.2f} μs",
-                  f"  Min Gap: {d['min_ns'] / 1e3:.2f} μs", f"  Std Dev: {d['std_ns'] / 1e3:.2f} μs",
-                  f"  Total Gap Time: {d['total_ns'] / 1e3:.2f} μs", "-" * 30]
+        lines += [
+            f"Rank {i}: {d['prev_name']} → {d['next_name']}",
+            f"  Count: {d['count']}",
+            f"  Average Gap: {d['mean_ns'] / 1e3:.2f} μs",
+            f"  Max Gap: {d['max_ns'] / 1e3:.2f} μs",
+            f"  Min Gap: {d['min_ns'] / 1e3:.2f} μs",
+            f"  Std Dev: {d['std_ns'] / 1e3:.2f} μs",
+            f"  Total Gap Time: {d['total_ns'] / 1e3:.2f} μs",
+            "-" * 30,
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -576,8 +686,9 @@ def run_gaps(args: argparse.Namespace) -> int:
             tv = rep.transitions.drop(columns=["#", "transition"])
             print(render(tv, "csv", max_rows=rows_to_show(args)), end="")
     else:
-        print(gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt),
-              end="")
+        print(
+            gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt), end=""
+        )
     if args.output:
         tv = rep.transitions
         _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))

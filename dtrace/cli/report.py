@@ -3,6 +3,7 @@
 The renderers return strings or DataFrames; this module is the only place that writes them
 (atomically: a temporary file in the target directory, then a rename).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,53 +18,99 @@ from .common import add_output_format, add_rows, is_machine, rows_to_show, say, 
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write the HTML report of a results directory",
-                       description="Write one self-contained HTML file (no network needed to view it) with "
-                                   "the job summary, per-GPU breakdown, classes, rank × step heatmaps, "
-                                   "stragglers, top kernels, gaps, collective skew and per-op GPU time.")
+    p = sub.add_parser(
+        "report",
+        help="write the HTML report of a results directory",
+        description="Write one self-contained HTML file (no network needed to view it) with "
+        "the job summary, per-GPU breakdown, classes, rank × step heatmaps, "
+        "stragglers, top kernels, gaps, collective skew and per-op GPU time.",
+    )
     p.add_argument("out", metavar="OUT", help="results directory of dtrace analyze")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")
     p.add_argument("--title", default=None, help="page title")
-    p.add_argument("--max-bars", type=int, default=64, metavar="N",
-                   help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)")
-    p.add_argument("--timeline", default=None, metavar="FILE.json.gz",
-                   help="link this slow-step timeline in the what-if section (exported first, as by "
-                        "dtrace timeline, when the file does not exist)")
+    p.add_argument(
+        "--max-bars",
+        type=int,
+        default=64,
+        metavar="N",
+        help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)",
+    )
+    p.add_argument(
+        "--timeline",
+        default=None,
+        metavar="FILE.json.gz",
+        help="link this slow-step timeline in the what-if section (exported first, as by "
+        "dtrace timeline, when the file does not exist)",
+    )
     p.set_defaults(func=run_report)
 
-    c = sub.add_parser("compare", help="compare several runs side by side (HTML)",
-                       description="Runs side by side with the same kernel categories, GPU vs non-GPU time "
-                                   "when each run's unprofiled wall time is given, and the kernel → category "
-                                   "map as CSV.")
+    c = sub.add_parser(
+        "compare",
+        help="compare several runs side by side (HTML)",
+        description="Runs side by side with the same kernel categories, GPU vs non-GPU time "
+        "when each run's unprofiled wall time is given, and the kernel → category "
+        "map as CSV.",
+    )
     c.add_argument("runs", nargs="+", metavar="OUT", help="results directories (the first is the baseline)")
     c.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the HTML file to write")
-    c.add_argument("--label", action="append", default=[], metavar="LABEL",
-                   help="label of each run, in order (default: the directory names)")
-    c.add_argument("--wall-time", action="append", default=[], metavar="RUN=SECONDS",
-                   help="elapsed time of a run measured without the profiler (RUN: its label, path or "
-                        "1-based position); repeat per run")
-    c.add_argument("--category-csv", default=None, metavar="FILE",
-                   help="also write the kernel → category map (run, category, name, count, time) as CSV")
-    c.add_argument("--classmap", default=None, metavar="FILE",
-                   help="classify every run's kernels with this class map (substring or "
-                        "{engine: {model: {regex: category}}} JSON) instead of each run's own classes")
+    c.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="label of each run, in order (default: the directory names)",
+    )
+    c.add_argument(
+        "--wall-time",
+        action="append",
+        default=[],
+        metavar="RUN=SECONDS",
+        help="elapsed time of a run measured without the profiler (RUN: its label, path or "
+        "1-based position); repeat per run",
+    )
+    c.add_argument(
+        "--category-csv",
+        default=None,
+        metavar="FILE",
+        help="also write the kernel → category map (run, category, name, count, time) as CSV",
+    )
+    c.add_argument(
+        "--classmap",
+        default=None,
+        metavar="FILE",
+        help="classify every run's kernels with this class map (substring or "
+        "{engine: {model: {regex: category}}} JSON) instead of each run's own classes",
+    )
     c.add_argument("--engine", default=None, help="engine of an ordered-regex class map")
     c.add_argument("--model", default=None, help="model of an ordered-regex class map")
     c.add_argument("--title", default=None, help="page title")
     c.set_defaults(func=run_compare)
 
-    d = sub.add_parser("diff", help="differences between two runs per class, kernel and op",
-                       description="Count and time of run A and run B and their deltas (B − A) per breakdown "
-                                   "component, kernel class, kernel and host op, sorted by impact.")
+    d = sub.add_parser(
+        "diff",
+        help="differences between two runs per class, kernel and op",
+        description="Count and time of run A and run B and their deltas (B − A) per breakdown "
+        "component, kernel class, kernel and host op, sorted by impact.",
+    )
     d.add_argument("a", metavar="OUT_A", help="results directory of the baseline run")
     d.add_argument("b", metavar="OUT_B", help="results directory of the run compared with it")
-    d.add_argument("--level", action="append", choices=LEVELS, default=None,
-                   help="compare only this level (repeatable; default: all)")
-    d.add_argument("--per", choices=PER, default="gpu",
-                   help="gpu: values per (rank, device) of each run (default); job: job totals")
+    d.add_argument(
+        "--level",
+        action="append",
+        choices=LEVELS,
+        default=None,
+        help="compare only this level (repeatable; default: all)",
+    )
+    d.add_argument(
+        "--per",
+        choices=PER,
+        default="gpu",
+        help="gpu: values per (rank, device) of each run (default); job: job totals",
+    )
     add_rows(d)
-    d.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="also write every row to FILE.parquet or FILE.csv")
+    d.add_argument(
+        "-o", "--output", default=None, metavar="FILE", help="also write every row to FILE.parquet or FILE.csv"
+    )
     add_output_format(d)
     d.set_defaults(func=run_diff)
 
@@ -77,8 +124,9 @@ def run_report(args: argparse.Namespace) -> int:
         if not os.path.exists(args.timeline):
             from .timeline import run_timeline
 
-            run_timeline(argparse.Namespace(out=args.out, output=args.timeline, ranks=None, step=None, window=None,
-                                            host=False))
+            run_timeline(
+                argparse.Namespace(out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False)
+            )
         href = os.path.relpath(os.path.abspath(args.timeline), os.path.dirname(os.path.abspath(args.output)))
     write_text(args.output, report(res, title=args.title, max_bars=args.max_bars, timeline=href))
     print(f"report: {printable(args.output)}")
@@ -160,8 +208,15 @@ def run_diff(args: argparse.Namespace) -> int:
                 continue
             if lv == "breakdown":
                 part = part.drop(columns=["count_a", "count_b", "count_delta"])
-            sys.stdout.write(render(part, args.fmt, title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
-                                    max_rows=rows_to_show(args), time_unit="auto"))
+            sys.stdout.write(
+                render(
+                    part,
+                    args.fmt,
+                    title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
+                    max_rows=rows_to_show(args),
+                    time_unit="auto",
+                )
+            )
             sys.stdout.write("\n")
     for lv, why in missing_levels(a, b, levels).items():
         say(f"{lv}: not available ({why})", args.fmt)

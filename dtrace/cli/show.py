@@ -1,4 +1,5 @@
 """``dtrace show OUT [TABLE]``: print a results table (or list the tables)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,12 @@ from .common import add_output_format, add_rows, is_machine, print_json, rows_to
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("show", help="print a results table", description="Print one table of a results "
-                       "directory, or the list of tables and the inputs when no table is named.")
+    p = sub.add_parser(
+        "show",
+        help="print a results table",
+        description="Print one table of a results "
+        "directory, or the list of tables and the inputs when no table is named.",
+    )
     p.add_argument("out", metavar="OUT")
     p.add_argument("table", nargs="?", default=None)
     add_rows(p)
@@ -35,16 +40,29 @@ def run(args: argparse.Namespace) -> int:
         inputs = res.inputs
         cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
         if args.fmt == "json":
-            print_json({"path": res.path, "tables": res.table_names,
-                        "absent_tables": res.manifest.get("absent_tables", {}),
-                        "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False))})
+            print_json(
+                {
+                    "path": res.path,
+                    "tables": res.table_names,
+                    "absent_tables": res.manifest.get("absent_tables", {}),
+                    "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False)),
+                }
+            )
             return 0
         say(repr(res), args.fmt)
         for name, why in (res.manifest.get("absent_tables") or {}).items():
             say(f"table {name} is empty: {why}", args.fmt)
         if len(inputs) or is_machine(args.fmt):
-            print(render(inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}), args.fmt,
-                         title="inputs", human=False, max_rows=rows_to_show(args)), end="")
+            print(
+                render(
+                    inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}),
+                    args.fmt,
+                    title="inputs",
+                    human=False,
+                    max_rows=rows_to_show(args),
+                ),
+                end="",
+            )
         return 0
     if args.table not in res.table_names:
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
@@ -57,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         df = df.sort_values(args.sort, ascending=False, kind="stable")
     if not len(df):
         why = (res.manifest.get("absent_tables") or {}).get(args.table)
-        say(f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
-            args.fmt)
+        say(
+            f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
+            args.fmt,
+        )
     print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args)), end="")
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)

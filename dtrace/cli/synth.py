@@ -1,4 +1,5 @@
 """``dtrace synth OUT --ranks 64 --steps 4 --fault compute:rank=5:slow=0.2``: a synthetic cluster job."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,10 +12,13 @@ from ..errors import UsageError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     kinds = "; ".join(f"{k}: {v}" for k, v in synth.FAULT_KINDS.items())
-    p = sub.add_parser("synth", help="write a synthetic cluster job (one Kineto trace per rank) with faults",
-                       description="Simulate a data-parallel x tensor-parallel training job and write one realistic "
-                                   "PyTorch-profiler trace per rank plus ground_truth.json (parameters and the "
-                                   "injected faults).")
+    p = sub.add_parser(
+        "synth",
+        help="write a synthetic cluster job (one Kineto trace per rank) with faults",
+        description="Simulate a data-parallel x tensor-parallel training job and write one realistic "
+        "PyTorch-profiler trace per rank plus ground_truth.json (parameters and the "
+        "injected faults).",
+    )
     p.add_argument("out", metavar="OUT", help="directory for rank-N.json.gz and ground_truth.json")
     p.add_argument("--ranks", type=int, default=8, help="world size (default 8)")
     p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
@@ -23,20 +27,38 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", type=int, default=2, help="compute streams per GPU (default 2)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel group size (default: up to 8, one host)")
     p.add_argument("--kernels-per-step", type=int, default=55, help="about this many compute kernels per step")
-    p.add_argument("--clock-offset-ms", type=float, default=2.0,
-                   help="host clocks differ by up to ± this many ms (default 2)")
+    p.add_argument(
+        "--clock-offset-ms", type=float, default=2.0, help="host clocks differ by up to ± this many ms (default 2)"
+    )
     p.add_argument("--jitter", type=float, default=0.02, help="relative spread of kernel durations (default 0.02)")
-    p.add_argument("--fault", action="append", default=[], metavar="KIND:rank=R:slow=S",
-                   help=f"inject a fault (repeatable). {kinds}")
-    p.add_argument("--speedup", action="append", default=[], metavar="CLASS=X",
-                   help="counterfactual: GPU activities of this dtrace class (gemm, attention, ...) take 1/X of "
-                        "their time (repeatable; the random draws stay the same)")
-    p.add_argument("--no-comm", action="store_true",
-                   help="counterfactual: collective transfers take no time (a collective ends at its last arrival)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND:rank=R:slow=S",
+        help=f"inject a fault (repeatable). {kinds}",
+    )
+    p.add_argument(
+        "--speedup",
+        action="append",
+        default=[],
+        metavar="CLASS=X",
+        help="counterfactual: GPU activities of this dtrace class (gemm, attention, ...) take 1/X of "
+        "their time (repeatable; the random draws stay the same)",
+    )
+    p.add_argument(
+        "--no-comm",
+        action="store_true",
+        help="counterfactual: collective transfers take no time (a collective ends at its last arrival)",
+    )
     p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
     t = p.add_argument_group("from a real trace (benchmarks)")
-    t.add_argument("--from-trace", metavar="FILE", default=None,
-                   help="instead of simulating, replicate this Kineto trace to --ranks ranks (jittered)")
+    t.add_argument(
+        "--from-trace",
+        metavar="FILE",
+        default=None,
+        help="instead of simulating, replicate this Kineto trace to --ranks ranks (jittered)",
+    )
     t.add_argument("--tile", type=int, default=1, metavar="N", help="with --from-trace: N copies in time (default 1)")
     p.set_defaults(func=run)
 
@@ -59,20 +81,41 @@ def run(args: argparse.Namespace) -> int:
     if args.from_trace:
         if args.fault or args.speedup or args.no_comm:
             raise UsageError("--fault, --speedup and --no-comm apply to simulated jobs, not to --from-trace")
-        truth = synth.from_trace(args.out, args.from_trace, tile=args.tile, ranks=args.ranks, seed=args.seed,
-                                 jitter=min(args.jitter, 0.99), gzip=not args.no_gzip)
-        print(f"wrote {args.ranks} ranks of {args.from_trace} tiled {args.tile}x ({truth['events_per_rank']:,} events, "
-              f"{truth['json_bytes_per_rank'] / 1e6:.1f} MB of JSON per rank) to {args.out} in "
-              f"{time.perf_counter() - t0:.2f} s")
+        truth = synth.from_trace(
+            args.out,
+            args.from_trace,
+            tile=args.tile,
+            ranks=args.ranks,
+            seed=args.seed,
+            jitter=min(args.jitter, 0.99),
+            gzip=not args.no_gzip,
+        )
+        print(
+            f"wrote {args.ranks} ranks of {args.from_trace} tiled {args.tile}x ({truth['events_per_rank']:,} events, "
+            f"{truth['json_bytes_per_rank'] / 1e6:.1f} MB of JSON per rank) to {args.out} in "
+            f"{time.perf_counter() - t0:.2f} s"
+        )
         return 0
-    truth = synth.generate(args.out, ranks=args.ranks, steps=args.steps, seed=args.seed,
-                           gpus_per_host=args.gpus_per_host, streams=args.streams, tp=args.tp,
-                           kernels_per_step=args.kernels_per_step,
-                           clock_offset_ns=int(round(args.clock_offset_ms * 1e6)), jitter=args.jitter,
-                           faults=[synth.parse_fault(f) for f in args.fault], gzip=not args.no_gzip,
-                           speedup=_speedups(args.speedup), comm=not args.no_comm)
+    truth = synth.generate(
+        args.out,
+        ranks=args.ranks,
+        steps=args.steps,
+        seed=args.seed,
+        gpus_per_host=args.gpus_per_host,
+        streams=args.streams,
+        tp=args.tp,
+        kernels_per_step=args.kernels_per_step,
+        clock_offset_ns=int(round(args.clock_offset_ms * 1e6)),
+        jitter=args.jitter,
+        faults=[synth.parse_fault(f) for f in args.fault],
+        gzip=not args.no_gzip,
+        speedup=_speedups(args.speedup),
+        comm=not args.no_comm,
+    )
     faults = ", ".join(f"{f['kind']} rank {f['rank']} +{f['slow']:.0%}" for f in truth["faults"]) or "none"
-    print(f"wrote {truth['ranks']} ranks x {truth['steps']} steps (tp {truth['tp']}, dp {truth['dp']}) to "
-          f"{args.out} in {time.perf_counter() - t0:.2f} s; faults: {faults}")
+    print(
+        f"wrote {truth['ranks']} ranks x {truth['steps']} steps (tp {truth['tp']}, dp {truth['dp']}) to "
+        f"{args.out} in {time.perf_counter() - t0:.2f} s; faults: {faults}"
+    )
     print(json.dumps({k: truth[k] for k in ("stragglers", "host_clock_offsets_ns")}))
     return 0

@@ -5,6 +5,7 @@ Chrome / Perfetto trace with the host clock offsets removed (:mod:`dtrace.timeli
 ``whatif`` prints the estimated step time if the stragglers ran at the median rank's speed, a
 kernel class were faster, or communication were hidden (:mod:`dtrace.reduce.whatif`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,40 +19,69 @@ from .common import add_output_format, write_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    t = sub.add_parser("timeline", help="export one step of a few ranks, clocks aligned, for Perfetto / chrome://tracing",
-                       description="Write one Chrome trace-event file (open it in Perfetto UI or chrome://tracing) "
-                                   "with the chosen ranks' GPU streams during one step, host clock offsets removed "
-                                   "(the clock_offsets table): each rank a process named by rank, host and role, "
-                                   "matched collectives joined by flow arrows in arrival order, the wait at each "
-                                   "collective as a counter track and the straggler evidence as a label. Only the "
-                                   "chosen ranks' cached events are read, so the file and the time stay small for "
-                                   "any number of ranks.")
+    t = sub.add_parser(
+        "timeline",
+        help="export one step of a few ranks, clocks aligned, for Perfetto / chrome://tracing",
+        description="Write one Chrome trace-event file (open it in Perfetto UI or chrome://tracing) "
+        "with the chosen ranks' GPU streams during one step, host clock offsets removed "
+        "(the clock_offsets table): each rank a process named by rank, host and role, "
+        "matched collectives joined by flow arrows in arrival order, the wait at each "
+        "collective as a counter track and the straggler evidence as a label. Only the "
+        "chosen ranks' cached events are read, so the file and the time stay small for "
+        "any number of ranks.",
+    )
     t.add_argument("out", metavar="OUT", help="results directory of dtrace analyze (with its cache)")
-    t.add_argument("-o", "--output", required=True, metavar="FILE.json.gz",
-                   help="the trace to write (.json.gz compressed, or .json)")
-    t.add_argument("--ranks", default=None, metavar="R,R,...",
-                   help="ranks to show (default: the flagged stragglers, the fastest and the median rank)")
+    t.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE.json.gz",
+        help="the trace to write (.json.gz compressed, or .json)",
+    )
+    t.add_argument(
+        "--ranks",
+        default=None,
+        metavar="R,R,...",
+        help="ranks to show (default: the flagged stragglers, the fastest and the median rank)",
+    )
     which = t.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, default=None, help="step to show (default: the slowest step)")
-    which.add_argument("--window", default=None, metavar="START:END",
-                       help="a time window instead of a step, since the job's first GPU event "
-                            "(ms; or with units: 12500us:14ms)")
+    which.add_argument(
+        "--window",
+        default=None,
+        metavar="START:END",
+        help="a time window instead of a step, since the job's first GPU event (ms; or with units: 12500us:14ms)",
+    )
     t.add_argument("--host", action="store_true", help="also export the host threads (ops, launches)")
     t.set_defaults(func=run_timeline)
 
-    w = sub.add_parser("whatif", help="estimated step time if stragglers, a kernel class or communication were faster",
-                       description="Replay each step's cross-rank dependencies (a collective ends when its last "
-                                   "member arrives plus its transfer time; a rank's work between collectives moves "
-                                   "with it) and print the step time if (a) every flagged straggler computed at the "
-                                   "median rank's speed, (b) a kernel class were faster on every rank, (c) "
-                                   "collective transfers took no time. Model and limits: README, 'What-if "
-                                   "estimates'.")
+    w = sub.add_parser(
+        "whatif",
+        help="estimated step time if stragglers, a kernel class or communication were faster",
+        description="Replay each step's cross-rank dependencies (a collective ends when its last "
+        "member arrives plus its transfer time; a rank's work between collectives moves "
+        "with it) and print the step time if (a) every flagged straggler computed at the "
+        "median rank's speed, (b) a kernel class were faster on every rank, (c) "
+        "collective transfers took no time. Model and limits: README, 'What-if "
+        "estimates'.",
+    )
     w.add_argument("out", metavar="OUT", help="results directory of dtrace analyze")
-    w.add_argument("--class", dest="classes", action="append", default=None, metavar="CLASS[=X]",
-                   help="kernel class to speed up (repeatable; CLASS=X gives its own factor); default: the three "
-                        "compute classes with the most time")
-    w.add_argument("--speedup", type=float, default=DEFAULT_SPEEDUP, metavar="X",
-                   help=f"how many times as fast --class kernels run (default {DEFAULT_SPEEDUP})")
+    w.add_argument(
+        "--class",
+        dest="classes",
+        action="append",
+        default=None,
+        metavar="CLASS[=X]",
+        help="kernel class to speed up (repeatable; CLASS=X gives its own factor); default: the three "
+        "compute classes with the most time",
+    )
+    w.add_argument(
+        "--speedup",
+        type=float,
+        default=DEFAULT_SPEEDUP,
+        metavar="X",
+        help=f"how many times as fast --class kernels run (default {DEFAULT_SPEEDUP})",
+    )
     w.add_argument("--step", type=int, default=None, help="only this step")
     w.add_argument("--per-step", action="store_true", help="one row per step and scenario (default: step means)")
     add_output_format(w)
@@ -114,8 +144,10 @@ def run_timeline(args: argparse.Namespace) -> int:
     where = f"step {od['step']}" if od["step"] is not None else "window"
     tracks = ", ".join(f"rank {t['rank']}" + (f" ({t['role']})" if t["role"] else "") for t in od["tracks"])
     n = sum(t["gpu_events"] + t["host_events"] for t in od["tracks"])
-    print(f"timeline: {args.output} ({len(data) / 1e6:.2f} MB): {where}, {tracks}; {n:,} events; open it in "
-          "https://ui.perfetto.dev or chrome://tracing")
+    print(
+        f"timeline: {args.output} ({len(data) / 1e6:.2f} MB): {where}, {tracks}; {n:,} events; open it in "
+        "https://ui.perfetto.dev or chrome://tracing"
+    )
     return 0
 
 

@@ -4,6 +4,7 @@
 style; ``ops`` prints GPU time per host op, from one trace or from a results directory
 (cross-rank ``ops_xrank``, or one rank's ``ops`` with ``--rank``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,17 @@ OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tree", help="print the host op -> GPU kernel tree of one op",
-                       description="Print a node of the host -> GPU tree of one trace: its subtree (down) or its "
-                                   "ancestors (--up). Pick the node by op name (--op), by the (external id, pid, "
-                                   "tid) Perfetto shows (--ext-id/--pid/--tid; GPU events: pid = device, tid = "
-                                   "stream) or by UID.")
-    p.add_argument("trace", metavar="TRACE", help="a trace file, a directory of traces (with --rank) or a results "
-                                                   "directory")
+    p = sub.add_parser(
+        "tree",
+        help="print the host op -> GPU kernel tree of one op",
+        description="Print a node of the host -> GPU tree of one trace: its subtree (down) or its "
+        "ancestors (--up). Pick the node by op name (--op), by the (external id, pid, "
+        "tid) Perfetto shows (--ext-id/--pid/--tid; GPU events: pid = device, tid = "
+        "stream) or by UID.",
+    )
+    p.add_argument(
+        "trace", metavar="TRACE", help="a trace file, a directory of traces (with --rank) or a results directory"
+    )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--op", default=None, help="op (or any event) name")
     which.add_argument("--ext-id", type=int, default=None, help="external id (with --pid and --tid)")
@@ -45,10 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--width", type=int, default=64, help="cut names after this many characters (0: never)")
     p.set_defaults(func=run_tree)
 
-    o = sub.add_parser("ops", help="GPU time per host op (one trace, or across ranks)",
-                       description="GPU time per host op: gpu_direct (kernels the op launched itself) and "
-                                   "gpu_subtree (everything below it). X is a trace file or a results directory; "
-                                   "for a results directory the cross-rank table is shown unless --rank is given.")
+    o = sub.add_parser(
+        "ops",
+        help="GPU time per host op (one trace, or across ranks)",
+        description="GPU time per host op: gpu_direct (kernels the op launched itself) and "
+        "gpu_subtree (everything below it). X is a trace file or a results directory; "
+        "for a results directory the cross-rank table is shown unless --rank is given.",
+    )
     o.add_argument("x", metavar="X", help="a trace file or a results directory")
     add_rows(o)
     o.add_argument("--sort", choices=OPS_SORT, default="gpu_subtree_ns", help="sort column (descending)")
@@ -89,10 +97,14 @@ def run_tree(args: argparse.Namespace) -> int:
     n = tree.by_name(tree.name_of(uid)).size
     node = tree.node(uid)
     gpu = fmt_time(float(tree.gpu_time(uid)))
-    print(printable(f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
-                    f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
-                    f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {gpu} "
-                    f"in {tree.gpu_events(uid).size} GPU events"))
+    print(
+        printable(
+            f"rank {tree.rank} device {tree.device}: {node['name']!r} (UID {uid}, external id "
+            f"{node['external_id']}, pid {node['pid']}, tid {node['tid']}; instance "
+            f"{int((tree.by_name(node['name']) < uid).sum())} of {n}); GPU {gpu} "
+            f"in {tree.gpu_events(uid).size} GPU events"
+        )
+    )
     if args.up:
         text = tree.format_up(uid, width=args.width)
     else:

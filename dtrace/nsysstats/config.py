@@ -18,6 +18,7 @@ input may also point at an exported ``.sqlite``. Relative paths are taken from t
 directory, else from the config file's directory. The tool's example configs carry ``//``
 comments and trailing commas; both are accepted.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,15 @@ class StatsInput:
     """One analysis of the config (one report)."""
 
     title: str
-    format: str                      # "csv" or "nsys-rep"
+    format: str  # "csv" or "nsys-rep"
     kernel_sum: str | None = None
     mem_time_sum: str | None = None
     nvtx_proj_trace: str | None = None
-    report: str | None = None        # .nsys-rep or .sqlite
+    report: str | None = None  # .nsys-rep or .sqlite
     with_nvtx: bool = True
     with_mem: bool = True
     iters: int = 1
-    gpus: int | None = None          # None: the report's (process, device) parts
+    gpus: int | None = None  # None: the report's (process, device) parts
     nvtx_tag: str | None = None
 
 
@@ -125,9 +126,12 @@ def _input(i: int, entry: Any, base: str, path: str) -> StatsInput:
     if not isinstance(args, dict):
         raise UsageError(f"{where}: 'analysis_args' must be an object")
     title = str(entry.get("title") or f"input {i}")
-    common = dict(title=title, iters=_int(args.get("num_of_iters"), 1, f"{where}.analysis_args.num_of_iters") or 1,
-                  gpus=_int(args.get("num_of_gpus"), None, f"{where}.analysis_args.num_of_gpus"),
-                  nvtx_tag=args.get("nvtx_tag_of_iter") or None)
+    common = dict(
+        title=title,
+        iters=_int(args.get("num_of_iters"), 1, f"{where}.analysis_args.num_of_iters") or 1,
+        gpus=_int(args.get("num_of_gpus"), None, f"{where}.analysis_args.num_of_gpus"),
+        nvtx_tag=args.get("nvtx_tag_of_iter") or None,
+    )
     if fmt == "csv":
         files = entry.get("nsys_csv_file_path")
         if not isinstance(files, dict):
@@ -135,13 +139,20 @@ def _input(i: int, entry: Any, base: str, path: str) -> StatsInput:
         ks = _resolve(files.get("kernel_sum"), base, f"{where}.nsys_csv_file_path.kernel_sum")
         if ks is None:
             raise UsageError(f"{where}: 'nsys_csv_file_path.kernel_sum' must be provided")
-        return StatsInput(format="csv", kernel_sum=ks,
-                          mem_time_sum=_resolve(files.get("mem_time_sum"), base, f"{where}.mem_time_sum"),
-                          nvtx_proj_trace=_resolve(files.get("nvtx_proj_trace"), base, f"{where}.nvtx_proj_trace"),
-                          **common)
+        return StatsInput(
+            format="csv",
+            kernel_sum=ks,
+            mem_time_sum=_resolve(files.get("mem_time_sum"), base, f"{where}.mem_time_sum"),
+            nvtx_proj_trace=_resolve(files.get("nvtx_proj_trace"), base, f"{where}.nvtx_proj_trace"),
+            **common,
+        )
     rep = entry.get("nsys_report")
     if not isinstance(rep, dict) or not rep.get("path"):
         raise UsageError(f"{where}: an nsys-rep input needs 'nsys_report' with 'path'")
-    return StatsInput(format="nsys-rep", report=_resolve(rep["path"], base, f"{where}.nsys_report.path"),
-                      with_nvtx=bool(rep.get("with_nvtx", True)), with_mem=bool(rep.get("with_mem", True)),
-                      **common)
+    return StatsInput(
+        format="nsys-rep",
+        report=_resolve(rep["path"], base, f"{where}.nsys_report.path"),
+        with_nvtx=bool(rep.get("with_nvtx", True)),
+        with_mem=bool(rep.get("with_mem", True)),
+        **common,
+    )

@@ -11,6 +11,7 @@ From CSVs they are read as written. From an Nsight Systems report (``.sqlite``, 
 (:func:`dtrace.analyze`) and the ``kernels`` and ``nvtx_ranges`` tables are summed over its
 (process, device) parts.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,13 @@ def nvtx_by_name(proj: pd.DataFrame) -> pd.DataFrame:
     has = ~np.isnan(proj["proj_dur_ns"].to_numpy(np.float64))
     p = proj.loc[has]
     grp = p.groupby("name", sort=True)["proj_dur_ns"]
-    return pd.DataFrame({"name": grp.size().index.to_numpy(dtype=object), "count": grp.size().to_numpy(np.int64),
-                         "total_ns": grp.sum().round().to_numpy(np.int64)})
+    return pd.DataFrame(
+        {
+            "name": grp.size().index.to_numpy(dtype=object),
+            "count": grp.size().to_numpy(np.int64),
+            "total_ns": grp.sum().round().to_numpy(np.int64),
+        }
+    )
 
 
 def from_csv(inp: StatsInput) -> NameStats:
@@ -110,6 +116,16 @@ def run_config(config: StatsConfig, classmap: object = None) -> list[StatsReport
     for inp in config.inputs:
         st = stats_of(inp)
         gpus = inp.gpus if inp.gpus is not None else st.parts
-        out.append(build_report(st.kernels, st.memops, st.nvtx, title=inp.title, iters=inp.iters, gpus=gpus,
-                                nvtx_tag=inp.nvtx_tag, classifier=classifier))
+        out.append(
+            build_report(
+                st.kernels,
+                st.memops,
+                st.nvtx,
+                title=inp.title,
+                iters=inp.iters,
+                gpus=gpus,
+                nvtx_tag=inp.nvtx_tag,
+                classifier=classifier,
+            )
+        )
     return out

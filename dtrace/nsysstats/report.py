@@ -16,6 +16,7 @@ that tool:
 :func:`build_report` computes a :class:`StatsReport` (numbers in ns); :func:`render_report`
 writes the tool's text; :meth:`StatsReport.tables` gives the same figures as DataFrames.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,10 +38,10 @@ class StatsReport:
     gpus: int
     kernel_total_ns: int
     kernel_instances: int
-    classes: pd.DataFrame        # class, total_ns, instances, time_per_iter_ns, instances_per_iter, share_pct
+    classes: pd.DataFrame  # class, total_ns, instances, time_per_iter_ns, instances_per_iter, share_pct
     nccl_total_ns: int
     nccl_instances: int
-    nccl: pd.DataFrame           # collective, total_ns, instances, time_per_iter_ns, instances_per_iter
+    nccl: pd.DataFrame  # collective, total_ns, instances, time_per_iter_ns, instances_per_iter
     memops: pd.DataFrame | None  # operation, total_ns, instances, time_per_iter_ns, instances_per_iter
     nvtx_tag: str | None = None
     nvtx_count: int = 0
@@ -71,25 +72,39 @@ class StatsReport:
     def summary_row(self) -> dict[str, object]:
         d = self.divisor
         return {
-            "title": self.title, "iters": self.iters, "gpus": self.gpus,
-            "kernel_per_iter_ns": self.kernel_total_ns / d, "kernel_instances_per_iter": self.kernel_instances / d,
-            "kernel_total_ns": self.kernel_total_ns, "kernel_instances": self.kernel_instances,
-            "nccl_per_iter_ns": self.nccl_total_ns / d, "nccl_instances_per_iter": self.nccl_instances / d,
-            "nccl_total_ns": self.nccl_total_ns, "nccl_instances": self.nccl_instances,
-            "nvtx_tag": self.nvtx_tag or "", "nvtx_count": self.nvtx_count, "nvtx_avg_ns": self.nvtx_avg_ns,
-            "nvtx_total_ns": self.nvtx_total_ns, "nonhidden_per_range_ns": self.nonhidden_per_range_ns,
+            "title": self.title,
+            "iters": self.iters,
+            "gpus": self.gpus,
+            "kernel_per_iter_ns": self.kernel_total_ns / d,
+            "kernel_instances_per_iter": self.kernel_instances / d,
+            "kernel_total_ns": self.kernel_total_ns,
+            "kernel_instances": self.kernel_instances,
+            "nccl_per_iter_ns": self.nccl_total_ns / d,
+            "nccl_instances_per_iter": self.nccl_instances / d,
+            "nccl_total_ns": self.nccl_total_ns,
+            "nccl_instances": self.nccl_instances,
+            "nvtx_tag": self.nvtx_tag or "",
+            "nvtx_count": self.nvtx_count,
+            "nvtx_avg_ns": self.nvtx_avg_ns,
+            "nvtx_total_ns": self.nvtx_total_ns,
+            "nonhidden_per_range_ns": self.nonhidden_per_range_ns,
             "nonhidden_pct": _pct(self.nonhidden_per_range_ns, self.nvtx_avg_ns),
             "nonhidden_total_ns": self.nonhidden_total_ns,
         }
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """``stats_summary`` (one row), ``stats_classes``, ``stats_nccl``, ``stats_memops``."""
+
         def tag(df: pd.DataFrame | None) -> pd.DataFrame:
             df = df if df is not None else pd.DataFrame()
-            return df.assign(title=self.title)[["title", *df.columns]] if len(df.columns) else \
-                empty_frame(["title"])
-        return {"stats_summary": pd.DataFrame([self.summary_row()]), "stats_classes": tag(self.classes),
-                "stats_nccl": tag(self.nccl), "stats_memops": tag(self.memops)}
+            return df.assign(title=self.title)[["title", *df.columns]] if len(df.columns) else empty_frame(["title"])
+
+        return {
+            "stats_summary": pd.DataFrame([self.summary_row()]),
+            "stats_classes": tag(self.classes),
+            "stats_nccl": tag(self.nccl),
+            "stats_memops": tag(self.memops),
+        }
 
 
 def _pct(a: float, b: float) -> float:
@@ -105,8 +120,17 @@ def _per_iter(df: pd.DataFrame, key: str, divisor: int) -> pd.DataFrame:
     return out
 
 
-def build_report(kernels: pd.DataFrame, memops: pd.DataFrame | None, nvtx: pd.DataFrame | None, *,
-                 title: str, iters: int, gpus: int, nvtx_tag: str | None, classifier: Classifier) -> StatsReport:
+def build_report(
+    kernels: pd.DataFrame,
+    memops: pd.DataFrame | None,
+    nvtx: pd.DataFrame | None,
+    *,
+    title: str,
+    iters: int,
+    gpus: int,
+    nvtx_tag: str | None,
+    classifier: Classifier,
+) -> StatsReport:
     """Compute the report of one input.
 
     Parameters
@@ -144,17 +168,28 @@ def build_report(kernels: pd.DataFrame, memops: pd.DataFrame | None, nvtx: pd.Da
     mem_t = None
     if memops is not None:
         mem_t = _per_iter(memops.rename(columns={"name": "operation"}), "operation", divisor)
-    rep = StatsReport(title=title, iters=iters, gpus=gpus, kernel_total_ns=total,
-                      kernel_instances=int(comp["count"].sum()), classes=cls,
-                      nccl_total_ns=int(comm["total_ns"].sum()), nccl_instances=int(comm["count"].sum()),
-                      nccl=nccl_t, memops=mem_t, nvtx_tag=nvtx_tag)
+    rep = StatsReport(
+        title=title,
+        iters=iters,
+        gpus=gpus,
+        kernel_total_ns=total,
+        kernel_instances=int(comp["count"].sum()),
+        classes=cls,
+        nccl_total_ns=int(comm["total_ns"].sum()),
+        nccl_instances=int(comm["count"].sum()),
+        nccl=nccl_t,
+        memops=mem_t,
+        nvtx_tag=nvtx_tag,
+    )
     if nvtx_tag and nvtx is not None:
         sel = nvtx.loc[nvtx["name"].astype(str) == nvtx_tag]
         rep.nvtx_count = int(sel["count"].sum())
         rep.nvtx_total_ns = int(sel["total_ns"].sum())
         if not rep.nvtx_count:
-            rep.notes.append(f"no NVTX range named {nvtx_tag!r} "
-                             f"({len(nvtx)} range names; e.g. {', '.join(map(str, nvtx['name'].head(3)))})")
+            rep.notes.append(
+                f"no NVTX range named {nvtx_tag!r} "
+                f"({len(nvtx)} range names; e.g. {', '.join(map(str, nvtx['name'].head(3)))})"
+            )
     elif nvtx_tag and nvtx is None:
         rep.notes.append("nvtx_tag_of_iter given but no NVTX projection (nvtx_proj_trace) to measure it in")
     return rep
@@ -190,35 +225,41 @@ def _table(df: pd.DataFrame, key: str, header: str, with_share: bool) -> list[st
 def render_report(rep: StatsReport) -> str:
     """The report as the GPU Performance Analyser prints it (ms, 3 decimals)."""
     d = rep.divisor
-    out = [f"===== {rep.title} =====",
-           f"Kernel time per iteration: {_ms(rep.kernel_total_ns / d)} (ms)",
-           f"Kernel instances per iteration: {_inst(rep.kernel_instances / d)}",
-           f"Kernel total time: {_ms(rep.kernel_total_ns)} (ms)",
-           f"Kernel total instances: {rep.kernel_instances}",
-           "Kernel Statistic:"]
+    out = [
+        f"===== {rep.title} =====",
+        f"Kernel time per iteration: {_ms(rep.kernel_total_ns / d)} (ms)",
+        f"Kernel instances per iteration: {_inst(rep.kernel_instances / d)}",
+        f"Kernel total time: {_ms(rep.kernel_total_ns)} (ms)",
+        f"Kernel total instances: {rep.kernel_instances}",
+        "Kernel Statistic:",
+    ]
     out += _table(rep.classes, "class", "Class", True)
-    out += ["",
-            f"NCCL time per iteration: {_ms(rep.nccl_total_ns / d)} (ms)",
-            f"NCCL instances per iteration: {_inst(rep.nccl_instances / d)}",
-            f"NCCL total time: {_ms(rep.nccl_total_ns)} (ms)",
-            f"NCCL total instances: {rep.nccl_instances}",
-            "NCCL Statistic:"]
+    out += [
+        "",
+        f"NCCL time per iteration: {_ms(rep.nccl_total_ns / d)} (ms)",
+        f"NCCL instances per iteration: {_inst(rep.nccl_instances / d)}",
+        f"NCCL total time: {_ms(rep.nccl_total_ns)} (ms)",
+        f"NCCL total instances: {rep.nccl_instances}",
+        "NCCL Statistic:",
+    ]
     out += _table(rep.nccl, "collective", "Class", False)
     if rep.memops is not None:
         out += ["", "Mem Ops Statistic:"]
         out += _table(rep.memops, "operation", "Class", False)
     if rep.nvtx_count:
         pct = _pct(rep.nonhidden_per_range_ns, rep.nvtx_avg_ns)
-        out += ["",
-                f"NVTX range count: {rep.nvtx_count}",
-                f"NVTX average range time: {_ms(rep.nvtx_avg_ns)} (ms)",
-                f"NVTX total range time: {_ms(rep.nvtx_total_ns)} (ms)",
-                "",
-                f"Estimated non-hidden NCCL, mem ops and bubble time per range: {_ms(rep.nonhidden_per_range_ns)} (ms)",
-                f"Estimated non-hidden NCCL, mem ops and bubble time per range: {pct:.2f} (%)",
-                f"Estimated non-hidden NCCL, mem ops and bubble total time: {_ms(rep.nonhidden_total_ns)} (ms)",
-                f"Estimated non-hidden NCCL, mem ops and bubble total time: "
-                f"{_pct(rep.nonhidden_total_ns, rep.nvtx_total_ns):.2f} (%)"]
+        out += [
+            "",
+            f"NVTX range count: {rep.nvtx_count}",
+            f"NVTX average range time: {_ms(rep.nvtx_avg_ns)} (ms)",
+            f"NVTX total range time: {_ms(rep.nvtx_total_ns)} (ms)",
+            "",
+            f"Estimated non-hidden NCCL, mem ops and bubble time per range: {_ms(rep.nonhidden_per_range_ns)} (ms)",
+            f"Estimated non-hidden NCCL, mem ops and bubble time per range: {pct:.2f} (%)",
+            f"Estimated non-hidden NCCL, mem ops and bubble total time: {_ms(rep.nonhidden_total_ns)} (ms)",
+            f"Estimated non-hidden NCCL, mem ops and bubble total time: "
+            f"{_pct(rep.nonhidden_total_ns, rep.nvtx_total_ns):.2f} (%)",
+        ]
     for note in rep.notes:
         out += ["", f"note: {note}"]
     return "\n".join(out) + "\n"

@@ -11,6 +11,7 @@ A reader is a module-level object with
 Readers know nothing about Dask, caching or ranks across files: they report what the file
 says (``rank_hint``) and the planner decides.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,7 @@ def detect(path: str | os.PathLike[str]) -> Reader:
         if reader.guess_can_open(path, head):
             return reader
     kind = "a SQLite database" if head.startswith(SQLITE_MAGIC) else "content"
-    raise InputError(path, f"unknown trace format ({kind} not recognised); "
-                           f"known formats: {', '.join(regs)}")
+    raise InputError(path, f"unknown trace format ({kind} not recognised); known formats: {', '.join(regs)}")
 
 
 def get_reader(name: str) -> Reader:

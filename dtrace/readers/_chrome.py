@@ -30,6 +30,7 @@ one event larger than it, up to ``max_event`` bytes (an event, and so every stri
 larger than that fails the input with a one-line error), and the JSON before and after the
 events array is limited the same way. ``max_size`` limits the whole decompressed content.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,7 +50,7 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
 _REV_SEP = re.compile(rb"\{[ \t\r\n]*(,)[ \t\r\n]*\}")  # a boundary between events, reversed
-_TRAIL = re.compile(rb"[ \t\r\n]*(,?)[ \t\r\n]*\Z")     # what may follow an event's '}' at the end
+_TRAIL = re.compile(rb"[ \t\r\n]*(,?)[ \t\r\n]*\Z")  # what may follow an event's '}' at the end
 _WINDOW = 1 << 18
 _SHORT_WS = 4096  # whitespace runs longer than this are measured with numpy ...
 _WS_STEP = 1 << 20  # ... this many bytes at a time
@@ -82,10 +83,14 @@ def _content_size_hint(path: str) -> int | None:
 def _decoders(event_type: Any, meta_type: Any) -> tuple[Any, Any, Any]:
     """Decoders of a list of events, of the top-level keys, and of a whole document (the keys
     and ``traceEvents``), built once per event/meta type."""
-    doc = msgspec.defstruct(f"{meta_type.__name__}Document", [("traceEvents", list[event_type] | None, None)],
-                            bases=(meta_type,), gc=False)
-    return (msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(meta_type),  # type: ignore[valid-type]
-            msgspec.json.Decoder(doc))
+    doc = msgspec.defstruct(
+        f"{meta_type.__name__}Document", [("traceEvents", list[event_type] | None, None)], bases=(meta_type,), gc=False
+    )
+    return (
+        msgspec.json.Decoder(list[event_type]),
+        msgspec.json.Decoder(meta_type),  # type: ignore[valid-type]
+        msgspec.json.Decoder(doc),
+    )
 
 
 def _problem(exc: Exception) -> str:
@@ -152,12 +157,14 @@ class _Window:
         buf = self.buf
         if self.lo:  # move the unconsumed tail (usually part of one event) to the front
             n = self.hi - self.lo
-            buf[:n] = buf[self.lo:self.hi]
+            buf[:n] = buf[self.lo : self.hi]
             self.offset += self.lo
             self.lo, self.hi = 0, n
         if self.hi >= self.limit:  # no boundary in ``limit`` bytes
-            raise InputTooLarge(self.path, f"{what} is larger than the limit of {format_size(self.limit)} "
-                                           f"(at content byte {self.offset + start})")
+            raise InputTooLarge(
+                self.path,
+                f"{what} is larger than the limit of {format_size(self.limit)} (at content byte {self.offset + start})",
+            )
         full = self.hi == len(buf)
         if full or len(buf) < self.block:
             # grow: up to the block size as the file turns out large, beyond it only when one item
@@ -166,11 +173,11 @@ class _Window:
             # make the resize fail.
             size = min(2 * len(buf), max(self.block, self.limit + 1)) if full else min(2 * len(buf), self.block)
             grown = bytearray(size)
-            grown[:self.hi] = memoryview(buf)[:self.hi]
+            grown[: self.hi] = memoryview(buf)[: self.hi]
             self.buf = buf = grown
         with memoryview(buf) as mv:
             while self.hi < len(buf):
-                n = self.content.readinto(mv[self.hi:])
+                n = self.content.readinto(mv[self.hi :])
                 if not n:
                     self.eof = True
                     break
@@ -209,8 +216,16 @@ class ChromeTrace:
     the events merged) and :attr:`fingerprint` the hash of the file's bytes.
     """
 
-    def __init__(self, path: str | os.PathLike[str], event_type: Any, meta_type: type[T],
-                 block: int = BLOCK, *, max_event: int = MAX_EVENT, max_size: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        event_type: Any,
+        meta_type: type[T],
+        block: int = BLOCK,
+        *,
+        max_event: int = MAX_EVENT,
+        max_size: int | None = None,
+    ) -> None:
         self.path = os.fspath(path)
         self.block = block
         self.max_event = max_event
@@ -297,8 +312,9 @@ class ChromeTrace:
             if rest:
                 raise InputError(self.path, "invalid JSON: unexpected text after the events array")
             rest = b"}"
-        tail_meta = self._decode_meta(b"{" + rest.lstrip(b",").lstrip(_WS) if rest != b"}" else b"{}",
-                                      "the keys after traceEvents")
+        tail_meta = self._decode_meta(
+            b"{" + rest.lstrip(b",").lstrip(_WS) if rest != b"}" else b"{}", "the keys after traceEvents"
+        )
         self.meta = _merge(head_meta, tail_meta)
 
     def _head(self, w: _Window) -> tuple[Any, bool]:
@@ -310,15 +326,15 @@ class ChromeTrace:
         if first == _OPEN:  # bare array form: the document is the events
             return self._decode_meta(b"{}", "the keys before traceEvents"), True
         if first != 0x7B:  # '{'
-            self._no_events(bytes(w.buf[w.lo:w.hi]), w.eof)
+            self._no_events(bytes(w.buf[w.lo : w.hi]), w.eof)
         while True:
             m = _KEY.search(w.buf, w.lo, w.hi)
             if m:
                 break
             if w.eof:
-                self._no_events(bytes(w.buf[w.lo:w.hi]), True)
+                self._no_events(bytes(w.buf[w.lo : w.hi]), True)
             w.fill("the JSON before 'traceEvents'")
-        prefix = bytes(w.buf[w.lo:m.start()])
+        prefix = bytes(w.buf[w.lo : m.start()])
         w.lo = m.end() - 1  # the '[' of the array
         return self._decode_meta(prefix.rstrip(_WS).rstrip(b",") + b"}", "the keys before traceEvents"), False
 
@@ -335,8 +351,11 @@ class ChromeTrace:
                     w.lo += 1
                     return None
                 if c != _COMMA:
-                    raise InputError(self.path, "invalid JSON in traceEvents: expected ',' or ']' after an event "
-                                                f"(at content byte {w.offset + w.lo})")
+                    raise InputError(
+                        self.path,
+                        "invalid JSON in traceEvents: expected ',' or ']' after an event "
+                        f"(at content byte {w.offset + w.lo})",
+                    )
                 w.buf[w.lo] = _OPEN
                 after_event = False
             buf = w.buf
@@ -362,7 +381,7 @@ class ChromeTrace:
                     continue
             w.fill("an event", 1)  # buf[lo] is the '[' before it
         # the content ended: the last events and the keys after the array
-        events, tail = self._last(bytes(w.buf[w.lo + 1:w.hi]))
+        events, tail = self._last(bytes(w.buf[w.lo + 1 : w.hi]))
         if events:
             yield events
         return tail
@@ -425,7 +444,7 @@ class ChromeTrace:
             if w.hi == len(w.buf):  # full: maybe the document ended and only whitespace follows
                 p = w.buf.rfind(b"}", w.lo, w.hi)
                 if p >= w.lo and skip_ws(w.buf, p + 1, w.hi) == w.hi:
-                    text = bytes(w.buf[w.lo:p + 1])
+                    text = bytes(w.buf[w.lo : p + 1])
                     try:
                         msgspec.json.decode(b"{" + text.lstrip(b",").lstrip(_WS) if text != b"}" else b"{}")
                     except msgspec.DecodeError:
@@ -433,11 +452,14 @@ class ChromeTrace:
                     else:  # a complete document: whatever follows must be whitespace
                         w.lo = w.hi
                         if w.skip():
-                            raise InputError(self.path, "invalid JSON: unexpected text after the JSON document "
-                                                        f"(at content byte {w.offset + w.lo})")
+                            raise InputError(
+                                self.path,
+                                "invalid JSON: unexpected text after the JSON document "
+                                f"(at content byte {w.offset + w.lo})",
+                            )
                         return text
             w.fill("the JSON after 'traceEvents'")
-        return bytes(w.buf[w.lo:w.hi])
+        return bytes(w.buf[w.lo : w.hi])
 
     def _no_events(self, text: bytes, eof: bool) -> None:
         """Raise the right error for a document in which no events array was found."""
@@ -480,7 +502,7 @@ class ChromeTrace:
                     continue
                 buf[j] = _CLOSE
                 try:
-                    with memoryview(buf) as mv, mv[lo:j + 1] as text:
+                    with memoryview(buf) as mv, mv[lo : j + 1] as text:
                         events = self._decode_events(text)
                 except msgspec.ValidationError as exc:
                     raise InputError(self.path, _validation(exc)) from None
@@ -511,7 +533,7 @@ class ChromeTrace:
             if body and not body.endswith(b"}"):
                 continue
             try:
-                return self._decode_events(b"[" + body + b"]"), text[i + 1:]
+                return self._decode_events(b"[" + body + b"]"), text[i + 1 :]
             except msgspec.ValidationError as exc:
                 raise InputError(self.path, _validation(exc)) from None
             except msgspec.DecodeError as exc:

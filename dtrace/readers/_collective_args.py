@@ -16,6 +16,7 @@ that thread's earlier ops, so the Python loop runs over those few kernels only. 
 name is a communication kernel's (:data:`dtrace.categories.PATTERNS`) inherit: a collective op may
 also launch copies or memsets of its buffers, which stay what they are.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -32,8 +33,15 @@ def _comm_names(names: Sequence[str]) -> np.ndarray:
     return np.array([c == "comm" for c in categorize_names(names, ["kernel"] * len(names))], bool)
 
 
-def _enclosing(launch_pid: np.ndarray, launch_tid: np.ndarray, launch_start: np.ndarray,
-               rec_pid: np.ndarray, rec_tid: np.ndarray, rec_start: np.ndarray, rec_end: np.ndarray) -> np.ndarray:
+def _enclosing(
+    launch_pid: np.ndarray,
+    launch_tid: np.ndarray,
+    launch_start: np.ndarray,
+    rec_pid: np.ndarray,
+    rec_tid: np.ndarray,
+    rec_start: np.ndarray,
+    rec_end: np.ndarray,
+) -> np.ndarray:
     """Index of the innermost record on the launch's thread whose window ``[start, end)`` holds the
     launch's start (-1: none).
 
@@ -47,11 +55,11 @@ def _enclosing(launch_pid: np.ndarray, launch_tid: np.ndarray, launch_start: np.
     if not n or not len(rec_start):
         return np.full(n, -1, np.int64)
     order = np.lexsort((-rec_end, rec_start))  # by start; the outer of two ops starting together first
-    recs = pd.DataFrame({"pid": rec_pid[order], "tid": rec_tid[order], "t": rec_start[order],
-                         "rec": order.astype(np.int64)})
+    recs = pd.DataFrame(
+        {"pid": rec_pid[order], "tid": rec_tid[order], "t": rec_start[order], "rec": order.astype(np.int64)}
+    )
     launches = pd.DataFrame({"pid": launch_pid, "tid": launch_tid, "t": launch_start, "i": np.arange(n)})
-    hit = pd.merge_asof(launches.sort_values("t", kind="stable"), recs, on="t", by=["pid", "tid"],
-                        direction="backward")
+    hit = pd.merge_asof(launches.sort_values("t", kind="stable"), recs, on="t", by=["pid", "tid"], direction="backward")
     rec = np.full(n, -1, np.int64)
     rec[hit["i"].to_numpy()] = hit["rec"].fillna(-1).to_numpy(np.int64)
     found = rec >= 0
@@ -74,8 +82,9 @@ def _column(events: pa.Table, name: str) -> np.ndarray:
     return events.column(name).to_numpy()
 
 
-def inherit_collective_args(events: pa.Table, with_args: Sequence[tuple[int, Any, str]],
-                            records: Sequence[tuple[int, Any]]) -> list[tuple[int, Any, str]]:
+def inherit_collective_args(
+    events: pa.Table, with_args: Sequence[tuple[int, Any, str]], records: Sequence[tuple[int, Any]]
+) -> list[tuple[int, Any, str]]:
     """Collective args for the communication kernels that carry none, from their enclosing op.
 
     Parameters
@@ -126,5 +135,7 @@ def inherit_collective_args(events: pa.Table, with_args: Sequence[tuple[int, Any
     pid, tid, start, end = (_column(events, c) for c in ("pid", "tid", "start_ns", "end_ns"))
     rec = _enclosing(pid[launch], tid[launch], start[launch], pid[rrows], tid[rrows], start[rrows], end[rrows])
     hit = rec >= 0
-    return [(int(r), records[j][1], str(uniq[c])) for r, j, c in
-            zip(krows[hit].tolist(), rec[hit].tolist(), ncodes[hit].tolist())]
+    return [
+        (int(r), records[j][1], str(uniq[c]))
+        for r, j, c in zip(krows[hit].tolist(), rec[hit].tolist(), ncodes[hit].tolist())
+    ]

@@ -1,4 +1,5 @@
 """Stable integer ids for string pids/tids (same string → same id in every file and run)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -4,6 +4,7 @@ Every file is opened through :func:`open_regular`: an input that is not a regula
 a device, a socket, a folder) is refused with a one-line error before anything reads from it,
 so an input can never block the run in ``open`` or ``read``.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -27,8 +28,13 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BLOCK = 16 << 20
 
-_KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+_KINDS = [
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+]
 
 
 def not_regular(mode: int) -> str | None:
@@ -82,8 +88,11 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
 def check_size(path: str | os.PathLike[str], size: int, limit: int | None) -> None:
     """Raise :class:`InputTooLarge` if ``size`` bytes of content exceed ``limit`` (None: no limit)."""
     if limit is not None and size > limit:
-        raise InputTooLarge(path, f"its content is larger than the input size limit of {format_size(limit)} "
-                                  "(--max-input-size / max_input_size)")
+        raise InputTooLarge(
+            path,
+            f"its content is larger than the input size limit of {format_size(limit)} "
+            "(--max-input-size / max_input_size)",
+        )
 
 
 def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
@@ -153,7 +162,7 @@ class Content:
             n = self._buffered.readinto(view)
         else:
             data = self._gz.read(len(view))
-            view[:len(data)] = data
+            view[: len(data)] = data
             n = len(data)
         self.size += n
         check_size(self.path, self.size, self.max_size)

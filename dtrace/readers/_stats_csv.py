@@ -23,6 +23,7 @@ column to ns (``(us)``, ``(ms)``, ``(s)``); a column without a unit is in ns, as
 write it. Missing values are the literal ``None`` (or empty). A file that names no report in
 its header, or lacks a key column, fails with one line naming the file and the columns.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,8 +37,12 @@ import pandas as pd
 
 from ..errors import InputError
 
-KERN_SUM, MEM_SUM, NVTX_PROJ, GPU_TRACE = "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "nvtx_gpu_proj_trace", \
-    "cuda_gpu_trace"
+KERN_SUM, MEM_SUM, NVTX_PROJ, GPU_TRACE = (
+    "cuda_gpu_kern_sum",
+    "cuda_gpu_mem_time_sum",
+    "nvtx_gpu_proj_trace",
+    "cuda_gpu_trace",
+)
 SUMMARY_REPORTS = (KERN_SUM, MEM_SUM, NVTX_PROJ)
 
 # file-name suffixes (before .csv) of each report, new and old names
@@ -50,19 +55,52 @@ SUFFIXES = {
 
 # normalised header → canonical column; normalising drops units, spaces, case and punctuation
 _ALIASES = {
-    "time": "time_pct", "time%": "time_pct",
-    "totaltime": "total", "instances": "count", "count": "count", "operations": "count", "calls": "count",
+    "time": "time_pct",
+    "time%": "time_pct",
+    "totaltime": "total",
+    "instances": "count",
+    "count": "count",
+    "operations": "count",
+    "calls": "count",
     "numcalls": "count",
-    "avg": "mean", "average": "mean", "mean": "mean", "med": "median", "median": "median",
-    "min": "min", "minimum": "min", "max": "max", "maximum": "max", "stddev": "std", "std": "std",
-    "name": "name", "operation": "name",
-    "projectedstart": "proj_start", "projectedduration": "proj_dur", "origstart": "orig_start",
-    "origduration": "orig_dur", "style": "style", "pid": "pid", "tid": "tid", "numgpuops": "gpu_ops",
-    "lvl": "level", "numchild": "children", "rangeid": "range_id", "parentid": "parent_id",
+    "avg": "mean",
+    "average": "mean",
+    "mean": "mean",
+    "med": "median",
+    "median": "median",
+    "min": "min",
+    "minimum": "min",
+    "max": "max",
+    "maximum": "max",
+    "stddev": "std",
+    "std": "std",
+    "name": "name",
+    "operation": "name",
+    "projectedstart": "proj_start",
+    "projectedduration": "proj_dur",
+    "origstart": "orig_start",
+    "origduration": "orig_dur",
+    "style": "style",
+    "pid": "pid",
+    "tid": "tid",
+    "numgpuops": "gpu_ops",
+    "lvl": "level",
+    "numchild": "children",
+    "rangeid": "range_id",
+    "parentid": "parent_id",
     "rangestack": "range_stack",
-    "start": "start", "duration": "dur", "corrid": "corr", "correlationid": "corr", "bytes": "bytes",
-    "device": "device", "strm": "stream", "stream": "stream", "ctx": "context", "greenctx": "green_context",
-    "srcmemkd": "src_kind", "dstmemkd": "dst_kind",
+    "start": "start",
+    "duration": "dur",
+    "corrid": "corr",
+    "correlationid": "corr",
+    "bytes": "bytes",
+    "device": "device",
+    "strm": "stream",
+    "stream": "stream",
+    "ctx": "context",
+    "greenctx": "green_context",
+    "srcmemkd": "src_kind",
+    "dstmemkd": "dst_kind",
 }
 # the columns that identify a report (all must be present) and the optional ones
 REQUIRED = {
@@ -71,8 +109,20 @@ REQUIRED = {
     NVTX_PROJ: ("name", "proj_start", "proj_dur"),
     GPU_TRACE: ("start", "dur", "name"),
 }
-_TIME_COLUMNS = {"total", "mean", "median", "min", "max", "std", "proj_start", "proj_dur", "orig_start",
-                 "orig_dur", "start", "dur"}
+_TIME_COLUMNS = {
+    "total",
+    "mean",
+    "median",
+    "min",
+    "max",
+    "std",
+    "proj_start",
+    "proj_dur",
+    "orig_start",
+    "orig_dur",
+    "start",
+    "dur",
+}
 _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "usec": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _BYTES = {"b": 1, "kb": 1_000, "mb": 1_000_000, "gb": 1_000_000_000, "kib": 1024, "mib": 1 << 20, "gib": 1 << 30}
 _UNIT_RE = re.compile(r"\(([^)]*)\)\s*$")
@@ -84,9 +134,9 @@ class Header:
     """Where a report's header is and what each column means."""
 
     report: str
-    line: int                   # 0-based line number of the header
-    columns: list[str]          # canonical names, in file order ("" for unknown columns)
-    scales: list[float]         # factor to ns (times) or bytes (sizes), 1 otherwise
+    line: int  # 0-based line number of the header
+    columns: list[str]  # canonical names, in file order ("" for unknown columns)
+    scales: list[float]  # factor to ns (times) or bytes (sizes), 1 otherwise
     raw: list[str]
 
 
@@ -97,7 +147,7 @@ def _canon(cell: str) -> tuple[str, float]:
     unit = ""
     if m:
         unit = m.group(1).strip().lower()
-        text = text[:m.start()]
+        text = text[: m.start()]
     key = re.sub(r"[^a-z0-9%]", "", text.lower())
     col = _ALIASES.get(key, "")
     if col in _TIME_COLUMNS and unit in _UNIT_NS:
@@ -187,9 +237,8 @@ def read_report(path: str, expect: str | None = None) -> tuple[str, pd.DataFrame
             raise InputError(path, f"nsys stats wrote no data: {skipped}")
         if expect:
             raise InputError(path, _missing(expect, lines))
-        raise InputError(path, "not an nsys stats CSV (no header with the key columns of "
-                               f"{', '.join(REQUIRED)})")
-    body = "\n".join(lines[hdr.line + 1:])
+        raise InputError(path, f"not an nsys stats CSV (no header with the key columns of {', '.join(REQUIRED)})")
+    body = "\n".join(lines[hdr.line + 1 :])
     rows = [r for r in csv.reader(io.StringIO(body)) if any(c.strip() for c in r)]
     width = len(hdr.columns)
     rows = [r[:width] + [""] * (width - len(r)) for r in rows]
@@ -216,8 +265,7 @@ def _numbers(vals: np.ndarray, scale: float, path: str, column: str, header_line
     bad = num.isna() & ~na
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(path, f"column {column!r} has a non-numeric value {vals[i]!r} "
-                               f"(line {header_line + 2 + i})")
+        raise InputError(path, f"column {column!r} has a non-numeric value {vals[i]!r} (line {header_line + 2 + i})")
     with np.errstate(over="ignore"):  # 1e308 MB is inf: the callers check ranges, never a warning
         return num.to_numpy(np.float64) * scale
 
@@ -235,15 +283,26 @@ def _missing(report: str, lines: list[str]) -> str:
             best = (have, [c for c in REQUIRED[report] if c not in cols], cells)
     if best is None or best[0] == 0:
         return f"no {report} header found (expected columns such as {', '.join(_spell(c) for c in REQUIRED[report])})"
-    return (f"{report} CSV lacks the columns {[_spell(c) for c in best[1]]} "
-            f"(header: {','.join(c.strip() for c in best[2])})")
+    return (
+        f"{report} CSV lacks the columns {[_spell(c) for c in best[1]]} "
+        f"(header: {','.join(c.strip() for c in best[2])})"
+    )
 
 
 def _spell(col: str) -> str:
     """How new nsys versions spell a canonical column (for messages)."""
-    return {"total": "Total Time (ns)", "count": "Instances/Count", "mean": "Avg (ns)", "min": "Min (ns)",
-            "max": "Max (ns)", "name": "Name/Operation", "proj_start": "Projected Start (ns)",
-            "proj_dur": "Projected Duration (ns)", "start": "Start (ns)", "dur": "Duration (ns)"}.get(col, col)
+    return {
+        "total": "Total Time (ns)",
+        "count": "Instances/Count",
+        "mean": "Avg (ns)",
+        "min": "Min (ns)",
+        "max": "Max (ns)",
+        "name": "Name/Operation",
+        "proj_start": "Projected Start (ns)",
+        "proj_dur": "Projected Duration (ns)",
+        "start": "Start (ns)",
+        "dur": "Duration (ns)",
+    }.get(col, col)
 
 
 def kernel_summary(path: str) -> pd.DataFrame:
@@ -263,16 +322,18 @@ def _summary(df: pd.DataFrame, path: str) -> pd.DataFrame:
     nan = np.full(n, np.nan)
     if n and (np.isnan(df["count"].to_numpy()).any() or np.isnan(df["total"].to_numpy()).any()):
         raise InputError(path, "a row has no instance count or total time")
-    return pd.DataFrame({
-        "name": df["name"].to_numpy(dtype=object),
-        "count": df["count"].to_numpy(np.float64).round().astype(np.int64),
-        "total_ns": df["total"].to_numpy(np.float64).round().astype(np.int64),
-        "mean_ns": df["mean"].to_numpy(np.float64),
-        "median_ns": df["median"].to_numpy(np.float64) if "median" in df else nan,
-        "min_ns": df["min"].to_numpy(np.float64),
-        "max_ns": df["max"].to_numpy(np.float64),
-        "std_ns": df["std"].to_numpy(np.float64) if "std" in df else nan,
-    })
+    return pd.DataFrame(
+        {
+            "name": df["name"].to_numpy(dtype=object),
+            "count": df["count"].to_numpy(np.float64).round().astype(np.int64),
+            "total_ns": df["total"].to_numpy(np.float64).round().astype(np.int64),
+            "mean_ns": df["mean"].to_numpy(np.float64),
+            "median_ns": df["median"].to_numpy(np.float64) if "median" in df else nan,
+            "min_ns": df["min"].to_numpy(np.float64),
+            "max_ns": df["max"].to_numpy(np.float64),
+            "std_ns": df["std"].to_numpy(np.float64) if "std" in df else nan,
+        }
+    )
 
 
 def nvtx_projection(path: str) -> pd.DataFrame:
@@ -283,13 +344,21 @@ def nvtx_projection(path: str) -> pd.DataFrame:
     def col(c: str) -> np.ndarray:
         return df[c].to_numpy(np.float64) if c in df else np.full(n, np.nan)
 
-    return pd.DataFrame({
-        "name": df["name"].to_numpy(dtype=object),
-        "proj_start_ns": col("proj_start"), "proj_dur_ns": col("proj_dur"),
-        "orig_start_ns": col("orig_start"), "orig_dur_ns": col("orig_dur"),
-        "pid": col("pid"), "tid": col("tid"), "gpu_ops": col("gpu_ops"), "level": col("level"),
-        "range_id": col("range_id"), "parent_id": col("parent_id"),
-    })
+    return pd.DataFrame(
+        {
+            "name": df["name"].to_numpy(dtype=object),
+            "proj_start_ns": col("proj_start"),
+            "proj_dur_ns": col("proj_dur"),
+            "orig_start_ns": col("orig_start"),
+            "orig_dur_ns": col("orig_dur"),
+            "pid": col("pid"),
+            "tid": col("tid"),
+            "gpu_ops": col("gpu_ops"),
+            "level": col("level"),
+            "range_id": col("range_id"),
+            "parent_id": col("parent_id"),
+        }
+    )
 
 
 def gpu_trace(path: str) -> pd.DataFrame:
@@ -308,10 +377,14 @@ def gpu_trace(path: str) -> pd.DataFrame:
 
     if n and (np.isnan(df["start"].to_numpy()).any() or np.isnan(df["dur"].to_numpy()).any()):
         raise InputError(path, "a row has no start time or duration")
-    return pd.DataFrame({
-        "start_ns": df["start"].to_numpy(np.float64),
-        "dur_ns": df["dur"].to_numpy(np.float64),
-        "corr": col("corr", -1), "device": col("device", 0),
-        "stream": col("stream", -1), "bytes": col("bytes", -1),
-        "name": df["name"].to_numpy(dtype=object),
-    })
+    return pd.DataFrame(
+        {
+            "start_ns": df["start"].to_numpy(np.float64),
+            "dur_ns": df["dur"].to_numpy(np.float64),
+            "corr": col("corr", -1),
+            "device": col("device", 0),
+            "stream": col("stream", -1),
+            "bytes": col("bytes", -1),
+            "name": df["name"].to_numpy(dtype=object),
+        }
+    )

@@ -1,5 +1,6 @@
 """What a reader returns (:class:`TraceFile`, one :class:`Part` per device) and the
 :class:`Reader` interface every format module implements (see :mod:`dtrace.readers`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,8 @@ class TraceFile:
     path: str
     format: str
     parts: list[Part]
-    rank_hint: int | None = None        # rank the file states (e.g. Kineto distributedInfo)
-    rank_per_device: bool = False       # several GPUs in one file, each its own rank (JAX)
+    rank_hint: int | None = None  # rank the file states (e.g. Kineto distributedInfo)
+    rank_per_device: bool = False  # several GPUs in one file, each its own rank (JAX)
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -23,6 +23,7 @@ stripped, from the kernel name (``ncclDevKernel_AllGather_RING_LL`` → ``all_ga
 Timestamps are float µs from the profile start and become int64 ns with
 :func:`dtrace.schema.us_to_ns` (start and duration converted separately).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -79,7 +80,7 @@ _MEMKIND_RE = re.compile(r"kind:(\w+)")
 
 
 class Args(msgspec.Struct, gc=False):
-    name: Any = None                      # process/thread name of "M" events
+    name: Any = None  # process/thread name of "M" events
     correlation_id: int | str | None = None
     hlo_op: str | None = None
     hlo_module: str | None = None
@@ -140,13 +141,13 @@ class _Columns:
         self.ts: list[np.ndarray] = []
         self.dur: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
-        self.launch: list[np.ndarray] = []     # host launch call by category/args
+        self.launch: list[np.ndarray] = []  # host launch call by category/args
         self.names: list[pa.Array] = []
         self.extra: dict[int, tuple[str | None, str | None, str | None]] = {}  # row -> (hlo_op, module, memcpy)
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
         self.n = 0
-        self.dropped: dict[str, int] = {}                   # events dropped for implausible times, by reason
+        self.dropped: dict[str, int] = {}  # events dropped for implausible times, by reason
         self.dropped_lines: dict[tuple[int, int], int] = {}  # ... and by (pid, tid) line
 
 
@@ -163,8 +164,9 @@ def _drop_implausible(c: _Columns, source: str) -> None:
     c.dropped_lines = {(int(p), int(t)): int(k) for (p, t), k in zip(lines.tolist(), counts.tolist())}
     c.pid, c.tid, c.ts, c.dur = [pid[keep]], [tid[keep]], [ts[keep]], [dur[keep]]
     c.corr, c.launch = [_cat(c.corr, np.int64)[keep]], [_cat(c.launch, bool)[keep]]
-    c.names = [pa.chunked_array(c.names).unify_dictionaries().combine_chunks().filter(pa.array(keep))] if c.names \
-        else []
+    c.names = (
+        [pa.chunked_array(c.names).unify_dictionaries().combine_chunks().filter(pa.array(keep))] if c.names else []
+    )
     new_row = np.cumsum(keep) - 1
     c.extra = {int(new_row[r]): v for r, v in c.extra.items() if keep[r]}
     c.n = int(keep.sum())
@@ -187,8 +189,9 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
             if e.name == "process_name":
                 c.process_names[ids(e.pid if e.pid is not None else -1)] = e.args.name
             elif e.name == "thread_name":
-                c.thread_names[(ids(e.pid if e.pid is not None else -1),
-                                ids(e.tid if e.tid is not None else -1))] = e.args.name
+                c.thread_names[(ids(e.pid if e.pid is not None else -1), ids(e.tid if e.tid is not None else -1))] = (
+                    e.args.name
+                )
     if not xs:
         return
     n = len(xs)
@@ -201,11 +204,19 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     d = np.asarray(dur, np.float64)
     args = [e.args for e in xs]
     cats = [e.cat for e in xs]
-    corr = np.fromiter((_num(a.correlation_id) if a is not None and a.correlation_id is not None
-                        else (_num(e.bind_id) if cat == "gpu_launch" else -1)
-                        for a, e, cat in zip(args, xs, cats)), np.int64, n)
-    launch = np.fromiter((cat == "gpu_launch" or (a is not None and a.correlation_id is not None)
-                          for a, cat in zip(args, cats)), bool, n)
+    corr = np.fromiter(
+        (
+            _num(a.correlation_id)
+            if a is not None and a.correlation_id is not None
+            else (_num(e.bind_id) if cat == "gpu_launch" else -1)
+            for a, e, cat in zip(args, xs, cats)
+        ),
+        np.int64,
+        n,
+    )
+    launch = np.fromiter(
+        (cat == "gpu_launch" or (a is not None and a.correlation_id is not None) for a, cat in zip(args, cats)), bool, n
+    )
     base = c.n
     for i, a in enumerate(args):
         if a is not None and (a.hlo_op is not None or a.memcpy_details is not None):
@@ -234,8 +245,11 @@ def _xplane_to_json(path: str, workdir: str) -> str:
         except ImportError:
             continue
     if convert is None:
-        raise InputError(path, "reading an xplane.pb needs xprof (pip install xprof); or convert it "
-                               "first with xprof's trace_viewer tool into a .trace.json.gz")
+        raise InputError(
+            path,
+            "reading an xplane.pb needs xprof (pip install xprof); or convert it "
+            "first with xprof's trace_viewer tool into a .trace.json.gz",
+        )
     try:
         data, _ctype = convert.xspace_to_tool_data([path], "trace_viewer", {})
     except Exception as exc:  # the converter's own errors (corrupt protobuf, ...)
@@ -254,8 +268,9 @@ def _xplane_to_json(path: str, workdir: str) -> str:
     return out
 
 
-def read_jax(path: str, *, block: int | None = None, max_input_size: int | None = None,
-             max_event_size: int = MAX_EVENT, **_: Any) -> TraceFile:
+def read_jax(
+    path: str, *, block: int | None = None, max_input_size: int | None = None, max_event_size: int = MAX_EVENT, **_: Any
+) -> TraceFile:
     """Read one JAX trace into one :class:`Part` per GPU plane.
 
     Events with implausible times are dropped and counted by reason in
@@ -286,8 +301,11 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
 
     pid = _cat(c.pid, np.int64)
     tid = _cat(c.tid, np.int64)
-    names = (pa.chunked_array(c.names).unify_dictionaries().combine_chunks()
-             if c.names else pa.array([], pa.string()).dictionary_encode())
+    names = (
+        pa.chunked_array(c.names).unify_dictionaries().combine_chunks()
+        if c.names
+        else pa.array([], pa.string()).dictionary_encode()
+    )
     name_dict = names.dictionary.to_pylist()
     name_codes = names.indices.to_numpy(zero_copy_only=False)
 
@@ -313,8 +331,9 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     n = c.n
     line_key = _line_codes(pid, tid)
     upid, pinv = np.unique(pid, return_inverse=True)
-    dev_arr = np.array([devices.get(int(p), -1) for p in upid], np.int64)[pinv.reshape(-1)] if n \
-        else np.empty(0, np.int64)
+    dev_arr = (
+        np.array([devices.get(int(p), -1) for p in upid], np.int64)[pinv.reshape(-1)] if n else np.empty(0, np.int64)
+    )
     on_device = dev_arr >= 0
     is_stream = _lookup(line_key, pid, tid, stream_of, -2) >= -1
     stream = _lookup(line_key, pid, tid, stream_of, -1)
@@ -322,17 +341,34 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     is_steps = _lookup(line_key, pid, tid, {k: 1 for k in steps_lines}, 0) == 1
 
     # kinds: decided once per distinct name, then broadcast
-    gpu_kind_of_name = np.array([KIND_CODES["memcpy"] if _MEMCPY_RE.search(s) else
-                                 KIND_CODES["memset"] if _MEMSET_RE.search(s) else KIND_CODES["kernel"]
-                                 for s in name_dict], np.int8)
-    host_kind_of_name = np.array([KIND_CODES["python"] if s.startswith("$") else
-                                  KIND_CODES["runtime"] if _LAUNCH_NAME_RE.match(s) else KIND_CODES["cpu_op"]
-                                  for s in name_dict], np.int8)
+    gpu_kind_of_name = np.array(
+        [
+            KIND_CODES["memcpy"]
+            if _MEMCPY_RE.search(s)
+            else KIND_CODES["memset"]
+            if _MEMSET_RE.search(s)
+            else KIND_CODES["kernel"]
+            for s in name_dict
+        ],
+        np.int8,
+    )
+    host_kind_of_name = np.array(
+        [
+            KIND_CODES["python"]
+            if s.startswith("$")
+            else KIND_CODES["runtime"]
+            if _LAUNCH_NAME_RE.match(s)
+            else KIND_CODES["cpu_op"]
+            for s in name_dict
+        ],
+        np.int8,
+    )
     launch = _cat(c.launch, bool)
-    kinds = np.where(on_device,
-                     np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
-                     np.where(launch, KIND_CODES["runtime"], host_kind_of_name[name_codes] if n else 0)
-                     ).astype(np.int8)
+    kinds = np.where(
+        on_device,
+        np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
+        np.where(launch, KIND_CODES["runtime"], host_kind_of_name[name_codes] if n else 0),
+    ).astype(np.int8)
     device = np.where(on_device, dev_arr, -1).astype(np.int32)
     stream = np.where(is_stream, stream, np.where(on_device, label_s, -1)).astype(np.int64)
 
@@ -347,29 +383,35 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     corr = _cat(c.corr, np.int64)
     gpu_mask = np.isin(kinds, [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]])
     corr = np.where(gpu_mask | (kinds == KIND_CODES["runtime"]), corr, -1)
-    table = pa.table({
-        "rank": np.full(n, -1, np.int32),
-        "device": device,
-        "stream": stream,
-        "pid": pid,
-        "tid": tid,
-        "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
-        "name": out_names,
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "correlation": corr,
-        "external_id": np.full(n, -1, np.int64),
-    })
+    table = pa.table(
+        {
+            "rank": np.full(n, -1, np.int32),
+            "device": device,
+            "stream": stream,
+            "pid": pid,
+            "tid": tid,
+            "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
+            "name": out_names,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "correlation": corr,
+            "external_id": np.full(n, -1, np.int64),
+        }
+    )
     table = validate_events(table, source)
 
     gpu_devices = sorted(set(device[gpu_mask].tolist()))
     n_gpu_dropped = sum(k for (p, t), k in c.dropped_lines.items() if p in devices and (p, t) in stream_of)
     if not gpu_devices and n_gpu_dropped:
-        raise ImplausibleTimes(source, f"all {n_gpu_dropped} GPU events have implausible times "
-                                       f"({dropped_summary(c.dropped)})")
+        raise ImplausibleTimes(
+            source, f"all {n_gpu_dropped} GPU events have implausible times ({dropped_summary(c.dropped)})"
+        )
     if not gpu_devices:
-        raise NoGPUActivity(source, f"no GPU activity: no events on the 'Stream #' lines of the "
-                                    f"{len(devices)} GPU plane(s) ({n} events in all)")
+        raise NoGPUActivity(
+            source,
+            f"no GPU activity: no events on the 'Stream #' lines of the "
+            f"{len(devices)} GPU plane(s) ({n} events in all)",
+        )
     coll_rows, mem_rows = _side_rows(np.flatnonzero(gpu_mask), kinds, name_dict, name_codes, c.extra)
     host = device == -1
     runtime = kinds == KIND_CODES["runtime"]
@@ -380,12 +422,23 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
         if runtime.any():
             keep |= host & runtime & _launch_belongs(corr, dev, gpu_corr_dev)
         rows = np.flatnonzero(keep)
-        parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
-                          collectives=_side_table(coll_rows, rows, COLLECTIVE_SCHEMA),
-                          memcpy=_side_table(mem_rows, rows, MEMCPY_SCHEMA), local_index=int(dev)))
-    meta = {"base_time_ns": 0, "events": int(n), "dropped_events": c.dropped, "fingerprint": trace.fingerprint,
-            "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
-            "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)})}
+        parts.append(
+            Part(
+                device=int(dev),
+                events=table.take(pa.array(rows)),
+                collectives=_side_table(coll_rows, rows, COLLECTIVE_SCHEMA),
+                memcpy=_side_table(mem_rows, rows, MEMCPY_SCHEMA),
+                local_index=int(dev),
+            )
+        )
+    meta = {
+        "base_time_ns": 0,
+        "events": int(n),
+        "dropped_events": c.dropped,
+        "fingerprint": trace.fingerprint,
+        "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
+        "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)}),
+    }
     return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
 
 
@@ -406,16 +459,27 @@ def _line_codes(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return uniq, lc.astype(np.int64)
 
 
-def _lookup(line_key: tuple[np.ndarray, np.ndarray], pid: np.ndarray, tid: np.ndarray,
-            mapping: dict[tuple[int, int], int], default: int) -> np.ndarray:
+def _lookup(
+    line_key: tuple[np.ndarray, np.ndarray],
+    pid: np.ndarray,
+    tid: np.ndarray,
+    mapping: dict[tuple[int, int], int],
+    default: int,
+) -> np.ndarray:
     """``mapping[(pid, tid)]`` for every event, evaluated once per distinct line."""
     uniq, inv = line_key
     per_line = np.array([mapping.get((int(p), int(t)), default) for p, t in uniq], np.int64)
     return per_line[inv] if len(inv) else np.empty(0, np.int64)
 
 
-def _step_names(names: pa.DictionaryArray, name_dict: list[str], codes: np.ndarray, is_steps: np.ndarray,
-                ts: np.ndarray, device: np.ndarray) -> pa.Array:
+def _step_names(
+    names: pa.DictionaryArray,
+    name_dict: list[str],
+    codes: np.ndarray,
+    is_steps: np.ndarray,
+    ts: np.ndarray,
+    device: np.ndarray,
+) -> pa.Array:
     """Rename the ``Steps`` line's events to ``Step#N``."""
     out = np.array(name_dict, dtype=object)[codes]
     for dev in np.unique(device[is_steps]).tolist():
@@ -452,8 +516,13 @@ def hlo_collective(hlo_op: str | None, kernel: str) -> str:
     return kernel_collective(kernel)
 
 
-def _side_rows(gpu_rows: np.ndarray, kinds: np.ndarray, name_dict: list[str], codes: np.ndarray,
-               extra: dict[int, tuple[str | None, str | None, str | None]]) -> tuple[dict[str, list], dict[str, list]]:
+def _side_rows(
+    gpu_rows: np.ndarray,
+    kinds: np.ndarray,
+    name_dict: list[str],
+    codes: np.ndarray,
+    extra: dict[int, tuple[str | None, str | None, str | None]],
+) -> tuple[dict[str, list], dict[str, list]]:
     comm_name = np.array([bool(_COMM_RE.search(s)) for s in name_dict], bool)
     coll: dict[str, list] = {f.name: [] for f in COLLECTIVE_SCHEMA}
     mem: dict[str, list] = {f.name: [] for f in MEMCPY_SCHEMA}
@@ -488,7 +557,11 @@ def _side_table(cols: dict[str, list], rows: np.ndarray, schema: pa.Schema) -> p
     """The side-table rows whose event is in ``rows``, renumbered to the part's rows."""
     old = np.asarray(cols["row"], np.int64)
     pos = np.searchsorted(rows, old)
-    ok = (pos < len(rows)) & (rows[np.minimum(pos, max(len(rows) - 1, 0))] == old) if len(rows) else np.zeros(len(old), bool)
+    ok = (
+        (pos < len(rows)) & (rows[np.minimum(pos, max(len(rows) - 1, 0))] == old)
+        if len(rows)
+        else np.zeros(len(old), bool)
+    )
     data = {}
     for f in schema:
         vals = np.asarray(cols[f.name], dtype=object)[ok] if len(old) else np.array([], object)

@@ -7,6 +7,7 @@ Only the fields the event schema needs are decoded (typed msgspec structs, chunk
 device in ``args.device``. A file whose GPU events sit on several devices becomes one part
 per device; host events are shared by every part.
 """
+
 from __future__ import annotations
 
 import operator
@@ -40,11 +41,17 @@ NAME = "kineto"
 # category (lower-cased) -> schema kind
 CATEGORY_KIND = {
     "kernel": "kernel",
-    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
-    "gpu_memset": "memset", "memset": "memset",
-    "cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "runtime", "driver": "runtime",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "driver": "runtime",
     "hip_runtime": "runtime",
-    "cpu_op": "cpu_op", "operator": "cpu_op",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "python",
@@ -123,9 +130,10 @@ class _Columns:
     """Column buffers filled chunk by chunk."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in
-                                                  ("device", "stream", "pid", "tid", "kind", "start", "dur",
-                                                   "correlation", "external_id", "seq")}
+        self.cols: dict[str, list[np.ndarray]] = {
+            k: []
+            for k in ("device", "stream", "pid", "tid", "kind", "start", "dur", "correlation", "external_id", "seq")
+        }
         self.names: list[pa.Array] = []
         self.coll_rows: list[tuple[int, Args, str]] = []
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
@@ -173,11 +181,12 @@ def _ints(values: list[Any], ids: StableIds) -> np.ndarray:
 
 
 _get = operator.attrgetter
-_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (_get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur",
-                                                                     "args"))
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (
+    _get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+)
 _A_CORR, _A_EXT, _A_EXT_OLD, _A_SEQ, _A_DEV, _A_STREAM, _A_COLL = (
-    _get(k) for k in ("correlation", "external_id", "external_id_old", "seq_number", "device", "stream",
-                      "collective"))
+    _get(k) for k in ("correlation", "external_id", "external_id_old", "seq_number", "device", "stream", "collective")
+)
 _DICT_TYPE = pa.dictionary(pa.int32(), pa.string())
 _GPU_CODES = np.array(sorted(KIND_CODES[k] for k in GPU_KIND_SET), np.int8)
 _KIND_OF_CAT: dict[str | None, int] = {}
@@ -251,8 +260,18 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         a = args[i]
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
     c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
-    for key, arr in (("device", device), ("stream", stream), ("pid", pid), ("tid", tid), ("kind", kinds),
-                     ("start", start), ("dur", d), ("correlation", corr), ("external_id", ext), ("seq", seq)):
+    for key, arr in (
+        ("device", device),
+        ("stream", stream),
+        ("pid", pid),
+        ("tid", tid),
+        ("kind", kinds),
+        ("start", start),
+        ("dur", d),
+        ("correlation", corr),
+        ("external_id", ext),
+        ("seq", seq),
+    ):
         c.cols[key].append(arr)
     c.n += n
 
@@ -280,26 +299,33 @@ def _cat(arrs: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(arrs) if arrs else np.empty(0, dtype)
 
 
-def read_kineto(path: str, *, block: int | None = None, max_input_size: int | None = None,
-                max_event_size: int = MAX_EVENT, **_: Any) -> TraceFile:
+def read_kineto(
+    path: str, *, block: int | None = None, max_input_size: int | None = None, max_event_size: int = MAX_EVENT, **_: Any
+) -> TraceFile:
     """Read one Kineto trace into one :class:`Part` per GPU device.
 
     Events with implausible times are dropped and counted by reason in
     ``meta["dropped_events"]`` (:func:`dtrace.schema.implausible_times`); ``max_input_size``
     limits the decompressed content and ``max_event_size`` one event's JSON text.
     """
-    trace = ChromeTrace(path, Event, Meta, **({"block": block} if block else {}),
-                        max_event=max_event_size, max_size=max_input_size)
+    trace = ChromeTrace(
+        path, Event, Meta, **({"block": block} if block else {}), max_event=max_event_size, max_size=max_input_size
+    )
     ids = StableIds()
     c = _Columns()
     for chunk in trace.chunks():
         _add_chunk(chunk, c, ids, path)
     meta: Meta = trace.meta
     base_ns = _origin(meta.baseTimeNanoseconds, path)
-    cols = {k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
-            for k, v in c.cols.items()}
-    names = (pa.chunked_array(c.names, pa.dictionary(pa.int32(), pa.string())).unify_dictionaries()
-             if c.names else pa.chunked_array([], pa.dictionary(pa.int32(), pa.string())))
+    cols = {
+        k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
+        for k, v in c.cols.items()
+    }
+    names = (
+        pa.chunked_array(c.names, pa.dictionary(pa.int32(), pa.string())).unify_dictionaries()
+        if c.names
+        else pa.chunked_array([], pa.dictionary(pa.int32(), pa.string()))
+    )
     with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
@@ -350,12 +376,13 @@ def read_kineto(path: str, *, block: int | None = None, max_input_size: int | No
     }
     if not devices:
         if dropped and n_gpu:
-            raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times "
-                                         f"({dropped_summary(dropped)})")
-        raise NoGPUActivity(path, "no GPU activity: the trace has no kernel, memcpy or memset events "
-                                  f"({n} host events)")
-    coll = _collective_table(sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops),
-                                    key=operator.itemgetter(0)))
+            raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
+        raise NoGPUActivity(
+            path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events)"
+        )
+    coll = _collective_table(
+        sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
+    )
     parts = []
     host = device == -1
     for idx, dev in enumerate(devices):
@@ -365,8 +392,11 @@ def read_kineto(path: str, *, block: int | None = None, max_input_size: int | No
         else:
             sub = table.take(pa.array(rows))
             remap = rows
-        parts.append(Part(device=int(dev), events=sub, collectives=_remap(coll, remap),
-                          memcpy=_remap(mem, remap), local_index=idx))
+        parts.append(
+            Part(
+                device=int(dev), events=sub, collectives=_remap(coll, remap), memcpy=_remap(mem, remap), local_index=idx
+            )
+        )
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
 
 
@@ -463,8 +493,10 @@ def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.T
         if key not in cache:
             cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
         kinds.append(cache[key])
-    return pa.table({
-        "row": pa.array([r[0] for r in rows], pa.int64()),
-        "copy_kind": pa.array(kinds, pa.string()).dictionary_encode(),
-        "bytes": pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
-    }).cast(MEMCPY_SCHEMA)
+    return pa.table(
+        {
+            "row": pa.array([r[0] for r in rows], pa.int64()),
+            "copy_kind": pa.array(kinds, pa.string()).dictionary_encode(),
+            "bytes": pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
+        }
+    ).cast(MEMCPY_SCHEMA)

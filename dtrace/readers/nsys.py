@@ -19,6 +19,7 @@ device) pair with GPU activity becomes one part and its own rank (``rank_per_dev
 the host events of its process. NCCL kernels become rows of the collectives side table
 (collective type from the kernel name).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,15 +62,37 @@ _NULL = np.iinfo(np.int64).min  # a NULL start/end read as an integer
 
 # ENUM_CUDA_MEMCPY_OPER labels (used when the report lacks the enum table)
 MEMCPY_LABELS = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
-    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
-    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+    11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host",
     13: "Unified Device-to-Device",
 }
-COPY_KIND = {1: "H2D", 2: "D2H", 3: "H2D", 4: "D2H", 5: "D2D", 6: "D2D", 7: "D2D", 8: "D2D", 9: "H2H",
-             10: "P2P", 11: "H2D", 12: "D2H", 13: "D2D"}
-NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange",
-                    71: "NvtxtStartEndRange"}
+COPY_KIND = {
+    1: "H2D",
+    2: "D2H",
+    3: "H2D",
+    4: "D2H",
+    5: "D2D",
+    6: "D2D",
+    7: "D2D",
+    8: "D2D",
+    9: "H2H",
+    10: "P2P",
+    11: "H2D",
+    12: "D2H",
+    13: "D2D",
+}
+NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
 
 
 class READER:  # noqa: N801 - the registered reader object
@@ -103,12 +126,19 @@ def export_sqlite(path: str, workdir: str) -> str:
     """Convert a ``.nsys-rep`` to SQLite with ``nsys export`` (needs ``nsys`` on PATH)."""
     exe = shutil.which("nsys")
     if exe is None:
-        raise InputError(path, "is an Nsight Systems report (.nsys-rep); converting it needs the 'nsys' "
-                               "command on PATH, or export it first: nsys export --type sqlite -o "
-                               "REPORT.sqlite REPORT.nsys-rep")
+        raise InputError(
+            path,
+            "is an Nsight Systems report (.nsys-rep); converting it needs the 'nsys' "
+            "command on PATH, or export it first: nsys export --type sqlite -o "
+            "REPORT.sqlite REPORT.nsys-rep",
+        )
     out = os.path.join(workdir, Path(path).stem + ".sqlite")
-    proc = subprocess.run([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", out, path],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", out, path],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0 or not os.path.exists(out):
         msg = (proc.stderr or proc.stdout or "").strip().splitlines()
         raise InputError(path, f"nsys export failed (exit {proc.returncode}): {msg[-1] if msg else 'no output'}")
@@ -203,8 +233,9 @@ class _Db:
             raise InputError(self.source, f"cannot read table {table}: {exc}") from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(self.source, f"table {table} has a non-integer value: {exc}") from None
-        return pd.DataFrame({c: arr[:, present.index(c)] if c in present else np.full(len(rows), wanted[c], np.int64)
-                             for c in wanted})
+        return pd.DataFrame(
+            {c: arr[:, present.index(c)] if c in present else np.full(len(rows), wanted[c], np.int64) for c in wanted}
+        )
 
     def strings(self, ids: np.ndarray) -> dict[int, str]:
         """``StringIds`` values of ``ids``."""
@@ -263,8 +294,11 @@ def _session_start(value: Any, source: str) -> int:
         except ValueError:
             pass
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(source, f"the session start (TARGET_INFO_SESSION_START_TIME.utcEpochNs = {value!r:.40}) "
-                                 "is not an integer number of ns")
+        raise InputError(
+            source,
+            f"the session start (TARGET_INFO_SESSION_START_TIME.utcEpochNs = {value!r:.40}) "
+            "is not an integer number of ns",
+        )
     return value
 
 
@@ -273,8 +307,9 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     ranges as one event table, then split per (process, device) with the side tables."""
     origin = _session_origin(db, source)
     gpu = _gpu_activity(db, source)
-    rt = db.read_ints("CUPTI_ACTIVITY_KIND_RUNTIME", {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1,
-                                                      "nameId": -1})
+    rt = db.read_ints(
+        "CUPTI_ACTIVITY_KIND_RUNTIME", {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1, "nameId": -1}
+    )
     nvtx = _nvtx(db)
     cols, name_dict = _event_columns(db, gpu, rt, nvtx)
     start_f = cols["start"].astype(np.float64)
@@ -288,11 +323,20 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     if not keys:
         raise ImplausibleTimes(source, f"all {gpu.n} GPU events have implausible times ({dropped_summary(dropped)})")
     parts = _parts(table, cols, gpu, kept, keys)
-    meta = {"base_time_ns": origin, "session_start_utc_ns": origin, "events": int(kept.sum()), "dropped_events": dropped,
-            "processes": sorted({p for p, _ in keys}), "devices": sorted({d for _, d in keys}),
-            "schema_version": str(db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
-                                  if "META_DATA_EXPORT" in db.tables else ""),
-            "nvtx_ranges": int(len(nvtx))}
+    meta = {
+        "base_time_ns": origin,
+        "session_start_utc_ns": origin,
+        "events": int(kept.sum()),
+        "dropped_events": dropped,
+        "processes": sorted({p for p, _ in keys}),
+        "devices": sorted({d for _, d in keys}),
+        "schema_version": str(
+            db.scalar("select value from META_DATA_EXPORT where name='EXPORT_SCHEMA_VERSION'")
+            if "META_DATA_EXPORT" in db.tables
+            else ""
+        ),
+        "nvtx_ranges": int(len(nvtx)),
+    }
     return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
 
 
@@ -300,10 +344,16 @@ def _session_origin(db: _Db, source: str) -> int:
     """The session start (UTC epoch ns) that the report's times count from."""
     present = [t for t in GPU_TABLES if t in db.tables]
     if not present:
-        raise InputError(source, "no CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY or _MEMSET table: the report has no "
-                                 "CUDA trace (profile with 'nsys profile --trace=cuda')")
-    origin = db.scalar("select utcEpochNs from TARGET_INFO_SESSION_START_TIME") \
-        if "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME") else None
+        raise InputError(
+            source,
+            "no CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY or _MEMSET table: the report has no "
+            "CUDA trace (profile with 'nsys profile --trace=cuda')",
+        )
+    origin = (
+        db.scalar("select utcEpochNs from TARGET_INFO_SESSION_START_TIME")
+        if "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME")
+        else None
+    )
     origin = _session_start(origin, source)
     if not TIME_MIN_NS <= origin < TIME_MAX_NS:
         raise ImplausibleTimes(source, f"the session start (utcEpochNs {origin}) is outside 1970-2200")
@@ -335,7 +385,9 @@ def _gpu_activity(db: _Db, source: str) -> _GpuActivity:
     gpu = _GpuActivity(
         kernels=db.read_ints("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU_BASE, **({name_col: -1} if name_col else {})}),
         copies=db.read_ints("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU_BASE, "copyKind": 0, "bytes": -1}),
-        sets=db.read_ints("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_BASE, "bytes": -1}), name_col=name_col)
+        sets=db.read_ints("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_BASE, "bytes": -1}),
+        name_col=name_col,
+    )
     if gpu.n == 0:
         raise NoGPUActivity(source, "no GPU activity: the report's kernel, memcpy and memset tables are empty")
     for t, df in (("KERNEL", gpu.kernels), ("MEMCPY", gpu.copies), ("MEMSET", gpu.sets)):
@@ -344,8 +396,9 @@ def _gpu_activity(db: _Db, source: str) -> _GpuActivity:
     return gpu
 
 
-def _event_columns(db: _Db, gpu: _GpuActivity, rt: pd.DataFrame, nvtx: pd.DataFrame
-                   ) -> tuple[dict[str, np.ndarray], list[str]]:
+def _event_columns(
+    db: _Db, gpu: _GpuActivity, rt: pd.DataFrame, nvtx: pd.DataFrame
+) -> tuple[dict[str, np.ndarray], list[str]]:
     """The event columns (GPU rows first, then runtime calls, then NVTX ranges) with ``code``
     indexing the returned name list: kernels through StringIds, copies and sets named as nsys
     stats names them."""
@@ -362,31 +415,70 @@ def _event_columns(db: _Db, gpu: _GpuActivity, rt: pd.DataFrame, nvtx: pd.DataFr
     rows = pd.concat([df[list(_GPU_BASE)] for df in (gpu.kernels, gpu.copies, gpu.sets)], ignore_index=True)
     g_pid, _ = split_gid(_ints(rows["globalPid"], 0))
     name_dict = kernel_dict + copy_dict + ["[CUDA memset]"]
-    frames = [dict(device=_ints(rows["deviceId"]), stream=_ints(rows["streamId"]), pid=g_pid,
-                   tid=_ints(rows["streamId"]),
-                   kind=np.concatenate([np.full(n_k, KIND_CODES["kernel"]), np.full(n_c, KIND_CODES["memcpy"]),
-                                        np.full(n_s, KIND_CODES["memset"])]).astype(np.int8),
-                   code=np.concatenate([inv_k.reshape(-1), len(kernel_dict) + inv_c.reshape(-1),
-                                        np.full(n_s, len(kernel_dict) + len(copy_dict))]).astype(np.int64),
-                   start=_ints(rows["start"], 0), end=_ints(rows["end"], 0), corr=_ints(rows["correlationId"]))]
+    frames = [
+        dict(
+            device=_ints(rows["deviceId"]),
+            stream=_ints(rows["streamId"]),
+            pid=g_pid,
+            tid=_ints(rows["streamId"]),
+            kind=np.concatenate(
+                [
+                    np.full(n_k, KIND_CODES["kernel"]),
+                    np.full(n_c, KIND_CODES["memcpy"]),
+                    np.full(n_s, KIND_CODES["memset"]),
+                ]
+            ).astype(np.int8),
+            code=np.concatenate(
+                [
+                    inv_k.reshape(-1),
+                    len(kernel_dict) + inv_c.reshape(-1),
+                    np.full(n_s, len(kernel_dict) + len(copy_dict)),
+                ]
+            ).astype(np.int64),
+            start=_ints(rows["start"], 0),
+            end=_ints(rows["end"], 0),
+            corr=_ints(rows["correlationId"]),
+        )
+    ]
     # host: runtime calls and NVTX ranges
     rt_names = db.strings(np.unique(_ints(rt["nameId"]))) if len(rt) else {}
     rt_pid, rt_tid = split_gid(_ints(rt["globalTid"], 0))
     uniq_r, inv_r = np.unique(_ints(rt["nameId"]), return_inverse=True)
     off = len(name_dict)
     name_dict += [rt_names.get(int(i), f"<runtime {int(i)}>") for i in uniq_r.tolist()]
-    frames.append(dict(device=np.full(len(rt), -1), stream=np.full(len(rt), -1), pid=rt_pid, tid=rt_tid,
-                       kind=np.full(len(rt), KIND_CODES["runtime"], np.int8), code=off + inv_r.reshape(-1),
-                       start=_ints(rt["start"], 0), end=_ints(rt["end"], 0), corr=_ints(rt["correlationId"])))
+    frames.append(
+        dict(
+            device=np.full(len(rt), -1),
+            stream=np.full(len(rt), -1),
+            pid=rt_pid,
+            tid=rt_tid,
+            kind=np.full(len(rt), KIND_CODES["runtime"], np.int8),
+            code=off + inv_r.reshape(-1),
+            start=_ints(rt["start"], 0),
+            end=_ints(rt["end"], 0),
+            corr=_ints(rt["correlationId"]),
+        )
+    )
     off = len(name_dict)
-    uniq_n, inv_n = np.unique(np.asarray(nvtx["text"], dtype=object).astype(str), return_inverse=True) \
-        if len(nvtx) else (np.array([], object), np.empty(0, np.int64))
+    uniq_n, inv_n = (
+        np.unique(np.asarray(nvtx["text"], dtype=object).astype(str), return_inverse=True)
+        if len(nvtx)
+        else (np.array([], object), np.empty(0, np.int64))
+    )
     name_dict += [str(s) for s in uniq_n.tolist()]
-    frames.append(dict(device=np.full(len(nvtx), -1), stream=np.full(len(nvtx), -1),
-                       pid=nvtx["pid"].to_numpy(np.int64), tid=nvtx["tid"].to_numpy(np.int64),
-                       kind=np.full(len(nvtx), KIND_CODES["annotation"], np.int8), code=off + inv_n.reshape(-1),
-                       start=nvtx["start"].to_numpy(np.int64), end=nvtx["end"].to_numpy(np.int64),
-                       corr=np.full(len(nvtx), -1)))
+    frames.append(
+        dict(
+            device=np.full(len(nvtx), -1),
+            stream=np.full(len(nvtx), -1),
+            pid=nvtx["pid"].to_numpy(np.int64),
+            tid=nvtx["tid"].to_numpy(np.int64),
+            kind=np.full(len(nvtx), KIND_CODES["annotation"], np.int8),
+            code=off + inv_n.reshape(-1),
+            start=nvtx["start"].to_numpy(np.int64),
+            end=nvtx["end"].to_numpy(np.int64),
+            corr=np.full(len(nvtx), -1),
+        )
+    )
     cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
     # for the side tables: each kernel's name code and each copy's kind, by the GPU rows' order
     cols["kernel_code"], cols["copy_code"] = inv_k.reshape(-1), inv_c.reshape(-1)
@@ -400,71 +492,98 @@ def _event_table(cols: dict[str, np.ndarray], name_dict: list[str], origin: int)
     n = len(cols["start"])
     # a name can occur in several sources (an NVTX range named like a kernel): one dictionary entry
     uniq_names, remap = np.unique(np.array(name_dict, dtype=object).astype(str), return_inverse=True)
-    names = pa.DictionaryArray.from_arrays(pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
-                                           pa.array([str(x) for x in uniq_names.tolist()], pa.string()))
-    return pa.table({
-        "rank": np.full(n, -1, np.int32),
-        "device": cols["device"].astype(np.int32),
-        "stream": cols["stream"].astype(np.int64),
-        "pid": cols["pid"].astype(np.int64),
-        "tid": cols["tid"].astype(np.int64),
-        "kind": pa.DictionaryArray.from_arrays(pa.array(cols["kind"].astype(np.int32)), KIND_DICT),
-        "name": names,
-        "start_ns": cols["start"].astype(np.int64) + origin,
-        "end_ns": cols["end"].astype(np.int64) + origin,
-        "correlation": cols["corr"].astype(np.int64),
-        "external_id": np.full(n, -1, np.int64),
-    })
+    names = pa.DictionaryArray.from_arrays(
+        pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
+        pa.array([str(x) for x in uniq_names.tolist()], pa.string()),
+    )
+    return pa.table(
+        {
+            "rank": np.full(n, -1, np.int32),
+            "device": cols["device"].astype(np.int32),
+            "stream": cols["stream"].astype(np.int64),
+            "pid": cols["pid"].astype(np.int64),
+            "tid": cols["tid"].astype(np.int64),
+            "kind": pa.DictionaryArray.from_arrays(pa.array(cols["kind"].astype(np.int32)), KIND_DICT),
+            "name": names,
+            "start_ns": cols["start"].astype(np.int64) + origin,
+            "end_ns": cols["end"].astype(np.int64) + origin,
+            "correlation": cols["corr"].astype(np.int64),
+            "external_id": np.full(n, -1, np.int64),
+        }
+    )
 
 
 def _device_keys(cols: dict[str, np.ndarray], n_gpu: int, kept: np.ndarray) -> list[tuple[int, int]]:
     """The (process, device) pairs with kept GPU events, sorted: one part each."""
-    pairs = pd.DataFrame({"p": cols["pid"][:n_gpu][kept[:n_gpu]], "d": cols["device"][:n_gpu][kept[:n_gpu]]}
-                         ).drop_duplicates().sort_values(["p", "d"])
+    pairs = (
+        pd.DataFrame({"p": cols["pid"][:n_gpu][kept[:n_gpu]], "d": cols["device"][:n_gpu][kept[:n_gpu]]})
+        .drop_duplicates()
+        .sort_values(["p", "d"])
+    )
     return list(zip(pairs["p"].astype(int).tolist(), pairs["d"].astype(int).tolist()))
 
 
-def _parts(table: pa.Table, cols: dict[str, np.ndarray], gpu: _GpuActivity, kept: np.ndarray,
-           keys: list[tuple[int, int]]) -> list[Part]:
+def _parts(
+    table: pa.Table, cols: dict[str, np.ndarray], gpu: _GpuActivity, kept: np.ndarray, keys: list[tuple[int, int]]
+) -> list[Part]:
     """One part per (process, device): its GPU rows and its process's host rows, with the
     collective and memcpy side tables (built once over the whole table, split per part)."""
     n_k, n_c, n_gpu = len(gpu.kernels), len(gpu.copies), gpu.n
     k_code = cols["kernel_code"]
-    coll_of_name = np.array([kernel_collective(s) if COMM_KERNEL.search(s) else "" for s in cols["kernel_names"]],
-                            object)
+    coll_of_name = np.array(
+        [kernel_collective(s) if COMM_KERNEL.search(s) else "" for s in cols["kernel_names"]], object
+    )
     coll_rows = np.flatnonzero(coll_of_name[k_code] != "") if n_k else np.empty(0, np.int64)
     coll_types = coll_of_name[k_code[coll_rows]] if n_k else np.empty(0, object)
     mem_rows = np.arange(n_k, n_k + n_c)
-    mem_kind = np.array([COPY_KIND.get(int(k), "other") for k in cols["copy_kinds"].tolist()],
-                        object)[cols["copy_code"]] if n_c else np.empty(0, object)
+    mem_kind = (
+        np.array([COPY_KIND.get(int(k), "other") for k in cols["copy_kinds"].tolist()], object)[cols["copy_code"]]
+        if n_c
+        else np.empty(0, object)
+    )
     mem_bytes = _ints(gpu.copies["bytes"])
     g_pid, gdev, host_pid = cols["pid"][:n_gpu], cols["device"][:n_gpu], cols["pid"][n_gpu:]
     parts: list[Part] = []
     for idx, (p, d) in enumerate(keys):
         rows = np.concatenate([np.flatnonzero((g_pid == p) & (gdev == d)), n_gpu + np.flatnonzero(host_pid == p)])
         rows = rows[kept[rows]]
-        parts.append(Part(device=d, events=table.take(pa.array(rows)),
-                          collectives=_collectives(coll_rows, coll_types, rows),
-                          memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows), local_index=idx))
+        parts.append(
+            Part(
+                device=d,
+                events=table.take(pa.array(rows)),
+                collectives=_collectives(coll_rows, coll_types, rows),
+                memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows),
+                local_index=idx,
+            )
+        )
     return parts
 
 
 def _nvtx(db: _Db) -> pd.DataFrame:
     """Terminated push/pop and start/end NVTX ranges: start, end, pid, tid, text."""
     cols = db.columns("NVTX_EVENTS")
-    empty = pd.DataFrame({"start": np.empty(0, np.int64), "end": np.empty(0, np.int64),
-                          "pid": np.empty(0, np.int64), "tid": np.empty(0, np.int64), "text": np.empty(0, object)})
+    empty = pd.DataFrame(
+        {
+            "start": np.empty(0, np.int64),
+            "end": np.empty(0, np.int64),
+            "pid": np.empty(0, np.int64),
+            "tid": np.empty(0, np.int64),
+            "text": np.empty(0, object),
+        }
+    )
     if not cols or "start" not in cols or "end" not in cols:
         return empty
     types = dict(NVTX_RANGE_TYPES)
     if "ENUM_NSYS_EVENT_TYPE" in db.tables:
-        types = {int(i): str(nm) for i, nm in db.con.execute("select id, name from ENUM_NSYS_EVENT_TYPE")
-                 if str(nm).endswith(("PushPopRange", "StartEndRange"))} or types
+        types = {
+            int(i): str(nm)
+            for i, nm in db.con.execute("select id, name from ENUM_NSYS_EVENT_TYPE")
+            if str(nm).endswith(("PushPopRange", "StartEndRange"))
+        } or types
     where = "[end] is not null"
     if "eventType" in cols:
         where += f" and eventType in ({', '.join(str(t) for t in types)})"
-    ev = db.read("NVTX_EVENTS", {"start": None, "end": None, "globalTid": 0, "text": None, "textId": None},
-                 where=where)
+    ev = db.read("NVTX_EVENTS", {"start": None, "end": None, "globalTid": 0, "text": None, "textId": None}, where=where)
     if not len(ev):
         return empty
     text = np.array(ev["text"].astype(object).to_numpy(), dtype=object)  # writable copy
@@ -474,8 +593,15 @@ def _nvtx(db: _Db) -> pd.DataFrame:
         strings = db.strings(np.unique(ids[missing]))
         text[missing] = [strings.get(int(i), "") for i in ids[missing].tolist()]
     pid, tid = split_gid(_ints(ev["globalTid"], 0))
-    return pd.DataFrame({"start": _times(ev["start"], _I64_MIN), "end": _times(ev["end"], _I64_MAX),
-                         "pid": pid, "tid": tid, "text": text})
+    return pd.DataFrame(
+        {
+            "start": _times(ev["start"], _I64_MIN),
+            "end": _times(ev["end"], _I64_MAX),
+            "pid": pid,
+            "tid": tid,
+            "text": text,
+        }
+    )
 
 
 def _renumber(rows_all: np.ndarray, part_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -495,8 +621,10 @@ def _collectives(rows: np.ndarray, types: np.ndarray, part_rows: np.ndarray) -> 
 
 def _memcpy(rows: np.ndarray, kinds: np.ndarray, nbytes: np.ndarray, part_rows: np.ndarray) -> pa.Table:
     ok, pos = _renumber(rows, part_rows)
-    return pa.table({
-        "row": pa.array(pos.astype(np.int64), pa.int64()),
-        "copy_kind": pa.array(kinds[ok].tolist(), pa.string()).dictionary_encode(),
-        "bytes": pa.array(nbytes[ok].astype(np.int64), pa.int64()),
-    }).cast(MEMCPY_SCHEMA)
+    return pa.table(
+        {
+            "row": pa.array(pos.astype(np.int64), pa.int64()),
+            "copy_kind": pa.array(kinds[ok].tolist(), pa.string()).dictionary_encode(),
+            "bytes": pa.array(nbytes[ok].astype(np.int64), pa.int64()),
+        }
+    ).cast(MEMCPY_SCHEMA)

@@ -12,6 +12,7 @@ carry no events. This reader recognises them (so detection can name them) but do
 them: ``dtrace analyze`` sends them down the summary path of :mod:`dtrace.nsysstats.summary`,
 and ``dtrace nsys-stats`` reads them directly.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,13 @@ NAME = "nsys-csv"
 
 _MEMCPY = re.compile(r"^\[CUDA memcpy", re.I)
 _MEMSET = re.compile(r"^\[CUDA memset", re.I)
-_NEW_DIRECTION = {"host-to-device": "H2D", "device-to-host": "D2H", "device-to-device": "D2D",
-                  "peer-to-peer": "P2P", "host-to-host": "H2H"}
+_NEW_DIRECTION = {
+    "host-to-device": "H2D",
+    "device-to-host": "D2H",
+    "device-to-device": "D2D",
+    "peer-to-peer": "P2P",
+    "host-to-host": "H2H",
+}
 
 
 class READER:  # noqa: N801 - the registered reader object
@@ -88,8 +94,11 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
     hdr = sniff(path, head)
     report = hdr.report if hdr is not None else report_of_name(path)
     if report in SUMMARY_REPORTS:
-        raise InputError(path, f"is an nsys stats summary ({report}): it carries no events; "
-                               "'dtrace analyze' reads it on its summary path, 'dtrace nsys-stats' reports it")
+        raise InputError(
+            path,
+            f"is an nsys stats summary ({report}): it carries no events; "
+            "'dtrace analyze' reads it on its summary path, 'dtrace nsys-stats' reports it",
+        )
     if report != GPU_TRACE:
         raise InputError(path, "not an nsys stats CSV this reader knows (expected a cuda_gpu_trace header)")
     df = gpu_trace(path)
@@ -98,33 +107,45 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
     keep, dropped = implausible_times(df["start_ns"].to_numpy(), df["dur_ns"].to_numpy(), path)
     if keep is not None:
         if not keep.any():
-            raise ImplausibleTimes(path, f"all {len(df)} GPU events have implausible times "
-                                         f"({dropped_summary(dropped)})")
+            raise ImplausibleTimes(
+                path, f"all {len(df)} GPU events have implausible times ({dropped_summary(dropped)})"
+            )
         df = df[keep].reset_index(drop=True)
     n = len(df)
     names = df["name"].to_numpy(dtype=object)
     uniq, inv = np.unique(names.astype(str), return_inverse=True)
     uniq_list = [str(u) for u in uniq.tolist()]
-    kind_of = np.array([KIND_CODES["memcpy"] if _MEMCPY.search(u) else
-                        KIND_CODES["memset"] if _MEMSET.search(u) else KIND_CODES["kernel"] for u in uniq_list],
-                       np.int8)
+    kind_of = np.array(
+        [
+            KIND_CODES["memcpy"]
+            if _MEMCPY.search(u)
+            else KIND_CODES["memset"]
+            if _MEMSET.search(u)
+            else KIND_CODES["kernel"]
+            for u in uniq_list
+        ],
+        np.int8,
+    )
     kinds = kind_of[inv.reshape(-1)]
     start = df["start_ns"].to_numpy(np.float64).round().astype(np.int64)
     device = df["device"].to_numpy(np.int64)
-    table = pa.table({
-        "rank": np.full(n, -1, np.int32),
-        "device": device.astype(np.int32),
-        "stream": df["stream"].to_numpy(np.int64),
-        "pid": np.full(n, -1, np.int64),
-        "tid": df["stream"].to_numpy(np.int64),
-        "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
-        "name": pa.DictionaryArray.from_arrays(pa.array(inv.reshape(-1).astype(np.int32)),
-                                               pa.array(uniq_list, pa.string())),
-        "start_ns": start,
-        "end_ns": start + df["dur_ns"].to_numpy(np.float64).round().astype(np.int64),
-        "correlation": df["corr"].to_numpy(np.int64),
-        "external_id": np.full(n, -1, np.int64),
-    })
+    table = pa.table(
+        {
+            "rank": np.full(n, -1, np.int32),
+            "device": device.astype(np.int32),
+            "stream": df["stream"].to_numpy(np.int64),
+            "pid": np.full(n, -1, np.int64),
+            "tid": df["stream"].to_numpy(np.int64),
+            "kind": pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT),
+            "name": pa.DictionaryArray.from_arrays(
+                pa.array(inv.reshape(-1).astype(np.int32)), pa.array(uniq_list, pa.string())
+            ),
+            "start_ns": start,
+            "end_ns": start + df["dur_ns"].to_numpy(np.float64).round().astype(np.int64),
+            "correlation": df["corr"].to_numpy(np.int64),
+            "external_id": np.full(n, -1, np.int64),
+        }
+    )
     table = validate_events(table, path)
     coll_of = np.array([kernel_collective(u) if COMM_KERNEL.search(u) else "" for u in uniq_list], dtype=object)
     dir_of = np.array([memop_direction(u) for u in uniq_list], dtype=object)
@@ -135,16 +156,28 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
         k = kinds[rows]
         c_rows = np.flatnonzero((k == KIND_CODES["kernel"]) & (coll_of[code] != ""))
         m_rows = np.flatnonzero(k == KIND_CODES["memcpy"])
-        parts.append(Part(device=int(dev), events=table.take(pa.array(rows)),
-                          collectives=_collectives(c_rows, coll_of[code[c_rows]]),
-                          memcpy=pa.table({
-                              "row": pa.array(m_rows.astype(np.int64), pa.int64()),
-                              "copy_kind": pa.array(dir_of[code[m_rows]].tolist(), pa.string()).dictionary_encode(),
-                              "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
-                          }).cast(MEMCPY_SCHEMA),
-                          local_index=idx))
-    meta = {"base_time_ns": 0, "events": int(n), "dropped_events": dropped, "fingerprint": file_fingerprint(path),
-            "report": GPU_TRACE}
+        parts.append(
+            Part(
+                device=int(dev),
+                events=table.take(pa.array(rows)),
+                collectives=_collectives(c_rows, coll_of[code[c_rows]]),
+                memcpy=pa.table(
+                    {
+                        "row": pa.array(m_rows.astype(np.int64), pa.int64()),
+                        "copy_kind": pa.array(dir_of[code[m_rows]].tolist(), pa.string()).dictionary_encode(),
+                        "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
+                    }
+                ).cast(MEMCPY_SCHEMA),
+                local_index=idx,
+            )
+        )
+    meta = {
+        "base_time_ns": 0,
+        "events": int(n),
+        "dropped_events": dropped,
+        "fingerprint": file_fingerprint(path),
+        "report": GPU_TRACE,
+    }
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
 
 

@@ -5,6 +5,7 @@ new tables. Adding one is one module and one line in :data:`REDUCERS`; the table
 declare their columns in :data:`DECLARED` and are cast to them by the same
 :func:`~dtrace.dtypes.conform` as the per-part tables.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -33,11 +34,16 @@ REDUCERS: list[tuple[str, Reducer]] = [
 ]
 
 DECLARED: dict[str, dict[str, object]] = {
-    "kernels_xrank": _kx.KERNELS_XRANK_COLUMNS, "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
-    "ops_xrank": _ox.XRANK_COLUMNS, "op_outliers": _ox.OUTLIER_COLUMNS,
-    "collectives": _coll.ROW_COLUMNS, "collective_instances": _coll.INSTANCE_COLUMNS,
-    "clock_offsets": _coll.CLOCK_COLUMNS, "rank_stats": _ranks.STATS_COLUMNS,
-    "stragglers": _strag.OUTPUT_COLUMNS, "whatif": _whatif.COLUMNS,
+    "kernels_xrank": _kx.KERNELS_XRANK_COLUMNS,
+    "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
+    "ops_xrank": _ox.XRANK_COLUMNS,
+    "op_outliers": _ox.OUTLIER_COLUMNS,
+    "collectives": _coll.ROW_COLUMNS,
+    "collective_instances": _coll.INSTANCE_COLUMNS,
+    "clock_offsets": _coll.CLOCK_COLUMNS,
+    "rank_stats": _ranks.STATS_COLUMNS,
+    "stragglers": _strag.OUTPUT_COLUMNS,
+    "whatif": _whatif.COLUMNS,
 }
 """The declared columns (name → dtype) of the reduced tables (``ranks`` has a column per metric
 present and is not declared)."""

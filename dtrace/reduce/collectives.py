@@ -43,6 +43,7 @@ Bandwidth
 otherwise (the nccl-tests convention); ``n`` is the group size the trace states, else the number
 of ranks matched.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,23 +53,70 @@ from ..dtypes import empty_frame, missing_if_negative
 from ..options import Options
 
 MATCH_METHODS = ("seq", "order", "stream")
-BUS_FACTOR = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
 
-ROW_COLUMNS = {"collective": "int64", "rank": "int32", "device": "int32", "group": object, "op": object,
-               "seq": "Int64", "match": object, "stream": "int64", "step": "Int64", "bytes": "Int64",
-               "start_ns": "int64", "end_ns": "int64", "duration_ns": "int64", "wait_ns": "int64",
-               "transfer_ns": "int64", "start_skew_ns": "int64", "end_skew_ns": "int64", "ranks": "int64",
-               "group_size": "int64", "last": "bool", "algbw_gbps": "float64", "busbw_gbps": "float64",
-               "clock_offset_ns": "int64"}
-INSTANCE_COLUMNS = {"collective": "int64", "group": object, "group_ranks": object, "op": object, "seq": "Int64",
-                    "match": object, "ranks": "int64", "group_size": "int64", "hosts": "int64", "bytes": "Int64",
-                    "start_ns": "int64", "end_ns": "int64", "transfer_ns": "int64", "start_skew_ns": "int64",
-                    "end_skew_ns": "int64", "raw_end_skew_ns": "int64", "wait_total_ns": "int64",
-                    "last_rank": "int32", "last_device": "int32", "late_ns": "int64", "algbw_gbps": "float64",
-                    "busbw_gbps": "float64"}
-CLOCK_COLUMNS = {"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64", "instances": "int64",
-                 "residual_end_ns": "int64"}
+ROW_COLUMNS = {
+    "collective": "int64",
+    "rank": "int32",
+    "device": "int32",
+    "group": object,
+    "op": object,
+    "seq": "Int64",
+    "match": object,
+    "stream": "int64",
+    "step": "Int64",
+    "bytes": "Int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "duration_ns": "int64",
+    "wait_ns": "int64",
+    "transfer_ns": "int64",
+    "start_skew_ns": "int64",
+    "end_skew_ns": "int64",
+    "ranks": "int64",
+    "group_size": "int64",
+    "last": "bool",
+    "algbw_gbps": "float64",
+    "busbw_gbps": "float64",
+    "clock_offset_ns": "int64",
+}
+INSTANCE_COLUMNS = {
+    "collective": "int64",
+    "group": object,
+    "group_ranks": object,
+    "op": object,
+    "seq": "Int64",
+    "match": object,
+    "ranks": "int64",
+    "group_size": "int64",
+    "hosts": "int64",
+    "bytes": "Int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "transfer_ns": "int64",
+    "start_skew_ns": "int64",
+    "end_skew_ns": "int64",
+    "raw_end_skew_ns": "int64",
+    "wait_total_ns": "int64",
+    "last_rank": "int32",
+    "last_device": "int32",
+    "late_ns": "int64",
+    "algbw_gbps": "float64",
+    "busbw_gbps": "float64",
+}
+CLOCK_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "host": "int64",
+    "offset_ns": "int64",
+    "instances": "int64",
+    "residual_end_ns": "int64",
+}
 
 
 def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -89,14 +137,17 @@ def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     has_seq = has_group & (seq >= 0)
     method = np.where(has_seq, 0, np.where(has_group, 1, 2)).astype(np.int8)
     stream_label = "stream " + rows["stream"].astype(str).to_numpy(object)
-    keys = pd.DataFrame({
-        "m": method,
-        "g": np.where(method < 2, group, stream_label),
-        "gr": np.where(method < 2, rows["group_ranks"].astype(object).to_numpy(), ""),
-        "op": np.where(method == 1, rows["op"].astype(object).to_numpy(), ""),
-        "i": np.where(method == 0, seq,
-                      np.where(method == 1, rows["order_op"].to_numpy(), rows["order_stream"].to_numpy())),
-    })
+    keys = pd.DataFrame(
+        {
+            "m": method,
+            "g": np.where(method < 2, group, stream_label),
+            "gr": np.where(method < 2, rows["group_ranks"].astype(object).to_numpy(), ""),
+            "op": np.where(method == 1, rows["op"].astype(object).to_numpy(), ""),
+            "i": np.where(
+                method == 0, seq, np.where(method == 1, rows["order_op"].to_numpy(), rows["order_stream"].to_numpy())
+            ),
+        }
+    )
     keys["r"] = rows["rank"].to_numpy()
     keys["d"] = rows["device"].to_numpy()
     keys["occ"] = keys.groupby(["r", "d", "m", "g", "gr", "op", "i"], sort=False).cumcount().to_numpy()
@@ -203,12 +254,20 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     """
     rows = tables.get("collectives")
     if rows is None or not len(rows) or "order_stream" not in rows.columns:
-        return {"collectives": empty_frame(ROW_COLUMNS), "collective_instances": empty_frame(INSTANCE_COLUMNS),
-                "clock_offsets": empty_frame(CLOCK_COLUMNS)}
+        return {
+            "collectives": empty_frame(ROW_COLUMNS),
+            "collective_instances": empty_frame(INSTANCE_COLUMNS),
+            "clock_offsets": empty_frame(CLOCK_COLUMNS),
+        }
     # missing values (NA: no seq, bytes, group size or step stated) are -1 for the arithmetic below
     rows = rows.reset_index(drop=True)
-    rows = rows.assign(**{c: rows[c].to_numpy(np.int64, na_value=-1) for c in ("seq", "bytes", "group_size", "step")
-                          if c in rows.columns})
+    rows = rows.assign(
+        **{
+            c: rows[c].to_numpy(np.int64, na_value=-1)
+            for c in ("seq", "bytes", "group_size", "step")
+            if c in rows.columns
+        }
+    )
     inst, method = match_instances(rows)
     rank = rows["rank"].to_numpy(np.int64)
     device = rows["device"].to_numpy(np.int64)
@@ -219,31 +278,59 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     off = host_off[host_idx] if len(host_off) else np.zeros(len(rows), np.int64)
     start, end, dur = raw_start - off, raw_end - off, raw_end - raw_start
     inst = _number_by_first_start(inst, start)
-    per = pd.DataFrame({"collective": inst, "start_ns": start, "end_ns": end, "duration_ns": dur,
-                        "raw_end_ns": raw_end, "host": host_idx, "bytes": rows["bytes"].to_numpy(np.int64),
-                        "group_size": rows["group_size"].to_numpy(np.int64)})
+    per = pd.DataFrame(
+        {
+            "collective": inst,
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ns": dur,
+            "raw_end_ns": raw_end,
+            "host": host_idx,
+            "bytes": rows["bytes"].to_numpy(np.int64),
+            "group_size": rows["group_size"].to_numpy(np.int64),
+        }
+    )
     agg = _instance_stats(per)
     last, late = _last_arrivals(inst, start, agg)
     first_row = pd.Series(np.arange(len(rows))).groupby(inst).first().to_numpy()
     op = rows["op"].astype(object).to_numpy()
     n_eff, algbw, busbw = _bandwidth(agg, op[first_row])
-    group_label = np.where(method == 2, "stream " + rows["stream"].astype(str).to_numpy(object),
-                           rows["group"].astype(object).to_numpy())
+    group_label = np.where(
+        method == 2, "stream " + rows["stream"].astype(str).to_numpy(object), rows["group"].astype(object).to_numpy()
+    )
     a = agg.reindex(inst)
     wait = a["start_max"].to_numpy(np.int64) - start
-    out = pd.DataFrame({
-        "collective": inst, "rank": rank.astype(np.int32), "device": device.astype(np.int32),
-        "group": group_label, "op": op, "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
-        "match": np.asarray(MATCH_METHODS, object)[method], "stream": rows["stream"].to_numpy(np.int64),
-        "step": missing_if_negative(rows["step"].to_numpy(np.int64)),
-        "bytes": missing_if_negative(a["bytes"].to_numpy(np.int64)),
-        "start_ns": start, "end_ns": end, "duration_ns": dur, "wait_ns": wait,
-        "transfer_ns": a["transfer_ns"].to_numpy(np.int64),
-        "start_skew_ns": (a["start_max"] - a["start_min"]).to_numpy(np.int64),
-        "end_skew_ns": (a["end_max"] - a["end_min"]).to_numpy(np.int64),
-        "ranks": a["ranks"].to_numpy(np.int64), "group_size": n_eff[inst].astype(np.int64), "last": last,
-        "algbw_gbps": algbw[inst], "busbw_gbps": busbw[inst], "clock_offset_ns": off.astype(np.int64),
-    }).sort_values(["collective", "rank", "device"], kind="stable").reset_index(drop=True)
+    out = (
+        pd.DataFrame(
+            {
+                "collective": inst,
+                "rank": rank.astype(np.int32),
+                "device": device.astype(np.int32),
+                "group": group_label,
+                "op": op,
+                "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
+                "match": np.asarray(MATCH_METHODS, object)[method],
+                "stream": rows["stream"].to_numpy(np.int64),
+                "step": missing_if_negative(rows["step"].to_numpy(np.int64)),
+                "bytes": missing_if_negative(a["bytes"].to_numpy(np.int64)),
+                "start_ns": start,
+                "end_ns": end,
+                "duration_ns": dur,
+                "wait_ns": wait,
+                "transfer_ns": a["transfer_ns"].to_numpy(np.int64),
+                "start_skew_ns": (a["start_max"] - a["start_min"]).to_numpy(np.int64),
+                "end_skew_ns": (a["end_max"] - a["end_min"]).to_numpy(np.int64),
+                "ranks": a["ranks"].to_numpy(np.int64),
+                "group_size": n_eff[inst].astype(np.int64),
+                "last": last,
+                "algbw_gbps": algbw[inst],
+                "busbw_gbps": busbw[inst],
+                "clock_offset_ns": off.astype(np.int64),
+            }
+        )
+        .sort_values(["collective", "rank", "device"], kind="stable")
+        .reset_index(drop=True)
+    )
 
     last_rows = np.flatnonzero(last)
     last_rank = np.full(len(agg), -1, np.int64)
@@ -251,21 +338,32 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     last_rank[inst[last_rows]] = rank[last_rows]
     last_dev[inst[last_rows]] = device[last_rows]
     wait_total = pd.Series(wait).groupby(inst).sum().to_numpy(np.int64)
-    instances = pd.DataFrame({
-        "collective": agg.index.to_numpy(np.int64), "group": group_label[first_row],
-        "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row], "op": op[first_row],
-        "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)[first_row]),
-        "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
-        "ranks": agg["ranks"].to_numpy(np.int64), "group_size": n_eff.astype(np.int64),
-        "hosts": agg["hosts"].to_numpy(np.int64), "bytes": missing_if_negative(agg["bytes"].to_numpy(np.int64)),
-        "start_ns": agg["start_min"].to_numpy(np.int64), "end_ns": agg["end_max"].to_numpy(np.int64),
-        "transfer_ns": agg["transfer_ns"].to_numpy(np.int64),
-        "start_skew_ns": (agg["start_max"] - agg["start_min"]).to_numpy(np.int64),
-        "end_skew_ns": (agg["end_max"] - agg["end_min"]).to_numpy(np.int64),
-        "raw_end_skew_ns": (agg["raw_end_max"] - agg["raw_end_min"]).to_numpy(np.int64),
-        "wait_total_ns": wait_total, "last_rank": last_rank.astype(np.int32), "last_device": last_dev.astype(np.int32),
-        "late_ns": late, "algbw_gbps": algbw, "busbw_gbps": busbw,
-    })
+    instances = pd.DataFrame(
+        {
+            "collective": agg.index.to_numpy(np.int64),
+            "group": group_label[first_row],
+            "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row],
+            "op": op[first_row],
+            "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)[first_row]),
+            "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
+            "ranks": agg["ranks"].to_numpy(np.int64),
+            "group_size": n_eff.astype(np.int64),
+            "hosts": agg["hosts"].to_numpy(np.int64),
+            "bytes": missing_if_negative(agg["bytes"].to_numpy(np.int64)),
+            "start_ns": agg["start_min"].to_numpy(np.int64),
+            "end_ns": agg["end_max"].to_numpy(np.int64),
+            "transfer_ns": agg["transfer_ns"].to_numpy(np.int64),
+            "start_skew_ns": (agg["start_max"] - agg["start_min"]).to_numpy(np.int64),
+            "end_skew_ns": (agg["end_max"] - agg["end_min"]).to_numpy(np.int64),
+            "raw_end_skew_ns": (agg["raw_end_max"] - agg["raw_end_min"]).to_numpy(np.int64),
+            "wait_total_ns": wait_total,
+            "last_rank": last_rank.astype(np.int32),
+            "last_device": last_dev.astype(np.int32),
+            "late_ns": late,
+            "algbw_gbps": algbw,
+            "busbw_gbps": busbw,
+        }
+    )
     clock = _clock_quality(rank, device, hosts[host_idx], off, inst, end, agg)
     return {"collectives": out, "collective_instances": instances, "clock_offsets": clock}
 
@@ -293,12 +391,21 @@ def _instance_stats(per: pd.DataFrame) -> pd.DataFrame:
     """Per instance (index ``collective``): ranks, earliest and latest corrected start and end,
     the shortest duration (the transfer), the raw end range, bytes, group size and hosts."""
     g = per.groupby("collective", sort=True)
-    return pd.DataFrame({
-        "ranks": g.size(), "start_max": g["start_ns"].max(), "start_min": g["start_ns"].min(),
-        "end_max": g["end_ns"].max(), "end_min": g["end_ns"].min(), "transfer_ns": g["duration_ns"].min(),
-        "raw_end_max": g["raw_end_ns"].max(), "raw_end_min": g["raw_end_ns"].min(),
-        "bytes": g["bytes"].max(), "group_size": g["group_size"].max(), "hosts": g["host"].nunique(),
-    })
+    return pd.DataFrame(
+        {
+            "ranks": g.size(),
+            "start_max": g["start_ns"].max(),
+            "start_min": g["start_ns"].min(),
+            "end_max": g["end_ns"].max(),
+            "end_min": g["end_ns"].min(),
+            "transfer_ns": g["duration_ns"].min(),
+            "raw_end_max": g["raw_end_ns"].max(),
+            "raw_end_min": g["raw_end_ns"].min(),
+            "bytes": g["bytes"].max(),
+            "group_size": g["group_size"].max(),
+            "hosts": g["host"].nunique(),
+        }
+    )
 
 
 def _last_arrivals(inst: np.ndarray, start: np.ndarray, agg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -326,8 +433,15 @@ def _bandwidth(agg: pd.DataFrame, inst_op: np.ndarray) -> tuple[np.ndarray, np.n
     return n_eff, algbw, algbw * _bus_factor(inst_op, n_eff)
 
 
-def _clock_quality(rank: np.ndarray, device: np.ndarray, host: np.ndarray, off: np.ndarray, inst: np.ndarray,
-                   end: np.ndarray, agg: pd.DataFrame) -> pd.DataFrame:
+def _clock_quality(
+    rank: np.ndarray,
+    device: np.ndarray,
+    host: np.ndarray,
+    off: np.ndarray,
+    inst: np.ndarray,
+    end: np.ndarray,
+    agg: pd.DataFrame,
+) -> pd.DataFrame:
     """Per (rank, device): its host, clock offset, the shared multi-host instances, and the median
     |own end − instance median end| over them (ends relative to the instance's first end:
     absolute ns are not exact in float64)."""
@@ -335,12 +449,32 @@ def _clock_quality(rank: np.ndarray, device: np.ndarray, host: np.ndarray, off: 
     med_end = pd.Series(end_rel).groupby(inst).median().to_numpy()
     dev_end = np.abs(end_rel - med_end[inst])
     multi = agg["hosts"].to_numpy()[inst] >= 2
-    per = pd.DataFrame({"rank": rank, "device": device, "host": host, "offset_ns": off,
-                        "multi": multi.astype(np.int64), "residual": np.where(multi, dev_end, np.nan)})
+    per = pd.DataFrame(
+        {
+            "rank": rank,
+            "device": device,
+            "host": host,
+            "offset_ns": off,
+            "multi": multi.astype(np.int64),
+            "residual": np.where(multi, dev_end, np.nan),
+        }
+    )
     g = per.groupby(["rank", "device"], sort=True)
-    clock = pd.DataFrame({
-        "host": g["host"].first(), "offset_ns": g["offset_ns"].first(), "instances": g["multi"].sum(),
-        "residual_end_ns": np.rint(g["residual"].median().fillna(0)),
-    }).reset_index()
-    return clock.astype({"rank": "int32", "device": "int32", "host": "int64", "offset_ns": "int64",
-                         "instances": "int64", "residual_end_ns": "int64"})
+    clock = pd.DataFrame(
+        {
+            "host": g["host"].first(),
+            "offset_ns": g["offset_ns"].first(),
+            "instances": g["multi"].sum(),
+            "residual_end_ns": np.rint(g["residual"].median().fillna(0)),
+        }
+    ).reset_index()
+    return clock.astype(
+        {
+            "rank": "int32",
+            "device": "int32",
+            "host": "int64",
+            "offset_ns": "int64",
+            "instances": "int64",
+            "residual_end_ns": "int64",
+        }
+    )

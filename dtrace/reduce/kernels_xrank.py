@@ -11,6 +11,7 @@ Reducers (run on the client over the concatenated small per-part tables):
 sample variance is ``(Σ[(n_i − 1)s_i² + n_i m_i²] − N·M²) / (N − 1)``. Medians do not pool and
 are left out.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,15 +21,39 @@ from ..dtypes import NI64, as_declared, conform, empty_frame
 from ..options import Options
 
 KERNELS_XRANK_COLUMNS = {
-    "name": "object", "class": "object", "category": "object", "parts": "int64", "count": "int64",
-    "total_ns": "int64", "total_ns_mean": "int64", "total_ns_min": "int64", "total_ns_max": "int64",
-    "max_rank": "int32", "max_device": "int32", "min_rank": "int32", "min_device": "int32",
-    "mean_ns": "int64", "std_ns": "Int64", "min_ns": "Int64", "max_ns": "Int64", "time_share": "float64",
+    "name": "object",
+    "class": "object",
+    "category": "object",
+    "parts": "int64",
+    "count": "int64",
+    "total_ns": "int64",
+    "total_ns_mean": "int64",
+    "total_ns_min": "int64",
+    "total_ns_max": "int64",
+    "max_rank": "int32",
+    "max_device": "int32",
+    "min_rank": "int32",
+    "min_device": "int32",
+    "mean_ns": "int64",
+    "std_ns": "Int64",
+    "min_ns": "Int64",
+    "max_ns": "Int64",
+    "time_share": "float64",
 }
 CLASSES_XRANK_COLUMNS = {
-    "class": "object", "parts": "int64", "count": "int64", "total_ns": "int64", "total_ns_mean": "int64",
-    "total_ns_min": "int64", "total_ns_max": "int64", "max_rank": "int32", "max_device": "int32",
-    "min_rank": "int32", "min_device": "int32", "mean_ns": "int64", "time_share": "float64",
+    "class": "object",
+    "parts": "int64",
+    "count": "int64",
+    "total_ns": "int64",
+    "total_ns_mean": "int64",
+    "total_ns_min": "int64",
+    "total_ns_max": "int64",
+    "max_rank": "int32",
+    "max_device": "int32",
+    "min_rank": "int32",
+    "min_device": "int32",
+    "mean_ns": "int64",
+    "time_share": "float64",
 }
 
 
@@ -66,8 +91,7 @@ def pool(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     out["_ss"] = g["_ss"].sum(skipna=False).to_numpy()
     big_n = out["count"].to_numpy(np.float64)
     mean = out["total_ns"].to_numpy(np.float64) / np.maximum(big_n, 1)
-    var = np.divide(out["_ss"].to_numpy() - big_n * mean * mean, big_n - 1,
-                    out=np.zeros(len(out)), where=big_n > 1)
+    var = np.divide(out["_ss"].to_numpy() - big_n * mean * mean, big_n - 1, out=np.zeros(len(out)), where=big_n > 1)
     out["mean_ns"] = as_declared(pd.Series(mean), "int64")  # whole ns, rounded half to even
     out["std_ns"] = as_declared(pd.Series(np.sqrt(np.maximum(var, 0.0))), NI64)
     return out.drop(columns="_ss")
@@ -76,9 +100,14 @@ def pool(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _spread(df: pd.DataFrame, key: str) -> pd.DataFrame:
     """Per ``key``: parts, sum/mean/min/max of per-part totals and where the max and min are."""
     g = df.groupby(key, sort=False)
-    out = g.agg(parts=("total_ns", "size"), count=("count", "sum"), total_ns=("total_ns", "sum"),
-                total_ns_mean=("total_ns", "mean"), total_ns_min=("total_ns", "min"),
-                total_ns_max=("total_ns", "max"))
+    out = g.agg(
+        parts=("total_ns", "size"),
+        count=("count", "sum"),
+        total_ns=("total_ns", "sum"),
+        total_ns_mean=("total_ns", "mean"),
+        total_ns_min=("total_ns", "min"),
+        total_ns_max=("total_ns", "max"),
+    )
     imax = g["total_ns"].idxmax()
     imin = g["total_ns"].idxmin()
     out["max_rank"] = df.loc[imax.to_numpy(), "rank"].to_numpy(np.int32)
@@ -106,8 +135,11 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
             res[c] = pooled[c]
         res["time_share"] = res["total_ns"] / max(float(k["total_ns"].sum()), 1.0)
         res = res.reset_index()
-        out["kernels_xrank"] = _typed(res, KERNELS_XRANK_COLUMNS).sort_values(
-            ["total_ns", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+        out["kernels_xrank"] = (
+            _typed(res, KERNELS_XRANK_COLUMNS)
+            .sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+            .reset_index(drop=True)
+        )
     c = tables.get("classes")
     if c is None or not len(c):
         out["classes_xrank"] = empty_frame(CLASSES_XRANK_COLUMNS)
@@ -116,8 +148,11 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
         res = _spread(c, "class")
         res["mean_ns"] = res["total_ns"] / res["count"].clip(lower=1)
         res["time_share"] = res["total_ns"] / max(float(c["total_ns"].sum()), 1.0)
-        out["classes_xrank"] = _typed(res, CLASSES_XRANK_COLUMNS).sort_values(
-            ["total_ns", "class"], ascending=[False, True], kind="stable").reset_index(drop=True)
+        out["classes_xrank"] = (
+            _typed(res, CLASSES_XRANK_COLUMNS)
+            .sort_values(["total_ns", "class"], ascending=[False, True], kind="stable")
+            .reset_index(drop=True)
+        )
     return out
 
 

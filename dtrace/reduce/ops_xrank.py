@@ -20,6 +20,7 @@ rank inflates ``c10d::allreduce_`` on every *other* rank (the victims) — usual
 culprit's own slow compute op — while the culprit, which waits least, shows none. Communication
 ops are kept (a slow link does show there) but never outrank the compute op of a straggler.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,15 +33,41 @@ from ..options import Options
 
 Tables = dict[str, pd.DataFrame]
 
-XRANK_COLUMNS = {"op": "object", "launcher_kind": "object", "parts": "int64", "count": "int64", "host_ns": "int64", "gpu_direct_ns": "int64",
-                 "gpu_subtree_ns": "int64", "kernels": "int64", "median_gpu_ns": "int64", "min_gpu_ns": "int64",
-                 "max_gpu_ns": "int64", "max_rank": "int32", "max_device": "int32", "spread": "float64"}
-OUTLIER_COLUMNS = {"rank": "int32", "device": "int32", "op": "object", "gpu_ns": "int64", "median_gpu_ns": "int64",
-                   "ratio": "float64", "excess_ns": "int64", "count": "int64", "median_count": "float64",
-                   "z": "float64", "parts": "int64", "comm": "bool"}
+XRANK_COLUMNS = {
+    "op": "object",
+    "launcher_kind": "object",
+    "parts": "int64",
+    "count": "int64",
+    "host_ns": "int64",
+    "gpu_direct_ns": "int64",
+    "gpu_subtree_ns": "int64",
+    "kernels": "int64",
+    "median_gpu_ns": "int64",
+    "min_gpu_ns": "int64",
+    "max_gpu_ns": "int64",
+    "max_rank": "int32",
+    "max_device": "int32",
+    "spread": "float64",
+}
+OUTLIER_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "op": "object",
+    "gpu_ns": "int64",
+    "median_gpu_ns": "int64",
+    "ratio": "float64",
+    "excess_ns": "int64",
+    "count": "int64",
+    "median_count": "float64",
+    "z": "float64",
+    "parts": "int64",
+    "comm": "bool",
+}
 MAD_SCALE = 1.4826
-COMM_OPS = (r"c10d::|_c10d_functional|nccl|rccl|gloo|record_param_comms|processgroup|all_?reduce|all_?gather"
-            r"|reduce_?scatter|all_?to_?all|barrier|wait_tensor")
+COMM_OPS = (
+    r"c10d::|_c10d_functional|nccl|rccl|gloo|record_param_comms|processgroup|all_?reduce|all_?gather"
+    r"|reduce_?scatter|all_?to_?all|barrier|wait_tensor"
+)
 """Host ops that are collectives or wait for one (case-insensitive ``re.search`` on the op name)."""
 
 
@@ -66,10 +93,17 @@ def ops_xrank(tables: Tables, options: Options) -> Tables:
         ops = ops.assign(launcher_kind="cpu_op")
     keys = ["op", "launcher_kind"]
     g = ops.groupby(keys, sort=False)
-    agg = g.agg(parts=("rank", "size"), count=("count", "sum"), host_ns=("host_ns", "sum"),
-                gpu_direct_ns=("gpu_direct_ns", "sum"), gpu_subtree_ns=("gpu_subtree_ns", "sum"),
-                kernels=("kernels", "sum"), median_gpu_ns=("gpu_subtree_ns", "median"),
-                min_gpu_ns=("gpu_subtree_ns", "min"), max_gpu_ns=("gpu_subtree_ns", "max"))
+    agg = g.agg(
+        parts=("rank", "size"),
+        count=("count", "sum"),
+        host_ns=("host_ns", "sum"),
+        gpu_direct_ns=("gpu_direct_ns", "sum"),
+        gpu_subtree_ns=("gpu_subtree_ns", "sum"),
+        kernels=("kernels", "sum"),
+        median_gpu_ns=("gpu_subtree_ns", "median"),
+        min_gpu_ns=("gpu_subtree_ns", "min"),
+        max_gpu_ns=("gpu_subtree_ns", "max"),
+    )
     at_max = ops.loc[g["gpu_subtree_ns"].idxmax().to_numpy(), [*keys, "rank", "device"]].set_index(keys)
     agg["max_rank"] = at_max["rank"].reindex(agg.index).to_numpy(np.int32)
     agg["max_device"] = at_max["device"].reindex(agg.index).to_numpy(np.int32)
@@ -97,15 +131,26 @@ def op_outliers(ops: pd.DataFrame) -> pd.DataFrame:
     mad = dev.groupby(f["op"].to_numpy(), sort=False).transform("median").to_numpy(np.float64)
     diff = x - med
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(mad > 0, diff / (MAD_SCALE * np.where(mad > 0, mad, 1)),
-                     np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
-    out = pd.DataFrame({
-        "rank": f["rank"].to_numpy(np.int32), "device": f["device"].to_numpy(np.int32),
-        "op": f["op"].to_numpy(object), "gpu_ns": f["gpu_ns"].to_numpy(np.int64), "median_gpu_ns": med,
-        "ratio": x / med, "excess_ns": diff, "count": f["count"].to_numpy(np.int64),
-        "median_count": g["count"].transform("median").to_numpy(np.float64), "z": z,
-        "parts": f["parts"].to_numpy(np.int64), "comm": is_comm_op(f["op"]),
-    })
-    out = out.sort_values(["comm", "excess_ns", "op", "rank", "device"], ascending=[True, False, True, True, True],
-                          kind="stable")
+        z = np.where(
+            mad > 0, diff / (MAD_SCALE * np.where(mad > 0, mad, 1)), np.where(diff == 0, 0.0, np.sign(diff) * np.inf)
+        )
+    out = pd.DataFrame(
+        {
+            "rank": f["rank"].to_numpy(np.int32),
+            "device": f["device"].to_numpy(np.int32),
+            "op": f["op"].to_numpy(object),
+            "gpu_ns": f["gpu_ns"].to_numpy(np.int64),
+            "median_gpu_ns": med,
+            "ratio": x / med,
+            "excess_ns": diff,
+            "count": f["count"].to_numpy(np.int64),
+            "median_count": g["count"].transform("median").to_numpy(np.float64),
+            "z": z,
+            "parts": f["parts"].to_numpy(np.int64),
+            "comm": is_comm_op(f["op"]),
+        }
+    )
+    out = out.sort_values(
+        ["comm", "excess_ns", "op", "rank", "device"], ascending=[True, False, True, True, True], kind="stable"
+    )
     return conform(out.reset_index(drop=True), OUTLIER_COLUMNS, "op_outliers")

@@ -18,6 +18,7 @@ ranks. When the MAD is 0 (more than half the ranks share one value) the mean abs
 rank has the same value and the z-score is 0. ``rank_stats`` holds one row per metric: median,
 MAD, the scale used, min, max and the rank with the max.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,24 @@ from ..dtypes import empty_frame
 from ..options import Options
 
 KEYS = ["rank", "device"]
-BREAKDOWN_METRICS = ("computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "busy_ns", "total_ns",
-                     "comm_ns")
-STATS_COLUMNS = {"metric": object, "median": "float64", "mad": "float64", "scale": "float64", "min": "float64",
-                 "max": "float64", "max_rank": "Int64"}
+BREAKDOWN_METRICS = (
+    "computation_ns",
+    "exposed_comm_ns",
+    "exposed_memcpy_ns",
+    "idle_ns",
+    "busy_ns",
+    "total_ns",
+    "comm_ns",
+)
+STATS_COLUMNS = {
+    "metric": object,
+    "median": "float64",
+    "mad": "float64",
+    "scale": "float64",
+    "min": "float64",
+    "max": "float64",
+    "max_rank": "Int64",
+}
 
 
 def robust_scale(x: np.ndarray) -> tuple[float, float, float]:
@@ -129,9 +144,17 @@ def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str,
         med, mad, scale = robust_scale(x)
         z[f"{m}_z"] = robust_z(x)
         imax = int(np.argmax(x)) if len(x) else -1
-        stats.append({"metric": m, "median": med, "mad": mad, "scale": scale,
-                      "min": float(x.min()) if len(x) else 0.0, "max": float(x.max()) if len(x) else 0.0,
-                      "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else pd.NA})
+        stats.append(
+            {
+                "metric": m,
+                "median": med,
+                "mad": mad,
+                "scale": scale,
+                "min": float(x.min()) if len(x) else 0.0,
+                "max": float(x.max()) if len(x) else 0.0,
+                "max_rank": int(metrics["rank"].iloc[imax]) if imax >= 0 else pd.NA,
+            }
+        )
     ranks = pd.concat([metrics, pd.DataFrame(z, index=metrics.index)], axis=1) if z else metrics
     rank_stats = pd.DataFrame(stats).astype({"max_rank": "Int64"}) if stats else empty_frame(STATS_COLUMNS)
     return {"ranks": ranks, "rank_stats": rank_stats}

@@ -47,6 +47,7 @@ and :attr:`Options.straggler_method` picks one (a registry, as HTA lets users sw
 A method is a function ``(Signals, Options) -> DataFrame`` with ``rank``, ``device``, ``score``,
 ``flagged``, ``evidence``; register new ones with :func:`register_method`.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,28 +65,47 @@ from .ranks import robust_z
 
 KEYS = ["rank", "device"]
 Z_FLAG = 5.0
-MIN_SLOWDOWN = 1.03      # (b): at least 3 % slower compute kernels
-MIN_STEP_RATIO = 1.03    # (c)
-MIN_LINK_RATIO = 1.05    # (d)
-MIN_LATE_SHARE = 0.005   # (a): it alone delayed collectives by >= 0.5 % of its trace span
+MIN_SLOWDOWN = 1.03  # (b): at least 3 % slower compute kernels
+MIN_STEP_RATIO = 1.03  # (c)
+MIN_LINK_RATIO = 1.05  # (d)
+MIN_LATE_SHARE = 0.005  # (a): it alone delayed collectives by >= 0.5 % of its trace span
 EXPLAIN_FRACTION = 0.5
 
 Method = Callable[["Signals", Options], pd.DataFrame]
 METHODS: dict[str, Method] = {}
 
-OUTPUT_COLUMNS = {"rank": "int32", "device": "int32", "score": "float64", "flagged": "bool", "evidence": object,
-                  "method": object, "signals": object, "explained_by": "Int64", "collectives": "int64",
-                  "arrived_last": "int64", "last_share": "float64", "last_z": "float64", "wait_caused_ns": "int64",
-                  "late_ns": "int64", "collective_wait_ns": "int64", "compute_slowdown": "float64",
-                  "compute_slowdown_z": "float64", "step_ns": "int64", "step_z": "float64",
-                  "link_ratio": "float64", "link_z": "float64"}
+OUTPUT_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "score": "float64",
+    "flagged": "bool",
+    "evidence": object,
+    "method": object,
+    "signals": object,
+    "explained_by": "Int64",
+    "collectives": "int64",
+    "arrived_last": "int64",
+    "last_share": "float64",
+    "last_z": "float64",
+    "wait_caused_ns": "int64",
+    "late_ns": "int64",
+    "collective_wait_ns": "int64",
+    "compute_slowdown": "float64",
+    "compute_slowdown_z": "float64",
+    "step_ns": "int64",
+    "step_z": "float64",
+    "link_ratio": "float64",
+    "link_z": "float64",
+}
 
 
 def register_method(name: str) -> Callable[[Method], Method]:
     """Decorator: make ``func`` available as ``straggler_method=name``."""
+
     def deco(func: Method) -> Method:
         METHODS[name] = func
         return func
+
     return deco
 
 
@@ -97,72 +117,114 @@ def check_method(name: str) -> None:
 
 # -- signals ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Signals:
     """Per-rank signal values and the small frames the evidence quotes."""
 
-    ranks: pd.DataFrame                      # one row per (rank, device): every signal value
-    waited_for: pd.DataFrame                 # rank, device, last_rank, last_device, wait_ns
-    top_last: pd.DataFrame                   # per rank: its (group, op) with the most wait caused
-    class_slowdown: pd.DataFrame             # rank, device, class, slowdown, ref_ns
-    group_slowness: pd.DataFrame             # group, op, ratio, instances (compared groups only)
-    membership: pd.DataFrame                 # rank, device, group (compared groups only)
+    ranks: pd.DataFrame  # one row per (rank, device): every signal value
+    waited_for: pd.DataFrame  # rank, device, last_rank, last_device, wait_ns
+    top_last: pd.DataFrame  # per rank: its (group, op) with the most wait caused
+    class_slowdown: pd.DataFrame  # rank, device, class, slowdown, ref_ns
+    group_slowness: pd.DataFrame  # group, op, ratio, instances (compared groups only)
+    membership: pd.DataFrame  # rank, device, group (compared groups only)
     op_outliers: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    frames = [t[KEYS] for name in ("ranks", "breakdown", "collectives", "kernels")
-              if (t := tables.get(name)) is not None and len(t) and set(KEYS) <= set(t.columns)]
+    frames = [
+        t[KEYS]
+        for name in ("ranks", "breakdown", "collectives", "kernels")
+        if (t := tables.get(name)) is not None and len(t) and set(KEYS) <= set(t.columns)
+    ]
     if not frames:
         return empty_frame(KEYS, "int32")
     keys = pd.concat(frames, ignore_index=True).drop_duplicates().sort_values(KEYS, kind="stable")
     return keys.astype({"rank": "int32", "device": "int32"}).reset_index(drop=True)
 
 
-def _arrival(coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[dict, pd.DataFrame,
-                                                                                                   pd.DataFrame]:
+def _arrival(
+    coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.MultiIndex
+) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     n = len(idx)
     zero = np.zeros(n)
     empty_w = empty_frame(("rank", "device", "last_rank", "last_device", "wait_ns"), "int64")
-    empty_t = pd.DataFrame({"rank": [], "device": [], "group": [], "op": [], "instances": [], "last": [],
-                            "wait_caused_ns": []})
+    empty_t = pd.DataFrame(
+        {"rank": [], "device": [], "group": [], "op": [], "instances": [], "last": [], "wait_caused_ns": []}
+    )
     if coll is None or not len(coll) or "last" not in coll.columns:
-        return ({"collectives": zero, "arrived_last": zero, "last_share": zero, "chance_share": zero, "last_z": zero,
-                 "wait_caused_ns": zero, "late_ns": zero, "collective_wait_ns": zero, "start_lag_ns": zero},
-                empty_w, empty_t)
+        return (
+            {
+                "collectives": zero,
+                "arrived_last": zero,
+                "last_share": zero,
+                "chance_share": zero,
+                "last_z": zero,
+                "wait_caused_ns": zero,
+                "late_ns": zero,
+                "collective_wait_ns": zero,
+                "start_lag_ns": zero,
+            },
+            empty_w,
+            empty_t,
+        )
     c = coll.loc[coll["ranks"].to_numpy() >= 2]
     ii = inst.set_index("collective") if inst is not None and len(inst) else None
     p = 1.0 / c["ranks"].to_numpy(np.float64)
     wait_total = ii["wait_total_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
     late_i = ii["late_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
     last = c["last"].to_numpy(bool)
-    f = pd.DataFrame({"rank": c["rank"].to_numpy(), "device": c["device"].to_numpy(), "one": 1, "last": last,
-                      "p": p, "v": p * (1 - p), "caused": np.where(last, wait_total, 0),
-                      "late": np.where(last, late_i, 0), "wait": c["wait_ns"].to_numpy(),
-                      "lag": own_lag(c, coll), "group": c["group"].to_numpy(), "op": c["op"].to_numpy()})
+    f = pd.DataFrame(
+        {
+            "rank": c["rank"].to_numpy(),
+            "device": c["device"].to_numpy(),
+            "one": 1,
+            "last": last,
+            "p": p,
+            "v": p * (1 - p),
+            "caused": np.where(last, wait_total, 0),
+            "late": np.where(last, late_i, 0),
+            "wait": c["wait_ns"].to_numpy(),
+            "lag": own_lag(c, coll),
+            "group": c["group"].to_numpy(),
+            "op": c["op"].to_numpy(),
+        }
+    )
     g = f.groupby(KEYS).sum(numeric_only=True).reindex(idx).fillna(0)
     lag = f.groupby(KEYS)["lag"].mean().reindex(idx).fillna(0).to_numpy()
     count = g["one"].to_numpy()
     lastn = g["last"].to_numpy(np.float64)
     sd = np.sqrt(g["v"].to_numpy())
     vals = {
-        "collectives": count, "arrived_last": lastn,
+        "collectives": count,
+        "arrived_last": lastn,
         "last_share": np.divide(lastn, count, out=np.zeros(n), where=count > 0),
         "chance_share": np.divide(g["p"].to_numpy(), count, out=np.zeros(n), where=count > 0),
         "last_z": np.divide(lastn - g["p"].to_numpy(), sd, out=np.zeros(n), where=sd > 0),
-        "wait_caused_ns": g["caused"].to_numpy(), "late_ns": g["late"].to_numpy(),
-        "collective_wait_ns": g["wait"].to_numpy(), "start_lag_ns": lag,
+        "wait_caused_ns": g["caused"].to_numpy(),
+        "late_ns": g["late"].to_numpy(),
+        "collective_wait_ns": g["wait"].to_numpy(),
+        "start_lag_ns": lag,
     }
-    top = f.groupby(KEYS + ["group", "op"], sort=False).agg(instances=("one", "sum"), last=("last", "sum"),
-                                                            wait_caused_ns=("caused", "sum")).reset_index()
+    top = (
+        f.groupby(KEYS + ["group", "op"], sort=False)
+        .agg(instances=("one", "sum"), last=("last", "sum"), wait_caused_ns=("caused", "sum"))
+        .reset_index()
+    )
     top = top.sort_values(["wait_caused_ns", "last"], ascending=False, kind="stable").drop_duplicates(KEYS)
     # who waited for whom: every non-last member waited for the instance's last rank
     w = c.loc[~last]
     lr = ii[["last_rank", "last_device"]].reindex(w["collective"]) if ii is not None else None
     if lr is not None and len(w):
-        wf = pd.DataFrame({"rank": w["rank"].to_numpy(), "device": w["device"].to_numpy(),
-                           "last_rank": lr["last_rank"].to_numpy(), "last_device": lr["last_device"].to_numpy(),
-                           "wait_ns": w["wait_ns"].to_numpy()})
+        wf = pd.DataFrame(
+            {
+                "rank": w["rank"].to_numpy(),
+                "device": w["device"].to_numpy(),
+                "last_rank": lr["last_rank"].to_numpy(),
+                "last_device": lr["last_device"].to_numpy(),
+                "wait_ns": w["wait_ns"].to_numpy(),
+            }
+        )
         wf = wf.groupby(["rank", "device", "last_rank", "last_device"], sort=False)["wait_ns"].sum().reset_index()
     else:
         wf = empty_w
@@ -192,8 +254,14 @@ def own_lag(rows: pd.DataFrame, every: pd.DataFrame) -> np.ndarray:
         return np.zeros(0)
     keys = ["rank", "device"]
     ends = every[keys + ["end_ns"]].sort_values("end_ns", kind="stable").rename(columns={"end_ns": "t"})
-    starts = pd.DataFrame({"rank": rows["rank"].to_numpy(), "device": rows["device"].to_numpy(),
-                           "t": rows["start_ns"].to_numpy(np.int64), "i": np.arange(len(rows))})
+    starts = pd.DataFrame(
+        {
+            "rank": rows["rank"].to_numpy(),
+            "device": rows["device"].to_numpy(),
+            "t": rows["start_ns"].to_numpy(np.int64),
+            "i": np.arange(len(rows)),
+        }
+    )
     starts = starts.sort_values("t", kind="stable")
     ends["released"] = ends["t"]
     hit = pd.merge_asof(starts, ends, on="t", by=keys, direction="backward", allow_exact_matches=False)
@@ -221,13 +289,21 @@ def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[
         return np.ones(n), empty
     ref = k.groupby("name")["median_ns"].transform("median").to_numpy(np.float64)
     cnt = k["count"].to_numpy(np.float64)
-    f = pd.DataFrame({"rank": k["rank"].to_numpy(), "device": k["device"].to_numpy(),
-                      "own": cnt * k["median_ns"].to_numpy(np.float64), "ref": cnt * ref,
-                      "class": (k["class"].astype(str).to_numpy() if "class" in k.columns
-                                else np.full(len(k), "compute", object))})
+    f = pd.DataFrame(
+        {
+            "rank": k["rank"].to_numpy(),
+            "device": k["device"].to_numpy(),
+            "own": cnt * k["median_ns"].to_numpy(np.float64),
+            "ref": cnt * ref,
+            "class": (
+                k["class"].astype(str).to_numpy() if "class" in k.columns else np.full(len(k), "compute", object)
+            ),
+        }
+    )
     g = f.groupby(KEYS)[["own", "ref"]].sum().reindex(idx)
-    slow = np.divide(g["own"].to_numpy(), g["ref"].to_numpy(), out=np.ones(n),
-                     where=np.nan_to_num(g["ref"].to_numpy()) > 0)
+    slow = np.divide(
+        g["own"].to_numpy(), g["ref"].to_numpy(), out=np.ones(n), where=np.nan_to_num(g["ref"].to_numpy()) > 0
+    )
     by_class = f.groupby(KEYS + ["class"], sort=False)[["own", "ref"]].sum().reset_index()
     by_class["slowdown"] = by_class["own"] / by_class["ref"].where(by_class["ref"] > 0)
     by_class = by_class.rename(columns={"ref": "ref_ns", "own": "own_ns"})
@@ -258,8 +334,9 @@ def _loo_medians(values: np.ndarray, cls: np.ndarray) -> np.ndarray:
     return out
 
 
-def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
-           idx: pd.MultiIndex) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, pd.DataFrame]:
+def _links(
+    inst: pd.DataFrame | None, coll: pd.DataFrame | None, idx: pd.MultiIndex
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, pd.DataFrame]:
     n = len(idx)
     empty_g = pd.DataFrame({"group": [], "op": [], "ratio": [], "instances": []})
     empty_m = pd.DataFrame({"rank": [], "device": [], "group": []})
@@ -269,10 +346,16 @@ def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
     if not len(i):
         return np.zeros(n), np.zeros(n), empty_g, empty_m
     gkey = i["group"].astype(str) + "|" + i["group_ranks"].astype(str)
-    cls = pd.DataFrame({"op": i["op"].to_numpy(), "b": i["bytes"].to_numpy(np.int64, na_value=-1),  # -1: unknown
-                        "n": i["group_size"].to_numpy(),
-                        "g": gkey.to_numpy(), "t": np.log(i["transfer_ns"].to_numpy(np.float64)),
-                        "c": i["collective"].to_numpy()})
+    cls = pd.DataFrame(
+        {
+            "op": i["op"].to_numpy(),
+            "b": i["bytes"].to_numpy(np.int64, na_value=-1),  # -1: unknown
+            "n": i["group_size"].to_numpy(),
+            "g": gkey.to_numpy(),
+            "t": np.log(i["transfer_ns"].to_numpy(np.float64)),
+            "c": i["collective"].to_numpy(),
+        }
+    )
     ngroups = cls.groupby(["op", "b", "n"])["g"].transform("nunique").to_numpy()
     cls = cls.loc[ngroups >= 2]
     if not len(cls):
@@ -282,15 +365,26 @@ def _links(inst: pd.DataFrame | None, coll: pd.DataFrame | None,
     cls["r"] = cls["t"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(cls[["op", "b", "n", "g"]])).to_numpy()
     gs = cls.groupby("g")["r"].median()
     gdesc = cls.groupby("g").agg(op=("op", lambda s: ", ".join(sorted(set(s)))), instances=("r", "size"))
-    group_slow = pd.DataFrame({"group": [g.split("|", 1)[0] for g in gs.index], "key": gs.index,
-                               "op": gdesc["op"].reindex(gs.index).to_numpy(), "ratio": np.exp(gs.to_numpy()),
-                               "instances": gdesc["instances"].reindex(gs.index).to_numpy()})
+    group_slow = pd.DataFrame(
+        {
+            "group": [g.split("|", 1)[0] for g in gs.index],
+            "key": gs.index,
+            "op": gdesc["op"].reindex(gs.index).to_numpy(),
+            "ratio": np.exp(gs.to_numpy()),
+            "instances": gdesc["instances"].reindex(gs.index).to_numpy(),
+        }
+    )
     # membership: which ranks took part in the compared groups
     ck = coll.loc[coll["collective"].isin(cls["c"].unique())]
     key_of = pd.Series(cls["g"].to_numpy(), index=cls["c"].to_numpy())
     key_of = key_of[~key_of.index.duplicated()]
-    mem = pd.DataFrame({"rank": ck["rank"].to_numpy(), "device": ck["device"].to_numpy(),
-                        "key": key_of.reindex(ck["collective"]).to_numpy()}).drop_duplicates()
+    mem = pd.DataFrame(
+        {
+            "rank": ck["rank"].to_numpy(),
+            "device": ck["device"].to_numpy(),
+            "key": key_of.reindex(ck["collective"]).to_numpy(),
+        }
+    ).drop_duplicates()
     mem["gs"] = gs.reindex(mem["key"]).to_numpy()
     # a slow link only slows transfers: a group faster than its reference is no evidence (with two
     # groups of a kind each is the other's reference, so one slow group makes the other look fast)
@@ -325,8 +419,11 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
         step = r["step_ns"].reindex(idx).fillna(0).to_numpy(np.float64)
         total = r["total_ns"].reindex(idx).fillna(0).to_numpy(np.float64)
         idle = r["idle_ns"].reindex(idx).fillna(0).to_numpy(np.float64) if "idle_ns" in r else np.zeros(len(idx))
-        host_wait = (r["host_wait_ns"].reindex(idx).fillna(0).to_numpy(np.float64) if "host_wait_ns" in r
-                     else np.full(len(idx), np.nan))
+        host_wait = (
+            r["host_wait_ns"].reindex(idx).fillna(0).to_numpy(np.float64)
+            if "host_wait_ns" in r
+            else np.full(len(idx), np.nan)
+        )
     else:
         step = total = idle = np.zeros(len(idx))
         host_wait = np.full(len(idx), np.nan)
@@ -347,15 +444,31 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
     frame["link_margin"] = margin
     frame["link_z"] = robust_z(excess, floor=math.log(1.01))
     op_out = tables.get("op_outliers")
-    return Signals(frame, waited_for, top_last, class_slow, group_slow, membership,
-                   op_out if op_out is not None else pd.DataFrame())
+    return Signals(
+        frame,
+        waited_for,
+        top_last,
+        class_slow,
+        group_slow,
+        membership,
+        op_out if op_out is not None else pd.DataFrame(),
+    )
 
 
 # -- evidence text ---------------------------------------------------------------------------
 
-_PLURAL = {"all_reduce": "all-reduces", "all_gather": "all-gathers", "reduce_scatter": "reduce-scatters",
-           "all_to_all": "all-to-alls", "send_recv": "send/recvs", "broadcast": "broadcasts", "send": "sends",
-           "recv": "recvs", "reduce": "reduces", "barrier": "barriers"}
+_PLURAL = {
+    "all_reduce": "all-reduces",
+    "all_gather": "all-gathers",
+    "reduce_scatter": "reduce-scatters",
+    "all_to_all": "all-to-alls",
+    "send_recv": "send/recvs",
+    "broadcast": "broadcasts",
+    "send": "sends",
+    "recv": "recvs",
+    "reduce": "reduces",
+    "barrier": "barriers",
+}
 
 
 def _plural(op: str) -> str:
@@ -373,10 +486,10 @@ class _Evidence:
         self.sig = sig
         self.top = sig.top_last.set_index(KEYS) if len(sig.top_last) else None
         cs = sig.class_slowdown
-        self._cls = (cs.assign(extra=cs["own_ns"] - cs["ref_ns"]).set_index(KEYS).sort_index() if len(cs)
-                     else None)
-        self.group_ratio = (sig.group_slowness.set_index("key")["ratio"] if len(sig.group_slowness)
-                            else pd.Series(dtype="float64"))
+        self._cls = cs.assign(extra=cs["own_ns"] - cs["ref_ns"]).set_index(KEYS).sort_index() if len(cs) else None
+        self.group_ratio = (
+            sig.group_slowness.set_index("key")["ratio"] if len(sig.group_slowness) else pd.Series(dtype="float64")
+        )
         self.group_info = sig.group_slowness.set_index("key") if len(sig.group_slowness) else None
         self._members = sig.membership.set_index(KEYS).sort_index() if len(sig.membership) else None
         oo = sig.op_outliers
@@ -385,8 +498,10 @@ class _Evidence:
             if "comm" in oo.columns:  # a collective's time includes waiting for others: no evidence
                 oo = oo.loc[~oo["comm"].to_numpy(bool)]
             best = oo.sort_values("ratio", ascending=False, kind="stable").drop_duplicates(KEYS)
-            self.ops = {(int(r), int(d)): (str(o), float(x)) for r, d, o, x in
-                        best[["rank", "device", "op", "ratio"]].itertuples(index=False)}
+            self.ops = {
+                (int(r), int(d)): (str(o), float(x))
+                for r, d, o, x in best[["rank", "device", "op", "ratio"]].itertuples(index=False)
+            }
         self.median_idle = float(np.median(sig.ranks["idle_ns"])) if len(sig.ranks) else 0.0
         hw = sig.ranks["host_wait_ns"].to_numpy(np.float64)
         self.median_host_wait = float(np.nanmedian(hw)) if len(hw) and np.isfinite(hw).any() else float("nan")
@@ -411,8 +526,10 @@ class _Evidence:
         if self.top is not None and key in self.top.index:
             t = self.top.loc[key]
             if int(t["last"]) > 0:
-                text = (f"arrived last at {100 * t['last'] / t['instances']:.0f} % of {int(t['instances'])} "
-                        f"{_plural(str(t['op']))} on {_pg(str(t['group']))}")
+                text = (
+                    f"arrived last at {100 * t['last'] / t['instances']:.0f} % of {int(t['instances'])} "
+                    f"{_plural(str(t['op']))} on {_pg(str(t['group']))}"
+                )
                 if int(t["instances"]) < n:
                     text += f" ({100 * last / n:.0f} % of all its {n} collectives)"
         return text + f", making the others wait {fmt_time(row['wait_caused_ns'], trim=True)} in total"
@@ -437,23 +554,31 @@ class _Evidence:
             text += f" but its GPU idles {fmt_time(extra_idle, trim=True)} more than the median rank"
             hw = float(row["host_wait_ns"])
             if np.isfinite(hw) and np.isfinite(self.median_host_wait) and hw > self.median_host_wait:
-                text += (f", {fmt_time(hw - self.median_host_wait, trim=True)} more of it waiting for the host to launch work: "
-                         "the host is late (CPU contention, data loading, Python overhead)")
+                text += (
+                    f", {fmt_time(hw - self.median_host_wait, trim=True)} more of it waiting for the host to launch work: "
+                    "the host is late (CPU contention, data loading, Python overhead)"
+                )
         return text
 
     def step(self, row: dict) -> str:
-        return (f"its median step takes {fmt_time(row['step_ns'], trim=True)}, {float(row['step_ratio']):.2f}× the median "
-                f"rank (z {float(row['step_z']):+.1f})")
+        return (
+            f"its median step takes {fmt_time(row['step_ns'], trim=True)}, {float(row['step_ratio']):.2f}× the median "
+            f"rank (z {float(row['step_z']):+.1f})"
+        )
 
     def link(self, row: dict) -> str:
         groups = self.members((row["rank"], row["device"]))
         parts = []
         if self.group_info is not None:
             info = self.group_info.reindex(groups).dropna(subset=["ratio"]).sort_values("ratio", ascending=False)
-            parts = [f"{_pg(str(g))} {op} {ratio:.2f}×" for g, op, ratio in
-                     info[["group", "op", "ratio"]].itertuples(index=False)][:4]
-        text = (f"collectives of the {len(groups)} process groups containing it transfer "
-                f"{float(row['link_ratio']):.2f}× slower than comparable groups")
+            parts = [
+                f"{_pg(str(g))} {op} {ratio:.2f}×"
+                for g, op, ratio in info[["group", "op", "ratio"]].itertuples(index=False)
+            ][:4]
+        text = (
+            f"collectives of the {len(groups)} process groups containing it transfer "
+            f"{float(row['link_ratio']):.2f}× slower than comparable groups"
+        )
         if parts:
             text += " (" + ", ".join(parts) + ")"
         return text + ", and it is the rank common to the slow groups: check its links (NVLink, NIC, switch port)"
@@ -465,28 +590,48 @@ class _Evidence:
 
 # -- methods ---------------------------------------------------------------------------------
 
+
 def _shares_slow_group(r: tuple[int, int], f: tuple[int, int], ev: _Evidence) -> bool:
     a, b = set(ev.members(r)), set(ev.members(f))
     common = a & b
     return any(float(ev.group_ratio.get(g, 1.0)) >= 1.05 for g in common)
 
 
-def _output(sig: Signals, method: str, score: np.ndarray, flagged: np.ndarray, evidence: list[str],
-            signals: list[str], explained: np.ndarray) -> pd.DataFrame:
+def _output(
+    sig: Signals,
+    method: str,
+    score: np.ndarray,
+    flagged: np.ndarray,
+    evidence: list[str],
+    signals: list[str],
+    explained: np.ndarray,
+) -> pd.DataFrame:
     r = sig.ranks
-    out = pd.DataFrame({
-        "rank": r["rank"].to_numpy(np.int32), "device": r["device"].to_numpy(np.int32),
-        "score": score.astype(np.float64), "flagged": flagged.astype(bool), "evidence": evidence,
-        "method": method, "signals": signals, "explained_by": missing_if_negative(explained),
-        "collectives": r["collectives"].to_numpy(np.int64), "arrived_last": r["arrived_last"].to_numpy(np.int64),
-        "last_share": r["last_share"].to_numpy(np.float64), "last_z": r["last_z"].to_numpy(np.float64),
-        "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64), "late_ns": r["late_ns"].to_numpy(np.int64),
-        "collective_wait_ns": r["collective_wait_ns"].to_numpy(np.int64),
-        "compute_slowdown": r["compute_slowdown"].to_numpy(np.float64),
-        "compute_slowdown_z": r["compute_slowdown_z"].to_numpy(np.float64),
-        "step_ns": r["step_ns"].to_numpy(np.int64), "step_z": r["step_z"].to_numpy(np.float64),
-        "link_ratio": r["link_ratio"].to_numpy(np.float64), "link_z": r["link_z"].to_numpy(np.float64),
-    })
+    out = pd.DataFrame(
+        {
+            "rank": r["rank"].to_numpy(np.int32),
+            "device": r["device"].to_numpy(np.int32),
+            "score": score.astype(np.float64),
+            "flagged": flagged.astype(bool),
+            "evidence": evidence,
+            "method": method,
+            "signals": signals,
+            "explained_by": missing_if_negative(explained),
+            "collectives": r["collectives"].to_numpy(np.int64),
+            "arrived_last": r["arrived_last"].to_numpy(np.int64),
+            "last_share": r["last_share"].to_numpy(np.float64),
+            "last_z": r["last_z"].to_numpy(np.float64),
+            "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64),
+            "late_ns": r["late_ns"].to_numpy(np.int64),
+            "collective_wait_ns": r["collective_wait_ns"].to_numpy(np.int64),
+            "compute_slowdown": r["compute_slowdown"].to_numpy(np.float64),
+            "compute_slowdown_z": r["compute_slowdown_z"].to_numpy(np.float64),
+            "step_ns": r["step_ns"].to_numpy(np.int64),
+            "step_z": r["step_z"].to_numpy(np.float64),
+            "link_ratio": r["link_ratio"].to_numpy(np.float64),
+            "link_z": r["link_z"].to_numpy(np.float64),
+        }
+    )
     out = out.sort_values(["score", "rank"], ascending=[False, True], kind="stable")
     return out.reset_index(drop=True)
 
@@ -502,12 +647,18 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
     s_c = np.maximum(r["step_z"].to_numpy(), 0) / Z_FLAG
     s_d = np.maximum(r["link_z"].to_numpy(), 0) / Z_FLAG
     total = r["total_ns"].to_numpy(np.float64)
-    gate_a = (s_a >= 1) & (r["last_share"].to_numpy() >= share_floor) & \
-             (r["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(total > 0, total, np.inf))
+    gate_a = (
+        (s_a >= 1)
+        & (r["last_share"].to_numpy() >= share_floor)
+        & (r["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(total > 0, total, np.inf))
+    )
     gate_b = (s_b >= 1) & (r["compute_slowdown"].to_numpy() >= MIN_SLOWDOWN)
     gate_c = (s_c >= 1) & (r["step_ratio"].to_numpy() >= MIN_STEP_RATIO)
-    gate_d = (s_d >= 1) & (r["link_ratio"].to_numpy() >= MIN_LINK_RATIO) & \
-             (r["link_margin"].to_numpy() >= 0.5 * r["link_excess"].to_numpy())
+    gate_d = (
+        (s_d >= 1)
+        & (r["link_ratio"].to_numpy() >= MIN_LINK_RATIO)
+        & (r["link_margin"].to_numpy() >= 0.5 * r["link_excess"].to_numpy())
+    )
     keys = list(zip(r["rank"].to_numpy().tolist(), r["device"].to_numpy().tolist()))
     pos = {k: i for i, k in enumerate(keys)}
     ev = _Evidence(sig)
@@ -520,8 +671,10 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
     waits: dict[tuple[tuple[int, int], tuple[int, int]], float] = {}
     if len(wf) and cand_keys:
         sub = wf.loc[pd.MultiIndex.from_arrays([wf["last_rank"], wf["last_device"]]).isin(list(cand_keys))]
-        waits = {((int(a), int(b)), (int(c), int(d))): float(w) for a, b, c, d, w in
-                 sub[["rank", "device", "last_rank", "last_device", "wait_ns"]].itertuples(index=False)}
+        waits = {
+            ((int(a), int(b)), (int(c), int(d))): float(w)
+            for a, b, c, d, w in sub[["rank", "device", "last_rank", "last_device", "wait_ns"]].itertuples(index=False)
+        }
     late = r["late_ns"].to_numpy(np.float64)
     explained = np.full(n, -1, np.int64)
     by_link = np.zeros(n, bool)
@@ -585,9 +738,11 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
 
 
 def _quiet(row: dict) -> str:
-    return (f"shows no straggler signal (last at {int(row['arrived_last'])} of {int(row['collectives'])} "
-            f"collectives, compute kernels {float(row['compute_slowdown']):.2f}× the median rank, "
-            f"step z {float(row['step_z']):+.1f})")
+    return (
+        f"shows no straggler signal (last at {int(row['arrived_last'])} of {int(row['collectives'])} "
+        f"collectives, compute kernels {float(row['compute_slowdown']):.2f}× the median rank, "
+        f"step z {float(row['step_z']):+.1f})"
+    )
 
 
 @register_method("late_start")
@@ -599,11 +754,14 @@ def late_start_method(sig: Signals, options: Options) -> pd.DataFrame:
     z = robust_z(lag, floor=max(1.0, 0.001 * step_med))
     flagged = (z >= Z_FLAG) & (lag >= 0.01 * step_med)
     score = np.maximum(z, 0) / Z_FLAG
-    evidence = [f"rank {int(k)} reaches its collectives {fmt_time(v, trim=True)} later than the median member on average, "
-                f"counted from its previous collective's end (z {zz:+.1f})" for k, v, zz in
-                zip(r["rank"].to_numpy(), lag, z)]
-    return _output(sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged],
-                   np.full(len(r), -1))
+    evidence = [
+        f"rank {int(k)} reaches its collectives {fmt_time(v, trim=True)} later than the median member on average, "
+        f"counted from its previous collective's end (z {zz:+.1f})"
+        for k, v, zz in zip(r["rank"].to_numpy(), lag, z)
+    ]
+    return _output(
+        sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged], np.full(len(r), -1)
+    )
 
 
 def reduce_stragglers(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

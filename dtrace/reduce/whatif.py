@@ -53,6 +53,7 @@ stalls stay as long as they were (a host-bound rank gains nothing), and a step t
 the previous one keeps its start. Memory and cache effects of a faster kernel, and changed
 overlap between compute and communication kernels sharing the GPU, are not modelled.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -74,8 +75,15 @@ TOP_CLASSES = 3
 NEG = -np.inf
 
 COLUMNS: dict[str, object] = {
-    "step": "Int64", "scenario": object, "detail": object, "ranks": "int64", "observed_ns": "int64",
-    "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64", "saved_share": "float64",
+    "step": "Int64",
+    "scenario": object,
+    "detail": object,
+    "ranks": "int64",
+    "observed_ns": "int64",
+    "replayed_ns": "int64",
+    "estimate_ns": "int64",
+    "saved_ns": "int64",
+    "saved_share": "float64",
     "fit_ns": "int64",
 }
 OTHER = "*"
@@ -89,8 +97,7 @@ class Scenario:
 
     name: str
     detail: str
-    factors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device", "class",
-                                                                                "factor"]))
+    factors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device", "class", "factor"]))
     transfer_scale: float = 1.0
 
 
@@ -100,32 +107,32 @@ class Graph:
 
     # nodes, sorted by (chain, node)
     chain: np.ndarray
-    first: np.ndarray           # first node of its chain (the step start)
-    t: np.ndarray               # observed, clock-corrected, relative to origin (float)
+    first: np.ndarray  # first node of its chain (the step start)
+    t: np.ndarray  # observed, clock-corrected, relative to origin (float)
     work: np.ndarray
     free: np.ndarray
-    gate_row: np.ndarray        # collectives row a gate waits for (-1 none)
-    delay: np.ndarray           # gate: resume − that row's end
-    end_node: np.ndarray        # per chain: its end node
-    tied_prev: np.ndarray       # per chain: the previous step's chain it started after (-1: start stays)
-    gap: np.ndarray             # per chain: observed start − previous chain's observed end
+    gate_row: np.ndarray  # collectives row a gate waits for (-1 none)
+    delay: np.ndarray  # gate: resume − that row's end
+    end_node: np.ndarray  # per chain: its end node
+    tied_prev: np.ndarray  # per chain: the previous step's chain it started after (-1: start stays)
+    gap: np.ndarray  # per chain: observed start − previous chain's observed end
     # collectives rows
     inst: np.ndarray
-    ready: np.ndarray           # node index (-1 none)
-    pred: np.ndarray            # previous row on the same (rank, device, stream) (-1 none)
+    ready: np.ndarray  # node index (-1 none)
+    pred: np.ndarray  # previous row on the same (rank, device, stream) (-1 none)
     lag: np.ndarray
-    start: np.ndarray           # observed arrival (relative)
-    end: np.ndarray             # observed end (relative)
-    rho: np.ndarray             # own end − (last arrival + transfer)
-    transfer: np.ndarray        # per instance
-    row_chain: np.ndarray       # chain of each row (-1 none)
+    start: np.ndarray  # observed arrival (relative)
+    end: np.ndarray  # observed end (relative)
+    rho: np.ndarray  # own end − (last arrival + transfer)
+    transfer: np.ndarray  # per instance
+    row_chain: np.ndarray  # chain of each row (-1 none)
     # processing order
     node_levels: list[np.ndarray]
     row_levels: list[np.ndarray]
     inst_row_levels: list[np.ndarray]
     # chains
-    chains: pd.DataFrame        # rank, device, step
-    class_rows: pd.DataFrame    # node, rank, device, class, ns (the class time of each node's interval)
+    chains: pd.DataFrame  # rank, device, step
+    class_rows: pd.DataFrame  # node, rank, device, class, ns (the class time of each node's interval)
 
 
 def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
@@ -146,9 +153,19 @@ def _grouped_cummax(values: np.ndarray, run_id: np.ndarray) -> np.ndarray:
     return pd.Series(values).groupby(run_id, sort=False).cummax().to_numpy(np.float64)
 
 
-def _levels(chain: np.ndarray, gate_row: np.ndarray, inst: np.ndarray, ready: np.ndarray, pred: np.ndarray,
-            n_inst: int, row_chain: np.ndarray, start_node: np.ndarray, tied_prev: np.ndarray,
-            end_node: np.ndarray, guess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _levels(
+    chain: np.ndarray,
+    gate_row: np.ndarray,
+    inst: np.ndarray,
+    ready: np.ndarray,
+    pred: np.ndarray,
+    n_inst: int,
+    row_chain: np.ndarray,
+    start_node: np.ndarray,
+    tied_prev: np.ndarray,
+    end_node: np.ndarray,
+    guess: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Integer levels so that every dependency is processed before what depends on it.
 
     Nodes need their chain predecessor and their gate's instance (a tied step start: the whole
@@ -178,14 +195,13 @@ def _levels(chain: np.ndarray, gate_row: np.ndarray, inst: np.ndarray, ready: np
         if np.array_equal(new_li, li) and np.array_equal(new_ln, ln):
             return ln, lr, li
         li, ln = new_li, new_ln
-    raise DtraceError("the collectives' order is inconsistent across ranks (a dependency cycle): "
-                      "no what-if replay")
+    raise DtraceError("the collectives' order is inconsistent across ranks (a dependency cycle): no what-if replay")
 
 
 def _slices(levels: np.ndarray, order: np.ndarray, n_levels: int) -> list[np.ndarray]:
     srt = order[np.argsort(levels[order], kind="stable")]
     bounds = np.searchsorted(levels[srt], np.arange(n_levels + 1))
-    return [srt[bounds[v]:bounds[v + 1]] for v in range(n_levels)]
+    return [srt[bounds[v] : bounds[v + 1]] for v in range(n_levels)]
 
 
 def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
@@ -195,8 +211,10 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         return None
     coll = tables.get("collectives")
     if coll is None or "collective" not in getattr(coll, "columns", ()):
-        coll = empty_frame(("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns",
-                            "clock_offset_ns", "step"), "int64")
+        coll = empty_frame(
+            ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns", "clock_offset_ns", "step"),
+            "int64",
+        )
     # missing values (NA: no step, no collective) become -1 for the arithmetic below
     seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in ("step", "comm_stream", "comm_start_ns")})
     if "step" in coll.columns:
@@ -221,13 +239,24 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     e = (e_abs - origin).astype(np.float64)
 
     # nodes -> their collectives row (by rank, device, stream and own-clock start)
-    row_key = pd.MultiIndex.from_arrays([coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64),
-                                         coll["stream"].to_numpy(np.int64), s_abs + c_off])
+    row_key = pd.MultiIndex.from_arrays(
+        [
+            coll["rank"].to_numpy(np.int64),
+            coll["device"].to_numpy(np.int64),
+            coll["stream"].to_numpy(np.int64),
+            s_abs + c_off,
+        ]
+    )
     kind = nodes["kind"].astype(str).to_numpy(object)
     has_comm = nodes["comm_stream"].to_numpy() >= 0
-    probe = pd.MultiIndex.from_arrays([nodes["rank"].to_numpy(np.int64), nodes["device"].to_numpy(np.int64),
-                                       nodes["comm_stream"].to_numpy(np.int64),
-                                       nodes["comm_start_ns"].to_numpy(np.int64)])
+    probe = pd.MultiIndex.from_arrays(
+        [
+            nodes["rank"].to_numpy(np.int64),
+            nodes["device"].to_numpy(np.int64),
+            nodes["comm_stream"].to_numpy(np.int64),
+            nodes["comm_start_ns"].to_numpy(np.int64),
+        ]
+    )
     # a trace may hold the same collective kernel twice (same stream and start): the first row is its
     first = np.flatnonzero(~row_key.duplicated())
     found = row_key[first].get_indexer(probe) if len(first) else np.full(len(probe), -1, np.int64)
@@ -253,9 +282,11 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     so = np.lexsort((s, coll["stream"].to_numpy(), coll["device"].to_numpy(), coll["rank"].to_numpy()))
     same = np.zeros(n_rows, bool)
     if n_rows > 1:
-        same[1:] = ((coll["rank"].to_numpy()[so][1:] == coll["rank"].to_numpy()[so][:-1])
-                    & (coll["device"].to_numpy()[so][1:] == coll["device"].to_numpy()[so][:-1])
-                    & (coll["stream"].to_numpy()[so][1:] == coll["stream"].to_numpy()[so][:-1]))
+        same[1:] = (
+            (coll["rank"].to_numpy()[so][1:] == coll["rank"].to_numpy()[so][:-1])
+            & (coll["device"].to_numpy()[so][1:] == coll["device"].to_numpy()[so][:-1])
+            & (coll["stream"].to_numpy()[so][1:] == coll["stream"].to_numpy()[so][:-1])
+        )
     pred = np.full(n_rows, -1, np.int64)
     pred[so[same]] = so[np.flatnonzero(same) - 1]
     r_ready = take(t, ready, NEG)
@@ -269,10 +300,15 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     np.maximum.at(last, inst, s)
     rho = e - (last[inst] + transfer[inst])
     ck = pd.MultiIndex.from_frame(chains)
-    row_chain = ck.get_indexer(pd.MultiIndex.from_arrays([coll["rank"].to_numpy(np.int64),
-                                                          coll["device"].to_numpy(np.int64),
-                                                          coll["step"].to_numpy(np.int64)])) if n_rows else \
-        np.zeros(0, np.int64)
+    row_chain = (
+        ck.get_indexer(
+            pd.MultiIndex.from_arrays(
+                [coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64), coll["step"].to_numpy(np.int64)]
+            )
+        )
+        if n_rows
+        else np.zeros(0, np.int64)
+    )
 
     # a step that started after the rank's previous step ended waited for it (synchronous loop)
     start_node = np.flatnonzero(first)
@@ -280,8 +316,11 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     if n_rows:
         ok = row_chain >= 0
         np.maximum.at(obs_end, row_chain[ok], e[ok])
-    same_part = np.r_[False, (chains["rank"].to_numpy()[1:] == chains["rank"].to_numpy()[:-1])
-                      & (chains["device"].to_numpy()[1:] == chains["device"].to_numpy()[:-1])]
+    same_part = np.r_[
+        False,
+        (chains["rank"].to_numpy()[1:] == chains["rank"].to_numpy()[:-1])
+        & (chains["device"].to_numpy()[1:] == chains["device"].to_numpy()[:-1]),
+    ]
     prev_chain = np.where(same_part, np.arange(len(chains)) - 1, -1)
     gap = t[start_node] - take(obs_end, prev_chain, np.inf)
     tied_prev = np.where((prev_chain >= 0) & (gap >= 0), prev_chain, -1).astype(np.int64)
@@ -291,8 +330,7 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     guess = np.zeros(n_inst, np.int64)
     if n_rows:
         np.maximum.at(guess, inst, local.to_numpy(np.int64))
-    ln, lr, li = _levels(chain, gate_row, inst, ready, pred, n_inst, row_chain, start_node, tied_prev, end_node,
-                         guess)
+    ln, lr, li = _levels(chain, gate_row, inst, ready, pred, n_inst, row_chain, start_node, tied_prev, end_node, guess)
     n_levels = int(max(ln.max(initial=0), lr.max(initial=0), li.max(initial=0))) + 1
     node_levels = _slices(ln, np.arange(len(t)), n_levels)
     row_levels = _slices(lr, np.arange(n_rows), n_levels)
@@ -300,19 +338,57 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
 
     slots = [int(c[6:]) for c in nodes.columns if c.startswith("class_") and c[6:].isdigit()]
     node_ids = np.arange(len(nodes))
-    parts = [pd.DataFrame({"node": node_ids, "rank": nodes["rank"].to_numpy(), "device": nodes["device"].to_numpy(),
-                           "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
-                           "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64)}) for i in slots]
-    parts.append(pd.DataFrame({"node": node_ids, "rank": nodes["rank"].to_numpy(), "device": nodes["device"].to_numpy(),
-                               "class": OTHER, "class_ns": nodes["other_class_ns"].to_numpy(np.int64)}))
+    parts = [
+        pd.DataFrame(
+            {
+                "node": node_ids,
+                "rank": nodes["rank"].to_numpy(),
+                "device": nodes["device"].to_numpy(),
+                "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
+                "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64),
+            }
+        )
+        for i in slots
+    ]
+    parts.append(
+        pd.DataFrame(
+            {
+                "node": node_ids,
+                "rank": nodes["rank"].to_numpy(),
+                "device": nodes["device"].to_numpy(),
+                "class": OTHER,
+                "class_ns": nodes["other_class_ns"].to_numpy(np.int64),
+            }
+        )
+    )
     cls = pd.concat(parts, ignore_index=True)
     cls = cls.loc[cls["class_ns"].to_numpy() > 0].reset_index(drop=True)
-    return Graph(chain=chain, first=first, t=t, work=nodes["work_ns"].to_numpy(np.float64),
-                 free=nodes["free_ns"].to_numpy(np.float64), gate_row=gate_row, delay=delay, end_node=end_node,
-                 tied_prev=tied_prev, gap=np.where(tied_prev >= 0, gap, 0.0),
-                 inst=inst, ready=ready, pred=pred, lag=lag, start=s, end=e, rho=rho, transfer=transfer,
-                 row_chain=row_chain, node_levels=node_levels, row_levels=row_levels,
-                 inst_row_levels=inst_row_levels, chains=chains, class_rows=cls)
+    return Graph(
+        chain=chain,
+        first=first,
+        t=t,
+        work=nodes["work_ns"].to_numpy(np.float64),
+        free=nodes["free_ns"].to_numpy(np.float64),
+        gate_row=gate_row,
+        delay=delay,
+        end_node=end_node,
+        tied_prev=tied_prev,
+        gap=np.where(tied_prev >= 0, gap, 0.0),
+        inst=inst,
+        ready=ready,
+        pred=pred,
+        lag=lag,
+        start=s,
+        end=e,
+        rho=rho,
+        transfer=transfer,
+        row_chain=row_chain,
+        node_levels=node_levels,
+        row_levels=row_levels,
+        inst_row_levels=inst_row_levels,
+        chains=chains,
+        class_rows=cls,
+    )
 
 
 def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
@@ -395,6 +471,7 @@ def observed_span(g: Graph) -> np.ndarray:
 
 # -- scenarios -------------------------------------------------------------------------------
 
+
 def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[tuple[int, int]]]:
     """Per (flagged rank, device, class): median-rank time / own time over shared compute kernels."""
     empty = pd.DataFrame({"rank": [], "device": [], "class": [], "factor": []})
@@ -409,26 +486,33 @@ def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, li
     k = k.loc[k["category"].astype(str).to_numpy() == "compute"]
     k = k.loc[k.groupby("name", observed=True)["rank"].transform("nunique").to_numpy() >= 2]
     ref = k.groupby("name", observed=True)["median_ns"].transform("median").to_numpy(np.float64)
-    f = pd.DataFrame({"rank": k["rank"].to_numpy(np.int64), "device": k["device"].to_numpy(np.int64),
-                      "class": k["class"].astype(str).to_numpy(object),
-                      "own": k["count"].to_numpy(np.float64) * k["median_ns"].to_numpy(np.float64),
-                      "ref": k["count"].to_numpy(np.float64) * ref})
+    f = pd.DataFrame(
+        {
+            "rank": k["rank"].to_numpy(np.int64),
+            "device": k["device"].to_numpy(np.int64),
+            "class": k["class"].astype(str).to_numpy(object),
+            "own": k["count"].to_numpy(np.float64) * k["median_ns"].to_numpy(np.float64),
+            "ref": k["count"].to_numpy(np.float64) * ref,
+        }
+    )
     fk = pd.MultiIndex.from_frame(f[KEYS])
     f = f.loc[fk.isin(pd.MultiIndex.from_tuples(flagged, names=KEYS))]
     g = f.groupby(KEYS + ["class"], sort=True)[["own", "ref"]].sum().reset_index()
     overall = f.groupby(KEYS, sort=True)[["own", "ref"]].sum().reset_index().assign(**{"class": OTHER})
     g = pd.concat([g, overall[g.columns]], ignore_index=True)
     g = g.loc[g["own"].to_numpy() > 0]
-    return pd.DataFrame({"rank": g["rank"], "device": g["device"], "class": g["class"],
-                         "factor": g["ref"] / g["own"]}).reset_index(drop=True), flagged
+    return pd.DataFrame(
+        {"rank": g["rank"], "device": g["device"], "class": g["class"], "factor": g["ref"] / g["own"]}
+    ).reset_index(drop=True), flagged
 
 
 def _span(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (f" … ({len(ranks)} ranks)" if len(ranks) > 8 else "")
 
 
-def default_scenarios(tables: dict[str, pd.DataFrame], speedup: dict[str, float] | None = None, *,
-                      top_classes: int = TOP_CLASSES) -> list[Scenario]:
+def default_scenarios(
+    tables: dict[str, pd.DataFrame], speedup: dict[str, float] | None = None, *, top_classes: int = TOP_CLASSES
+) -> list[Scenario]:
     """(a) stragglers at median speed, (b) class speedups, (c) hidden communication.
 
     ``speedup`` (``{class: x}``) replaces the default (b) scenarios: the ``top_classes`` compute
@@ -451,8 +535,11 @@ def default_scenarios(tables: dict[str, pd.DataFrame], speedup: dict[str, float]
         keys = _all_parts(tables)
         fac = keys.assign(**{"class": str(cls), "factor": 1.0 / x})
         out.append(Scenario(f"speedup:{cls}={x:g}", f"{cls} kernels {x:g}× as fast on every rank", fac))
-    out.append(Scenario("comm_hidden", "every collective transfer takes no time (waiting for late ranks stays)",
-                        transfer_scale=0.0))
+    out.append(
+        Scenario(
+            "comm_hidden", "every collective transfer takes no time (waiting for late ranks stays)", transfer_scale=0.0
+        )
+    )
     return out
 
 
@@ -485,6 +572,7 @@ def top_compute_classes(tables: dict[str, pd.DataFrame], n: int = TOP_CLASSES) -
 
 # -- the table -------------------------------------------------------------------------------
 
+
 def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: Graph | None = None) -> pd.DataFrame:
     """The ``whatif`` table: one row per (step, scenario)."""
     g = graph if graph is not None else build_graph(tables)
@@ -497,27 +585,54 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     frames = []
     for sc in scenarios:
         est = replay(g, node_factors(g, sc.factors), sc.transfer_scale)
-        frames.append(pd.DataFrame({"step": steps[keep], "scenario": sc.name, "detail": sc.detail,
-                                    "obs": obs[keep], "base": base[keep], "est": est[keep],
-                                    "fit": np.abs(base - obs)[keep]}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step": steps[keep],
+                    "scenario": sc.name,
+                    "detail": sc.detail,
+                    "obs": obs[keep],
+                    "base": base[keep],
+                    "est": est[keep],
+                    "fit": np.abs(base - obs)[keep],
+                }
+            )
+        )
     f = pd.concat(frames, ignore_index=True)
-    agg = f.groupby(["step", "scenario"], sort=False).agg(
-        detail=("detail", "first"), ranks=("obs", "size"), observed_ns=("obs", "median"),
-        replayed_ns=("base", "median"), estimate_ns=("est", "median"), fit_ns=("fit", "max")).reset_index()
+    agg = (
+        f.groupby(["step", "scenario"], sort=False)
+        .agg(
+            detail=("detail", "first"),
+            ranks=("obs", "size"),
+            observed_ns=("obs", "median"),
+            replayed_ns=("base", "median"),
+            estimate_ns=("est", "median"),
+            fit_ns=("fit", "max"),
+        )
+        .reset_index()
+    )
     order = {sc.name: i for i, sc in enumerate(scenarios)}
-    agg = agg.sort_values(["step", "scenario"], key=lambda s: s.map(order) if s.name == "scenario" else s,
-                          kind="stable").reset_index(drop=True)
-    out = pd.DataFrame({
-        "step": missing_if_negative(agg["step"].to_numpy(np.int64)),  # NA: a trace without steps
-        "scenario": agg["scenario"].to_numpy(object),
-        "detail": agg["detail"].to_numpy(object), "ranks": agg["ranks"].to_numpy(np.int64),
-        "observed_ns": np.rint(agg["observed_ns"]).astype(np.int64),
-        "replayed_ns": np.rint(agg["replayed_ns"]).astype(np.int64),
-        "estimate_ns": np.rint(agg["estimate_ns"]).astype(np.int64),
-    })
+    agg = agg.sort_values(
+        ["step", "scenario"], key=lambda s: s.map(order) if s.name == "scenario" else s, kind="stable"
+    ).reset_index(drop=True)
+    out = pd.DataFrame(
+        {
+            "step": missing_if_negative(agg["step"].to_numpy(np.int64)),  # NA: a trace without steps
+            "scenario": agg["scenario"].to_numpy(object),
+            "detail": agg["detail"].to_numpy(object),
+            "ranks": agg["ranks"].to_numpy(np.int64),
+            "observed_ns": np.rint(agg["observed_ns"]).astype(np.int64),
+            "replayed_ns": np.rint(agg["replayed_ns"]).astype(np.int64),
+            "estimate_ns": np.rint(agg["estimate_ns"]).astype(np.int64),
+        }
+    )
     out["saved_ns"] = out["replayed_ns"] - out["estimate_ns"]
-    out["saved_share"] = np.divide(out["saved_ns"].to_numpy(np.float64), out["replayed_ns"].to_numpy(np.float64),
-                                   out=np.zeros(len(out)), where=out["replayed_ns"].to_numpy() > 0)
+    out["saved_share"] = np.divide(
+        out["saved_ns"].to_numpy(np.float64),
+        out["replayed_ns"].to_numpy(np.float64),
+        out=np.zeros(len(out)),
+        where=out["replayed_ns"].to_numpy() > 0,
+    )
     out["fit_ns"] = np.rint(agg["fit_ns"]).astype(np.int64)
     return out
 
@@ -553,8 +668,9 @@ def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int |
     need = ("segments", "collectives", "clock_offsets", "kernels", "classes", "stragglers")
     tables = {n: res.table(n) for n in need if n in res.table_names}
     if "segments" not in tables:
-        raise DtraceError(f"{res.path or 'results'}: no segments table (analysed by an older dtrace): "
-                          "run dtrace analyze again")
+        raise DtraceError(
+            f"{res.path or 'results'}: no segments table (analysed by an older dtrace): run dtrace analyze again"
+        )
     out = estimate(tables, default_scenarios(tables, speedup))
     if step is not None:
         out = out.loc[out["step"].eq(step).fillna(False).to_numpy(bool)].reset_index(drop=True)
@@ -573,18 +689,48 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     {'scenario': ['a', 'b'], 'steps': [2, 2], 'estimate_ns': [9, 10], 'saved_ns': [2, 1], 'saved_share': [0.18181818181818182, 0.09090909090909091]}
     """
     if not len(table):
-        return empty_frame({"scenario": object, "detail": object, "steps": "int64", "observed_ns": "int64",
-                              "replayed_ns": "int64", "estimate_ns": "int64", "saved_ns": "int64",
-                              "saved_share": "float64", "fit_ns": "int64"})
+        return empty_frame(
+            {
+                "scenario": object,
+                "detail": object,
+                "steps": "int64",
+                "observed_ns": "int64",
+                "replayed_ns": "int64",
+                "estimate_ns": "int64",
+                "saved_ns": "int64",
+                "saved_share": "float64",
+                "fit_ns": "int64",
+            }
+        )
     g = table.groupby("scenario", sort=False)
-    out = pd.DataFrame({"detail": g["detail"].first(), "steps": g["step"].nunique(dropna=False),
-                        "observed_ns": g["observed_ns"].mean(), "replayed_ns": g["replayed_ns"].mean(),
-                        "estimate_ns": g["estimate_ns"].mean(), "fit_ns": g["fit_ns"].max()}).reset_index()
+    out = pd.DataFrame(
+        {
+            "detail": g["detail"].first(),
+            "steps": g["step"].nunique(dropna=False),
+            "observed_ns": g["observed_ns"].mean(),
+            "replayed_ns": g["replayed_ns"].mean(),
+            "estimate_ns": g["estimate_ns"].mean(),
+            "fit_ns": g["fit_ns"].max(),
+        }
+    ).reset_index()
     for c in ("observed_ns", "replayed_ns", "estimate_ns"):
         out[c] = np.rint(out[c].to_numpy(np.float64)).astype(np.int64)
     out["saved_ns"] = out["replayed_ns"] - out["estimate_ns"]
-    out["saved_share"] = np.divide(out["saved_ns"].to_numpy(np.float64), out["replayed_ns"].to_numpy(np.float64),
-                                   out=np.zeros(len(out)), where=out["replayed_ns"].to_numpy() > 0)
-    cols = ["scenario", "detail", "steps", "observed_ns", "replayed_ns", "estimate_ns", "saved_ns", "saved_share",
-            "fit_ns"]
+    out["saved_share"] = np.divide(
+        out["saved_ns"].to_numpy(np.float64),
+        out["replayed_ns"].to_numpy(np.float64),
+        out=np.zeros(len(out)),
+        where=out["replayed_ns"].to_numpy() > 0,
+    )
+    cols = [
+        "scenario",
+        "detail",
+        "steps",
+        "observed_ns",
+        "replayed_ns",
+        "estimate_ns",
+        "saved_ns",
+        "saved_share",
+        "fit_ns",
+    ]
     return out[cols]

@@ -9,6 +9,7 @@ Large inputs are the caller's job to aggregate (a heatmap takes at most a few hu
 the HTML report buckets ranks before calling it), so every chart stays a few thousand
 elements at most.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,11 +29,26 @@ BREAKDOWN_COLORS = {
     "non-GPU": "#9c755f",
 }
 #: Categorical palette (Tableau 10, then muted variants) for classes, categories and causes.
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#f1ce63")
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+    "#86bcb6",
+    "#d37295",
+    "#a0cbe8",
+    "#ffbe7d",
+    "#8cd17d",
+    "#f1ce63",
+)
 #: Sequential colour scale of the heatmaps (viridis stops, low → high).
-_SEQ = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)),
-        (1.0, (253, 231, 37)))
+_SEQ = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)), (1.0, (253, 231, 37)))
 
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;font-size:11px"
 
@@ -66,20 +82,21 @@ def color_scale(t: np.ndarray) -> list[str]:
 
 
 def _figure(chart_id: str, svg: str, legend: str = "", caption: str = "") -> str:
-    cap = f'<figcaption>{escape(caption)}</figcaption>' if caption else ""
-    return (f'<figure class="chart" data-chart="{escape(chart_id)}">{legend}{svg}{cap}</figure>')
+    cap = f"<figcaption>{escape(caption)}</figcaption>" if caption else ""
+    return f'<figure class="chart" data-chart="{escape(chart_id)}">{legend}{svg}{cap}</figure>'
 
 
 def legend_html(items: Mapping[str, str]) -> str:
     """A row of colour swatches (HTML, not SVG, so it wraps)."""
-    spans = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(k)}</span>'
-                    for k, c in items.items())
+    spans = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(k)}</span>' for k, c in items.items())
     return f'<div class="legend">{spans}</div>'
 
 
 def _svg_open(w: float, h: float, label: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
-            f'viewBox="0 0 {w:.0f} {h:.0f}" role="img" aria-label="{escape(label)}" style="{FONT}">')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
+        f'viewBox="0 0 {w:.0f} {h:.0f}" role="img" aria-label="{escape(label)}" style="{FONT}">'
+    )
 
 
 def _x_axis(x0: float, x1: float, y: float, vmax: float, fmt: Callable[[float], str], grid_top: float) -> str:
@@ -94,10 +111,19 @@ def _x_axis(x0: float, x1: float, y: float, vmax: float, fmt: Callable[[float], 
     return "".join(parts)
 
 
-def stacked_hbars(chart_id: str, labels: Sequence[str], series: Mapping[str, Sequence[float]],
-                  colors: Mapping[str, str], *, value_fmt: Callable[[float], str] = fmt_time,
-                  width: int = 1100, bar_height: int = 16, label_width: int = 150,
-                  highlight: Sequence[bool] | None = None, caption: str = "") -> str:
+def stacked_hbars(
+    chart_id: str,
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    colors: Mapping[str, str],
+    *,
+    value_fmt: Callable[[float], str] = fmt_time,
+    width: int = 1100,
+    bar_height: int = 16,
+    label_width: int = 150,
+    highlight: Sequence[bool] | None = None,
+    caption: str = "",
+) -> str:
     """Horizontal stacked bars, one per label, one segment per series (values ≥ 0).
 
     Every segment carries a tooltip ``label · series: value (share of the bar)``; a
@@ -122,8 +148,9 @@ def stacked_hbars(chart_id: str, labels: Sequence[str], series: Mapping[str, Seq
         y = 10 + i * (bar_height + gap)
         weight = ' font-weight="bold"' if hl[i] else ""
         mark = "⚑ " if hl[i] else ""
-        out.append(f'<text x="{x0 - 6}" y="{y + bar_height * 0.75:.1f}" text-anchor="end"{weight}>'
-                   f'{escape(mark + lab)}</text>')
+        out.append(
+            f'<text x="{x0 - 6}" y="{y + bar_height * 0.75:.1f}" text-anchor="end"{weight}>{escape(mark + lab)}</text>'
+        )
         x = float(x0)
         for k, name in enumerate(names):
             v = vals[k, i]
@@ -131,19 +158,32 @@ def stacked_hbars(chart_id: str, labels: Sequence[str], series: Mapping[str, Seq
                 continue
             w = v * scale
             share = v / totals[i] if totals[i] else 0.0
-            out.append(f'<rect class="mark" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" height="{bar_height}" '
-                       f'fill="{colors.get(name, "#999")}"><title>{escape(lab)} · {escape(name)}: '
-                       f'{escape(value_fmt(v))} ({fmt_pct(share)})</title></rect>')
+            out.append(
+                f'<rect class="mark" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" height="{bar_height}" '
+                f'fill="{colors.get(name, "#999")}"><title>{escape(lab)} · {escape(name)}: '
+                f"{escape(value_fmt(v))} ({fmt_pct(share)})</title></rect>"
+            )
             x += w
     out.append("</svg>")
     return _figure(chart_id, "".join(out), legend_html({n: colors.get(n, "#999") for n in names}), caption)
 
 
-def hbars(chart_id: str, labels: Sequence[str], values: Sequence[float], *,
-          colors: Sequence[str] | str = PALETTE[0], value_fmt: Callable[[float], str] = fmt_time,
-          inner: Sequence[float] | None = None, width: int = 1100, bar_height: int = 15, label_width: int = 330,
-          tooltips: Sequence[str] | None = None, legend: Mapping[str, str] | None = None,
-          highlight: Sequence[bool] | None = None, caption: str = "") -> str:
+def hbars(
+    chart_id: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    colors: Sequence[str] | str = PALETTE[0],
+    value_fmt: Callable[[float], str] = fmt_time,
+    inner: Sequence[float] | None = None,
+    width: int = 1100,
+    bar_height: int = 15,
+    label_width: int = 330,
+    tooltips: Sequence[str] | None = None,
+    legend: Mapping[str, str] | None = None,
+    highlight: Sequence[bool] | None = None,
+    caption: str = "",
+) -> str:
     """Horizontal bars (values ≥ 0) with the value printed after each bar.
 
     ``inner`` draws a second, darker bar inside each one (e.g. an op's direct GPU time inside
@@ -168,25 +208,43 @@ def hbars(chart_id: str, labels: Sequence[str], values: Sequence[float], *,
         short = lab if len(lab) <= fit else lab[: fit - 1] + "…"
         hl = highlight is not None and bool(highlight[i])
         weight = ' font-weight="bold"' if hl else ""
-        out.append(f'<text x="{x0 - 6}" y="{y + bar_height * 0.75:.1f}" text-anchor="end"{weight}>'
-                   f'<title>{escape(lab)}</title>{"⚑ " if hl else ""}{escape(short)}</text>')
+        out.append(
+            f'<text x="{x0 - 6}" y="{y + bar_height * 0.75:.1f}" text-anchor="end"{weight}>'
+            f"<title>{escape(lab)}</title>{'⚑ ' if hl else ''}{escape(short)}</text>"
+        )
         w = max(v[i] * scale, 0.5)
-        out.append(f'<rect class="mark" x="{x0}" y="{y}" width="{w:.2f}" height="{bar_height}" '
-                   f'fill="{cols[i % len(cols)]}"><title>{escape(tip)}</title></rect>')
+        out.append(
+            f'<rect class="mark" x="{x0}" y="{y}" width="{w:.2f}" height="{bar_height}" '
+            f'fill="{cols[i % len(cols)]}"><title>{escape(tip)}</title></rect>'
+        )
         if inner is not None:
             wi = max(float(np.nan_to_num(inner[i])) * scale, 0.0)
-            out.append(f'<rect x="{x0}" y="{y + bar_height * 0.3:.1f}" width="{wi:.2f}" '
-                       f'height="{bar_height * 0.4:.1f}" fill="#1f3552" opacity="0.55"/>')
-        out.append(f'<text x="{x0 + w + 4:.1f}" y="{y + bar_height * 0.75:.1f}" fill="#333">'
-                   f'{escape(value_fmt(v[i]))}</text>')
+            out.append(
+                f'<rect x="{x0}" y="{y + bar_height * 0.3:.1f}" width="{wi:.2f}" '
+                f'height="{bar_height * 0.4:.1f}" fill="#1f3552" opacity="0.55"/>'
+            )
+        out.append(
+            f'<text x="{x0 + w + 4:.1f}" y="{y + bar_height * 0.75:.1f}" fill="#333">{escape(value_fmt(v[i]))}</text>'
+        )
     out.append("</svg>")
     return _figure(chart_id, "".join(out), legend_html(legend) if legend else "", caption)
 
 
-def heatmap(chart_id: str, matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str], *,
-            value_fmt: Callable[[float], str] = fmt_time, tooltips: Sequence[Sequence[str]] | None = None,
-            width: int = 1100, max_cell_h: int = 18, label_width: int = 110, caption: str = "",
-            vrange: tuple[float, float] | None = None, mark_rows: Sequence[bool] | None = None) -> str:
+def heatmap(
+    chart_id: str,
+    matrix: np.ndarray,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    value_fmt: Callable[[float], str] = fmt_time,
+    tooltips: Sequence[Sequence[str]] | None = None,
+    width: int = 1100,
+    max_cell_h: int = 18,
+    label_width: int = 110,
+    caption: str = "",
+    vrange: tuple[float, float] | None = None,
+    mark_rows: Sequence[bool] | None = None,
+) -> str:
     """A heatmap of ``matrix`` (rows × columns, NaN = no data) on a sequential scale
     (viridis: dark purple = low, yellow = high).
 
@@ -214,46 +272,71 @@ def heatmap(chart_id: str, matrix: np.ndarray, row_labels: Sequence[str], col_la
     col_every = max(1, math.ceil((longest * 6.5 + 10) / cw))
     for j, lab in enumerate(col_labels):
         if j % col_every == 0:
-            out.append(f'<text x="{label_width + (j + 0.5) * cw:.1f}" y="{top - 6}" text-anchor="middle" '
-                       f'fill="#555">{escape(str(lab))}</text>')
+            out.append(
+                f'<text x="{label_width + (j + 0.5) * cw:.1f}" y="{top - 6}" text-anchor="middle" '
+                f'fill="#555">{escape(str(lab))}</text>'
+            )
     colors = color_scale(t.ravel())
     marked = np.array(list(mark_rows) if mark_rows is not None else [False] * n_r, dtype=bool)
     near = np.zeros(n_r, dtype=bool)  # grid labels give way to the marked rows' labels
     for i in np.flatnonzero(marked):
-        near[max(0, i - row_every + 1):i + row_every] = True
+        near[max(0, i - row_every + 1) : i + row_every] = True
     for i in range(n_r):
         y = top + i * ch
         if marked[i]:
-            out.append(f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end" font-weight="bold" '
-                       f'fill="#b3272a">⚑ {escape(str(row_labels[i]))}</text>')
+            out.append(
+                f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end" font-weight="bold" '
+                f'fill="#b3272a">⚑ {escape(str(row_labels[i]))}</text>'
+            )
         elif i % row_every == 0 and not near[i]:
-            out.append(f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end">'
-                       f'{escape(str(row_labels[i]))}</text>')
+            out.append(
+                f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end">'
+                f"{escape(str(row_labels[i]))}</text>"
+            )
         for j in range(n_c):
             val = m[i, j]
-            tip = (tooltips[i][j] if tooltips is not None
-                   else f"{row_labels[i]} · {col_labels[j]}: {value_fmt(val) if np.isfinite(val) else 'no data'}")
-            out.append(f'<rect class="mark" x="{label_width + j * cw:.2f}" y="{y:.2f}" width="{cw + 0.3:.2f}" '
-                       f'height="{ch + 0.3:.2f}" fill="{colors[i * n_c + j]}"><title>{escape(tip)}</title></rect>')
+            tip = (
+                tooltips[i][j]
+                if tooltips is not None
+                else f"{row_labels[i]} · {col_labels[j]}: {value_fmt(val) if np.isfinite(val) else 'no data'}"
+            )
+            out.append(
+                f'<rect class="mark" x="{label_width + j * cw:.2f}" y="{y:.2f}" width="{cw + 0.3:.2f}" '
+                f'height="{ch + 0.3:.2f}" fill="{colors[i * n_c + j]}"><title>{escape(tip)}</title></rect>'
+            )
     # legend: gradient bar with min and max
     ly = top + n_r * ch + 14
     gid = f"g-{chart_id}"
-    stops = "".join(f'<stop offset="{p}" stop-color="{c}"/>'
-                    for p, c in zip((0, 0.25, 0.5, 0.75, 1), color_scale(np.array([0, 0.25, 0.5, 0.75, 1]))))
+    stops = "".join(
+        f'<stop offset="{p}" stop-color="{c}"/>'
+        for p, c in zip((0, 0.25, 0.5, 0.75, 1), color_scale(np.array([0, 0.25, 0.5, 0.75, 1])))
+    )
     out.append(f'<defs><linearGradient id="{escape(gid)}">{stops}</linearGradient></defs>')
     out.append(f'<rect x="{label_width}" y="{ly}" width="220" height="10" fill="url(#{escape(gid)})"/>')
     out.append(f'<text x="{label_width - 6}" y="{ly + 9}" text-anchor="end">{escape(value_fmt(lo))} (dark)</text>')
     out.append(f'<text x="{label_width + 226}" y="{ly + 9}">{escape(value_fmt(hi))} (yellow)</text>')
     if np.isnan(m).any():
-        out.append(f'<rect x="{label_width + 380}" y="{ly}" width="14" height="10" fill="#eeeeee" stroke="#ccc"/>'
-                   f'<text x="{label_width + 400}" y="{ly + 9}">no data (not in this step or collective)</text>')
+        out.append(
+            f'<rect x="{label_width + 380}" y="{ly}" width="14" height="10" fill="#eeeeee" stroke="#ccc"/>'
+            f'<text x="{label_width + 400}" y="{ly + 9}">no data (not in this step or collective)</text>'
+        )
     out.append("</svg>")
     return _figure(chart_id, "".join(out), "", caption)
 
 
-def histogram(chart_id: str, lo: Sequence[float], hi: Sequence[float], counts: Sequence[float], *,
-              edge_fmt: Callable[[float], str] = fmt_time, log_x: bool = False, width: int = 1100,
-              height: int = 220, color: str = PALETTE[0], caption: str = "") -> str:
+def histogram(
+    chart_id: str,
+    lo: Sequence[float],
+    hi: Sequence[float],
+    counts: Sequence[float],
+    *,
+    edge_fmt: Callable[[float], str] = fmt_time,
+    log_x: bool = False,
+    width: int = 1100,
+    height: int = 220,
+    color: str = PALETTE[0],
+    caption: str = "",
+) -> str:
     """Vertical bars over bins ``[lo, hi)``, equal width per bin (so log bins stay readable).
 
     The x labels show bin edges; ``log_x`` only changes the axis title, the layout is by bin.
@@ -268,33 +351,48 @@ def histogram(chart_id: str, lo: Sequence[float], hi: Sequence[float], counts: S
     out = [_svg_open(width, height, chart_id)]
     for t in ticks:
         y = y1 - (y1 - y0) * float(t) / top
-        out.append(f'<line x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e6e6e6"/>'
-                   f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{fmt_num(float(t))}</text>')
+        out.append(
+            f'<line x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e6e6e6"/>'
+            f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{fmt_num(float(t))}</text>'
+        )
     bw = (x1 - x0) / max(n, 1)
     every = max(1, math.ceil(70.0 / bw))
     for i in range(n):
         bh = (y1 - y0) * c[i] / top
         x = x0 + i * bw
         cls = "mark" if c[i] > 0 else "empty"
-        out.append(f'<rect class="{cls}" x="{x + 1:.2f}" y="{y1 - bh:.2f}" width="{max(bw - 2, 1):.2f}" '
-                   f'height="{max(bh, 0.0):.2f}" fill="{color}"><title>[{escape(edge_fmt(lo[i]))}, '
-                   f'{escape(edge_fmt(hi[i]))}): {fmt_num(c[i])}</title></rect>')
+        out.append(
+            f'<rect class="{cls}" x="{x + 1:.2f}" y="{y1 - bh:.2f}" width="{max(bw - 2, 1):.2f}" '
+            f'height="{max(bh, 0.0):.2f}" fill="{color}"><title>[{escape(edge_fmt(lo[i]))}, '
+            f"{escape(edge_fmt(hi[i]))}): {fmt_num(c[i])}</title></rect>"
+        )
         if i % every == 0:
-            out.append(f'<text x="{x:.1f}" y="{y1 + 14}" text-anchor="middle" fill="#555">'
-                       f'{escape(edge_fmt(lo[i]))}</text>')
+            out.append(
+                f'<text x="{x:.1f}" y="{y1 + 14}" text-anchor="middle" fill="#555">{escape(edge_fmt(lo[i]))}</text>'
+            )
     if n:
-        out.append(f'<text x="{x1:.1f}" y="{y1 + 14}" text-anchor="middle" fill="#555">'
-                   f'{escape(edge_fmt(hi[n - 1]))}</text>')
+        out.append(
+            f'<text x="{x1:.1f}" y="{y1 + 14}" text-anchor="middle" fill="#555">{escape(edge_fmt(hi[n - 1]))}</text>'
+        )
     out.append(f'<line x1="{x0}" x2="{x1}" y1="{y1}" y2="{y1}" stroke="#888"/>')
-    out.append(f'<text x="{(x0 + x1) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#333">'
-               f'gap length{" (log bins)" if log_x else ""}</text>')
+    out.append(
+        f'<text x="{(x0 + x1) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#333">'
+        f"gap length{' (log bins)' if log_x else ''}</text>"
+    )
     out.append("</svg>")
     return _figure(chart_id, "".join(out), "", caption)
 
 
-def boxplots(chart_id: str, groups: Mapping[str, Sequence[float]], *, colors: Mapping[str, str] | None = None,
-             value_fmt: Callable[[float], str] = fmt_time, width: int = 1100, label_width: int = 150,
-             caption: str = "") -> str:
+def boxplots(
+    chart_id: str,
+    groups: Mapping[str, Sequence[float]],
+    *,
+    colors: Mapping[str, str] | None = None,
+    value_fmt: Callable[[float], str] = fmt_time,
+    width: int = 1100,
+    label_width: int = 150,
+    caption: str = "",
+) -> str:
     """One horizontal box plot per group: whiskers min–max, box p25–p75, median line.
 
     This is how a distribution over hundreds or thousands of ranks is shown; the tooltip
@@ -317,17 +415,24 @@ def boxplots(chart_id: str, groups: Mapping[str, Sequence[float]], *, colors: Ma
             continue
         q0, q1, q2, q3, q4 = np.quantile(a, [0, 0.25, 0.5, 0.75, 1.0])
         col = (colors or {}).get(name, PALETTE[i % len(PALETTE)])
-        tip = (f"{name} over {a.size} ranks: min {value_fmt(q0)}, p25 {value_fmt(q1)}, median {value_fmt(q2)}, "
-               f"p75 {value_fmt(q3)}, max {value_fmt(q4)}")
+        tip = (
+            f"{name} over {a.size} ranks: min {value_fmt(q0)}, p25 {value_fmt(q1)}, median {value_fmt(q2)}, "
+            f"p75 {value_fmt(q3)}, max {value_fmt(q4)}"
+        )
         yc = y + row * 0.4
-        out.append(f'<line x1="{x0 + q0 * sx:.2f}" x2="{x0 + q4 * sx:.2f}" y1="{yc:.1f}" y2="{yc:.1f}" '
-                   f'stroke="#555"/>')
+        out.append(f'<line x1="{x0 + q0 * sx:.2f}" x2="{x0 + q4 * sx:.2f}" y1="{yc:.1f}" y2="{yc:.1f}" stroke="#555"/>')
         for q in (q0, q4):
-            out.append(f'<line x1="{x0 + q * sx:.2f}" x2="{x0 + q * sx:.2f}" y1="{yc - 5:.1f}" y2="{yc + 5:.1f}" '
-                       f'stroke="#555"/>')
-        out.append(f'<rect class="mark" x="{x0 + q1 * sx:.2f}" y="{yc - 8:.1f}" width="{max((q3 - q1) * sx, 1.5):.2f}" '
-                   f'height="16" fill="{col}" opacity="0.85"><title>{escape(tip)}</title></rect>')
-        out.append(f'<line x1="{x0 + q2 * sx:.2f}" x2="{x0 + q2 * sx:.2f}" y1="{yc - 8:.1f}" y2="{yc + 8:.1f}" '
-                   f'stroke="#111" stroke-width="2"/>')
+            out.append(
+                f'<line x1="{x0 + q * sx:.2f}" x2="{x0 + q * sx:.2f}" y1="{yc - 5:.1f}" y2="{yc + 5:.1f}" '
+                f'stroke="#555"/>'
+            )
+        out.append(
+            f'<rect class="mark" x="{x0 + q1 * sx:.2f}" y="{yc - 8:.1f}" width="{max((q3 - q1) * sx, 1.5):.2f}" '
+            f'height="16" fill="{col}" opacity="0.85"><title>{escape(tip)}</title></rect>'
+        )
+        out.append(
+            f'<line x1="{x0 + q2 * sx:.2f}" x2="{x0 + q2 * sx:.2f}" y1="{yc - 8:.1f}" y2="{yc + 8:.1f}" '
+            f'stroke="#111" stroke-width="2"/>'
+        )
     out.append("</svg>")
     return _figure(chart_id, "".join(out), "", caption)

@@ -12,6 +12,7 @@ When the user gives a run's wall time measured without the profiler, its bars ga
 ``wall − GPU busy time`` in the breakdown chart (busy = union of all GPU activity). A
 negative remainder is shown as zero and said so.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,24 +70,30 @@ def category_table(runs: Sequence[tuple[str, Results]], classifier: Any = None) 
             continue
         if classifier is not None:
             kinds = k["kind"].astype(str).to_numpy() if "kind" in k.columns else np.full(len(k), "kernel", object)
-            cats = (k["category"].astype(str).to_numpy() if "category" in k.columns
-                    else np.full(len(k), "compute", object))
+            cats = (
+                k["category"].astype(str).to_numpy() if "category" in k.columns else np.full(len(k), "compute", object)
+            )
             cat = _classify(classifier, k["name"].astype(str).to_numpy(object), kinds, cats)
         else:
             col = "class" if "class" in k.columns else "category"
             cat = k[col].astype(str).to_numpy()
-        g = (k.assign(_cat=cat, _name=k["name"].astype(str))
-             .groupby(["_cat", "_name"], sort=False)
-             .agg(count=("count", "sum"), total_ns=("total_ns", "sum"), gpus=("total_ns", "size")).reset_index())
+        g = (
+            k.assign(_cat=cat, _name=k["name"].astype(str))
+            .groupby(["_cat", "_name"], sort=False)
+            .agg(count=("count", "sum"), total_ns=("total_ns", "sum"), gpus=("total_ns", "size"))
+            .reset_index()
+        )
         g = g.rename(columns={"_cat": "category", "_name": "name"})
         g.insert(0, "run", label)
         g["per_gpu_ns"] = np.rint(g["total_ns"] / max(n_parts(res), 1)).astype(np.int64)
         g["_cat_total"] = g.groupby("category")["total_ns"].transform("sum")
-        frames.append(g.sort_values(["_cat_total", "category", "total_ns"], ascending=[False, True, False],
-                                    kind="stable").drop(columns="_cat_total"))
+        frames.append(
+            g.sort_values(["_cat_total", "category", "total_ns"], ascending=[False, True, False], kind="stable").drop(
+                columns="_cat_total"
+            )
+        )
     if not frames:
-        return empty_frame({c: object if c in ("run", "category", "name") else np.int64
-                            for c in CATEGORY_COLUMNS})
+        return empty_frame({c: object if c in ("run", "category", "name") else np.int64 for c in CATEGORY_COLUMNS})
     out = pd.concat(frames, ignore_index=True)
     return out[list(CATEGORY_COLUMNS)].astype({"count": np.int64, "total_ns": np.int64, "gpus": np.int64})
 
@@ -95,8 +102,9 @@ def _classify(classifier: Any, names: np.ndarray, kinds: np.ndarray, cats: np.nd
     """Class of every row: each distinct (name, kind, category) is classified once, then broadcast."""
     frame = pd.DataFrame({"n": names, "k": np.asarray(kinds, dtype=object), "c": np.asarray(cats, dtype=object)})
     codes, uniq = pd.MultiIndex.from_frame(frame).factorize()
-    labels = classifier.classify(list(uniq.get_level_values(0)), list(uniq.get_level_values(1)),
-                                 list(uniq.get_level_values(2)))
+    labels = classifier.classify(
+        list(uniq.get_level_values(0)), list(uniq.get_level_values(1)), list(uniq.get_level_values(2))
+    )
     return np.asarray(labels, dtype=object)[codes]
 
 
@@ -112,14 +120,23 @@ def _breakdown_means(res: Results) -> dict[str, float] | None:
     if not len(bd):
         return None
     out = {lab: float(bd[col].mean()) for lab, col in BREAKDOWN_PARTS if col in bd.columns}
-    out["busy"] = float(bd["busy_ns"].mean()) if "busy_ns" in bd.columns else float(
-        sum(out.get(k, 0.0) for k in ("computation", "exposed comm", "exposed memcpy")))
+    out["busy"] = (
+        float(bd["busy_ns"].mean())
+        if "busy_ns" in bd.columns
+        else float(sum(out.get(k, 0.0) for k in ("computation", "exposed comm", "exposed memcpy")))
+    )
     out["total"] = float(bd["total_ns"].mean())
     return out
 
 
-def compare(runs: Sequence[tuple[str, Results]], *, wall_time_s: Mapping[str, float] | None = None,
-            classifier: Any = None, title: str | None = None, max_categories: int = MAX_CATEGORIES) -> str:
+def compare(
+    runs: Sequence[tuple[str, Results]],
+    *,
+    wall_time_s: Mapping[str, float] | None = None,
+    classifier: Any = None,
+    title: str | None = None,
+    max_categories: int = MAX_CATEGORIES,
+) -> str:
     """The comparison page of several runs, as one self-contained HTML string.
 
     Parameters
@@ -143,15 +160,17 @@ def compare(runs: Sequence[tuple[str, Results]], *, wall_time_s: Mapping[str, fl
     if unknown:
         from ..errors import UsageError
 
-        raise UsageError(f"wall time given for unknown run(s) {', '.join(unknown)}; runs: "
-                         f"{', '.join(lab for lab, _ in runs)}")
+        raise UsageError(
+            f"wall time given for unknown run(s) {', '.join(unknown)}; runs: {', '.join(lab for lab, _ in runs)}"
+        )
     labels = [lab for lab, _ in runs]
-    sections = [("runs", "Runs", _sec_runs(runs, walls)),
-                ("breakdown", "GPU time breakdown per run", _sec_breakdown(runs, walls)),
-                ("categories", "GPU time by category per run", _sec_categories(runs, walls, classifier,
-                                                                             max_categories)),
-                ("differences", "Biggest kernel differences", _sec_diff(runs)),
-                ("mapping", "Kernel → category map", _sec_mapping(runs, classifier))]
+    sections = [
+        ("runs", "Runs", _sec_runs(runs, walls)),
+        ("breakdown", "GPU time breakdown per run", _sec_breakdown(runs, walls)),
+        ("categories", "GPU time by category per run", _sec_categories(runs, walls, classifier, max_categories)),
+        ("differences", "Biggest kernel differences", _sec_diff(runs)),
+        ("mapping", "Kernel → category map", _sec_mapping(runs, classifier)),
+    ]
     title = title or f"dtrace comparison: {' vs '.join(labels)}"
     sub = f"{len(runs)} runs · generated {time.strftime('%Y-%m-%d %H:%M')} by dtrace {__version__}"
     return page(title, sub, sections)
@@ -162,18 +181,40 @@ def _sec_runs(runs: Sequence[tuple[str, Results]], walls: Mapping[str, float]) -
     for label, res in runs:
         inputs = res.manifest.get("inputs", [])
         bm = _breakdown_means(res)
-        rows.append({"run": label, "path": str(res.path or "(in memory)"),
-                     "gpus": n_parts(res), "failed": sum(1 for i in inputs if i.get("status") == "error"),
-                     "timeline": bm["total"] if bm else np.nan, "busy": bm["busy"] if bm else np.nan,
-                     "wall": walls[label] * 1e9 if label in walls else np.nan})
+        rows.append(
+            {
+                "run": label,
+                "path": str(res.path or "(in memory)"),
+                "gpus": n_parts(res),
+                "failed": sum(1 for i in inputs if i.get("status") == "error"),
+                "timeline": bm["total"] if bm else np.nan,
+                "busy": bm["busy"] if bm else np.nan,
+                "wall": walls[label] * 1e9 if label in walls else np.nan,
+            }
+        )
     df = pd.DataFrame(rows)
     df["non_gpu"] = (df["wall"] - df["busy"]).clip(lower=0)
-    html = [note("Values per GPU (mean over the run's (rank, device) parts). Wall time: the run's elapsed time "
-                 "without the profiler, when given (--wall-time LABEL=SECONDS).")]
-    html.append(table(df, [("run", "run", "text"), ("path", "results", "text"), ("gpus", "GPUs", "num"),
-                           ("failed", "failed inputs", "num"), ("timeline", "GPU timeline / GPU", "time"),
-                           ("busy", "GPU busy / GPU", "time"), ("wall", "wall time", "time"),
-                           ("non_gpu", "non-GPU (wall − busy)", "time")]))
+    html = [
+        note(
+            "Values per GPU (mean over the run's (rank, device) parts). Wall time: the run's elapsed time "
+            "without the profiler, when given (--wall-time LABEL=SECONDS)."
+        )
+    ]
+    html.append(
+        table(
+            df,
+            [
+                ("run", "run", "text"),
+                ("path", "results", "text"),
+                ("gpus", "GPUs", "num"),
+                ("failed", "failed inputs", "num"),
+                ("timeline", "GPU timeline / GPU", "time"),
+                ("busy", "GPU busy / GPU", "time"),
+                ("wall", "wall time", "time"),
+                ("non_gpu", "non-GPU (wall − busy)", "time"),
+            ],
+        )
+    )
     return "".join(html)
 
 
@@ -205,16 +246,21 @@ def _sec_breakdown(runs: Sequence[tuple[str, Results]], walls: Mapping[str, floa
         return "".join(html)
     if not any(series["non-GPU"]):
         series.pop("non-GPU")
-    html.append(note("Mean per GPU. With a wall time, non-GPU = wall − GPU busy time replaces the profiled idle "
-                     "time; without one, idle is the idle time inside the profiled GPU timeline."))
+    html.append(
+        note(
+            "Mean per GPU. With a wall time, non-GPU = wall − GPU busy time replaces the profiled idle "
+            "time; without one, idle is the idle time inside the profiled GPU timeline."
+        )
+    )
     if clamped:
         html.append(note(f"GPU busy time exceeds the given wall time for {', '.join(clamped)}: non-GPU shown as 0."))
     html.append(ch.stacked_hbars("compare-breakdown", labels, series, ch.BREAKDOWN_COLORS, label_width=170))
     return "".join(html)
 
 
-def _sec_categories(runs: Sequence[tuple[str, Results]], walls: Mapping[str, float], classifier: Any,
-                    max_categories: int) -> str:
+def _sec_categories(
+    runs: Sequence[tuple[str, Results]], walls: Mapping[str, float], classifier: Any, max_categories: int
+) -> str:
     cat = category_table(runs, classifier)
     missing = [lab for lab, res in runs if "kernels" not in res.table_names]
     html = []
@@ -241,11 +287,19 @@ def _sec_categories(runs: Sequence[tuple[str, Results]], walls: Mapping[str, flo
         series["non-GPU"] = np.clip(rem, 0.0, None)
         colors["non-GPU"] = ch.BREAKDOWN_COLORS["non-GPU"]
     src = "the given class map" if classifier is not None else "each run's kernel classes"
-    html.append(note(f"GPU kernel time per category, mean per GPU (categories from {src}; the same categories "
-                     "for every run). non-GPU = wall time − GPU kernel time, when a wall time is given."))
+    html.append(
+        note(
+            f"GPU kernel time per category, mean per GPU (categories from {src}; the same categories "
+            "for every run). non-GPU = wall time − GPU kernel time, when a wall time is given."
+        )
+    )
     if clamped:
-        html.append(note(f"GPU kernel time exceeds the wall time for {', '.join(clamped)} (overlapping streams): "
-                         "non-GPU shown as 0."))
+        html.append(
+            note(
+                f"GPU kernel time exceeds the wall time for {', '.join(clamped)} (overlapping streams): "
+                "non-GPU shown as 0."
+            )
+        )
     html.append(ch.stacked_hbars("compare-categories", labels, series, colors, label_width=170))
     data = pd.DataFrame({"category": list(series)})
     for i, lab in enumerate(labels):
@@ -267,10 +321,20 @@ def _sec_diff(runs: Sequence[tuple[str, Results]]) -> str:
             html.append(na("kernels", f"table kernels absent in {base_label} or {label}"))
             continue
         d = d.head(15)
-        html.append(table(d, [("key", "kernel", "name"), ("presence", "in", "text"),
-                              ("time_a_ns", f"{base_label} / GPU", "time"), ("time_b_ns", f"{label} / GPU", "time"),
-                              ("time_delta_ns", "Δ time", "time"), ("time_ratio", "ratio", "ratio"),
-                              ("count_delta", "Δ launches", "num")]))
+        html.append(
+            table(
+                d,
+                [
+                    ("key", "kernel", "name"),
+                    ("presence", "in", "text"),
+                    ("time_a_ns", f"{base_label} / GPU", "time"),
+                    ("time_b_ns", f"{label} / GPU", "time"),
+                    ("time_delta_ns", "Δ time", "time"),
+                    ("time_ratio", "ratio", "ratio"),
+                    ("count_delta", "Δ launches", "num"),
+                ],
+            )
+        )
     return note("Per GPU, sorted by the absolute time difference (dtrace diff gives every level).") + "".join(html)
 
 
@@ -278,10 +342,23 @@ def _sec_mapping(runs: Sequence[tuple[str, Results]], classifier: Any) -> str:
     cat = category_table(runs, classifier)
     if not len(cat):
         return na("kernels")
-    html = [note("Which kernels make up each category (the full map: --category-csv FILE). Top 60 rows by GPU "
-                 "time per GPU.")]
+    html = [
+        note(
+            "Which kernels make up each category (the full map: --category-csv FILE). Top 60 rows by GPU time per GPU."
+        )
+    ]
     top = cat.sort_values("per_gpu_ns", ascending=False, kind="stable").head(60)
-    html.append(table(top, [("run", "run", "text"), ("category", "category", "text"), ("name", "kernel", "name"),
-                            ("count", "launches", "num"), ("per_gpu_ns", "time / GPU", "time"),
-                            ("gpus", "GPUs", "num")]))
+    html.append(
+        table(
+            top,
+            [
+                ("run", "run", "text"),
+                ("category", "category", "text"),
+                ("name", "kernel", "name"),
+                ("count", "launches", "num"),
+                ("per_gpu_ns", "time / GPU", "time"),
+                ("gpus", "GPUs", "num"),
+            ],
+        )
+    )
     return "".join(html)

@@ -1,5 +1,6 @@
 """What every report section needs: the results, the GPUs, their labels, flagged stragglers,
 and how a per-GPU bar chart picks its GPUs when there are too many to draw."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -46,8 +47,13 @@ class Context:
             if name in self.names:
                 t = self.results.table(name)
                 if {"rank", "device"} <= set(t.columns) and len(t):
-                    return (t[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"])
-                            .reset_index(drop=True).astype(np.int64))
+                    return (
+                        t[["rank", "device"]]
+                        .drop_duplicates()
+                        .sort_values(["rank", "device"])
+                        .reset_index(drop=True)
+                        .astype(np.int64)
+                    )
         return pd.DataFrame({"rank": np.array([], np.int64), "device": np.array([], np.int64)})
 
     def _flagged(self) -> set[int]:
@@ -69,8 +75,9 @@ class Context:
         dev = df["device"].to_numpy() if "device" in df.columns else [None] * len(df)
         return [self.label(r, d) for r, d in zip(df["rank"].to_numpy(), dev)]
 
-    def select(self, metric: np.ndarray, ranks: np.ndarray, what: str, *, high: str = "highest",
-               low: str = "lowest") -> tuple[np.ndarray, str]:
+    def select(
+        self, metric: np.ndarray, ranks: np.ndarray, what: str, *, high: str = "highest", low: str = "lowest"
+    ) -> tuple[np.ndarray, str]:
         """Rows to draw in a per-GPU bar chart, and a note saying how they were chosen.
 
         All rows (in the given order) up to ``max_bars``; else the flagged stragglers, the
@@ -89,11 +96,13 @@ class Context:
         rest = [i for i in rest if i != median]
         budget = self.max_bars - len(flagged) - 1
         top = budget // 2
-        chosen = [*flagged, *rest[:top], median, *rest[len(rest) - (budget - top):]]
+        chosen = [*flagged, *rest[:top], median, *rest[len(rest) - (budget - top) :]]
         chosen.sort(key=lambda i: (-metric[i], i))
         parts = [f"the {top} {high}", "the median", f"the {budget - top} {low}"]
         if flagged:
             parts.insert(0, f"{len(flagged)} flagged straggler(s)")
         return np.array(chosen, dtype=np.int64), (
-            f"Showing {len(chosen)} of {n} GPUs by {what}: " + ", ".join(parts)
-            + "; the box plots below cover all of them.")
+            f"Showing {len(chosen)} of {n} GPUs by {what}: "
+            + ", ".join(parts)
+            + "; the box plots below cover all of them."
+        )

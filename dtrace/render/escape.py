@@ -12,6 +12,7 @@ passes them through one of these functions before they reach the user:
   ``'``; numbers are never touched;
 - :func:`markdown_cell` for Markdown: HTML and Markdown syntax escaped, pipes escaped, one line.
 """
+
 from __future__ import annotations
 
 import csv

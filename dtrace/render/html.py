@@ -17,6 +17,7 @@ one, and the distribution over all GPUs as box plots. Heatmaps bucket consecutiv
 most 128 rows, keeping the extreme value of each bucket (and naming the rank that holds it).
 Charts are inline SVG (:mod:`dtrace.render.charts`); the only script makes tables sortable.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,7 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
 ]
 
 
-def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BARS,
-           timeline: str | None = None) -> str:
+def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BARS, timeline: str | None = None) -> str:
     """The HTML report of one analysis, as one self-contained string.
 
     Parameters
@@ -70,6 +70,8 @@ def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BA
     name = results.path or "in-memory results"
     title = title or f"dtrace report: {name}"
     n_ranks = int(ctx.parts["rank"].nunique()) if len(ctx.parts) else 0
-    subtitle = (f"{n_ranks:,} ranks, {len(ctx.parts):,} GPUs · generated {time.strftime('%Y-%m-%d %H:%M')} "
-                f"by dtrace {__version__}")
+    subtitle = (
+        f"{n_ranks:,} ranks, {len(ctx.parts):,} GPUs · generated {time.strftime('%Y-%m-%d %H:%M')} "
+        f"by dtrace {__version__}"
+    )
     return page(title, subtitle, [(sid, head, fn(ctx)) for sid, head, fn in SECTIONS])

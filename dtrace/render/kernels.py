@@ -1,4 +1,5 @@
 """Summary section of ``dtrace analyze``: GPU time by kernel class across ranks."""
+
 from __future__ import annotations
 
 from ..results import Results

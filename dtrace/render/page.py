@@ -4,6 +4,7 @@ Everything is inline: the page needs no network. The only script makes tables so
 clicking a header and marks ``<body data-ready="1">`` when it has run (the browser tests check
 it). Values keep their raw number in ``data-v`` so sorting is numeric while cells show units.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,18 +105,22 @@ def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) ->
     ``sections`` holds ``(id, heading, body_html)``.
     """
     nav = "".join(f'<a href="#{escape(sid)}">{escape(head)}</a>' for sid, head, _ in sections)
-    body = "".join(f'<section id="{escape(sid)}"><h2>{escape(head)}</h2>{html}</section>'
-                   for sid, head, html in sections)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<meta name=\"generator\" content=\"dtrace {escape(__version__)}\">"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<header class=\"top\"><h1>{escape(title)}</h1><div class=\"sub\">{escape(subtitle)}</div></header>"
-            f"<nav>{nav}</nav><main>{body}</main><script>{JS}</script></body></html>\n")
+    body = "".join(
+        f'<section id="{escape(sid)}"><h2>{escape(head)}</h2>{html}</section>' for sid, head, html in sections
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="dtrace {escape(__version__)}">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f'<header class="top"><h1>{escape(title)}</h1><div class="sub">{escape(subtitle)}</div></header>'
+        f"<nav>{nav}</nav><main>{body}</main><script>{JS}</script></body></html>\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # small HTML helpers
+
 
 def na(table: str, why: str = "") -> str:
     """The standard notice for a section or chart whose table is missing."""
@@ -135,8 +140,10 @@ def cards(items: Sequence[tuple]) -> str:
         k, v = it[0], it[1]
         warn = len(it) > 2 and it[2]
         ids = f'<div class="ids">{escape(it[3])}</div>' if len(it) > 3 and it[3] else ""
-        out.append(f'<div class="card{" warn" if warn else ""}"><div class="v">{escape(v)}</div>'
-                   f'<div class="k">{escape(k)}</div>{ids}</div>')
+        out.append(
+            f'<div class="card{" warn" if warn else ""}"><div class="v">{escape(v)}</div>'
+            f'<div class="k">{escape(k)}</div>{ids}</div>'
+        )
     return f'<div class="cards">{"".join(out)}</div>'
 
 
@@ -144,8 +151,9 @@ def cards(items: Sequence[tuple]) -> str:
 KINDS = ("time", "num", "pct", "text", "name", "bytes", "bool", "z", "ratio")
 
 
-def table(df: pd.DataFrame, columns: Sequence[tuple[str, str, str]], *, flag: Sequence[bool] | None = None,
-          table_id: str = "") -> str:
+def table(
+    df: pd.DataFrame, columns: Sequence[tuple[str, str, str]], *, flag: Sequence[bool] | None = None, table_id: str = ""
+) -> str:
     """A sortable HTML table. ``columns`` holds ``(column, header, kind)`` with kind in :data:`KINDS`.
 
     Numbers keep their raw value in ``data-v`` so sorting is numeric; names are shortened with
@@ -159,10 +167,12 @@ def table(df: pd.DataFrame, columns: Sequence[tuple[str, str, str]], *, flag: Se
         cells = []
         for c, _, kind in columns:
             cells.append(_td(cols[c][i], kind))
-        rows.append(f'<tr{" class=flag" if flags[i] else ""}>{"".join(cells)}</tr>')
+        rows.append(f"<tr{' class=flag' if flags[i] else ''}>{''.join(cells)}</tr>")
     tid = f' id="{escape(table_id)}"' if table_id else ""
-    return (f'<div class="tablewrap"><table class="data sortable"{tid}><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<div class="tablewrap"><table class="data sortable"{tid}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _missing(v: object) -> bool:

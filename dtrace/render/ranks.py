@@ -3,6 +3,7 @@
 Heatmaps pool consecutive ranks into at most :data:`HEAT_ROWS` rows (keeping each bucket's
 extreme value and the rank that holds it) and columns into at most :data:`HEAT_COLS`.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,6 @@ from .text import flags
 
 HEAT_ROWS = 128
 HEAT_COLS = 60
-
 
 
 def _bucket_rows(m: np.ndarray, labels: list[str], agg: str) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -37,8 +37,12 @@ def _bucket_rows(m: np.ndarray, labels: list[str], agg: str) -> tuple[np.ndarray
     pick = filled.argmax(axis=1) if agg == "max" else filled.argmin(axis=1)
     vals = np.take_along_axis(blocks, pick[:, None, :], axis=1)[:, 0, :]
     rows = np.arange(nb)[:, None] * size + pick
-    labs = [f"{labels[b * size].replace('rank ', 'ranks ')}–{labels[min((b + 1) * size, n_r) - 1].split(' ')[1]}"
-            if size > 1 else labels[b] for b in range(nb)]
+    labs = [
+        f"{labels[b * size].replace('rank ', 'ranks ')}–{labels[min((b + 1) * size, n_r) - 1].split(' ')[1]}"
+        if size > 1
+        else labels[b]
+        for b in range(nb)
+    ]
     return vals, labs, np.minimum(rows, n_r - 1)
 
 
@@ -61,28 +65,43 @@ def _bucket_cols(m: np.ndarray, labels: list[str], agg: str) -> tuple[np.ndarray
     return vals, labs
 
 
-def _heat(ctx: Context, chart_id: str, m: np.ndarray, keys: pd.DataFrame, col_labels: list[str], *,
-          row_agg: str, col_agg: str, what: str, vrange: tuple[float, float] | None = None,
-          note_text: str = "") -> str:
+def _heat(
+    ctx: Context,
+    chart_id: str,
+    m: np.ndarray,
+    keys: pd.DataFrame,
+    col_labels: list[str],
+    *,
+    row_agg: str,
+    col_agg: str,
+    what: str,
+    vrange: tuple[float, float] | None = None,
+    note_text: str = "",
+) -> str:
     labels = ctx.labels(keys)
     m2, clabs = _bucket_cols(m, col_labels, col_agg)
     m3, rlabs, src = _bucket_rows(m2, labels, row_agg)
     flagged = np.array([int(r) in ctx.flagged for r in keys["rank"]], dtype=bool)
     size = math.ceil(len(flagged) / m3.shape[0]) if m3.shape[0] else 1
-    marked = [bool(flagged[b * size:(b + 1) * size].any()) for b in range(m3.shape[0])]
-    tips = [[f"{labels[src[i, j]]} · {clabs[j]}: {what} "
-             f"{ch.fmt_time(m3[i, j]) if np.isfinite(m3[i, j]) else 'no data'}" for j in range(m3.shape[1])]
-            for i in range(m3.shape[0])]
+    marked = [bool(flagged[b * size : (b + 1) * size].any()) for b in range(m3.shape[0])]
+    tips = [
+        [
+            f"{labels[src[i, j]]} · {clabs[j]}: {what} {ch.fmt_time(m3[i, j]) if np.isfinite(m3[i, j]) else 'no data'}"
+            for j in range(m3.shape[1])
+        ]
+        for i in range(m3.shape[0])
+    ]
     cap = [note_text] if note_text else []
     if any(marked):
         cap.append("⚑ marks the rows of flagged stragglers.")
     if m3.shape[0] < m.shape[0]:
-        cap.append(f"{m.shape[0]} GPUs pooled into {m3.shape[0]} rows; each cell shows the "
-                   f"{'largest' if row_agg == 'max' else 'smallest'} value of its GPUs (the tooltip names the GPU).")
+        cap.append(
+            f"{m.shape[0]} GPUs pooled into {m3.shape[0]} rows; each cell shows the "
+            f"{'largest' if row_agg == 'max' else 'smallest'} value of its GPUs (the tooltip names the GPU)."
+        )
     if m2.shape[1] < m.shape[1]:
         cap.append(f"{m.shape[1]} columns pooled into {m2.shape[1]} ({'summed' if col_agg == 'sum' else 'max'}).")
-    return ch.heatmap(chart_id, m3, rlabs, clabs, tooltips=tips, caption=" ".join(cap), vrange=vrange,
-                      mark_rows=marked)
+    return ch.heatmap(chart_id, m3, rlabs, clabs, tooltips=tips, caption=" ".join(cap), vrange=vrange, mark_rows=marked)
 
 
 #: The step-time colour scale spans at least this share of the median step time, so that
@@ -124,57 +143,109 @@ def section_steps(ctx: Context) -> str:
         html.append("<h3>Step time per GPU and step</h3>")
         m = piv.to_numpy(np.float64)
         lo, hi, spread = step_colour_range(m)
-        html.append(note(
-            "step time = GPU span of the step's events (first start to last end). Colour: dark purple = shorter, "
-            "yellow = longer. A yellow column is a slow step. In a job whose ranks synchronise every step "
-            "(collectives), every rank's step lasts about as long as the slowest rank's, so a slow rank does "
-            "not stand out here: look for it in the collective-wait chart below (the rank that waits least, a "
-            "dark row) and in the Stragglers section. A yellow row is a rank slow on its own (ranks that do not "
-            "wait for each other)."))
-        html.append(_heat(ctx, "step-heatmap", m, keys, [f"step {s}" for s in steps], row_agg="max",
-                          col_agg="max", what="step time", vrange=(lo, hi),
-                          note_text=f"The step times span {100 * spread:.1f} % of their median (slowest − "
-                                    f"fastest cell); the colour scale spans at least {100 * MIN_STEP_SPAN:.0f} % "
-                                    f"({ch.fmt_time(lo)} to {ch.fmt_time(hi)}), so differences of a few percent "
-                                    "stay in the middle colours."))
+        html.append(
+            note(
+                "step time = GPU span of the step's events (first start to last end). Colour: dark purple = shorter, "
+                "yellow = longer. A yellow column is a slow step. In a job whose ranks synchronise every step "
+                "(collectives), every rank's step lasts about as long as the slowest rank's, so a slow rank does "
+                "not stand out here: look for it in the collective-wait chart below (the rank that waits least, a "
+                "dark row) and in the Stragglers section. A yellow row is a rank slow on its own (ranks that do not "
+                "wait for each other)."
+            )
+        )
+        html.append(
+            _heat(
+                ctx,
+                "step-heatmap",
+                m,
+                keys,
+                [f"step {s}" for s in steps],
+                row_agg="max",
+                col_agg="max",
+                what="step time",
+                vrange=(lo, hi),
+                note_text=f"The step times span {100 * spread:.1f} % of their median (slowest − "
+                f"fastest cell); the colour scale spans at least {100 * MIN_STEP_SPAN:.0f} % "
+                f"({ch.fmt_time(lo)} to {ch.fmt_time(hi)}), so differences of a few percent "
+                "stay in the middle colours.",
+            )
+        )
         g = st.groupby("step")["step_ns"]
-        sm = pd.DataFrame({"step": g.median().index.to_numpy(), "gpus": g.size().to_numpy(),
-                           "median": g.median().to_numpy(), "min": g.min().to_numpy(), "max": g.max().to_numpy()})
+        sm = pd.DataFrame(
+            {
+                "step": g.median().index.to_numpy(),
+                "gpus": g.size().to_numpy(),
+                "median": g.median().to_numpy(),
+                "min": g.min().to_numpy(),
+                "max": g.max().to_numpy(),
+            }
+        )
         slow = st.loc[g.idxmax().to_numpy()]
         sm["slowest"] = ctx.labels(slow)
         sm["spread"] = (sm["max"] - sm["min"]) / sm["median"].replace(0, np.nan)
-        html.append(table(sm.head(200), [("step", "step", "num"), ("gpus", "GPUs", "num"),
-                                         ("median", "median", "time"), ("min", "fastest", "time"),
-                                         ("max", "slowest", "time"), ("slowest", "slowest GPU", "text"),
-                                         ("spread", "(max − min) / median", "pct")]))
+        html.append(
+            table(
+                sm.head(200),
+                [
+                    ("step", "step", "num"),
+                    ("gpus", "GPUs", "num"),
+                    ("median", "median", "time"),
+                    ("min", "fastest", "time"),
+                    ("max", "slowest", "time"),
+                    ("slowest", "slowest GPU", "text"),
+                    ("spread", "(max − min) / median", "pct"),
+                ],
+            )
+        )
     html.append("<h3>Collective wait per GPU</h3>")
     co, msg = ctx.get("collectives", ("collective", "rank", "start_ns", "wait_ns"))
     if co is None:
         html.append(msg)
         return "".join(html)
     co = co.assign(device=co["device"] if "device" in co.columns else -1)
-    in_step = co["step"].notna().to_numpy() & (co["step"].fillna(-1).to_numpy() >= 0) if "step" in co.columns \
-        else np.zeros(len(co), bool)  # NA (or an older table's -1): outside every step
+    in_step = (
+        co["step"].notna().to_numpy() & (co["step"].fillna(-1).to_numpy() >= 0)
+        if "step" in co.columns
+        else np.zeros(len(co), bool)
+    )  # NA (or an older table's -1): outside every step
     if in_step.any():
         c2 = co.loc[in_step]
         piv = c2.pivot_table(index=["rank", "device"], columns="step", values="wait_ns", aggfunc="sum").sort_index()
         col_labels = [f"step {s}" for s in piv.columns]
-        html.append(note("Time each GPU waited in collectives for the last rank to arrive, per step. Colour: "
-                         "dark purple = waited least, yellow = waited most. The straggler is the rank that waits "
-                         "least (a dark row), not most: the others wait for it."))
+        html.append(
+            note(
+                "Time each GPU waited in collectives for the last rank to arrive, per step. Colour: "
+                "dark purple = waited least, yellow = waited most. The straggler is the rank that waits "
+                "least (a dark row), not most: the others wait for it."
+            )
+        )
     else:
         first = co.groupby("collective")["start_ns"].min().sort_values(kind="stable")
         order = pd.Series(np.arange(len(first)), index=first.index)
         c2 = co.assign(_i=order.reindex(co["collective"]).to_numpy())
         piv = c2.pivot_table(index=["rank", "device"], columns="_i", values="wait_ns", aggfunc="sum").sort_index()
         col_labels = [f"#{int(i) + 1}" for i in piv.columns]
-        html.append(note("Time each GPU waited for the last rank to arrive, per collective instance in time "
-                         "order (no step column in the collectives table). Colour: dark purple = waited least, "
-                         "yellow = waited most. The straggler is the rank that waits least (a dark row), not "
-                         "most: the others wait for it."))
+        html.append(
+            note(
+                "Time each GPU waited for the last rank to arrive, per collective instance in time "
+                "order (no step column in the collectives table). Colour: dark purple = waited least, "
+                "yellow = waited most. The straggler is the rank that waits least (a dark row), not "
+                "most: the others wait for it."
+            )
+        )
     keys = piv.index.to_frame(index=False)
-    html.append(_heat(ctx, "wait-heatmap", piv.to_numpy(np.float64), keys, col_labels, row_agg="min",
-                      col_agg="sum", what="collective wait"))
+    html.append(
+        _heat(
+            ctx,
+            "wait-heatmap",
+            piv.to_numpy(np.float64),
+            keys,
+            col_labels,
+            row_agg="min",
+            col_agg="sum",
+            what="collective wait",
+        )
+    )
     return "".join(html)
 
 
@@ -187,20 +258,36 @@ def section_stragglers(ctx: Context) -> str:
     else:
         sg = sg.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
         fl = flags(sg["flagged"])
-        html.append(note(f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
-                         "others wait for; the evidence names the signals (late arrival at collectives, slower "
-                         "kernels than the other ranks, step-time z-score, slow link)."))
+        html.append(
+            note(
+                f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
+                "others wait for; the evidence names the signals (late arrival at collectives, slower "
+                "kernels than the other ranks, step-time z-score, slow link)."
+            )
+        )
         head = sg.head(20)
-        html.append(ch.hbars("stragglers", ctx.labels(head), head["score"].to_numpy(np.float64),
-                             colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
-                             value_fmt=lambda v: f"{v:.2f}", label_width=150,
-                             highlight=flags(head["flagged"]).tolist(),
-                             legend={"flagged": "#e15759", "not flagged": "#4e79a7"}))
+        html.append(
+            ch.hbars(
+                "stragglers",
+                ctx.labels(head),
+                head["score"].to_numpy(np.float64),
+                colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
+                value_fmt=lambda v: f"{v:.2f}",
+                label_width=150,
+                highlight=flags(head["flagged"]).tolist(),
+                legend={"flagged": "#e15759", "not flagged": "#4e79a7"},
+            )
+        )
         shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
-            "score", ascending=False, kind="stable")
+            "score", ascending=False, kind="stable"
+        )
         shown = shown.assign(label=ctx.labels(shown))
-        cols = [("label", "GPU", "text"), ("score", "score", "num"), ("flagged", "flagged", "bool"),
-                ("evidence", "evidence", "text")]
+        cols = [
+            ("label", "GPU", "text"),
+            ("score", "score", "num"),
+            ("flagged", "flagged", "bool"),
+            ("evidence", "evidence", "text"),
+        ]
         if "signals" in shown.columns:
             cols.insert(3, ("signals", "signals", "text"))
             html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
@@ -220,19 +307,34 @@ def section_stragglers(ctx: Context) -> str:
     order = np.lexsort((-worst, ~is_flagged))[:20]  # the flagged stragglers first, then by |z|
     view = rk.iloc[order]
     zv = np.abs(z[order])
-    preferred = ["step_ns_z", "computation_ns_z", "collective_wait_ns_z", "arrived_last_z", "exposed_comm_ns_z",
-                 "idle_ns_z", "host_wait_ns_z"]
+    preferred = [
+        "step_ns_z",
+        "computation_ns_z",
+        "collective_wait_ns_z",
+        "arrived_last_z",
+        "exposed_comm_ns_z",
+        "idle_ns_z",
+        "host_wait_ns_z",
+    ]
     strong = [c for k, c in sorted(enumerate(zcols), key=lambda kc: -zv[:, kc[0]].max()) if zv[:, k].max() >= 3]
     shown = list(dict.fromkeys([c for c in preferred if c in zcols] + strong))[:12]
     view = view.assign(label=ctx.labels(view))
-    html.append(note("z = (x − median) / (1.4826 · MAD) over all ranks, per metric; |z| ≥ 3 is highlighted. "
-                     f"The flagged stragglers, then the ranks with the largest |z| on any of {len(zcols)} metrics "
-                     f"({len(view)} rows); columns: the main metrics and those with |z| ≥ 3 here. Ranks that share "
-                     "a process group with a straggler often stand out too (they wait for it): the Stragglers "
-                     "table above says which rank is the cause."))
-    html.append(table(view, [("label", "GPU", "text"), *((c, c[:-2].replace("_ns", "").replace("_", " "), "z")
-                                                          for c in shown)],
-                      flag=[int(r) in ctx.flagged for r in view["rank"]]))
+    html.append(
+        note(
+            "z = (x − median) / (1.4826 · MAD) over all ranks, per metric; |z| ≥ 3 is highlighted. "
+            f"The flagged stragglers, then the ranks with the largest |z| on any of {len(zcols)} metrics "
+            f"({len(view)} rows); columns: the main metrics and those with |z| ≥ 3 here. Ranks that share "
+            "a process group with a straggler often stand out too (they wait for it): the Stragglers "
+            "table above says which rank is the cause."
+        )
+    )
+    html.append(
+        table(
+            view,
+            [("label", "GPU", "text"), *((c, c[:-2].replace("_ns", "").replace("_", " "), "z") for c in shown)],
+            flag=[int(r) in ctx.flagged for r in view["rank"]],
+        )
+    )
     return "".join(html)
 
 
@@ -241,25 +343,33 @@ def _instances(ctx: Context, co: pd.DataFrame) -> pd.DataFrame:
     transfer and bus bandwidth (from ``collective_instances`` when present, else derived)."""
     ci, _ = ctx.get("collective_instances", ("collective", "start_skew_ns", "end_skew_ns"))
     if ci is not None:
-        return pd.DataFrame({
-            "group": ci["group"].astype(str) if "group" in ci.columns else "",
-            "op": ci["op"].astype(str) if "op" in ci.columns else "",
-            "ranks": ci["ranks"] if "ranks" in ci.columns else np.nan,
-            "bytes": ci["bytes"] if "bytes" in ci.columns else np.nan,
-            "start_skew": ci["start_skew_ns"], "end_skew": ci["end_skew_ns"],
-            "wait": ci["wait_total_ns"] if "wait_total_ns" in ci.columns else np.nan,
-            "transfer": ci["transfer_ns"] if "transfer_ns" in ci.columns else np.nan,
-            "busbw": ci["busbw_gbps"] if "busbw_gbps" in ci.columns else np.nan,
-        })
+        return pd.DataFrame(
+            {
+                "group": ci["group"].astype(str) if "group" in ci.columns else "",
+                "op": ci["op"].astype(str) if "op" in ci.columns else "",
+                "ranks": ci["ranks"] if "ranks" in ci.columns else np.nan,
+                "bytes": ci["bytes"] if "bytes" in ci.columns else np.nan,
+                "start_skew": ci["start_skew_ns"],
+                "end_skew": ci["end_skew_ns"],
+                "wait": ci["wait_total_ns"] if "wait_total_ns" in ci.columns else np.nan,
+                "transfer": ci["transfer_ns"] if "transfer_ns" in ci.columns else np.nan,
+                "busbw": ci["busbw_gbps"] if "busbw_gbps" in ci.columns else np.nan,
+            }
+        )
     g = co.groupby("collective", sort=False)
-    return pd.DataFrame({
-        "group": g["group"].first().astype(str) if "group" in co.columns else "",
-        "op": g["op"].first().astype(str) if "op" in co.columns else "",
-        "ranks": g.size(), "bytes": g["bytes"].max() if "bytes" in co.columns else np.nan,
-        "start_skew": g["start_ns"].max() - g["start_ns"].min(), "end_skew": g["end_ns"].max() - g["end_ns"].min(),
-        "wait": g["wait_ns"].sum(), "transfer": g["transfer_ns"].first() if "transfer_ns" in co.columns else np.nan,
-        "busbw": g["busbw_gbps"].first() if "busbw_gbps" in co.columns else np.nan,
-    }).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "group": g["group"].first().astype(str) if "group" in co.columns else "",
+            "op": g["op"].first().astype(str) if "op" in co.columns else "",
+            "ranks": g.size(),
+            "bytes": g["bytes"].max() if "bytes" in co.columns else np.nan,
+            "start_skew": g["start_ns"].max() - g["start_ns"].min(),
+            "end_skew": g["end_ns"].max() - g["end_ns"].min(),
+            "wait": g["wait_ns"].sum(),
+            "transfer": g["transfer_ns"].first() if "transfer_ns" in co.columns else np.nan,
+            "busbw": g["busbw_gbps"].first() if "busbw_gbps" in co.columns else np.nan,
+        }
+    ).reset_index(drop=True)
 
 
 def section_collectives(ctx: Context) -> str:
@@ -268,66 +378,150 @@ def section_collectives(ctx: Context) -> str:
     if co is None:
         return msg
     inst = _instances(ctx, co)
-    html = [note("Per matched collective instance (clock offsets between hosts removed where the collectives "
-                 "table did so): start skew = latest − earliest start over its ranks, end skew likewise; wait = "
-                 "time ranks spent waiting for the last one to arrive; transfer = the shortest duration over the "
-                 "ranks; bus bandwidth as nccl-tests defines it.")]
+    html = [
+        note(
+            "Per matched collective instance (clock offsets between hosts removed where the collectives "
+            "table did so): start skew = latest − earliest start over its ranks, end skew likewise; wait = "
+            "time ranks spent waiting for the last one to arrive; transfer = the shortest duration over the "
+            "ranks; bus bandwidth as nccl-tests defines it."
+        )
+    ]
     ops = [o for o in inst.groupby("op")["wait"].sum().sort_values(ascending=False).index]
-    html.append(ch.boxplots("collective-skew", {o: inst.loc[inst["op"] == o, "start_skew"].to_numpy()
-                                                for o in ops[:10]},
-                            caption="start skew per instance, by collective type (box: p25–p75, whiskers: "
-                                    "min–max)"))
+    html.append(
+        ch.boxplots(
+            "collective-skew",
+            {o: inst.loc[inst["op"] == o, "start_skew"].to_numpy() for o in ops[:10]},
+            caption="start skew per instance, by collective type (box: p25–p75, whiskers: min–max)",
+        )
+    )
     go = inst.groupby("op", sort=False)
-    by_op = pd.DataFrame({"groups": go["group"].nunique(), "instances": go.size(), "ranks": go["ranks"].max(),
-                          "bytes": go["bytes"].median(), "wait": go["wait"].sum(),
-                          "start_skew_mean": go["start_skew"].mean(), "start_skew_max": go["start_skew"].max(),
-                          "end_skew_mean": go["end_skew"].mean(), "transfer": go["transfer"].mean(),
-                          "busbw": go["busbw"].median()}).reset_index().sort_values("wait", ascending=False)
-    html.append(table(by_op, [("op", "collective", "text"), ("groups", "groups", "num"),
-                              ("instances", "instances", "num"), ("ranks", "ranks", "num"),
-                              ("bytes", "message (median)", "bytes"), ("wait", "total wait", "time"),
-                              ("start_skew_mean", "start skew (mean)", "time"),
-                              ("start_skew_max", "start skew (max)", "time"),
-                              ("end_skew_mean", "end skew (mean)", "time"), ("transfer", "transfer (mean)", "time"),
-                              ("busbw", "bus bw GB/s (median)", "num")]))
+    by_op = (
+        pd.DataFrame(
+            {
+                "groups": go["group"].nunique(),
+                "instances": go.size(),
+                "ranks": go["ranks"].max(),
+                "bytes": go["bytes"].median(),
+                "wait": go["wait"].sum(),
+                "start_skew_mean": go["start_skew"].mean(),
+                "start_skew_max": go["start_skew"].max(),
+                "end_skew_mean": go["end_skew"].mean(),
+                "transfer": go["transfer"].mean(),
+                "busbw": go["busbw"].median(),
+            }
+        )
+        .reset_index()
+        .sort_values("wait", ascending=False)
+    )
+    html.append(
+        table(
+            by_op,
+            [
+                ("op", "collective", "text"),
+                ("groups", "groups", "num"),
+                ("instances", "instances", "num"),
+                ("ranks", "ranks", "num"),
+                ("bytes", "message (median)", "bytes"),
+                ("wait", "total wait", "time"),
+                ("start_skew_mean", "start skew (mean)", "time"),
+                ("start_skew_max", "start skew (max)", "time"),
+                ("end_skew_mean", "end skew (mean)", "time"),
+                ("transfer", "transfer (mean)", "time"),
+                ("busbw", "bus bw GB/s (median)", "num"),
+            ],
+        )
+    )
     gg = inst.groupby(["group", "op"], sort=False)
-    by_group = pd.DataFrame({"instances": gg.size(), "wait": gg["wait"].sum(), "start_skew": gg["start_skew"].mean(),
-                             "transfer": gg["transfer"].mean(), "busbw": gg["busbw"].median()}
-                            ).reset_index().sort_values("transfer", ascending=False, kind="stable")
+    by_group = (
+        pd.DataFrame(
+            {
+                "instances": gg.size(),
+                "wait": gg["wait"].sum(),
+                "start_skew": gg["start_skew"].mean(),
+                "transfer": gg["transfer"].mean(),
+                "busbw": gg["busbw"].median(),
+            }
+        )
+        .reset_index()
+        .sort_values("transfer", ascending=False, kind="stable")
+    )
     html.append("<h3>Process groups (slowest transfer first)</h3>")
-    html.append(note("A slow link makes every group containing that rank transfer slowly; compare the groups "
-                     f"that share ranks. {min(len(by_group), 15)} of {len(by_group)} (group, collective) pairs."))
-    html.append(table(by_group.head(15), [("group", "group", "text"), ("op", "collective", "text"),
-                                          ("instances", "instances", "num"), ("transfer", "transfer (mean)", "time"),
-                                          ("busbw", "bus bw GB/s (median)", "num"), ("wait", "total wait", "time"),
-                                          ("start_skew", "start skew (mean)", "time")]))
+    html.append(
+        note(
+            "A slow link makes every group containing that rank transfer slowly; compare the groups "
+            f"that share ranks. {min(len(by_group), 15)} of {len(by_group)} (group, collective) pairs."
+        )
+    )
+    html.append(
+        table(
+            by_group.head(15),
+            [
+                ("group", "group", "text"),
+                ("op", "collective", "text"),
+                ("instances", "instances", "num"),
+                ("transfer", "transfer (mean)", "time"),
+                ("busbw", "bus bw GB/s (median)", "num"),
+                ("wait", "total wait", "time"),
+                ("start_skew", "start skew (mean)", "time"),
+            ],
+        )
+    )
     keys = ["rank", "device"] if "device" in co.columns else ["rank"]
     if "last" in co.columns:
         last_flag = pd.Series(flags(co["last"]), index=co.index)
     else:
         last_flag = pd.Series(False, index=co.index)
         last_flag.loc[co.groupby("collective")["start_ns"].idxmax().to_numpy()] = True
-    per = (co.assign(_last=last_flag.to_numpy(np.int64)).groupby(keys)
-           .agg(wait=("wait_ns", "sum"), last=("_last", "sum"), instances=("wait_ns", "size")).reset_index())
+    per = (
+        co.assign(_last=last_flag.to_numpy(np.int64))
+        .groupby(keys)
+        .agg(wait=("wait_ns", "sum"), last=("_last", "sum"), instances=("wait_ns", "size"))
+        .reset_index()
+    )
     per["last_share"] = per["last"] / per["instances"].replace(0, np.nan)
     per = per.sort_values(["wait", "rank"], kind="stable").reset_index(drop=True)  # least wait first
-    idx, sel_note = ctx.select(-per["wait"].to_numpy(np.float64), per["rank"].to_numpy(), "collective wait",
-                               high="that waited least", low="that waited most")
+    idx, sel_note = ctx.select(
+        -per["wait"].to_numpy(np.float64),
+        per["rank"].to_numpy(),
+        "collective wait",
+        high="that waited least",
+        low="that waited most",
+    )
     view = per.iloc[idx]
     html.append("<h3>Collective wait per GPU (least first)</h3>")
     html.append(note("The rank the others wait for waits least itself and arrives last most often."))
     if sel_note:
         html.append(note(sel_note))
-    tips = [f"{lab}: waited {ch.fmt_time(w)} in total; arrived last at {int(n)} of {int(k)} instances"
-            for lab, w, n, k in zip(ctx.labels(view), view["wait"], view["last"], view["instances"])]
-    html.append(ch.hbars("collective-wait", ctx.labels(view), view["wait"].to_numpy(np.float64), label_width=150,
-                         colors=["#e15759" if int(r) in ctx.flagged else "#76b7b2" for r in view["rank"]],
-                         tooltips=tips, highlight=[int(r) in ctx.flagged for r in view["rank"]]))
+    tips = [
+        f"{lab}: waited {ch.fmt_time(w)} in total; arrived last at {int(n)} of {int(k)} instances"
+        for lab, w, n, k in zip(ctx.labels(view), view["wait"], view["last"], view["instances"])
+    ]
+    html.append(
+        ch.hbars(
+            "collective-wait",
+            ctx.labels(view),
+            view["wait"].to_numpy(np.float64),
+            label_width=150,
+            colors=["#e15759" if int(r) in ctx.flagged else "#76b7b2" for r in view["rank"]],
+            tooltips=tips,
+            highlight=[int(r) in ctx.flagged for r in view["rank"]],
+        )
+    )
     if len(per) > ctx.max_bars:
         html.append(ch.boxplots("collective-wait-dist", {"wait per GPU": per["wait"].to_numpy()}))
     pv = per.sort_values(["last_share", "wait"], ascending=[False, True], kind="stable").head(20)
     pv = pv.assign(label=ctx.labels(pv))
-    html.append(table(pv, [("label", "GPU", "text"), ("wait", "total wait", "time"), ("last", "arrived last", "num"),
-                           ("instances", "instances", "num"), ("last_share", "arrived last (share)", "pct")],
-                      flag=[int(r) in ctx.flagged for r in pv["rank"]]))
+    html.append(
+        table(
+            pv,
+            [
+                ("label", "GPU", "text"),
+                ("wait", "total wait", "time"),
+                ("last", "arrived last", "num"),
+                ("instances", "instances", "num"),
+                ("last_share", "arrived last (share)", "pct"),
+            ],
+            flag=[int(r) in ctx.flagged for r in pv["rank"]],
+        )
+    )
     return "".join(html)

@@ -3,6 +3,7 @@
 Each section is a function ``Context -> HTML`` that renders from whatever tables exist and
 says ``not available (table X absent)`` otherwise.
 """
+
 from __future__ import annotations
 
 from html import escape
@@ -17,11 +18,17 @@ from .context import Context
 from .page import cards, na, note, table
 from .text import shorten
 
-BREAKDOWN_PARTS = (("computation", "computation_ns"), ("exposed comm", "exposed_comm_ns"),
-                   ("exposed memcpy", "exposed_memcpy_ns"), ("idle", "idle_ns"))
-GAP_CAUSES = (("host wait", "host_wait_ns", "#e15759"), ("kernel wait", "kernel_wait_ns", "#f28e2b"),
-              ("other", "other_ns", "#bab0ac"))
-
+BREAKDOWN_PARTS = (
+    ("computation", "computation_ns"),
+    ("exposed comm", "exposed_comm_ns"),
+    ("exposed memcpy", "exposed_memcpy_ns"),
+    ("idle", "idle_ns"),
+)
+GAP_CAUSES = (
+    ("host wait", "host_wait_ns", "#e15759"),
+    ("kernel wait", "kernel_wait_ns", "#f28e2b"),
+    ("other", "other_ns", "#bab0ac"),
+)
 
 
 def section_summary(ctx: Context) -> str:
@@ -60,11 +67,14 @@ def section_summary(ctx: Context) -> str:
         bad = [i for i in inputs if i.get("status") == "error"]
         lines = "".join(f"<li><code>{escape(str(i.get('error') or i.get('path')))}</code></li>" for i in bad[:30])
         more = f"<li>… and {len(bad) - 30} more</li>" if len(bad) > 30 else ""
-        html.append(f'<h3>Failed inputs ({len(bad)})</h3><ul>{lines}{more}</ul>')
-    info = [("results", str(r.path or "(in memory)")), ("created", str(m.get("created", "–"))),
-            ("dtrace", str(m.get("dtrace_version", __version__))),
-            ("analysis time", f"{m.get('seconds', 0)} s on {m.get('workers', 1)} worker(s)"),
-            ("tables", ", ".join(sorted(ctx.names)) or "none")]
+        html.append(f"<h3>Failed inputs ({len(bad)})</h3><ul>{lines}{more}</ul>")
+    info = [
+        ("results", str(r.path or "(in memory)")),
+        ("created", str(m.get("created", "–"))),
+        ("dtrace", str(m.get("dtrace_version", __version__))),
+        ("analysis time", f"{m.get('seconds', 0)} s on {m.get('workers', 1)} worker(s)"),
+        ("tables", ", ".join(sorted(ctx.names)) or "none"),
+    ]
     opts = m.get("options") or {}
     set_opts = {k_: v for k_, v in opts.items() if v not in (None, False, {}, "") and k_ != "extra"}
     if set_opts:
@@ -78,8 +88,11 @@ def section_summary(ctx: Context) -> str:
             df["error"] = df["error"].fillna("")
         shown = df if len(df) <= 64 else pd.concat([df[df["status"] == "error"], df[df["status"] != "error"]]).head(64)
         kinds = {"events": "num"}
-        html.append(f"<details><summary>Inputs ({len(df):,}{', first 64' if len(df) > 64 else ''})</summary>"
-                    + table(shown.reset_index(drop=True), [(c, c, kinds.get(c, "text")) for c in cols]) + "</details>")
+        html.append(
+            f"<details><summary>Inputs ({len(df):,}{', first 64' if len(df) > 64 else ''})</summary>"
+            + table(shown.reset_index(drop=True), [(c, c, kinds.get(c, "text")) for c in cols])
+            + "</details>"
+        )
     return "".join(html)
 
 
@@ -92,26 +105,43 @@ def section_breakdown(ctx: Context) -> str:
     wait = (bd["exposed_comm_ns"] + bd["idle_ns"]).to_numpy(np.float64)
     idx, sel_note = ctx.select(wait, bd["rank"].to_numpy(), "waiting time (exposed comm + idle)")
     view = bd.iloc[idx].reset_index(drop=True)
-    html = [note("Per GPU, all streams pooled: computation = union of compute kernels; exposed comm and "
-                 "exposed memcpy = the part not hidden behind compute (and comm); idle = timeline − busy. "
-                 "The four add up to the GPU timeline (first GPU start to last GPU end).")]
+    html = [
+        note(
+            "Per GPU, all streams pooled: computation = union of compute kernels; exposed comm and "
+            "exposed memcpy = the part not hidden behind compute (and comm); idle = timeline − busy. "
+            "The four add up to the GPU timeline (first GPU start to last GPU end)."
+        )
+    ]
     if sel_note:
         html.append(note(sel_note))
-    html.append(ch.stacked_hbars(
-        "breakdown", ctx.labels(view), {lab: view[col].to_numpy() for lab, col in BREAKDOWN_PARTS},
-        ch.BREAKDOWN_COLORS, highlight=[int(r) in ctx.flagged for r in view["rank"]]))
+    html.append(
+        ch.stacked_hbars(
+            "breakdown",
+            ctx.labels(view),
+            {lab: view[col].to_numpy() for lab, col in BREAKDOWN_PARTS},
+            ch.BREAKDOWN_COLORS,
+            highlight=[int(r) in ctx.flagged for r in view["rank"]],
+        )
+    )
     if len(bd) > ctx.max_bars:
         html.append("<h3>Distribution over all GPUs</h3>")
-        html.append(ch.boxplots("breakdown-dist", {lab: bd[col].to_numpy() for lab, col in BREAKDOWN_PARTS},
-                                colors=ch.BREAKDOWN_COLORS))
+        html.append(
+            ch.boxplots(
+                "breakdown-dist", {lab: bd[col].to_numpy() for lab, col in BREAKDOWN_PARTS}, colors=ch.BREAKDOWN_COLORS
+            )
+        )
     t = view.copy()
     tot = t["total_ns"].replace(0, np.nan)
     t["busy_share"] = (t["total_ns"] - t["idle_ns"]) / tot
     t["comm_share"] = t["exposed_comm_ns"] / tot
     t["label"] = ctx.labels(t)
-    cols = [("label", "GPU", "text"), ("total_ns", "timeline", "time"),
-            *((c, lab, "time") for lab, c in BREAKDOWN_PARTS), ("busy_share", "busy share", "pct"),
-            ("comm_share", "exposed comm share", "pct")]
+    cols = [
+        ("label", "GPU", "text"),
+        ("total_ns", "timeline", "time"),
+        *((c, lab, "time") for lab, c in BREAKDOWN_PARTS),
+        ("busy_share", "busy share", "pct"),
+        ("comm_share", "exposed comm share", "pct"),
+    ]
     if "comm_ns" in t.columns:
         cols.insert(6, ("comm_ns", "comm (total)", "time"))
     html.append(table(t, cols, flag=[int(r) in ctx.flagged for r in t["rank"]]))
@@ -138,50 +168,76 @@ def section_classes(ctx: Context) -> str:
     top = list(tot_by_class.index[:9])
     rest_name = "(other classes)"
     key = np.where(cls.isin(top), cls, rest_name)
-    piv = (frame.assign(_k=key).pivot_table(index=["rank", "device"], columns="_k", values="total_ns",
-                                           aggfunc="sum", fill_value=0))
+    piv = frame.assign(_k=key).pivot_table(
+        index=["rank", "device"], columns="_k", values="total_ns", aggfunc="sum", fill_value=0
+    )
     order = [c for c in top if c in piv.columns] + ([rest_name] if rest_name in piv.columns else [])
     piv = piv[order].sort_index()
     keys = piv.index.to_frame(index=False)
     colors = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(order)}
     if rest_name in colors:
         colors[rest_name] = "#d0d0d0"
-    html = [note(f"GPU time of each kernel class per GPU (source: {origin}; kernel time summed, so kernels "
-                 "that overlap on several streams count fully). The nine largest classes are shown; the rest "
-                 "is pooled.")]
+    html = [
+        note(
+            f"GPU time of each kernel class per GPU (source: {origin}; kernel time summed, so kernels "
+            "that overlap on several streams count fully). The nine largest classes are shown; the rest "
+            "is pooled."
+        )
+    ]
     total = piv.sum(axis=1).to_numpy(np.float64)
     idx, sel_note = ctx.select(total, keys["rank"].to_numpy(), "total kernel time")
     if sel_note:
         html.append(note(sel_note))
     view = piv.iloc[idx]
     vkeys = keys.iloc[idx]
-    html.append(ch.stacked_hbars("classes", ctx.labels(vkeys), {c: view[c].to_numpy() for c in order}, colors,
-                                 highlight=[int(r) in ctx.flagged for r in vkeys["rank"]]))
+    html.append(
+        ch.stacked_hbars(
+            "classes",
+            ctx.labels(vkeys),
+            {c: view[c].to_numpy() for c in order},
+            colors,
+            highlight=[int(r) in ctx.flagged for r in vkeys["rank"]],
+        )
+    )
     if len(piv) > ctx.max_bars:
         html.append("<h3>Distribution over all GPUs</h3>")
         html.append(ch.boxplots("classes-dist", {c: piv[c].to_numpy() for c in order}, colors=colors))
-    full = frame.assign(_c=cls).pivot_table(index=["rank", "device"], columns="_c", values="total_ns",
-                                           aggfunc="sum", fill_value=0)
+    full = frame.assign(_c=cls).pivot_table(
+        index=["rank", "device"], columns="_c", values="total_ns", aggfunc="sum", fill_value=0
+    )
     counts = frame.assign(_c=cls).groupby("_c")["count"].sum()
     argmax = full.to_numpy().argmax(axis=0)
     fkeys = full.index.to_frame(index=False)
     grand = float(full.to_numpy().sum()) or 1.0
-    summary = pd.DataFrame({
-        "class": full.columns.to_numpy(object),
-        "per_gpu": full.sum(axis=0).to_numpy(np.float64) / ctx.n_parts,
-        "share": full.sum(axis=0).to_numpy(np.float64) / grand,
-        "count": counts.reindex(full.columns).to_numpy(np.float64) / ctx.n_parts,
-        "min": full.min(axis=0).to_numpy(np.float64),
-        "max": full.max(axis=0).to_numpy(np.float64),
-        "max_rank": [ctx.label(fkeys["rank"].iloc[i], fkeys["device"].iloc[i]) for i in argmax],
-    })
+    summary = pd.DataFrame(
+        {
+            "class": full.columns.to_numpy(object),
+            "per_gpu": full.sum(axis=0).to_numpy(np.float64) / ctx.n_parts,
+            "share": full.sum(axis=0).to_numpy(np.float64) / grand,
+            "count": counts.reindex(full.columns).to_numpy(np.float64) / ctx.n_parts,
+            "min": full.min(axis=0).to_numpy(np.float64),
+            "max": full.max(axis=0).to_numpy(np.float64),
+            "max_rank": [ctx.label(fkeys["rank"].iloc[i], fkeys["device"].iloc[i]) for i in argmax],
+        }
+    )
     summary["imbalance"] = summary["max"] / summary["min"].replace(0, np.nan)
     summary = summary.sort_values("per_gpu", ascending=False)
     html.append("<h3>Classes across GPUs</h3>")
-    html.append(table(summary, [("class", "class", "text"), ("per_gpu", "time / GPU", "time"),
-                                ("share", "share", "pct"), ("count", "launches / GPU", "num"),
-                                ("min", "min GPU", "time"), ("max", "max GPU", "time"),
-                                ("imbalance", "max / min", "ratio"), ("max_rank", "slowest", "text")]))
+    html.append(
+        table(
+            summary,
+            [
+                ("class", "class", "text"),
+                ("per_gpu", "time / GPU", "time"),
+                ("share", "share", "pct"),
+                ("count", "launches / GPU", "num"),
+                ("min", "min GPU", "time"),
+                ("max", "max GPU", "time"),
+                ("imbalance", "max / min", "ratio"),
+                ("max_rank", "slowest", "text"),
+            ],
+        )
+    )
     return "".join(html)
 
 
@@ -192,8 +248,15 @@ def section_kernels(ctx: Context) -> str:
         return msg
     ccol = "class" if "class" in k.columns else ("category" if "category" in k.columns else None)
     g = k.groupby("name", sort=False)
-    agg = pd.DataFrame({"count": g["count"].sum(), "total": g["total_ns"].sum(), "gpus": g.size(),
-                        "max": g["total_ns"].max(), "min": g["total_ns"].min()})
+    agg = pd.DataFrame(
+        {
+            "count": g["count"].sum(),
+            "total": g["total_ns"].sum(),
+            "gpus": g.size(),
+            "max": g["total_ns"].max(),
+            "min": g["total_ns"].min(),
+        }
+    )
     imax = k.loc[g["total_ns"].idxmax().to_numpy()]
     agg["max_rank"] = ctx.labels(imax)
     if ccol:
@@ -210,24 +273,51 @@ def section_kernels(ctx: Context) -> str:
     top = agg.head(15)
     classes = list(dict.fromkeys(agg["cls"].head(60)))
     cmap = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(classes)}
-    tips = [f"{n}\n{ch.fmt_time(t)} per GPU · {ch.fmt_num(c / ctx.n_parts)} launches per GPU · {cl}"
-            for n, t, c, cl in zip(top["name"], top["per_gpu"], top["count"], top["cls"])]
-    html = [note(f"GPU time per kernel name, summed over {ctx.n_parts} GPU(s) and shown per GPU; "
-                 f"colour = {ccol or 'none'}.")]
-    html.append(ch.hbars("top-kernels", [shorten(n, 60) for n in top["name"]], top["per_gpu"].to_numpy(),
-                         label_width=400,
-                         colors=[cmap.get(c, "#999") for c in top["cls"]], tooltips=tips,
-                         legend={c: cmap[c] for c in dict.fromkeys(top["cls"])} if ccol else None))
-    cols = [("name", "kernel", "name"), ("cls", ccol or "class", "text"), ("per_gpu", "time / GPU", "time"),
-            ("share", "share", "pct"), ("count_gpu", "launches / GPU", "num"), ("mean", "mean", "time"),
-            ("max", "max GPU", "time"), ("imbalance", "max / min GPU", "ratio"), ("max_rank", "slowest", "text")]
+    tips = [
+        f"{n}\n{ch.fmt_time(t)} per GPU · {ch.fmt_num(c / ctx.n_parts)} launches per GPU · {cl}"
+        for n, t, c, cl in zip(top["name"], top["per_gpu"], top["count"], top["cls"])
+    ]
+    html = [
+        note(
+            f"GPU time per kernel name, summed over {ctx.n_parts} GPU(s) and shown per GPU; colour = {ccol or 'none'}."
+        )
+    ]
+    html.append(
+        ch.hbars(
+            "top-kernels",
+            [shorten(n, 60) for n in top["name"]],
+            top["per_gpu"].to_numpy(),
+            label_width=400,
+            colors=[cmap.get(c, "#999") for c in top["cls"]],
+            tooltips=tips,
+            legend={c: cmap[c] for c in dict.fromkeys(top["cls"])} if ccol else None,
+        )
+    )
+    cols = [
+        ("name", "kernel", "name"),
+        ("cls", ccol or "class", "text"),
+        ("per_gpu", "time / GPU", "time"),
+        ("share", "share", "pct"),
+        ("count_gpu", "launches / GPU", "num"),
+        ("mean", "mean", "time"),
+        ("max", "max GPU", "time"),
+        ("imbalance", "max / min GPU", "ratio"),
+        ("max_rank", "slowest", "text"),
+    ]
     html.append(table(agg.head(40), cols))
     return "".join(html)
 
 
 def _hist_columns(df: pd.DataFrame) -> tuple[str, str, str] | None:
-    for lo, hi in (("lo_ns", "hi_ns"), ("bin_lo_ns", "bin_hi_ns"), ("low_ns", "high_ns"), ("left_ns", "right_ns"),
-                   ("bin_start_ns", "bin_end_ns"), ("start_ns", "end_ns"), ("min_ns", "max_ns")):
+    for lo, hi in (
+        ("lo_ns", "hi_ns"),
+        ("bin_lo_ns", "bin_hi_ns"),
+        ("low_ns", "high_ns"),
+        ("left_ns", "right_ns"),
+        ("bin_start_ns", "bin_end_ns"),
+        ("start_ns", "end_ns"),
+        ("min_ns", "max_ns"),
+    ):
         if lo in df.columns and hi in df.columns:
             for cnt in ("count", "gaps", "n"):
                 if cnt in df.columns:
@@ -241,8 +331,9 @@ def _bins_agree(h: pd.DataFrame, lo: str, hi: str) -> bool:
     return bool(len(a) <= 1 or np.all(a[1:] >= b[:-1]))
 
 
-def merged_histogram(hg: pd.DataFrame, lo: str, hi: str, cnt: str
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int] | None]:
+def merged_histogram(
+    hg: pd.DataFrame, lo: str, hi: str, cnt: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int] | None]:
     """The gap histogram to draw from a per-(rank, device, stream) histogram table.
 
     When all GPUs used the same bins (user bounds), their counts are summed per bin and the
@@ -272,13 +363,19 @@ def merged_histogram(hg: pd.DataFrame, lo: str, hi: str, cnt: str
         h = h.loc[sel]
         which = (int(best[0]), int(best[1]) if len(best) > 1 else -1)
     g = h.groupby([lo, hi], sort=True)[cnt].sum()
-    return (g.index.get_level_values(0).to_numpy(np.float64), g.index.get_level_values(1).to_numpy(np.float64),
-            g.to_numpy(np.float64), which)
+    return (
+        g.index.get_level_values(0).to_numpy(np.float64),
+        g.index.get_level_values(1).to_numpy(np.float64),
+        g.to_numpy(np.float64),
+        which,
+    )
 
 
-CAUSE_NOTE = ("host wait: the event that ends the gap was launched after the gap began (the GPU waited for the "
-              "host); kernel wait: launched in time, short gap (launch overhead); other: launched in time, longer "
-              "gap (synchronisation, dependencies), or launch unknown.")
+CAUSE_NOTE = (
+    "host wait: the event that ends the gap was launched after the gap began (the GPU waited for the "
+    "host); kernel wait: launched in time, short gap (launch overhead); other: launched in time, longer "
+    "gap (synchronisation, dependencies), or launch unknown."
+)
 
 
 def section_gaps(ctx: Context) -> str:
@@ -293,17 +390,31 @@ def section_gaps(ctx: Context) -> str:
         per = dg.sort_values(["rank", "device"], kind="stable").reset_index(drop=True)
         idx, sel_note = ctx.select(per["idle_ns"].to_numpy(np.float64), per["rank"].to_numpy(), "GPU idle time")
         view = per.iloc[idx]
-        html.append(note("Device gaps: intervals in which no stream of the GPU runs anything, between its first and "
-                         "last GPU event; per GPU they add up to the idle time of the breakdown. " + CAUSE_NOTE))
+        html.append(
+            note(
+                "Device gaps: intervals in which no stream of the GPU runs anything, between its first and "
+                "last GPU event; per GPU they add up to the idle time of the breakdown. " + CAUSE_NOTE
+            )
+        )
         if sel_note:
             html.append(note(sel_note))
-        html.append(ch.stacked_hbars("gap-causes", ctx.labels(view),
-                                     {lab: view[c].to_numpy() for lab, c, _ in GAP_CAUSES},
-                                     {lab: col for lab, _, col in GAP_CAUSES},
-                                     highlight=[int(r) in ctx.flagged for r in view["rank"]]))
+        html.append(
+            ch.stacked_hbars(
+                "gap-causes",
+                ctx.labels(view),
+                {lab: view[c].to_numpy() for lab, c, _ in GAP_CAUSES},
+                {lab: col for lab, _, col in GAP_CAUSES},
+                highlight=[int(r) in ctx.flagged for r in view["rank"]],
+            )
+        )
         if len(per) > ctx.max_bars:
-            html.append(ch.boxplots("gap-causes-dist", {lab: per[c].to_numpy() for lab, c, _ in GAP_CAUSES},
-                                    colors={lab: col for lab, _, col in GAP_CAUSES}))
+            html.append(
+                ch.boxplots(
+                    "gap-causes-dist",
+                    {lab: per[c].to_numpy() for lab, c, _ in GAP_CAUSES},
+                    colors={lab: col for lab, _, col in GAP_CAUSES},
+                )
+            )
     html.append("<h3>GPU idle gap length histogram</h3>")
     html.append(_histogram_html(ctx, "device_gap_histogram", "gap-histogram", "device gaps"))
     html.append("<h3>Per-stream gaps (not GPU idle time)</h3>")
@@ -324,10 +435,19 @@ def section_gaps(ctx: Context) -> str:
         agg["mean"] = agg["total"] / agg["count"].replace(0, np.nan)
         agg["per_gpu"] = agg["total"] / ctx.n_parts
         agg = agg.sort_values("total", ascending=False, kind="stable").head(25)
-        html.append(note("A → B: the gap between the end of A and the start of B on one stream; sorted by total "
-                         "gap time over all GPUs."))
-        cols = [("prev_name", "A (before)", "name"), ("next_name", "B (after)", "name"),
-                ("count", "gaps", "num"), ("per_gpu", "gap time / GPU", "time"), ("mean", "mean", "time")]
+        html.append(
+            note(
+                "A → B: the gap between the end of A and the start of B on one stream; sorted by total "
+                "gap time over all GPUs."
+            )
+        )
+        cols = [
+            ("prev_name", "A (before)", "name"),
+            ("next_name", "B (after)", "name"),
+            ("count", "gaps", "num"),
+            ("per_gpu", "gap time / GPU", "time"),
+            ("mean", "mean", "time"),
+        ]
         if "min" in agg.columns:
             cols.append(("min", "min", "time"))
         if "max" in agg.columns:
@@ -348,9 +468,11 @@ def _histogram_html(ctx: Context, name: str, chart_id: str, what: str) -> str:
     log = bool(len(widths) > 2 and widths[0] > 0 and widths[-1] > 1.5 * widths[0])
     cap = f"{int(counts.sum()):,} {what} in {len(counts)} bins"
     if which is not None:
-        cap = (f"The GPUs' bins differ (each spans that GPU's own gaps), so they cannot be added up: this is "
-               f"{ctx.label(*which)}, the GPU with the most gaps ({cap}). Analyse with --hist-min/--hist-max "
-               "for one histogram over all GPUs.")
+        cap = (
+            f"The GPUs' bins differ (each spans that GPU's own gaps), so they cannot be added up: this is "
+            f"{ctx.label(*which)}, the GPU with the most gaps ({cap}). Analyse with --hist-min/--hist-max "
+            "for one histogram over all GPUs."
+        )
     return ch.histogram(chart_id, lo_e, hi_e, counts, log_x=log, caption=cap)
 
 
@@ -359,19 +481,33 @@ def _stream_gaps_html(ctx: Context, cause_cols: tuple[str, ...]) -> str:
     gp, msg = ctx.get("gaps", ("rank", "device", "stream", "gaps", "idle_ns", *cause_cols))
     if gp is None:
         return msg
-    html = [note("Stream gaps: intervals in which one stream runs nothing while it has work before and after. "
-                 "A stream's gap usually overlaps work on the GPU's other streams (an NCCL stream waits between "
-                 "collectives while compute runs), so these are per-stream waits, not GPU idle time; the causes "
-                 "follow the same rules, from the stream's next event.")]
+    html = [
+        note(
+            "Stream gaps: intervals in which one stream runs nothing while it has work before and after. "
+            "A stream's gap usually overlaps work on the GPU's other streams (an NCCL stream waits between "
+            "collectives while compute runs), so these are per-stream waits, not GPU idle time; the causes "
+            "follow the same rules, from the stream's next event."
+        )
+    ]
     per = gp.groupby(["rank", "device"])[["idle_ns"]].sum().reset_index()
     overlap = _stream_sum_note(ctx, per)
     if overlap:
         html.append(note(overlap))
     top = gp.sort_values("idle_ns", ascending=False, kind="stable").head(20)
     top = top.assign(label=ctx.labels(top))
-    html.append(table(top, [("label", "GPU", "text"), ("stream", "stream", "num"), ("gaps", "gaps", "num"),
-                            ("idle_ns", "stream gap time", "time"), *[(c, lab, "time") for lab, c, _ in GAP_CAUSES]],
-                      flag=[int(r) in ctx.flagged for r in top["rank"]]))
+    html.append(
+        table(
+            top,
+            [
+                ("label", "GPU", "text"),
+                ("stream", "stream", "num"),
+                ("gaps", "gaps", "num"),
+                ("idle_ns", "stream gap time", "time"),
+                *[(c, lab, "time") for lab, c, _ in GAP_CAUSES],
+            ],
+            flag=[int(r) in ctx.flagged for r in top["rank"]],
+        )
+    )
     return "".join(html)
 
 
@@ -385,9 +521,11 @@ def _stream_sum_note(ctx: Context, per: pd.DataFrame) -> str:
     idle = float(np.nanmedian(bd["idle_ns"].to_numpy(np.float64)))
     if not summed > 1.1 * idle:
         return ""
-    return (f"Per GPU these stream gaps add up to {ch.fmt_time(summed)} (median), while the GPU itself is idle "
-            f"for {ch.fmt_time(idle)} (median, breakdown above): a gap on one stream mostly overlaps work on the "
-            "other streams, so read them as per-stream waiting, not as GPU idle time.")
+    return (
+        f"Per GPU these stream gaps add up to {ch.fmt_time(summed)} (median), while the GPU itself is idle "
+        f"for {ch.fmt_time(idle)} (median, breakdown above): a gap on one stream mostly overlaps work on the "
+        "other streams, so read them as per-stream waiting, not as GPU idle time."
+    )
 
 
 def section_ops(ctx: Context) -> str:
@@ -396,9 +534,16 @@ def section_ops(ctx: Context) -> str:
     if op is None:
         return msg
     g = op.groupby("op", sort=False)
-    agg = pd.DataFrame({"count": g["count"].sum(), "direct": g["gpu_direct_ns"].sum(),
-                        "subtree": g["gpu_subtree_ns"].sum(), "max": g["gpu_subtree_ns"].max(),
-                        "min": g["gpu_subtree_ns"].min(), "gpus": g.size()})
+    agg = pd.DataFrame(
+        {
+            "count": g["count"].sum(),
+            "direct": g["gpu_direct_ns"].sum(),
+            "subtree": g["gpu_subtree_ns"].sum(),
+            "max": g["gpu_subtree_ns"].max(),
+            "min": g["gpu_subtree_ns"].min(),
+            "gpus": g.size(),
+        }
+    )
     agg["max_rank"] = ctx.labels(op.loc[g["gpu_subtree_ns"].idxmax().to_numpy()])
     agg = agg.reset_index().sort_values("subtree", ascending=False, kind="stable").reset_index(drop=True)
     n = ctx.n_parts
@@ -407,25 +552,63 @@ def section_ops(ctx: Context) -> str:
     agg["calls_gpu"] = agg["count"] / n
     agg["imbalance"] = agg["max"] / agg["min"].replace(0, np.nan)
     top = agg.head(15)
-    tips = [f"{o}\nsubtree {ch.fmt_time(s)} · direct {ch.fmt_time(d)} per GPU · {ch.fmt_num(c)} calls per GPU"
-            for o, s, d, c in zip(top["op"], top["subtree_gpu"], top["direct_gpu"], top["calls_gpu"])]
-    html = [note("GPU time per host op (union of the GPU events it launched: directly, and through the ops it "
-                 "calls = subtree), per GPU. Nested ops both count their children's kernels in their subtree.")]
-    html.append(ch.hbars("ops", [shorten(o, 60) for o in top["op"]], top["subtree_gpu"].to_numpy(), label_width=400,
-                         inner=top["direct_gpu"].to_numpy(), colors=ch.PALETTE[4], tooltips=tips,
-                         legend={"subtree GPU time": ch.PALETTE[4], "direct GPU time (inner bar)": "#1f3552"}))
-    html.append(table(agg.head(40), [("op", "op", "name"), ("subtree_gpu", "GPU time / GPU (subtree)", "time"),
-                                     ("direct_gpu", "direct", "time"), ("calls_gpu", "calls / GPU", "num"),
-                                     ("gpus", "GPUs", "num"), ("min", "min GPU", "time"), ("max", "max GPU", "time"),
-                                     ("imbalance", "max / min", "ratio"), ("max_rank", "slowest", "text")]))
+    tips = [
+        f"{o}\nsubtree {ch.fmt_time(s)} · direct {ch.fmt_time(d)} per GPU · {ch.fmt_num(c)} calls per GPU"
+        for o, s, d, c in zip(top["op"], top["subtree_gpu"], top["direct_gpu"], top["calls_gpu"])
+    ]
+    html = [
+        note(
+            "GPU time per host op (union of the GPU events it launched: directly, and through the ops it "
+            "calls = subtree), per GPU. Nested ops both count their children's kernels in their subtree."
+        )
+    ]
+    html.append(
+        ch.hbars(
+            "ops",
+            [shorten(o, 60) for o in top["op"]],
+            top["subtree_gpu"].to_numpy(),
+            label_width=400,
+            inner=top["direct_gpu"].to_numpy(),
+            colors=ch.PALETTE[4],
+            tooltips=tips,
+            legend={"subtree GPU time": ch.PALETTE[4], "direct GPU time (inner bar)": "#1f3552"},
+        )
+    )
+    html.append(
+        table(
+            agg.head(40),
+            [
+                ("op", "op", "name"),
+                ("subtree_gpu", "GPU time / GPU (subtree)", "time"),
+                ("direct_gpu", "direct", "time"),
+                ("calls_gpu", "calls / GPU", "num"),
+                ("gpus", "GPUs", "num"),
+                ("min", "min GPU", "time"),
+                ("max", "max GPU", "time"),
+                ("imbalance", "max / min", "ratio"),
+                ("max_rank", "slowest", "text"),
+            ],
+        )
+    )
     oo, _ = ctx.get("op_outliers", ("rank", "op", "excess_ns"))
     if oo is not None:
         top_o = oo.sort_values("excess_ns", ascending=False, kind="stable").head(15)
         top_o = top_o.assign(label=ctx.labels(top_o))
-        spec = [("label", "GPU", "text", True), ("op", "op", "name", True), ("gpu_ns", "GPU time", "time", False),
-                ("median_gpu_ns", "median GPU", "time", False), ("ratio", "ratio", "ratio", False),
-                ("excess_ns", "excess", "time", True), ("z", "z", "z", False)]
+        spec = [
+            ("label", "GPU", "text", True),
+            ("op", "op", "name", True),
+            ("gpu_ns", "GPU time", "time", False),
+            ("median_gpu_ns", "median GPU", "time", False),
+            ("ratio", "ratio", "ratio", False),
+            ("excess_ns", "excess", "time", True),
+            ("z", "z", "z", False),
+        ]
         html.append("<h3>Ops slower on one GPU than on the median GPU</h3>")
-        html.append(table(top_o, [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
-                          flag=[int(r) in ctx.flagged for r in top_o["rank"]]))
+        html.append(
+            table(
+                top_o,
+                [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
+                flag=[int(r) in ctx.flagged for r in top_o["rank"]],
+            )
+        )
     return "".join(html)

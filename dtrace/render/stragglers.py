@@ -1,4 +1,5 @@
 """The stragglers section of the terminal summary: flagged ranks with their evidence."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -34,8 +35,10 @@ def _clock_line(results: Results) -> str:
     off = clock.drop_duplicates("host")["offset_ns"].abs().max()
     raw = float(multi["raw_end_skew_ns"].median())
     res = float(multi["end_skew_ns"].median())
-    return (f"clock offsets between hosts up to {fmt_time(float(off))} removed; median end skew of collectives "
-            f"across hosts {fmt_time(raw)} before, {fmt_time(res)} after\n")
+    return (
+        f"clock offsets between hosts up to {fmt_time(float(off))} removed; median end skew of collectives "
+        f"across hosts {fmt_time(raw)} before, {fmt_time(res)} after\n"
+    )
 
 
 def stragglers_section(results: Results, fmt: str = "table") -> str:
@@ -54,8 +57,12 @@ def stragglers_section(results: Results, fmt: str = "table") -> str:
     view = flagged.sort_values("score", ascending=False, kind="stable").head(TOP)
     title = f"stragglers: {len(flagged)} of {len(s)} ranks flagged" + (f" (top {TOP})" if len(flagged) > TOP else "")
     if fmt != "table":
-        return head + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title) + \
-            signals_legend() + "\n"
+        return (
+            head
+            + render(view[["rank", "device", "score", "signals", "evidence"]], fmt, title=title)
+            + signals_legend()
+            + "\n"
+        )
     lines = [title]
     for row in view.itertuples(index=False):
         score = "–" if pd.isna(row.score) else f"{row.score:.1f}"

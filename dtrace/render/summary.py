@@ -4,6 +4,7 @@
 same content as one JSON-able object and :func:`summary_csv` the per-GPU breakdown as one CSV
 table, so a machine format is exactly one document (prose goes to stderr, see the CLI).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,22 @@ from ..schema import dropped_summary
 from .escape import printable
 from .text import flags, render
 
-BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns",
-                     "total_ns"]
+BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
 
 
 def header(results: Results) -> str:
     """The first line: inputs, parts, failures, run time."""
     m = results.manifest
     if m.get("up_to_date"):
-        return (f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts: results up to "
-                f"date (inputs, settings and dtrace unchanged since the run of {m.get('created', '?')}; "
-                "--recompute or --no-cache analyses again)\n")
-    return (f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
-            f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n")
+        return (
+            f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts: results up to "
+            f"date (inputs, settings and dtrace unchanged since the run of {m.get('created', '?')}; "
+            "--recompute or --no-cache analyses again)\n"
+        )
+    return (
+        f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
+        f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n"
+    )
 
 
 def _breakdown(results: Results) -> pd.DataFrame:
@@ -69,8 +73,10 @@ def dropped_note(results: Results) -> str:
             dropped[reason] = dropped.get(reason, 0) + int(n)
     if not dropped:
         return ""
-    return (f"{sum(dropped.values())} event(s) with implausible times dropped ({dropped_summary(dropped)}; "
-            f"per input in manifest.json)\n")
+    return (
+        f"{sum(dropped.values())} event(s) with implausible times dropped ({dropped_summary(dropped)}; "
+        f"per input in manifest.json)\n"
+    )
 
 
 def absent_note(results: Results) -> str:
@@ -91,8 +97,11 @@ def summary_document(results: Results) -> dict[str, Any]:
     GPU, raw ns), ``classes`` (``classes_xrank``), ``stragglers`` (the flagged ranks) and
     ``errors`` (one message per failed input)."""
     m = results.manifest
-    doc: dict[str, Any] = {"run": {k: m.get(k) for k in ("n_inputs", "n_parts", "n_failed", "seconds", "workers",
-                                                         "dtrace_version", "created")}}
+    doc: dict[str, Any] = {
+        "run": {
+            k: m.get(k) for k in ("n_inputs", "n_parts", "n_failed", "seconds", "workers", "dtrace_version", "created")
+        }
+    }
     doc["run"]["results"] = results.path
     doc["breakdown"] = _records(_breakdown(results))
     if "classes_xrank" in results.table_names:

@@ -6,6 +6,7 @@ column (``computation (ms)``), fractions named ``*_share`` to percentages, long 
 to their readable core (:func:`shorten`), and say how many rows were left out. The machine
 formats (``csv``, ``json``) keep the raw values and full names.
 """
+
 from __future__ import annotations
 
 import io
@@ -73,8 +74,11 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
     >>> list(v.columns), v.iloc[:, 0].tolist(), t0
     (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
     """
-    times = [c for c in df.columns if is_time_column(c) and pd.api.types.is_numeric_dtype(df[c])
-             and not pd.api.types.is_bool_dtype(df[c])]
+    times = [
+        c
+        for c in df.columns
+        if is_time_column(c) and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+    ]
     absolute = [c for c in times if c in ABSOLUTE_TIMES]
     t0: float | None = None
     if absolute:
@@ -163,9 +167,17 @@ def shorten(name: str, width: int = 60) -> str:
     return s2 if len(s2) <= width else s2[: width - 1] + "…"
 
 
-def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, human: bool = True,
-           max_rows: int | None = None, short_names: bool = True, width: int | None = None,
-           time_unit: str | None = None) -> str:
+def render(
+    df: pd.DataFrame,
+    fmt: str = "table",
+    *,
+    title: str | None = None,
+    human: bool = True,
+    max_rows: int | None = None,
+    short_names: bool = True,
+    width: int | None = None,
+    time_unit: str | None = None,
+) -> str:
     """Render a DataFrame as a terminal table, CSV, JSON (records) or Markdown.
 
     Parameters
@@ -210,8 +222,10 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         part = df.head(max_rows) if max_rows is not None else df
         if fmt == "csv":
             return to_csv(part)
-        return json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1,
-                          ensure_ascii=False) + "\n"
+        return (
+            json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1, ensure_ascii=False)
+            + "\n"
+        )
     # units from the whole columns, then the rows shown: a value prints the same whatever max_rows
     view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
     if max_rows is not None:
@@ -220,12 +234,14 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
         for c in view.columns:
             if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
                 view[c] = view[c].astype(object).map(lambda x: x if _missing(x) else shorten(x, 60))
-    more = (f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all "
-            "for more)" if len(view) < n_all else "")
+    more = (
+        f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all for more)"
+        if len(view) < n_all
+        else ""
+    )
     if t0 is not None:
         more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
-    numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c])
-               for c in view.columns]
+    numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c]) for c in view.columns]
     if fmt == "markdown":
         cols = [markdown_cell(c) for c in view.columns]
         lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
@@ -237,8 +253,15 @@ def render(df: pd.DataFrame, fmt: str = "table", *, title: str | None = None, hu
     heads = [printable(c) for c in view.columns]
     cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
     width = terminal_width() if width is None else max(int(width), 20)
-    return _terminal_table(heads, cells, numeric, [str(c) for c in view.columns], width,
-                           printable(title) if title else None, [more] if more else [])
+    return _terminal_table(
+        heads,
+        cells,
+        numeric,
+        [str(c) for c in view.columns],
+        width,
+        printable(title) if title else None,
+        [more] if more else [],
+    )
 
 
 def terminal_width() -> int:
@@ -247,12 +270,36 @@ def terminal_width() -> int:
 
 
 #: Columns repeated in every block of a table too wide for the terminal (when they lead it).
-KEY_COLUMNS = ("#", "rank", "device", "stream", "step", "level", "metric", "class", "collective", "op", "name",
-               "key", "transition", "label", "group", "path", "category")
+KEY_COLUMNS = (
+    "#",
+    "rank",
+    "device",
+    "stream",
+    "step",
+    "level",
+    "metric",
+    "class",
+    "collective",
+    "op",
+    "name",
+    "key",
+    "transition",
+    "label",
+    "group",
+    "path",
+    "category",
+)
 
 
-def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int,
-                    title: str | None, notes: list[str]) -> str:
+def _terminal_table(
+    heads: list[str],
+    cells: list[list[str]],
+    numeric: list[bool],
+    names: list[str],
+    width: int,
+    title: str | None,
+    notes: list[str],
+) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -262,25 +309,45 @@ def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool
     for cols, widths, _ in blocks:  # text shortened to its column, numbers never
         for k, w in zip(cols, widths):
             if not numeric[k]:
-                cut = (lambda x, w=w: shorten(x, w)) if names[k] in NAME_COLUMNS else \
-                    (lambda x, w=w: x[: max(w - 1, 1)] + "…")
+                cut = (
+                    (lambda x, w=w: shorten(x, w))
+                    if names[k] in NAME_COLUMNS
+                    else (lambda x, w=w: x[: max(w - 1, 1)] + "…")
+                )
                 for r in cells:
                     if len(r[k]) > w:
                         r[k] = cut(r[k])
     buf = io.StringIO()
     total = max(sum(w + 3 for w in widths) for _, widths, _ in blocks) + 2
-    console = Console(file=buf, width=max(width, total), force_terminal=False, color_system=None,
-                      highlight=False, markup=False, emoji=False)
+    console = Console(
+        file=buf,
+        width=max(width, total),
+        force_terminal=False,
+        color_system=None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
     if title:
         console.print(Text(title, style="bold"), overflow="fold", soft_wrap=True)
     for bi, (cols, widths, first) in enumerate(blocks):
         if len(blocks) > 1:
-            console.print(Text(f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns "
-                               f"{', '.join(names[k] for k in cols if k >= first)}]"), overflow="fold")
+            console.print(
+                Text(
+                    f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns "
+                    f"{', '.join(names[k] for k in cols if k >= first)}]"
+                ),
+                overflow="fold",
+            )
         t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
         for k, w in zip(cols, widths):
-            t.add_column(Text(heads[k]), justify="right" if numeric[k] else "left", width=w,
-                         overflow="fold" if numeric[k] else "ellipsis", no_wrap=not numeric[k])
+            t.add_column(
+                Text(heads[k]),
+                justify="right" if numeric[k] else "left",
+                width=w,
+                overflow="fold" if numeric[k] else "ellipsis",
+                no_wrap=not numeric[k],
+            )
         for r in cells:
             t.add_row(*(Text(r[k]) for k in cols))
         console.print(t)
@@ -289,8 +356,9 @@ def _terminal_table(heads: list[str], cells: list[list[str]], numeric: list[bool
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
-def layout(heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int
-           ) -> list[tuple[list[int], list[int], int]]:
+def layout(
+    heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int
+) -> list[tuple[list[int], list[int], int]]:
     """How a table is printed in ``width`` columns: ``[(column indices, their widths, first value column)]``.
 
     One block when the table fits once its text columns are shortened (:func:`column_widths`).
@@ -313,8 +381,13 @@ def layout(heads: list[str], cells: list[list[str]], numeric: list[bool], names:
         if names[k] not in KEY_COLUMNS:
             break
         keys.append(k)
-    key_w = column_widths([heads[k] for k in keys], [[r[k] for k in keys] for r in cells],
-                          [numeric[k] for k in keys], width // 2) if keys else []
+    key_w = (
+        column_widths(
+            [heads[k] for k in keys], [[r[k] for k in keys] for r in cells], [numeric[k] for k in keys], width // 2
+        )
+        if keys
+        else []
+    )
     used_keys = sum(w + 3 for w in key_w)
     if used_keys > width // 2 + 8:  # keys alone too wide to repeat: no keys
         keys, key_w, used_keys = [], [], 0

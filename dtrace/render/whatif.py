@@ -6,6 +6,7 @@ rank's speed, a kernel class were faster, or collective transfers took no time. 
 shows the means over steps as bars and a table, the per-step rows folded away, and a link to
 the slow-step timeline when the report was written with one (``dtrace report --timeline``).
 """
+
 from __future__ import annotations
 
 from html import escape
@@ -17,18 +18,27 @@ from . import charts as ch
 from .context import Context
 from .page import note, table
 
-COLUMNS = [("scenario", "scenario", "text"), ("estimate_ns", "estimated step", "time"),
-           ("saved_ns", "saved", "time"), ("saved_share", "saved share", "pct"), ("detail", "what changes", "text")]
+COLUMNS = [
+    ("scenario", "scenario", "text"),
+    ("estimate_ns", "estimated step", "time"),
+    ("saved_ns", "saved", "time"),
+    ("saved_share", "saved share", "pct"),
+    ("detail", "what changes", "text"),
+]
 
 
 def timeline_link(href: str | None) -> str:
     """The link to the exported timeline, or how to export one."""
     if href:
-        return (f'<p>Slow-step timeline (clocks aligned): <a href="{escape(href)}" download>{escape(href)}</a> '
-                "— open it in Perfetto UI (Open trace file) or chrome://tracing (Load).</p>")
-    return note("Export the slowest step of the stragglers, the fastest and the median rank, clocks aligned, for "
-                "Perfetto UI or chrome://tracing: dtrace timeline OUT -o slow-step.json.gz (and link it here with "
-                "dtrace report OUT -o report.html --timeline slow-step.json.gz).")
+        return (
+            f'<p>Slow-step timeline (clocks aligned): <a href="{escape(href)}" download>{escape(href)}</a> '
+            "— open it in Perfetto UI (Open trace file) or chrome://tracing (Load).</p>"
+        )
+    return note(
+        "Export the slowest step of the stragglers, the fastest and the median rank, clocks aligned, for "
+        "Perfetto UI or chrome://tracing: dtrace timeline OUT -o slow-step.json.gz (and link it here with "
+        "dtrace report OUT -o report.html --timeline slow-step.json.gz)."
+    )
 
 
 def section_whatif(ctx: Context) -> str:
@@ -40,26 +50,49 @@ def section_whatif(ctx: Context) -> str:
         return "".join(html)
     s = summary(wf)
     base = float(s["replayed_ns"].mean()) if len(s) else 0.0
-    html.append(note("Each step is replayed on the clock-corrected time line: a collective ends when its last "
-                     "member arrives plus its transfer time, and each rank's work between collectives moves with "
-                     "it (not totals subtracted). Step time = median over ranks of each rank's step span; "
-                     f"the replay without changes gives {ch.fmt_time(base)} per step "
-                     f"(trace: {ch.fmt_time(float(s['observed_ns'].mean()))}, largest per-rank difference "
-                     f"{ch.fmt_time(float(s['fit_ns'].max()))}). Limits: dependencies that never made anything "
-                     "wait are not seen, host time and step starts after the host are kept, kernels' interference "
-                     "is not modelled (README, 'What-if estimates')."))
+    html.append(
+        note(
+            "Each step is replayed on the clock-corrected time line: a collective ends when its last "
+            "member arrives plus its transfer time, and each rank's work between collectives moves with "
+            "it (not totals subtracted). Step time = median over ranks of each rank's step span; "
+            f"the replay without changes gives {ch.fmt_time(base)} per step "
+            f"(trace: {ch.fmt_time(float(s['observed_ns'].mean()))}, largest per-rank difference "
+            f"{ch.fmt_time(float(s['fit_ns'].max()))}). Limits: dependencies that never made anything "
+            "wait are not seen, host time and step starts after the host are kept, kernels' interference "
+            "is not modelled (README, 'What-if estimates')."
+        )
+    )
     labels = ["as traced (replay)"] + s["scenario"].astype(str).tolist()
     values = np.r_[base, s["estimate_ns"].to_numpy(np.float64)]
     tips = [f"replayed step time: {ch.fmt_time(base)}"] + [
         f"{sc}: {ch.fmt_time(e)} per step, saves {ch.fmt_time(sv)} ({ch.fmt_pct(sh)}) — {d}"
-        for sc, e, sv, sh, d in zip(s["scenario"], s["estimate_ns"], s["saved_ns"], s["saved_share"], s["detail"])]
-    html.append(ch.hbars("whatif", labels, values, colors=["#9aa5b1"] + ["#59a14f"] * len(s), tooltips=tips,
-                         label_width=220, legend={"as traced": "#9aa5b1", "estimated": "#59a14f"},
-                         caption="mean step time over steps"))
+        for sc, e, sv, sh, d in zip(s["scenario"], s["estimate_ns"], s["saved_ns"], s["saved_share"], s["detail"])
+    ]
+    html.append(
+        ch.hbars(
+            "whatif",
+            labels,
+            values,
+            colors=["#9aa5b1"] + ["#59a14f"] * len(s),
+            tooltips=tips,
+            label_width=220,
+            legend={"as traced": "#9aa5b1", "estimated": "#59a14f"},
+            caption="mean step time over steps",
+        )
+    )
     html.append(table(s, COLUMNS))
     per = wf.sort_values(["step", "saved_ns"], ascending=[True, False], kind="stable")
-    html.append(f"<details><summary>Per step ({per['step'].nunique():,} steps)</summary>"
-                + table(per.reset_index(drop=True), [("step", "step", "num"), ("observed_ns", "traced", "time"),
-                                                     ("replayed_ns", "replayed", "time"), *COLUMNS[:4]])
-                + "</details>")
+    html.append(
+        f"<details><summary>Per step ({per['step'].nunique():,} steps)</summary>"
+        + table(
+            per.reset_index(drop=True),
+            [
+                ("step", "step", "num"),
+                ("observed_ns", "traced", "time"),
+                ("replayed_ns", "replayed", "time"),
+                *COLUMNS[:4],
+            ],
+        )
+        + "</details>"
+    )
     return "".join(html)
