@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 
-import pandas as pd
 import pytest
 
 import dtrace
@@ -115,7 +114,7 @@ def python_blocks() -> list[tuple[str, int, str]]:
     for fname in sorted(os.listdir(DOCS)):
         if fname.endswith(".md"):
             text = _read(os.path.join(DOCS, fname))
-            for m in re.finditer(r"^```python\n(.*?)^```$", text, re.S | re.M):
+            for m in re.finditer(r"^```python\n(.*?)^```$", text, re.DOTALL | re.MULTILINE):
                 out.append((fname, text[:m.start()].count("\n") + 1, m.group(1)))
     return out
 
@@ -139,7 +138,7 @@ def test_docs_exist_and_stand_alone():
 
 def test_semantics_section_titles():
     """Docstrings point to these titles (``see docs/semantics.md, "Gaps"``)."""
-    titles = re.findall(r"^## (.+)$", _read(SEMANTICS), re.M)
+    titles = re.findall(r"^## (.+)$", _read(SEMANTICS), re.MULTILINE)
     assert titles == ["Event table", "GPU categories", "Breakdown", "Steps", "Gaps", "Kernels and classes",
                       "Memory operations", "NVTX ranges", "Host op tree and ops", "Collectives across ranks",
                       "Clock offsets", "Ranks and stragglers", "What-if", "Compatibility modes", "Results tables"]
