@@ -6,6 +6,7 @@
 - Every ```python block of docs/*.md runs (```py blocks are fragments shown, not run).
 - The docs the README links to exist, and the docs cite nothing a maintainer does not have.
 """
+
 from __future__ import annotations
 
 import os
@@ -115,7 +116,7 @@ def python_blocks() -> list[tuple[str, int, str]]:
         if fname.endswith(".md"):
             text = _read(os.path.join(DOCS, fname))
             for m in re.finditer(r"^```python\n(.*?)^```$", text, re.DOTALL | re.MULTILINE):
-                out.append((fname, text[:m.start()].count("\n") + 1, m.group(1)))
+                out.append((fname, text[: m.start()].count("\n") + 1, m.group(1)))
     return out
 
 
@@ -139,13 +140,26 @@ def test_docs_exist_and_stand_alone():
 def test_semantics_section_titles():
     """Docstrings point to these titles (``see docs/semantics.md, "Gaps"``)."""
     titles = re.findall(r"^## (.+)$", _read(SEMANTICS), re.MULTILINE)
-    assert titles == ["Event table", "GPU categories", "Breakdown", "Steps", "Gaps", "Kernels and classes",
-                      "Memory operations", "NVTX ranges", "Host op tree and ops", "Collectives across ranks",
-                      "Clock offsets", "Ranks and stragglers", "What-if", "Compatibility modes", "Results tables"]
+    assert titles == [
+        "Event table",
+        "GPU categories",
+        "Breakdown",
+        "Steps",
+        "Gaps",
+        "Kernels and classes",
+        "Memory operations",
+        "NVTX ranges",
+        "Host op tree and ops",
+        "Collectives across ranks",
+        "Clock offsets",
+        "Ranks and stragglers",
+        "What-if",
+        "Compatibility modes",
+        "Results tables",
+    ]
     cited = set()
     for dirpath, _dirs, files in os.walk(os.path.join(ROOT, "dtrace")):
         for f in files:
             if f.endswith(".py"):
                 cited |= set(re.findall(r'docs/semantics\.md, "([^"]+)"', _read(os.path.join(dirpath, f))))
     assert cited <= set(titles), cited - set(titles)
-
