@@ -49,18 +49,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .constants import FAULT_KINDS
 from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
-
-FAULT_KINDS: dict[str, str] = {
-    "compute": "the rank's compute kernels take (1 + slow) times as long",
-    "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "
-    "its GPU waits for launches",
-    "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
-    "containing it is slow",
-}
 
 
 @dataclass(frozen=True)

@@ -15,31 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable, to_csv
-from ..render.text import render
-from ..render.views import (
-    GAP_SORTS,
-    KERNEL_SORTS,
-    gap_report,
-    gaps_detail,
-    gaps_document,
-    gaps_text,
-    kernel_report,
-    kernel_view,
-    kernels_detail,
-    kernels_document,
-    kernels_text,
-    of_rank,
-    options_note,
-)
-from ..results import MANIFEST, Results
 from .common import (
     add_analysis_options,
     add_output_format,
@@ -54,6 +34,11 @@ from .common import (
 
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
 GAP_SORT_ALIASES = {"avg": "mean", "avggap": "mean", "maxgap": "max", "stdev": "std"}
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..results import Results
 
 
 def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: str) -> str:
@@ -122,9 +107,9 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
     For a results directory, analysis options that differ from their defaults must match the
     ones it was analysed with (its tables cannot be recomputed here).
     """
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
-        from ..results import load
+    from ..results import MANIFEST, load
 
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
         res = load(path)
         used = res.manifest.get("options", {})
         default = Options()
@@ -157,6 +142,8 @@ def check_selection(res: Results, table: str, args: argparse.Namespace, kwargs: 
         ``--step N`` selects no GPU event (the message lists the trace's steps), or ``--rank``
         / ``--stream`` names one the input does not have.
     """
+    from ..render.views import of_rank
+
     df = res.table(table)
     step = kwargs.get("step")
     if step is not None and not len(df):
@@ -179,6 +166,9 @@ def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, A
     """Why ``--step`` selected nothing, naming the steps the input has (for a trace file)."""
     if os.path.isdir(path):
         return f"no GPU events in step {step} in {path} (it was analysed with --step {step})"
+    import numpy as np
+    import pandas as pd
+
     from .. import api
 
     whole = api.analyze(
@@ -205,6 +195,18 @@ def _write(path: str, df: pd.DataFrame, text: str) -> None:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
+    from ..render.text import render
+    from ..render.views import (
+        KERNEL_SORTS,
+        kernel_report,
+        kernel_view,
+        kernels_detail,
+        kernels_document,
+        kernels_text,
+        of_rank,
+        options_note,
+    )
+
     sort = _choice(args.sort, KERNEL_SORTS, KERNEL_SORT_ALIASES, "--sort")
     kwargs = analysis_kwargs(args)
     res = load_input(args.input, kwargs, args.input_format)
@@ -233,6 +235,9 @@ def run_kernels(args: argparse.Namespace) -> int:
 
 
 def run_gaps(args: argparse.Namespace) -> int:
+    from ..render.text import render
+    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, options_note
+
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
     kwargs = analysis_kwargs(args)
     res = load_input(args.input, kwargs, args.input_format)
