@@ -606,30 +606,19 @@ def _output(
     signals: list[str],
     explained: np.ndarray,
 ) -> pd.DataFrame:
-    r = sig.ranks
+    decided = {
+        "score": score.astype(np.float64),
+        "flagged": flagged.astype(bool),
+        "evidence": evidence,
+        "method": method,
+        "signals": signals,
+        "explained_by": missing_if_negative(explained),
+    }
+    # every other output column is the signal's value, in its declared dtype
     out = pd.DataFrame(
         {
-            "rank": r["rank"].to_numpy(np.int32),
-            "device": r["device"].to_numpy(np.int32),
-            "score": score.astype(np.float64),
-            "flagged": flagged.astype(bool),
-            "evidence": evidence,
-            "method": method,
-            "signals": signals,
-            "explained_by": missing_if_negative(explained),
-            "collectives": r["collectives"].to_numpy(np.int64),
-            "arrived_last": r["arrived_last"].to_numpy(np.int64),
-            "last_share": r["last_share"].to_numpy(np.float64),
-            "last_z": r["last_z"].to_numpy(np.float64),
-            "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64),
-            "late_ns": r["late_ns"].to_numpy(np.int64),
-            "collective_wait_ns": r["collective_wait_ns"].to_numpy(np.int64),
-            "compute_slowdown": r["compute_slowdown"].to_numpy(np.float64),
-            "compute_slowdown_z": r["compute_slowdown_z"].to_numpy(np.float64),
-            "step_ns": r["step_ns"].to_numpy(np.int64),
-            "step_z": r["step_z"].to_numpy(np.float64),
-            "link_ratio": r["link_ratio"].to_numpy(np.float64),
-            "link_z": r["link_z"].to_numpy(np.float64),
+            name: decided[name] if name in decided else sig.ranks[name].to_numpy(dtype)
+            for name, dtype in OUTPUT_COLUMNS.items()
         }
     )
     out = out.sort_values(["score", "rank"], ascending=[False, True], kind="stable")

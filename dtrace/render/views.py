@@ -261,6 +261,11 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records", force_ascii=False))
 
 
+def _us(ns: float) -> str:
+    """``ns`` in µs with two decimals: the unit of the ``--output`` detail reports."""
+    return f"{ns / 1e3:.2f} μs"
+
+
 def kernels_detail(view: pd.DataFrame) -> str:
     """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
     lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
@@ -269,10 +274,10 @@ def kernels_detail(view: pd.DataFrame) -> str:
             f"Rank {i}: {d['name']}",
             f"  Class: {d['class']}",
             f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
-            f"  Total Duration: {d['total_ns'] / 1e3:.2f} μs ({100 * d['time_share']:.1f}% of total duration)",
-            f"  Average Duration: {d['mean_ns'] / 1e3:.2f} μs",
-            f"  Standard Deviation: {d['std_ns'] / 1e3:.2f} μs",
-            f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {d['max_ns'] / 1e3:.2f} μs",
+            f"  Total Duration: {_us(d['total_ns'])} ({100 * d['time_share']:.1f}% of total duration)",
+            f"  Average Duration: {_us(d['mean_ns'])}",
+            f"  Standard Deviation: {_us(d['std_ns'])}",
+            f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {_us(d['max_ns'])}",
             "-" * 50,
         ]
     return "\n".join(lines) + "\n"
@@ -352,6 +357,14 @@ STREAM_COLUMNS = [
     "other_ns",
 ]
 CAUSES = ("host_wait", "kernel_wait", "other")
+#: The times of a kernel pair's block in the ``--output`` detail report: label → column.
+GAP_DETAIL_TIMES = {
+    "Average Gap": "mean_ns",
+    "Max Gap": "max_ns",
+    "Min Gap": "min_ns",
+    "Std Dev": "std_ns",
+    "Total Gap Time": "total_ns",
+}
 
 
 def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
@@ -449,25 +462,16 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
         "=" * 50,
         "",
         f"Total gaps found: {n}",
-        f"Total idle time: {idle / 1e3:.2f} μs",
-        f"Average gap duration: {(idle / n if n else 0) / 1e3:.2f} μs",
+        f"Total idle time: {_us(idle)}",
+        f"Average gap duration: {_us(idle / n if n else 0)}",
         "",
         f"Active streams: {len(gaps)}",
     ]
     for r in gaps.sort_values("idle_ns", ascending=False, kind="stable").itertuples(index=False):
-        lines.append(
-            f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {r.idle_ns / 1e3:.2f} μs idle time"
-        )
+        lines.append(f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {_us(r.idle_ns)} idle time")
     lines += ["", "Kernel Pairs:", "-" * 50]
     for i, d in enumerate(tv.to_dict("records"), start=1):
-        lines += [
-            f"Rank {i}: {d['prev_name']} → {d['next_name']}",
-            f"  Count: {d['count']}",
-            f"  Average Gap: {d['mean_ns'] / 1e3:.2f} μs",
-            f"  Max Gap: {d['max_ns'] / 1e3:.2f} μs",
-            f"  Min Gap: {d['min_ns'] / 1e3:.2f} μs",
-            f"  Std Dev: {d['std_ns'] / 1e3:.2f} μs",
-            f"  Total Gap Time: {d['total_ns'] / 1e3:.2f} μs",
-            "-" * 30,
-        ]
+        lines += [f"Rank {i}: {d['prev_name']} → {d['next_name']}", f"  Count: {d['count']}"]
+        lines += [f"  {label}: {_us(d[column])}" for label, column in GAP_DETAIL_TIMES.items()]
+        lines.append("-" * 30)
     return "\n".join(lines) + "\n"
