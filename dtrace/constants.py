@@ -104,3 +104,26 @@ def kernel_collective(name: str) -> str:
     """
     m = NCCL_KERNEL.search(name)
     return normalize_collective(m.group(1)) if m and m.group(1).lower() != "generic" else "unknown"
+
+
+# -- choices and defaults that ``dtrace --help`` shows (the CLI reads them without pandas) -----
+
+OUTPUT_FORMATS = ("table", "csv", "json", "markdown")
+"""Formats of the terminal renderers (:func:`dtrace.render.text.render`, ``--fmt``)."""
+DEFAULT_MAX_INPUT_SIZE = "64GiB"
+"""Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
+low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
+DIFF_LEVELS = ("breakdown", "class", "kernel", "op")
+"""Levels :func:`dtrace.diff.diff` compares two runs at."""
+DIFF_PER = ("gpu", "job")
+"""How :func:`dtrace.diff.diff` normalises times: per GPU (mean over parts) or for the whole job."""
+DEFAULT_SPEEDUP = 1.2
+"""How many times as fast a what-if makes the kernel classes it speeds up, unless told."""
+FAULT_KINDS: dict[str, str] = {
+    "compute": "the rank's compute kernels take (1 + slow) times as long",
+    "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "
+    "its GPU waits for launches",
+    "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
+    "containing it is slow",
+}
+"""Faults :mod:`dtrace.synth` can inject into a simulated job, with their effect."""

@@ -30,12 +30,12 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .constants import DIFF_LEVELS as LEVELS
+from .constants import DIFF_PER as PER
 from .dtypes import empty_frame
 from .errors import UsageError
 from .results import Results
 
-LEVELS = ("breakdown", "class", "kernel", "op")
-PER = ("gpu", "job")
 COLUMNS = (
     "level",
     "key",

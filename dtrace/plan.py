@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from .cache import FileRecord, PartRecord
+from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
 from .errors import NotRegularFile, RankError, UsageError
 from .readers._io import refusal
 
@@ -22,9 +23,6 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.
 NOT_TRACES = frozenset({"manifest.json", "ground_truth.json", "source.json"})
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 RANK_MAX = 2**31 - 1  # ranks are int32 in the event table
-DEFAULT_MAX_INPUT_SIZE = "64GiB"
-"""Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
-low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
 _SIZE_UNITS = {
     "": 1,
     "b": 1,

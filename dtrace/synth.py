@@ -49,18 +49,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .constants import FAULT_KINDS
 from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
-
-FAULT_KINDS: dict[str, str] = {
-    "compute": "the rank's compute kernels take (1 + slow) times as long",
-    "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "
-    "its GPU waits for launches",
-    "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
-    "containing it is slow",
-}
 
 
 @dataclass(frozen=True)
@@ -486,8 +479,26 @@ def _esc(s: str) -> str:
 
 
 _TS = '"ts":%d.%03d,"dur":%d.%03d'
+FIRST_EXTERNAL_ID = 500  # of the step annotations; the ops' follow
 STREAM_IDS_BASE = (7, 13, 17, 21, 25, 29, 33, 37)
 NCCL_STREAMS = {"tp": 52, "dp": 56}
+
+
+@dataclass
+class _RankClock:
+    """One rank's ids in its trace, and how its true times become trace timestamps."""
+
+    rank: int
+    device: int
+    pid: int  # the host process; its thread has the same id
+    base_ns: int  # the trace's baseTimeNanoseconds
+    shift_ns: int  # true ns -> ns after base_ns (the host's clock offset included)
+
+    def ts(self, ns: float, dur: float) -> tuple[int, int, int, int]:
+        """``ts`` and ``dur`` in µs with three decimals: (µs, ns remainder, µs, ns remainder)."""
+        start = int(ns) + self.shift_ns
+        length = max(int(dur), 0)
+        return start // 1000, start % 1000, length // 1000, length % 1000
 
 
 class _Writer:
@@ -512,128 +523,182 @@ class _Writer:
         return out
 
     def rank_text(self, r: int, gzip: bool) -> bytes:
+        """The Kineto trace of rank ``r`` (gzip-compressed when ``gzip``).
+
+        Phases: the rank's clock and ids (:meth:`_clock`), the step annotations
+        (:meth:`_step_events`), each op's host, launch, GPU and flow events
+        (:meth:`_op_events`), then the metadata and header around them.
+        """
+        clock = self._clock(r)
+        steps = self._step_events(clock)
+        # the ops' external ids leave one id free after the steps' (kept: same bytes as before)
+        ops = self._op_events(clock, first_external_id=FIRST_EXTERNAL_ID + len(steps) + 1)
+        text = (
+            json.dumps(self._header(clock))[:-1]
+            + ',\n  "traceEvents": [\n'
+            + ",\n".join(self._metadata(clock) + steps + ops)
+            + f'\n  ],\n  "traceName": "rank-{r}.json", "displayTimeUnit": "ms",\n'
+            f'  "baseTimeNanoseconds": {clock.base_ns}\n}}\n'
+        )
+        return _compress(text.encode()) if gzip else text.encode()
+
+    def _clock(self, r: int) -> _RankClock:
+        """Rank ``r``'s ids and trace clock: its host's offset and a random ``baseTimeNanoseconds``."""
         job = self.job
-        dev = r % job.gph
-        pid = 10_000 + 17 * r
-        tid = pid
-        off = int(job.host_offset[job.hosts[r]])
-        base = T0_NS + off - 1_000_000 - int(job.rng.integers(0, 500_000))
-        shift = T0_NS + off - base  # true ns -> ns relative to base
-        ev: list[str] = []
-        corr = 1000 + r
-        ext = 500
-        tp_g = r // job.tp
-        dp_g = r % job.tp
-        pg = {
-            "tp": (self.group_name["tp"](tp_g), self.group_ranks["tp"](tp_g)),
-            "dp": (self.group_name["dp"](dp_g), self.group_ranks["dp"](dp_g)),
-        }
-        pg_text = {k: (n, "[" + ", ".join(map(str, rs)) + "]") for k, (n, rs) in pg.items()}
+        host_offset = int(job.host_offset[job.hosts[r]])
+        base_ns = T0_NS + host_offset - 1_000_000 - int(job.rng.integers(0, 500_000))
+        return _RankClock(r, r % job.gph, 10_000 + 17 * r, base_ns, T0_NS + host_offset - base_ns)
 
-        def t(ns: float, dur: float) -> tuple[int, int, int, int]:
-            a = int(ns) + shift
-            d = max(int(dur), 0)
-            return a // 1000, a % 1000, d // 1000, d % 1000
-
-        for (s0, s1), step in zip(job.step_windows, range(job.steps)):
-            ev.append(
-                (
-                    '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":%d,"tid":%d,'
-                    + _TS
-                    + ',"args":{"External id":%d}}'
-                )
-                % ((step + 1, pid, tid) + t(s0[r], s1[r] - s0[r]) + (ext,))
+    def _step_events(self, clock: _RankClock) -> list[str]:
+        """One ``ProfilerStep#N`` annotation per step (external ids from :data:`FIRST_EXTERNAL_ID`)."""
+        job, r = self.job, clock.rank
+        return [
+            (
+                '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":%d,"tid":%d,'
+                + _TS
+                + ',"args":{"External id":%d}}'
             )
-            ext += 1
-        for i, rec in enumerate(job.records):
+            % ((step + 1, clock.pid, clock.pid) + clock.ts(start[r], end[r] - start[r]) + (FIRST_EXTERNAL_ID + step,))
+            for (start, end), step in zip(job.step_windows, range(job.steps))
+        ]
+
+    def _process_groups(self, r: int) -> dict[str, tuple[str, str]]:
+        """``tp``/``dp`` → (process group name, its ranks as text) of the groups holding rank ``r``."""
+        job = self.job
+        group = {"tp": r // job.tp, "dp": r % job.tp}
+        return {
+            kind: (self.group_name[kind](g), "[" + ", ".join(map(str, self.group_ranks[kind](g))) + "]")
+            for kind, g in group.items()
+        }
+
+    def _op_events(self, clock: _RankClock, first_external_id: int) -> list[str]:
+        """Every op instance's events on one rank, in the order of the simulation's records.
+
+        ``wait_comm`` and ``sync`` are a runtime call alone; every other op is a host op, its
+        launch call, its GPU activity and the flow arrow between them (:meth:`_launched_events`).
+        """
+        r = clock.rank
+        groups = self._process_groups(r)
+        events: list[str] = []
+        correlation = 1000 + r
+        external_id = first_external_id - 1
+        for index, rec in enumerate(self.job.records):
             op = rec.op
             if op.kind in ("wait_comm", "sync"):
-                ev.append(
+                events.append(
                     (
                         '{"ph":"X","cat":"cuda_runtime","name":%s,"pid":%d,"tid":%d,'
                         + _TS
                         + ',"args":{"cbid":%d,"correlation":%d}}'
                     )
                     % (
-                        (_esc(op.name), pid, tid)
-                        + t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
-                        + (131 if op.kind == "sync" else 147, corr)
+                        (_esc(op.name), clock.pid, clock.pid)
+                        + clock.ts(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
+                        + (131 if op.kind == "sync" else 147, correlation)
                     )
                 )
-                corr += 1
+                correlation += 1
                 continue
-            ext += 1
-            corr += 1
-            cpu_args = f'"External id":{ext},"Record function id":0,"Ev Idx":{i}'
-            stream = NCCL_STREAMS[op.group] if op.kind == "coll" else self.streams[op.stream]
-            if op.kind == "coll":
-                name, ranks_txt = pg_text[op.group]
-                n = job.tp if op.group == "tp" else job.dp
-                out_n = op.nelems // n if op.coll == "_reduce_scatter_base" else op.nelems
-                coll_args = (
-                    f'"Collective name":"{op.coll}","In msg nelems":{op.nelems},"Out msg nelems":{out_n},'
-                    f'"Group size":{n},"dtype":"{op.dtype}","In split size":"[]","Out split size":"[]",'
-                    f'"Process Group Name":"{name}","Process Group Description":'
-                    f'"{"tensor_parallel" if op.group == "tp" else "data_parallel"}",'
-                    f'"Process Group Ranks":"{ranks_txt}","Seq":{rec.seq}'
-                )
-                cpu_args += "," + coll_args
-            cpu_t = t(rec.cpu_start[r], rec.cpu_end[r] - rec.cpu_start[r])
-            ev.append(
-                ('{"ph":"X","cat":"cpu_op","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
-                % ((_esc(op.cpu), pid, tid) + cpu_t + (cpu_args,))
+            external_id += 1
+            correlation += 1
+            events += self._launched_events(clock, index, rec, external_id, correlation, groups)
+        return events
+
+    def _collective_args(self, op: _Op, seq: int, groups: dict[str, tuple[str, str]]) -> str:
+        """The ``args`` PyTorch records on a collective's host op and kernel."""
+        job = self.job
+        name, ranks_text = groups[op.group]
+        size = job.tp if op.group == "tp" else job.dp
+        out_nelems = op.nelems // size if op.coll == "_reduce_scatter_base" else op.nelems
+        return (
+            f'"Collective name":"{op.coll}","In msg nelems":{op.nelems},"Out msg nelems":{out_nelems},'
+            f'"Group size":{size},"dtype":"{op.dtype}","In split size":"[]","Out split size":"[]",'
+            f'"Process Group Name":"{name}","Process Group Description":'
+            f'"{"tensor_parallel" if op.group == "tp" else "data_parallel"}",'
+            f'"Process Group Ranks":"{ranks_text}","Seq":{seq}'
+        )
+
+    def _launched_events(
+        self,
+        clock: _RankClock,
+        index: int,
+        rec: _Record,
+        external_id: int,
+        correlation: int,
+        groups: dict[str, tuple[str, str]],
+    ) -> list[str]:
+        """A launched op on one rank: host op, launch call, GPU activity, flow start and end."""
+        op, r, pid, dev = rec.op, clock.rank, clock.pid, clock.device
+        cpu_args = f'"External id":{external_id},"Record function id":0,"Ev Idx":{index}'
+        stream = NCCL_STREAMS[op.group] if op.kind == "coll" else self.streams[op.stream]
+        coll_args = self._collective_args(op, rec.seq, groups) if op.kind == "coll" else ""
+        if coll_args:
+            cpu_args += "," + coll_args
+        host_op = ('{"ph":"X","cat":"cpu_op","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}') % (
+            (_esc(op.cpu), pid, pid) + clock.ts(rec.cpu_start[r], rec.cpu_end[r] - rec.cpu_start[r]) + (cpu_args,)
+        )
+        launch_cat = "cuda_driver" if op.launch == "cuLaunchKernel" else "cuda_runtime"
+        launch = (
+            '{"ph":"X","cat":"%s","name":"%s","pid":%d,"tid":%d,'
+            + _TS
+            + ',"args":{"External id":%d,"cbid":211,"correlation":%d}}'
+        ) % (
+            (launch_cat, op.launch, pid, pid)
+            + clock.ts(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
+            + (external_id, correlation)
+        )
+        assert rec.gpu_start is not None and rec.gpu_end is not None
+        gpu_start, gpu_end = float(rec.gpu_start[r]), float(rec.gpu_end[r])
+        gpu_args = (
+            f'"External id":{external_id},"queued":0,"device":{dev},"context":1,"stream":{stream},'
+            f'"correlation":{correlation}'
+        )
+        if op.kind in ("memcpy", "memset"):
+            gbps = op.nelems / max(gpu_end - gpu_start, 1.0)
+            gpu_args += f',"bytes":{op.nelems},"memory bandwidth (GB/s)":{gbps:.3f}'
+            gpu_cat = "gpu_memcpy" if op.kind == "memcpy" else "gpu_memset"
+        else:
+            gpu_cat = "kernel"
+            gpu_args += (
+                ',"registers per thread":128,"shared memory":49152,"blocks per SM":1.5,'
+                '"warps per SM":12,"grid":[264, 1, 1],"block":[256, 1, 1],"est. achieved occupancy %":19'
             )
-            rt_cat = "cuda_driver" if op.launch == "cuLaunchKernel" else "cuda_runtime"
-            rt_t = t(rec.rt_start[r], rec.rt_end[r] - rec.rt_start[r])
-            ev.append(
-                (
-                    '{"ph":"X","cat":"%s","name":"%s","pid":%d,"tid":%d,'
-                    + _TS
-                    + ',"args":{"External id":%d,"cbid":211,"correlation":%d}}'
-                )
-                % ((rt_cat, op.launch, pid, tid) + rt_t + (ext, corr))
-            )
-            assert rec.gpu_start is not None and rec.gpu_end is not None
-            g0, g1 = float(rec.gpu_start[r]), float(rec.gpu_end[r])
-            gargs = f'"External id":{ext},"queued":0,"device":{dev},"context":1,"stream":{stream},"correlation":{corr}'
-            if op.kind in ("memcpy", "memset"):
-                gbps = op.nelems / max(g1 - g0, 1.0)
-                gargs += f',"bytes":{op.nelems},"memory bandwidth (GB/s)":{gbps:.3f}'
-                cat = "gpu_memcpy" if op.kind == "memcpy" else "gpu_memset"
-            else:
-                cat = "kernel"
-                gargs += (
-                    ',"registers per thread":128,"shared memory":49152,"blocks per SM":1.5,'
-                    '"warps per SM":12,"grid":[264, 1, 1],"block":[256, 1, 1],"est. achieved occupancy %":19'
-                )
-                if op.kind == "coll":
-                    gargs += "," + coll_args
-            ev.append(
-                ('{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}')
-                % ((cat, _esc(op.name), dev, stream) + t(g0, g1 - g0) + (gargs,))
-            )
-            a = t(rec.rt_start[r], 0)
-            b = t(g0, 0)
-            ev.append(
-                '{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g"}'
-                % (corr, pid, tid, a[0], a[1])
-            )
-            ev.append(
-                '{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g","bp":"e"}'
-                % (corr, dev, stream, b[0], b[1])
-            )
-        meta = [
+            if coll_args:
+                gpu_args += "," + coll_args
+        gpu = ('{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,' + _TS + ',"args":{%s}}') % (
+            (gpu_cat, _esc(op.name), dev, stream) + clock.ts(gpu_start, gpu_end - gpu_start) + (gpu_args,)
+        )
+        flow_from = clock.ts(rec.rt_start[r], 0)
+        flow_to = clock.ts(gpu_start, 0)
+        return [
+            host_op,
+            launch,
+            gpu,
+            '{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g"}'
+            % (correlation, pid, pid, flow_from[0], flow_from[1]),
+            '{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":"ac2g","name":"ac2g","bp":"e"}'
+            % (correlation, dev, stream, flow_to[0], flow_to[1]),
+        ]
+
+    def _metadata(self, clock: _RankClock) -> list[str]:
+        """Process and thread names: the host process, the GPU and its streams."""
+        pid, dev = clock.pid, clock.device
+        return [
             '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"python3"}}' % pid,
             '{"name":"process_name","ph":"M","ts":0.000,"pid":%d,"tid":0,"args":{"name":"GPU %d"}}' % (dev, dev),
         ] + [
             '{"name":"thread_name","ph":"M","ts":0.000,"pid":%d,"tid":%d,"args":{"name":"stream %d"}}' % (dev, s, s)
             for s in self.streams + sorted(NCCL_STREAMS.values())
         ]
-        head = {
+
+    def _header(self, clock: _RankClock) -> dict[str, Any]:
+        """The trace's top-level fields before ``traceEvents``: device properties, distributedInfo."""
+        job = self.job
+        return {
             "schemaVersion": 1,
             "deviceProperties": [
                 {
-                    "id": dev,
+                    "id": clock.device,
                     "name": "NVIDIA H100 80GB HBM3",
                     "totalGlobalMem": 85031714816,
                     "computeMajor": 9,
@@ -648,7 +713,7 @@ class _Writer:
             ],
             "distributedInfo": {
                 "backend": "nccl",
-                "rank": r,
+                "rank": clock.rank,
                 "world_size": job.R,
                 "pg_count": 1 + job.dp + job.tp,
                 "pg_config": [],
@@ -657,24 +722,18 @@ class _Writer:
             "record_shapes": 1,
             "with_stack": 0,
         }
-        text = (
-            json.dumps(head)[:-1]
-            + ',\n  "traceEvents": [\n'
-            + ",\n".join(meta + ev)
-            + f'\n  ],\n  "traceName": "rank-{r}.json", "displayTimeUnit": "ms",\n'
-            f'  "baseTimeNanoseconds": {base}\n}}\n'
-        )
-        data = text.encode()
-        if not gzip:
-            return data
-        try:
-            from isal import igzip
 
-            return igzip.compress(data, 1, mtime=0)
-        except ImportError:  # pragma: no cover - isal is a dependency
-            import gzip as _gz
 
-            return _gz.compress(data, 1, mtime=0)
+def _compress(data: bytes) -> bytes:
+    """gzip at level 1 with a fixed mtime (same bytes every run)."""
+    try:
+        from isal import igzip
+
+        return igzip.compress(data, 1, mtime=0)
+    except ImportError:  # pragma: no cover - isal is a dependency
+        import gzip as _gz
+
+        return _gz.compress(data, 1, mtime=0)
 
 
 def generate(

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 import dtrace
-from dtrace.cli.quick import gaps_text, kernels_text
 from dtrace.diff import diff
 from dtrace.render.compare import category_csv, compare
 from dtrace.render.html import SECTIONS, report
 from dtrace.render.summary import summary, summary_document
 from dtrace.render.text import FORMATS, render
+from dtrace.render.views import gaps_text, kernels_text
 from dtrace.results import Results
 
 MISSING = (

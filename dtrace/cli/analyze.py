@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from .. import api
+from ..constants import DEFAULT_MAX_INPUT_SIZE
 from ..errors import UsageError
-from ..plan import DEFAULT_MAX_INPUT_SIZE
 from ..render.escape import printable
-from ..render.summary import header, summary, summary_csv, summary_document
-from ..results import Results
 from .common import (
     add_analysis_options,
     add_output_format,
@@ -21,6 +19,9 @@ from .common import (
     print_json,
     say,
 )
+
+if TYPE_CHECKING:
+    from ..results import Results
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
 _JOB_FLAGS = [
@@ -95,6 +96,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import api
+    from ..render.summary import header, summary, summary_csv, summary_document
+
     check_out_dir(args.out, args.cache)
     scheduler = "sync" if args.sync else args.scheduler
     job_options = {

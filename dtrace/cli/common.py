@@ -9,10 +9,10 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from ..constants import OUTPUT_FORMATS
 from ..errors import InputError, OutputError, UsageError
 from ..fileio import atomic_write
 from ..render.escape import printable
-from ..render.text import FORMATS
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -141,7 +141,7 @@ def add_output_format(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fmt",
         dest="fmt",
-        choices=FORMATS,
+        choices=OUTPUT_FORMATS,
         default="table",
         help="table (terminal, default), markdown, or a machine format: csv or json (exactly one "
         "document on stdout, notes on stderr)",

@@ -20,12 +20,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from ..errors import DtraceError, UsageError
 from ..render.escape import printable
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..nsysstats.config import StatsConfig
 
 
@@ -167,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:
+    import pandas as pd
+
     from .._version import __version__
     from ..results import write_results
     from .common import write_text

@@ -1,37 +1,25 @@
 """Quick terminal views: ``dtrace kernels X`` and ``dtrace gaps X``.
 
 ``X`` is a single trace file (analysed in-process, nothing written) or a results directory
-written by ``dtrace analyze``. The views are the GPU Kernel Analyzer's and the GPU
-Performance Analyser's reports for every rank at once: top kernels with readable shortened
-names, kernel classes with per-iteration figures, per-collective NCCL time and memory
-operations; the GPU's idle time by cause (device gaps: no stream busy; they add up to the
-breakdown's idle time), then the gaps per stream with their causes, a gap histogram and the
-kernel pairs around the gaps (per stream: a stream's gap may overlap work on other streams). ``--output FILE`` writes the detail with full names (``.csv``/``.json``: the
-full table; any other name: a text report).
+written by ``dtrace analyze``. The views themselves (:mod:`dtrace.render.views`) are the GPU
+Kernel Analyzer's and the GPU Performance Analyser's reports for every rank at once.
+``--output FILE`` writes the detail with full names (``.csv``/``.json``: the full table; any
+other name: a text report).
 
-The view builders are pure functions of the results tables returning text; only
+This module parses the command line, loads the input and checks the selection; only
 :func:`run_kernels` and :func:`run_gaps` print or write.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..options import Options
-from ..reduce.kernels_xrank import pool
 from ..render.escape import printable, to_csv
-from ..render.text import render, shorten
-from ..results import MANIFEST, Results
-from ..units import fmt_time, time_unit
 from .common import (
     add_analysis_options,
     add_output_format,
@@ -44,11 +32,13 @@ from .common import (
     say,
 )
 
-KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
 KERNEL_SORT_ALIASES = {"duration": "mean", "percentage": "count", "duration-percentage": "share"}
-GAP_SORTS = {"count": "count", "mean": "mean_ns", "max": "max_ns", "std": "std_ns"}
 GAP_SORT_ALIASES = {"avg": "mean", "avggap": "mean", "maxgap": "max", "stdev": "std"}
-BAR = 40
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..results import Results
 
 
 def _choice(value: str, valid: dict[str, str], aliases: dict[str, str], flag: str) -> str:
@@ -117,9 +107,9 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
     For a results directory, analysis options that differ from their defaults must match the
     ones it was analysed with (its tables cannot be recomputed here).
     """
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
-        from ..results import load
+    from ..results import MANIFEST, load
 
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
         res = load(path)
         used = res.manifest.get("options", {})
         default = Options()
@@ -152,6 +142,8 @@ def check_selection(res: Results, table: str, args: argparse.Namespace, kwargs: 
         ``--step N`` selects no GPU event (the message lists the trace's steps), or ``--rank``
         / ``--stream`` names one the input does not have.
     """
+    from ..render.views import of_rank
+
     df = res.table(table)
     step = kwargs.get("step")
     if step is not None and not len(df):
@@ -164,7 +156,7 @@ def check_selection(res: Results, table: str, args: argparse.Namespace, kwargs: 
             raise UsageError(f"no rank {args.rank} in {args.input}; ranks: {id_list(ranks)}")
     stream = getattr(args, "stream", None)
     if stream is not None:
-        streams = _select(df, args.rank)["stream"]
+        streams = of_rank(df, args.rank)["stream"]
         if not (streams.to_numpy() == stream).any():
             where = f"rank {args.rank} of {args.input}" if args.rank is not None else args.input
             raise UsageError(f"no stream {stream} with gaps in {where}; streams: {id_list(streams)}")
@@ -174,6 +166,9 @@ def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, A
     """Why ``--step`` selected nothing, naming the steps the input has (for a trace file)."""
     if os.path.isdir(path):
         return f"no GPU events in step {step} in {path} (it was analysed with --step {step})"
+    import numpy as np
+    import pandas as pd
+
     from .. import api
 
     whole = api.analyze(
@@ -188,249 +183,6 @@ def _no_step(path: str, step: int, input_format: str | None, kwargs: dict[str, A
     return f"--step {step}: no such step in {path}; its steps: {id_list(steps)}"
 
 
-def _select(df: pd.DataFrame, rank: int | None) -> pd.DataFrame:
-    return df if rank is None else df.loc[df["rank"].to_numpy() == rank]
-
-
-def _parts(df: pd.DataFrame) -> int:
-    return len(df[["rank", "device"]].drop_duplicates()) if len(df) else 0
-
-
-def _note(res: Results) -> str:
-    opts = res.manifest.get("options", {})
-    default = Options().to_json()
-    diff = [f"{k}={v}" for k, v in opts.items() if k in default and v != default[k] and k != "extra"]
-    return f"options: {', '.join(diff)}\n" if diff else ""
-
-
-# -- kernels ---------------------------------------------------------------------------------
-
-
-def _outer_template(name: str) -> str:
-    """The name without return type, argument list elided, template arguments below the first
-    level elided: ``void K<a<int>, b>(int)`` → ``K<a<…>, b>(…)``."""
-    s = name[5:] if name.startswith("void ") else name
-    out: list[str] = []
-    stack: list[str] = []
-    for ch in s:
-        if ch in "<(":
-            if not stack:
-                out.append("<" if ch == "<" else "(…)")
-            elif len(stack) == 1 and stack[0] == "<":
-                out.append("<…>" if ch == "<" else "(…)")
-            stack.append(ch)
-        elif ch in ">)":
-            if stack:
-                stack.pop()
-                if not stack and ch == ">":
-                    out.append(">")
-        elif not stack or (len(stack) == 1 and stack[0] == "<"):
-            out.append(ch)
-    return "".join(out).strip()
-
-
-def readable_names(names: list[str], width: int = 60) -> list[str]:
-    """Shortened names (:func:`dtrace.render.text.shorten`) that stay distinct.
-
-    Names whose short form collides keep their first level of template arguments
-    (``cutlass::Kernel2<cutlass_80_tensorop_…gemm…>``); names still equal get ``[k]``.
-
-    Examples
-    --------
-    >>> names = ["void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)",
-    ...          "void cutlass::Kernel2<gemm_b>(gemm_b::Params)"]
-    >>> readable_names(names, 32)
-    ['cutlass::Kernel2<gemm_a<…> >(…)', 'cutlass::Kernel2<gemm_b>(…)']
-    >>> readable_names(names, 20)
-    ['cutlass::Kernel2<ge…', 'cutlass::Kernel2<ge… [2]']
-    """
-    short = [shorten(n, width) for n in names]
-    counts = pd.Series(short).value_counts()
-    dup = set(counts.index[counts.to_numpy() > 1])
-    for i, n in enumerate(names):
-        if short[i] in dup:
-            t = _outer_template(str(n))
-            short[i] = t if len(t) <= width else t[: width - 1] + "…"
-    seen: dict[str, int] = {}
-    for i, s in enumerate(short):
-        k = seen[s] = seen.get(s, 0) + 1
-        if k > 1:
-            short[i] = f"{s} [{k}]"
-    return short
-
-
-def kernel_view(kernels: pd.DataFrame, sort: str) -> pd.DataFrame:
-    """One row per kernel name, pooled over the (rank, device) parts given, sorted by ``sort``.
-
-    A single part keeps its median; pooled parts get exact pooled count, total, mean, std,
-    min and max, and shares of the pooled GPU time and launches.
-    """
-    cols = ["name", "class", "count", "mean_ns", "total_ns", "std_ns", "min_ns", "max_ns", "count_share", "time_share"]
-    if not len(kernels):
-        return pd.DataFrame({c: [] for c in cols})
-    if _parts(kernels) == 1:
-        view = kernels[
-            [
-                "name",
-                "class",
-                "count",
-                "mean_ns",
-                "total_ns",
-                "std_ns",
-                "median_ns",
-                "min_ns",
-                "max_ns",
-                "count_share",
-                "time_share",
-            ]
-        ].copy()
-    else:
-        view = pool(kernels, ["name"])
-        first = kernels.groupby("name", sort=False)["class"].first()
-        view["class"] = first.reindex(view["name"]).to_numpy()
-        view["count_share"] = view["count"] / max(int(view["count"].sum()), 1)
-        view["time_share"] = view["total_ns"] / max(float(view["total_ns"].sum()), 1.0)
-        view = view[cols]
-    key = KERNEL_SORTS[sort]
-    view = view.sort_values([key, "total_ns", "name"], ascending=[False, False, True], kind="stable")
-    view.insert(0, "#", np.arange(1, len(view) + 1))
-    return view.reset_index(drop=True)
-
-
-def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
-    """count/total per ``key`` summed over parts, with per-iteration figures (per part, averaged)."""
-    if not len(df):
-        return df
-    n = _parts(df)
-    g = df.groupby(key, sort=False)
-    out = pd.DataFrame(
-        {
-            "count": g["count"].sum(),
-            "total_ns": g["total_ns"].sum(),
-            "count_per_iter": g["count_per_iter"].sum() / n,
-            "total_per_iter_ns": g["total_per_iter_ns"].sum() / n,
-        }
-    ).reset_index()
-    out["time_share"] = out["total_ns"] / max(float(out["total_ns"].sum()), 1.0)
-    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
-
-
-@dataclass
-class KernelReport:
-    """What ``dtrace kernels`` shows, as numbers (ns) and tables: :func:`kernel_report`."""
-
-    summary: dict[str, Any]
-    kernels: pd.DataFrame  # kernel_view: one row per name, sorted
-    classes: pd.DataFrame | None
-    classifier: str
-    nccl: pd.DataFrame | None
-    memops: pd.DataFrame | None
-
-
-def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
-    """The figures of ``dtrace kernels`` for the (rank, device) parts selected."""
-    k = _select(res.table("kernels"), rank)
-    parts = _parts(k)
-    view = kernel_view(k, sort)
-    summary: dict[str, Any] = {
-        "parts": parts,
-        "kernel_names": len(view),
-        "gpu_events": int(k["count"].sum()),
-        "gpu_time_ns": int(k["total_ns"].sum()),
-    }
-    if parts:
-        iters = k.groupby(["rank", "device"])["iters"].first()
-        summary.update(
-            iterations_min=int(iters.min()),
-            iterations_max=int(iters.max()),
-            per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
-            events_per_iteration=float(k["count_per_iter"].sum() / parts),
-        )
-    classes = _select(res.table("classes"), rank)
-    label = str(classes["classifier"].iloc[0]) if len(classes) else ""
-    nccl = mem = None
-    if "nccl" in res.table_names:
-        nccl = _select(res.table("nccl"), rank)
-        nccl = _per_iter_table(nccl, "collective") if len(nccl) else None
-    if "memops" in res.table_names:
-        m = _select(res.table("memops"), rank)
-        if len(m):
-            mem = _per_iter_table(m, "op")
-            known = m.loc[m["bytes"].fillna(-1).to_numpy(np.float64) >= 0]
-            b = known.groupby("op")["bytes"].sum()
-            mem["bytes"] = pd.array(b.reindex(mem["op"]).to_numpy(), dtype="Int64")  # NA: no byte count
-    return KernelReport(summary, view, _per_iter_table(classes, "class") if len(classes) else None, label, nccl, mem)
-
-
-def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
-    """:class:`KernelReport` as one JSON-able object (raw ns, full names)."""
-    doc: dict[str, Any] = {
-        "summary": rep.summary,
-        "classifier": rep.classifier,
-        "kernels": _records(rep.kernels.drop(columns="#").head(top) if top else rep.kernels.drop(columns="#")),
-    }
-    for name in ("classes", "nccl", "memops"):
-        df = getattr(rep, name)
-        doc[name] = _records(df) if df is not None else []
-    return doc
-
-
-def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
-    """The ``dtrace kernels`` report in a human format (see the module docstring)."""
-    rep = kernel_report(res, sort=sort, rank=rank)
-    out = [_note(res)]
-    sm = rep.summary
-    if not sm["parts"]:
-        return "".join(out) + "no GPU kernels found\n"
-    it = (
-        str(sm["iterations_min"])
-        if sm["iterations_min"] == sm["iterations_max"]
-        else f"{sm['iterations_min']}-{sm['iterations_max']}"
-    )
-    out.append(
-        f"{sm['parts']} (rank, device) part(s){'' if sm['parts'] == 1 else ', pooled'}; "
-        f"{sm['kernel_names']:,} distinct kernel names; {sm['gpu_events']:,} GPU events; "
-        f"GPU time {fmt_time(sm['gpu_time_ns'])}\n"
-        f"per iteration ({it} iteration(s) per part): {fmt_time(sm['per_iteration_ns'])} and "
-        f"{sm['events_per_iteration']:,.1f} events per part\n"
-    )
-    view = rep.kernels
-    shown = view.copy()  # every row: units come from the whole column, whatever --top
-    head = len(shown) if top is None else min(top, len(shown))
-    shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
-    out.append(
-        render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False, max_rows=top)
-    )
-    if rep.classes is not None:
-        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
-    if rep.nccl is not None:
-        out.append(render(rep.nccl, fmt, title="NCCL per collective"))
-    if rep.memops is not None:
-        out.append(render(rep.memops, fmt, title="memory operations"))
-    return "\n".join(s for s in out if s)
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(df.to_json(orient="records", force_ascii=False))
-
-
-def kernels_detail(view: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
-    lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
-    for i, d in enumerate(view.to_dict("records"), start=1):
-        lines += [
-            f"Rank {i}: {d['name']}",
-            f"  Class: {d['class']}",
-            f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
-            f"  Total Duration: {d['total_ns'] / 1e3:.2f} μs ({100 * d['time_share']:.1f}% of total duration)",
-            f"  Average Duration: {d['mean_ns'] / 1e3:.2f} μs",
-            f"  Standard Deviation: {d['std_ns'] / 1e3:.2f} μs",
-            f"  Min / Max: {d['min_ns'] / 1e3:.2f} / {d['max_ns'] / 1e3:.2f} μs",
-            "-" * 50,
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def _write(path: str, df: pd.DataFrame, text: str) -> None:
     from .common import write_text
 
@@ -443,6 +195,18 @@ def _write(path: str, df: pd.DataFrame, text: str) -> None:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
+    from ..render.text import render
+    from ..render.views import (
+        KERNEL_SORTS,
+        kernel_report,
+        kernel_view,
+        kernels_detail,
+        kernels_document,
+        kernels_text,
+        of_rank,
+        options_note,
+    )
+
     sort = _choice(args.sort, KERNEL_SORTS, KERNEL_SORT_ALIASES, "--sort")
     kwargs = analysis_kwargs(args)
     res = load_input(args.input, kwargs, args.input_format)
@@ -453,7 +217,7 @@ def run_kernels(args: argparse.Namespace) -> int:
         return 2
     check_selection(res, "kernels", args, kwargs)
     if is_machine(args.fmt):  # exactly one document on stdout
-        note = _note(res)
+        note = options_note(res)
         if note:
             say(note, args.fmt)
         rep = kernel_report(res, sort=sort, rank=args.rank)
@@ -464,208 +228,16 @@ def run_kernels(args: argparse.Namespace) -> int:
     else:
         print(kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt), end="")
     if args.output:
-        view = kernel_view(_select(res.table("kernels"), args.rank), sort)
+        view = kernel_view(of_rank(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
         say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0
 
 
-# -- gaps ------------------------------------------------------------------------------------
-
-
-def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
-    """Text bars of a gap histogram pooled over the rows given, and a note.
-
-    Rows of several parts are pooled when their bins agree; otherwise only the first part is
-    shown (default bounds follow each part's own gaps) and the note says so.
-    """
-    if not len(hist):
-        return "", ""
-    note = ""
-    edges = hist.groupby(["rank", "device"], sort=True)[["lo_ns", "hi_ns"]].apply(
-        lambda f: tuple(np.round(f.drop_duplicates().to_numpy(np.float64, na_value=np.nan).ravel(), 3))
-    )
-    if edges.nunique() > 1:
-        r, d = edges.index[0]
-        hist = hist.loc[(hist["rank"] == r) & (hist["device"] == d)]
-        note = (
-            f"bins differ between parts (default bounds follow each part's gaps): showing rank {r} device {d}; "
-            f"pass --hist-min/--hist-max for common bins\n"
-        )
-    h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
-    peak = max(int(h["count"].max()), 1)
-    unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
-    digits = 1 if unit != "ns" else 0
-    labels = [f"{lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}" for lo, hi in zip(h["lo"], h["hi"])]
-    w = max(len(s) for s in labels)
-    lines = []
-    for lab, c in zip(labels, h["count"].to_numpy()):
-        n = int(round(BAR * c / peak))
-        lines.append(f"{lab:>{w}} │{'█' * n}{'░' * (BAR - n)}│ {c:>6,}")
-    return "\n".join(lines) + "\n", note
-
-
-def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataFrame:
-    """Kernel pairs pooled over streams and parts, sorted by ``sort``, with a readable
-    ``transition`` column (both names shortened to ``width``)."""
-    cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name", "next_name"]
-    if not len(trans):
-        return pd.DataFrame({c: [] for c in cols})
-    v = pool(trans, ["prev_name", "next_name"])
-    key = GAP_SORTS[sort]
-    v = v.sort_values([key, "count"], ascending=[False, False], kind="stable").reset_index(drop=True)
-    v["transition"] = [f"{shorten(a, width)} → {shorten(b, width)}" for a, b in zip(v["prev_name"], v["next_name"])]
-    v.insert(0, "#", np.arange(1, len(v) + 1))
-    return v[cols]
-
-
-@dataclass
-class GapReport:
-    """What ``dtrace gaps`` shows, as numbers (ns) and tables: :func:`gap_report`."""
-
-    summary: dict[str, Any]
-    device: dict[str, Any]  # GPU idle time (device gaps) by cause; empty with --stream or old results
-    streams: pd.DataFrame  # one row per (rank, device, stream), most idle first
-    histogram: pd.DataFrame  # the gap_histogram rows selected
-    transitions: pd.DataFrame  # transition_view: kernel pairs, sorted
-
-
-STREAM_COLUMNS = [
-    "rank",
-    "device",
-    "stream",
-    "events",
-    "gaps",
-    "idle_ns",
-    "mean_ns",
-    "max_ns",
-    "host_wait_ns",
-    "kernel_wait_ns",
-    "other_ns",
-]
-CAUSES = ("host_wait", "kernel_wait", "other")
-
-
-def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
-    """The figures of ``dtrace gaps`` for the parts and stream selected."""
-    gaps = _select(res.table("gaps"), rank)
-    hist = _select(res.table("gap_histogram"), rank)
-    trans = _select(res.table("transitions"), rank)
-    if stream is not None:
-        gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
-    n = int(gaps["gaps"].sum()) if len(gaps) else 0
-    idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    summary: dict[str, Any] = {"streams": len(gaps), "gaps": n, "idle_ns": idle, "mean_gap_ns": idle / n if n else 0.0}
-    for c in CAUSES:
-        summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
-        summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
-    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[
-        [c for c in STREAM_COLUMNS if c in gaps.columns]
-    ]
-    device: dict[str, Any] = {}
-    if stream is None and "device_gaps" in res.table_names:
-        dg = _select(res.table("device_gaps"), rank)
-        device = {
-            "gpus": len(dg),
-            **{
-                c: int(dg[c].sum()) if len(dg) else 0
-                for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
-            },
-        }
-    return GapReport(summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort))
-
-
-def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
-    """:class:`GapReport` as one JSON-able object (raw ns, full names)."""
-    tv = rep.transitions.drop(columns=["#", "transition"])
-    return {
-        "gpu_idle": rep.device,
-        "summary": rep.summary,
-        "streams": _records(rep.streams.head(top) if top else rep.streams),
-        "histogram": _records(rep.histogram),
-        "transitions": _records(tv.head(top) if top else tv),
-    }
-
-
-def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
-    """The ``dtrace gaps`` report in a human format (see the module docstring)."""
-    rep = gap_report(res, sort=sort, rank=rank, stream=stream)
-    sm = rep.summary
-    n = sm["gaps"]
-    out = [_note(res)]
-    dv = rep.device
-    if dv:
-        causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
-        out.append(
-            f"GPU idle time (no stream busy; the breakdown's idle): {fmt_time(dv['idle_ns'])} in "
-            f"{dv['gaps']:,} gaps over {dv['gpus']:,} GPU(s)\n" + (f"Causes: {causes}\n" if dv["gaps"] else "")
-        )
-        out.append(
-            "Per stream (a stream's gap may overlap work on the GPU's other streams, so these add up to "
-            "more than the GPU's idle time):\n"
-        )
-    out.append(
-        f"Total gaps found: {n:,}\nTotal stream gap time: {fmt_time(sm['idle_ns'])}\n"
-        f"Average gap duration: {fmt_time(sm['mean_gap_ns'])}\n"
-    )
-    if n:
-        causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
-        out.append(f"Causes: {causes}\n")
-    if len(rep.streams):
-        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))
-    bars, note = histogram_text(rep.histogram)
-    if bars:
-        binned = int(rep.histogram["count"].sum()) if not note else -1
-        left = f"{n - binned:,} gaps outside the histogram bounds\n" if 0 <= binned < n else ""
-        out.append("GAP DURATION HISTOGRAM (stream gaps):\n" + note + bars + left)
-    tv = rep.transitions
-    if len(tv):
-        out.append(
-            render(
-                tv.drop(columns=["prev_name", "next_name"]),
-                fmt,
-                title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
-                max_rows=top,
-                short_names=False,
-            )
-        )
-    return "\n".join(s for s in out if s)
-
-
-def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it replaces)."""
-    n = int(gaps["gaps"].sum()) if len(gaps) else 0
-    idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    lines = [
-        "DETAILED GPU GAP ANALYSIS",
-        "=" * 50,
-        "",
-        f"Total gaps found: {n}",
-        f"Total idle time: {idle / 1e3:.2f} μs",
-        f"Average gap duration: {(idle / n if n else 0) / 1e3:.2f} μs",
-        "",
-        f"Active streams: {len(gaps)}",
-    ]
-    for r in gaps.sort_values("idle_ns", ascending=False, kind="stable").itertuples(index=False):
-        lines.append(
-            f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {r.idle_ns / 1e3:.2f} μs idle time"
-        )
-    lines += ["", "Kernel Pairs:", "-" * 50]
-    for i, d in enumerate(tv.to_dict("records"), start=1):
-        lines += [
-            f"Rank {i}: {d['prev_name']} → {d['next_name']}",
-            f"  Count: {d['count']}",
-            f"  Average Gap: {d['mean_ns'] / 1e3:.2f} μs",
-            f"  Max Gap: {d['max_ns'] / 1e3:.2f} μs",
-            f"  Min Gap: {d['min_ns'] / 1e3:.2f} μs",
-            f"  Std Dev: {d['std_ns'] / 1e3:.2f} μs",
-            f"  Total Gap Time: {d['total_ns'] / 1e3:.2f} μs",
-            "-" * 30,
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def run_gaps(args: argparse.Namespace) -> int:
+    from ..render.text import render
+    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, options_note
+
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
     kwargs = analysis_kwargs(args)
     res = load_input(args.input, kwargs, args.input_format)
@@ -677,7 +249,7 @@ def run_gaps(args: argparse.Namespace) -> int:
     check_selection(res, "gaps", args, kwargs)
     rep = gap_report(res, sort=sort, rank=args.rank, stream=args.stream)
     if is_machine(args.fmt):  # exactly one document on stdout
-        note = _note(res)
+        note = options_note(res)
         if note:
             say(note, args.fmt)
         if args.fmt == "json":

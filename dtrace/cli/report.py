@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..diff import LEVELS, PER, diff, missing_levels
+from ..constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
 from ..render.escape import printable, to_csv
-from ..results import Results, load
 from .common import add_output_format, add_rows, is_machine, rows_to_show, say, write_parquet, write_text
+
+if TYPE_CHECKING:
+    from ..results import Results
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -97,13 +100,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--level",
         action="append",
-        choices=LEVELS,
+        choices=DIFF_LEVELS,
         default=None,
         help="compare only this level (repeatable; default: all)",
     )
     d.add_argument(
         "--per",
-        choices=PER,
+        choices=DIFF_PER,
         default="gpu",
         help="gpu: values per (rank, device) of each run (default); job: job totals",
     )
@@ -117,6 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from ..render.html import report
+    from ..results import load
 
     res = load(args.out)
     href = None
@@ -167,6 +171,7 @@ def parse_wall_times(specs: list[str], labels: list[str], paths: list[str]) -> d
 def run_compare(args: argparse.Namespace) -> int:
     from ..classify import load_classmap
     from ..render.compare import category_csv, compare, run_labels
+    from ..results import load
 
     if args.label and len(args.label) != len(args.runs):
         raise UsageError(f"{len(args.label)} --label given for {len(args.runs)} runs; give one per run or none")
@@ -185,10 +190,12 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    from ..diff import diff, missing_levels
     from ..render.text import render
+    from ..results import load
 
     a, b = load(args.a), load(args.b)
-    levels = args.level or list(LEVELS)
+    levels = args.level or list(DIFF_LEVELS)
     table = diff(a, b, levels=levels, per=args.per)
     if args.output:
         ext = os.path.splitext(args.output)[1].lower()

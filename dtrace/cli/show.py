@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import pandas as pd
-
 from ..errors import UsageError
-from ..render.stragglers import signals_legend
-from ..render.text import render
-from ..results import load
 from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 
@@ -35,6 +30,12 @@ INPUT_COLUMNS = ["path", "format", "status", "error"]
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..render.stragglers import signals_legend
+    from ..render.text import render
+    from ..results import load
+
     res = load(args.out)
     if args.table is None:
         inputs = res.inputs

@@ -6,12 +6,12 @@ import argparse
 import json
 import time
 
-from .. import synth
+from ..constants import FAULT_KINDS
 from ..errors import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    kinds = "; ".join(f"{k}: {v}" for k, v in synth.FAULT_KINDS.items())
+    kinds = "; ".join(f"{k}: {v}" for k, v in FAULT_KINDS.items())
     p = sub.add_parser(
         "synth",
         help="write a synthetic cluster job (one Kineto trace per rank) with faults",
@@ -77,6 +77,8 @@ def _speedups(items: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import synth
+
     t0 = time.perf_counter()
     if args.from_trace:
         if args.fault or args.speedup or args.no_comm:

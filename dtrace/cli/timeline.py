@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..constants import DEFAULT_SPEEDUP
 from ..errors import UsageError
-from ..reduce.whatif import DEFAULT_SPEEDUP, summary, whatif
-from ..render.text import render
-from ..results import load
 from .common import add_output_format, write_bytes
 
 
@@ -133,6 +131,7 @@ def parse_classes(items: list[str] | None, speedup: float) -> dict[str, float] |
 
 
 def run_timeline(args: argparse.Namespace) -> int:
+    from ..results import load
     from ..timeline_export import encode, timeline
 
     res = load(args.out)
@@ -152,6 +151,10 @@ def run_timeline(args: argparse.Namespace) -> int:
 
 
 def run_whatif(args: argparse.Namespace) -> int:
+    from ..reduce.whatif import summary, whatif
+    from ..render.text import render
+    from ..results import load
+
     res = load(args.out)
     classes = parse_classes(args.classes, args.speedup)
     if classes is None and "whatif" in res.table_names:

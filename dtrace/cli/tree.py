@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from typing import TYPE_CHECKING
 
-from ..calltree import Tree
 from ..errors import UsageError
 from ..options import Options
-from ..part_loader import is_results_dir, load_part
 from ..render.escape import printable
-from ..render.text import render
-from ..units import fmt_time
 from .common import add_output_format, add_rows, reading, rows_to_show
+
+if TYPE_CHECKING:
+    from ..calltree import Tree
 
 OPS_SORT = ("gpu_subtree_ns", "gpu_direct_ns", "host_ns", "count", "kernels")
 
@@ -90,6 +90,10 @@ def _pick(tree: Tree, args: argparse.Namespace) -> int:
 
 
 def run_tree(args: argparse.Namespace) -> int:
+    from ..calltree import Tree
+    from ..part_loader import load_part
+    from ..units import fmt_time
+
     with reading(args.trace):
         part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
     tree = Tree.from_batch(part, python=args.python)
@@ -114,6 +118,10 @@ def run_tree(args: argparse.Namespace) -> int:
 
 
 def run_ops(args: argparse.Namespace) -> int:
+    from ..calltree import Tree
+    from ..part_loader import is_results_dir, load_part
+    from ..render.text import render
+
     if is_results_dir(args.x):
         from ..results import load
 

@@ -606,135 +606,195 @@ def _output(
     signals: list[str],
     explained: np.ndarray,
 ) -> pd.DataFrame:
-    r = sig.ranks
+    decided = {
+        "score": score.astype(np.float64),
+        "flagged": flagged.astype(bool),
+        "evidence": evidence,
+        "method": method,
+        "signals": signals,
+        "explained_by": missing_if_negative(explained),
+    }
+    # every other output column is the signal's value, in its declared dtype
     out = pd.DataFrame(
         {
-            "rank": r["rank"].to_numpy(np.int32),
-            "device": r["device"].to_numpy(np.int32),
-            "score": score.astype(np.float64),
-            "flagged": flagged.astype(bool),
-            "evidence": evidence,
-            "method": method,
-            "signals": signals,
-            "explained_by": missing_if_negative(explained),
-            "collectives": r["collectives"].to_numpy(np.int64),
-            "arrived_last": r["arrived_last"].to_numpy(np.int64),
-            "last_share": r["last_share"].to_numpy(np.float64),
-            "last_z": r["last_z"].to_numpy(np.float64),
-            "wait_caused_ns": r["wait_caused_ns"].to_numpy(np.int64),
-            "late_ns": r["late_ns"].to_numpy(np.int64),
-            "collective_wait_ns": r["collective_wait_ns"].to_numpy(np.int64),
-            "compute_slowdown": r["compute_slowdown"].to_numpy(np.float64),
-            "compute_slowdown_z": r["compute_slowdown_z"].to_numpy(np.float64),
-            "step_ns": r["step_ns"].to_numpy(np.int64),
-            "step_z": r["step_z"].to_numpy(np.float64),
-            "link_ratio": r["link_ratio"].to_numpy(np.float64),
-            "link_z": r["link_z"].to_numpy(np.float64),
+            name: decided[name] if name in decided else sig.ranks[name].to_numpy(dtype)
+            for name, dtype in OUTPUT_COLUMNS.items()
         }
     )
     out = out.sort_values(["score", "rank"], ascending=[False, True], kind="stable")
     return out.reset_index(drop=True)
 
 
-@register_method("robust")
-def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
-    """Multi-signal detection with explaining-away of inherited lateness (module docstring)."""
-    r = sig.ranks
-    n = len(r)
-    share_floor = np.minimum(0.5, 3.0 * r["chance_share"].to_numpy())
-    s_a = np.maximum(r["last_z"].to_numpy(), 0) / Z_FLAG
-    s_b = np.maximum(r["compute_slowdown_z"].to_numpy(), 0) / Z_FLAG
-    s_c = np.maximum(r["step_z"].to_numpy(), 0) / Z_FLAG
-    s_d = np.maximum(r["link_z"].to_numpy(), 0) / Z_FLAG
-    total = r["total_ns"].to_numpy(np.float64)
-    gate_a = (
-        (s_a >= 1)
-        & (r["last_share"].to_numpy() >= share_floor)
-        & (r["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(total > 0, total, np.inf))
+Key = tuple[int, int]  # (rank, device)
+
+
+@dataclass
+class _PerSignal:
+    """One array per signal, in the row order of :attr:`Signals.ranks` (see the module docstring)."""
+
+    arrival: np.ndarray  # (a) arrives last at collectives
+    kernels: np.ndarray  # (b) slow compute kernels
+    step: np.ndarray  # (c) slow steps
+    link: np.ndarray  # (d) slow links
+
+
+def _strengths(ranks: pd.DataFrame) -> _PerSignal:
+    """Each signal's strength ``max(0, z) / Z_FLAG``: 1 at the flagging threshold."""
+
+    def strength(z_column: str) -> np.ndarray:
+        return np.maximum(ranks[z_column].to_numpy(), 0) / Z_FLAG
+
+    return _PerSignal(strength("last_z"), strength("compute_slowdown_z"), strength("step_z"), strength("link_z"))
+
+
+def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
+    """Which signals each rank passes: strong (strength ≥ 1) and material.
+
+    Material means: (a) it arrived last clearly more often than chance (3× its chance share,
+    at most half its collectives) and alone delayed collectives by :data:`MIN_LATE_SHARE` of its
+    trace span; (b) its compute kernels are :data:`MIN_SLOWDOWN` slower; (c) its steps are
+    :data:`MIN_STEP_RATIO` longer; (d) its links are :data:`MIN_LINK_RATIO` slower and stand out
+    from every rank sharing a group with it (margin at least half its excess).
+    """
+    last_share_floor = np.minimum(0.5, 3.0 * ranks["chance_share"].to_numpy())
+    span_ns = ranks["total_ns"].to_numpy(np.float64)
+    arrival = (
+        (strength.arrival >= 1)
+        & (ranks["last_share"].to_numpy() >= last_share_floor)
+        & (ranks["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(span_ns > 0, span_ns, np.inf))
     )
-    gate_b = (s_b >= 1) & (r["compute_slowdown"].to_numpy() >= MIN_SLOWDOWN)
-    gate_c = (s_c >= 1) & (r["step_ratio"].to_numpy() >= MIN_STEP_RATIO)
-    gate_d = (
-        (s_d >= 1)
-        & (r["link_ratio"].to_numpy() >= MIN_LINK_RATIO)
-        & (r["link_margin"].to_numpy() >= 0.5 * r["link_excess"].to_numpy())
+    kernels = (strength.kernels >= 1) & (ranks["compute_slowdown"].to_numpy() >= MIN_SLOWDOWN)
+    step = (strength.step >= 1) & (ranks["step_ratio"].to_numpy() >= MIN_STEP_RATIO)
+    link = (
+        (strength.link >= 1)
+        & (ranks["link_ratio"].to_numpy() >= MIN_LINK_RATIO)
+        & (ranks["link_margin"].to_numpy() >= 0.5 * ranks["link_excess"].to_numpy())
     )
-    keys = list(zip(r["rank"].to_numpy().tolist(), r["device"].to_numpy().tolist()))
-    pos = {k: i for i, k in enumerate(keys)}
-    ev = _Evidence(sig)
-    # explaining-away among candidates: r inherits its lateness from f if r waited for f at least
-    # EXPLAIN_FRACTION of the time r later delayed others (and not the other way round), or if r
-    # shares a slow group with a slow-link suspect
-    cand = np.flatnonzero(gate_a | gate_b | gate_c | gate_d)
-    wf = sig.waited_for
-    cand_keys = {keys[i] for i in cand}
-    waits: dict[tuple[tuple[int, int], tuple[int, int]], float] = {}
-    if len(wf) and cand_keys:
-        sub = wf.loc[pd.MultiIndex.from_arrays([wf["last_rank"], wf["last_device"]]).isin(list(cand_keys))]
-        waits = {
-            ((int(a), int(b)), (int(c), int(d))): float(w)
-            for a, b, c, d, w in sub[["rank", "device", "last_rank", "last_device", "wait_ns"]].itertuples(index=False)
-        }
-    late = r["late_ns"].to_numpy(np.float64)
-    explained = np.full(n, -1, np.int64)
-    by_link = np.zeros(n, bool)
-    link_suspects = [keys[i] for i in np.flatnonzero(gate_d)]
-    for i in cand:
-        if gate_b[i] or gate_d[i]:
+    return _PerSignal(arrival, kernels, step, link)
+
+
+def _waits_on(waited_for: pd.DataFrame, candidates: set[Key]) -> dict[tuple[Key, Key], float]:
+    """``wait_ns`` of every (waiting rank, candidate it waited for) pair of :attr:`Signals.waited_for`."""
+    if not len(waited_for) or not candidates:
+        return {}
+    last = pd.MultiIndex.from_arrays([waited_for["last_rank"], waited_for["last_device"]])
+    on_candidate = waited_for.loc[last.isin(list(candidates))]
+    columns = ["rank", "device", "last_rank", "last_device", "wait_ns"]
+    return {
+        ((int(rank), int(device)), (int(last_rank), int(last_device))): float(wait_ns)
+        for rank, device, last_rank, last_device, wait_ns in on_candidate[columns].itertuples(index=False)
+    }
+
+
+def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates whose lateness ((a) or (c)) another candidate explains.
+
+    A candidate ``r`` without intrinsic evidence ((b) or (d)) inherits its lateness from the
+    candidate ``f`` it waited for the longest, if that wait is at least :data:`EXPLAIN_FRACTION`
+    of the time ``r`` later delayed others and ``f`` did not wait as much for ``r``; failing
+    that, from a slow-link suspect it shares a slow group with.
+
+    Returns
+    -------
+    explained_by : numpy.ndarray
+        Per rank, the rank its lateness follows from (-1: none).
+    by_link : numpy.ndarray
+        Per rank, whether that is through a shared slow link.
+    """
+    ranks = sig.ranks
+    keys: list[Key] = list(zip(ranks["rank"].to_numpy().tolist(), ranks["device"].to_numpy().tolist()))
+    position = {k: i for i, k in enumerate(keys)}
+    candidate_rows = np.flatnonzero(gate.arrival | gate.kernels | gate.step | gate.link)
+    candidates = {keys[i] for i in candidate_rows}
+    waits = _waits_on(sig.waited_for, candidates)
+    late_ns = ranks["late_ns"].to_numpy(np.float64)
+    link_suspects = [keys[i] for i in np.flatnonzero(gate.link)]
+    explained_by = np.full(len(ranks), -1, np.int64)
+    by_link = np.zeros(len(ranks), bool)
+    for i in candidate_rows:
+        if gate.kernels[i] or gate.link[i]:
             continue
         me = keys[i]
-        best, best_w = None, 0.0
-        for f in cand_keys:
-            if f == me:
+        source, source_wait = None, 0.0
+        for other in candidates:
+            if other == me:
                 continue
-            w = waits.get((me, f), 0.0)
-            back = waits.get((f, me), 0.0)
-            j = pos[f]
-            inherits = w >= EXPLAIN_FRACTION * max(late[i], 1.0)
-            mutual = back >= EXPLAIN_FRACTION * max(late[j], 1.0)
-            if inherits and not mutual and w > best_w:
-                best, best_w = f, w
-        if best is None:
-            for f in link_suspects:
-                if f != me and _shares_slow_group(me, f, ev):
-                    best = f
+            wait = waits.get((me, other), 0.0)
+            wait_back = waits.get((other, me), 0.0)
+            inherits = wait >= EXPLAIN_FRACTION * max(late_ns[i], 1.0)
+            mutual = wait_back >= EXPLAIN_FRACTION * max(late_ns[position[other]], 1.0)
+            if inherits and not mutual and wait > source_wait:
+                source, source_wait = other, wait
+        if source is None:
+            for suspect in link_suspects:
+                if suspect != me and _shares_slow_group(me, suspect, ev):
+                    source = suspect
                     by_link[i] = True
                     break
-        if best is not None:
-            explained[i] = best[0]
-    is_expl = explained >= 0
-    flagged = gate_b | gate_d | ((gate_a | gate_c) & ~is_expl)
-    score = np.where(is_expl, 0.25 * (s_a + s_c), s_a + s_c) + s_b + s_d
+        if source is not None:
+            explained_by[i] = source[0]
+    return explained_by, by_link
+
+
+def _evidence_texts(
+    ranks: pd.DataFrame,
+    gate: _PerSignal,
+    flagged: np.ndarray,
+    explained_by: np.ndarray,
+    by_link: np.ndarray,
+    ev: _Evidence,
+) -> tuple[list[str], list[str]]:
+    """Per rank, the evidence sentence and the signals it passed (``"a,b"``)."""
+    inherited = explained_by >= 0
     evidence, signals = [], []
-    for i, row in enumerate(r.to_dict("records")):
-        parts, sigs = [], []
-        if gate_a[i] or (flagged[i] and row["arrived_last"] > 0):
+    for i, row in enumerate(ranks.to_dict("records")):
+        parts, passed = [], []
+        if gate.arrival[i] or (flagged[i] and row["arrived_last"] > 0):
             parts.append(ev.arrival(row))
-            if gate_a[i]:
-                sigs.append("a")
-        if gate_b[i]:
+            if gate.arrival[i]:
+                passed.append("a")
+        if gate.kernels[i]:
             parts.append(ev.kernels(row))
-            sigs.append("b")
-        elif gate_a[i] and not is_expl[i]:
+            passed.append("b")
+        elif gate.arrival[i] and not inherited[i]:
             parts.append(ev.host(row))
-        if gate_c[i]:
+        if gate.step[i]:
             parts.append(ev.step(row))
-            sigs.append("c")
-        if gate_d[i]:
+            passed.append("c")
+        if gate.link[i]:
             parts.append(ev.link(row))
-            sigs.append("d")
-        if is_expl[i]:
-            f = int(explained[i])
+            passed.append("d")
+        if inherited[i]:
             how = "the slow link at that rank" if by_link[i] else "waiting for it"
-            parts.append(f"not a root cause: its late arrivals follow from rank {f} ({how})")
-        o = ev.op_outlier(row)
-        if o and parts:
-            parts.append(o)
+            parts.append(f"not a root cause: its late arrivals follow from rank {int(explained_by[i])} ({how})")
+        op = ev.op_outlier(row)
+        if op and parts:
+            parts.append(op)
         if not parts:
             parts.append(_quiet(row))
         evidence.append(f"rank {int(row['rank'])} " + "; ".join(p for p in parts if p))
-        signals.append(",".join(sigs))
-    return _output(sig, "robust", score, flagged, evidence, signals, explained)
+        signals.append(",".join(passed))
+    return evidence, signals
+
+
+@register_method("robust")
+def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
+    """Multi-signal detection with explaining-away of inherited lateness (module docstring).
+
+    Phases: each signal's strength (:func:`_strengths`) and gate (:func:`_gates`), the
+    candidates' inherited lateness (:func:`_explain_away`), then flag, score and evidence.
+    """
+    ranks = sig.ranks
+    strength = _strengths(ranks)
+    gate = _gates(ranks, strength)
+    ev = _Evidence(sig)
+    explained_by, by_link = _explain_away(sig, gate, ev)
+    inherited = explained_by >= 0
+    flagged = gate.kernels | gate.link | ((gate.arrival | gate.step) & ~inherited)
+    lateness = strength.arrival + strength.step
+    score = np.where(inherited, 0.25 * lateness, lateness) + strength.kernels + strength.link
+    evidence, signals = _evidence_texts(ranks, gate, flagged, explained_by, by_link, ev)
+    return _output(sig, "robust", score, flagged, evidence, signals, explained_by)
 
 
 def _quiet(row: dict) -> str:

@@ -64,12 +64,12 @@ import pandas as pd
 
 from ..classify import OTHER as _BUILTIN_LEFTOVER
 from ..classify import REGEX_LEFTOVER, SUBSTRING_LEFTOVER
+from ..constants import DEFAULT_SPEEDUP
 from ..dtypes import empty_frame, missing_if_negative
 from ..errors import DtraceError
 from ..options import Options
 
 KEYS = ["rank", "device"]
-DEFAULT_SPEEDUP = 1.2
 LEFTOVERS = (_BUILTIN_LEFTOVER, SUBSTRING_LEFTOVER, REGEX_LEFTOVER)
 TOP_CLASSES = 3
 NEG = -np.inf

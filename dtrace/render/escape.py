@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import csv
 import re
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a frame is escaped: printable() serves `dtrace --help`
+    import pandas as pd
 
 # C0 controls, DEL, C1 controls, and the invisible bidirectional marks/overrides/isolates
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -74,6 +76,8 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     Only columns holding text (object, string or categorical of strings) are checked, and only
     their distinct values, so this costs little on large tables.
     """
+    import pandas as pd
+
     out = df
     for c in df.columns:
         col = df[c]
@@ -107,8 +111,10 @@ def to_csv(df: pd.DataFrame) -> str:
     return, which readers would take as a line break, so when a text cell holds one, every text
     cell is quoted (``csv.QUOTE_NONNUMERIC``); numbers stay unquoted either way.
     """
+    from pandas.api.types import is_numeric_dtype
+
     safe = csv_frame(df)
-    text_cols = [c for c in safe.columns if not pd.api.types.is_numeric_dtype(safe[c])]
+    text_cols = [c for c in safe.columns if not is_numeric_dtype(safe[c])]
     has_cr = any(safe[c].astype(str).str.contains("\r", regex=False).any() for c in text_cols)
     return safe.to_csv(index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC if has_cr else csv.QUOTE_MINIMAL)
 

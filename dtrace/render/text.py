@@ -17,10 +17,10 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from ..constants import OUTPUT_FORMATS as FORMATS
 from ..units import TIME_UNITS, pick_unit
 from .escape import markdown_cell, printable, to_csv
 
-FORMATS = ("table", "csv", "json", "markdown")
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
 #: ``x_ns`` or a statistic of it (``x_ns_mean``; not ``x_ns_z``, a z-score).
