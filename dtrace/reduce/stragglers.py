@@ -679,7 +679,7 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
     explained = np.full(n, -1, np.int64)
     by_link = np.zeros(n, bool)
     link_suspects = [keys[i] for i in np.flatnonzero(gate_d)]
-    for i in cand:
+    for i in cand.tolist():
         if gate_b[i] or gate_d[i]:
             continue
         me = keys[i]
@@ -724,9 +724,9 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
             parts.append(ev.link(row))
             sigs.append("d")
         if is_expl[i]:
-            f = int(explained[i])
+            src = int(explained[i])
             how = "the slow link at that rank" if by_link[i] else "waiting for it"
-            parts.append(f"not a root cause: its late arrivals follow from rank {f} ({how})")
+            parts.append(f"not a root cause: its late arrivals follow from rank {src} ({how})")
         o = ev.op_outlier(row)
         if o and parts:
             parts.append(o)
