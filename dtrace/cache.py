@@ -46,8 +46,11 @@ import xxhash
 
 try:
     from isal.isal_zlib import IsalError
+
+    # isal's stub types the class IsalError as an instance
+    _ISAL_ERRORS: tuple[type[BaseException], ...] = (IsalError,)  # type: ignore[assignment]
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
-    IsalError = None
+    _ISAL_ERRORS = ()
 
 from .errors import DtraceError, InputError, NoGPUActivity
 from .fileio import atomic_write_bytes
@@ -452,7 +455,9 @@ def ingest(
                 device=part.device,
                 local_index=part.local_index,
                 n_events=part.events.num_rows,
-                **{k: os.path.join(d, v) for k, v in names.items()},
+                events=os.path.join(d, names["events"]),
+                collectives=os.path.join(d, names["collectives"]),
+                memcpy=os.path.join(d, names["memcpy"]),
             )
             for k, table in (("events", part.events), ("collectives", part.collectives), ("memcpy", part.memcpy)):
                 data = parquet_bytes(table)
@@ -474,7 +479,7 @@ UNDECODABLE: tuple[type[BaseException], ...] = (
     sqlite3.DatabaseError,
     zlib.error,
     EOFError,
-    *([IsalError] if IsalError is not None else []),
+    *_ISAL_ERRORS,
 )
 """Exceptions that by their type say an input's bytes cannot be decoded (text that is not UTF-8,
 a damaged SQLite database, a damaged compressed stream). A reader should say so itself; one that

@@ -36,9 +36,12 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
 from .errors import DtraceError, UsageError
+
+if TYPE_CHECKING:  # distributed is imported only when a cluster runs
+    from distributed import Future
 
 JOBQUEUE_CLUSTERS = ("slurm", "pbs")
 CLUSTER_COST_S = 2.5
@@ -248,7 +251,7 @@ class Engine:
         from distributed import as_completed
 
         results: dict[tuple[int, ...], Any] = {}
-        futures = {}
+        futures: dict[Future, tuple[tuple[int, ...], Any]] = {}
         for i, item in enumerate(items):
             f = self.client.submit(func, item, *args, pure=False, retries=self.spec.retries)
             futures[f] = ((i,), item)

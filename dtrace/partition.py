@@ -122,7 +122,7 @@ def analyze_partition(
     todo = list(ANALYSES) + list(analyses or [])
     res = PartitionResult(partition.index)
     key = resultstore.key(partition, options, todo) if store else None
-    if reuse and key is not None:
+    if reuse and store is not None and key is not None:
         tables, note = resultstore.load(store, key, todo, [(p.rank, p.device) for p in partition.parts])
         if tables is not None:
             res.tables, res.reused = tables, True
@@ -131,7 +131,7 @@ def analyze_partition(
             res.notes.append(note)
     tables, errors = _run(list(partition.parts), options, todo)
     res.tables, res.errors = tables, errors
-    if key is not None and not errors:
+    if store is not None and key is not None and not errors:
         note = resultstore.save(store, key, tables)
         if note:
             res.notes.append(note)

@@ -327,7 +327,7 @@ def clean_staging(out: str) -> list[str]:
 
     A staging folder whose lock a live run holds is left alone; links are removed, never followed.
     """
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(out))
     except OSError:

@@ -7,6 +7,9 @@ Every reader returns, per (rank, device), an Arrow table with at least the colum
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -220,7 +223,7 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
     return out
 
 
-def side_table(schema: pa.Schema, columns: dict[str, object]) -> pa.Table:
+def side_table(schema: pa.Schema, columns: Mapping[str, Collection[Any]]) -> pa.Table:
     """Build a side table of ``schema`` from the given columns; absent ones get their
     "unknown" value (``""`` for text, -1 for numbers).
 
@@ -230,14 +233,14 @@ def side_table(schema: pa.Schema, columns: dict[str, object]) -> pa.Table:
     >>> t.column("seq").to_pylist(), t.column("group").to_pylist()
     ([-1, -1], ['', ''])
     """
-    n = len(columns["row"])  # type: ignore[arg-type]
+    n = len(columns["row"])
     arrays = []
     for f in schema:
         values = columns.get(f.name)
         if pa.types.is_dictionary(f.type):
-            vals = [str(v) for v in values] if values is not None else [""] * n  # type: ignore[union-attr]
-            arrays.append(pa.array(vals, pa.string()).dictionary_encode().cast(f.type))
+            texts = [str(v) for v in values] if values is not None else [""] * n
+            arrays.append(pa.array(texts, pa.string()).dictionary_encode().cast(f.type))
         else:
-            vals = np.asarray(values if values is not None else np.full(n, -1), dtype=f.type.to_pandas_dtype())
-            arrays.append(pa.array(vals, f.type))
+            nums = np.asarray(values if values is not None else np.full(n, -1), dtype=f.type.to_pandas_dtype())
+            arrays.append(pa.array(nums, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -211,9 +211,9 @@ def choose(
     others = comp.drop(index=[k for k in flagged if k in comp.index]).sort_values(kind="stable")
     if len(others):
         if not flagged:
-            roles.setdefault(tuple(map(int, others.index[-1])), "slowest")
-        roles.setdefault(tuple(map(int, others.index[0])), "fastest")
-        roles.setdefault(tuple(map(int, others.index[(len(others) - 1) // 2])), "median")
+            roles.setdefault(_key(others.index[-1]), "slowest")
+        roles.setdefault(_key(others.index[0]), "fastest")
+        roles.setdefault(_key(others.index[(len(others) - 1) // 2]), "median")
     if ranks is not None:
         keys = []
         known = allp.set_index("rank")
@@ -232,6 +232,12 @@ def choose(
     unique_ranks = not chosen["rank"].duplicated().any()
     chosen["pid"] = chosen["rank"] if unique_ranks else chosen["rank"] * 1000 + chosen["device"]
     return Selection(parts=chosen, step=step, window=win, origin=origin)
+
+
+def _key(label: Any) -> tuple[int, int]:
+    """A (rank, device) index label as Python ints."""
+    rank, device = label
+    return int(rank), int(device)
 
 
 def _span(values: Sequence[int]) -> str:
@@ -295,7 +301,7 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     meta: list[dict[str, Any]] = []
     flows: list[pd.DataFrame] = []
     tracks = []
-    lo_all, hi_all = None, None
+    span_all: tuple[int, int] | None = None  # the GPU events' span over all parts
     for sort_index, row in enumerate(parts.itertuples(index=False)):
         key = (int(row.rank), int(row.device))
         cp = cached[key]
@@ -345,8 +351,7 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
             events += h_ev
             meta += h_meta
         if span is not None:
-            lo_all = span[0] if lo_all is None else min(lo_all, span[0])
-            hi_all = span[1] if hi_all is None else max(hi_all, span[1])
+            span_all = span if span_all is None else (min(span_all[0], span[0]), max(span_all[1], span[1]))
         if key in evidence and role == "straggler" and span is not None:
             text, score = evidence[key]
             events.append(
@@ -377,7 +382,7 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     window = (
         sel.window
         if sel.window is not None
-        else ((sel.origin + lo_all, sel.origin + hi_all) if lo_all is not None else None)
+        else ((sel.origin + span_all[0], sel.origin + span_all[1]) if span_all is not None else None)
     )
     return {
         "traceEvents": meta + events,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..batch import Batch
@@ -79,7 +80,9 @@ def infer_op(name: str) -> str:
 _COMPILED = tuple((re.compile(p, re.I), op) for p, op in OP_PATTERNS)
 
 
-def _side_column(side: pd.DataFrame, name: str, pos: np.ndarray, default: object, dtype: object) -> np.ndarray:
+def _side_column(
+    side: pd.DataFrame, name: str, pos: np.ndarray, default: str | int, dtype: npt.DTypeLike
+) -> np.ndarray:
     if name not in side.columns:
         return np.full(len(pos), default, dtype)
     col = side[name]

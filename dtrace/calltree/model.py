@@ -402,7 +402,7 @@ class Tree:
         t = B.grouped_union(inv.astype(np.int64), self.start_ns[gg], self.end_ns[gg], nodes.size)
         return dict(zip(nodes.tolist(), t.tolist()))
 
-    def _op_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _op_pairs(self) -> tuple[np.ndarray, np.ndarray, int]:
         """(op node, GPU node) pairs for every launcher above every linked GPU event — its
         launcher (:meth:`launcher`) first, then the cpu_ops above that — and the index where
         the direct pairs (launcher) end. Every linked GPU event has exactly one direct pair."""

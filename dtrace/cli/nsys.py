@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DtraceError, UsageError
 from ..render.escape import printable
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = _inputs_from_files(args.inputs, args)
     classifier = classifier_of(config, os.path.abspath(args.classmap) if args.classmap else None)
-    texts, tables, entries, failed = [], [], [], 0
+    texts, tables, failed = [], [], 0
+    entries: list[dict[str, Any]] = []  # one per input, for the saved results' manifest
     for inp in config.inputs:
         paths = [p for p in (inp.kernel_sum, inp.mem_time_sum, inp.nvtx_proj_trace, inp.report) if p]
         try:

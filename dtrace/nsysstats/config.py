@@ -25,7 +25,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import UsageError
 
@@ -45,6 +45,15 @@ class StatsInput:
     iters: int = 1
     gpus: int | None = None  # None: the report's (process, device) parts
     nvtx_tag: str | None = None
+
+
+class _Common(TypedDict):
+    """The :class:`StatsInput` fields every input format shares."""
+
+    title: str
+    iters: int
+    gpus: int | None
+    nvtx_tag: str | None
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ def _input(i: int, entry: Any, base: str, path: str) -> StatsInput:
     if not isinstance(args, dict):
         raise UsageError(f"{where}: 'analysis_args' must be an object")
     title = str(entry.get("title") or f"input {i}")
-    common = dict(
+    common = _Common(
         title=title,
         iters=_int(args.get("num_of_iters"), 1, f"{where}.analysis_args.num_of_iters") or 1,
         gpus=_int(args.get("num_of_gpus"), None, f"{where}.analysis_args.num_of_gpus"),

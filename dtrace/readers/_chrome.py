@@ -37,7 +37,7 @@ import functools
 import os
 import re
 import zlib
-from typing import Any, Iterator, TypeVar
+from typing import Any, Generator, Iterator
 
 import msgspec
 import numpy as np
@@ -45,7 +45,6 @@ import numpy as np
 from ..errors import InputError, InputTooLarge
 from ._io import BLOCK, Content, format_size, open_regular
 
-T = TypeVar("T")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
 _WS_RUN = re.compile(rb"[ \t\r\n]*")
@@ -113,7 +112,9 @@ def skip_ws(buf: bytearray, pos: int, end: int) -> int:
     (4, 10000)
     """
     stop = min(end, pos + _SHORT_WS)
-    i = _WS_RUN.match(buf, pos, stop).end()
+    run = _WS_RUN.match(buf, pos, stop)
+    assert run is not None  # the pattern (a '*' run) also matches the empty string
+    i = run.end()
     if i < stop or i == end:
         return i
     while i < end:
@@ -220,7 +221,7 @@ class ChromeTrace:
         self,
         path: str | os.PathLike[str],
         event_type: Any,
-        meta_type: type[T],
+        meta_type: type,
         block: int = BLOCK,
         *,
         max_event: int = MAX_EVENT,
@@ -338,7 +339,7 @@ class ChromeTrace:
         w.lo = m.end() - 1  # the '[' of the array
         return self._decode_meta(prefix.rstrip(_WS).rstrip(b",") + b"}", "the keys before traceEvents"), False
 
-    def _events(self, w: _Window) -> Iterator[list[Any]]:
+    def _events(self, w: _Window) -> Generator[list[Any], None, bytes | None]:
         """Yield the events in chunks. Returns the text after the array if the content ended
         inside this step, else None (``w.lo`` is then just past the array's ``]``)."""
         after_event = False  # the last event was decoded; a ',' or the closing ']' comes next

@@ -11,18 +11,19 @@ import gzip
 import io
 import os
 import stat
+import types
 import zlib
-from typing import BinaryIO
 
 import xxhash
 
 from ..errors import InputTooLarge, NotRegularFile
 from ..units import format_size
 
+_gzip: types.ModuleType  # isal's igzip or the stdlib's gzip: the same GzipFile API
 try:  # isal's gzip is ~1.7x faster than zlib's; fall back silently to the stdlib
     from isal import igzip as _gzip
 except ImportError:  # pragma: no cover - isal is a dependency, but keep working without it
-    _gzip = gzip  # type: ignore[assignment]
+    _gzip = gzip
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -64,7 +65,7 @@ def refusal(path: str | os.PathLike[str]) -> str | None:
     return None if what is None else f"is {what}, not a regular file: refused without reading it"
 
 
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
     """Open ``path`` for binary reading if it is a regular file; raise :class:`NotRegularFile` otherwise.
 
     The type is checked twice: with ``stat`` before opening (a FIFO is never opened, so nothing
@@ -117,7 +118,7 @@ def is_gzip(path: str | os.PathLike[str]) -> bool:
 class HashingReader(io.RawIOBase):
     """Wrap a binary file and hash every byte read through it (the file's fingerprint)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: io.BufferedReader) -> None:
         self._f = f
         self.hash = xxhash.xxh3_128()
 

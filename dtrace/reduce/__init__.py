@@ -8,6 +8,7 @@ declare their columns in :data:`DECLARED` and are cast to them by the same
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable
 
 import pandas as pd
@@ -33,7 +34,7 @@ REDUCERS: list[tuple[str, Reducer]] = [
     ("whatif", _whatif.reduce_whatif),  # whatif (after collectives and stragglers)
 ]
 
-DECLARED: dict[str, dict[str, object]] = {
+DECLARED: dict[str, Mapping[str, object]] = {
     "kernels_xrank": _kx.KERNELS_XRANK_COLUMNS,
     "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
     "ops_xrank": _ox.XRANK_COLUMNS,

@@ -131,8 +131,8 @@ def kernels_xrank(tables: dict[str, pd.DataFrame], options: Options) -> dict[str
         res = spread.set_index("name")
         res["class"] = first["class"]
         res["category"] = first["category"]
-        for c in ("mean_ns", "std_ns", "min_ns", "max_ns"):
-            res[c] = pooled[c]
+        for col in ("mean_ns", "std_ns", "min_ns", "max_ns"):
+            res[col] = pooled[col]
         res["time_share"] = res["total_ns"] / max(float(k["total_ns"].sum()), 1.0)
         res = res.reset_index()
         out["kernels_xrank"] = (

@@ -125,7 +125,7 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     if classes is not None and len(classes) and "class" in classes.columns:
         wide = classes.pivot_table(index=KEYS, columns="class", values="total_ns", aggfunc="sum", fill_value=0)
         wide = wide.reindex(idx).fillna(0)
-        cols = {}
+        cols: dict[str, np.ndarray] = {}
         for c in wide.columns:
             name = _class_column(c)
             cols[name] = cols.get(name, 0) + wide[c].to_numpy(np.int64)

@@ -279,8 +279,8 @@ def heatmap(
     colors = color_scale(t.ravel())
     marked = np.array(list(mark_rows) if mark_rows is not None else [False] * n_r, dtype=bool)
     near = np.zeros(n_r, dtype=bool)  # grid labels give way to the marked rows' labels
-    for i in np.flatnonzero(marked):
-        near[max(0, i - row_every + 1) : i + row_every] = True
+    for r in np.flatnonzero(marked).tolist():
+        near[max(0, r - row_every + 1) : r + row_every] = True
     for i in range(n_r):
         y = top + i * ch
         if marked[i]:
@@ -326,9 +326,9 @@ def heatmap(
 
 def histogram(
     chart_id: str,
-    lo: Sequence[float],
-    hi: Sequence[float],
-    counts: Sequence[float],
+    lo: Sequence[float] | np.ndarray,
+    hi: Sequence[float] | np.ndarray,
+    counts: Sequence[float] | np.ndarray,
     *,
     edge_fmt: Callable[[float], str] = fmt_time,
     log_x: bool = False,

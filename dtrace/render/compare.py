@@ -219,7 +219,9 @@ def _sec_runs(runs: Sequence[tuple[str, Results]], walls: Mapping[str, float]) -
 
 
 def _sec_breakdown(runs: Sequence[tuple[str, Results]], walls: Mapping[str, float]) -> str:
-    labels, series, missing = [], {lab: [] for lab, _ in BREAKDOWN_PARTS}, []
+    labels: list[str] = []
+    missing: list[str] = []
+    series: dict[str, list[float]] = {lab: [] for lab, _ in BREAKDOWN_PARTS}
     series["non-GPU"] = []
     clamped = []
     for label, res in runs:
