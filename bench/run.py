@@ -1,4 +1,4 @@
-"""dtrace benchmark suite: the SPEC §7 performance budgets, measured against the peers.
+"""dtrace benchmark suite: the performance budgets, measured against the peers.
 
 Usage::
 
@@ -460,7 +460,7 @@ def report(
         "",
     ]
     lines += fmt_table(list(cases.values()))
-    lines += ["", "## SPEC §7 targets", "", "| target | measured | |", "|---|---|---|"]
+    lines += ["", "## Targets", "", "| target | measured | |", "|---|---|---|"]
     for name, measured, ok in targets(cases):
         lines.append(f"| {name} | {measured} | {'met' if ok else '**missed**'} |")
     lines += [

@@ -36,11 +36,12 @@ from .reduce.stragglers import check_method
 from .results import Results, check_results_dir, write_results
 from .summaries import add_summaries, note_summaries, split_summaries
 
-PARSE_BYTES_PER_S = 70e6
+PARSE_BYTES_PER_S = 80e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before
-choosing where to run it (fitted on real and generated Kineto ranks of 0.3 and 1.8 MB)."""
-PARSE_FILE_S = 0.004
-"""Rough fixed cost of one input (open, decode set-up, cache entry, its part's analyses)."""
+choosing where to run it (fitted on the cold in-process runs of bench/many_ranks.py: Kineto
+ranks of 0.28 and 1.8 MB took 15 and 34 worker-ms each, ingest and analysis together)."""
+PARSE_FILE_S = 0.012
+"""Rough fixed cost of one input (open, fingerprint, decode set-up, cache entry, its part's analyses)."""
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
 
