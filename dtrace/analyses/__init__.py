@@ -27,6 +27,19 @@ from . import ranges as _ranges
 from . import segments as _seg
 
 _KEYS = {"rank": I32, "device": I32}
+#: the statistics of the idle gaps of a stream (``gaps``) or a device (``device_gaps``)
+_GAP_STATS = {
+    "events": I64,
+    "span_ns": I64,
+    "gaps": I64,
+    "idle_ns": I64,
+    "mean_ns": I64,
+    "min_ns": I64,
+    "max_ns": I64,
+    "std_ns": I64,
+    **{f"{c}_ns": I64 for c in _gaps.CAUSES},
+    **{f"{c}_gaps": I64 for c in _gaps.CAUSES},
+}
 _BD = {c: I64 for c in _bd.VALUE_COLUMNS}
 _ITER = {"iters": I64, "count_per_iter": F64, "total_per_iter_ns": I64}
 
@@ -137,16 +150,7 @@ ANALYSES: list[Analysis] = [
         {
             **_KEYS,
             "stream": I64,
-            "events": I64,
-            "span_ns": I64,
-            "gaps": I64,
-            "idle_ns": I64,
-            "mean_ns": I64,
-            "min_ns": I64,
-            "max_ns": I64,
-            "std_ns": I64,
-            **{f"{c}_ns": I64 for c in _gaps.CAUSES},
-            **{f"{c}_gaps": I64 for c in _gaps.CAUSES},
+            **_GAP_STATS,
         },
     ),
     Analysis(
@@ -154,16 +158,7 @@ ANALYSES: list[Analysis] = [
         _gaps.device_gap_stats,
         {
             **_KEYS,
-            "events": I64,
-            "span_ns": I64,
-            "gaps": I64,
-            "idle_ns": I64,
-            "mean_ns": I64,
-            "min_ns": I64,
-            "max_ns": I64,
-            "std_ns": I64,
-            **{f"{c}_ns": I64 for c in _gaps.CAUSES},
-            **{f"{c}_gaps": I64 for c in _gaps.CAUSES},
+            **_GAP_STATS,
         },
     ),
     Analysis(

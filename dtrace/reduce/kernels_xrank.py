@@ -20,10 +20,8 @@ import pandas as pd
 from ..dtypes import NI64, as_declared, conform, empty_frame
 from ..options import Options
 
-KERNELS_XRANK_COLUMNS = {
-    "name": "object",
-    "class": "object",
-    "category": "object",
+#: totals over the parts where a kernel (or class) ran, and the parts that spent the most and least on it
+_SPREAD = {
     "parts": "int64",
     "count": "int64",
     "total_ns": "int64",
@@ -35,26 +33,18 @@ KERNELS_XRANK_COLUMNS = {
     "min_rank": "int32",
     "min_device": "int32",
     "mean_ns": "int64",
+}
+KERNELS_XRANK_COLUMNS = {
+    "name": "object",
+    "class": "object",
+    "category": "object",
+    **_SPREAD,
     "std_ns": "Int64",
     "min_ns": "Int64",
     "max_ns": "Int64",
     "time_share": "float64",
 }
-CLASSES_XRANK_COLUMNS = {
-    "class": "object",
-    "parts": "int64",
-    "count": "int64",
-    "total_ns": "int64",
-    "total_ns_mean": "int64",
-    "total_ns_min": "int64",
-    "total_ns_max": "int64",
-    "max_rank": "int32",
-    "max_device": "int32",
-    "min_rank": "int32",
-    "min_device": "int32",
-    "mean_ns": "int64",
-    "time_share": "float64",
-}
+CLASSES_XRANK_COLUMNS = {"class": "object", **_SPREAD, "time_share": "float64"}
 
 
 def pool(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
