@@ -14,6 +14,8 @@ over all groups at once, with the lengths of each group summed back by position.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -56,16 +58,7 @@ def breakdown_values(start: np.ndarray, end: np.ndarray, category: np.ndarray) -
     exposed_mem = m - overlap(mem, merge(comp, comm))
     busy = c + exposed_comm + exposed_mem
     total = int(end.max() - start.min())
-    return {
-        "computation_ns": c,
-        "exposed_comm_ns": exposed_comm,
-        "exposed_memcpy_ns": exposed_mem,
-        "busy_ns": busy,
-        "idle_ns": total - busy,
-        "total_ns": total,
-        "comm_ns": k,
-        "memcpy_ns": m,
-    }
+    return _figures(c, k, m, exposed_comm, exposed_mem, busy, total)
 
 
 def category_masks(category: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -113,16 +106,7 @@ def grouped_breakdown(
     lo = min_by(group, start, n_groups, big)
     hi = max_by(group, end, n_groups, -big - 1)
     total = np.where(lo <= hi, hi - lo, 0).astype(I64)
-    return {
-        "computation_ns": c,
-        "exposed_comm_ns": exposed_comm,
-        "exposed_memcpy_ns": exposed_mem,
-        "busy_ns": busy,
-        "idle_ns": total - busy,
-        "total_ns": total,
-        "comm_ns": k,
-        "memcpy_ns": m,
-    }
+    return _figures(c, k, m, exposed_comm, exposed_mem, busy, total)
 
 
 def _values(g: pd.DataFrame, group: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -190,3 +174,19 @@ def steps(batch: Batch) -> pd.DataFrame:
     df["host_ns"] = np.where(j >= 0, length[np.maximum(j, 0)] if len(length) else 0, 0).astype(I64)
     df["events"] = counts
     return df
+
+
+def _figures(
+    computation: Any, comm: Any, memcpy: Any, exposed_comm: Any, exposed_memcpy: Any, busy: Any, total: Any
+) -> dict[str, Any]:
+    """The breakdown's columns (scalars for one part or arrays for many): idle is what is not busy."""
+    return {
+        "computation_ns": computation,
+        "exposed_comm_ns": exposed_comm,
+        "exposed_memcpy_ns": exposed_memcpy,
+        "busy_ns": busy,
+        "idle_ns": total - busy,
+        "total_ns": total,
+        "comm_ns": comm,
+        "memcpy_ns": memcpy,
+    }
