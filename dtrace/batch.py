@@ -28,6 +28,9 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 ``collectives``, ``memcpy``
     the readers' side tables with ``part`` (``row`` is the event's row within its part), limited
     to the GPU events kept.
+``side``
+    every side table of :data:`~dtrace.schema.SIDE_SCHEMAS` by name (``collectives`` and
+    ``memcpy`` as above; the others whole, with ``part``): :meth:`Batch.side_table`.
 
 Semantics of the preparation (they match the definitions in the README): a GPU event's launch
 is the host runtime call with the same correlation id in the same part (first one wins);
@@ -54,6 +57,7 @@ The part's ``clipped_events``/``clipped_ns`` count what was cut; ``rocm`` says w
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +98,17 @@ class Batch:
     memcpy: pd.DataFrame
     options: Options
     meta: dict[str, Any] = field(default_factory=dict)
+    side: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def side_table(self, name: str) -> pd.DataFrame:
+        """The side table ``name`` of every part (its columns, then ``part``), empty with those columns
+        if no part has it."""
+        from .schema import SIDE_SCHEMAS
+
+        if name in self.side:
+            return self.side[name]
+        schema = SIDE_SCHEMAS[name]  # an unregistered name is a KeyError
+        return empty_frame({**{f.name: _pandas_dtype(f.type) for f in schema}, "part": "int32"})
 
     @property
     def n_parts(self) -> int:
@@ -164,9 +179,13 @@ def _names(col: pd.Series) -> pd.Series:
     return col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
 
 
-def prepare(
-    events: pd.DataFrame, collectives: pd.DataFrame, memcpy: pd.DataFrame, parts: pd.DataFrame, options: Options
-) -> Batch:
+def _pandas_dtype(t: Any) -> Any:
+    import pyarrow as pa
+
+    return object if pa.types.is_dictionary(t) or pa.types.is_string(t) else t.to_pandas_dtype()
+
+
+def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.DataFrame, options: Options) -> Batch:
     """Build the :class:`Batch` of one partition (pure: copies what it changes).
 
     Parameters
@@ -174,8 +193,9 @@ def prepare(
     events
         The event tables of the partition's parts concatenated, with ``part`` (index into
         ``parts``) and ``row`` (the event's row within its part's table).
-    collectives, memcpy
-        The side tables with ``part`` and ``row``.
+    side
+        The side tables by name, each with ``part`` (and ``row`` where it describes events);
+        ``collectives`` and ``memcpy`` are required.
     parts
         One row per part with :data:`PART_COLUMNS`.
     options
@@ -267,14 +287,16 @@ def prepare(
     parts["clipped_ns"] = clipped_ns
     parts["steps"] = count_by(steps["part"].to_numpy(I64), n_parts)
     kept = (gpu["part"].to_numpy(I64), gpu["row"].to_numpy(I64))
+    on_gpu = {k: _side_rows(side[k], kept) for k in ("collectives", "memcpy")}
     return Batch(
         parts=parts,
         gpu=gpu,
         host=host,
         steps=steps,
-        collectives=_side_rows(collectives, kept),
-        memcpy=_side_rows(memcpy, kept),
+        collectives=on_gpu["collectives"],
+        memcpy=on_gpu["memcpy"],
         options=options,
+        side={**side, **on_gpu},
     )
 
 
@@ -464,17 +486,19 @@ def prepare_part(
     fmt: str,
     options: Options,
     base_ns: int = 0,
+    side: Mapping[str, pd.DataFrame] | None = None,
 ) -> Batch:
     """The :class:`Batch` of a single (rank, device) part given as pandas frames (tests, quick views).
 
-    ``events`` follows the event schema (its ``rank`` column is ignored); the side tables are
-    keyed by the event's row in ``events``.
+    ``events`` follows the event schema (its ``rank`` column is ignored); the side tables
+    (``collectives``, ``memcpy`` and the further ones in ``side``) are keyed by the event's row
+    in ``events``.
     """
     ev = events.reset_index(drop=True).copy()
     ev["part"] = np.zeros(len(ev), np.int32)
     ev["row"] = np.arange(len(ev), dtype=I64)
-    coll = collectives.assign(part=np.zeros(len(collectives), np.int32))
-    mem = memcpy.assign(part=np.zeros(len(memcpy), np.int32))
+    tables = {**(side or {}), "collectives": collectives, "memcpy": memcpy}
+    side_frames = {k: t.assign(part=np.zeros(len(t), np.int32)) for k, t in tables.items()}
     parts = pd.DataFrame(
         {
             "part": np.zeros(1, np.int32),
@@ -484,4 +508,4 @@ def prepare_part(
             "base_ns": np.array([base_ns], I64),
         }
     )
-    return prepare(ev, coll, mem, parts, options)
+    return prepare(ev, side_frames, parts, options)

@@ -1,10 +1,12 @@
 """The ingest cache: each input parsed once into Parquet, reused while the source is unchanged.
 
 Layout: ``CACHE/<key>/`` per source file (``key`` from its absolute path) with
-``events-p<index>-d<device>.parquet``, ``collectives-...``, ``memcpy-...`` (one per part)
-and ``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, the
-fingerprint of every cached file, and a fingerprint of the record itself). ``source.json`` is
-written last and atomically, so an entry is either complete or absent.
+``events-p<index>-d<device>.parquet``, ``collectives-...``, ``memcpy-...`` (one per part), a
+file per further side table of :data:`~dtrace.schema.SIDE_SCHEMAS` the part has rows in, and
+``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, the side tables
+registered when it was written, the fingerprint of every cached file, and a fingerprint of the
+record itself). ``source.json`` is written last and atomically, so an entry is either complete
+or absent; an entry written when other side tables were registered is parsed again.
 
 Reuse is decided by content, not trust: an entry is reused only if its input still has the
 recorded size, mtime and **fingerprint** (a 128-bit xxh3 hash of the whole file, computed at
@@ -56,12 +58,14 @@ from .errors import DtraceError, InputError, NoGPUActivity
 from .fileio import atomic_write_bytes
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
-from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
+from .readers.base import PartTables
+from .schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
-_PART_FILE = re.compile(r"^(events|collectives|memcpy)-p\d{1,6}-d-?\d{1,9}\.parquet$")
+_PART_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})-p\d{1,6}-d-?\d{1,9}\.parquet$")
+_ALWAYS = ("events", "collectives", "memcpy")  # written for every part; other side tables when not empty
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -74,6 +78,11 @@ class PartRecord:
     memcpy: str
     n_events: int
     checksums: dict[str, str] = field(default_factory=dict)  # file name -> xxh3 of its bytes
+    side: dict[str, str] = field(default_factory=dict)  # further side table -> its file (tables with rows only)
+
+    def side_paths(self) -> dict[str, str]:
+        """Every side table's cached file by name (``collectives``, ``memcpy``, then the others)."""
+        return {"collectives": self.collectives, "memcpy": self.memcpy, **self.side}
 
 
 @dataclass
@@ -97,8 +106,10 @@ class FileRecord:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         for p in d["parts"]:  # names only: an entry never points outside its folder
-            for k in ("events", "collectives", "memcpy"):
+            for k in _ALWAYS:
                 p[k] = os.path.basename(p[k])
+            p["side"] = {k: os.path.basename(v) for k, v in p["side"].items()}
+        d["side_tables"] = sorted(SIDE_SCHEMAS)
         for k in ("error", "error_type", "cached", "notes"):
             d.pop(k)
         return d
@@ -197,8 +208,8 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
     if file_fingerprint(apath) != rec.fingerprint:
         return None, f"{apath}: content changed although size and mtime did not; parsing again"
     for part in rec.parts:
-        for kind in _TABLES:
-            name = os.path.basename(getattr(part, kind))
+        for kind, path in {"events": part.events, **part.side_paths()}.items():
+            name = os.path.basename(path)
             try:
                 data = read_file(os.path.join(d, name))
             except OSError:
@@ -213,10 +224,6 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
     return rec, None
 
 
-_TABLES = ("events", "collectives", "memcpy")
-_SCHEMAS = {"events": EVENT_SCHEMA, "collectives": COLLECTIVE_SCHEMA, "memcpy": MEMCPY_SCHEMA}
-
-
 def _check_parquet(data: bytes, kind: str, rows: int | None) -> None:
     """Check that ``data`` is a Parquet file of a ``kind`` table (its footer only: the columns
     and their types, and ``rows`` rows if given); raise ValueError or ArrowException if not.
@@ -227,7 +234,7 @@ def _check_parquet(data: bytes, kind: str, rows: int | None) -> None:
     """
     f = pq.ParquetFile(pa.BufferReader(data))
     schema = f.schema_arrow
-    for want in _SCHEMAS[kind]:
+    for want in EVENT_SCHEMA if kind == "events" else SIDE_SCHEMAS[kind]:
         i = schema.get_field_index(want.name)
         if i < 0 or schema.field(i).type != want.type:
             raise ValueError(f"column {want.name!r} missing or not {want.type}")
@@ -279,14 +286,20 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
             raise TypeError(f"field {k!r} is not {t.__name__}")
     if r.get("rank_hint") is not None and (not isinstance(r["rank_hint"], int) or isinstance(r["rank_hint"], bool)):
         raise TypeError("field 'rank_hint' is not an int")
+    if r.get("side_tables") != sorted(SIDE_SCHEMAS):
+        raise _OtherVersion()  # written when other side tables were registered: parse again
     sums: dict[str, str] = {}
     parts = []
     for p in r["parts"]:
         if not isinstance(p, dict):
             raise TypeError("a part is not an object")
-        names = {k: p[k] for k in _TABLES}
+        side = p.get("side")
+        if not isinstance(side, dict) or not set(side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
+            raise ValueError("part field 'side' is not an object of side tables")
+        names = {**{k: p[k] for k in _ALWAYS}, **side}
         for k, name in names.items():
-            if not isinstance(name, str) or not _PART_FILE.match(name) or not name.startswith(k):
+            m = _PART_FILE.match(name) if isinstance(name, str) else None
+            if m is None or m.group(1) != k:
                 raise ValueError(f"invalid part file name {name!r}")
         cs = p.get("checksums")
         if (
@@ -305,7 +318,10 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
                 local_index=p["local_index"],
                 n_events=p["n_events"],
                 checksums=dict(cs),
-                **{k: os.path.join(d, v) for k, v in names.items()},
+                events=os.path.join(d, names["events"]),
+                collectives=os.path.join(d, names["collectives"]),
+                memcpy=os.path.join(d, names["memcpy"]),
+                side={k: os.path.join(d, v) for k, v in side.items()},
             )
         )
     rec = FileRecord(
@@ -322,21 +338,23 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
     return rec, sums
 
 
-def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """The cached event, collective and memcpy tables of a part, each checked whole.
+def read_part_tables(spec: Any) -> PartTables:
+    """The cached event table and side tables of a part, each checked whole.
 
-    ``spec`` has ``events``, ``collectives``, ``memcpy`` paths and ``checksums`` (file name →
-    fingerprint). Raises :class:`InputError` naming the input when a file is damaged.
+    ``spec`` has ``events``, ``collectives``, ``memcpy`` paths, ``side`` (further side table →
+    path, as pairs or a dict) and ``checksums`` (file name → fingerprint). Raises
+    :class:`InputError` naming the input when a file is damaged.
     """
-    out = []
-    for path in (spec.events, spec.collectives, spec.memcpy):
+    paths = {"events": spec.events, "collectives": spec.collectives, "memcpy": spec.memcpy, **dict(spec.side)}
+    out: dict[str, pa.Table] = {}
+    for kind, path in paths.items():
         name = os.path.basename(path)
         try:
             data = read_file(path)
             want = dict(spec.checksums or ()).get(name)
             if want is not None and fingerprint_bytes(data) != want:
                 raise OSError(errno.EIO, "content does not match its fingerprint")
-            out.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
+            out[kind] = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         except (OSError, pa.ArrowException) as exc:
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             _drop_entry(os.path.dirname(path))
@@ -344,7 +362,7 @@ def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
                 spec.path,
                 f"its cached {name} is damaged ({msg}); run again (it will be parsed again) or pass --no-cache",
             ) from None
-    return out[0], out[1], out[2]
+    return PartTables(out.pop("events"), {k: out[k] if k in out else empty_side(k) for k in SIDE_SCHEMAS})
 
 
 def _drop_entry(d: str) -> None:
@@ -450,7 +468,10 @@ def ingest(
         rec.fingerprint = rec.meta.pop("fingerprint", "") or file_fingerprint(apath)
         for part in tf.parts:
             # keyed by position too: processes of one nsys report may share a device id
-            names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in ("events", "collectives", "memcpy")}
+            tables = {
+                k: t for k, t in {"events": part.events, **part.side_tables()}.items() if k in _ALWAYS or t.num_rows
+            }
+            names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in tables}
             pr = PartRecord(
                 device=part.device,
                 local_index=part.local_index,
@@ -458,8 +479,9 @@ def ingest(
                 events=os.path.join(d, names["events"]),
                 collectives=os.path.join(d, names["collectives"]),
                 memcpy=os.path.join(d, names["memcpy"]),
+                side={k: os.path.join(d, names[k]) for k in tables if k not in _ALWAYS},
             )
-            for k, table in (("events", part.events), ("collectives", part.collectives), ("memcpy", part.memcpy)):
+            for k, table in tables.items():
                 data = parquet_bytes(table)
                 pr.checksums[names[k]] = fingerprint_bytes(data)
                 _atomic_write_bytes(os.path.join(d, names[k]), data)

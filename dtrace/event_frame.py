@@ -168,7 +168,7 @@ def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) 
     """The events of one partition as the public event frame (the task :func:`events` maps)."""
     from .partition import load_tables, parts_frame
 
-    ev, _, _ = load_tables(partition.parts)
+    ev, _ = load_tables(partition.parts)
     return event_frame(ev, parts_frame(partition.parts), columns)
 
 

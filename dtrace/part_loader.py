@@ -43,10 +43,12 @@ def _from_file(
     r = rank if rank is not None else (file_rank if file_rank is not None else 0)
     if tf.rank_per_device:
         r = r + part.local_index
+    side = {k: t.to_pandas() for k, t in part.side_tables().items()}
     return prepare_part(
         part.events.to_pandas(),
-        part.collectives.to_pandas(),
-        part.memcpy.to_pandas(),
+        side.pop("collectives"),
+        side.pop("memcpy"),
+        side=side,
         rank=int(r),
         device=int(part.device),
         fmt=tf.format,
@@ -77,11 +79,13 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
-            ev, coll, mem = read_part_tables(part_spec(rec, part, r))
+            tables = read_part_tables(part_spec(rec, part, r))
+            side = {k: t.to_pandas() for k, t in tables.side.items()}
             return prepare_part(
-                ev.to_pandas(),
-                coll.to_pandas(),
-                mem.to_pandas(),
+                tables.events.to_pandas(),
+                side.pop("collectives"),
+                side.pop("memcpy"),
+                side=side,
                 rank=r,
                 device=d,
                 fmt=rec.format,

@@ -28,6 +28,8 @@ from .intervals import AxisOverflow
 from .layout import PartitionSpec
 from .options import Options
 from .plan import PartSpec
+from .readers.base import PartTables
+from .schema import SIDE_SCHEMAS
 
 
 def ingest_files(
@@ -57,22 +59,23 @@ def parts_frame(specs: Sequence[PartSpec]) -> pd.DataFrame:
 
 
 def concat_parts(
-    tables: Sequence[tuple[pa.Table, pa.Table, pa.Table]],
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The event, collective and memcpy tables of several parts as one pandas frame each.
+    tables: Sequence[PartTables],
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The event table and each side table of several parts as one pandas frame each.
 
     Adds ``part`` (position in ``tables``) and, to the events, ``row`` (the event's row in its
     part's table). Names and kinds stay dictionary-encoded (one categorical per column, the
     parts' dictionaries unified once).
     """
-    ev_tables, coll, mem = [], [], []
-    for i, (ev, c, m) in enumerate(tables):
-        n = ev.num_rows
-        ev = ev.append_column("part", pa.array(np.full(n, i, np.int32)))
+    ev_tables: list[pa.Table] = []
+    side: dict[str, list[pa.Table]] = {k: [] for k in SIDE_SCHEMAS}
+    for i, t in enumerate(tables):
+        n = t.events.num_rows
+        ev = t.events.append_column("part", pa.array(np.full(n, i, np.int32)))
         ev_tables.append(ev.append_column("row", pa.array(np.arange(n, dtype=np.int64))))
-        coll.append(c.append_column("part", pa.array(np.full(c.num_rows, i, np.int32))))
-        mem.append(m.append_column("part", pa.array(np.full(m.num_rows, i, np.int32))))
-    return _to_pandas(ev_tables), _to_pandas(coll), _to_pandas(mem)
+        for k, s in t.side.items():
+            side[k].append(s.append_column("part", pa.array(np.full(s.num_rows, i, np.int32))))
+    return _to_pandas(ev_tables), {k: _to_pandas(v) for k, v in side.items()}
 
 
 def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
@@ -83,14 +86,14 @@ def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
     return df
 
 
-def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The cached tables of the parts of one partition, concatenated (see :func:`concat_parts`)."""
     return concat_parts([read_part_tables(s) for s in specs])
 
 
 def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:
-    ev, coll, mem = load_tables(specs)
-    return prepare(ev, coll, mem, parts_frame(specs), options)
+    ev, side = load_tables(specs)
+    return prepare(ev, side, parts_frame(specs), options)
 
 
 # -- analysis --------------------------------------------------------------------------------

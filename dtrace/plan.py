@@ -159,6 +159,7 @@ class PartSpec:
     n_events: int = 0
     local_index: int = 0
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
+    side: tuple[tuple[str, str], ...] = ()  # (further side table, its cached file), tables with rows only
 
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
@@ -176,6 +177,7 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
         n_events=part.n_events,
         local_index=part.local_index,
         checksums=tuple(sorted(part.checksums.items())),
+        side=tuple(sorted(part.side.items())),
     )
 
 

@@ -16,7 +16,16 @@ import pyarrow as pa
 from .constants import GPU_KINDS, KIND_CODES, KINDS
 from .errors import InputError
 
-__all__ = ["KINDS", "GPU_KINDS", "KIND_CODES", "KIND_DICT", "EVENT_SCHEMA", "COLLECTIVE_SCHEMA", "MEMCPY_SCHEMA"]
+__all__ = [
+    "KINDS",
+    "GPU_KINDS",
+    "KIND_CODES",
+    "KIND_DICT",
+    "EVENT_SCHEMA",
+    "COLLECTIVE_SCHEMA",
+    "MEMCPY_SCHEMA",
+    "SIDE_SCHEMAS",
+]
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 KIND_DICT = pa.array(list(KINDS), pa.string())
@@ -65,6 +74,24 @@ MEMCPY_SCHEMA = pa.schema(
         ("bytes", pa.int64()),  # -1 if unknown
     ]
 )
+
+SIDE_SCHEMAS: dict[str, pa.Schema] = {
+    "collectives": COLLECTIVE_SCHEMA,
+    "memcpy": MEMCPY_SCHEMA,
+}
+"""Every per-part side table a reader may fill, by name (an absent one reads as empty).
+
+A side table keyed by ``row`` (its first column) describes events of the part's event table (the
+event at that row); one without ``row`` holds records of its own (instant events, counters). Adding
+a side table is one schema and one line here: the cache stores it beside the events, the
+partition's :class:`~dtrace.batch.Batch` carries it (``batch.side[name]``) with a ``part`` column.
+"""
+
+
+def empty_side(name: str) -> pa.Table:
+    """The empty side table ``name`` (an unknown name is a KeyError)."""
+    return SIDE_SCHEMAS[name].empty_table()
+
 
 DTYPE_BYTES = {
     "float": 4,

@@ -27,9 +27,9 @@ def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[
     for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
         tf = detect(f).read(f)
         p = tf.parts[0]
-        tables.append((p.events, p.collectives, p.memcpy))
+        tables.append(p.tables())
         meta.append((tf.rank_hint, p.device, tf.format))
-    ev, coll, mem = concat_parts(tables)
+    ev, side = concat_parts(tables)
     parts = pd.DataFrame(
         {
             "part": np.arange(len(meta), dtype=np.int32),
@@ -39,7 +39,7 @@ def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[
             "base_ns": np.zeros(len(meta), np.int64),
         }
     )
-    return run_analyses(prepare(ev, coll, mem, parts, options), only=need)
+    return run_analyses(prepare(ev, side, parts, options), only=need)
 
 
 def reduce(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

@@ -52,7 +52,7 @@ def _parts_of(path: str, first_rank: int):
                 "device": p.device,
                 "format": tf.format,
                 "base_ns": int(tf.meta.get("base_time_ns") or 0),
-                "tables": (p.events, p.collectives, p.memcpy),
+                "tables": p.tables(),
             }
         )
     return out
@@ -92,7 +92,7 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
 
 def _check(parts: list[dict], options: Options) -> None:
     tables = [p["tables"] for p in parts]
-    ev, coll, mem = concat_parts(tables)
+    ev, side = concat_parts(tables)
     meta = pd.DataFrame(
         {
             "part": np.arange(len(parts), dtype=np.int32),
@@ -102,16 +102,17 @@ def _check(parts: list[dict], options: Options) -> None:
             "base_ns": np.array([p["base_ns"] for p in parts], np.int64),
         }
     )
-    got = run_analyses(prepare(ev, coll, mem, meta, options))
+    got = run_analyses(prepare(ev, side, meta, options))
     want: dict[str, list[pd.DataFrame]] = {}
     newer = [a for a in ANALYSES if a.table not in ORACLE_TABLES]
     for i, p in enumerate(parts):  # tables the oracle does not have: each part alone
-        e, c, m = concat_parts([p["tables"]])
-        alone = run_analyses(prepare(e, c, m, meta.iloc[[i]].assign(part=np.int32(0)), options), newer)
+        e, s = concat_parts([p["tables"]])
+        alone = run_analyses(prepare(e, s, meta.iloc[[i]].assign(part=np.int32(0)), options), newer)
         for name, df in alone.items():
             want.setdefault(name, []).append(df)
     for p in parts:
-        e, c, m = (t.to_pandas() for t in p["tables"])
+        t = p["tables"]
+        e, c, m = (x.to_pandas() for x in (t.events, t.side["collectives"], t.side["memcpy"]))
         e["rank"] = np.full(len(e), p["rank"], np.int32)
         part = oracle_prepare(
             e, c, m, rank=p["rank"], device=p["device"], fmt=p["format"], options=options, base_ns=p["base_ns"]

@@ -39,8 +39,8 @@ def _analyse(path, options, only):
     except Exception as exc:  # the shared edge traces without GPU work fail on purpose
         assert "no GPU activity" in str(exc), exc
         return None
-    tables = [(p.events, p.collectives, p.memcpy) for p in tf.parts]
-    ev, coll, mem = concat_parts(tables)
+    tables = [p.tables() for p in tf.parts]
+    ev, side = concat_parts(tables)
     parts = pd.DataFrame(
         {
             "part": np.arange(len(tf.parts), dtype=np.int32),
@@ -50,7 +50,7 @@ def _analyse(path, options, only):
             "base_ns": np.full(len(tf.parts), int(tf.meta.get("base_time_ns") or 0), np.int64),
         }
     )
-    return run_analyses(prepare(ev, coll, mem, parts, options), only=only)
+    return run_analyses(prepare(ev, side, parts, options), only=only)
 
 
 @pytest.mark.parametrize("path", _shared_files(), ids=lambda p: os.path.basename(p).split(".")[0])

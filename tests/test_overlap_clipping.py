@@ -130,7 +130,9 @@ def test_rule_is_per_part_in_a_mixed_batch():
         }
     )
     coll, mem = _empty_side()
-    b = prepare(ev, coll.assign(part=np.int32(0)), mem.assign(part=np.int32(0)), parts, Options())
+    b = prepare(
+        ev, {"collectives": coll.assign(part=np.int32(0)), "memcpy": mem.assign(part=np.int32(0))}, parts, Options()
+    )
     assert b.parts["rocm"].tolist() == [False, True]
     assert b.parts["clipped_events"].tolist() == [1, 2]
     k = run_analyses(b, only={"kernels"})["kernels"].set_index(["rank", "name"])["total_ns"]

@@ -163,7 +163,9 @@ def record_ops(outdir: str, cpu: bool) -> None:
         out.sum().backward()
         F.conv2d(img, gconv_w, None, padding=1, groups=4).sum().backward()
         # attention: causal and not, forward and backward, per backend
-        backends = [None] if cpu else [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+        backends = (
+            [None] if cpu else [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+        )
         for be in backends:
             for causal in (False, True):
                 try:
@@ -383,12 +385,11 @@ def record_hw(outdir: str, cpu: bool) -> None:
     for label, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
         a, b = torch.randn(n, n, device="cuda", dtype=dt), torch.randn(n, n, device="cuda", dtype=dt)
         torch.backends.cuda.matmul.allow_tf32 = False
-        out[f"matmul_{label}_tflops"] = 2 * n**3 / timed(lambda: a @ b) / 1e12
+        out[f"matmul_{label}_tflops"] = 2 * n**3 / timed(lambda a=a, b=b: a @ b) / 1e12
         if label == "fp32":
             torch.backends.cuda.matmul.allow_tf32 = True
-            out["matmul_tf32_tflops"] = 2 * n**3 / timed(lambda: a @ b) / 1e12
+            out["matmul_tf32_tflops"] = 2 * n**3 / timed(lambda a=a, b=b: a @ b) / 1e12
             torch.backends.cuda.matmul.allow_tf32 = False
-        del a, b
     try:
         a8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
         b8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
@@ -405,8 +406,10 @@ def record_hw(outdir: str, cpu: bool) -> None:
     out["elementwise_fp32_mul_bytes_per_s"] = 8 * x.numel() / timed(lambda: torch.mul(x, 2.0))
     try:
         out["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit,driver_version",
-             "--format=csv"], capture_output=True, text=True, timeout=20
+            ["nvidia-smi", "--query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit,driver_version", "--format=csv"],
+            capture_output=True,
+            text=True,
+            timeout=20,
         ).stdout
     except Exception as exc:
         out["nvidia_smi"] = repr(exc)
