@@ -15,7 +15,7 @@ from .batch import Batch, prepare_part
 from .calltree import Tree
 from .errors import InputError, UsageError
 from .options import Options
-from .plan import expand_inputs, part_spec, rank_from_filename
+from .plan import expand_inputs, part_spec, rank_from_filename, session_window
 
 
 def is_results_dir(path: str) -> bool:
@@ -52,6 +52,7 @@ def _from_file(
         fmt=tf.format,
         options=options,
         base_ns=int(tf.meta.get("base_time_ns") or 0),
+        session_ns=session_window(tf.meta),
     )
 
 
@@ -87,6 +88,7 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
                 fmt=rec.format,
                 options=options,
                 base_ns=int((rec.meta or {}).get("base_time_ns") or 0),
+                session_ns=session_window(rec.meta),
             )
     if not os.path.exists(inp["path"]):
         raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {m.get('cache')}")

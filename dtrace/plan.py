@@ -159,6 +159,7 @@ class PartSpec:
     n_events: int = 0
     local_index: int = 0
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
+    session_ns: tuple[int, int] = (-1, -1)  # the profiling session's start and end (rocprofv3), -1 unknown
 
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
@@ -176,7 +177,22 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
         n_events=part.n_events,
         local_index=part.local_index,
         checksums=tuple(sorted(part.checksums.items())),
+        session_ns=session_window(record.meta),
     )
+
+
+def session_window(meta: dict | None) -> tuple[int, int]:
+    """The profiling session ``(start_ns, end_ns)`` a reader recorded (``meta["session_ns"]``), else ``(-1, -1)``.
+
+    Examples
+    --------
+    >>> session_window({"session_ns": [5, 9]}), session_window({})
+    ((5, 9), (-1, -1))
+    """
+    s = (meta or {}).get("session_ns")
+    if isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(v, int) for v in s) and 0 <= s[0] <= s[1]:
+        return int(s[0]), int(s[1])
+    return -1, -1
 
 
 def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:

@@ -281,6 +281,7 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
         "jax": str(tmp_path / "s.trace.json.gz"),
         "nsys": shared(*RTX),
         "nsys-csv": str(tmp_path / "s_cuda_gpu_trace.csv"),
+        "rocprofv3": shared("rocprof", "908_results.json.gz"),
     }
     regs = readers()
     assert set(regs) <= set(samples), f"add a sample for {set(regs) - set(samples)}"
