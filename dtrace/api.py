@@ -33,6 +33,7 @@ from .plan import (
 )
 from .reduce import run_reducers
 from .reduce.stragglers import check_method
+from .remote import ObjectInfo, is_url, norm
 from .results import Results, check_results_dir, write_results
 from .summaries import add_summaries, note_summaries, split_summaries
 
@@ -166,8 +167,9 @@ def analyze(
     out = os.fspath(out) if out is not None else None
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
-    # FIFOs, devices, unlistable folders: failed inputs, never opened
-    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
+    # FIFOs, devices, unlistable folders: failed inputs, never opened; URLs listed on their store
+    infos: dict[str, ObjectInfo] = {}
+    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None, infos=infos))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
     reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
@@ -179,7 +181,7 @@ def analyze(
     check_cache_dir(cache)
     settings = {"ranks": ranks, "format": format, "max_input_size": limit}
     if out is not None and reuse_cache and reuse_results and not summaries:
-        done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings)
+        done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings, infos)
         if done is not None:
             return done
     run = _Run(
@@ -195,6 +197,7 @@ def analyze(
         reader_options={"max_input_size": limit},
         refused=refused,
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
+        infos=infos,
     )
     try:
         with Engine(spec) as engine:
@@ -258,12 +261,15 @@ def up_to_date(
     options: Options,
     analyses: Sequence[Analysis],
     settings: dict[str, Any],
+    infos: dict[str, ObjectInfo] | None = None,
 ) -> Results | None:
     """The results in ``out`` if they come from these very inputs (same fingerprints), settings,
     analyses and dtrace version, and every table file is intact; else None.
 
     Cheap checks first: the previous run listed the same inputs with the same sizes and mtimes;
-    only then is each input fingerprinted (the content decides, never the mtime alone).
+    only then is each input fingerprinted (the content decides, never the mtime alone). A remote
+    input is the same object when its store states the recorded size and identity (``infos``,
+    from the listing): it is not downloaded; one whose store states no identity is not up to date.
     """
     from .readers._io import file_fingerprint
     from .results import intact, load
@@ -276,23 +282,36 @@ def up_to_date(
     items = prev.get("inputs")
     if not isinstance(key, str) or not isinstance(items, list) or refused or prev.get("n_failed"):
         return None
+    remote = {f: (infos or {}).get(f) for f in files if is_url(f)}
+    if any(i is None or not i.identity for i in remote.values()):
+        return None
     try:
-        stats = {f: os.stat(f) for f in files}
+        stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
     except OSError:
         return None
+    stats.update({f: (i.size, i.mtime_ns) for f, i in remote.items() if i is not None})
     before = {
-        (i.get("path"), i.get("size"), i.get("mtime_ns")): i.get("fingerprint") for i in items if isinstance(i, dict)
+        (i.get("path"), i.get("size"), i.get("mtime_ns")): (i.get("fingerprint"), i.get("identity"))
+        for i in items
+        if isinstance(i, dict)
     }
-    now = {(f, st.st_size, st.st_mtime_ns) for f, st in stats.items()}
-    if set(before) != now or sum(st.st_size for st in stats.values()) > UP_TO_DATE_MAX_BYTES:
+    now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
+    if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
         return None
     inputs = []
     for path, size, mtime in sorted(now):
+        recorded, identity = before[(path, size, mtime)]
+        if path in remote:
+            info = remote[path]
+            if info is None or identity != info.identity:
+                return None
+            inputs.append((path, size, mtime, recorded))
+            continue
         try:
             fp = file_fingerprint(path)
         except (OSError, DtraceError):
             return None
-        if fp != before[(path, size, mtime)]:
+        if fp != recorded:
             return None
         inputs.append((path, size, mtime, fp))
     if resultstore.run_key(inputs, options, analyses, settings) != key or not intact(out, prev):
@@ -338,6 +357,7 @@ class _Run:
     reader_options: dict[str, Any] = field(default_factory=dict)
     refused: list[FileRecord] = field(default_factory=list)
     store: str | None = None
+    infos: dict[str, ObjectInfo] = field(default_factory=dict)  # what the listing said of remote inputs
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
     specs: list[PartSpec] = field(default_factory=list)
@@ -361,8 +381,13 @@ class _Run:
         parse. When every input looks cached, the partitions are planned here already and
         those whose results are stored cost nothing to analyse.
         """
-        self._sizes = [content_size(f) for f in self.files]
-        hits = [lookup(self.cache, f, verify=False)[0] if self.reuse_cache else None for f in self.files]
+        self._sizes = [content_size(f, self.infos.get(f)) for f in self.files]
+        hits = [
+            lookup(self.cache, f, verify=False, info=self.infos.get(f))[0]
+            if self.reuse_cache and self._known(f)
+            else None
+            for f in self.files
+        ]
         parse = sum(s / PARSE_BYTES_PER_S + PARSE_FILE_S for s, h in zip(self._sizes, hits) if h is None)
         hashing = sum(h.size for h in hits if h is not None) / HASH_BYTES_PER_S
         tasks = len(ingest_batches(self.files, self._sizes, workers))
@@ -377,6 +402,11 @@ class _Run:
             if key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
                 events += p.n_events
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
+
+    def _known(self, path: str) -> bool:
+        """Whether the client can check ``path``'s cache entry without a request (a local file, or an
+        object the listing described)."""
+        return not is_url(path) or path in self.infos
 
     def fail(self, path: str, error: str, kind: str) -> None:
         """Record an input's error; the first one found (ingest, ranks, analysis) is the one reported."""
@@ -421,7 +451,8 @@ class _Run:
 
     def ingest(self, engine: Engine) -> list[FileRecord]:
         """The ingest records of every input (the refused ones included), sorted by path."""
-        batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
+        sizes = self._sizes or [content_size(f, self.infos.get(f)) for f in self.files]
+        batches = ingest_batches(self.files, sizes, engine.n_workers)
         done = engine.map(
             ingest_files,
             batches,
@@ -436,10 +467,7 @@ class _Run:
         for d in done:
             if isinstance(d, TaskFailure):
                 records += [
-                    FileRecord(
-                        path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}", error_type="WorkerError"
-                    )
-                    for p in d.item
+                    FileRecord(path=norm(p), error=f"{norm(p)}: {d.reason}", error_type="WorkerError") for p in d.item
                 ]
             else:
                 records += d
@@ -470,6 +498,7 @@ class _Run:
                     "size": r.size,
                     "mtime_ns": r.mtime_ns,
                     "fingerprint": r.fingerprint,
+                    "identity": r.identity,
                     "cached": r.cached,
                     "results_reused": r.path in reused and not error,
                     "events": int(r.meta.get("events", 0)) if r.meta else 0,
