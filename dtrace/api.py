@@ -289,7 +289,7 @@ def up_to_date(
         stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
     except OSError:
         return None
-    stats.update({f: (i.size, i.mtime_ns) for f, i in remote.items() if i is not None})
+    stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})  # identity, not time, decides
     before = {
         (i.get("path"), i.get("size"), i.get("mtime_ns")): (i.get("fingerprint"), i.get("identity"))
         for i in items

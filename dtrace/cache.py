@@ -473,7 +473,8 @@ def ingest(
             from .remote import local_copy, stat  # noqa: PLC0415 - only runs that read URLs
 
             info = stat(apath)
-            rec.size, rec.mtime_ns, rec.identity = info.size, info.mtime_ns, info.identity
+            # the identity stands for the content; a listing and a HEAD state the time differently
+            rec.size, rec.mtime_ns, rec.identity = info.size, 0, info.identity
             if reuse:
                 hit, note = lookup(cache_dir, apath, info=info)
                 if hit is not None:
