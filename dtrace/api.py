@@ -18,7 +18,7 @@ from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
-from .errors import DtraceError, RankError, UsageError
+from .errors import DtraceError, OutputError, RankError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
@@ -96,7 +96,8 @@ def analyze(
     out
         Results directory (tables as Parquet + ``manifest.json``, written atomically). The
         ingest cache lives in ``out/cache`` unless ``cache`` is given, so a second analysis of
-        unchanged inputs reads Parquet only.
+        unchanged inputs reads Parquet only. A URL (``s3://bucket/run42/results/``) writes the
+        results to an object store (see :func:`_analyze_to_url`).
     scheduler
         ``None`` (default): in-process for a small job, else a ``LocalCluster`` of processes
         (one per core); ``"sync"`` (always in-process), ``"local"`` (always a ``LocalCluster``)
@@ -151,6 +152,9 @@ def analyze(
     >>> r = dtrace.analyze("traces/", "results/")                     # doctest: +SKIP
     >>> r.breakdown[["rank", "computation_ns", "idle_ns"]]            # doctest: +SKIP
     """
+    if out is not None and is_url(os.fspath(out)):
+        params = dict(locals())
+        return _analyze_to_url(os.fspath(out), {k: v for k, v in params.items() if k != "options"}, options)
     t0 = time.perf_counter()
     opts = make_options(**options)
     user = _check_analyses(analyses)
@@ -229,6 +233,38 @@ def analyze(
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
+
+
+def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -> Results:
+    """:func:`analyze` with its results on an object store.
+
+    The previous results at ``out`` (if any) are copied into a local staging folder, the analysis
+    runs against that folder as usual (so an up-to-date run returns them without any work), and
+    new results are uploaded: the old manifest removed first, the tables, then the new manifest
+    (:func:`dtrace.remote.upload_results`). The ingest cache is local, ``cache`` or
+    :func:`dtrace.remote.default_cache` (a cluster run passes a shared ``cache``). The returned
+    tables are in memory; the staging folder is removed.
+    """
+    from .remote import RemoteError, check_writable, default_cache, download_results, upload_results
+    from .results import in_memory
+
+    staging = tempfile.mkdtemp(prefix="dtrace-out-")
+    try:
+        try:
+            check_writable(out)
+            download_results(out, staging)
+        except RemoteError as exc:
+            raise OutputError(str(exc)) from None
+        cache = params["cache"] or default_cache(out)
+        res = analyze(**{**params, "out": staging, "cache": cache}, **options)
+        if not res.manifest.get("up_to_date"):
+            try:
+                upload_results(staging, out)
+            except RemoteError as exc:
+                raise OutputError(f"{exc} (the results are not complete there; run again)") from None
+        return in_memory(res)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:

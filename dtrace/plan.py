@@ -57,7 +57,7 @@ def expand_inputs(
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    excl = [os.path.abspath(e) + os.sep for e in (exclude or [])]
+    excl = [e.rstrip("/") + "/" if is_url(e) else os.path.abspath(e) + os.sep for e in (exclude or [])]
     found: list[str] = []
     for item in inputs:
         item = os.fspath(item)

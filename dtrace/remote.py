@@ -23,6 +23,7 @@ This module imports fsspec only when a URL is used: a local run never loads it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -241,3 +242,74 @@ def local_copy(url: str) -> Iterator[str]:
         yield local
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- results on an object store (OUT as a URL) -------------------------------------------------
+MANIFEST = "manifest.json"
+
+
+def join(url: str, name: str) -> str:
+    """``url/name`` (one slash between).
+
+    Examples
+    --------
+    >>> join("s3://b/results/", "manifest.json"), join("s3://b/results", "breakdown.parquet")
+    ('s3://b/results/manifest.json', 's3://b/results/breakdown.parquet')
+    """
+    return url.rstrip("/") + "/" + name
+
+
+def default_cache(url: str) -> str:
+    """The local ingest cache of a run whose results go to ``url`` (``$XDG_CACHE_HOME/dtrace/<key>``,
+    else ``~/.cache/dtrace/<key>``), so that re-runs reuse it; a cluster run passes ``cache=`` on a
+    shared file system instead."""
+    import hashlib  # noqa: PLC0415
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "dtrace", hashlib.sha1(url.rstrip("/").encode()).hexdigest()[:16])
+
+
+def check_writable(url: str) -> None:
+    """Write and remove a probe object under ``url``; :class:`RemoteError` in one line if the store refuses."""
+    fs, path = _fs(join(url, ".dtrace-probe"))
+    retry(lambda: fs.pipe_file(path, b""), url, "write results there")
+    retry(lambda: fs.rm_file(path), url, "write results there")
+
+
+def upload_results(local: str, url: str) -> None:
+    """Copy a results folder's files to ``url``: the old manifest is removed first and the new one
+    uploaded last, so a reader never finds a manifest describing tables not yet (or no longer)
+    there. The ingest cache (``cache/``) is not uploaded."""
+    fs, base = _fs(url)
+    old = join(base, MANIFEST)
+    retry(lambda: fs.rm_file(old) if fs.exists(old) else None, url, "replace the previous results")
+    names = sorted(n for n in os.listdir(local) if os.path.isfile(os.path.join(local, n)) and n != MANIFEST)
+    for name in [*names, MANIFEST]:
+        src = os.path.join(local, name)
+        if os.path.exists(src):
+            retry(functools.partial(fs.put_file, src, join(base, name)), url, f"upload {name}")
+
+
+def download_results(url: str, local: str) -> bool:
+    """Copy the manifest and the tables it lists from ``url`` into the folder ``local``; False if
+    there is no manifest there (no results yet)."""
+    import json  # noqa: PLC0415
+
+    fs, base = _fs(url)
+    manifest = join(base, MANIFEST)
+    try:
+        retry(lambda: fs.get_file(manifest, os.path.join(local, MANIFEST)), url, "read the results' manifest")
+    except RemoteError as exc:
+        if "not found" in exc.problem:
+            return False
+        raise
+    with open(os.path.join(local, MANIFEST), "rb") as f:
+        try:
+            tables = json.load(f).get("tables") or []
+        except (ValueError, AttributeError):
+            return True  # the loader says what is wrong with it
+    for name in tables:
+        if isinstance(name, str) and name.isidentifier():
+            file = f"{name}.parquet"
+            retry(functools.partial(fs.get_file, join(base, file), os.path.join(local, file)), url, f"read {file}")
+    return True

@@ -89,7 +89,7 @@ class _Proxy(ThreadingHTTPServer):
     def fault(self, method: str, path: str) -> tuple[int, str] | None:
         with self.lock:
             self.requests.append((method, path))
-            if method in ("GET", "HEAD") and path in self.denied:
+            if path in self.denied:
                 return 403, "AccessDenied"
             queue = self.failures.get(path)
             if method == "GET" and queue:

@@ -250,3 +250,30 @@ def test_any_fsspec_protocol(tmp_path, monkeypatch):
     assert FlakyMemory.fails["/job/rank-1.json.gz"] == 0
     # the memory file system states no identity: the content's fingerprint keys the cache
     assert {i["identity"] for i in res.manifest["inputs"]} == {""}
+
+
+def test_results_written_to_and_loaded_from_s3(env, job, tmp_path):
+    d, local = job
+    _upload(env, d / "traces", "run6")
+    url, out = f"s3://{BUCKET}/run6/", f"s3://{BUCKET}/results6/"
+    cache = str(tmp_path / "cache")
+    res = dtrace.analyze(url, out, cache=cache, scheduler="sync")
+    assert res.manifest["n_failed"] == 0
+    keys = {o["Key"] for o in env.client().list_objects_v2(Bucket=BUCKET, Prefix="results6/")["Contents"]}
+    assert "results6/manifest.json" in keys and "results6/breakdown.parquet" in keys
+    assert not any("/cache/" in k for k in keys)  # the ingest cache stays local
+    back = dtrace.load(out)
+    _same(back, local)
+    env.reset()  # up to date: the results are read back, no trace object is requested
+    again = dtrace.analyze(url, out, cache=cache, scheduler="sync")
+    assert again.manifest.get("up_to_date") is True and _objects(env.counts("GET")) == {}
+    _same(again, local)
+    import subprocess
+    import sys
+
+    show = subprocess.run([sys.executable, "-m", "dtrace", "show", out, "breakdown"], capture_output=True, text=True)
+    assert show.returncode == 0, show.stderr
+    assert len([ln for ln in show.stdout.splitlines() if ln.strip()[:2].strip().isdigit()]) >= N_RANKS
+    env.deny(BUCKET, "results7/.dtrace-probe")  # a results location the store refuses: one line, before any work
+    with pytest.raises(dtrace.errors.OutputError, match=r"^s3://traces/results7/: cannot write results there"):
+        dtrace.analyze(url, f"s3://{BUCKET}/results7/", cache=cache, scheduler="sync")
