@@ -219,7 +219,24 @@ def read_rocprof(path: str, *, max_input_size: int | None = None, **_: Any) -> T
             path, f"'rocprofiler-sdk-tool' holds {len(procs)} processes; dtrace reads one process per file"
         )
     proc = procs[0]
-    events = _Events(proc, path)
+    md = proc.metadata
+    session = (int(md.init_time), int(md.fini_time)) if 0 <= md.init_time <= md.fini_time else None
+    return trace_file(
+        path,
+        _Events(proc, path),
+        fmt=NAME,
+        session=session,
+        meta={"fingerprint": fingerprint, "hostname": md.node.hostname, "pid": int(md.pid)},
+        missing="the rocprofv3 file has no kernel_dispatch or memory_copy records",
+    )
+
+
+def trace_file(
+    path: str, events: "EventColumns", *, fmt: str, session: tuple[int, int] | None, meta: dict[str, Any], missing: str
+) -> TraceFile:
+    """The :class:`TraceFile` of one process's records (shared by the rocprofv3 JSON and rocpd
+    readers): implausible times dropped and counted, one part per GPU with the host records.
+    ``missing`` says what a file without GPU records lacks."""
     table = events.table()
     start = table.column("start_ns").to_numpy()
     end = table.column("end_ns").to_numpy()
@@ -239,19 +256,15 @@ def read_rocprof(path: str, *, max_input_size: int | None = None, **_: Any) -> T
             raise ImplausibleTimes(path, f"all {n_gpu} GPU records have implausible times ({dropped_summary(dropped)})")
         raise NoGPUActivity(
             path,
-            "no GPU activity: the rocprofv3 file has no kernel_dispatch or memory_copy records "
-            f"({table.num_rows} host records); trace with --kernel-trace / --memory-copy-trace",
+            f"no GPU activity: {missing} ({table.num_rows} host records); trace with --kernel-trace / --memory-copy-trace",
         )
-    md = proc.metadata
     meta = {
         "events": table.num_rows,
         "dropped_events": dropped,
-        "fingerprint": fingerprint,
         "base_time_ns": 0,
-        "session_ns": [int(md.init_time), int(md.fini_time)] if 0 <= md.init_time <= md.fini_time else None,
-        "hostname": md.node.hostname,
-        "pid": int(md.pid),
+        "session_ns": list(session) if session is not None else None,
         "device_names": [events.device_names.get(d, "") for d in devices],
+        **meta,
     }
     host = device == -1
     parts = []
@@ -266,7 +279,7 @@ def read_rocprof(path: str, *, max_input_size: int | None = None, **_: Any) -> T
                 local_index=idx,
             )
         )
-    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, meta=meta)
+    return TraceFile(path=path, format=fmt, parts=parts, rank_hint=None, meta=meta)
 
 
 _get = operator.attrgetter
@@ -283,52 +296,28 @@ def _external(v: Any) -> int:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else -1
 
 
-class _Events:
-    """The records of one process as event columns, built source by source (kernels, copies,
-    HIP API, RCCL API, markers), with the side tables' rows."""
+class EventColumns:
+    """One process's records as event columns (``device``, ``stream``, ``tid``, ``kind``, ``name``
+    codes into :attr:`names`, ``start``, ``end``, ``correlation``, ``external_id``, the grid
+    columns, ``copy_kind``, ``bytes``, ``collective``), and the tables built from them."""
 
-    def __init__(self, proc: _Process, path: str) -> None:
+    def __init__(self, path: str, pid: int) -> None:
         self.path = path
-        self.pid = int(proc.metadata.pid)
+        self.pid = pid
         self._names: dict[str, int] = {}
-        self._agents(proc.agents)
-        ops = [n.operations for n in proc.strings.buffer_records]
-        br = proc.buffer_records
-        cols: list[dict[str, np.ndarray]] = []
-        cols.append(self._kernels(br.kernel_dispatch, proc.kernel_symbols))
-        cols.append(self._copies(br.memory_copy, ops))
-        messages = {m.key: m.value for m in proc.strings.marker_api}
-        for records, kind in ((br.hip_api, "runtime"), (br.rccl_api, "cpu_op"), (br.marker_api, "annotation")):
-            cols.append(self._api(records, ops, kind, messages if kind == "annotation" else None))
-        self.cols = {k: np.concatenate([c[k] for c in cols]) for k in cols[0]}
+        self.device_of: dict[int, int] = {}  # GPU agent id -> device
+        self.device_names: dict[int, str] = {}
+        self.cols: dict[str, np.ndarray] = {}
+        self.kind = np.empty(0, np.int8)
+        self.rows = np.empty(0, np.int64)
+
+    def set_columns(self, parts: list[dict[str, np.ndarray]]) -> None:
+        self.cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
         self.kind = self.cols["kind"]
         self.rows = np.arange(len(self.kind), dtype=np.int64)
 
-    # -- sources ----------------------------------------------------------------------------
-    def _agents(self, agents: list[_Agent]) -> None:
-        gpus = [a for a in agents if a.type == GPU_AGENT]
-        self.device_of: dict[int, int] = {}
-        self.device_names: dict[int, str] = {}
-        for i, a in enumerate(gpus):
-            dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
-            self.device_of[a.id.handle] = dev
-            self.device_names[dev] = a.product_name or a.name
-        self.cpu_agents = {a.id.handle for a in agents if a.type != GPU_AGENT}
-
-    def _devices(self, handles: np.ndarray, what: str) -> np.ndarray:
-        uniq, inv = np.unique(handles, return_inverse=True)
-        missing = [int(h) for h in uniq.tolist() if h not in self.device_of]
-        if missing:
-            raise InputError(self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of the 'agents' list")
-        return np.array([self.device_of[int(h)] for h in uniq.tolist()], np.int64)[inv.reshape(-1)]
-
-    def _code(self, name: str) -> int:
-        code = self._names.get(name)
-        if code is None:
-            code = self._names[name] = len(self._names)
-        return code
-
-    def _base(self, n: int, kind: str) -> dict[str, np.ndarray]:
+    def base(self, n: int, kind: str) -> dict[str, np.ndarray]:
+        """Columns of ``n`` records of ``kind`` with every value unknown (-1, "")."""
         minus = np.full(n, -1, np.int64)
         return {
             "device": minus.copy(),
@@ -346,92 +335,40 @@ class _Events:
             "collective": np.full(n, "", object),
         }
 
-    def _common(self, c: dict[str, np.ndarray], records: list[Any]) -> None:
-        corr = list(map(_get("correlation_id"), records))
-        c["tid"] = _ints(records, _get("thread_id"))
-        c["start"] = _ints(records, _get("start_timestamp"))
-        c["end"] = _ints(records, _get("end_timestamp"))
-        c["correlation"] = _ints(corr, _get("internal"))
-        c["external_id"] = np.fromiter((_external(x.external) for x in corr), np.int64, len(corr))
+    def code(self, name: str) -> int:
+        """The dictionary code of a name."""
+        got = self._names.get(name)
+        if got is None:
+            got = self._names[name] = len(self._names)
+        return got
 
-    def _kernels(self, ds: list[_Dispatch], symbols: list[_Symbol]) -> dict[str, np.ndarray]:
-        c = self._base(len(ds), "kernel")
-        if not ds:
-            return c
-        self._common(c, ds)
-        info = list(map(_get("dispatch_info"), ds))
-        c["device"] = self._devices(_ints(info, _get("agent_id.handle")), "a kernel dispatch")
-        streams = list(map(_get("stream_id"), ds))
-        if any(s is not None for s in streams):  # the HIP stream; the HSA queue for records without one
-            queue = _ints(info, _get("queue_id.handle"))
-            c["stream"] = np.fromiter((q if s is None else s.handle for s, q in zip(streams, queue.tolist())), np.int64)
-        else:
-            c["stream"] = _ints(info, _get("queue_id.handle"))
-        for col, get in zip(
-            GRID_COLUMNS,
-            ("grid_size.x", "grid_size.y", "grid_size.z", "workgroup_size.x", "workgroup_size.y", "workgroup_size.z"),
-        ):
-            c[col] = _ints(info, _get(get))
-        kid = _ints(info, _get("kernel_id"))
-        names = {s.kernel_id: s.formatted_kernel_name or s.demangled_kernel_name or s.kernel_name for s in symbols}
-        uniq, inv = np.unique(kid, return_inverse=True)
-        missing = [int(k) for k in uniq.tolist() if k not in names]
+    def codes(self, names: list[str]) -> np.ndarray:
+        return np.array([self.code(n) for n in names], np.int64)
+
+    def devices(self, agents: np.ndarray, what: str) -> np.ndarray:
+        """The device of each GPU agent id; an agent that is not a known GPU is an input error."""
+        uniq, inv = np.unique(agents, return_inverse=True)
+        missing = [int(h) for h in uniq.tolist() if h not in self.device_of]
         if missing:
-            raise InputError(self.path, f"a kernel dispatch names kernel_id {missing[0]}, which kernel_symbols lacks")
-        uniq_names = [names[int(k)] for k in uniq.tolist()]
-        c["name"] = np.array([self._code(n) for n in uniq_names], np.int64)[inv.reshape(-1)]
-        coll = np.array([kernel_collective(n) if COMM_KERNEL.search(n) else "" for n in uniq_names], object)
-        c["collective"] = coll[inv.reshape(-1)]
-        return c
+            raise InputError(self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of the 'agents' list")
+        return np.array([self.device_of[int(h)] for h in uniq.tolist()], np.int64)[inv.reshape(-1)]
 
-    def _op_names(self, records: list[_Copy] | list[_Api], ops: list[list[str]]) -> tuple[np.ndarray, list[str]]:
-        """Each record's operation name (``strings.buffer_records[kind].operations[operation]``)
-        as an index into the returned distinct names."""
-        key = _ints(records, _get("kind")) * (1 << 20) + _ints(records, _get("operation"))
-        uniq, inv = np.unique(key, return_inverse=True)
-        out = []
-        for k in uniq.tolist():
-            kind, op = divmod(int(k), 1 << 20)
-            names = ops[kind] if 0 <= kind < len(ops) else []
-            out.append(names[op] if 0 <= op < len(names) else f"kind {kind} operation {op}")
-        return inv.reshape(-1), out
-
-    def _copies(self, cs: list[_Copy], ops: list[list[str]]) -> dict[str, np.ndarray]:
-        c = self._base(len(cs), "memcpy")
-        if not cs:
-            return c
-        self._common(c, cs)
-        inv, op_names = self._op_names(cs, ops)
-        op = np.array(op_names, object)[inv]
-        dst = _ints(cs, _get("dst_agent_id.handle"))
-        src = _ints(cs, _get("src_agent_id.handle"))
-        dst_gpu = np.isin(dst, list(self.device_of))
-        use_dst = dst_gpu & ((op == "MEMORY_COPY_HOST_TO_DEVICE") | ~np.isin(src, list(self.device_of)))
-        c["device"] = self._devices(np.where(use_dst, dst, src), "a memory copy")
-        streams = list(map(_get("stream_id"), cs))
-        c["stream"] = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
-        c["name"] = np.array([self._code(n) for n in op_names], np.int64)[inv]
-        direction = np.array([COPY_DIRECTION.get(n, "other") for n in op_names], object)[inv]
+    def copy_columns(self, c: dict[str, np.ndarray], op: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
+        """Device, direction and name code of memory copies from their operation names and agents."""
+        gpus = list(self.device_of)
+        use_dst = np.isin(dst, gpus) & ((op == "MEMORY_COPY_HOST_TO_DEVICE") | ~np.isin(src, gpus))
+        c["device"] = self.devices(np.where(use_dst, dst, src), "a memory copy")
+        uniq, inv = np.unique(op.astype(str), return_inverse=True)
+        names = [str(u) for u in uniq.tolist()]
+        c["name"] = self.codes(names)[inv.reshape(-1)]
+        direction = np.array([COPY_DIRECTION.get(n, "other") for n in names], object)[inv.reshape(-1)]
         c["copy_kind"] = np.where((direction == "D2D") & (dst != src), "P2P", direction)
-        c["bytes"] = _ints(cs, _get("bytes"))
-        return c
 
-    def _api(
-        self, records: list[_Api], ops: list[list[str]], kind: str, messages: dict[int, str] | None
-    ) -> dict[str, np.ndarray]:
-        c = self._base(len(records), kind)
-        if not records:
-            return c
-        self._common(c, records)
-        inv, op_names = self._op_names(records, ops)
-        codes = np.array([self._code(n) for n in op_names], np.int64)[inv]
-        if messages:  # a marker's roctx message, by its correlation id
-            named = [messages.get(k) for k in c["correlation"].tolist()]
-            codes = np.fromiter(
-                (code if m is None else self._code(m) for m, code in zip(named, codes.tolist())), np.int64, len(codes)
-            )
-        c["name"] = codes
-        return c
+    def kernel_names(self, c: dict[str, np.ndarray], names: list[str], inv: np.ndarray) -> None:
+        """Name codes and collective types of kernels, given their distinct names and each one's index."""
+        c["name"] = self.codes(names)[inv]
+        coll = np.array([kernel_collective(n) if COMM_KERNEL.search(n) else "" for n in names], object)
+        c["collective"] = coll[inv]
 
     # -- outputs ----------------------------------------------------------------------------
     def keep(self, rows: np.ndarray) -> None:
@@ -479,3 +416,106 @@ class _Events:
                 "bytes": pa.array(self.cols["bytes"][src[at]], pa.int64()),
             }
         ).cast(MEMCPY_SCHEMA)
+
+
+class _Events(EventColumns):
+    """The records of one rocprofv3 JSON process, built source by source (kernels, copies, HIP
+    API, RCCL API, markers)."""
+
+    def __init__(self, proc: _Process, path: str) -> None:
+        super().__init__(path, int(proc.metadata.pid))
+        self._agents(proc.agents)
+        ops = [n.operations for n in proc.strings.buffer_records]
+        br = proc.buffer_records
+        cols: list[dict[str, np.ndarray]] = []
+        cols.append(self._kernels(br.kernel_dispatch, proc.kernel_symbols))
+        cols.append(self._copies(br.memory_copy, ops))
+        messages = {m.key: m.value for m in proc.strings.marker_api}
+        for records, kind in ((br.hip_api, "runtime"), (br.rccl_api, "cpu_op"), (br.marker_api, "annotation")):
+            cols.append(self._api(records, ops, kind, messages if kind == "annotation" else None))
+        self.set_columns(cols)
+
+    # -- sources ----------------------------------------------------------------------------
+    def _agents(self, agents: list[_Agent]) -> None:
+        gpus = [a for a in agents if a.type == GPU_AGENT]
+        for i, a in enumerate(gpus):
+            dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
+            self.device_of[a.id.handle] = dev
+            self.device_names[dev] = a.product_name or a.name
+
+    def _common(self, c: dict[str, np.ndarray], records: list[Any]) -> None:
+        corr = list(map(_get("correlation_id"), records))
+        c["tid"] = _ints(records, _get("thread_id"))
+        c["start"] = _ints(records, _get("start_timestamp"))
+        c["end"] = _ints(records, _get("end_timestamp"))
+        c["correlation"] = _ints(corr, _get("internal"))
+        c["external_id"] = np.fromiter((_external(x.external) for x in corr), np.int64, len(corr))
+
+    def _kernels(self, ds: list[_Dispatch], symbols: list[_Symbol]) -> dict[str, np.ndarray]:
+        c = self.base(len(ds), "kernel")
+        if not ds:
+            return c
+        self._common(c, ds)
+        info = list(map(_get("dispatch_info"), ds))
+        c["device"] = self.devices(_ints(info, _get("agent_id.handle")), "a kernel dispatch")
+        streams = list(map(_get("stream_id"), ds))
+        if any(s is not None for s in streams):  # the HIP stream; the HSA queue for records without one
+            queue = _ints(info, _get("queue_id.handle"))
+            c["stream"] = np.fromiter((q if s is None else s.handle for s, q in zip(streams, queue.tolist())), np.int64)
+        else:
+            c["stream"] = _ints(info, _get("queue_id.handle"))
+        for col, get in zip(
+            GRID_COLUMNS,
+            ("grid_size.x", "grid_size.y", "grid_size.z", "workgroup_size.x", "workgroup_size.y", "workgroup_size.z"),
+        ):
+            c[col] = _ints(info, _get(get))
+        kid = _ints(info, _get("kernel_id"))
+        names = {s.kernel_id: s.formatted_kernel_name or s.demangled_kernel_name or s.kernel_name for s in symbols}
+        uniq, inv = np.unique(kid, return_inverse=True)
+        missing = [int(k) for k in uniq.tolist() if k not in names]
+        if missing:
+            raise InputError(self.path, f"a kernel dispatch names kernel_id {missing[0]}, which kernel_symbols lacks")
+        self.kernel_names(c, [names[int(k)] for k in uniq.tolist()], inv.reshape(-1))
+        return c
+
+    def _op_names(self, records: list[_Copy] | list[_Api], ops: list[list[str]]) -> tuple[np.ndarray, list[str]]:
+        """Each record's operation name (``strings.buffer_records[kind].operations[operation]``)
+        as an index into the returned distinct names."""
+        key = _ints(records, _get("kind")) * (1 << 20) + _ints(records, _get("operation"))
+        uniq, inv = np.unique(key, return_inverse=True)
+        out = []
+        for k in uniq.tolist():
+            kind, op = divmod(int(k), 1 << 20)
+            names = ops[kind] if 0 <= kind < len(ops) else []
+            out.append(names[op] if 0 <= op < len(names) else f"kind {kind} operation {op}")
+        return inv.reshape(-1), out
+
+    def _copies(self, cs: list[_Copy], ops: list[list[str]]) -> dict[str, np.ndarray]:
+        c = self.base(len(cs), "memcpy")
+        if not cs:
+            return c
+        self._common(c, cs)
+        inv, op_names = self._op_names(cs, ops)
+        op = np.array(op_names, object)[inv]
+        self.copy_columns(c, op, _ints(cs, _get("dst_agent_id.handle")), _ints(cs, _get("src_agent_id.handle")))
+        streams = list(map(_get("stream_id"), cs))
+        c["stream"] = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
+        c["bytes"] = _ints(cs, _get("bytes"))
+        return c
+
+    def _api(
+        self, records: list[_Api], ops: list[list[str]], kind: str, messages: dict[int, str] | None
+    ) -> dict[str, np.ndarray]:
+        c = self.base(len(records), kind)
+        if not records:
+            return c
+        self._common(c, records)
+        inv, op_names = self._op_names(records, ops)
+        codes = np.array([self.code(n) for n in op_names], np.int64)[inv]
+        if messages:  # a marker's roctx message, by its correlation id
+            named = [messages.get(k) for k in c["correlation"].tolist()]
+            codes = np.fromiter(
+                (code if m is None else self.code(m) for m, code in zip(named, codes.tolist())), np.int64, len(codes)
+            )
+        c["name"] = codes
+        return c
