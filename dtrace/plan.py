@@ -18,7 +18,7 @@ from .errors import NotRegularFile, RankError, UsageError
 from .readers._io import refusal
 from .remote import ObjectInfo, is_url, norm
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
 # JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
 # skipped when a directory is searched, still read when named explicitly
 NOT_TRACES = frozenset({"manifest.json", "ground_truth.json", "source.json"})
