@@ -18,7 +18,7 @@ from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
-from .errors import DtraceError, RankError, UsageError
+from .errors import DtraceError, OutputError, RankError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
@@ -33,6 +33,7 @@ from .plan import (
 )
 from .reduce import run_reducers
 from .reduce.stragglers import check_method
+from .remote import ObjectInfo, is_url, norm
 from .results import Results, check_results_dir, write_results
 from .summaries import add_summaries, note_summaries, split_summaries
 
@@ -95,7 +96,8 @@ def analyze(
     out
         Results directory (tables as Parquet + ``manifest.json``, written atomically). The
         ingest cache lives in ``out/cache`` unless ``cache`` is given, so a second analysis of
-        unchanged inputs reads Parquet only.
+        unchanged inputs reads Parquet only. A URL (``s3://bucket/run42/results/``) writes the
+        results to an object store (see :func:`_analyze_to_url`).
     scheduler
         ``None`` (default): in-process for a small job, else a ``LocalCluster`` of processes
         (one per core); ``"sync"`` (always in-process), ``"local"`` (always a ``LocalCluster``)
@@ -150,6 +152,9 @@ def analyze(
     >>> r = dtrace.analyze("traces/", "results/")                     # doctest: +SKIP
     >>> r.breakdown[["rank", "computation_ns", "idle_ns"]]            # doctest: +SKIP
     """
+    if out is not None and is_url(os.fspath(out)):
+        params = dict(locals())
+        return _analyze_to_url(os.fspath(out), {k: v for k, v in params.items() if k != "options"}, options)
     t0 = time.perf_counter()
     opts = make_options(**options)
     user = _check_analyses(analyses)
@@ -166,8 +171,9 @@ def analyze(
     out = os.fspath(out) if out is not None else None
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
-    # FIFOs, devices, unlistable folders: failed inputs, never opened
-    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
+    # FIFOs, devices, unlistable folders: failed inputs, never opened; URLs listed on their store
+    infos: dict[str, ObjectInfo] = {}
+    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None, infos=infos))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
     reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
@@ -179,7 +185,7 @@ def analyze(
     check_cache_dir(cache)
     settings = {"ranks": ranks, "format": format, "max_input_size": limit}
     if out is not None and reuse_cache and reuse_results and not summaries:
-        done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings)
+        done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings, infos)
         if done is not None:
             return done
     run = _Run(
@@ -195,6 +201,7 @@ def analyze(
         reader_options={"max_input_size": limit},
         refused=refused,
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
+        infos=infos,
     )
     try:
         with Engine(spec) as engine:
@@ -228,6 +235,38 @@ def analyze(
     return Results(tables, manifest, None)
 
 
+def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -> Results:
+    """:func:`analyze` with its results on an object store.
+
+    The previous results at ``out`` (if any) are copied into a local staging folder, the analysis
+    runs against that folder as usual (so an up-to-date run returns them without any work), and
+    new results are uploaded: the old manifest removed first, the tables, then the new manifest
+    (:func:`dtrace.remote.upload_results`). The ingest cache is local, ``cache`` or
+    :func:`dtrace.remote.default_cache` (a cluster run passes a shared ``cache``). The returned
+    tables are in memory; the staging folder is removed.
+    """
+    from .remote import RemoteError, check_writable, default_cache, download_results, upload_results
+    from .results import in_memory
+
+    staging = tempfile.mkdtemp(prefix="dtrace-out-")
+    try:
+        try:
+            check_writable(out)
+            download_results(out, staging)
+        except RemoteError as exc:
+            raise OutputError(str(exc)) from None
+        cache = params["cache"] or default_cache(out)
+        res = analyze(**{**params, "out": staging, "cache": cache}, **options)
+        if not res.manifest.get("up_to_date"):
+            try:
+                upload_results(staging, out)
+            except RemoteError as exc:
+                raise OutputError(f"{exc} (the results are not complete there; run again)") from None
+        return in_memory(res)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int | None = None) -> pd.DataFrame:
     """What-if estimates of a results directory (or ``dtrace.load(OUT)``) with your scenarios.
 
@@ -258,12 +297,15 @@ def up_to_date(
     options: Options,
     analyses: Sequence[Analysis],
     settings: dict[str, Any],
+    infos: dict[str, ObjectInfo] | None = None,
 ) -> Results | None:
     """The results in ``out`` if they come from these very inputs (same fingerprints), settings,
     analyses and dtrace version, and every table file is intact; else None.
 
     Cheap checks first: the previous run listed the same inputs with the same sizes and mtimes;
-    only then is each input fingerprinted (the content decides, never the mtime alone).
+    only then is each input fingerprinted (the content decides, never the mtime alone). A remote
+    input is the same object when its store states the recorded size and identity (``infos``,
+    from the listing): it is not downloaded; one whose store states no identity is not up to date.
     """
     from .readers._io import file_fingerprint
     from .results import intact, load
@@ -276,23 +318,36 @@ def up_to_date(
     items = prev.get("inputs")
     if not isinstance(key, str) or not isinstance(items, list) or refused or prev.get("n_failed"):
         return None
+    remote = {f: (infos or {}).get(f) for f in files if is_url(f)}
+    if any(i is None or not i.identity for i in remote.values()):
+        return None
     try:
-        stats = {f: os.stat(f) for f in files}
+        stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
     except OSError:
         return None
+    stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})  # identity, not time, decides
     before = {
-        (i.get("path"), i.get("size"), i.get("mtime_ns")): i.get("fingerprint") for i in items if isinstance(i, dict)
+        (i.get("path"), i.get("size"), i.get("mtime_ns")): (i.get("fingerprint"), i.get("identity"))
+        for i in items
+        if isinstance(i, dict)
     }
-    now = {(f, st.st_size, st.st_mtime_ns) for f, st in stats.items()}
-    if set(before) != now or sum(st.st_size for st in stats.values()) > UP_TO_DATE_MAX_BYTES:
+    now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
+    if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
         return None
     inputs = []
     for path, size, mtime in sorted(now):
+        recorded, identity = before[(path, size, mtime)]
+        if path in remote:
+            info = remote[path]
+            if info is None or identity != info.identity:
+                return None
+            inputs.append((path, size, mtime, recorded))
+            continue
         try:
             fp = file_fingerprint(path)
         except (OSError, DtraceError):
             return None
-        if fp != before[(path, size, mtime)]:
+        if fp != recorded:
             return None
         inputs.append((path, size, mtime, fp))
     if resultstore.run_key(inputs, options, analyses, settings) != key or not intact(out, prev):
@@ -338,6 +393,7 @@ class _Run:
     reader_options: dict[str, Any] = field(default_factory=dict)
     refused: list[FileRecord] = field(default_factory=list)
     store: str | None = None
+    infos: dict[str, ObjectInfo] = field(default_factory=dict)  # what the listing said of remote inputs
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
     specs: list[PartSpec] = field(default_factory=list)
@@ -361,8 +417,13 @@ class _Run:
         parse. When every input looks cached, the partitions are planned here already and
         those whose results are stored cost nothing to analyse.
         """
-        self._sizes = [content_size(f) for f in self.files]
-        hits = [lookup(self.cache, f, verify=False)[0] if self.reuse_cache else None for f in self.files]
+        self._sizes = [content_size(f, self.infos.get(f)) for f in self.files]
+        hits = [
+            lookup(self.cache, f, verify=False, info=self.infos.get(f))[0]
+            if self.reuse_cache and self._known(f)
+            else None
+            for f in self.files
+        ]
         parse = sum(s / PARSE_BYTES_PER_S + PARSE_FILE_S for s, h in zip(self._sizes, hits) if h is None)
         hashing = sum(h.size for h in hits if h is not None) / HASH_BYTES_PER_S
         tasks = len(ingest_batches(self.files, self._sizes, workers))
@@ -377,6 +438,11 @@ class _Run:
             if key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
                 events += p.n_events
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
+
+    def _known(self, path: str) -> bool:
+        """Whether the client can check ``path``'s cache entry without a request (a local file, or an
+        object the listing described)."""
+        return not is_url(path) or path in self.infos
 
     def fail(self, path: str, error: str, kind: str) -> None:
         """Record an input's error; the first one found (ingest, ranks, analysis) is the one reported."""
@@ -421,7 +487,8 @@ class _Run:
 
     def ingest(self, engine: Engine) -> list[FileRecord]:
         """The ingest records of every input (the refused ones included), sorted by path."""
-        batches = ingest_batches(self.files, self._sizes or [content_size(f) for f in self.files], engine.n_workers)
+        sizes = self._sizes or [content_size(f, self.infos.get(f)) for f in self.files]
+        batches = ingest_batches(self.files, sizes, engine.n_workers)
         done = engine.map(
             ingest_files,
             batches,
@@ -436,10 +503,7 @@ class _Run:
         for d in done:
             if isinstance(d, TaskFailure):
                 records += [
-                    FileRecord(
-                        path=os.path.abspath(p), error=f"{os.path.abspath(p)}: {d.reason}", error_type="WorkerError"
-                    )
-                    for p in d.item
+                    FileRecord(path=norm(p), error=f"{norm(p)}: {d.reason}", error_type="WorkerError") for p in d.item
                 ]
             else:
                 records += d
@@ -470,6 +534,7 @@ class _Run:
                     "size": r.size,
                     "mtime_ns": r.mtime_ns,
                     "fingerprint": r.fingerprint,
+                    "identity": r.identity,
                     "cached": r.cached,
                     "results_reused": r.path in reused and not error,
                     "events": int(r.meta.get("events", 0)) if r.meta else 0,

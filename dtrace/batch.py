@@ -11,7 +11,9 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 
 ``parts``
     one row per part: ``part`` (0..P-1), ``rank``, ``device``, ``format``, ``base_ns``,
-    ``rocm`` (a ROCm trace), ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found).
+    ``rocm`` (a ROCm trace), ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found);
+    ``session_start_ns``/``session_end_ns`` (the profiling session a reader recorded, -1 if
+    none) where the loader gives them.
 ``gpu``
     GPU events (kernel, memcpy, memset on the part's device) in part order, each part's events in
     its table's order: ``part``, ``rank``, ``device``, ``row`` (the event's row in its part's
@@ -487,12 +489,14 @@ def prepare_part(
     options: Options,
     base_ns: int = 0,
     side: Mapping[str, pd.DataFrame] | None = None,
+    session_ns: tuple[int, int] = (-1, -1),
 ) -> Batch:
     """The :class:`Batch` of a single (rank, device) part given as pandas frames (tests, quick views).
 
     ``events`` follows the event schema (its ``rank`` column is ignored); the side tables
     (``collectives``, ``memcpy`` and the further ones in ``side``) are keyed by the event's row
-    in ``events``.
+    in ``events``; ``session_ns`` is the profiling session a reader recorded (rocprofv3),
+    ``(-1, -1)`` if none.
     """
     ev = events.reset_index(drop=True).copy()
     ev["part"] = np.zeros(len(ev), np.int32)
@@ -506,6 +510,8 @@ def prepare_part(
             "device": np.array([device], np.int32),
             "format": np.array([fmt], dtype=object),
             "base_ns": np.array([base_ns], I64),
+            "session_start_ns": np.array([session_ns[0]], I64),
+            "session_end_ns": np.array([session_ns[1]], I64),
         }
     )
     return prepare(ev, side_frames, parts, options)

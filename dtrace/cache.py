@@ -21,6 +21,12 @@ target) and the entry is written anew. An entry whose file still fails to decode
 events are loaded (a file forged to match its fingerprint) fails its input once, and is
 dropped so that the next run parses the input again.
 
+An input on an object store (a URL, :mod:`dtrace.remote`) is keyed by its URL and reused while
+the store states the same size and identity (version id, generation or ETag, recorded as
+``identity``): the object is neither downloaded nor fingerprinted again. Where the store states
+no identity, its content's fingerprint decides, as for a local file. A parse downloads the
+object to a private temporary file on the worker first.
+
 Ranks are a property of the whole input set (a file may be numbered by its sorted position),
 so the cache is keyed by source and the rank is attached when the partition is loaded.
 """
@@ -59,6 +65,7 @@ from .fileio import atomic_write_bytes
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 from .readers.base import PartTables
+from .remote import ObjectInfo, is_url, norm
 from .schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 
 CACHE_VERSION = 5
@@ -102,6 +109,7 @@ class FileRecord:
     error_type: str | None = None
     cached: bool = False
     notes: list[str] = field(default_factory=list)
+    identity: str = ""  # an object's identity on its store (remote inputs; "" for local files)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -120,7 +128,7 @@ class CacheError(DtraceError):
 
 
 def entry_dir(cache_dir: str, path: str) -> str:
-    key = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
+    key = hashlib.sha1(norm(path).encode()).hexdigest()[:20]
     return os.path.join(cache_dir, key)
 
 
@@ -171,14 +179,19 @@ def fingerprint_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecord | None, str | None]:
+def lookup(
+    cache_dir: str, path: str, *, verify: bool = True, info: ObjectInfo | None = None
+) -> tuple[FileRecord | None, str | None]:
     """The cached record of ``path`` if its entry is intact and its input unchanged.
 
     Returns ``(record, None)`` on a hit, else ``(None, note)`` with why the entry was not used
     (``None`` when there simply is none). ``verify=False`` skips hashing the input (the size and
     mtime still decide) and the cached files: only for reading the cache of a finished analysis.
+    For a URL, ``info`` is what the store says of the object now (asked if not given); its size
+    and identity decide, and an object whose store states no identity is fingerprinted (downloaded)
+    when ``verify`` is set.
     """
-    apath = os.path.abspath(path)
+    apath = norm(path)
     d = entry_dir(cache_dir, apath)
     try:
         if stat.S_ISLNK(os.lstat(d).st_mode):
@@ -196,17 +209,22 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
         return None, f"cache entry {d} is damaged ({_one_line(exc)}); parsing again"
     if rec.path != apath:
         return None, f"cache entry {d} belongs to another input; parsing again"
-    try:
-        st = os.stat(apath)
-    except OSError:
-        return None, None
-    if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
-        return None, None  # the input changed: an ordinary re-parse, nothing to report
+    if is_url(apath):
+        same = _same_object(rec, apath, info, verify)
+        if same is not True:
+            return None, same or None
+    else:
+        try:
+            st = os.stat(apath)
+        except OSError:
+            return None, None
+        if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
+            return None, None  # the input changed: an ordinary re-parse, nothing to report
+        if verify and file_fingerprint(apath) != rec.fingerprint:
+            return None, f"{apath}: content changed although size and mtime did not; parsing again"
     if not verify:
         rec.cached = True
         return rec, None
-    if file_fingerprint(apath) != rec.fingerprint:
-        return None, f"{apath}: content changed although size and mtime did not; parsing again"
     for part in rec.parts:
         for kind, path in {"events": part.events, **part.side_paths()}.items():
             name = os.path.basename(path)
@@ -222,6 +240,27 @@ def lookup(cache_dir: str, path: str, *, verify: bool = True) -> tuple[FileRecor
                 return None, f"cache entry {d}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again"
     rec.cached = True
     return rec, None
+
+
+def _same_object(rec: FileRecord, url: str, info: ObjectInfo | None, verify: bool) -> bool | str:
+    """Whether the object at ``url`` is the one ``rec`` was parsed from: True, or a note ("" for an
+    ordinary change). Size and identity decide; without an identity, the fingerprint (a download)."""
+    from .remote import RemoteError, local_copy, stat  # noqa: PLC0415
+
+    try:
+        now = info if info is not None else stat(url)
+    except RemoteError:
+        return ""  # ingest reports the error
+    if now.size != rec.size or now.identity != rec.identity:
+        return ""
+    if now.identity or not verify:
+        return True
+    try:
+        with local_copy(url) as local:
+            same = file_fingerprint(local) == rec.fingerprint
+    except RemoteError:
+        return ""
+    return True if same else f"{url}: content changed although its size did not; parsing again"
 
 
 def _check_parquet(data: bytes, kind: str, rows: int | None) -> None:
@@ -334,6 +373,7 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         rank_hint=r.get("rank_hint"),
         rank_per_device=r["rank_per_device"],
         meta=r["meta"],
+        identity=str(r.get("identity") or ""),
     )
     return rec, sums
 
@@ -441,59 +481,85 @@ def ingest(
     reader_options: dict[str, Any] | None = None,
     reuse: bool = True,
 ) -> FileRecord:
-    """Parse ``path`` into the cache (or reuse an intact entry). Never raises for a bad input:
-    the returned record carries the one-line error instead."""
-    apath = os.path.abspath(path)
+    """Parse ``path`` (a file or a URL) into the cache (or reuse an intact entry). Never raises for
+    a bad input: the returned record carries the one-line error instead."""
+    apath = norm(path)
     rec = FileRecord(path=apath)
+    local = None
     try:
-        st = os.stat(apath)
-        rec.size, rec.mtime_ns = st.st_size, st.st_mtime_ns
-        if reuse:
-            hit, note = lookup(cache_dir, apath)
-            if hit is not None:
-                return hit
-            if note:
-                rec.notes.append(note)
-        reader = get_reader(fmt) if fmt else detect(apath)
-        tf = reader.read(apath, **(reader_options or {}))
-        for part in tf.parts:  # ids the event tables and partitions hold as int32
-            if not _I32_MIN <= part.device <= _I32_MAX:
-                raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
-        d = entry_dir(cache_dir, apath)
-        _fresh_entry(d)
-        rec.format = tf.format
-        rec.rank_hint = tf.rank_hint
-        rec.rank_per_device = tf.rank_per_device
-        rec.meta = dict(tf.meta)
-        rec.fingerprint = rec.meta.pop("fingerprint", "") or file_fingerprint(apath)
-        for part in tf.parts:
-            # keyed by position too: processes of one nsys report may share a device id
-            tables = {
-                k: t for k, t in {"events": part.events, **part.side_tables()}.items() if k in _ALWAYS or t.num_rows
-            }
-            names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in tables}
-            pr = PartRecord(
-                device=part.device,
-                local_index=part.local_index,
-                n_events=part.events.num_rows,
-                events=os.path.join(d, names["events"]),
-                collectives=os.path.join(d, names["collectives"]),
-                memcpy=os.path.join(d, names["memcpy"]),
-                side={k: os.path.join(d, names[k]) for k in tables if k not in _ALWAYS},
-            )
-            for k, table in tables.items():
-                data = parquet_bytes(table)
-                pr.checksums[names[k]] = fingerprint_bytes(data)
-                _atomic_write_bytes(os.path.join(d, names[k]), data)
-            rec.parts.append(pr)
-        record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
-        payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
-        _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
+        if is_url(apath):
+            from .remote import local_copy, stat  # noqa: PLC0415 - only runs that read URLs
+
+            info = stat(apath)
+            # the identity stands for the content; a listing and a HEAD state the time differently
+            rec.size, rec.mtime_ns, rec.identity = info.size, 0, info.identity
+            if reuse:
+                hit, note = lookup(cache_dir, apath, info=info)
+                if hit is not None:
+                    return hit
+                if note:
+                    rec.notes.append(note)
+            with local_copy(apath) as local:
+                try:
+                    _parse(rec, local, cache_dir, fmt, reader_options)
+                except InputError as exc:  # name the object, not its temporary copy
+                    raise type(exc)(apath, exc.problem.replace(local, apath)) from None
+        else:
+            st = os.stat(apath)
+            rec.size, rec.mtime_ns = st.st_size, st.st_mtime_ns
+            if reuse:
+                hit, note = lookup(cache_dir, apath)
+                if hit is not None:
+                    return hit
+                if note:
+                    rec.notes.append(note)
+            _parse(rec, apath, cache_dir, fmt, reader_options)
     except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
-        rec.error, rec.error_type = ingest_error(apath, exc)
+        rec.error, rec.error_type = ingest_error(apath, exc, local)
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec
+
+
+def _parse(
+    rec: FileRecord, source: str, cache_dir: str, fmt: str | None, reader_options: dict[str, Any] | None
+) -> None:
+    """Read ``source`` (the input itself, or a local copy of a remote one) into the cache entry of
+    ``rec.path`` and fill ``rec`` (raises for a bad input)."""
+    apath = rec.path
+    reader = get_reader(fmt) if fmt else detect(source)
+    tf = reader.read(source, **(reader_options or {}))
+    for part in tf.parts:  # ids the event tables and partitions hold as int32
+        if not _I32_MIN <= part.device <= _I32_MAX:
+            raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
+    d = entry_dir(cache_dir, apath)
+    _fresh_entry(d)
+    rec.format = tf.format
+    rec.rank_hint = tf.rank_hint
+    rec.rank_per_device = tf.rank_per_device
+    rec.meta = dict(tf.meta)
+    rec.fingerprint = rec.meta.pop("fingerprint", "") or file_fingerprint(source)
+    for part in tf.parts:
+        # keyed by position too: processes of one nsys report may share a device id
+        tables = {k: t for k, t in {"events": part.events, **part.side_tables()}.items() if k in _ALWAYS or t.num_rows}
+        names = {k: f"{k}-p{part.local_index}-d{part.device}.parquet" for k in tables}
+        pr = PartRecord(
+            device=part.device,
+            local_index=part.local_index,
+            n_events=part.events.num_rows,
+            events=os.path.join(d, names["events"]),
+            collectives=os.path.join(d, names["collectives"]),
+            memcpy=os.path.join(d, names["memcpy"]),
+            side={k: os.path.join(d, names[k]) for k in tables if k not in _ALWAYS},
+        )
+        for k, table in tables.items():
+            data = parquet_bytes(table)
+            pr.checksums[names[k]] = fingerprint_bytes(data)
+            _atomic_write_bytes(os.path.join(d, names[k]), data)
+        rec.parts.append(pr)
+    record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
+    payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
+    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
 
 
 UNDECODABLE: tuple[type[BaseException], ...] = (
@@ -508,8 +574,9 @@ a damaged SQLite database, a damaged compressed stream). A reader should say so 
 does not still fails its input with this one-line description, never an "internal error"."""
 
 
-def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
-    """The one-line error (naming ``apath``) and its type for an exception met while ingesting."""
+def ingest_error(apath: str, exc: BaseException, local: str | None = None) -> tuple[str, str]:
+    """The one-line error (naming ``apath``) and its type for an exception met while ingesting
+    (``local``: the temporary copy of a remote input, which counts as the input itself)."""
     if isinstance(exc, InputError):
         return str(exc), type(exc).__name__
     if isinstance(exc, DtraceError):
@@ -517,7 +584,8 @@ def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, MemoryError):
         return f"{apath}: out of memory while reading", "MemoryError"
     if isinstance(exc, OSError):
-        where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
+        read = {apath, os.path.abspath(local) if local else apath}
+        where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) not in read else "reading"
         return f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
     if isinstance(exc, UNDECODABLE):  # the input's own bytes, whichever reader met them: not a bug of ours
         return f"{apath}: {_undecodable(exc)}", InputError.__name__
@@ -540,5 +608,10 @@ def _undecodable(exc: BaseException) -> str:
 
 
 def verify(rec: FileRecord) -> bool:
-    """True if the source file's content still has the recorded fingerprint."""
+    """True if the source's content still has the recorded fingerprint (a remote input is downloaded)."""
+    if is_url(rec.path):
+        from .remote import local_copy  # noqa: PLC0415
+
+        with local_copy(rec.path) as local:
+            return file_fingerprint(local) == rec.fingerprint
     return file_fingerprint(rec.path) == rec.fingerprint

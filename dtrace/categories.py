@@ -49,7 +49,8 @@ def categorize_names(
         ``"default"`` or ``"tracelens"`` (TraceLens ``GPUEventAnalyser`` rules: memset counts as
         compute, no extra collective kernels; for JAX only ``copy*/memcpy*/memset*`` names are memcpy).
     fmt
-        The input format; JAX has its own memcpy rule in TraceLens mode.
+        The input format; JAX has its own memcpy rule in TraceLens mode, and for rocprofv3
+        TraceLens counts every kernel dispatch as a kernel (its copy kernels included).
 
     Examples
     --------
@@ -72,7 +73,7 @@ def categorize_names(
             out.append("comm")
         elif fmt == "jax" and tl:
             out.append("memcpy" if jaxmem.search(name) else "compute")
-        elif kind == "memcpy" or copyk.search(name):
+        elif kind == "memcpy" or (copyk.search(name) and not (tl and fmt == "rocprofv3")):
             out.append("memcpy")
         elif kind == "memset":
             out.append("compute" if tl else "memset")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .plan import PartSpec
+from .remote import ObjectInfo, is_url
 
 TARGET_EVENTS = 600_000
 """Default largest events per partition: the analyses hold ~1 KB per event at their peak, so a
@@ -103,9 +104,13 @@ def plan_partitions(
     return [PartitionSpec(i, tuple(parts)) for i, parts in enumerate(out)]
 
 
-def content_size(path: str) -> int:
+def content_size(path: str, info: ObjectInfo | None = None) -> int:
     """Estimated bytes of content of an input: its size, or for gzip the size its trailer states
-    (ISIZE, exact below 4 GiB), else :data:`GZIP_RATIO` times the compressed size."""
+    (ISIZE, exact below 4 GiB), else :data:`GZIP_RATIO` times the compressed size. A remote input
+    is never read here: its listed size (``info``), times :data:`GZIP_RATIO` if its name says gzip."""
+    if is_url(path):
+        size = info.size if info is not None else 0
+        return size * GZIP_RATIO if path.lower().endswith(".gz") else size
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):  # never open a FIFO or a device here: it could block

@@ -15,7 +15,8 @@ from .batch import Batch, prepare_part
 from .calltree import Tree
 from .errors import InputError, UsageError
 from .options import Options
-from .plan import expand_inputs, part_spec, rank_from_filename
+from .plan import expand_inputs, part_spec, rank_from_filename, session_window
+from .remote import is_url
 
 
 def is_results_dir(path: str) -> bool:
@@ -28,7 +29,13 @@ def _from_file(
     """Read ``path`` and build the part of ``device``; None if the file is not ``want_rank``."""
     from .readers import detect
 
-    tf = detect(path).read(path)
+    if is_url(path):  # a quick view of one object: read a local copy
+        from .remote import local_copy
+
+        with local_copy(path) as local:
+            tf = detect(local).read(local)
+    else:
+        tf = detect(path).read(path)
     file_rank = tf.rank_hint if tf.rank_hint is not None else rank_from_filename(path)
     if want_rank is not None and file_rank != want_rank:
         return None
@@ -54,6 +61,7 @@ def _from_file(
         fmt=tf.format,
         options=options,
         base_ns=int(tf.meta.get("base_time_ns") or 0),
+        session_ns=session_window(tf.meta),
     )
 
 
@@ -75,7 +83,8 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
             + f"; ranks: {_span(ranks)}"
         )
     r, d, inp = sorted(hits, key=lambda h: h[1])[0]
-    rec = lookup(m["cache"], inp["path"], verify=False)[0] if m.get("cache") and os.path.exists(inp["path"]) else None
+    reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
+    rec = lookup(m["cache"], inp["path"], verify=False)[0] if m.get("cache") and reachable else None
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
@@ -91,8 +100,9 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
                 fmt=rec.format,
                 options=options,
                 base_ns=int((rec.meta or {}).get("base_time_ns") or 0),
+                session_ns=session_window(rec.meta),
             )
-    if not os.path.exists(inp["path"]):
+    if not reachable:
         raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {m.get('cache')}")
     found = _from_file(inp["path"], r, d, options)
     assert found is not None

@@ -45,7 +45,7 @@ def ingest_files(
 
 # -- loading ---------------------------------------------------------------------------------
 def parts_frame(specs: Sequence[PartSpec]) -> pd.DataFrame:
-    """One row per part: part, rank, device, format, base_ns."""
+    """One row per part: part, rank, device, format, base_ns, session_start_ns, session_end_ns."""
     return pd.DataFrame(
         {
             "part": np.arange(len(specs), dtype=np.int32),
@@ -53,8 +53,10 @@ def parts_frame(specs: Sequence[PartSpec]) -> pd.DataFrame:
             "device": np.array([s.device for s in specs], np.int32),
             "format": np.array([s.format for s in specs], dtype=object),
             "base_ns": np.array([s.base_ns for s in specs], np.int64),
+            "session_start_ns": np.array([s.session_ns[0] for s in specs], np.int64),
+            "session_end_ns": np.array([s.session_ns[1] for s in specs], np.int64),
         },
-        columns=list(PART_COLUMNS),
+        columns=[*PART_COLUMNS, "session_start_ns", "session_end_ns"],
     )
 
 

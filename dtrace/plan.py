@@ -16,8 +16,9 @@ from .cache import FileRecord, PartRecord
 from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
 from .errors import NotRegularFile, RankError, UsageError
 from .readers._io import refusal
+from .remote import ObjectInfo, is_url, norm
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
 # JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
 # skipped when a directory is searched, still read when named explicitly
 NOT_TRACES = frozenset({"manifest.json", "ground_truth.json", "source.json"})
@@ -38,21 +39,31 @@ _SIZE_UNITS = {
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?)\s*([a-zA-Z]*)")
 
 
-def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) -> list[str]:
+def expand_inputs(
+    inputs: list[str] | str, *, exclude: list[str] | None = None, infos: dict[str, ObjectInfo] | None = None
+) -> list[str]:
     """Files, directories (searched recursively for trace files) and globs → sorted unique paths.
 
     Nothing is opened here. Inputs that are not regular files (FIFOs, devices, sockets) and
     folders that cannot be listed stay in the list, so that :func:`refuse_irregular` reports
     each of them as a failed input instead of a silent gap; directories matched by a glob are
     not inputs and are left out.
+
+    URLs (``s3://bucket/job/``, ``gs://.../*.json.gz``) are listed the same way on their store
+    (:func:`dtrace.remote.expand`); ``infos``, when given, receives what the listing says of each
+    object (size, identity), so that the client needs no further request to plan the run. A URL
+    that cannot be listed (a missing bucket, no permission) stays in the list as an input of its
+    own, which then fails with that one-line error while the other inputs are analysed.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    excl = [os.path.abspath(e) + os.sep for e in (exclude or [])]
+    excl = [e.rstrip("/") + "/" if is_url(e) else os.path.abspath(e) + os.sep for e in (exclude or [])]
     found: list[str] = []
     for item in inputs:
         item = os.fspath(item)
-        if os.path.isdir(item):
+        if is_url(item):
+            found.extend(_expand_url(item, infos))
+        elif os.path.isdir(item):
             # a folder that cannot be listed (permissions, I/O error) becomes an input of its own
             for root, dirs, files in os.walk(item, onerror=lambda err: found.append(err.filename)):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -69,7 +80,7 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
     out = []
     seen = set()
     for f in found:
-        a = os.path.abspath(f)
+        a = norm(f)
         if a in seen or any(a.startswith(e) for e in excl):
             continue
         seen.add(a)
@@ -77,6 +88,19 @@ def expand_inputs(inputs: list[str] | str, *, exclude: list[str] | None = None) 
     if not out:
         raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)})")
     return sorted(out)
+
+
+def _expand_url(url: str, infos: dict[str, ObjectInfo] | None) -> list[str]:
+    """The object URLs a URL input names (see :func:`expand_inputs`)."""
+    from .remote import RemoteError, expand  # noqa: PLC0415 - only runs that read URLs
+
+    try:
+        objects = expand(url, TRACE_SUFFIXES, NOT_TRACES)
+    except RemoteError:
+        return [url]  # fails as an input of its own, with the store's one-line error
+    if infos is not None:
+        infos.update((o.url, o) for o in objects)
+    return [o.url for o in objects]
 
 
 def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:
@@ -91,7 +115,7 @@ def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:
     ok: list[str] = []
     refused: list[FileRecord] = []
     for path in paths:
-        why = refusal(path)
+        why = None if is_url(path) else refusal(path)
         if why is None:
             ok.append(path)
             continue
@@ -160,6 +184,7 @@ class PartSpec:
     local_index: int = 0
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
     side: tuple[tuple[str, str], ...] = ()  # (further side table, its cached file), tables with rows only
+    session_ns: tuple[int, int] = (-1, -1)  # the profiling session's start and end (rocprofv3), -1 unknown
 
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
@@ -178,7 +203,22 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
         local_index=part.local_index,
         checksums=tuple(sorted(part.checksums.items())),
         side=tuple(sorted(part.side.items())),
+        session_ns=session_window(record.meta),
     )
+
+
+def session_window(meta: dict | None) -> tuple[int, int]:
+    """The profiling session ``(start_ns, end_ns)`` a reader recorded (``meta["session_ns"]``), else ``(-1, -1)``.
+
+    Examples
+    --------
+    >>> session_window({"session_ns": [5, 9]}), session_window({})
+    ((5, 9), (-1, -1))
+    """
+    s = (meta or {}).get("session_ns")
+    if isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(v, int) for v in s) and 0 <= s[0] <= s[1]:
+        return int(s[0]), int(s[1])
+    return -1, -1
 
 
 def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
@@ -188,7 +228,7 @@ def explicit_ranks(ranks: dict[str, int] | None) -> dict[str, int]:
     for path, rank in (ranks or {}).items():
         if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank <= RANK_MAX:
             raise UsageError(f"invalid rank {rank!r} for {path}: a rank is an integer from 0 to {RANK_MAX}")
-        out[os.path.abspath(os.fspath(path))] = int(rank)
+        out[norm(path)] = int(rank)
     return out
 
 

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from .errors import OutputError, ResultsError
+from .remote import is_url
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -440,6 +441,28 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     return manifest
 
 
+def load_remote(url: str) -> Results:
+    """The results at ``url`` (an object store), every table read into memory from a temporary copy."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from .remote import download_results  # noqa: PLC0415
+
+    local = tempfile.mkdtemp(prefix="dtrace-results-")
+    try:
+        if not download_results(url, local):
+            raise ResultsError(f"{url}: no results there (no {MANIFEST})")
+        return in_memory(load(local))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def in_memory(res: Results) -> Results:
+    """``res`` with every table read, detached from its folder (which may then be removed)."""
+    tables = {name: res.table(name) for name in res.table_names}
+    return Results(tables, dict(res.manifest), None)
+
+
 def load(path: str | os.PathLike[str]) -> Results:
     """Open a results directory written by ``dtrace analyze``.
 
@@ -452,8 +475,13 @@ def load(path: str | os.PathLike[str]) -> Results:
     --------
     >>> r = dtrace.load("run42/results")          # doctest: +SKIP
     >>> r.breakdown.head()                        # doctest: +SKIP
+    >>> r = dtrace.load("s3://bucket/run42/results/")   # doctest: +SKIP
+
+    Results on an object store (a URL) are downloaded and read whole (every table in memory).
     """
     path = os.fspath(path)
+    if is_url(path):
+        return load_remote(path)
     manifest = validate_manifest(_read_manifest(path), os.path.join(path, MANIFEST))
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise ResultsError(f"{path}: written by a newer dtrace (format {manifest['format_version']}); upgrade")

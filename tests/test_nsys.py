@@ -268,6 +268,8 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
     """Conformance: each reader's sample passes the one schema check, side tables included."""
     import pyarrow as pa
     from synth_formats import write_jax_trace
+    from test_rocpd import make_rocpd
+    from test_rocprof import make_rocprof
 
     from dtrace.readers import readers
     from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
@@ -281,6 +283,8 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
         "jax": str(tmp_path / "s.trace.json.gz"),
         "nsys": shared(*RTX),
         "nsys-csv": str(tmp_path / "s_cuda_gpu_trace.csv"),
+        "rocprofv3": shared("rocprof", "908_results.json.gz"),
+        "rocpd": make_rocpd(make_rocprof(tmp_path / "r_results.json"), tmp_path / "r_results.db"),
     }
     regs = readers()
     assert set(regs) <= set(samples), f"add a sample for {set(regs) - set(samples)}"

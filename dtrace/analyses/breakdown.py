@@ -120,6 +120,8 @@ def breakdown(batch: Batch) -> pd.DataFrame:
     gp = g["part"].to_numpy(I64)
     start, end = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
     df = pd.DataFrame({**batch.keys(np.arange(n)), **_values(g, gp, n)})
+    if batch.options.compat == "tracelens":
+        session_total(df, batch.parts)
     is_set = (g["kind"] == "memset").to_numpy(bool)
     axis = Axis(np.concatenate([gp[is_set], gp[is_set]]), np.concatenate([start[is_set], end[is_set]]), n)
     df["memset_ns"] = measure_by(
@@ -137,6 +139,20 @@ def breakdown(batch: Batch) -> pd.DataFrame:
     df["clipped_events"] = batch.parts["clipped_events"].to_numpy(I64)
     df["clipped_ns"] = batch.parts["clipped_ns"].to_numpy(I64)
     return df
+
+
+def session_total(df: pd.DataFrame, parts: pd.DataFrame) -> None:
+    """TraceLens's total of a trace that records its profiling session (rocprofv3): the session
+    (``fini_time - init_time``), not the GPU span; idle follows (``total - busy``). In place, on
+    the per-part rows of ``df``; parts without a session keep the GPU span."""
+    if "session_start_ns" not in parts.columns:
+        return
+    s = parts["session_start_ns"].to_numpy(I64)
+    e = parts["session_end_ns"].to_numpy(I64)
+    known = (s >= 0) & (e >= s)
+    total = np.where(known, e - s, df["total_ns"].to_numpy(I64))
+    df["total_ns"] = total
+    df["idle_ns"] = total - df["busy_ns"].to_numpy(I64)
 
 
 def _by_key(batch: Batch, g: pd.DataFrame, key: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:

@@ -217,6 +217,8 @@ def check_out_dir(out: str, cache: str | None) -> None:
         ``out`` or the cache is a file, ``out/manifest.json`` is a folder, or the nearest
         existing folder is not writable.
     """
+    if "://" in out and not out.startswith("file://"):  # an object store: the API checks it can write there
+        return
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"-o {out}: exists and is not a directory")
     manifest = os.path.join(out, "manifest.json")

@@ -24,9 +24,11 @@ __all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "readers"]
 
 
 def _registry() -> dict[str, Reader]:
-    from . import jax, kineto, nsys, nsys_csv  # noqa: PLC0415 - registration list, one line per format
+    from . import jax, kineto, nsys, nsys_csv, rocpd, rocprof  # noqa: PLC0415 - registration list, one line per format
 
     readers: list[Reader] = [
+        rocprof.READER,  # before kineto, which takes any other JSON object
+        rocpd.READER,  # before nsys, which takes any other SQLite database
         jax.READER,  # before kineto: JAX traces are Chrome-trace JSON too
         kineto.READER,
         nsys.READER,

@@ -195,3 +195,34 @@ def file_fingerprint(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_content(path: str | os.PathLike[str], *, max_size: int | None = None) -> tuple[bytearray, str]:
+    """The whole decompressed content of a file and the fingerprint of its bytes on disk.
+
+    For formats whose document must be decoded in one piece (rocprofv3 JSON). The buffer grows
+    by doubling from the file's size (gzip: from the size its trailer states), so a plain file
+    is read straight into its final buffer; ``max_size`` bounds the content as in :class:`Content`.
+    """
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if f.read(2) == GZIP_MAGIC and size >= 4:
+            f.seek(-4, os.SEEK_END)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    buf = bytearray(max(size, 1) + 1)
+    n = 0
+    with Content(path, max_size=max_size) as content:
+        while True:
+            if n == len(buf):
+                grown = bytearray(2 * len(buf))
+                grown[:n] = buf
+                buf = grown
+            with memoryview(buf) as mv:
+                got = content.readinto(mv[n:])
+            if not got:
+                break
+            n += got
+        content.finish()
+        fingerprint = content.fingerprint
+    del buf[n:]
+    return buf, fingerprint

@@ -6,6 +6,11 @@ Only the fields the event schema needs are decoded (typed msgspec structs, chunk
 (``Kernel``, ``Runtime``, ``Memcpy``); ROCm traces use ``hipLaunchKernel`` and report the
 device in ``args.device``. A file whose GPU events sit on several devices becomes one part
 per device; host events are shared by every part.
+
+Meta's MTIA accelerator writes Kineto traces too (HTA reads them): its device activity is in
+category ``mtia_ccp_events`` (``dma_request`` events are memory copies with ``direction`` and
+``size``, every other event a kernel), launched by ``runFunction`` calls in ``mtia_runtime`` that
+share the kernel's ``correlation``; the device is the events' pid (``MTIA 9``).
 """
 
 from __future__ import annotations
@@ -55,6 +60,17 @@ CATEGORY_KIND = {
     "user_annotation": "annotation",
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "python",
+    "mtia_runtime": "runtime",  # runFunction - job_prep_and_submit_for_execution: the launch
+    "mtia_ccp_events": "kernel",  # dma_request events become memcpy (see _mtia_kinds)
+}
+MTIA_DEVICE = "mtia_ccp_events"
+MTIA_RUNTIME = "mtia_runtime"
+MTIA_DMA = "dma_request"
+MTIA_DIRECTION = {
+    "HOST_TO_DEVICE": "HtoD",
+    "DEVICE_TO_HOST": "DtoH",
+    "DEVICE_TO_DEVICE": "DtoD",
+    "HOST_TO_HOST": "HtoH",
 }
 GPU_KIND_SET = frozenset({*GPU_KINDS, "gpu_annotation"})
 
@@ -76,6 +92,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
+    direction: str | None = None  # MTIA dma_request: HOST_TO_DEVICE, DEVICE_TO_HOST, ...
+    size: int | float | str | None = None  # MTIA dma_request bytes
 
 
 _NO_ARGS = Args()
@@ -138,6 +156,7 @@ class _Columns:
         self.coll_rows: list[tuple[int, Args, str]] = []
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
+        self.categories: set[str | None] = set()  # every category seen (to name what an MTIA trace lacks)
         self.n = 0
 
 
@@ -192,9 +211,9 @@ _GPU_CODES = np.array(sorted(KIND_CODES[k] for k in GPU_KIND_SET), np.int8)
 _KIND_OF_CAT: dict[str | None, int] = {}
 
 
-def _kind_codes(cats: list[str | None]) -> np.ndarray:
-    """Schema kind code of each category (classified once per distinct category)."""
-    enc = pa.array(cats, _DICT_TYPE)
+def _kind_codes(enc: pa.DictionaryArray) -> np.ndarray:
+    """Schema kind code of each event from its dictionary-encoded category (classified once per
+    distinct category)."""
     uniq = enc.dictionary.to_pylist()
     for u in uniq:
         if u not in _KIND_OF_CAT:
@@ -225,7 +244,9 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     if not xs:
         return
     n = len(xs)
-    kinds = _kind_codes(list(map(_CAT, xs)))
+    cats = pa.array(list(map(_CAT, xs)), _DICT_TYPE)
+    kinds = _mtia_kinds(_kind_codes(cats), cats, xs)
+    c.categories.update(cats.dictionary.to_pylist())
     start = _floats(xs, _TS, "ts", path)
     d = _floats(xs, _DUR, "dur", path)
     args = list(map(_ARGS, xs))
@@ -258,6 +279,9 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     is_set = kinds == KIND_CODES["memset"]
     for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
+        if a.direction is not None and a.kind is None:  # an MTIA DMA request
+            c.mem_rows.append((base + i, xs[i].name, a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
+            continue
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
     c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
     for key, arr in (
@@ -274,6 +298,31 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     ):
         c.cols[key].append(arr)
     c.n += n
+
+
+def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) -> np.ndarray:
+    """MTIA device events (category ``mtia_ccp_events``): ``dma_request`` is a memory copy, every
+    other event a kernel. Other traces pass unchanged (one look at the chunk's distinct categories)."""
+    uniq = cats.dictionary.to_pylist()
+    if MTIA_DEVICE not in uniq:
+        return kinds
+    idx = cats.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(idx == uniq.index(MTIA_DEVICE))
+    dma = np.fromiter((xs[i].name == MTIA_DMA for i in rows.tolist()), bool, len(rows))
+    out = kinds.copy()
+    out[rows[dma]] = KIND_CODES["memcpy"]
+    return out
+
+
+def _no_device_activity(path: str, categories: set[str | None], n: int) -> NoGPUActivity:
+    """The one-line error of a trace without GPU events; for an MTIA trace it names what is missing."""
+    if MTIA_RUNTIME in categories:
+        return NoGPUActivity(
+            path,
+            f"no MTIA device activity: the trace has MTIA runtime launches ({MTIA_RUNTIME!r}) but no "
+            f"{MTIA_DEVICE!r} events ({n} host events); record the MTIA CCP events to analyse it",
+        )
+    return NoGPUActivity(path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events)")
 
 
 def _collective_ops(kinds: np.ndarray, args: list[Args], base: int) -> list[tuple[int, Args]]:
@@ -377,9 +426,7 @@ def read_kineto(
     if not devices:
         if dropped and n_gpu:
             raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
-        raise NoGPUActivity(
-            path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events)"
-        )
+        raise _no_device_activity(path, c.categories, n)
     coll = _collective_table(
         sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
     )

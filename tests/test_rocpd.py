@@ -1,0 +1,183 @@
+"""rocpd (rocprofv3's SQLite output): a database written in the test after ROCprofiler-SDK's
+documented schema (tables ``rocpd_<name><uuid>`` with ``rocpd_<name>`` views over them) holding
+the same run as test_rocprof's hand-built JSON; both readers must give the same tables."""
+
+import json
+import sqlite3
+
+import pandas as pd
+import pytest
+from test_rocprof import make_rocprof
+
+import dtrace
+from dtrace.errors import InputError
+from dtrace.readers import detect
+
+UUID = "_0196c1e2f3a4"
+CATEGORY = {1: "HIP_RUNTIME_API", 2: "MARKER_CORE_RANGE_API", 3: "MEMORY_COPY", 4: "KERNEL_DISPATCH"}
+COLUMNS = {
+    "string": "id INTEGER PRIMARY KEY, guid TEXT, string TEXT",
+    "info_process": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, init BIGINT, fini BIGINT, command TEXT",
+    "info_agent": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, type TEXT, absolute_index INTEGER, "
+    "logical_index INTEGER, type_index INTEGER, product_name TEXT",
+    "info_kernel_symbol": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, code_object_id INTEGER, "
+    "kernel_name TEXT, display_name TEXT, extdata JSONB",
+    "track": "id INTEGER PRIMARY KEY, guid TEXT, nid INTEGER, pid INTEGER, tid INTEGER, agent_id INTEGER, "
+    "queue_id INTEGER, stream_id INTEGER, name_id INTEGER",
+    "timestamp": "id INTEGER PRIMARY KEY, guid TEXT, value BIGINT, phase INTEGER, track_id INTEGER",
+    "event": "id INTEGER PRIMARY KEY, guid TEXT, category_id INTEGER, correlation_id INTEGER, extdata JSONB",
+    "region": "id INTEGER PRIMARY KEY, guid TEXT, track_id INTEGER, name_id INTEGER, {times}, event_id INTEGER",
+    "kernel_dispatch": "id INTEGER PRIMARY KEY, guid TEXT, track_id INTEGER, kernel_id INTEGER, dispatch_id INTEGER, "
+    "{times}, workgroup_size_x INTEGER, workgroup_size_y INTEGER, workgroup_size_z INTEGER, grid_size_x INTEGER, "
+    "grid_size_y INTEGER, grid_size_z INTEGER, event_id INTEGER",
+    "memory_copy": "id INTEGER PRIMARY KEY, guid TEXT, track_id INTEGER, {times}, name_id INTEGER, "
+    "dst_agent_id INTEGER, src_agent_id INTEGER, size INTEGER, event_id INTEGER",
+}
+
+
+def make_rocpd(json_path, db_path, *, views=True, inline_times=False):
+    """The records of a rocprofv3 JSON file written as a rocpd database."""
+    with open(json_path) as f:
+        proc = json.load(f)["rocprofiler-sdk-tool"][0]
+    con = sqlite3.connect(db_path)
+    times = "start BIGINT, end BIGINT" if inline_times else "start_id INTEGER, end_id INTEGER"
+    for name, cols in COLUMNS.items():
+        con.execute(f"create table rocpd_{name}{UUID} ({cols.format(times=times)})")
+        if views:
+            con.execute(f"create view rocpd_{name} as select * from rocpd_{name}{UUID}")
+    strings, tracks = {}, {}
+
+    def string(s):
+        if s not in strings:
+            strings[s] = len(strings) + 1
+            con.execute(f"insert into rocpd_string{UUID} values (?, 'g', ?)", (strings[s], s))
+        return strings[s]
+
+    def track(tid, agent=None, stream=None):
+        key = (tid, agent, stream)
+        if key not in tracks:
+            tracks[key] = len(tracks) + 1
+            con.execute(
+                f"insert into rocpd_track{UUID} values (?, 'g', 1, 1, ?, ?, 3, ?, null)",
+                (tracks[key], tid, agent, stream),
+            )
+        return tracks[key]
+
+    def stamps(r):
+        if inline_times:
+            return (r["start_timestamp"], r["end_timestamp"])
+        out = []
+        for v in (r["start_timestamp"], r["end_timestamp"]):
+            cur = con.execute(f"insert into rocpd_timestamp{UUID} (guid, value, phase) values ('g', ?, 1)", (v,))
+            out.append(cur.lastrowid)
+        return tuple(out)
+
+    def event(category, corr):
+        cur = con.execute(
+            f"insert into rocpd_event{UUID} (guid, category_id, correlation_id, extdata) values ('g', ?, ?, '{{}}')",
+            (string(CATEGORY[category]), corr),
+        )
+        return cur.lastrowid
+
+    md = proc["metadata"]
+    con.execute(
+        f"insert into rocpd_info_process{UUID} values (1, 'g', 1, ?, ?, ?, '')",
+        (md["pid"], md["init_time"], md["fini_time"]),
+    )
+    for a in proc["agents"]:
+        kind = "GPU" if a["type"] == 2 else "CPU"
+        con.execute(
+            f"insert into rocpd_info_agent{UUID} values (?, 'g', 1, 1, ?, ?, ?, ?, ?)",
+            (
+                a["id"]["handle"],
+                kind,
+                a["id"]["handle"],
+                a["gpu_index"],
+                a["gpu_index"] if kind == "GPU" else None,
+                a["product_name"],
+            ),
+        )
+    for s in proc["kernel_symbols"]:
+        con.execute(
+            f"insert into rocpd_info_kernel_symbol{UUID} values (?, 'g', 1, 1, 1, ?, ?, ?)",
+            (
+                s["kernel_id"],
+                s["kernel_name"],
+                s["kernel_name"],
+                json.dumps({"formatted_kernel_name": s["formatted_kernel_name"]}),
+            ),
+        )
+    br = proc["buffer_records"]
+    for d in br["kernel_dispatch"]:
+        info = d["dispatch_info"]
+        con.execute(
+            f"insert into rocpd_kernel_dispatch{UUID} values (null, 'g', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (track(d["thread_id"], info["agent_id"]["handle"], d["stream_id"]["handle"]), info["kernel_id"],
+             info["dispatch_id"], *stamps(d), *(info["workgroup_size"][a] for a in "xyz"),
+             *(info["grid_size"][a] for a in "xyz"), event(4, d["correlation_id"]["internal"])),
+        )  # fmt: skip
+    ops = proc["strings"]["buffer_records"]
+    for m in br["memory_copy"]:
+        con.execute(
+            f"insert into rocpd_memory_copy{UUID} values (null, 'g', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (track(m["thread_id"], None, m["stream_id"]["handle"]), *stamps(m), string(ops[m["kind"]]["operations"][m["operation"]]),
+             m["dst_agent_id"]["handle"], m["src_agent_id"]["handle"], m["bytes"], event(3, m["correlation_id"]["internal"])),
+        )  # fmt: skip
+    messages = {m["key"]: m["value"] for m in proc["strings"]["marker_api"]}
+    for records, category in ((br["hip_api"], 1), (br["marker_api"], 2)):
+        for r in records:
+            corr = r["correlation_id"]["internal"]
+            name = messages.get(corr) if category == 2 else None
+            name = name or ops[r["kind"]]["operations"][r["operation"]]
+            con.execute(
+                f"insert into rocpd_region{UUID} values (null, 'g', ?, ?, ?, ?, ?)",
+                (track(r["thread_id"]), string(name), *stamps(r), event(category, corr)),
+            )
+    con.commit()
+    con.close()
+    return str(db_path)
+
+
+def _sorted(t):
+    df = t.to_pandas()
+    for c in ("kind", "name"):
+        df[c] = df[c].astype(str)
+    return df.sort_values(["start_ns", "kind", "name", "device"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("views,inline", [(True, False), (False, True)])
+def test_rocpd_equals_the_json_of_the_same_run(tmp_path, views, inline):
+    js = make_rocprof(tmp_path / "rank2_results.json")
+    db = make_rocpd(js, tmp_path / "rank2_results.db", views=views, inline_times=inline)
+    assert detect(db).name == "rocpd"
+    a, b = detect(js).read(js), detect(db).read(db)
+    assert [p.device for p in a.parts] == [p.device for p in b.parts] == [0, 1]
+    assert a.meta["session_ns"] == b.meta["session_ns"] and a.meta["pid"] == b.meta["pid"]
+    for pa_, pb in zip(a.parts, b.parts):
+        ea, eb = _sorted(pa_.events), _sorted(pb.events)
+        pd.testing.assert_frame_equal(ea, eb)
+        for side in ("collectives", "memcpy"):
+            sa = getattr(pa_, side).to_pandas().drop(columns="row")
+            sb = getattr(pb, side).to_pandas().drop(columns="row")
+            pd.testing.assert_frame_equal(sa.astype(str), sb.astype(str))
+    ra = dtrace.analyze(js, scheduler="sync")
+    rb = dtrace.analyze(db, scheduler="sync")
+    for t in ("breakdown", "kernels", "gaps", "steps", "memops"):
+        pd.testing.assert_frame_equal(ra.table(t), rb.table(t), obj=t)
+
+
+def test_bad_rocpd(tmp_path):
+    js = make_rocprof(tmp_path / "a_results.json")
+    db = make_rocpd(js, tmp_path / "a_results.db")
+    con = sqlite3.connect(db)
+    con.execute(f"delete from rocpd_info_kernel_symbol{UUID} where id = 2")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="kernel_id 2, which rocpd_info_kernel_symbol lacks"):
+        detect(db).read(db)
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("create table t (x)")
+    con.commit()
+    con.close()
+    assert detect(str(other)).name == "nsys"  # any other SQLite database stays Nsight Systems' to refuse
