@@ -11,7 +11,7 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 
 ``parts``
     one row per part: ``part`` (0..P-1), ``rank``, ``device``, ``format``, ``base_ns``,
-    ``rocm`` (a ROCm trace), ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found);
+    ``rocm`` (a ROCm trace), ``mtia`` (an MTIA trace), ``clipped_events``, ``clipped_ns``, ``steps`` (step windows found);
     ``session_start_ns``/``session_end_ns`` (the profiling session a reader recorded, -1 if
     none) where the loader gives them.
 ``gpu``
@@ -53,7 +53,10 @@ is cut at that start. In any other part only overlap PDL cannot produce is cut: 
 their overlap with later kernels and are cut at the first later memcpy/memset of the stream,
 and a memcpy/memset is cut at the next event. So measured per-kernel durations of CUDA traces
 are never shortened by a legitimate overlap, while a ROCm overrun is never double-counted.
-The part's ``clipped_events``/``clipped_ns`` count what was cut; ``rocm`` says which rule ran.
+An MTIA part (:func:`mtia_parts`: a ``runFunction`` launch call) is never clipped: its device
+track holds the DMA engines' requests beside the kernels that issued them, and both run at once.
+The part's ``clipped_events``/``clipped_ns`` count what was cut; ``rocm`` and ``mtia`` say which
+rule ran.
 """
 
 from __future__ import annotations
@@ -263,6 +266,7 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     clipped = np.zeros(n_parts, I64)
     clipped_ns = np.zeros(n_parts, I64)
     rocm = rocm_parts(host, hk, gpu, n_parts)
+    mtia = mtia_parts(host, hk, n_parts)
     if options.compat != "tracelens" and len(gpu):
         gp = gpu["part"].to_numpy(I64)
         stream_key, _ = dense_codes(gp, gpu["stream"].to_numpy(I64))
@@ -270,6 +274,7 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
         # CUDA kernels may overlap each other on a stream (programmatic dependent launch)
         pdl = ~rocm[gp] & (gpu["kind"].cat.codes.to_numpy() == GPU_KINDS.index("kernel"))
         new_end, _, _ = clip_stream_overlaps(s, e, stream_key, keep=pdl)
+        new_end = np.where(mtia[gp], e, new_end)  # DMA requests run beside the kernels that issued them
         cut = e - new_end
         clipped = count_by(gp[cut > 0], n_parts)
         clipped_ns = sum_by(gp, cut, n_parts)
@@ -285,6 +290,7 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     gpu["name"] = gpu["name"].cat.remove_unused_categories()
 
     parts["rocm"] = rocm
+    parts["mtia"] = mtia
     parts["clipped_events"] = clipped
     parts["clipped_ns"] = clipped_ns
     parts["steps"] = count_by(steps["part"].to_numpy(I64), n_parts)
@@ -304,17 +310,29 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
 
 ROCM_RUNTIME_PREFIX = "hip"
 ROCM_GPU_PREFIX = "__amd_rocclr_"
+MTIA_RUNTIME_PREFIX = "runFunction"
 
 
 def rocm_parts(host: pd.DataFrame, host_kinds: np.ndarray, gpu: pd.DataFrame, n_parts: int) -> np.ndarray:
     """Which parts come from ROCm: a runtime call named ``hip*`` (``hipLaunchKernel``,
     ``hipExtModuleLaunchKernel``, ``hipMemcpyAsync``, ...) or a GPU event named
     ``__amd_rocclr_*`` (the HIP runtime's copy kernels). Decided once per distinct name."""
+    return _parts_named(
+        n_parts, (host, host_kinds == KINDS.index("runtime"), ROCM_RUNTIME_PREFIX), (gpu, None, ROCM_GPU_PREFIX)
+    )
+
+
+def mtia_parts(host: pd.DataFrame, host_kinds: np.ndarray, n_parts: int) -> np.ndarray:
+    """Which parts come from Meta's MTIA: a launch call named ``runFunction*`` (the MTIA
+    runtime's ``runFunction - job_prep_and_submit_for_execution``)."""
+    return _parts_named(n_parts, (host, host_kinds == KINDS.index("runtime"), MTIA_RUNTIME_PREFIX))
+
+
+def _parts_named(n_parts: int, *where: tuple[pd.DataFrame, np.ndarray | None, str]) -> np.ndarray:
+    """Parts with an event whose name starts with a prefix: ``(frame, row selection or None,
+    prefix)`` per frame, matched once per distinct name."""
     out = np.zeros(n_parts, bool)
-    for frame, sel, prefix in (
-        (host, host_kinds == KINDS.index("runtime"), ROCM_RUNTIME_PREFIX),
-        (gpu, None, ROCM_GPU_PREFIX),
-    ):
+    for frame, sel, prefix in where:
         if not len(frame):
             continue
         names = _names(frame["name"])
