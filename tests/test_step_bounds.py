@@ -129,6 +129,14 @@ def test_by_hand_part_without_steps_and_empty():
     assert b.iloc[0][["start_ns", "span_ns", "compute_ns", "bound"]].tolist() == [30 * US, 60 * US, 60 * US, "compute"]
     empty = _bounds(_part([], step=None))
     assert list(empty.columns) == list(cp.COLUMNS) and not len(empty)
+    # in words and bars, a part without steps is "the trace"
+    from dtrace.reduce.step_bounds import reduce_step_bounds
+    from dtrace.render.bounds import bars, job_lines, rank_lines
+
+    x = reduce_step_bounds({"step_bounds": b}, Options())["step_bounds_xrank"]
+    assert job_lines(x) == ["the trace (no steps): 1 of 1 ranks GPU compute (median share 100 %, median step 60.0 µs)"]
+    assert rank_lines(b) == ["the trace (no steps) on rank 0: 100 % GPU compute (compute 60.0 µs of 60.0 µs)"]
+    assert bars(b, x)[0] == ["the trace (no steps): median"]
 
 
 def test_lookup_matches_a_loop():
@@ -399,3 +407,69 @@ def test_synchronisation_in_the_step(tmp_path):
     assert len(blocked) == 2 and me["sync_ns"].tolist() == blocked
     assert (me["bound"] == "sync").all() and (me["sync_op"] == "cudaStreamSynchronize").all()
     assert (bounds.drop(index=6, level="rank")["sync_ns"] == 0).all()
+
+
+# ------------------------------------------------------------------------------------------
+# across ranks, on the command line and in the report
+
+
+@pytest.fixture(scope="module")
+def launch_results(tmp_path_factory):
+    import dtrace
+
+    d = tmp_path_factory.mktemp("launch")
+    synth.generate(d / "in", seed=2, faults=["launch:rank=3:slow=0.5"], **SMALL)
+    return dtrace.analyze(str(d / "in"), out=str(d / "out"), scheduler="sync")
+
+
+def test_cross_rank_view(launch_results):
+    sb, x = launch_results.step_bounds, launch_results.step_bounds_xrank
+    assert len(sb) == 16 * 2 and sorted(x["step"].unique().tolist()) == [1, 2]
+    for step in (1, 2):
+        rows = x.loc[x["step"] == step].reset_index(drop=True)
+        mine = sb.loc[sb["step"] == step]
+        # the bound most ranks share first, with its parts; then the other bound's strongest part
+        assert rows["bound"].tolist() == ["compute", "host"] and rows["parts"].tolist() == [15, 1]
+        others = mine.loc[mine["rank"] != 3]
+        assert rows.loc[0, "share_median"] == others["bound_share"].median()
+        assert rows.loc[0, "compute_median_ns"] == others["compute_ns"].median()
+        assert rows.loc[0, "top_rank"] == others.sort_values("bound_share", ascending=False)["rank"].iloc[0]
+        me = mine.loc[mine["rank"] == 3].iloc[0]
+        assert rows.loc[1, ["top_rank", "top_device", "top_op"]].tolist() == [3, 3, "aten::mm"]
+        assert rows.loc[1, "top_share"] == me["bound_share"] and rows.loc[1, "top_span_ns"] == me["span_ns"]
+
+
+def test_cli_bounds(launch_results, capsys):
+    from dtrace.cli.main import main as cli
+
+    out = launch_results.path
+    sb = launch_results.step_bounds.set_index(["rank", "step"])
+    assert cli(["bounds", out]) == 0
+    text = capsys.readouterr().out
+    for step in (1, 2):
+        share = sb.loc[(3, step), "bound_share"]
+        assert f"step {step}: 15 of 16 ranks GPU compute" in text
+        assert f"    rank 3: {100 * share:.0f} % host-bound, in `aten::mm`" in text
+    assert cli(["bounds", out, "--rank", "3", "--step", "2"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"step 2 on rank 3: {100 * sb.loc[(3, 2), 'bound_share']:.0f} % host-bound, in `aten::mm` (")
+    assert cli(["bounds", out, "--fmt", "csv"]) == 0
+    got = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert len(got) == 32 and list(got.columns) == list(cp.COLUMNS)
+    assert cli(["bounds", out, "--rank", "99"]) == 2
+    assert "no step bounds for rank 99" in capsys.readouterr().err
+
+
+def test_report_section(launch_results):
+    from dtrace.render.bounds import bars
+    from dtrace.render.html import report
+
+    html = report(launch_results)
+    assert 'id="bounds"' in html and 'data-chart="bounds"' in html
+    labels, series, hl = bars(launch_results.step_bounds, launch_results.step_bounds_xrank)
+    # per step the median rank's split, then the rank bound by something else, highlighted
+    assert labels == ["step 1: median", "step 1: rank 3", "step 2: median", "step 2: rank 3"]
+    assert hl == [False, True, False, True]
+    sb = launch_results.step_bounds
+    assert series["host"][1] == sb.loc[(sb["rank"] == 3) & (sb["step"] == 1), "host_ns"].iloc[0]
+    assert series["compute"][0] == sb.loc[sb["step"] == 1, "compute_ns"].median()
