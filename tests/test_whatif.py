@@ -158,6 +158,21 @@ def test_segments_empty_and_without_comm():
     r0 = out.loc[out["rank"] == 0].iloc[1]
     # no collective: the idle time 500-905 and 1000-1100 and 1200-1310 is free time
     assert r0["work_ns"] == 220 + 180 + 95 + 100 + 90 and r0["free_ns"] == 405 + 100 + 110
+    # of which the host caused 1000-1100 (the element-wise kernel launched at 1050) and 500-905 (the
+    # GEMM launched at 40 but its work before it ended at 500: launched in time, so not the host)
+    assert r0["host_ns"] == 100
+    # communication only: no work, no host waits; GPU-side step windows: no lead-in
+    comm = _gpu_frame()
+    comm = comm.loc[comm["category"].astype(str) == "comm"]
+    steps = pd.DataFrame({"part": [0, 1], "step": [1, 1], "start_ns": [0, 0], "source": ["gpu", "gpu"]})
+    out = seg_mod.segment_rows(comm, load_classmap(None), steps=steps)
+    assert (out["host_ns"] == 0).all() and (out["work_ns"] == 0).all() and len(out)
+    # a host window from 5, the first event launched at 10 and starting at 100: the GPU waited 95 ns
+    # for the host (a window from 40 has the launch before it: no wait); GPU-side windows: none
+    for start, want in ((5, 95), (40, 0)):
+        steps = pd.DataFrame({"part": [0, 1], "step": [1, 1], "start_ns": [start, 10_005], "source": ["host", "gpu"]})
+        lead = seg_mod.segment_rows(_gpu_frame(), load_classmap(None), steps=steps)
+        assert lead.loc[lead["kind"] == "start", "host_ns"].tolist() == [want, 0]
 
 
 def test_last_at_or_before_matches_a_loop():

@@ -402,6 +402,8 @@ def _host_waits(
     event was launched after the gap began, inside the node's interval outside its collective
     wait; for a start node, between its step's host window start and the step's first GPU event."""
     n_parts = int(max(part.max(initial=-1), c_part.max(initial=-1))) + 1
+    if not part.size:
+        return np.zeros(len(t), np.int64)
     o = np.lexsort((end, start, part))
     p, s, e, lo = part[o], start[o], end[o], launch[o]
     run = cummax_by(p, e)
@@ -409,8 +411,8 @@ def _host_waits(
     busy = np.r_[np.int64(0), run[:-1]]
     # the window start of each chain with a host window (the chain's start otherwise)
     w_start = c_start.copy()
-    if steps is not None and len(steps):
-        host = (steps["source"] == "host").to_numpy(bool)
+    host = (steps["source"] == "host").to_numpy(bool) if steps is not None and len(steps) else np.zeros(0, bool)
+    if steps is not None and host.any():
         key = pd.MultiIndex.from_arrays(
             [steps["part"].to_numpy(np.int64)[host], steps["step"].to_numpy(np.int64)[host]]
         )
