@@ -473,3 +473,13 @@ def test_report_section(launch_results):
     sb = launch_results.step_bounds
     assert series["host"][1] == sb.loc[(sb["rank"] == 3) & (sb["step"] == 1), "host_ns"].iloc[0]
     assert series["compute"][0] == sb.loc[sb["step"] == 1, "compute_ns"].median()
+
+
+def test_analyze_summary_names_the_bounds(launch_results):
+    from dtrace.render.summary import summary
+
+    sb = launch_results.step_bounds.set_index(["rank", "step"])
+    text = summary(launch_results)
+    block = text.split("what bounds each step:\n", 1)[1]
+    assert block.startswith("  step 1: 15 of 16 ranks GPU compute")
+    assert f"      rank 3: {100 * sb.loc[(3, 2), 'bound_share']:.0f} % host-bound, in `aten::mm`" in block

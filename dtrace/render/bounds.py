@@ -189,6 +189,28 @@ def section_bounds(ctx: Context) -> str:
     return "".join(html)
 
 
+SUMMARY_STEPS = 3
+"""Steps the summary of ``dtrace analyze`` shows (``dtrace bounds`` shows them all)."""
+
+
+def bounds_section(results: Any, fmt: str = "table") -> str:
+    """The summary's lines on what bounds the first steps (``dtrace analyze``)."""
+    if "step_bounds_xrank" not in results.table_names:
+        return ""
+    x = results.table("step_bounds_xrank")
+    if not len(x):
+        return ""
+    key = _step_key(x)
+    steps = list(dict.fromkeys(key.tolist()))
+    shown = job_lines(x.loc[np.isin(key, steps[:SUMMARY_STEPS])])
+    more = (
+        f" (first {SUMMARY_STEPS} of {len(steps)} steps; dtrace bounds OUT for all)"
+        if len(steps) > SUMMARY_STEPS
+        else ""
+    )
+    return f"what bounds each step{more}:\n" + lines(f"  {t}" for t in shown)
+
+
 def with_steps(sb: pd.DataFrame, *, rank: int | None = None, step: int | None = None) -> pd.DataFrame:
     """``step_bounds`` rows of one rank and/or step (all when ``None``)."""
     keep = np.ones(len(sb), bool)
