@@ -142,8 +142,7 @@ class Lookup:
         group, time = np.asarray(group, I64), np.asarray(time, I64)
         self.order = np.lexsort((time, group))
         self.group, self.time = group[self.order], time[self.order]
-        self.lo = min_by(self.group, self.time, n_groups, 0)
-        self.hi = max_by(self.group, self.time, n_groups, 0)
+        self.lo, self.hi = _span_by(self.group, self.time, n_groups)
         try:
             self.axis: Axis | None = Axis(self.group, self.time, n_groups)
             self.placed = self.axis.place(self.time, self.group)
@@ -167,6 +166,13 @@ class Lookup:
         j = np.searchsorted(self.placed, q, side="left" if strict else "right") - 1
         jj = np.maximum(j, 0)
         return np.where((j >= 0) & (self.group[jj] == group), j, -1).astype(I64)
+
+
+def _span_by(group: np.ndarray, time: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest time per group (0 and 0 for a group without times)."""
+    lo, hi = min_by(group, time, n_groups, _MAX), max_by(group, time, n_groups, _MIN)
+    empty = lo > hi
+    return np.where(empty, 0, lo), np.where(empty, 0, hi)
 
 
 def _take(values: np.ndarray, idx: np.ndarray, fill: int) -> np.ndarray:
@@ -271,7 +277,7 @@ def step_bounds(batch: Batch) -> pd.DataFrame:
     axis = Axis(np.r_[gp, gp], np.r_[gs, ge], n_parts)  # queries are clamped to their part's GPU times
     pls, ple = axis.place(gs, gp), axis.place(ge, gp)
     cov = [union(pls[m], ple[m]) for m in (is_c, is_cm, np.ones(gp.size, bool))]
-    g_lo, g_hi = min_by(gp, gs, n_parts, 0), max_by(gp, ge, n_parts, 0)
+    g_lo, g_hi = _span_by(np.r_[gp, gp], np.r_[gs, ge], n_parts)
 
     def gpu_split(p: np.ndarray, u: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
         lo, hi = g_lo[p], g_hi[p]
