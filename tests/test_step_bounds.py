@@ -139,6 +139,29 @@ def test_by_hand_part_without_steps_and_empty():
     assert bars(b, x)[0] == ["the trace (no steps): median"]
 
 
+@pytest.mark.parametrize("queued", [cp.QUEUE_LIMIT, cp.QUEUE_LIMIT - 24])
+def test_by_hand_a_full_launch_queue_releases_the_host(queued):
+    """``queued`` kernels of 100 µs each launched in the first µs of the step (0.5 µs calls from
+    10 µs on), run back to back from 2000 µs; the next launch call, at 1100 µs, returns at 2103,
+    right after the first kernel ended at 2100; the host then runs until 200,000 µs."""
+    rows = []
+    for i in range(queued + 1):
+        start = 10 + i if i < queued else 1100
+        end = start + 0.5 if i < queued else 2103
+        rows += [
+            (1, "runtime", "cudaLaunchKernel", start, end, i, -1),
+            (0, "kernel", GEMM, 2000 + 100 * i, 2100 + 100 * i, i, 7),
+        ]
+    b = _bounds(_part(rows, step=(0, 200_000))).iloc[0]
+    if queued == cp.QUEUE_LIMIT:
+        # the queue was full: the call waited for the first kernel; that is GPU time, the host
+        # (after the release, and before the first launch) the rest; the 3 µs release latency
+        # is not a synchronisation
+        assert b[CATS].tolist() == [(200_000 - 2103 + 1989.5 + 10.5) * US, 100 * US, 0, 0, 0, 3 * US]
+    else:  # a queue with room: the long call is host time like any other
+        assert b[CATS].tolist() == [200_000 * US, 0, 0, 0, 0, 0]
+
+
 def test_lookup_matches_a_loop():
     rng = np.random.default_rng(1)
     g, t = rng.integers(0, 5, 300), rng.integers(0, 1000, 300)

@@ -69,6 +69,8 @@ each step".
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -215,61 +217,135 @@ def _blocks(
 
 def step_bounds(batch: Batch) -> pd.DataFrame:
     """The ``step_bounds`` rows of every part of the partition (see the module docstring)."""
-    g, h = batch.gpu, batch.host
-    n_parts = batch.n_parts
-    if not len(g) and not len(batch.steps):
+    if not len(batch.gpu) and not len(batch.steps):
         return empty_frame(COLUMNS)
+    host = _host_side(batch)
+    gpu = _gpu_side(batch, host)
+    ch = _chains(batch, gpu.part, gpu.start, gpu.end, batch.gpu["step"].to_numpy(I64), gpu.l_start, host, gpu.lrow)
+    n = ch["part"].size
+    if not n:
+        return empty_frame(COLUMNS)
+    acc, host_segs, op_time, sync_time = _walk(host, gpu, ch)
+    host_op, host_op_ns = _top_names(n, host.name_lab, _op_shares(host_segs, op_time, host))
+    sync_op, sync_op_ns = _top_names(n, host.name_lab, _concat(sync_time))
 
-    # -- host side: threads, outermost events, launch calls, releases ------------------------
+    span = ch["end"] - ch["t0"]
+    best = np.argmax(acc, axis=1)
+    best_ns = acc[np.arange(n), best]
+    return pd.DataFrame(
+        {
+            **batch.keys(ch["part"]),
+            "step": missing_if_negative(ch["step"]),
+            "start_ns": ch["t0"],
+            "span_ns": span,
+            **{f"{cat}_ns": acc[:, i] for i, cat in enumerate(CATEGORIES)},
+            "bound": np.where(span > 0, np.asarray(CATEGORIES, dtype=object)[best], ""),
+            "bound_share": np.divide(best_ns, span, out=np.zeros(n), where=span > 0),
+            "host_op": host_op,
+            "host_op_ns": host_op_ns,
+            "sync_op": sync_op,
+            "sync_op_ns": sync_op_ns,
+        }
+    )
+
+
+@dataclass
+class _Host:
+    """The host side of a partition, as the walk reads it."""
+
+    part: np.ndarray  # per host event
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    thread: np.ndarray  # (part, pid, tid) code
+    name_code: np.ndarray
+    name_lab: np.ndarray
+    step_row: np.ndarray  # per step window: the host event of its annotation (-1: none)
+    blk: np.ndarray  # per host event: its outermost event's block (-1 none)
+    blk_name: np.ndarray  # per block, in (thread, start) order
+    blk_thread: np.ndarray
+    blk_start: np.ndarray
+    blk_end: np.ndarray
+    blocks: Lookup  # blocks by (thread, start)
+    rel: Lookup | None = None  # releases by (thread, end of the call)
+    rel_row: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))  # host event of each release
+    rel_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))  # end of the GPU event it waited for
+    rel_sync: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # a synchronisation (else a full queue)
+
+
+@dataclass
+class _Gpu:
+    """The GPU side of a partition: its events, their launches, host-bound starts, coverage."""
+
+    part: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    lrow: np.ndarray  # host event of the launch call (-1 unknown)
+    l_start: np.ndarray
+    bd: "_Boundaries"
+    split: Callable[[np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]
+
+
+def _host_side(batch: Batch) -> _Host:
+    """Threads, outermost host events and the step annotations' rows."""
+    h = batch.host
     hp = h["part"].to_numpy(I64)
     hs, he = h["start_ns"].to_numpy(I64), h["end_ns"].to_numpy(I64)
     hk = kind_codes(h["kind"]) if len(h) else np.zeros(0, np.int8)
-    hcorr = h["correlation"].to_numpy(I64)
-    thread, _n_threads = dense_codes(hp, h["pid"].to_numpy(I64), h["tid"].to_numpy(I64))
+    thread, _n = dense_codes(hp, h["pid"].to_numpy(I64), h["tid"].to_numpy(I64))
     name_code, name_lab = _labels(h["name"]) if len(h) else (np.zeros(0, I64), np.zeros(0, object))
-
     steps = batch.steps
     sp = steps["part"].to_numpy(I64)
     s0, s1 = steps["start_ns"].to_numpy(I64), steps["end_ns"].to_numpy(I64)
-    s_host = (steps["source"] == "host").to_numpy(bool)
-    is_ann = hk == KINDS.index("annotation")
-    ann = np.flatnonzero(is_ann)
+    ann = np.flatnonzero(hk == KINDS.index("annotation"))
     step_row = _take(ann, first_match((hp[ann], hs[ann], he[ann]), (sp, s0, s1)), -1)
-    step_row = np.where(s_host, step_row, -1)
+    step_row = np.where((steps["source"] == "host").to_numpy(bool), step_row, -1)
     not_step = np.ones(len(h), bool)
     not_step[step_row[step_row >= 0]] = False
-    blk, blk_head, blk_th, blk_s, blk_e = _blocks(thread, hs, he, np.isin(hk, _CANDIDATE_KINDS) & not_step)
-    blk_name = name_code[blk_head]
-    blocks = Lookup(blk_th, blk_s, max(int(thread.max(initial=-1)) + 1, 1))
+    blk, head, b_th, b_s, b_e = _blocks(thread, hs, he, np.isin(hk, _CANDIDATE_KINDS) & not_step)
+    n_threads = max(int(thread.max(initial=-1)) + 1, 1)
+    return _Host(
+        part=hp,
+        start=hs,
+        end=he,
+        kind=hk,
+        thread=thread,
+        name_code=name_code,
+        name_lab=name_lab,
+        step_row=step_row,
+        blk=blk,
+        blk_name=name_code[head],
+        blk_thread=b_th,
+        blk_start=b_s,
+        blk_end=b_e,
+        blocks=Lookup(b_th, b_s, n_threads),
+    )
 
+
+def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
+    """Launch calls of the GPU events, the releases of the host threads, the host-bound starts and
+    the coverage of compute, communication and all GPU work per part."""
+    g, n_parts = batch.gpu, batch.n_parts
     gp = g["part"].to_numpy(I64)
     gs, ge = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
-    g_step = g["step"].to_numpy(I64)
-    is_rt = (hk == KINDS.index("runtime")) & (hcorr >= 0)
-    rt = np.flatnonzero(is_rt)
-    lrow = _take(rt, first_match((hp[rt], hcorr[rt]), (gp, g["correlation"].to_numpy(I64))), -1)
-    l_start = _take(hs, lrow, -1)
-    l_end = _take(he, lrow, -1)
+    hcorr = batch.host["correlation"].to_numpy(I64)
+    rt = np.flatnonzero((host.kind == KINDS.index("runtime")) & (hcorr >= 0))
+    lrow = _take(rt, first_match((host.part[rt], hcorr[rt]), (gp, g["correlation"].to_numpy(I64))), -1)
+    l_start, l_end = _take(host.start, lrow, -1), _take(host.end, lrow, -1)
 
-    xr, x_gpu, x_sync = _releases(h, hk, hp, hs, he, name_code, name_lab, g, gp, ge, lrow, l_start, n_parts)
-    releases = Lookup(thread[xr], he[xr], max(int(thread.max(initial=-1)) + 1, 1))
+    xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, n_parts)
+    host.rel = Lookup(host.thread[xr], host.end[xr], max(int(host.thread.max(initial=-1)) + 1, 1))
+    host.rel_row, host.rel_gpu, host.rel_sync = xr[host.rel.order], x_gpu[host.rel.order], x_sync[host.rel.order]
 
-    # -- GPU side: host-bound starts and the coverage of compute, comm, everything -------------
+    # host-bound starts: an event after every earlier event of its part ended, launched after that
     o = np.lexsort((ge, gs, gp))
-    op, os_, oe = gp[o], gs[o], ge[o]
-    run = cummax_by(op, oe)
+    op, os_ = gp[o], gs[o]
+    run = cummax_by(op, ge[o])
     first = np.r_[True, op[1:] != op[:-1]] if o.size else np.zeros(0, bool)
     busy_prev = np.where(first, _MIN, np.r_[_MIN, run[:-1]] if o.size else run)
     launch_o = l_start[o]
     hb = o[(first | (os_ > busy_prev)) & (launch_o >= 0) & (launch_o > busy_prev)]
-    bd = _Boundaries(Lookup(gp[hb], gs[hb], n_parts), hb, gs, np.minimum(l_end, gs), thread, blk, lrow)
-
-    # -- chains: one per step window, or one per part without steps ---------------------------
-    ch = _chains(batch, gp, gs, ge, g_step, l_start, thread, lrow, step_row)
-    c_part, c_t0, c_end = ch["part"], ch["t0"], ch["end"]
-    n = c_part.size
-    if not n:
-        return empty_frame(COLUMNS)
+    bd = _Boundaries(Lookup(gp[hb], gs[hb], n_parts), hb, gs, np.minimum(l_end, gs), host.thread, host.blk, lrow)
 
     cat_code, cat_lab = _labels(g["category"])
     is_c = np.isin(cat_code, np.flatnonzero(cat_lab.astype(str) == "compute"))
@@ -279,21 +355,32 @@ def step_bounds(batch: Batch) -> pd.DataFrame:
     cov = [union(pls[m], ple[m]) for m in (is_c, is_cm, np.ones(gp.size, bool))]
     g_lo, g_hi = _span_by(np.r_[gp, gp], np.r_[gs, ge], n_parts)
 
-    def gpu_split(p: np.ndarray, u: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    def split(p: np.ndarray, u: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+        """GPU time of [u, w] of parts p: compute, communication alone, memory operations alone, idle."""
         lo, hi = g_lo[p], g_hi[p]
         pu, pw = axis.place(np.clip(u, lo, hi), p), axis.place(np.clip(w, lo, hi), p)
         c, cm, a = (coverage(x, pw) - coverage(x, pu) for x in cov)
         return [c, cm - c, a - cm, (w - u) - a]
 
-    # -- the walk ---------------------------------------------------------------------------
+    return _Gpu(part=gp, start=gs, end=ge, lrow=lrow, l_start=l_start, bd=bd, split=split)
+
+
+def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray, list, list, list]:
+    """Every chain's walk from its end to its start, one hop per round for all unfinished chains:
+    the time per category (chains × :data:`CATEGORIES`), the host intervals (chain, thread, from,
+    to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns)."""
+    c_part, c_t0 = ch["part"], ch["t0"]
+    n = c_part.size
+    bd, rel = gpu.bd, host.rel
+    assert rel is not None
     acc = np.zeros((n, len(CATEGORIES)), I64)
-    host_segs: list[tuple[np.ndarray, ...]] = []  # chain, thread, from, to
-    op_time: list[tuple[np.ndarray, ...]] = []  # chain, name code, ns (launch latency)
-    sync_time: list[tuple[np.ndarray, ...]] = []  # chain, name code, ns
+    host_segs: list[tuple[np.ndarray, ...]] = []
+    op_time: list[tuple[np.ndarray, ...]] = []
+    sync_time: list[tuple[np.ndarray, ...]] = []
 
     cid = np.arange(n, dtype=I64)
     on_gpu = ch["on_gpu"].copy()
-    t = c_end.copy()
+    t = ch["end"].copy()
     res = ch["thread"].copy()  # the thread of host states
     blocked_from = np.full(n, _MAX, I64)  # GPU states entered from a synchronisation: its call's start
     blocked_name = np.full(n, -1, I64)
@@ -312,93 +399,63 @@ def step_bounds(batch: Batch) -> pd.DataFrame:
         nxt_name = np.full(cid.size, -1, I64)
 
         gi = np.flatnonzero(on_gpu)
-        if gi.size:
+        if gi.size:  # GPU time back to the last host-bound start, then its launch
             c, tt, lo = cid[gi], t[gi], t0[gi]
-            p = c_part[c]
-            k = bd.lookup.last(p, tt)
+            k = bd.lookup.last(c_part[c], tt)
             sk = _take(bd.start, k, _MIN)
             u = np.minimum(np.maximum(sk, lo), tt)
             w = np.clip(blocked_from[gi], u, tt)
-            split = gpu_split(p, u, w)
-            for cat, v in zip((_COMPUTE, _COMM, _MEMCPY, _OTHER), split):
+            for cat, v in zip((_COMPUTE, _COMM, _MEMCPY, _OTHER), gpu.split(c_part[c], u, w)):
                 np.add.at(acc[:, cat], c, v)
-            blocked = tt - w
-            np.add.at(acc[:, _SYNC], c, blocked)
-            sync_time.append((c, blocked_name[gi], blocked))
+            np.add.at(acc[:, _SYNC], c, tt - w)
+            sync_time.append((c, blocked_name[gi], tt - w))
             go = (k >= 0) & (sk > lo)
             hk_t = np.maximum(_take(bd.host_t, k, _MIN), lo)
             lat = np.where(go, sk - hk_t, 0)
             np.add.at(acc[:, _HOST], c, lat)
-            op_time.append((c, _take(blk_name, _take(bd.block, k, -1), -1), lat))
+            op_time.append((c, _take(host.blk_name, _take(bd.block, k, -1), -1), lat))
             nxt_t[gi] = np.where(go, hk_t, _MIN)
             nxt_res[gi] = _take(bd.thread, k, -1)
 
         hi = np.flatnonzero(~on_gpu)
-        if hi.size:
+        if hi.size:  # host time back to the thread's last release (or to the step's thread)
             c, tt, lo, r = cid[hi], t[hi], t0[hi], res[hi]
-            x = releases.last(r, tt, strict=True)
-            xb = _take(releases.time, x, _MIN)
+            x = rel.last(r, tt, strict=True)
+            xb = _take(rel.time, x, _MIN)
             mine = ch["thread"][c]
             other = (mine >= 0) & (r != mine)
-            b = blocks.last(r, tt, strict=True)
-            inside = (b >= 0) & (_take(blk_e, b, _MIN) >= tt)
-            xs = np.where(other, np.where(inside, _take(blk_s, b, _MIN), tt), _MIN)
+            b = host.blocks.last(r, tt, strict=True)
+            inside = (b >= 0) & (_take(host.blk_end, b, _MIN) >= tt)
+            xs = np.where(other, np.where(inside, _take(host.blk_start, b, _MIN), tt), _MIN)
             stop = np.maximum(np.maximum(xb, xs), lo)
             np.add.at(acc[:, _HOST], c, tt - stop)
             host_segs.append((c, r, stop, tt))
-            rel = (xb >= xs) & (xb > lo)
-            row = _take(releases.order, x, -1)
-            xrow = _take(xr, row, -1)
-            gpu_t = np.maximum(_take(x_gpu, row, _MIN), lo)
+            released = (xb >= xs) & (xb > lo)
+            row = _take(host.rel_row, x, -1)
+            gpu_t = np.maximum(_take(host.rel_gpu, x, _MIN), lo)
             terminal = xb >= ch["last_launch"][c]
-            is_sync = np.where(row >= 0, x_sync[np.maximum(row, 0)] if x_sync.size else False, False) & ~terminal
-            lat = np.where(rel, xb - gpu_t, 0)
+            is_sync = _take(host.rel_sync.astype(I64), x, 0).astype(bool) & ~terminal
+            lat = np.where(released, xb - gpu_t, 0)
             np.add.at(acc[:, _SYNC], c, np.where(is_sync, lat, 0))
             np.add.at(acc[:, _OTHER], c, np.where(is_sync, 0, lat))
-            rel_name = _take(blk_name, _take(blk, xrow, -1), -1)
+            rel_name = _take(host.blk_name, _take(host.blk, row, -1), -1)
             sync_time.append((c, rel_name, np.where(is_sync, lat, 0)))
-            sw = ~rel & (stop > lo)
-            nxt_t[hi] = np.where(rel, gpu_t, np.where(sw, xs, _MIN))
-            nxt_gpu[hi] = rel
-            nxt_res[hi] = np.where(sw, mine, -1)
-            nxt_from[hi] = np.where(rel & is_sync, _take(hs, xrow, _MAX), _MAX)
-            nxt_name[hi] = np.where(rel & is_sync, rel_name, -1)
+            switch = ~released & (stop > lo)
+            nxt_t[hi] = np.where(released, gpu_t, np.where(switch, xs, _MIN))
+            nxt_gpu[hi] = released
+            nxt_res[hi] = np.where(switch, mine, -1)
+            nxt_from[hi] = np.where(released & is_sync, _take(host.start, row, _MAX), _MAX)
+            nxt_name[hi] = np.where(released & is_sync, rel_name, -1)
 
-        stuck = nxt_t > t  # going forward in time (cannot happen with consistent input): end the walk
-        alive = (nxt_t > t0) & ~stuck
-        leftover = np.where(stuck, t - t0, 0)
-        np.add.at(acc[:, _OTHER], cid, leftover)
+        back = nxt_t > t  # going forward in time (cannot happen with consistent input): end the walk
+        alive = (nxt_t > t0) & ~back
+        np.add.at(acc[:, _OTHER], cid, np.where(back, t - t0, 0))
         cid, on_gpu, t, res, blocked_from, blocked_name = (
             a[alive] for a in (cid, nxt_gpu, nxt_t, nxt_res, nxt_from, nxt_name)
         )
     if cid.size:  # the safety stop
         np.add.at(acc[:, _OTHER], cid, t - c_t0[cid])
-
-    # -- the ops the path waited in ------------------------------------------------------------
-    host_op, host_op_ns = _top_names(
-        n, name_lab, _op_shares(host_segs, op_time, blk_name, blk_th, blk_s, blk_e, blocks)
-    )
-    sync_op, sync_op_ns = _top_names(n, name_lab, _concat(sync_time))
-
-    span = c_end - c_t0
-    best = np.argmax(acc, axis=1)
-    best_ns = acc[np.arange(n), best]
-    keys = batch.keys(c_part)
-    return pd.DataFrame(
-        {
-            **keys,
-            "step": missing_if_negative(ch["step"]),
-            "start_ns": c_t0,
-            "span_ns": span,
-            **{f"{cat}_ns": acc[:, i] for i, cat in enumerate(CATEGORIES)},
-            "bound": np.where(span > 0, np.asarray(CATEGORIES, dtype=object)[best], ""),
-            "bound_share": np.divide(best_ns, span, out=np.zeros(n), where=span > 0),
-            "host_op": host_op,
-            "host_op_ns": host_op_ns,
-            "sync_op": sync_op,
-            "sync_op_ns": sync_op_ns,
-        }
-    )
+    return acc, host_segs, op_time, sync_time
 
 
 class _Boundaries:
@@ -424,13 +481,7 @@ class _Boundaries:
 
 
 def _releases(
-    h: pd.DataFrame,
-    hk: np.ndarray,
-    hp: np.ndarray,
-    hs: np.ndarray,
-    he: np.ndarray,
-    name_code: np.ndarray,
-    name_lab: np.ndarray,
+    host: _Host,
     g: pd.DataFrame,
     gp: np.ndarray,
     ge: np.ndarray,
@@ -449,14 +500,15 @@ def _releases(
       returned at most :data:`WAIT_TOL_NS` after a GPU event ended inside it: that event (a full
       queue; not a synchronisation).
     """
-    names = np.asarray([str(x) for x in name_lab], dtype=object)
+    hp, hs, he = host.part, host.start, host.end
+    names = np.asarray([str(x) for x in host.name_lab], dtype=object)
     is_sync_name = np.array([bool(SYNC_CALL.search(x)) for x in names] + [False], bool)
     is_copy_name = np.array([bool(COPY_CALL.search(x)) for x in names] + [False], bool)
-    nc = np.where(name_code < 0, len(names), name_code)
-    runtime = hk == KINDS.index("runtime")
+    nc = np.where(host.name_code < 0, len(names), host.name_code)
+    runtime = host.kind == KINDS.index("runtime")
     sync_call = runtime & is_sync_name[nc]
     copy_call = runtime & is_copy_name[nc] & ~sync_call
-    gpu_of = np.full(len(h), -1, I64)  # a GPU event each launch call launched
+    gpu_of = np.full(hp.size, -1, I64)  # a GPU event each launch call launched
     linked = np.flatnonzero(lrow >= 0)
     gpu_of[lrow[linked]] = linked
     launch_call = runtime & (gpu_of >= 0) & ~sync_call & ~copy_call
@@ -468,17 +520,19 @@ def _releases(
     # copies: their own copy
     xc = np.flatnonzero(copy_call & (gpu_of >= 0))
     e_copy = ge[gpu_of[xc]]
-    # launches into a full queue
+    # launches into a full queue: those a GPU event's end released (few), then their queue's length
     xq = np.flatnonzero(launch_call)
+    e_queue = _take(ends.time, ends.last(hp[xq], he[xq]), _MIN)
+    maybe = e_queue >= np.maximum(hs[xq], he[xq] - WAIT_TOL_NS)
+    xq, e_queue = xq[maybe], e_queue[maybe]
     if xq.size:
         stream_code, n_streams = dense_codes(gp, g["stream"].to_numpy(I64))
         known = l_start >= 0
         launched = Lookup(stream_code[known], l_start[known], n_streams)
         ended = Lookup(stream_code[known], ge[known], n_streams)
         sc = stream_code[gpu_of[xq]]
-        outstanding = launched.count(sc, hs[xq], strict=True) - ended.count(sc, hs[xq])
-        xq = xq[outstanding >= QUEUE_LIMIT]
-    e_queue = _take(ends.time, ends.last(hp[xq], he[xq]), _MIN)
+        full = launched.count(sc, hs[xq], strict=True) - ended.count(sc, hs[xq]) >= QUEUE_LIMIT
+        xq, e_queue = xq[full], e_queue[full]
     xr = np.r_[xs, xc, xq]
     x_gpu = np.r_[e_sync, e_copy, e_queue]
     x_sync = np.r_[np.ones(xs.size + xc.size, bool), np.zeros(xq.size, bool)]
@@ -493,9 +547,8 @@ def _chains(
     ge: np.ndarray,
     g_step: np.ndarray,
     l_start: np.ndarray,
-    thread: np.ndarray,
+    host: _Host,
     lrow: np.ndarray,
-    step_row: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Per chain (a step window, or a part without steps): part, step, start, end, where the walk
     starts (GPU or the step's thread), the step's thread and its last launch."""
@@ -506,6 +559,7 @@ def _chains(
     s_host = (steps["source"] == "host").to_numpy(bool)
 
     # the part's main launching thread (for chains without a host step window)
+    thread, step_row = host.thread, host.step_row
     lth = _take(thread, lrow, -1)
     has = lth >= 0
     hp_, lt_ = gp[has], lth[has]
@@ -556,13 +610,7 @@ def _concat(chunks: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarra
 
 
 def _op_shares(
-    host_segs: list[tuple[np.ndarray, ...]],
-    op_time: list[tuple[np.ndarray, ...]],
-    blk_name: np.ndarray,
-    blk_th: np.ndarray,
-    blk_s: np.ndarray,
-    blk_e: np.ndarray,
-    blocks: Lookup,
+    host_segs: list[tuple[np.ndarray, ...]], op_time: list[tuple[np.ndarray, ...]], host: _Host
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(chain, op name code, ns): the host time of each chain's path inside each outermost host
     event, plus the launch latencies."""
@@ -572,6 +620,7 @@ def _op_shares(
         c, th, x, t = c[keep], th[keep], x[keep], t[keep]
     else:
         c = th = x = t = np.zeros(0, I64)
+    blk_name, blk_th, blk_s, blk_e, blocks = host.blk_name, host.blk_thread, host.blk_start, host.blk_end, host.blocks
     # the blocks overlapping [x, t]: from the first whose end is after x to the last starting before t
     ends = Lookup(blk_th, blk_e, int(blocks.lo.size)) if blk_th.size else None
     if ends is not None and c.size:
