@@ -125,5 +125,10 @@ FAULT_KINDS: dict[str, str] = {
     "its GPU waits for launches",
     "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
     "containing it is slow",
+    "loader": "the rank's data loader stalls for slow times the step's compute time at the start of every "
+    "step, before its first launch (host-bound)",
+    "sync": "the rank's host waits for its GPU between the backward pass and the optimizer (.item(): a "
+    "device-to-host copy and cudaStreamSynchronize), then works slow times the step's compute time on "
+    "the host before launching the optimizer",
 }
 """Faults :mod:`dtrace.synth` can inject into a simulated job, with their effect."""

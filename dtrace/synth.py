@@ -28,7 +28,15 @@ Faults (each recorded in ``ground_truth.json``), see :data:`FAULT_KINDS`:
 ``compute`` (the rank's compute kernels are ``1 + slow`` times as long), ``launch`` (its host
 needs ``1 + slow`` times each kernel's GPU time to launch it: host-bound, its GPU waits for
 launches), ``link`` (its collective transfers take ``1 + slow`` times as long, so every process
-group containing it is slow). Any number of faults can be combined; none gives a healthy job.
+group containing it is slow), ``loader`` (its data loader stalls for ``slow`` × the step's compute
+time at the start of every step, before the first launch: an
+``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` annotation) and ``sync`` (its
+host calls ``.item()`` between the backward pass and the optimizer — a device-to-host copy under
+``aten::item`` and a ``cudaStreamSynchronize`` that waits until the compute streams are idle —
+then works ``slow`` × the step's compute time on the host before launching the optimizer). The
+step's compute time is the sum of the base durations of its compute kernels. ``loader`` and
+``sync`` add their events to their ranks only and draw no random numbers, so the rest of the
+job is drawn as without them. Any number of faults can be combined; none gives a healthy job.
 Clocks differ between hosts by up to ``clock_offset_ns`` (host 0 is the reference).
 
 Counterfactual jobs (for checking what-if estimates): ``speedup={"gemm": 1.2}`` divides the
@@ -292,6 +300,13 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
     return ops
 
 
+LOADER = _Op("loader", cpu="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+ITEM_COPY = _Op("memcpy", "Memcpy DtoH (Device -> Pinned)", "aten::item", 0, 0, nelems=4, launch="cudaMemcpyAsync")
+ITEM_SYNC = _Op("sync", "cudaStreamSynchronize")
+"""The ops the ``loader`` and ``sync`` faults insert on their ranks (no random draws: the job's other
+draws stay those of the job without the fault)."""
+
+
 def _layers_for(kernels_per_step: int) -> int:
     return max(1, int(round((kernels_per_step - 7) / 24)))
 
@@ -343,6 +358,7 @@ class _Record:
     gpu_start: np.ndarray | None = None
     gpu_end: np.ndarray | None = None
     seq: int = -1
+    ranks: np.ndarray | None = None  # an injected fault's op: the ranks that run it (None: every rank)
 
 
 class _Job:
@@ -379,6 +395,9 @@ class _Job:
         for f in self.faults:
             self.slow[f.kind][f.rank] += f.slow
         self.rank_speed = self.rng.lognormal(0.0, jitter / 6, ranks)  # silicon lottery, small
+        # host time the loader and sync faults add per step: slow × the step's compute time
+        compute_ns = float(sum(o.dur_ns for o in self.ops if o.kind == "kernel"))
+        self.stall_ns = {k: self.slow[k] * compute_ns for k in ("loader", "sync")}
         self.speedup = _op_speedups(self.ops, speedup or {})
         self.comm = comm
         self.step_windows: list[tuple[np.ndarray, np.ndarray]] = []
@@ -407,7 +426,11 @@ class _Job:
         h = rng.uniform(0, 50_000, R)  # host clock (true ns)
         for step in range(self.steps):
             step_start = h.copy()
+            if self.stall_ns["loader"].any():
+                h = self._loader(step, h)
             for op in self.ops:
+                if op.kind == "wait_comm" and self.stall_ns["sync"].any():
+                    h = self._item(step, h, free)
                 if op.kind == "wait_comm":
                     t = np.maximum(comm_free["tp"], comm_free["dp"])
                     for s in cstreams:
@@ -457,6 +480,30 @@ class _Job:
                 h = cpu_end + rng.uniform(800, 2_500, R)
             self.step_windows.append((step_start, h.copy()))
 
+    def _loader(self, step: int, h: np.ndarray) -> np.ndarray:
+        """The ``loader`` fault: the data loader stalls at the start of the step on its ranks."""
+        stall = self.stall_ns["loader"]
+        self.records.append(_Record(LOADER, step, h, h + stall, h, h, ranks=stall > 0))
+        return h + stall
+
+    def _item(self, step: int, h: np.ndarray, free: dict[int, np.ndarray]) -> np.ndarray:
+        """The ``sync`` fault: ``.item()`` between the backward pass and the optimizer on its ranks:
+        a 4-byte device-to-host copy on the first compute stream, ``cudaStreamSynchronize`` until
+        every compute stream is idle, then host work before the next launch."""
+        think = self.stall_ns["sync"]
+        on = think > 0
+        cpu_end = h + 9_000.0
+        rt_start = cpu_end - 4_500.0
+        start = np.maximum(rt_start + 2_000.0, free[0])
+        end = start + 1_500.0 + ITEM_COPY.nelems / 20e9 * 1e9
+        free[0] = np.where(on, end, free[0])
+        copy = _Record(ITEM_COPY, step, h, cpu_end, rt_start, rt_start + 4_000.0, start, end, ranks=on)
+        wait = cpu_end + 1_500.0
+        busy = np.max(list(free.values()), axis=0)
+        done = np.maximum(wait + 2_000.0, busy + 3_000.0)
+        self.records += [copy, _Record(ITEM_SYNC, step, wait, wait, wait, done, ranks=on)]
+        return np.where(on, done + 1_000.0 + think, h)
+
     def _gpu_duration(self, op: _Op) -> np.ndarray:
         R = self.R
         if op.kind == "coll":
@@ -480,6 +527,7 @@ def _esc(s: str) -> str:
 
 _TS = '"ts":%d.%03d,"dur":%d.%03d'
 FIRST_EXTERNAL_ID = 500  # of the step annotations; the ops' follow
+FAULT_EV_IDX = 1_000_000  # "Ev Idx" of an injected fault's host op: this + the index of the op before it
 STREAM_IDS_BASE = (7, 13, 17, 21, 25, 29, 33, 37)
 NCCL_STREAMS = {"tp": 52, "dp": 56}
 
@@ -582,8 +630,22 @@ class _Writer:
         events: list[str] = []
         correlation = 1000 + r
         external_id = first_external_id - 1
-        for index, rec in enumerate(self.job.records):
+        index = -1
+        for rec in self.job.records:
             op = rec.op
+            if rec.ranks is None:
+                index += 1
+            elif not rec.ranks[r]:
+                continue  # an injected fault's op on a rank without the fault
+            if op.kind == "loader":
+                events.append(
+                    ('{"ph":"X","cat":"user_annotation","name":%s,"pid":%d,"tid":%d,' + _TS + "}")
+                    % (
+                        (_esc(op.cpu), clock.pid, clock.pid)
+                        + clock.ts(rec.cpu_start[r], rec.cpu_end[r] - rec.cpu_start[r])
+                    )
+                )
+                continue
             if op.kind in ("wait_comm", "sync"):
                 events.append(
                     (
@@ -601,7 +663,8 @@ class _Writer:
                 continue
             external_id += 1
             correlation += 1
-            events += self._launched_events(clock, index, rec, external_id, correlation, groups)
+            ev_idx = index if rec.ranks is None else FAULT_EV_IDX + index
+            events += self._launched_events(clock, ev_idx, rec, external_id, correlation, groups)
         return events
 
     def _collective_args(self, op: _Op, seq: int, groups: dict[str, tuple[str, str]]) -> str:

@@ -154,6 +154,7 @@ def test_semantics_section_titles():
         "Clock offsets",
         "Ranks and stragglers",
         "What-if",
+        "What bounds each step",
         "Compatibility modes",
         "Results tables",
     ]

@@ -49,6 +49,7 @@ CHART_TABLES = {
     "collective-skew": "collectives",
     "collective-wait": "collectives",
     "ops": "ops",
+    "bounds": "step_bounds",
 }
 SECTION_TABLES = {
     "breakdown": "breakdown",
@@ -58,6 +59,7 @@ SECTION_TABLES = {
     "gaps": "device_gaps",
     "collectives": "collectives",
     "ops": "ops",
+    "bounds": "step_bounds",
 }
 
 CHECK_JS = """(() => {
@@ -485,6 +487,7 @@ def test_sections_say_what_is_missing():
         "device_gap_histogram",
         "transitions",
         "ranks",
+        "step_bounds",
     ):
         assert f"not available (table {table} absent)" in html, table
     assert 'data-chart="breakdown"' in html

@@ -193,6 +193,75 @@ def test_launch_straggler_is_host_bound(tmp_path):
     assert host_wait(3) > 10 * max(host_wait(4), 1_000)  # its compute stream waits for launches
 
 
+def _compute_ns(truth) -> float:
+    """The step's compute time as the faults define it: the base durations of its compute kernels."""
+    ops = synth._schedule(truth["layers"], truth["streams"], truth["tp"], truth["dp"])
+    return float(sum(o.dur_ns for o in ops if o.kind == "kernel"))
+
+
+def test_loader_fault_stalls_before_the_first_launch(tmp_path):
+    truth = synth.generate(tmp_path, ranks=16, faults=["loader:rank=5:slow=0.5"], **SMALL)
+    assert truth["stragglers"] == [5] and truth["faults"][0]["kind"] == "loader"
+    name = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    for r in (5, 4):
+        ev = load(os.path.join(tmp_path, f"rank-{r}.json.gz"))["traceEvents"]
+        loader = [e for e in ev if e.get("name") == name]
+        steps = sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        if r != 5:
+            assert not loader  # only the faulty rank has it
+            continue
+        assert len(loader) == len(steps) == 2 and all(e["cat"] == "user_annotation" for e in loader)
+        for stall, step in zip(sorted(loader, key=lambda e: e["ts"]), steps):
+            # at the step's start, slow × the step's compute time long, before any launch of the step
+            assert ns(stall["ts"]) == ns(step["ts"])
+            assert abs(ns(stall["dur"]) - 0.5 * _compute_ns(truth)) <= 1
+            end = ns(stall["ts"]) + ns(stall["dur"])
+            launches = [
+                ns(e["ts"])
+                for e in ev
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and ns(step["ts"]) <= ns(e["ts"]) < ns(step["ts"]) + ns(step["dur"])
+            ]
+            assert min(launches) > end
+
+
+def test_sync_fault_waits_for_the_gpu_before_the_optimizer(tmp_path):
+    truth = synth.generate(tmp_path, ranks=16, faults=["sync:rank=6:slow=0.2"], **SMALL)
+    assert truth["stragglers"] == [6]
+    ev = load(os.path.join(tmp_path, "rank-6.json.gz"))["traceEvents"]
+    syncs = sorted((e for e in ev if e.get("name") == "cudaStreamSynchronize"), key=lambda e: e["ts"])
+    items = sorted((e for e in ev if e.get("name") == "aten::item"), key=lambda e: e["ts"])
+    assert len(syncs) == 4 and len(items) == 2  # the fault's .item() and the step's own final sync, per step
+    kernels = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["stream"] != 52]
+    adam = sorted(ns(e["ts"]) for e in ev if e.get("name") == "Optimizer.step#AdamW.step")
+    for item, sync in zip(items, syncs[0::2]):
+        a, b = ns(sync["ts"]), ns(sync["ts"]) + ns(sync["dur"])
+        assert a > ns(item["ts"]) + ns(item["dur"])
+        # it returns right after the compute streams' last activity before it (nothing else runs on
+        # them until the optimizer, launched slow × the step's compute time after it returned)
+        before = [ns(e["ts"]) + ns(e["dur"]) for e in kernels if e["args"]["stream"] != 56 and ns(e["ts"]) < b]
+        assert max(before) < b <= max(before) + 5_000
+        nxt = min(t for t in adam if t > b)
+        assert nxt - b >= 0.2 * _compute_ns(truth)
+    other = load(os.path.join(tmp_path, "rank-7.json.gz"))["traceEvents"]
+    assert sum(e.get("name") == "cudaStreamSynchronize" for e in other) == 2
+    assert not any(e.get("name") == "aten::item" for e in other)
+
+
+def test_without_the_new_faults_the_bytes_are_those_of_earlier_versions(tmp_path):
+    """SHA-256 of files written by dtrace before the loader and sync faults existed (commit 2509bd2,
+    numpy 2.4): a job that uses no new option must not change by a byte (numpy's random streams
+    are the only other input; regenerate these if a numpy upgrade changes them)."""
+    import hashlib
+
+    synth.generate(tmp_path, ranks=2, steps=1, seed=4, kernels_per_step=10, gzip=False)
+    digests = [hashlib.sha256((tmp_path / f"rank-{r}.json").read_bytes()).hexdigest() for r in range(2)]
+    assert digests == [
+        "1a200f96a93114d5c32c0678309c389504b7a4249f3934a1bc0990b8d3053951",
+        "3abddb70ebfebd2023eb6cb71b74b34df0a1482d435272a9b25ce74d5e4c9be6",
+    ]
+
+
 def test_reader_reads_generated_traces(job64):
     d, truth, _ = job64
     path = os.path.join(d, "rank-50.json.gz")

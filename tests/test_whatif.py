@@ -95,7 +95,11 @@ def test_segments_by_hand():
     # element-wise kernel ran 1100-1200), and 1000-1100 is a launch gap: free, not wait
     assert r0["wait_ns"].tolist() == [0, 0, 405, 0, 110, 0]
     assert r0["free_ns"].tolist() == [0, 0, 0, 0, 100, 0]
+    # the element-wise kernel was launched at 1050, after the work before it ended (1000): the work
+    # waited 100 ns for the host; every other event was launched before the work it follows ended
+    assert r0["host_ns"].tolist() == [0, 0, 0, 0, 100, 0]
     assert r0["comm_start_ns"].tolist() == [pd.NA, 520, 520, 1250, 1250, pd.NA]  # NA: no collective
+    assert r0["comm_launch_ns"].tolist() == [pd.NA, 30, 30, 60, 60, pd.NA]
     assert r0["comm_stream"].tolist() == [pd.NA, 52, 52, 52, 52, pd.NA]
     assert r0.loc[1, ["class_1", "class_1_ns", "class_2", "class_2_ns", "class_3"]].tolist() == [
         "gemm",
@@ -110,9 +114,9 @@ def test_segments_by_hand():
     # the second part, computed in the same pass, is the first shifted by 10 µs
     r1 = out.loc[out["rank"] == 1].reset_index(drop=True)
     assert (r1["time_ns"] - r0["time_ns"]).tolist() == [10_000] * 6
-    assert r1.drop(columns=["rank", "time_ns", "comm_start_ns"]).equals(
-        r0.drop(columns=["rank", "time_ns", "comm_start_ns"])
-    )
+    assert (r1["comm_launch_ns"] - r0["comm_launch_ns"]).dropna().tolist() == [10_000] * 4
+    shifted = ["rank", "time_ns", "comm_start_ns", "comm_launch_ns"]
+    assert r1.drop(columns=shifted).equals(r0.drop(columns=shifted))
 
 
 def test_segments_more_classes_than_slots_sum_the_rest():
@@ -154,6 +158,21 @@ def test_segments_empty_and_without_comm():
     r0 = out.loc[out["rank"] == 0].iloc[1]
     # no collective: the idle time 500-905 and 1000-1100 and 1200-1310 is free time
     assert r0["work_ns"] == 220 + 180 + 95 + 100 + 90 and r0["free_ns"] == 405 + 100 + 110
+    # of which the host caused 1000-1100 (the element-wise kernel launched at 1050) and 500-905 (the
+    # GEMM launched at 40 but its work before it ended at 500: launched in time, so not the host)
+    assert r0["host_ns"] == 100
+    # communication only: no work, no host waits; GPU-side step windows: no lead-in
+    comm = _gpu_frame()
+    comm = comm.loc[comm["category"].astype(str) == "comm"]
+    steps = pd.DataFrame({"part": [0, 1], "step": [1, 1], "start_ns": [0, 0], "source": ["gpu", "gpu"]})
+    out = seg_mod.segment_rows(comm, load_classmap(None), steps=steps)
+    assert (out["host_ns"] == 0).all() and (out["work_ns"] == 0).all() and len(out)
+    # a host window from 5, the first event launched at 10 and starting at 100: the GPU waited 95 ns
+    # for the host (a window from 40 has the launch before it: no wait); GPU-side windows: none
+    for start, want in ((5, 95), (40, 0)):
+        steps = pd.DataFrame({"part": [0, 1], "step": [1, 1], "start_ns": [start, 10_005], "source": ["host", "gpu"]})
+        lead = seg_mod.segment_rows(_gpu_frame(), load_classmap(None), steps=steps)
+        assert lead.loc[lead["kind"] == "start", "host_ns"].tolist() == [want, 0]
 
 
 def test_last_at_or_before_matches_a_loop():
@@ -317,6 +336,14 @@ FAULTS = [
     ("4gpus-per-host", 7, 0.15),
 ]
 SPEEDUPS = [("tp8", "gemm", 1.3), ("tp4", "attention", 1.5)]
+HOST_FAULTS = [
+    ("tp8", 3, 0.5),
+    ("tp8", 11, 2.0),
+    ("tp8", 6, 0.05),
+    ("tp4", 9, 0.3),
+    ("tp2-1stream", 0, 0.2),
+    ("4gpus-per-host", 7, 0.15),
+]
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +376,23 @@ def test_stragglers_at_median_equals_the_fault_free_job(job, structure, rank, sl
     assert len(err) == STRUCTURES[structure]["steps"] and err.max() < 0.02, err.to_dict()
     # the replay without changes reproduces the traced step time
     assert (w["replayed_ns"] == w["observed_ns"]).all() and (w["fit_ns"] <= 2_000).all()
+
+
+@pytest.mark.parametrize("structure,rank,slow", HOST_FAULTS)
+def test_host_bound_straggler_at_median_equals_the_fault_free_job(job, structure, rank, slow):
+    """A rank whose host needs (1 + slow)× each kernel's GPU time to launch it: its GPU waits for
+    launches (and, launched late, its streams no longer overlap). At the median rank's host speed
+    the step is the job's without the fault — a saving, not the loss an unmodelled host gave."""
+    faulty = job(structure, faults=[f"launch:rank={rank}:slow={slow}"])
+    flagged = faulty["stragglers"].loc[faulty["stragglers"]["flagged"], "rank"].tolist()
+    assert flagged == [rank]
+    w = faulty["whatif"]
+    row = w.loc[w["scenario"] == "stragglers_at_median"].astype({"step": "int64"}).set_index("step")
+    clean = step_time(job(structure))
+    assert (step_time(faulty) / clean).min() > 1.0 + slow / 10  # the fault costs something to gain back
+    err = (row["estimate_ns"] / clean.reindex(row.index) - 1).abs()
+    assert len(err) == STRUCTURES[structure]["steps"] and err.max() < 0.02, err.to_dict()
+    assert (row["saved_ns"] > 0).all() and "host waits" in row["detail"].iloc[0]
 
 
 @pytest.mark.parametrize("structure,cls,x", SPEEDUPS)

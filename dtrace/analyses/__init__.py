@@ -19,6 +19,7 @@ from ..batch import Batch
 from ..dtypes import BOOL, F64, I32, I64, NI64, STR, as_declared, conform, has_dtype, missing_if_negative  # noqa: F401
 from . import breakdown as _bd
 from . import collectives as _coll
+from . import critical_path as _cp
 from . import gaps as _gaps
 from . import kernels as _kern
 from . import memops as _mem
@@ -210,6 +211,7 @@ ANALYSES: list[Analysis] = [
     Analysis("ops", _ops.ops, _ops.COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
+    Analysis("step_bounds", _cp.step_bounds, _cp.COLUMNS),  # what bounds each step: its critical path
 ]
 
 

@@ -23,11 +23,15 @@ pooled) at **nodes**, in time order per (rank, device, step):
 Each node row describes the interval since the previous node of its chain: ``work_ns`` (the
 union of the work in it), ``wait_ns`` (for a gate: the idle time waiting for its collective),
 ``free_ns`` (the rest: idle time the collective does not explain, e.g. launch gaps; it stays
-fixed in a replay) and the kernel classes of the work in it: ``class_1`` ... ``class_4`` with
+fixed in a replay unless the host is made faster), ``host_ns`` (the part of ``free_ns`` the work
+waited for the host: gaps of the work whose next work event's launch call started after the gap
+began; for a ``start`` node, the time the work waited for the host between the step's host
+window start and its first GPU event) and the kernel classes of the work in it: ``class_1`` ... ``class_4`` with
 ``class_1_ns`` ... (the union of each class's events in the interval, largest first; ``""`` and
 0 where the interval has fewer classes) and ``other_class_ns`` (the sum over its other classes).
 One row per node keeps the table small: a step has about two nodes per collective. ``ready`` and ``gate`` nodes name their communication kernel by
-``comm_stream`` and ``comm_start_ns`` (its own-clock start; ``NA`` for the other nodes), which
+``comm_stream``, ``comm_start_ns`` (its own-clock start; ``NA`` for the other nodes) and
+``comm_launch_ns`` (the start of its launch call; ``NA`` when unknown), which
 :mod:`dtrace.reduce.whatif` joins to the matched ``collectives``. ``step`` is ``NA`` for the
 chain of the events outside every step (a trace without steps).
 
@@ -67,8 +71,10 @@ COLUMNS: dict[str, str] = {
     "work_ns": "int64",
     "wait_ns": "int64",
     "free_ns": "int64",
+    "host_ns": "int64",
     "comm_stream": "Int64",
     "comm_start_ns": "Int64",
+    "comm_launch_ns": "Int64",
     **{c: t for i in range(1, CLASS_SLOTS + 1) for c, t in ((f"class_{i}", "object"), (f"class_{i}_ns", "int64"))},
     "other_class_ns": "int64",
 }
@@ -189,7 +195,12 @@ def _coverage(u: tuple[np.ndarray, ...], group: np.ndarray, t: np.ndarray) -> np
     return np.where(j >= 0, prefix[jj] + inside, 0).astype(np.int64)
 
 
-def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = GATE_TOL_NS) -> pd.DataFrame:
+def segment_rows(
+    gpu: pd.DataFrame,
+    classifier: Classifier,
+    gate_tol_ns: int = GATE_TOL_NS,
+    steps: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """The ``segments`` rows of many parts at once (see the module docstring).
 
     Parameters
@@ -201,6 +212,10 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
         Gives each distinct (name, kind, category) its kernel class.
     gate_tol_ns
         How soon after a collective's end resuming work counts as having waited for it.
+    steps
+        The step windows (``part``, ``step``, ``start_ns``, ``source``): a step with a host
+        window counts, in its start node's ``host_ns``, the time the GPU waited for the host
+        between the window's start and the step's first GPU event.
     """
     if not len(gpu):
         return empty_frame(COLUMNS)
@@ -296,6 +311,7 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     wait = np.where(nk == 2, t - np.maximum(pe, t_prev), 0)
     wait = np.clip(wait, 0, t - t_prev)
     free = np.maximum(t - t_prev - work - wait, 0)
+    host = _host_waits(part_all[w], w_s, w_e, launch_all[w], c_part, c_step, c_start, ch, nk, t, t_prev, wait, steps)
 
     # per-class unions and each node's class time; classes of the distinct (name, kind, category)
     name_code, name_lab = _labels(gpu["name"])
@@ -335,6 +351,7 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
 
     has_comm = comm >= 0
     cidx = np.maximum(comm, 0)
+    launched = has_comm & (launch_all[cidx] >= 0)
     _pu, p_first = np.unique(part_all, return_index=True)
     p_idx = np.searchsorted(_pu, c_part[ch])
     cols: dict[str, object] = {
@@ -347,8 +364,10 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
         "work_ns": work.astype(np.int64),
         "wait_ns": wait.astype(np.int64),
         "free_ns": free.astype(np.int64),
+        "host_ns": np.minimum(host, np.where(nk == 0, host, free)).astype(np.int64),
         "comm_stream": pd.arrays.IntegerArray(np.where(has_comm, stream_all[cidx], 0).astype(np.int64), ~has_comm),
         "comm_start_ns": pd.arrays.IntegerArray(np.where(has_comm, start_all[cidx], 0).astype(np.int64), ~has_comm),
+        "comm_launch_ns": pd.arrays.IntegerArray(np.where(launched, launch_all[cidx], 0).astype(np.int64), ~launched),
     }
     for slot in range(CLASS_SLOTS):
         m = rank_in_node == slot
@@ -363,8 +382,57 @@ def segment_rows(gpu: pd.DataFrame, classifier: Classifier, gate_tol_ns: int = G
     return pd.DataFrame(cols)
 
 
+def _host_waits(
+    part: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    launch: np.ndarray,
+    c_part: np.ndarray,
+    c_step: np.ndarray,
+    c_start: np.ndarray,
+    ch: np.ndarray,
+    nk: np.ndarray,
+    t: np.ndarray,
+    t_prev: np.ndarray,
+    wait: np.ndarray,
+    steps: pd.DataFrame | None,
+) -> np.ndarray:
+    """Per node, the time the rank's work waited for the host before it: the gaps of its work
+    (``part``, ``start``, ``end``, ``launch``: the work events, all streams pooled) whose next
+    event was launched after the gap began, inside the node's interval outside its collective
+    wait; for a start node, between its step's host window start and the step's first GPU event."""
+    n_parts = int(max(part.max(initial=-1), c_part.max(initial=-1))) + 1
+    if not part.size:
+        return np.zeros(len(t), np.int64)
+    o = np.lexsort((end, start, part))
+    p, s, e, lo = part[o], start[o], end[o], launch[o]
+    run = cummax_by(p, e)
+    first = np.r_[True, p[1:] != p[:-1]]
+    busy = np.r_[np.int64(0), run[:-1]]
+    # the window start of each chain with a host window (the chain's start otherwise)
+    w_start = c_start.copy()
+    host = (steps["source"] == "host").to_numpy(bool) if steps is not None and len(steps) else np.zeros(0, bool)
+    if steps is not None and host.any():
+        key = pd.MultiIndex.from_arrays(
+            [steps["part"].to_numpy(np.int64)[host], steps["step"].to_numpy(np.int64)[host]]
+        )
+        j = key.get_indexer(pd.MultiIndex.from_arrays([c_part, c_step])) if key.size else np.full(c_part.size, -1)
+        w_start = np.where(
+            j >= 0, np.minimum(steps["start_ns"].to_numpy(np.int64)[host][np.maximum(j, 0)], c_start), c_start
+        )
+    p_lo = np.full(n_parts, np.iinfo(np.int64).max)
+    np.minimum.at(p_lo, c_part, w_start)
+    busy = np.where(first, np.minimum(p_lo[p], s), busy)
+    gap = (lo >= 0) & (lo > busy) & (s > busy) & (first | (s > busy))
+    hu = _unions(p[gap], busy[gap], s[gap])
+    node_part = c_part[ch]
+    upto = t - wait
+    since = np.where(nk == 0, w_start[ch], t_prev)
+    return np.maximum(_coverage(hu, node_part, upto) - _coverage(hu, node_part, since), 0)
+
+
 def segments(batch: Batch) -> pd.DataFrame:
     """The ``segments`` table of every part of the partition (see the module docstring)."""
     if not len(batch.gpu):
         return empty_frame(COLUMNS)
-    return segment_rows(batch.gpu, classifier_for(batch.options))
+    return segment_rows(batch.gpu, classifier_for(batch.options), steps=batch.steps)

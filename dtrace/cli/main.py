@@ -14,6 +14,7 @@ from ..render.escape import printable
 def _commands() -> list[ModuleType]:
     from . import (
         analyze,
+        bounds,  # dtrace bounds
         quick,  # dtrace kernels, dtrace gaps
         report,  # dtrace report, dtrace compare, dtrace diff
         show,
@@ -32,6 +33,7 @@ def _commands() -> list[ModuleType]:
         nsys_cmd,
         synth_cmd,
         timeline_cmd,
+        bounds,
     ]
 
 

@@ -19,6 +19,7 @@ from . import collectives as _coll
 from . import kernels_xrank as _kx
 from . import ops_xrank as _ox
 from . import ranks as _ranks
+from . import step_bounds as _sb
 from . import stragglers as _strag
 from . import whatif as _whatif
 
@@ -32,6 +33,7 @@ REDUCERS: list[tuple[str, Reducer]] = [
     ("ranks", _ranks.reduce_ranks),  # ranks, rank_stats (after collectives)
     ("stragglers", _strag.reduce_stragglers),  # stragglers (after ranks and op_outliers)
     ("whatif", _whatif.reduce_whatif),  # whatif (after collectives and stragglers)
+    ("step_bounds_xrank", _sb.reduce_step_bounds),  # step_bounds_xrank
 ]
 
 DECLARED: dict[str, Mapping[str, object]] = {
@@ -45,6 +47,7 @@ DECLARED: dict[str, Mapping[str, object]] = {
     "rank_stats": _ranks.STATS_COLUMNS,
     "stragglers": _strag.OUTPUT_COLUMNS,
     "whatif": _whatif.COLUMNS,
+    "step_bounds_xrank": _sb.COLUMNS,
 }
 """The declared columns (name → dtype) of the reduced tables (``ranks`` has a column per metric
 present and is not declared)."""

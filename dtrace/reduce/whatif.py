@@ -10,9 +10,10 @@ nodes the rank did some work (the union of its compute, memcpy and memset) and s
 that no collective explains (``free``: launch gaps, host stalls). The replay recomputes every
 time in order of dependency, on the clock-corrected time line of ``clock_offsets``:
 
-- a node: ``t = max(t_prev + work × factor + free, collective end + delay)``, where the second
-  term only exists for a gate (``delay``: how long after the collective's end the work resumed
-  in the trace);
+- a node: ``t = max(t_prev + work × factor + free − host × (1 − ψ), collective end + delay)``,
+  where the second term only exists for a gate (``delay``: how long after the collective's end
+  the work resumed in the trace) and ``host`` is the part of ``free`` the work waited for the host
+  (``ψ`` 1 unless a scenario makes the host faster);
 - a step start: where it was in the trace, unless the rank started the step after its previous
   step had ended (a synchronous training loop: the host waited for the GPU), then that long
   after the replayed end of the previous step;
@@ -29,7 +30,13 @@ Without changes the replay reproduces the trace (``fit_ns`` shows how closely). 
 ``stragglers_at_median``
     the work of every flagged straggler (``stragglers``) runs at the median rank's speed: per
     kernel class, its time is scaled by ``Σ count·median-rank duration / Σ count·own duration``
-    over the compute kernel names it shares with other ranks (``kernels``, medians per name);
+    over the compute kernel names it shares with other ranks (``kernels``, medians per name). A
+    *host-bound* straggler — its work waited for its host (``segments.host_ns``) at least
+    :data:`HOST_BOUND` times as long as the median rank's — also gets the median rank's host: its
+    waits for the host (launch gaps, the lead-in before each step's first GPU event, the part of a
+    collective's launch lag after its launch came late) scale by median / own, and its work between
+    two collectives becomes the median rank's there (late launches serialise streams that overlap
+    when the host is ahead: :func:`median_work`);
 ``speedup:<class>=<x>``
     the class's kernels take ``1/x`` of their time on every rank (the results hold the three
     compute classes with the most time, leftover classes such as ``other`` aside, at
@@ -48,10 +55,11 @@ work waits for a collective when it resumed within :data:`~dtrace.analyses.segme
 after the collective ended. A dependency that never made anything wait in the trace is not
 seen, so a scenario that speeds up work can be optimistic where a collective would newly become
 the bottleneck. A collective launched right after a blocking wait on another stream, with no
-work in between, keeps that wait as a fixed lag. Host time is not modelled: launch gaps and host
-stalls stay as long as they were (a host-bound rank gains nothing), and a step that overlapped
-the previous one keeps its start. Memory and cache effects of a faster kernel, and changed
-overlap between compute and communication kernels sharing the GPU, are not modelled.
+work in between, keeps that wait as a fixed lag. Host time enters only as the time the work
+waited for the host, and changes only for host-bound stragglers; the host's own work between
+launches is not replayed (host time that made nothing wait is invisible), and a step that
+overlapped the previous one keeps its start. Memory and cache effects of a faster kernel, and
+changed overlap between compute and communication kernels sharing the GPU, are not modelled.
 """
 
 from __future__ import annotations
@@ -86,6 +94,9 @@ COLUMNS: dict[str, object] = {
     "saved_share": "float64",
     "fit_ns": "int64",
 }
+HOST_BOUND = 2.0
+"""A flagged straggler is host-bound when its GPU waited for its host at least this many times as
+long as the median rank's did (summed ``segments.host_ns``)."""
 OTHER = "*"
 """Class name of a node's time outside its named classes; a factor for it applies to a rank's
 unnamed classes (default 1)."""
@@ -99,6 +110,10 @@ class Scenario:
     detail: str
     factors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device", "class", "factor"]))
     transfer_scale: float = 1.0
+    host: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device", "factor"]))
+    """Per (rank, device), the factor its GPU's waits for the host scale by (missing: 1)."""
+    median_work: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "device"]))
+    """(rank, device) parts whose work per interval becomes the median rank's (:func:`median_work`)."""
 
 
 @dataclass
@@ -111,6 +126,7 @@ class Graph:
     t: np.ndarray  # observed, clock-corrected, relative to origin (float)
     work: np.ndarray
     free: np.ndarray
+    host: np.ndarray  # the part of free (of the lead-in, for a start node) the GPU waited for the host
     gate_row: np.ndarray  # collectives row a gate waits for (-1 none)
     delay: np.ndarray  # gate: resume − that row's end
     end_node: np.ndarray  # per chain: its end node
@@ -121,11 +137,13 @@ class Graph:
     ready: np.ndarray  # node index (-1 none)
     pred: np.ndarray  # previous row on the same (rank, device, stream) (-1 none)
     lag: np.ndarray
+    lag_host: np.ndarray  # the part of lag the collective waited for its launch
     start: np.ndarray  # observed arrival (relative)
     end: np.ndarray  # observed end (relative)
     rho: np.ndarray  # own end − (last arrival + transfer)
     transfer: np.ndarray  # per instance
     row_chain: np.ndarray  # chain of each row (-1 none)
+    row_keys: pd.DataFrame  # rank, device of each row
     # processing order
     node_levels: list[np.ndarray]
     row_levels: list[np.ndarray]
@@ -133,6 +151,7 @@ class Graph:
     # chains
     chains: pd.DataFrame  # rank, device, step
     class_rows: pd.DataFrame  # node, rank, device, class, ns (the class time of each node's interval)
+    kind: np.ndarray  # per node: start, ready, gate or end
 
 
 def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
@@ -216,7 +235,10 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
             "int64",
         )
     # missing values (NA: no step, no collective) become -1 for the arithmetic below
-    seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in ("step", "comm_stream", "comm_start_ns")})
+    if "host_ns" not in seg.columns:  # results of an older dtrace: host time unknown
+        seg = seg.assign(host_ns=0, comm_launch_ns=pd.array([pd.NA] * len(seg), dtype="Int64"))
+    nullable = ("step", "comm_stream", "comm_start_ns", "comm_launch_ns")
+    seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in nullable})
     if "step" in coll.columns:
         coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
     nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
@@ -293,6 +315,11 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     r_pred = take(e, pred, NEG)
     base = np.maximum(r_ready, r_pred)
     lag = np.where(np.isfinite(base), np.maximum(s - base, 0.0), 0.0)
+    # the part of the lag after the collective's own launch started late (the host)
+    c_launch = nodes["comm_launch_ns"].to_numpy(np.int64)
+    launch = np.where(c_launch >= 0, (c_launch - n_off - origin).astype(np.float64), np.nan)
+    r_launch = take(launch, ready, np.nan)
+    lag_host = np.where(np.isfinite(base) & np.isfinite(r_launch), np.clip(r_launch - base, 0.0, lag), 0.0)
     transfer = np.zeros(n_inst)
     if n_rows:
         transfer[inst] = coll["transfer_ns"].to_numpy(np.float64)
@@ -369,6 +396,8 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         t=t,
         work=nodes["work_ns"].to_numpy(np.float64),
         free=nodes["free_ns"].to_numpy(np.float64),
+        host=nodes["host_ns"].to_numpy(np.float64),
+        kind=kind,
         gate_row=gate_row,
         delay=delay,
         end_node=end_node,
@@ -378,11 +407,13 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         ready=ready,
         pred=pred,
         lag=lag,
+        lag_host=lag_host,
         start=s,
         end=e,
         rho=rho,
         transfer=transfer,
         row_chain=row_chain,
+        row_keys=pd.DataFrame({"rank": coll["rank"].to_numpy(np.int64), "device": coll["device"].to_numpy(np.int64)}),
         node_levels=node_levels,
         row_levels=row_levels,
         inst_row_levels=inst_row_levels,
@@ -408,12 +439,62 @@ def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
     return np.divide(num, den, out=phi, where=den > 0)
 
 
-def replay(g: Graph, phi: np.ndarray, transfer_scale: float = 1.0) -> np.ndarray:
-    """Replayed span (end − start) of every chain, with work scaled by ``phi`` per node and
-    transfers by ``transfer_scale``."""
+def median_work(g: Graph, parts: pd.DataFrame | None, phi: np.ndarray) -> np.ndarray:
+    """``phi`` with the nodes of ``parts`` (rank, device) set so that their work between two
+    collectives becomes the median rank's: the work of the nodes after the k-th ``ready`` node up to
+    the next (gates between them included, whether a rank has them or not) is scaled to the median,
+    over the chains of the same step with as many collectives, of their work there (where such
+    chains exist and the own work is not 0)."""
+    if parts is None or not len(parts) or not len(g.t):
+        return phi
+    ready = (g.kind == "ready").astype(np.int64)
+    first_of_chain = np.flatnonzero(g.first)[g.chain]
+    before = np.cumsum(ready) - ready  # ready nodes strictly before, counted from the chain's start
+    k = before - before[first_of_chain]
+    total = np.bincount(g.chain, weights=ready).astype(np.int64)[g.chain]
+    step = g.chains["step"].to_numpy(np.int64)[g.chain]
+    group = pd.DataFrame({"chain": g.chain, "k": k})
+    own = pd.Series(g.work).groupby([group["chain"], group["k"]], sort=False).transform("sum").to_numpy()
+    per = pd.DataFrame({"step": step, "total": total, "k": k, "chain": g.chain, "own": own})
+    once = per.drop_duplicates(["chain", "k"])
+    med = once.groupby(["step", "total", "k"], sort=False)["own"].median()
+    med_w = med.reindex(pd.MultiIndex.from_frame(per[["step", "total", "k"]])).to_numpy(np.float64)
+    node_keys = pd.MultiIndex.from_frame(g.chains[KEYS].iloc[g.chain].astype(np.int64))
+    mine = node_keys.isin(pd.MultiIndex.from_frame(parts[KEYS].astype(np.int64)))
+    ok = mine & (own > 0)
+    out = phi.copy()
+    out[ok] = med_w[ok] / own[ok]
+    return out
+
+
+def host_factors(g: Graph, host: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per node and per collectives row, the factor the GPU's waits for the host scale by."""
+    psi_node, psi_row = np.ones(len(g.t)), np.ones(len(g.start))
+    if host is None or not len(host):
+        return psi_node, psi_row
+    f = host.drop_duplicates(KEYS, keep="last").set_index(KEYS)["factor"].astype(np.float64)
+    node_keys = pd.MultiIndex.from_frame(g.chains[KEYS].iloc[g.chain].astype(np.int64))
+    psi_node = f.reindex(node_keys).fillna(1.0).to_numpy(np.float64)
+    if len(g.start):
+        psi_row = f.reindex(pd.MultiIndex.from_frame(g.row_keys)).fillna(1.0).to_numpy(np.float64)
+    return psi_node, psi_row
+
+
+def replay(
+    g: Graph,
+    phi: np.ndarray,
+    transfer_scale: float = 1.0,
+    psi: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Replayed span (end − start) of every chain, with work scaled by ``phi`` per node,
+    transfers by ``transfer_scale`` and the GPU's waits for the host by ``psi`` (per node, per
+    collectives row; :func:`host_factors`)."""
     n = len(g.t)
-    w = g.free + g.work * phi
+    psi_node, psi_row = psi if psi is not None else (np.ones(n), np.ones(len(g.start)))
+    cut = g.host * (1.0 - psi_node)  # host waits removed (a start node: its lead-in)
+    w = g.free - cut + g.work * phi
     w[g.first] = 0.0
+    lag = g.lag - g.lag_host * (1.0 - psi_row)
     tn = np.full(n, np.nan)
     arrive = np.full(len(g.start), np.nan)
     zr = np.full(len(g.start), np.nan)
@@ -424,14 +505,15 @@ def replay(g: Graph, phi: np.ndarray, transfer_scale: float = 1.0) -> np.ndarray
         ns = g.node_levels[v]
         if len(ns):
             gate = g.gate_row[ns]
-            fixed = np.where(g.first[ns], g.t[ns], NEG)
+            fixed = np.where(g.first[ns], g.t[ns] - cut[ns], NEG)
             has = gate >= 0
             fixed[has] = zr[gate[has]] + g.delay[ns][has]
             prev_chain = np.where(g.first[ns], g.tied_prev[g.chain[ns]], -1)
             tied = prev_chain >= 0
             if tied.any():
                 pc = prev_chain[tied]
-                fixed[tied] = np.maximum(tn[g.end_node[pc]], comm_end[pc]) + g.gap[g.chain[ns][tied]]
+                gap = g.gap[g.chain[ns][tied]]
+                fixed[tied] = np.maximum(tn[g.end_node[pc]], comm_end[pc]) + gap - np.minimum(cut[ns][tied], gap)
             ch = g.chain[ns]
             run_first = np.r_[True, (ch[1:] != ch[:-1]) | (ns[1:] != ns[:-1] + 1)]
             run_id = np.cumsum(run_first)
@@ -447,7 +529,7 @@ def replay(g: Graph, phi: np.ndarray, transfer_scale: float = 1.0) -> np.ndarray
             rd = g.ready[rs]
             pr = g.pred[rs]
             a = np.maximum(take(tn, rd, NEG), take(zr, pr, NEG))
-            arrive[rs] = np.where(np.isfinite(a), a, g.start[rs]) + g.lag[rs]
+            arrive[rs] = np.where(np.isfinite(a), a, g.start[rs]) + lag[rs]
         ir = g.inst_row_levels[v]
         if len(ir):
             last = np.full(len(transfer), NEG)
@@ -520,12 +602,13 @@ def default_scenarios(
     """
     out = []
     factors, flagged = straggler_factors(tables)
+    host = straggler_host_factors(tables, flagged)
     if flagged:
         ranks = _span(sorted({r for r, _d in flagged}))
-        detail = f"rank {ranks}: compute at the median rank's speed" + _factor_note(factors)
+        detail = f"rank {ranks}: compute and host at the median rank's speed" + _factor_note(factors, host)
     else:
         detail = "no straggler flagged: nothing to change"
-    out.append(Scenario("stragglers_at_median", detail, factors))
+    out.append(Scenario("stragglers_at_median", detail, factors, host=host, median_work=host[KEYS]))
     if speedup is None:
         speedup = {c: DEFAULT_SPEEDUP for c in top_compute_classes(tables, top_classes)}
     for cls, x in speedup.items():
@@ -543,12 +626,43 @@ def default_scenarios(
     return out
 
 
-def _factor_note(factors: pd.DataFrame) -> str:
-    """`` (rank 5: compute ×0.833)``: each straggler's overall compute factor."""
+def straggler_host_factors(tables: dict[str, pd.DataFrame], flagged: list[tuple[int, int]]) -> pd.DataFrame:
+    """Per flagged host-bound (rank, device): how its GPU's waits for the host scale when its host
+    runs like the median rank's: ``median over parts of H / own H``, H the summed
+    ``segments.host_ns`` (time its GPU waited for the host: launch gaps, the collectives' launch
+    lag and the lead-in of each step). Host-bound: H at least :data:`HOST_BOUND` times the median."""
+    empty = pd.DataFrame({"rank": [], "device": [], "factor": []})
+    seg = tables.get("segments")
+    if not flagged or seg is None or not len(seg) or "host_ns" not in seg.columns:
+        return empty
+    per = seg.groupby(KEYS, sort=True)["host_ns"].sum()
+    med = float(per.median())
+    own = per.reindex(pd.MultiIndex.from_tuples(flagged, names=KEYS)).dropna()
+    own = own.loc[own.to_numpy() >= HOST_BOUND * med]
+    own = own.loc[own.to_numpy() > 0]
+    return pd.DataFrame(
+        {
+            "rank": own.index.get_level_values(0).to_numpy(np.int64),
+            "device": own.index.get_level_values(1).to_numpy(np.int64),
+            "factor": med / own.to_numpy(np.float64),
+        }
+    )
+
+
+def _factor_note(factors: pd.DataFrame, host: pd.DataFrame | None = None) -> str:
+    """`` (rank 5: compute time ×0.833; rank 3: host waits ×0.012, work per interval the median
+    rank's)``: each straggler's overall compute factor, or its host factor when it is host-bound."""
     overall = factors.loc[factors["class"].astype(str).to_numpy() == OTHER]
-    if not len(overall):
-        return " (no compute kernels shared with other ranks: unchanged)"
-    parts = [f"rank {r}: compute time ×{f:.3f}" for r, f in zip(overall["rank"], overall["factor"])]
+    comp = {(int(r), int(d)): f for r, d, f in zip(overall["rank"], overall["device"], overall["factor"])}
+    hf = {} if host is None else {(int(r), int(d)): f for r, d, f in zip(host["rank"], host["device"], host["factor"])}
+    if not comp and not hf:
+        return " (no compute kernels shared with other ranks and no waits for the host: unchanged)"
+    parts = [
+        f"rank {key[0]}: host waits ×{hf[key]:.3f}, work per interval the median rank's"
+        if key in hf
+        else f"rank {key[0]}: compute time ×{comp[key]:.3f}"
+        for key in sorted(set(comp) | set(hf))
+    ]
     return " (" + "; ".join(parts[:4]) + (" …" if len(parts) > 4 else "") + ")"
 
 
@@ -584,7 +698,8 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), bool)
     frames = []
     for sc in scenarios:
-        est = replay(g, node_factors(g, sc.factors), sc.transfer_scale)
+        phi = median_work(g, sc.median_work, node_factors(g, sc.factors))
+        est = replay(g, phi, sc.transfer_scale, host_factors(g, sc.host))
         frames.append(
             pd.DataFrame(
                 {

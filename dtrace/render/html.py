@@ -25,6 +25,7 @@ from typing import Callable
 
 from .._version import __version__
 from ..results import Results
+from .bounds import section_bounds
 from .context import MAX_BARS, Context
 from .page import page
 from .ranks import section_collectives, section_steps, section_stragglers
@@ -39,6 +40,7 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
     ("steps", "Ranks × steps", section_steps),
     ("stragglers", "Stragglers", section_stragglers),
     ("whatif", "What if: estimated step time", section_whatif),
+    ("bounds", "What bounds each step", section_bounds),
     ("kernels", "Top kernels", section_kernels),
     ("gaps", "Idle gaps and transitions", section_gaps),
     ("collectives", "Collective skew", section_collectives),

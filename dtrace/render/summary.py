@@ -125,6 +125,9 @@ SUMMARY_SECTIONS: list = []
 from .stragglers import stragglers_section  # noqa: E402 - registered after SUMMARY_SECTIONS exists
 
 SUMMARY_SECTIONS.append(stragglers_section)
+from .bounds import bounds_section  # noqa: E402
+
+SUMMARY_SECTIONS.append(bounds_section)
 from .kernels import classes_section  # noqa: E402
 
 SUMMARY_SECTIONS.insert(0, classes_section)

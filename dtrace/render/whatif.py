@@ -58,7 +58,8 @@ def section_whatif(ctx: Context) -> str:
             f"the replay without changes gives {ch.fmt_time(base)} per step "
             f"(trace: {ch.fmt_time(float(s['observed_ns'].mean()))}, largest per-rank difference "
             f"{ch.fmt_time(float(s['fit_ns'].max()))}). Limits: dependencies that never made anything "
-            "wait are not seen, host time and step starts after the host are kept, kernels' interference "
+            "wait are not seen, host time counts only as the GPU's waits for it (shortened for host-bound "
+            "stragglers), steps that overlapped keep their start, kernels' interference "
             "is not modelled (README, 'What-if estimates')."
         )
     )
