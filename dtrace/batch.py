@@ -17,7 +17,7 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
     its table's order: ``part``, ``rank``, ``device``, ``row`` (the event's row in its part's
     table), ``stream``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
     ``external_id``, ``launch_ns`` (start of the launching runtime call, -1 unknown),
-    ``category`` (compute, comm, memcpy, memset), ``step`` (-1 none).
+    ``launch_end_ns`` (end of that call, -1 unknown), ``category`` (compute, comm, memcpy, memset), ``step`` (-1 none).
 ``host``
     host events (device -1 in the trace): ``part``, ``rank``, ``device`` (the part's GPU),
     ``row``, ``pid``, ``tid``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
@@ -229,7 +229,9 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     lpart = host["part"].to_numpy(I64)[is_launch]
     lidx = first_match((lpart, hcorr[is_launch]), (gpart, corr))
     lstart = host["start_ns"].to_numpy(I64)[is_launch]
+    lend = host["end_ns"].to_numpy(I64)[is_launch]
     launch = np.where(lidx >= 0, lstart[np.maximum(lidx, 0)] if lstart.size else 0, -1).astype(I64)
+    launch_end = np.where(lidx >= 0, lend[np.maximum(lidx, 0)] if lend.size else 0, -1).astype(I64)
 
     keep = launch >= 0 if options.linked_only else None
     fmt = parts["format"].astype(str).to_numpy(object)
@@ -253,6 +255,7 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
             "correlation": corr,
             "external_id": ev["external_id"].to_numpy(I64)[gi],
             "launch_ns": launch,
+            "launch_end_ns": launch_end,
         }
     )
     if keep is not None:
