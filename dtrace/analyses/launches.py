@@ -1,0 +1,295 @@
+"""Launch statistics: every GPU event linked to its launch call (see docs/semantics.md, "Launches").
+
+A GPU event (kernel, memcpy, memset) is *linked* when a host runtime call of its part carries its
+correlation id (``launch_ns`` ≥ 0 in :attr:`~dtrace.batch.Batch.gpu`): that call launched it —
+``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaGraphLaunch`` (all kernels of the graph),
+``cudaMemcpyAsync``, ``hipLaunchKernel``, ... Per linked event, as HTA's
+``get_cuda_kernel_launch_stats`` defines them:
+
+- ``cpu_ns = launch_end_ns − launch_ns``: how long the launch call ran on the host;
+- ``gpu_ns = end_ns − start_ns``: how long the event ran on the GPU;
+- ``delay_ns = max(start_ns − launch_end_ns, 0)``: the *launch delay*, from the end of the call to
+  the start on the GPU. A negative difference (the GPU started before the call returned: graph
+  kernels, a call the GPU outran, clock skew) is clipped to 0 and counted (``negative_delay``);
+- ``queue_length``: the stream's launch queue right after the call started, the event included
+  (see :mod:`dtrace.analyses.queues`): how much launched work was still waiting ahead of it;
+- ``short``: ``gpu_ns < cpu_ns`` — the GPU finished the event faster than the host launched it
+  (a launch-bound event: the host cannot keep such a stream busy);
+- ``runtime_outlier``: ``cpu_ns > launch_runtime_cutoff_ns``; ``delay_outlier``: ``delay_ns >
+  launch_delay_cutoff_ns`` (defaults 50 µs and 100 µs, HTA's).
+
+Tables: ``launches`` (per linked event; by default only the outliers, at most ``launch_rows`` per
+part, so the table stays small for thousands of ranks), ``launch_stats`` (per rank, device and
+stream) and ``launch_histogram`` (the launch delays of a part in fixed 1-2-5 bins). All parts and
+streams of a partition are computed in one pass: dense group codes, grouped sums and quantiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..batch import Batch, kind_codes
+from ..constants import KINDS
+from ..groups import I64, count_by, cumcount, dense_codes, first_match, max_by, quantile_by, sum_by, unique_first
+from ..intervals import Axis
+
+LAUNCH_COLUMNS = [
+    "rank",
+    "device",
+    "stream",
+    "step",
+    "name",
+    "kind",
+    "launch_name",
+    "correlation",
+    "start_ns",
+    "launch_ns",
+    "cpu_ns",
+    "gpu_ns",
+    "delay_ns",
+    "queue_length",
+    "negative_delay",
+    "short",
+    "runtime_outlier",
+    "delay_outlier",
+]
+STATS_COLUMNS = [
+    "rank",
+    "device",
+    "stream",
+    "launches",
+    "cpu_total_ns",
+    "cpu_mean_ns",
+    "cpu_median_ns",
+    "cpu_p95_ns",
+    "cpu_max_ns",
+    "gpu_total_ns",
+    "gpu_mean_ns",
+    "gpu_median_ns",
+    "delay_total_ns",
+    "delay_mean_ns",
+    "delay_median_ns",
+    "delay_p95_ns",
+    "delay_max_ns",
+    "negative_delays",
+    "runtime_outliers",
+    "delay_outliers",
+    "short_kernels",
+    "short_gpu_ns",
+    "short_share",
+]
+HIST_COLUMNS = ["rank", "device", "bin", "lo_ns", "hi_ns", "count", "share"]
+DELAY_EDGES_NS = np.array([0] + [m * 10**e for e in range(3, 9) for m in (1, 2, 5)] + [10**9], I64)
+"""Lower edges of the launch delay bins: 0, 1 µs, 2 µs, 5 µs, 10 µs, ..., 500 ms, 1 s (the last
+bin is open: 1 s and longer)."""
+
+
+@dataclass(frozen=True)
+class Linked:
+    """The linked GPU events of a batch (arrays in ``batch.gpu`` order, one entry per event)."""
+
+    rows: np.ndarray  # position in batch.gpu
+    part: np.ndarray
+    stream: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray  # launch call start
+    launch_end: np.ndarray
+    group: np.ndarray  # dense code of (part, stream)
+    n_groups: int
+
+    @property
+    def cpu(self) -> np.ndarray:
+        return self.launch_end - self.launch
+
+    @property
+    def gpu(self) -> np.ndarray:
+        return self.end - self.start
+
+    @property
+    def raw_delay(self) -> np.ndarray:
+        return self.start - self.launch_end
+
+    @property
+    def delay(self) -> np.ndarray:
+        return np.maximum(self.raw_delay, 0)
+
+
+def linked(batch: Batch) -> Linked:
+    """The GPU events of ``batch`` that have a launch call, grouped by (part, stream)."""
+    g = batch.gpu
+    launch = g["launch_ns"].to_numpy(I64)
+    rows = np.flatnonzero(launch >= 0)
+    part = g["part"].to_numpy(I64)[rows]
+    stream = g["stream"].to_numpy(I64)[rows]
+    group, n = dense_codes(part, stream)
+    return Linked(
+        rows=rows,
+        part=part,
+        stream=stream,
+        start=g["start_ns"].to_numpy(I64)[rows],
+        end=g["end_ns"].to_numpy(I64)[rows],
+        launch=launch[rows],
+        launch_end=g["launch_end_ns"].to_numpy(I64)[rows],
+        group=group,
+        n_groups=n,
+    )
+
+
+def queue_at_launch(lk: Linked) -> np.ndarray:
+    """Each linked event's stream queue length right after its launch call started, itself
+    included: the launches of its stream that started at or before that time minus the events of
+    the stream that started on the GPU before it (at equal times launches count first).
+
+    All streams at once: each stream's times are laid on one line (:class:`~dtrace.intervals.Axis`)
+    after the previous stream's, and every event adds one launch and one start, so the counts of
+    the earlier streams cancel.
+    """
+    if not lk.rows.size:
+        return np.zeros(0, I64)
+    axis = Axis(np.concatenate([lk.group, lk.group]), np.concatenate([lk.launch, lk.start]), lk.n_groups)
+    la = axis.place(lk.launch, lk.group)
+    st = np.sort(axis.place(lk.start, lk.group))
+    launched = np.searchsorted(np.sort(la), la, side="right")
+    started = np.searchsorted(st, la, side="left")
+    return (launched - started).astype(I64)
+
+
+def launches(batch: Batch) -> pd.DataFrame:
+    """The ``launches`` table: linked GPU events (outliers only, at most ``launch_rows`` per part,
+    unless ``launch_rows`` is ``None``), by part, then GPU start."""
+    o = batch.options
+    lk = linked(batch)
+    cpu, delay = lk.cpu, lk.delay
+    rt_out = cpu > o.launch_runtime_cutoff_ns
+    dl_out = delay > o.launch_delay_cutoff_ns
+    if o.launch_rows is None:
+        sel = np.arange(lk.rows.size)
+    else:
+        # the worst outliers of each part: by how many times its cut-off the call or the delay is
+        score = np.maximum(_ratio(cpu, o.launch_runtime_cutoff_ns), _ratio(delay, o.launch_delay_cutoff_ns))
+        cand = np.flatnonzero(rt_out | dl_out)
+        cand = cand[np.lexsort((-score[cand], lk.part[cand]))]
+        sel = cand[cumcount(lk.part[cand]) < o.launch_rows] if cand.size else cand
+    sel = sel[np.lexsort((sel, lk.start[sel], lk.part[sel]))]
+    g = batch.gpu
+    grow = lk.rows[sel]
+    part = lk.part[sel]
+    name = g["name"]
+    out = pd.DataFrame(
+        {
+            **batch.keys(part),
+            "stream": lk.stream[sel],
+            "step": g["step"].to_numpy(I64)[grow],
+            "name": np.asarray(name.cat.categories, dtype=object)[name.cat.codes.to_numpy()[grow]]
+            if len(grow)
+            else np.array([], object),
+            "kind": g["kind"].astype(str).to_numpy(object)[grow] if len(grow) else np.array([], object),
+            "launch_name": _launch_names(batch, part, g["correlation"].to_numpy(I64)[grow]),
+            "correlation": g["correlation"].to_numpy(I64)[grow],
+            "start_ns": lk.start[sel],
+            "launch_ns": lk.launch[sel],
+            "cpu_ns": cpu[sel],
+            "gpu_ns": lk.gpu[sel],
+            "delay_ns": delay[sel],
+            "queue_length": queue_at_launch(lk)[sel],
+            "negative_delay": lk.raw_delay[sel] < 0,
+            "short": lk.gpu[sel] < cpu[sel],
+            "runtime_outlier": rt_out[sel],
+            "delay_outlier": dl_out[sel],
+        }
+    )
+    return out
+
+
+def _ratio(x: np.ndarray, cutoff: int) -> np.ndarray:
+    """``x / cutoff`` (a cut-off of 0: any positive value is infinitely beyond it)."""
+    if cutoff > 0:
+        return x / float(cutoff)
+    return np.where(x > 0, np.inf, 0.0)
+
+
+def _launch_names(batch: Batch, part: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The name of each event's launch call (the first runtime call of its part with its correlation
+    id, as :func:`dtrace.batch.prepare` links them)."""
+    if not part.size:
+        return np.array([], object)
+    h = batch.host
+    is_launch = (kind_codes(h["kind"]) == KINDS.index("runtime")) & (h["correlation"].to_numpy(I64) >= 0)
+    idx = first_match((h["part"].to_numpy(I64)[is_launch], h["correlation"].to_numpy(I64)[is_launch]), (part, corr))
+    names = h["name"]
+    codes = names.cat.codes.to_numpy()[is_launch]
+    cats = np.asarray(names.cat.categories, dtype=object)
+    return np.where(idx >= 0, cats[codes[np.maximum(idx, 0)]] if codes.size else "", "").astype(object)
+
+
+def launch_stats(batch: Batch) -> pd.DataFrame:
+    """The ``launch_stats`` table: per (rank, device, stream), the launch figures of its linked events."""
+    o = batch.options
+    lk = linked(batch)
+    n = lk.n_groups
+    if not n:
+        return pd.DataFrame({c: [] for c in STATS_COLUMNS})
+    grp = lk.group
+    _, first = unique_first(grp)
+    cpu, gpu, delay = lk.cpu, lk.gpu, lk.delay
+    count = count_by(grp, n)
+    cnt = count.astype(np.float64)
+    short = gpu < cpu
+    n_short = count_by(grp[short], n)
+    return pd.DataFrame(
+        {
+            **batch.keys(lk.part[first]),
+            "stream": lk.stream[first],
+            "launches": count,
+            "cpu_total_ns": sum_by(grp, cpu, n),
+            "cpu_mean_ns": sum_by(grp, cpu, n) / cnt,
+            "cpu_median_ns": quantile_by(grp, cpu, n, 0.5),
+            "cpu_p95_ns": quantile_by(grp, cpu, n, 0.95),
+            "cpu_max_ns": max_by(grp, cpu, n, 0),
+            "gpu_total_ns": sum_by(grp, gpu, n),
+            "gpu_mean_ns": sum_by(grp, gpu, n) / cnt,
+            "gpu_median_ns": quantile_by(grp, gpu, n, 0.5),
+            "delay_total_ns": sum_by(grp, delay, n),
+            "delay_mean_ns": sum_by(grp, delay, n) / cnt,
+            "delay_median_ns": quantile_by(grp, delay, n, 0.5),
+            "delay_p95_ns": quantile_by(grp, delay, n, 0.95),
+            "delay_max_ns": max_by(grp, delay, n, 0),
+            "negative_delays": count_by(grp[lk.raw_delay < 0], n),
+            "runtime_outliers": count_by(grp[cpu > o.launch_runtime_cutoff_ns], n),
+            "delay_outliers": count_by(grp[delay > o.launch_delay_cutoff_ns], n),
+            "short_kernels": n_short,
+            "short_gpu_ns": sum_by(grp[short], gpu[short], n),
+            "short_share": n_short / cnt,
+        }
+    )
+
+
+def launch_histogram(batch: Batch) -> pd.DataFrame:
+    """The ``launch_histogram`` table: per (rank, device), how many launch delays fall in each bin
+    of :data:`DELAY_EDGES_NS` (every stream pooled; empty bins left out)."""
+    lk = linked(batch)
+    if not lk.rows.size:
+        return pd.DataFrame({c: [] for c in HIST_COLUMNS})
+    nb = DELAY_EDGES_NS.size
+    b = np.searchsorted(DELAY_EDGES_NS, lk.delay, side="right") - 1
+    cell = lk.part * nb + b
+    codes, cells = dense_codes(cell)
+    _, first = unique_first(codes)
+    count = count_by(codes, cells)
+    part, bins = lk.part[first], b[first]
+    per_part = count_by(lk.part, batch.n_parts).astype(np.float64)
+    hi = np.append(DELAY_EDGES_NS[1:], -1)[bins]
+    return pd.DataFrame(
+        {
+            **batch.keys(part),
+            "bin": bins.astype(I64),
+            "lo_ns": DELAY_EDGES_NS[bins],
+            "hi_ns": pd.arrays.IntegerArray(np.maximum(hi, 0), hi < 0),
+            "count": count,
+            "share": count / per_part[part],
+        }
+    )
