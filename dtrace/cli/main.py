@@ -14,6 +14,7 @@ from ..render.escape import printable
 def _commands() -> list[ModuleType]:
     from . import (
         analyze,
+        host,  # dtrace launches, dtrace memory
         quick,  # dtrace kernels, dtrace gaps
         report,  # dtrace report, dtrace compare, dtrace diff
         show,
@@ -28,6 +29,7 @@ def _commands() -> list[ModuleType]:
         show,
         tree_cmd,
         quick,
+        host,
         report,
         nsys_cmd,
         synth_cmd,

@@ -1,0 +1,239 @@
+"""Report sections of the host side: kernel launches, launch queues, device memory.
+
+- *Kernel launches*: the launch delay distribution of every GPU (a heatmap of GPUs × delay bins,
+  ``launch_histogram``; more than 128 GPUs are pooled into rows keeping each bin's largest share),
+  the per-stream comparison across ranks (``launch_stats_xrank``) and key figures.
+- *Launch queues*: the queue length of every stream of one rank over the job's slowest step (the
+  step with the longest GPU span in ``steps``; the whole timeline without steps), from
+  ``queue_timeline``, with the starved time of that step, and the streams that block or starve
+  most (``queues``).
+- *Device memory*: the allocated bytes over time (``memory_timeline``) of the flagged straggler
+  and of the median GPU by peak, and the peaks per GPU and per op (``memory``, ``memory_xrank``).
+
+See docs/semantics.md, "Launches", "Launch queues", "Memory" and "Time series".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import charts as ch
+from .context import Context
+from .page import cards, note, table
+from .ranks import _bucket_rows
+
+MAX_STREAMS = 8
+
+
+def section_launches(ctx: Context) -> str:
+    """Launch delay distribution per GPU and launch statistics across ranks."""
+    h, notice = ctx.get("launch_histogram", ("rank", "device", "bin", "lo_ns", "count", "share"))
+    if h is None:
+        return notice
+    out = []
+    ls, _ = ctx.get("launch_stats", ("launches", "short_kernels", "runtime_outliers", "delay_outliers"))
+    if ls is not None:
+        n = int(ls["launches"].sum())
+        out.append(
+            cards(
+                [
+                    ("GPU events linked to a launch call", ch.fmt_num(n)),
+                    (
+                        "launch-bound (GPU shorter than the launch call)",
+                        ch.fmt_pct(ls["short_kernels"].sum() / max(n, 1)),
+                    ),
+                    ("launch calls beyond the cut-off", ch.fmt_num(int(ls["runtime_outliers"].sum()))),
+                    ("launch delays beyond the cut-off", ch.fmt_num(int(ls["delay_outliers"].sum()))),
+                ]
+            )
+        )
+    keys = h[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"]).reset_index(drop=True)
+    bins = np.sort(h["bin"].unique())
+    col = {int(b): i for i, b in enumerate(bins)}
+    row = {(int(r), int(d)): i for i, (r, d) in enumerate(zip(keys["rank"], keys["device"]))}
+    m = np.zeros((len(keys), len(bins)))
+    ri = np.array([row[(int(r), int(d))] for r, d in zip(h["rank"], h["device"])], dtype=np.int64)
+    ci = np.array([col[int(b)] for b in h["bin"]], dtype=np.int64)
+    m[ri, ci] = h["share"].to_numpy(np.float64)
+    lo = h.drop_duplicates("bin").set_index("bin")["lo_ns"]
+    labels = [f"≥ {ch.fmt_time(float(lo[b]))}" if b else "< 1 µs" for b in bins]
+    m2, rlabs, _ = _bucket_rows(m, ctx.labels(keys), "max")
+    flagged = np.array([int(r) in ctx.flagged for r in keys["rank"]], dtype=bool)
+    size = -(-len(flagged) // max(m2.shape[0], 1))
+    marked = [bool(flagged[b * size : (b + 1) * size].any()) for b in range(m2.shape[0])]
+    cap = (
+        "Share of each GPU's launches whose delay (GPU start − end of the launch call) falls in each bin. "
+        "Delays near zero: the host launches just in time (host-bound); long delays: the queue holds work "
+        "(GPU-bound)."
+    )
+    if m2.shape[0] < m.shape[0]:
+        cap += f" {m.shape[0]} GPUs pooled into {m2.shape[0]} rows (largest share of each bin)."
+    out.append(ch.heatmap("launch-delays", m2, rlabs, labels, value_fmt=ch.fmt_pct, caption=cap, mark_rows=marked))
+    x, _ = ctx.get("launch_stats_xrank", ("stream", "launches"))
+    if x is not None:
+        x = x.sort_values("launches", ascending=False).head(10)
+        out.append(
+            table(
+                x,
+                [
+                    ("stream", "stream", "num"),
+                    ("parts", "GPUs", "num"),
+                    ("launches", "launches", "num"),
+                    ("cpu_mean_ns", "launch call (mean)", "time"),
+                    ("delay_median_ns", "delay (median of GPUs)", "time"),
+                    ("short_share", "launch-bound", "pct"),
+                    ("slowest_rank", "slowest launcher", "num"),
+                    ("slowest_cpu_mean_ns", "its launch call", "time"),
+                    ("spread", "vs median", "ratio"),
+                    ("delayed_rank", "most delayed", "num"),
+                    ("delayed_mean_ns", "its delay (mean)", "time"),
+                ],
+            )
+        )
+    return "".join(out)
+
+
+def _slowest_step(ctx: Context) -> tuple[int, int, int] | None:
+    """``(rank, device, step)`` of the longest step (a flagged rank's longest, if any is flagged)."""
+    s, _ = ctx.get("steps", ("rank", "device", "step", "step_ns"))
+    if s is None:
+        return None
+    f = s.loc[s["rank"].isin(ctx.flagged)] if ctx.flagged else s
+    r = (f if len(f) else s).sort_values(["step_ns", "rank"], ascending=[False, True]).iloc[0]
+    return int(r["rank"]), int(r["device"]), int(r["step"])
+
+
+def section_queues(ctx: Context) -> str:
+    """Queue length over the slowest step, and the streams that block or starve most."""
+    t, notice = ctx.get("queue_timeline", ("rank", "device", "stream", "lo_ns", "hi_ns", "step", "length_max"))
+    if t is None:
+        return notice
+    out = []
+    pick = _slowest_step(ctx)
+    if pick is not None:
+        rank, device, step = pick
+        sel = t.loc[(t["rank"] == rank) & (t["device"] == device) & (t["step"] == step)]
+        what = (
+            f"{ctx.label(rank, device)}, step {step} (the {'flagged rank' if rank in ctx.flagged else 'job'}'s slowest)"
+        )
+    else:
+        sel = pd.DataFrame()
+    if not len(sel):  # no steps, or the step has no queue: the busiest GPU's whole timeline
+        first = t.sort_values(["length_max", "rank"], ascending=[False, True]).iloc[0]
+        rank, device = int(first["rank"]), int(first["device"])
+        sel = t.loc[(t["rank"] == rank) & (t["device"] == device)]
+        what = f"{ctx.label(rank, device)}, whole trace (largest queue)"
+    zero = int(sel["lo_ns"].min())
+    top = sel.groupby("stream")["length_max"].max().sort_values(ascending=False).head(MAX_STREAMS).index
+    series = {}
+    for stream in top:
+        f = sel.loc[sel["stream"] == stream].sort_values("lo_ns")
+        series[f"stream {stream}"] = (
+            f["lo_ns"].to_numpy() - zero,
+            f["hi_ns"].to_numpy() - zero,
+            f["length_max"].to_numpy(np.float64),
+        )
+    width = int((sel["hi_ns"] - sel["lo_ns"]).iloc[0])
+    starved = int(sel["starved_ns"].sum()) if "starved_ns" in sel.columns else 0
+    cap = (
+        f"Launches queued and not started, per stream, {what}: the largest length in each bin of "
+        f"{ch.fmt_time(width)} (the resolution: the GPU's timeline in its bins, --timeline-bins). "
+        f"Starved in these bins (queue empty, GPU idle, host busy): {ch.fmt_time(starved)}."
+    )
+    out.append(ch.step_lines("queue-length", series, x_title="time in the window shown", caption=cap))
+    if len(sel["bin"].unique()) < 5:
+        out.append(note("Few bins fall in this step: analyse with a larger --timeline-bins for a finer series."))
+    q, _ = ctx.get("queues", ("blocked_ns", "starved_ns", "blocked_share", "starved_share"))
+    if q is not None:
+        q = q.assign(_k=q["blocked_share"].fillna(0) + q["starved_share"].fillna(0))
+        q = q.sort_values("_k", ascending=False).head(10)
+        out.append(
+            table(
+                q,
+                [
+                    ("rank", "rank", "num"),
+                    ("device", "GPU", "num"),
+                    ("stream", "stream", "num"),
+                    ("length_time_mean", "mean length", "num"),
+                    ("length_max", "max length", "num"),
+                    ("blocked_ns", "blocked at the limit", "time"),
+                    ("blocked_share", "blocked", "pct"),
+                    ("starved_ns", "starved", "time"),
+                    ("starved_share", "starved share", "pct"),
+                ],
+                flag=[int(r) in ctx.flagged for r in q["rank"]],
+            )
+        )
+    return "".join(out)
+
+
+def section_memory(ctx: Context) -> str:
+    """Allocated memory over time of the flagged and the median GPU; peaks per GPU and per op."""
+    m, notice = ctx.get("memory", ("rank", "device", "peak_allocated_bytes", "peak_op"))
+    if m is None:
+        return notice
+    t, _ = ctx.get("memory_timeline", ("rank", "device", "lo_ns", "hi_ns", "allocated_max_bytes"))
+    out = []
+    order = m.sort_values(["peak_allocated_bytes", "rank", "device"]).reset_index(drop=True)
+    median = order.iloc[len(order) // 2]
+    chosen = [(int(median["rank"]), int(median["device"]), "median")]
+    flagged = m.loc[m["rank"].isin(ctx.flagged)]
+    if len(flagged):
+        f = flagged.iloc[0]
+        chosen.insert(0, (int(f["rank"]), int(f["device"]), "flagged"))
+    else:
+        top = order.iloc[-1]
+        if (int(top["rank"]), int(top["device"])) != chosen[0][:2]:
+            chosen.insert(0, (int(top["rank"]), int(top["device"]), "largest peak"))
+    if t is not None:
+        series = {}
+        for rank, device, why in chosen:
+            f = t.loc[(t["rank"] == rank) & (t["device"] == device)].sort_values("lo_ns")
+            if len(f):
+                zero = int(f["lo_ns"].min())
+                series[f"{ctx.label(rank, device)} ({why})"] = (
+                    f["lo_ns"].to_numpy() - zero,
+                    f["hi_ns"].to_numpy() - zero,
+                    f["allocated_max_bytes"].to_numpy(np.float64),
+                )
+        if series:
+            out.append(
+                ch.step_lines(
+                    "memory-timeline",
+                    series,
+                    value_fmt=ch.fmt_bytes,
+                    x_title="time since the GPU's first memory event",
+                    caption="Largest allocated bytes in each bin (the profiler's [memory] events, Total Allocated).",
+                )
+            )
+    top = m.sort_values("peak_allocated_bytes", ascending=False).head(10)
+    out.append(
+        table(
+            top,
+            [
+                ("rank", "rank", "num"),
+                ("device", "GPU", "num"),
+                ("peak_allocated_bytes", "peak allocated", "bytes"),
+                ("peak_reserved_bytes", "peak reserved", "bytes"),
+                ("peak_step", "step", "num"),
+                ("peak_op", "during", "name"),
+            ],
+            flag=[int(r) in ctx.flagged for r in top["rank"]],
+        )
+    )
+    x, _ = ctx.get("memory_xrank", ("peak_op", "parts"))
+    if x is not None and len(x) > 1:
+        out.append(
+            table(
+                x.head(10),
+                [
+                    ("peak_op", "op at the peak", "name"),
+                    ("parts", "GPUs", "num"),
+                    ("peak_median_bytes", "median peak", "bytes"),
+                    ("peak_max_bytes", "largest peak", "bytes"),
+                    ("max_rank", "on rank", "num"),
+                ],
+            )
+        )
+    return "".join(out)
