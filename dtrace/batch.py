@@ -59,7 +59,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -84,6 +84,7 @@ STEP_COLUMNS = {
     "source": "object",
 }
 _GPU_KIND_CODES = np.array([KINDS.index(k) for k in GPU_KINDS], np.int8)
+T = TypeVar("T")
 
 
 @dataclass
@@ -99,6 +100,15 @@ class Batch:
     options: Options
     meta: dict[str, Any] = field(default_factory=dict)
     side: dict[str, pd.DataFrame] = field(default_factory=dict)
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: str, fn: Callable[["Batch"], T]) -> T:
+        """``fn(self)``, computed once per batch and kept: a view that several analyses derive
+        alike (the launch links, the launch queues) is shared instead of recomputed. ``fn`` must
+        be a pure function of the batch, and ``key`` name it (``"module.view"``)."""
+        if key not in self._derived:
+            self._derived[key] = fn(self)
+        return self._derived[key]
 
     def side_table(self, name: str) -> pd.DataFrame:
         """The side table ``name`` of every part (its columns, then ``part``), empty with those columns

@@ -84,7 +84,7 @@ class Options:
     gpus_per_host: int = 8  # ranks r // gpus_per_host share a host clock (0: every rank its own host)
     launch_runtime_cutoff_ns: int = 50_000
     launch_delay_cutoff_ns: int = 100_000
-    launch_rows: int | None = 1000
+    launch_rows: int | None = 100
     queue_limit: int = 1024
     timeline_bins: int = 100
     extra: dict[str, Any] = field(default_factory=dict)

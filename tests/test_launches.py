@@ -78,9 +78,9 @@ def test_every_linked_event():
     assert t["delay_ns"].tolist() == [5, 5, 6, 10, 20, 0]
     assert t["negative_delay"].tolist() == [False] * 5 + [True]
     assert t["short"].tolist() == [False, True, False, False, False, True]  # gpu < cpu
-    # stream 7's queue right after each call started: 1 (k1), 2 (k1, k2), 2 (k2, k3; k1 started at
-    # 15), 1 (k4); the graph's two kernels were both queued at 40
-    assert t["queue_length"].tolist() == [1, 2, 2, 2, 2, 1]
+    # each event's place in its stream's queue when launched: 1 (k1), 2 (k1, k2), 2 (k2, k3; k1
+    # started at 15), 1 (k4); the graph's two kernels, queued at the same instant: 1st and 2nd
+    assert t["queue_length"].tolist() == [1, 2, 2, 1, 2, 1]
     assert t["launch_name"].tolist() == ["cudaLaunchKernel"] * 3 + ["cudaGraphLaunch"] * 2 + ["cudaLaunchKernel"]
     assert t["step"].tolist() == [1, 1, 1, 1, 1, 2]
 

@@ -32,8 +32,8 @@ import pytest
 from conftest import ROOT, TRACES
 from rawtrace import to_ns
 
-from dtrace.analyses.launches import launch_stats, launches, linked
-from dtrace.analyses.queues import Series, queues
+from dtrace.analyses.launches import Series, launch_stats, launches, linked
+from dtrace.analyses.queues import queues
 from dtrace.batch import prepare_part
 from dtrace.options import Options
 from dtrace.readers import detect
@@ -286,12 +286,13 @@ def test_queue_series_and_summary_equal_hta_with_its_launch_calls(name):
     for b in batches(name, HTA_QUEUE_CALLS):
         rank = int(b.rank)
         lk = linked(b)
-        s = Series(lk)
+        s = Series(b, lk)
         table = queues(b)
-        streams = lk.stream[np.unique(lk.group, return_index=True)[1]]
+        codes = lk.streams()
+        streams = lk.gstream[codes]
         mine_rank = summary.loc[summary["rank"] == rank]
         assert sorted(streams.tolist()) == sorted(mine_rank["stream"].tolist())
-        for code, stream in enumerate(streams.tolist()):
+        for code, stream in zip(codes.tolist(), streams.tolist()):
             h = series.loc[(series["rank"] == rank) & (series["stream"] == stream)]
             mine_t = s.t[s.group == code]
             mine_v = s.v[s.group == code]

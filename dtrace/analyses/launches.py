@@ -11,8 +11,9 @@ correlation id (``launch_ns`` ≥ 0 in :attr:`~dtrace.batch.Batch.gpu`): that ca
 - ``delay_ns = max(start_ns − launch_end_ns, 0)``: the *launch delay*, from the end of the call to
   the start on the GPU. A negative difference (the GPU started before the call returned: graph
   kernels, a call the GPU outran, clock skew) is clipped to 0 and counted (``negative_delay``);
-- ``queue_length``: the stream's launch queue right after the call started, the event included
-  (see :mod:`dtrace.analyses.queues`): how much launched work was still waiting ahead of it;
+- ``queue_length``: the stream's launch queue right after the event's launch was counted, itself
+  included — its place in the queue (:class:`Series`; launches at the same instant, the kernels of
+  a graph, are counted in event order): how much launched work was waiting ahead of it, plus one;
 - ``short``: ``gpu_ns < cpu_ns`` — the GPU finished the event faster than the host launched it
   (a launch-bound event: the host cannot keep such a stream busy);
 - ``runtime_outlier``: ``cpu_ns > launch_runtime_cutoff_ns``; ``delay_outlier``: ``delay_ns >
@@ -33,8 +34,19 @@ import pandas as pd
 
 from ..batch import Batch, kind_codes
 from ..constants import KINDS
-from ..groups import I64, count_by, cumcount, dense_codes, first_match, max_by, quantile_by, sum_by, unique_first
+from ..groups import (
+    I64,
+    count_by,
+    cumcount,
+    dense_codes,
+    first_match,
+    max_by,
+    quantiles_by,
+    sum_by,
+    unique_first,
+)
 from ..intervals import Axis
+from .timeline import window
 
 LAUNCH_COLUMNS = [
     "rank",
@@ -89,7 +101,10 @@ bin is open: 1 s and longer)."""
 
 @dataclass(frozen=True)
 class Linked:
-    """The linked GPU events of a batch (arrays in ``batch.gpu`` order, one entry per event)."""
+    """The linked GPU events of a batch (arrays in ``batch.gpu`` order, one entry per event), and
+    the stream of every GPU event: ``gpu_group`` codes each (part, stream) of ``batch.gpu`` in
+    (part, stream) order (``n_groups`` codes, one per pair of a part and a stream id of the batch,
+    present or not, with their ``gpart`` and ``gstream``); ``group`` is the linked events'."""
 
     rows: np.ndarray  # position in batch.gpu
     part: np.ndarray
@@ -98,8 +113,11 @@ class Linked:
     end: np.ndarray
     launch: np.ndarray  # launch call start
     launch_end: np.ndarray
-    group: np.ndarray  # dense code of (part, stream)
+    group: np.ndarray
+    gpu_group: np.ndarray
     n_groups: int
+    gpart: np.ndarray
+    gstream: np.ndarray
 
     @property
     def cpu(self) -> np.ndarray:
@@ -117,45 +135,91 @@ class Linked:
     def delay(self) -> np.ndarray:
         return np.maximum(self.raw_delay, 0)
 
+    def streams(self) -> np.ndarray:
+        """The codes of the streams with linked events, in code order (part, then stream)."""
+        return np.flatnonzero(count_by(self.group, self.n_groups))
+
 
 def linked(batch: Batch) -> Linked:
-    """The GPU events of ``batch`` that have a launch call, grouped by (part, stream)."""
+    """The GPU events of ``batch`` that have a launch call, with every event's stream code
+    (computed once per batch)."""
+    return batch.derived("launches.linked", _linked)
+
+
+def series(batch: Batch) -> "Series":
+    """The launch queue series of every stream of ``batch`` (computed once per batch)."""
+    return batch.derived("launches.series", lambda b: Series(b, linked(b)))
+
+
+def _linked(batch: Batch) -> Linked:
     g = batch.gpu
     launch = g["launch_ns"].to_numpy(I64)
     rows = np.flatnonzero(launch >= 0)
-    part = g["part"].to_numpy(I64)[rows]
-    stream = g["stream"].to_numpy(I64)[rows]
-    group, n = dense_codes(part, stream)
+    gp, gs = g["part"].to_numpy(I64), g["stream"].to_numpy(I64)
+    # (part, stream) codes in their order, with gaps for absent pairs: no sort of the events
+    pc, parts = pd.factorize(gp, sort=True)
+    sc, streams = pd.factorize(gs, sort=True)
+    n_streams = max(len(streams), 1)
+    code = pc.astype(I64) * n_streams + sc
+    n = len(parts) * n_streams
+    every = np.arange(n, dtype=I64)
     return Linked(
         rows=rows,
-        part=part,
-        stream=stream,
+        part=gp[rows],
+        stream=gs[rows],
         start=g["start_ns"].to_numpy(I64)[rows],
         end=g["end_ns"].to_numpy(I64)[rows],
         launch=launch[rows],
         launch_end=g["launch_end_ns"].to_numpy(I64)[rows],
-        group=group,
+        group=code[rows],
+        gpu_group=code,
         n_groups=n,
+        gpart=np.asarray(parts, I64)[every // n_streams] if n else np.zeros(0, I64),
+        gstream=np.asarray(streams, I64)[every % n_streams] if n else np.zeros(0, I64),
     )
 
 
-def queue_at_launch(lk: Linked) -> np.ndarray:
-    """Each linked event's stream queue length right after its launch call started, itself
-    included: the launches of its stream that started at or before that time minus the events of
-    the stream that started on the GPU before it (at equal times launches count first).
+class Series:
+    """The launch queue of every stream as change points (see :mod:`dtrace.analyses.queues`).
 
-    All streams at once: each stream's times are laid on one line (:class:`~dtrace.intervals.Axis`)
-    after the previous stream's, and every event adds one launch and one start, so the counts of
-    the earlier streams cancel.
+    Each linked event adds a launch point (+1, at its call's start) and a start point (-1, at its
+    GPU start). Every stream's times are laid on one line (:attr:`axis`, a
+    :class:`~dtrace.intervals.Axis` that also spans its GPU events and its part's timeline
+    window), so one stable sort of ``2 × time + (start)`` orders all points by (stream, time), the
+    launches before the starts at equal times (in event order), and one cumulative sum gives every
+    length: each stream's points add up to 0, so the sum is back at 0 where the next stream
+    begins. Attributes: ``group``, ``t`` (trace time), ``pt`` (on the axis), ``v`` (the length
+    from the point on), ``dur`` (to the stream's next point; 0 for its last), ``last``, and
+    ``at_launch`` (each linked event's length right after its launch point: its place in the
+    queue, itself included).
     """
-    if not lk.rows.size:
-        return np.zeros(0, I64)
-    axis = Axis(np.concatenate([lk.group, lk.group]), np.concatenate([lk.launch, lk.start]), lk.n_groups)
-    la = axis.place(lk.launch, lk.group)
-    st = np.sort(axis.place(lk.start, lk.group))
-    launched = np.searchsorted(np.sort(la), la, side="right")
-    started = np.searchsorted(st, la, side="left")
-    return (launched - started).astype(I64)
+
+    def __init__(self, batch: Batch, lk: Linked) -> None:
+        n = lk.rows.size
+        g = batch.gpu
+        lo, width = window(batch)
+        wlo = lo[lk.gpart]
+        whi = wlo + width[lk.gpart] * int(batch.options.timeline_bins)
+        codes = np.arange(lk.n_groups, dtype=I64)
+        self.axis = Axis(
+            np.concatenate([lk.gpu_group, lk.gpu_group, lk.group, codes, codes]),
+            np.concatenate([g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64), lk.launch, wlo, whi]),
+            lk.n_groups,
+        )
+        key = np.concatenate([self.axis.place(lk.launch, lk.group) * 2, self.axis.place(lk.start, lk.group) * 2 + 1])
+        order = np.argsort(key, kind="stable")
+        self.group = np.concatenate([lk.group, lk.group])[order]
+        self.pt = key[order] // 2
+        self.t = self.pt - self.axis.shift[self.group]
+        self.v = np.cumsum(np.where(order < n, 1, -1)).astype(I64)
+        same = np.zeros(order.size, bool)
+        same[:-1] = self.group[1:] == self.group[:-1]
+        self.dur = np.zeros(order.size, I64)
+        self.dur[:-1] = np.where(same[:-1], self.pt[1:] - self.pt[:-1], 0)
+        self.last = ~same
+        where = np.empty(order.size, I64)
+        where[order] = np.arange(order.size)
+        self.at_launch = self.v[where[:n]]
 
 
 def launches(batch: Batch) -> pd.DataFrame:
@@ -184,10 +248,8 @@ def launches(batch: Batch) -> pd.DataFrame:
             **batch.keys(part),
             "stream": lk.stream[sel],
             "step": g["step"].to_numpy(I64)[grow],
-            "name": np.asarray(name.cat.categories, dtype=object)[name.cat.codes.to_numpy()[grow]]
-            if len(grow)
-            else np.array([], object),
-            "kind": g["kind"].astype(str).to_numpy(object)[grow] if len(grow) else np.array([], object),
+            "name": np.asarray(name.cat.categories, dtype=object)[name.cat.codes.to_numpy()[grow]],
+            "kind": np.asarray(g["kind"].cat.categories, dtype=object)[g["kind"].cat.codes.to_numpy()[grow]],
             "launch_name": _launch_names(batch, part, g["correlation"].to_numpy(I64)[grow]),
             "correlation": g["correlation"].to_numpy(I64)[grow],
             "start_ns": lk.start[sel],
@@ -195,7 +257,7 @@ def launches(batch: Batch) -> pd.DataFrame:
             "cpu_ns": cpu[sel],
             "gpu_ns": lk.gpu[sel],
             "delay_ns": delay[sel],
-            "queue_length": queue_at_launch(lk)[sel],
+            "queue_length": series(batch).at_launch[sel],
             "negative_delay": lk.raw_delay[sel] < 0,
             "short": lk.gpu[sel] < cpu[sel],
             "runtime_outlier": rt_out[sel],
@@ -218,8 +280,10 @@ def _launch_names(batch: Batch, part: np.ndarray, corr: np.ndarray) -> np.ndarra
     if not part.size:
         return np.array([], object)
     h = batch.host
-    is_launch = (kind_codes(h["kind"]) == KINDS.index("runtime")) & (h["correlation"].to_numpy(I64) >= 0)
-    idx = first_match((h["part"].to_numpy(I64)[is_launch], h["correlation"].to_numpy(I64)[is_launch]), (part, corr))
+    hcorr = h["correlation"].to_numpy(I64)
+    # the runtime calls with one of the wanted ids (few), in host order: the first one of a part wins
+    is_launch = (kind_codes(h["kind"]) == KINDS.index("runtime")) & (hcorr >= 0) & np.isin(hcorr, corr)
+    idx = first_match((h["part"].to_numpy(I64)[is_launch], hcorr[is_launch]), (part, corr))
     names = h["name"]
     codes = names.cat.codes.to_numpy()[is_launch]
     cats = np.asarray(names.cat.categories, dtype=object)
@@ -230,41 +294,42 @@ def launch_stats(batch: Batch) -> pd.DataFrame:
     """The ``launch_stats`` table: per (rank, device, stream), the launch figures of its linked events."""
     o = batch.options
     lk = linked(batch)
-    n = lk.n_groups
-    if not n:
+    if not lk.rows.size:
         return pd.DataFrame({c: [] for c in STATS_COLUMNS})
-    grp = lk.group
-    _, first = unique_first(grp)
+    n, grp = lk.n_groups, lk.group
     cpu, gpu, delay = lk.cpu, lk.gpu, lk.delay
     count = count_by(grp, n)
-    cnt = count.astype(np.float64)
+    cnt = np.maximum(count, 1).astype(np.float64)
     short = gpu < cpu
     n_short = count_by(grp[short], n)
+    cpu_med, cpu_p95 = quantiles_by(grp, cpu, n, (0.5, 0.95))
+    (gpu_med,) = quantiles_by(grp, gpu, n, (0.5,))
+    delay_med, delay_p95 = quantiles_by(grp, delay, n, (0.5, 0.95))
+    cols = {
+        "launches": count,
+        "cpu_total_ns": sum_by(grp, cpu, n),
+        "cpu_mean_ns": sum_by(grp, cpu, n) / cnt,
+        "cpu_median_ns": cpu_med,
+        "cpu_p95_ns": cpu_p95,
+        "cpu_max_ns": max_by(grp, cpu, n, 0),
+        "gpu_total_ns": sum_by(grp, gpu, n),
+        "gpu_mean_ns": sum_by(grp, gpu, n) / cnt,
+        "gpu_median_ns": gpu_med,
+        "delay_total_ns": sum_by(grp, delay, n),
+        "delay_mean_ns": sum_by(grp, delay, n) / cnt,
+        "delay_median_ns": delay_med,
+        "delay_p95_ns": delay_p95,
+        "delay_max_ns": max_by(grp, delay, n, 0),
+        "negative_delays": count_by(grp[lk.raw_delay < 0], n),
+        "runtime_outliers": count_by(grp[cpu > o.launch_runtime_cutoff_ns], n),
+        "delay_outliers": count_by(grp[delay > o.launch_delay_cutoff_ns], n),
+        "short_kernels": n_short,
+        "short_gpu_ns": sum_by(grp[short], gpu[short], n),
+        "short_share": n_short / cnt,
+    }
+    present = lk.streams()
     return pd.DataFrame(
-        {
-            **batch.keys(lk.part[first]),
-            "stream": lk.stream[first],
-            "launches": count,
-            "cpu_total_ns": sum_by(grp, cpu, n),
-            "cpu_mean_ns": sum_by(grp, cpu, n) / cnt,
-            "cpu_median_ns": quantile_by(grp, cpu, n, 0.5),
-            "cpu_p95_ns": quantile_by(grp, cpu, n, 0.95),
-            "cpu_max_ns": max_by(grp, cpu, n, 0),
-            "gpu_total_ns": sum_by(grp, gpu, n),
-            "gpu_mean_ns": sum_by(grp, gpu, n) / cnt,
-            "gpu_median_ns": quantile_by(grp, gpu, n, 0.5),
-            "delay_total_ns": sum_by(grp, delay, n),
-            "delay_mean_ns": sum_by(grp, delay, n) / cnt,
-            "delay_median_ns": quantile_by(grp, delay, n, 0.5),
-            "delay_p95_ns": quantile_by(grp, delay, n, 0.95),
-            "delay_max_ns": max_by(grp, delay, n, 0),
-            "negative_delays": count_by(grp[lk.raw_delay < 0], n),
-            "runtime_outliers": count_by(grp[cpu > o.launch_runtime_cutoff_ns], n),
-            "delay_outliers": count_by(grp[delay > o.launch_delay_cutoff_ns], n),
-            "short_kernels": n_short,
-            "short_gpu_ns": sum_by(grp[short], gpu[short], n),
-            "short_share": n_short / cnt,
-        }
+        {**batch.keys(lk.gpart[present]), "stream": lk.gstream[present], **{k: v[present] for k, v in cols.items()}}
     )
 
 

@@ -32,9 +32,9 @@ import pandas as pd
 
 from ..batch import Batch, kind_codes
 from ..constants import KINDS
-from ..groups import I64, count_by, first_match, max_by, min_by, quantile_by, sum_by, unique_first
-from ..intervals import Axis, coverage, difference, union
-from .launches import Linked, linked
+from ..groups import I64, count_by, max_by, min_by, quantiles_by, sum_by
+from ..intervals import Axis, complement, coverage, intersect, union
+from .launches import Linked, Series, linked, series
 from .timeline import bin_steps, spread, window
 
 QUEUE_COLUMNS = [
@@ -75,69 +75,54 @@ HOST_BUSY_KINDS = ("cpu_op", "runtime", "python", "annotation")
 Kineto's whole-trace ``Trace`` span and profiler ``overhead`` events)."""
 
 
-class Series:
-    """The change points of every stream's queue: ``group`` (stream code), ``t`` and ``v`` (the
-    length from ``t`` on) sorted by (group, time), and ``dur`` (to the next point of the stream; 0
-    for its last point)."""
-
-    def __init__(self, lk: Linked) -> None:
-        n = lk.rows.size
-        t = np.concatenate([lk.launch, lk.start])
-        d = np.concatenate([np.ones(n, I64), np.full(n, -1, I64)])
-        gg = np.concatenate([lk.group, lk.group])
-        order = np.lexsort((-d, t, gg))  # at equal times +1 (a launch) before -1 (a start)
-        self.group, self.t = gg[order], t[order]
-        self.v = np.cumsum(d[order])
-        same = np.zeros(self.t.size, bool)
-        same[:-1] = self.group[1:] == self.group[:-1]
-        self.dur = np.zeros(self.t.size, I64)
-        self.dur[:-1] = np.where(same[:-1], self.t[1:] - self.t[:-1], 0)
-        self.last = ~same  # the last point of its stream
-
-
 def queues(batch: Batch) -> pd.DataFrame:
     """The ``queues`` table (see the module docstring)."""
     lk = linked(batch)
-    n = lk.n_groups
-    if not n:
+    if not lk.rows.size:
         return pd.DataFrame({c: [] for c in QUEUE_COLUMNS})
-    s = Series(lk)
+    n = lk.n_groups
+    s = series(batch)
     g, v = s.group, s.v
     vf = v.astype(np.float64)
     points = count_by(g, n)
-    pf = points.astype(np.float64)
+    pf = np.maximum(points, 1).astype(np.float64)
     mean = sum_by(g, v, n) / pf
     var = (np.bincount(g, vf * vf, n) - pf * mean * mean) / np.maximum(pf - 1, 1)
     span = max_by(g, s.t, n, 0) - min_by(g, s.t, n, np.iinfo(np.int64).max)
     limit = int(batch.options.queue_limit)
     blocked = sum_by(g, np.where(v >= limit, s.dur, 0), n)
-    starved = Starved(batch, lk, s).total(n)
+    starved = starved_pieces(batch).total(n)
     integral = np.bincount(g, vf * s.dur, n)
-    _, first = unique_first(lk.group)
+    q0, q25, q50, q75, q100 = quantiles_by(g, v, n, (0.0, 0.25, 0.5, 0.75, 1.0))
+    present = lk.streams()
     spanf = span.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return pd.DataFrame(
-            {
-                **batch.keys(lk.part[first]),
-                "stream": lk.stream[first],
-                "launches": count_by(lk.group, n),
-                "points": points,
-                "length_mean": mean,
-                "length_std": np.where(points > 1, np.sqrt(np.maximum(var, 0.0)), np.nan),
-                "length_min": min_by(g, v, n, 0),
-                "length_p25": quantile_by(g, v, n, 0.25),
-                "length_median": quantile_by(g, v, n, 0.5),
-                "length_p75": quantile_by(g, v, n, 0.75),
-                "length_max": max_by(g, v, n, 0),
-                "length_time_mean": np.where(span > 0, integral / spanf, np.nan),
-                "span_ns": span,
-                "limit": np.full(n, limit, I64),
-                "blocked_ns": blocked,
-                "starved_ns": starved,
-                "blocked_share": np.where(span > 0, blocked / spanf, np.nan),
-                "starved_share": np.where(span > 0, starved / spanf, np.nan),
-            }
-        )
+        cols = {
+            "launches": count_by(lk.group, n),
+            "points": points,
+            "length_mean": mean,
+            "length_std": np.where(points > 1, np.sqrt(np.maximum(var, 0.0)), np.nan),
+            "length_min": q0,
+            "length_p25": q25,
+            "length_median": q50,
+            "length_p75": q75,
+            "length_max": q100,
+            "length_time_mean": np.where(span > 0, integral / spanf, np.nan),
+            "span_ns": span,
+            "limit": np.full(n, limit, I64),
+            "blocked_ns": blocked,
+            "starved_ns": starved,
+            "blocked_share": np.where(span > 0, blocked / spanf, np.nan),
+            "starved_share": np.where(span > 0, starved / spanf, np.nan),
+        }
+    return pd.DataFrame(
+        {**batch.keys(lk.gpart[present]), "stream": lk.gstream[present], **{k: c[present] for k, c in cols.items()}}
+    )
+
+
+def starved_pieces(batch: Batch) -> "Starved":
+    """The starved pieces of every stream of ``batch`` (computed once per batch)."""
+    return batch.derived("queues.starved", lambda b: Starved(b, linked(b), series(b)))
 
 
 def host_busy_rows(batch: Batch) -> np.ndarray:
@@ -149,35 +134,33 @@ def host_busy_rows(batch: Batch) -> np.ndarray:
 
 
 class Starved:
-    """The starved time of every stream as pieces: ``group`` (stream code), ``start``, ``end`` of
-    each interval with the queue empty and the stream idle, and the union of the host's busy time
-    of every part on one axis (``host``, ``axis``), so that any piece's starved time is
-    :meth:`within` it."""
+    """The starved time of every stream as pieces: ``group`` (stream code), ``start``, ``end``
+    (trace time) of each interval with the queue empty and the stream idle, and the union of the
+    host's busy time of every part on one axis (``host``, ``axis``), so that any piece's starved
+    time is :meth:`within` it.
+
+    The empty intervals come from the series; the stream's busy time is the union of its GPU
+    events (linked or not) on the series' axis; "empty and idle" is their intersection with the
+    complement of that union (:func:`~dtrace.intervals.intersect`, no sort of the two together).
+    """
 
     def __init__(self, batch: Batch, lk: Linked, s: Series) -> None:
-        n = lk.n_groups
-        _, first = unique_first(lk.group)
-        self.gpart = lk.part[first]
         empty = np.zeros(0, I64)
+        self.gpart = lk.gpart
         self.group, self.start, self.end = empty, empty, empty
         zero = (s.v == 0) & ~s.last & (s.dur > 0)
         rows = host_busy_rows(batch)
         if not zero.any() or not rows.size:
             return
-        # the stream's GPU events (linked or not) as busy time, on the same axis as its queue
         gpu = batch.gpu
-        code = first_match((lk.part[first], lk.stream[first]), (gpu["part"].to_numpy(I64), gpu["stream"].to_numpy(I64)))
-        on = code >= 0
-        bg = code[on]
-        bs, be = gpu["start_ns"].to_numpy(I64)[on], gpu["end_ns"].to_numpy(I64)[on]
-        zg = s.group[zero]
-        zs, ze = s.t[zero], s.t[zero] + s.dur[zero]
-        axis = Axis(np.concatenate([zg, zg, bg, bg]), np.concatenate([zs, ze, bs, be]), n)
-        empty_u = union(axis.place(zs, zg), axis.place(ze, zg))
-        busy = union(axis.place(bs, bg), axis.place(be, bg))
-        cs, ce = difference(empty_u, busy)
-        cg = axis.group_of(cs)
-        self.group, self.start, self.end = cg, cs - axis.shift[cg], ce - axis.shift[cg]  # trace time
+        ax = s.axis
+        busy = union(
+            ax.place(gpu["start_ns"].to_numpy(I64), lk.gpu_group), ax.place(gpu["end_ns"].to_numpy(I64), lk.gpu_group)
+        )
+        idle = complement(busy, 0, int(busy[1][-1]) + 1 if busy[1].size else 1)
+        cs, ce = intersect((s.pt[zero], s.pt[zero] + s.dur[zero]), idle)
+        cg = ax.group_of(cs)
+        self.group, self.start, self.end = cg, cs - ax.shift[cg], ce - ax.shift[cg]  # trace time
         # the part's host time: the union of its host events, every part on one axis
         h = batch.host
         hp = h["part"].to_numpy(I64)[rows]
@@ -206,49 +189,47 @@ class Starved:
 def queue_timeline(batch: Batch) -> pd.DataFrame:
     """The ``queue_timeline`` table (see the module docstring)."""
     lk = linked(batch)
-    n = lk.n_groups
-    if not n:
+    if not lk.rows.size:
         return pd.DataFrame({c: [] for c in TIMELINE_COLUMNS})
-    s = Series(lk)
+    s = series(batch)
     bins = int(batch.options.timeline_bins)
     lo, width = window(batch)
-    _, first = unique_first(lk.group)
-    gpart = lk.part[first]
-    # every (stream, bin) cell: its edges in trace time
-    cell_g = np.repeat(np.arange(n, dtype=I64), bins)
-    cell_b = np.tile(np.arange(bins, dtype=I64), n)
-    a = lo[gpart][cell_g] + cell_b * width[gpart][cell_g]
-    b = a + width[gpart][cell_g]
-    # one line for all streams: the length is 0 between streams, so one step function serves all
-    axis = Axis(np.concatenate([s.group, cell_g, cell_g]), np.concatenate([s.t, a, b]), n)
-    pt = axis.place(s.t, s.group)
-    pa, pb = axis.place(a, cell_g), axis.place(b, cell_g)
+    present = lk.streams()
+    gpart = lk.gpart
+    # every (stream, bin) cell of the streams with launches, its edges in trace time and on the axis
+    cell_g = np.repeat(present, bins)
+    cell_b = np.tile(np.arange(bins, dtype=I64), present.size)
+    a = lo[gpart[cell_g]] + cell_b * width[gpart[cell_g]]
+    b = a + width[gpart[cell_g]]
+    pa, pb = s.axis.place(a, cell_g), s.axis.place(b, cell_g)
+    # one step function serves every stream: the length is 0 between streams
     prefix = np.concatenate(([0.0], np.cumsum(s.v.astype(np.float64) * s.dur)))
 
     def integral(x: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(pt, x, side="right") - 1
+        j = np.searchsorted(s.pt, x, side="right") - 1
         jj = np.maximum(j, 0)
-        return np.where(j >= 0, prefix[jj] + s.v[jj] * np.minimum(x - pt[jj], s.dur[jj]), 0.0)
+        return np.where(j >= 0, prefix[jj] + s.v[jj] * np.minimum(x - s.pt[jj], s.dur[jj]), 0.0)
 
     mean = (integral(pb) - integral(pa)) / (pb - pa)
-    j = np.searchsorted(pt, pa, side="right") - 1
-    carried = np.where(j >= 0, s.v[np.maximum(j, 0)], 0)
-    carried = np.where((j >= 0) & (s.group[np.maximum(j, 0)] == cell_g), carried, 0)
+    j = np.searchsorted(s.pt, pa, side="right") - 1
+    carried = np.where(j >= 0, s.v[np.maximum(j, 0)], 0)  # 0 at another stream's last point
+    row = np.full(lk.n_groups, -1, I64)
+    row[present] = np.arange(present.size) * bins  # the first cell of each stream
     peak = carried.copy()
-    pbin = np.clip((s.t - lo[gpart][s.group]) // width[gpart][s.group], 0, bins - 1)
-    np.maximum.at(peak, s.group * bins + pbin, s.v)
-    st = Starved(batch, lk, s)
-    starved = np.zeros(n * bins, I64)
+    pbin = np.clip((s.t - lo[gpart[s.group]]) // width[gpart[s.group]], 0, bins - 1)
+    np.maximum.at(peak, row[s.group] + pbin, s.v)
+    st = starved_pieces(batch)
+    starved = np.zeros(cell_g.size, I64)
     if st.group.size:
         idx, sb, sa, sz = spread(st.group, gpart, st.start, st.end, lo, width, bins)
-        np.add.at(starved, st.group[idx] * bins + sb, st.within(idx, sa, sz))
+        np.add.at(starved, row[st.group[idx]] + sb, st.within(idx, sa, sz))
     keep = (peak > 0) | (starved > 0)
     cg, cb = cell_g[keep], cell_b[keep]
     part = gpart[cg]
     return pd.DataFrame(
         {
             **batch.keys(part),
-            "stream": lk.stream[first][cg],
+            "stream": lk.gstream[cg],
             "bin": cb,
             "lo_ns": a[keep],
             "hi_ns": b[keep],

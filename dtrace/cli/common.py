@@ -139,7 +139,7 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
         type=_launch_rows,
         default=None,
         metavar="N|all",
-        help="outliers per GPU kept in the launches table (default 1000); all: every launched GPU event",
+        help="outliers per GPU kept in the launches table (default 100); all: every launched GPU event",
     )
     g.add_argument(
         "--queue-limit",
