@@ -183,7 +183,7 @@ def sparkline(values: np.ndarray) -> str:
     Examples
     --------
     >>> sparkline(np.array([0, 1, 2, 4]))
-    '▁▂▄█'
+    '▁▃▅█'
     """
     v = np.asarray(values, dtype=np.float64)
     top = float(v.max()) if v.size else 0.0
