@@ -10,7 +10,10 @@
   ``spread = slowest_cpu_mean_ns / median over parts of cpu_mean_ns``; likewise the part whose
   launches waited longest on average (``delayed_rank``, ``delayed_device``,
   ``delayed_mean_ns``). A host-bound straggler shows as the slowest launcher; a GPU-bound rank
-  as the most delayed (its queue is full).
+  as the most delayed (its queue is full). From ``queues``: the median over parts of the
+  time-weighted queue length, the blocked and starved time summed, ``starved_share = Σ starved /
+  Σ span``, and the most starved part (``starved_rank``, ``starved_device``,
+  ``starved_max_share``): a rank whose GPU waits for its host with an empty queue.
 - ``memory_xrank``: per host op during which a part reached its allocated-memory peak
   (``peak_op`` of ``memory``): the parts, the median and largest peak over them and the part
   holding the largest, and the median peak of the reserved bytes. Sorted by parts.
@@ -49,6 +52,13 @@ LAUNCH_XRANK_COLUMNS = {
     "delayed_rank": "int32",
     "delayed_device": "int32",
     "delayed_mean_ns": "int64",
+    "length_time_mean": "float64",
+    "blocked_ns": "int64",
+    "starved_ns": "int64",
+    "starved_share": "float64",
+    "starved_rank": "int32",
+    "starved_device": "int32",
+    "starved_max_share": "float64",
 }
 MEMORY_XRANK_COLUMNS = {
     "peak_op": "object",
@@ -64,15 +74,23 @@ MEMORY_XRANK_COLUMNS = {
 def host_xrank(tables: Tables, options: Options) -> Tables:
     """The ``launch_stats_xrank`` and ``memory_xrank`` tables (see the module docstring)."""
     return {
-        "launch_stats_xrank": launch_stats_xrank(tables.get("launch_stats")),
+        "launch_stats_xrank": launch_stats_xrank(tables.get("launch_stats"), tables.get("queues")),
         "memory_xrank": memory_xrank(tables.get("memory")),
     }
 
 
-def launch_stats_xrank(ls: pd.DataFrame | None) -> pd.DataFrame:
+def launch_stats_xrank(ls: pd.DataFrame | None, queues: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per stream id across parts (see the module docstring)."""
     if ls is None or not len(ls):
         return empty_frame(LAUNCH_XRANK_COLUMNS)
+    if queues is not None and len(queues):
+        q = queues[
+            ["rank", "device", "stream", "length_time_mean", "blocked_ns", "starved_ns", "span_ns", "starved_share"]
+        ]
+        ls = ls.merge(q, on=["rank", "device", "stream"], how="left")
+        ls[["blocked_ns", "starved_ns", "span_ns"]] = ls[["blocked_ns", "starved_ns", "span_ns"]].fillna(0)
+    else:
+        ls = ls.assign(length_time_mean=np.nan, blocked_ns=0, starved_ns=0, span_ns=0, starved_share=np.nan)
     ls = ls.reset_index(drop=True)
     g = ls.groupby("stream", sort=True)
     out = g.agg(
@@ -90,6 +108,10 @@ def launch_stats_xrank(ls: pd.DataFrame | None) -> pd.DataFrame:
         delay_outliers=("delay_outliers", "sum"),
         short_kernels=("short_kernels", "sum"),
         cpu_mean_median=("cpu_mean_ns", "median"),
+        length_time_mean=("length_time_mean", "median"),
+        blocked_ns=("blocked_ns", "sum"),
+        starved_ns=("starved_ns", "sum"),
+        span=("span_ns", "sum"),
     )
     n = out["launches"].to_numpy(np.float64)
     out["cpu_mean_ns"] = out["cpu_total"] / n
@@ -107,6 +129,14 @@ def launch_stats_xrank(ls: pd.DataFrame | None) -> pd.DataFrame:
     out["delayed_rank"] = late["rank"].to_numpy(np.int32)
     out["delayed_device"] = late["device"].to_numpy(np.int32)
     out["delayed_mean_ns"] = late["delay_mean_ns"].to_numpy(np.int64)
+    span = out["span"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["starved_share"] = np.where(span > 0, out["starved_ns"].to_numpy(np.float64) / span, np.nan)
+    share = ls["starved_share"].fillna(-1.0)
+    starved = ls.loc[share.groupby(ls["stream"]).idxmax().reindex(out.index).to_numpy()]
+    out["starved_rank"] = starved["rank"].to_numpy(np.int32)
+    out["starved_device"] = starved["device"].to_numpy(np.int32)
+    out["starved_max_share"] = starved["starved_share"].to_numpy(np.float64)
     out = out.reset_index()
     return conform(out[list(LAUNCH_XRANK_COLUMNS)], LAUNCH_XRANK_COLUMNS, "launch_stats_xrank")
 
