@@ -13,6 +13,13 @@ from typing import Any
 from .errors import UsageError
 
 COMPAT = ("default", "tracelens")
+CUDA_QUEUE_LIMIT = 1022
+"""The length at which CUDA's launch queue of a stream is full, counted as dtrace and HTA count it
+(a launch from the start of its call until its GPU start): launch calls made at this length block
+until an entry frees. Measured on an H200 (CUDA 13, ``tests/data/h200/queue_full_rank0.pt.trace.json.gz``)
+and a V100 (HTA's ``ns_resolution_trace``); the runtime's queue has 1,024 entries (HTA's
+``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``), of which this count reaches 1,022. See docs/semantics.md,
+"Launch queues"."""
 RANK_BY = ("auto", "order")
 
 
@@ -59,7 +66,8 @@ class Options:
         At most this many outliers per part in the ``launches`` table (the worst first);
         ``None`` puts every GPU event linked to a launch call there, outlier or not.
     queue_limit
-        Length of a stream's launch queue at which the host blocks (default 1024, CUDA's).
+        Length of a stream's launch queue at which the host blocks; ``None`` (the default): the
+        runtime's, :data:`CUDA_QUEUE_LIMIT` for CUDA, none known for ROCm.
     timeline_bins
         Bins of the per-part time series (``queue_timeline``, ``memory_timeline``,
         ``memcpy_timeline``) over the part's timeline window.
@@ -85,7 +93,7 @@ class Options:
     launch_runtime_cutoff_ns: int = 50_000
     launch_delay_cutoff_ns: int = 100_000
     launch_rows: int | None = 100
-    queue_limit: int = 1024
+    queue_limit: int | None = None
     timeline_bins: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -110,8 +118,8 @@ class Options:
             raise UsageError("launch_runtime_cutoff_ns and launch_delay_cutoff_ns must be >= 0")
         if self.launch_rows is not None and self.launch_rows < 0:
             raise UsageError("launch_rows must be >= 0 (None: every linked GPU event)")
-        if self.queue_limit < 1:
-            raise UsageError("queue_limit must be >= 1")
+        if self.queue_limit is not None and self.queue_limit < 1:
+            raise UsageError("queue_limit must be >= 1 (None: the runtime's)")
         if not 1 <= self.timeline_bins <= 10_000:
             raise UsageError("timeline_bins must be between 1 and 10000")
 

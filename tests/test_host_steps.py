@@ -75,7 +75,7 @@ def test_data_loader_stall_starves_the_gpu(res, doc):
 def test_launch_flood_fills_the_queue(res):
     """Step 6: a 60 ms GEMM chain, then 3,000 tiny kernels launched faster than they drain: the
     queue peaks there (661 launches, HTA's figure, tests/data/hta/queue_summary.csv) and so do the
-    launch delays; it stays below CUDA's 1,024, so the host never blocks."""
+    launch delays; it stays below CUDA's limit (1,022 launches), so the host never blocks."""
     q = res.queue_timeline
     peak = q.loc[q["length_max"].idxmax()]
     assert peak["step"] == 6 and peak["length_max"] == 661
@@ -107,3 +107,36 @@ def test_cli_launches_and_memory_views():
     assert bad.returncode == 2 and "no rank 5" in bad.stderr and "ranks: 0" in bad.stderr
     bad = _cli("launches", H200, "--launch-rows", "x")
     assert bad.returncode == 2 and "not a number of rows" in bad.stderr
+
+
+QUEUE_FULL = os.path.join(ROOT, "tests", "data", "h200", "queue_full_rank0.pt.trace.json.gz")
+
+
+def test_cuda_launch_queue_is_full_at_1022():
+    """A recording whose queue fills (tests/data/h200/record_queue_full.py: 4,000 tiny kernels
+    behind 200 ms of matrix products): the length stops at the runtime's limit, every launch call
+    made there blocks, and the time at the limit is the time the host spent in those calls (from
+    the raw JSON); HTA's default of 1,024 is never reached."""
+    res = dtrace.analyze(QUEUE_FULL, scheduler="sync", launch_rows=None)
+    q = res.queues.iloc[0]
+    assert q["limit"] == 1022 and q["length_max"] == 1022
+    la = res.launches
+    full = la["queue_length"] == 1022
+    assert la.loc[full, "cpu_ns"].median() > 100 * la.loc[~full, "cpu_ns"].median()
+    with gzip.open(QUEUE_FULL, "rt") as f:
+        doc = json.load(f)
+    calls = np.array(
+        [e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == "cudaLaunchKernel"]
+    )
+    blocked_us = calls[calls > 50].sum()  # the launch calls that waited for a free entry
+    assert q["blocked_ns"] == pytest.approx(blocked_us * 1000, rel=0.03)
+    assert dtrace.analyze(QUEUE_FULL, scheduler="sync", queue_limit=1024).queues["blocked_ns"].iloc[0] == 0
+
+
+def test_no_default_queue_limit_for_rocm():
+    """HIP's queue on MI300X took 1,840 launches without a launch call blocking: no limit is known."""
+    from conftest import shared
+
+    res = dtrace.analyze(shared("kineto", "single", "mi300_resnet_rccl_rank0.json.gz"), scheduler="sync")
+    assert res.queues["limit"].isna().all() and (res.queues["blocked_ns"] == 0).all()
+    assert res.queues["length_max"].max() == 1840  # HTA's figure, tests/data/hta/queue_summary.csv

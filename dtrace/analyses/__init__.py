@@ -269,7 +269,7 @@ ANALYSES: list[Analysis] = [
             "points": I64,
             **{f"length_{c}": F64 for c in ("mean", "std", "min", "p25", "median", "p75", "max", "time_mean")},
             "span_ns": I64,
-            "limit": I64,
+            "limit": NI64,
             "blocked_ns": I64,
             "starved_ns": I64,
             "blocked_share": F64,

@@ -146,7 +146,7 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="launch queue length at which the host blocks (default 1024, CUDA's)",
+        help="launch queue length at which the host blocks (default: the runtime's, 1022 for CUDA, none for ROCm)",
     )
     g.add_argument(
         "--timeline-bins",
