@@ -26,6 +26,18 @@ from .ranks import _bucket_rows
 MAX_STREAMS = 8
 
 
+def _f(col: pd.Series) -> np.ndarray:
+    """A column as float64, a missing value (``NA``) as NaN."""
+    return pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+
+
+def _edges(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose bin edges are known, with float ``lo``/``hi``."""
+    lo, hi = _f(df["lo_ns"]), _f(df["hi_ns"])
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    return df.loc[ok].assign(_lo=lo[ok], _hi=hi[ok])
+
+
 def section_launches(ctx: Context) -> str:
     """Launch delay distribution per GPU and launch statistics across ranks."""
     h, notice = ctx.get("launch_histogram", ("rank", "device", "bin", "lo_ns", "count", "share"))
@@ -55,9 +67,9 @@ def section_launches(ctx: Context) -> str:
     m = np.zeros((len(keys), len(bins)))
     ri = np.array([row[(int(r), int(d))] for r, d in zip(h["rank"], h["device"])], dtype=np.int64)
     ci = np.array([col[int(b)] for b in h["bin"]], dtype=np.int64)
-    m[ri, ci] = h["share"].to_numpy(np.float64)
-    lo = h.drop_duplicates("bin").set_index("bin")["lo_ns"]
-    labels = [f"≥ {ch.fmt_time(float(lo[b]))}" if b else "< 1 µs" for b in bins]
+    m[ri, ci] = _f(h["share"])
+    lo = pd.Series(_f(h["lo_ns"]), index=h["bin"].to_numpy()).groupby(level=0).max()
+    labels = ["< 1 µs" if b == 0 else f"≥ {ch.fmt_time(lo[b])}" if np.isfinite(lo[b]) else f"bin {b}" for b in bins]
     m2, rlabs, _ = _bucket_rows(m, ctx.labels(keys), "max")
     flagged = np.array([int(r) in ctx.flagged for r in keys["rank"]], dtype=bool)
     size = -(-len(flagged) // max(m2.shape[0], 1))
@@ -72,7 +84,7 @@ def section_launches(ctx: Context) -> str:
     out.append(ch.heatmap("launch-delays", m2, rlabs, labels, value_fmt=ch.fmt_pct, caption=cap, mark_rows=marked))
     x, _ = ctx.get("launch_stats_xrank", ("stream", "launches"))
     if x is not None:
-        x = x.sort_values("launches", ascending=False).head(10)
+        x = x.assign(_n=_f(x["launches"])).sort_values("_n", ascending=False).head(10)
         out.append(
             table(
                 x,
@@ -88,6 +100,14 @@ def section_launches(ctx: Context) -> str:
                     ("spread", "vs median", "ratio"),
                     ("delayed_rank", "most delayed", "num"),
                     ("delayed_mean_ns", "its delay (mean)", "time"),
+                ]
+                + [
+                    (c, h, k)
+                    for c, h, k in (
+                        ("starved_rank", "most starved", "num"),
+                        ("starved_max_share", "its starved share", "pct"),
+                    )
+                    if c in x.columns
                 ],
             )
         )
@@ -99,8 +119,9 @@ def _slowest_step(ctx: Context) -> tuple[int, int, int] | None:
     s, _ = ctx.get("steps", ("rank", "device", "step", "step_ns"))
     if s is None:
         return None
+    s = s.assign(_t=_f(s["step_ns"]))
     f = s.loc[s["rank"].isin(ctx.flagged)] if ctx.flagged else s
-    r = (f if len(f) else s).sort_values(["step_ns", "rank"], ascending=[False, True]).iloc[0]
+    r = (f if len(f) else s).sort_values(["_t", "rank"], ascending=[False, True]).iloc[0]
     return int(r["rank"]), int(r["device"]), int(r["step"])
 
 
@@ -120,22 +141,22 @@ def section_queues(ctx: Context) -> str:
     else:
         sel = pd.DataFrame()
     if not len(sel):  # no steps, or the step has no queue: the busiest GPU's whole timeline
-        first = t.sort_values(["length_max", "rank"], ascending=[False, True]).iloc[0]
+        first = t.assign(_m=_f(t["length_max"])).sort_values(["_m", "rank"], ascending=[False, True]).iloc[0]
         rank, device = int(first["rank"]), int(first["device"])
         sel = t.loc[(t["rank"] == rank) & (t["device"] == device)]
         what = f"{ctx.label(rank, device)}, whole trace (largest queue)"
-    zero = int(sel["lo_ns"].min())
-    top = sel.groupby("stream")["length_max"].max().sort_values(ascending=False).head(MAX_STREAMS).index
+    sel = _edges(sel)
+    if not len(sel):
+        return note("The queue series has no bin with known edges.")
+    zero = float(sel["_lo"].min())
+    peak = pd.Series(_f(sel["length_max"]), index=sel["stream"].to_numpy()).groupby(level=0).max()
+    top = peak.sort_values(ascending=False).head(MAX_STREAMS).index
     series = {}
     for stream in top:
-        f = sel.loc[sel["stream"] == stream].sort_values("lo_ns")
-        series[f"stream {stream}"] = (
-            f["lo_ns"].to_numpy() - zero,
-            f["hi_ns"].to_numpy() - zero,
-            f["length_max"].to_numpy(np.float64),
-        )
-    width = int((sel["hi_ns"] - sel["lo_ns"]).iloc[0])
-    starved = int(sel["starved_ns"].sum()) if "starved_ns" in sel.columns else 0
+        f = sel.loc[sel["stream"] == stream].sort_values("_lo")
+        series[f"stream {stream}"] = (f["_lo"].to_numpy() - zero, f["_hi"].to_numpy() - zero, _f(f["length_max"]))
+    width = float((sel["_hi"] - sel["_lo"]).iloc[0])
+    starved = float(np.nansum(_f(sel["starved_ns"]))) if "starved_ns" in sel.columns else 0.0
     cap = (
         f"Launches queued and not started, per stream, {what}: the largest length in each bin of "
         f"{ch.fmt_time(width)} (the resolution: the GPU's timeline in its bins, --timeline-bins). "
@@ -146,7 +167,7 @@ def section_queues(ctx: Context) -> str:
         out.append(note("Few bins fall in this step: analyse with a larger --timeline-bins for a finer series."))
     q, _ = ctx.get("queues", ("blocked_ns", "starved_ns", "blocked_share", "starved_share"))
     if q is not None:
-        q = q.assign(_k=q["blocked_share"].fillna(0) + q["starved_share"].fillna(0))
+        q = q.assign(_k=np.nan_to_num(_f(q["blocked_share"])) + np.nan_to_num(_f(q["starved_share"])))
         q = q.sort_values("_k", ascending=False).head(10)
         out.append(
             table(
@@ -175,7 +196,7 @@ def section_memory(ctx: Context) -> str:
         return notice
     t, _ = ctx.get("memory_timeline", ("rank", "device", "lo_ns", "hi_ns", "allocated_max_bytes"))
     out = []
-    order = m.sort_values(["peak_allocated_bytes", "rank", "device"]).reset_index(drop=True)
+    order = m.assign(_p=_f(m["peak_allocated_bytes"])).sort_values(["_p", "rank", "device"]).reset_index(drop=True)
     median = order.iloc[len(order) // 2]
     chosen = [(int(median["rank"]), int(median["device"]), "median")]
     flagged = m.loc[m["rank"].isin(ctx.flagged)]
@@ -189,13 +210,13 @@ def section_memory(ctx: Context) -> str:
     if t is not None:
         series = {}
         for rank, device, why in chosen:
-            f = t.loc[(t["rank"] == rank) & (t["device"] == device)].sort_values("lo_ns")
+            f = _edges(t.loc[(t["rank"] == rank) & (t["device"] == device)]).sort_values("_lo")
             if len(f):
-                zero = int(f["lo_ns"].min())
+                zero = float(f["_lo"].min())
                 series[f"{ctx.label(rank, device)} ({why})"] = (
-                    f["lo_ns"].to_numpy() - zero,
-                    f["hi_ns"].to_numpy() - zero,
-                    f["allocated_max_bytes"].to_numpy(np.float64),
+                    f["_lo"].to_numpy() - zero,
+                    f["_hi"].to_numpy() - zero,
+                    _f(f["allocated_max_bytes"]),
                 )
         if series:
             out.append(
@@ -207,7 +228,7 @@ def section_memory(ctx: Context) -> str:
                     caption="Largest allocated bytes in each bin (the profiler's [memory] events, Total Allocated).",
                 )
             )
-    top = m.sort_values("peak_allocated_bytes", ascending=False).head(10)
+    top = m.assign(_p=_f(m["peak_allocated_bytes"])).sort_values("_p", ascending=False).head(10)
     out.append(
         table(
             top,
