@@ -223,7 +223,6 @@ ANALYSES: list[Analysis] = [
             "name": STR,
             "kind": STR,
             "launch_name": STR,
-            "correlation": I64,
             "start_ns": I64,
             "launch_ns": I64,
             "cpu_ns": I64,
