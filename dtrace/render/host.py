@@ -98,8 +98,8 @@ def _cols(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 
 
 def launch_view(res: Results, *, rank: int | None = None, stream: int | None = None) -> LaunchView:
-    """Launch statistics and queues per stream (busiest first) and the worst launches (longest
-    delay first) of the selected rank and stream."""
+    """Launch statistics per stream (busiest first), the queues (blocked first, then the busiest)
+    and the worst launches (longest delay first) of the selected rank and stream."""
 
     def pick(df: pd.DataFrame) -> pd.DataFrame:
         df = of_rank(df, rank) if len(df) else df

@@ -167,8 +167,16 @@ def section_queues(ctx: Context) -> str:
         out.append(note("Few bins fall in this step: analyse with a larger --timeline-bins for a finer series."))
     q, _ = ctx.get("queues", ("blocked_ns", "starved_ns", "blocked_share", "starved_share"))
     if q is not None:
-        q = q.assign(_k=np.nan_to_num(_f(q["blocked_share"])) + np.nan_to_num(_f(q["starved_share"])))
-        q = q.sort_values("_k", ascending=False).head(10)
+        # blocked first, then the most starved of the streams that carry most of the launches
+        # (a side stream, NCCL's, is empty most of the time by design)
+        n = _f(q["launches"]) if "launches" in q.columns else np.ones(len(q))
+        busy = (
+            n >= 0.5 * pd.Series(n).groupby([q["rank"].to_numpy(), q["device"].to_numpy()]).transform("max").to_numpy()
+        )
+        q = q.assign(
+            _b=np.nan_to_num(_f(q["blocked_ns"])), _s=np.where(busy, np.nan_to_num(_f(q["starved_share"])), -1.0)
+        )
+        q = q.sort_values(["_b", "_s"], ascending=False).head(10)
         out.append(
             table(
                 q,
