@@ -222,9 +222,9 @@ def quantiles_by(group: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple
     v = np.asarray(values)
     top = int(v.max()) + 1 if v.dtype.kind in "iu" and v.min() >= 0 else 0
     if top and top * max(n_groups, 1) < (1 << 62):
-        sv = np.sort(group * top + v.astype(I64)) - np.repeat(
-            np.arange(n_groups, dtype=I64) * top, count_by(group, n_groups)
-        )
+        # stable (timsort): values that arrive grouped and partly ordered sort in a few passes
+        key = np.sort(group * top + v.astype(I64), kind="stable")
+        sv = key - np.repeat(np.arange(n_groups, dtype=I64) * top, count_by(group, n_groups))
         sv = sv.astype(np.float64)
     else:
         sv = v[np.lexsort((v, group))].astype(np.float64)

@@ -195,16 +195,11 @@ class Series:
 
     def __init__(self, batch: Batch, lk: Linked) -> None:
         n = lk.rows.size
-        g = batch.gpu
-        lo, width = window(batch)
+        lo, width = window(batch)  # every time of a part lies in its window: its bounds span the axis
         wlo = lo[lk.gpart]
         whi = wlo + width[lk.gpart] * int(batch.options.timeline_bins)
         codes = np.arange(lk.n_groups, dtype=I64)
-        self.axis = Axis(
-            np.concatenate([lk.gpu_group, lk.gpu_group, lk.group, codes, codes]),
-            np.concatenate([g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64), lk.launch, wlo, whi]),
-            lk.n_groups,
-        )
+        self.axis = Axis(np.concatenate([codes, codes]), np.concatenate([wlo, whi]), lk.n_groups)
         key = np.concatenate([self.axis.place(lk.launch, lk.group) * 2, self.axis.place(lk.start, lk.group) * 2 + 1])
         order = np.argsort(key, kind="stable")
         self.group = np.concatenate([lk.group, lk.group])[order]

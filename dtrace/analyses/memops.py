@@ -180,7 +180,7 @@ def memcpy_timeline(batch: Batch) -> pd.DataFrame:
             "bin": cbin,
             "lo_ns": lo_ns,
             "hi_ns": lo_ns + width[cp],
-            "step": bin_steps(batch, cp, lo_ns, lo_ns + width[cp]),
+            "step": bin_steps(batch, cp, cbin),
             "copies": count_by(code[:k][starts_here], n_cells),
             "bytes": nbytes,
             "busy_ns": busy_ns,

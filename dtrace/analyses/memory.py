@@ -182,7 +182,7 @@ def memory_timeline(batch: Batch) -> pd.DataFrame:
             "bin": cb,
             "lo_ns": a,
             "hi_ns": b,
-            "step": bin_steps(batch, cp, a, b),
+            "step": bin_steps(batch, cp, cb),
             "allocated_bytes": out["allocated_bytes"],
             "allocated_max_bytes": out["allocated_max_bytes"],
             "reserved_bytes": out["reserved_bytes"],

@@ -248,7 +248,7 @@ def queue_timeline(batch: Batch) -> pd.DataFrame:
             "bin": cb,
             "lo_ns": a[keep],
             "hi_ns": b[keep],
-            "step": bin_steps(batch, part, a[keep], b[keep]),
+            "step": bin_steps(batch, part, cb),
             "length_max": peak[keep],
             "length_mean": mean[keep],
             "starved_ns": starved[keep],

@@ -22,6 +22,10 @@ _BIG = np.iinfo(np.int64).max
 
 def window(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """Per part, the start of its timeline window and the width of its bins (ns, ≥ 1)."""
+    return batch.derived("timeline.window", _window)
+
+
+def _window(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     n = batch.n_parts
     g = batch.gpu
     part = g["part"].to_numpy(I64)
@@ -46,11 +50,21 @@ def bin_of(t: np.ndarray, part: np.ndarray, lo: np.ndarray, width: np.ndarray, b
     return np.clip((np.asarray(t, I64) - lo[part]) // width[part], 0, bins - 1)
 
 
-def bin_steps(batch: Batch, part: np.ndarray, lo_ns: np.ndarray, hi_ns: np.ndarray) -> np.ndarray:
-    """The step of each bin: the part's step window that contains the bin's middle (-1 none)."""
-    mid = lo_ns + (hi_ns - lo_ns) // 2
+def bin_steps(batch: Batch, part: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    """The step of each bin ``bins`` of ``part``: the part's step window that contains the bin's
+    middle (-1 none); every bin of every part is looked up once per batch."""
+    table = batch.derived("timeline.steps", _steps_of_bins)
+    return table[np.asarray(part, I64), np.asarray(bins, I64)]
+
+
+def _steps_of_bins(batch: Batch) -> np.ndarray:
+    bins = int(batch.options.timeline_bins)
+    lo, width = window(batch)
+    part = np.repeat(np.arange(batch.n_parts, dtype=I64), bins)
+    b = np.tile(np.arange(bins, dtype=I64), batch.n_parts)
+    mid = lo[part] + b * width[part] + width[part] // 2
     frame = pd.DataFrame({"part": part, "start_ns": mid, "launch_ns": np.full(part.size, -1, I64)})
-    return assign_steps(frame, batch.steps)
+    return assign_steps(frame, batch.steps).reshape(batch.n_parts, bins)
 
 
 def spread(
