@@ -32,6 +32,8 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
     every side table of :data:`~dtrace.schema.SIDE_SCHEMAS` by name (``collectives`` and
     ``memcpy`` as above; the others whole, with ``part``): :meth:`Batch.side_table`.
 
+:meth:`Batch.derived` keeps views that several analyses derive alike (computed once per batch).
+
 Semantics of the preparation (they match the definitions in the README): a GPU event's launch
 is the host runtime call with the same correlation id in the same part (first one wins);
 ``linked_only`` keeps linked events only; TraceLens mode recomputes float-µs ends for Kineto and
