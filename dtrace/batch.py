@@ -19,7 +19,7 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
     its table's order: ``part``, ``rank``, ``device``, ``row`` (the event's row in its part's
     table), ``stream``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
     ``external_id``, ``launch_ns`` (start of the launching runtime call, -1 unknown),
-    ``category`` (compute, comm, memcpy, memset), ``step`` (-1 none).
+    ``launch_end_ns`` (end of that call, -1 unknown), ``category`` (compute, comm, memcpy, memset), ``step`` (-1 none).
 ``host``
     host events (device -1 in the trace): ``part``, ``rank``, ``device`` (the part's GPU),
     ``row``, ``pid``, ``tid``, ``kind``, ``name``, ``start_ns``, ``end_ns``, ``correlation``,
@@ -33,6 +33,8 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
 ``side``
     every side table of :data:`~dtrace.schema.SIDE_SCHEMAS` by name (``collectives`` and
     ``memcpy`` as above; the others whole, with ``part``): :meth:`Batch.side_table`.
+
+:meth:`Batch.derived` keeps views that several analyses derive alike (computed once per batch).
 
 Semantics of the preparation (they match the definitions in the README): a GPU event's launch
 is the host runtime call with the same correlation id in the same part (first one wins);
@@ -64,7 +66,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -89,6 +91,7 @@ STEP_COLUMNS = {
     "source": "object",
 }
 _GPU_KIND_CODES = np.array([KINDS.index(k) for k in GPU_KINDS], np.int8)
+T = TypeVar("T")
 
 
 @dataclass
@@ -104,6 +107,15 @@ class Batch:
     options: Options
     meta: dict[str, Any] = field(default_factory=dict)
     side: dict[str, pd.DataFrame] = field(default_factory=dict)
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: str, fn: Callable[["Batch"], T]) -> T:
+        """``fn(self)``, computed once per batch and kept: a view that several analyses derive
+        alike (the launch links, the launch queues) is shared instead of recomputed. ``fn`` must
+        be a pure function of the batch, and ``key`` name it (``"module.view"``)."""
+        if key not in self._derived:
+            self._derived[key] = fn(self)
+        return self._derived[key]
 
     def side_table(self, name: str) -> pd.DataFrame:
         """The side table ``name`` of every part (its columns, then ``part``), empty with those columns
@@ -234,7 +246,9 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     lpart = host["part"].to_numpy(I64)[is_launch]
     lidx = first_match((lpart, hcorr[is_launch]), (gpart, corr))
     lstart = host["start_ns"].to_numpy(I64)[is_launch]
+    lend = host["end_ns"].to_numpy(I64)[is_launch]
     launch = np.where(lidx >= 0, lstart[np.maximum(lidx, 0)] if lstart.size else 0, -1).astype(I64)
+    launch_end = np.where(lidx >= 0, lend[np.maximum(lidx, 0)] if lend.size else 0, -1).astype(I64)
 
     keep = launch >= 0 if options.linked_only else None
     fmt = parts["format"].astype(str).to_numpy(object)
@@ -258,6 +272,7 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
             "correlation": corr,
             "external_id": ev["external_id"].to_numpy(I64)[gi],
             "launch_ns": launch,
+            "launch_end_ns": launch_end,
         }
     )
     if keep is not None:

@@ -190,3 +190,54 @@ def max_by(group: np.ndarray, values: np.ndarray, n_groups: int, fill: int) -> n
 
 def count_by(group: np.ndarray, n_groups: int) -> np.ndarray:
     return np.bincount(group, minlength=n_groups).astype(I64) if group.size else np.zeros(n_groups, I64)
+
+
+def quantile_by(group: np.ndarray, values: np.ndarray, n_groups: int, q: float) -> np.ndarray:
+    """The ``q`` quantile of ``values`` per group ``0..n_groups-1`` (NaN for an empty group), with
+    linear interpolation between the two nearest values (numpy's and pandas' default).
+
+    Examples
+    --------
+    >>> quantile_by(np.array([0, 0, 0, 2, 0]), np.array([4, 1, 3, 9, 2]), 3, 0.5).tolist()
+    [2.5, nan, 9.0]
+    >>> quantile_by(np.array([1, 1, 1]), np.array([10, 0, 20]), 2, 0.25).tolist()
+    [nan, 5.0]
+    """
+    return quantiles_by(group, values, n_groups, (q,))[0]
+
+
+def quantiles_by(group: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Several quantiles of ``values`` per group (see :func:`quantile_by`), all from one sort of
+    the values by (group, value): one int64 key when the values are non-negative integers whose
+    range times the groups fits in it, else a lexicographic sort.
+
+    Examples
+    --------
+    >>> [q.tolist() for q in quantiles_by(np.array([0, 0, 1, 0]), np.array([3, 1, 7, 2]), 2, (0.0, 1.0))]
+    [[1.0, 7.0], [3.0, 7.0]]
+    """
+    group = np.asarray(group, I64)
+    if not group.size:
+        return [np.full(n_groups, np.nan) for _ in qs]
+    v = np.asarray(values)
+    top = int(v.max()) + 1 if v.dtype.kind in "iu" and v.min() >= 0 else 0
+    if top and top * max(n_groups, 1) < (1 << 62):
+        # stable (timsort): values that arrive grouped and partly ordered sort in a few passes
+        key = np.sort(group * top + v.astype(I64), kind="stable")
+        sv = key - np.repeat(np.arange(n_groups, dtype=I64) * top, count_by(group, n_groups))
+        sv = sv.astype(np.float64)
+    else:
+        sv = v[np.lexsort((v, group))].astype(np.float64)
+    n = count_by(group, n_groups)
+    first = np.concatenate(([0], np.cumsum(n)[:-1]))
+    has = n > 0
+    out = []
+    for q in qs:
+        res = np.full(n_groups, np.nan)
+        pos = q * (n[has] - 1)  # within the group, so the fraction does not depend on where it sits
+        k = np.floor(pos)
+        lo = first[has] + k.astype(I64)
+        hi = np.minimum(lo + 1, first[has] + n[has] - 1)
+        res[has] = sv[lo] + (sv[hi] - sv[lo]) * (pos - k)
+        out.append(res)
+    return out

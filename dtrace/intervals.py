@@ -222,6 +222,44 @@ def difference(a: Union, b: Union) -> Union:
     return union(lo[keep], hi[keep])
 
 
+def intersect(a: Union, b: Union) -> Union:
+    """``a ∩ b`` for two unions (sorted disjoint segments): each segment of ``a`` cut by the
+    segments of ``b`` it overlaps, found by ``searchsorted`` (no sort of the two together).
+
+    Examples
+    --------
+    >>> s, e = intersect((np.array([0, 20]), np.array([10, 30])), (np.array([5, 12]), np.array([8, 25])))
+    >>> s.tolist(), e.tolist()
+    ([5, 20], [8, 25])
+    """
+    if a[0].size == 0 or b[0].size == 0:
+        return EMPTY
+    i0 = np.searchsorted(b[1], a[0], side="right")  # the first segment of b ending after a starts
+    i1 = np.searchsorted(b[0], a[1], side="left")  # past the last one starting before a ends
+    k = np.maximum(i1 - i0, 0)
+    ai = np.repeat(np.arange(a[0].size), k)
+    bj = np.repeat(i0, k) + np.arange(ai.size) - np.repeat(np.cumsum(k) - k, k)
+    s = np.maximum(a[0][ai], b[0][bj])
+    e = np.minimum(a[1][ai], b[1][bj])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def complement(u: Union, lo: int, hi: int) -> Union:
+    """``[lo, hi) − u`` for a union ``u`` inside ``[lo, hi)``.
+
+    Examples
+    --------
+    >>> s, e = complement((np.array([2, 6]), np.array([4, 8])), 0, 10)
+    >>> s.tolist(), e.tolist()
+    ([0, 4, 8], [2, 6, 10])
+    """
+    s = np.concatenate(([lo], u[1]))
+    e = np.concatenate((u[0], [hi]))
+    keep = e > s
+    return s[keep].astype(np.int64), e[keep].astype(np.int64)
+
+
 def inside(u: Union, t: np.ndarray) -> np.ndarray:
     """Whether each ``t`` lies inside a segment of ``u`` (half-open ``[start, end)``)."""
     s, e = u

@@ -13,6 +13,13 @@ from typing import Any
 from .errors import UsageError
 
 COMPAT = ("default", "tracelens")
+CUDA_QUEUE_LIMIT = 1022
+"""The length at which CUDA's launch queue of a stream is full, counted as dtrace and HTA count it
+(a launch from the start of its call until its GPU start): launch calls made at this length block
+until an entry frees. Measured on an H200 (CUDA 13, ``tests/data/h200/queue_full_rank0.pt.trace.json.gz``)
+and a V100 (HTA's ``ns_resolution_trace``); the runtime's queue has 1,024 entries (HTA's
+``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``), of which this count reaches 1,022. See docs/semantics.md,
+"Launch queues"."""
 RANK_BY = ("auto", "order")
 
 
@@ -52,6 +59,18 @@ class Options:
     gpus_per_host
         Ranks ``r // gpus_per_host`` share a host and its clock when clock offsets between hosts
         are estimated from collective end times; 0 estimates one offset per rank.
+    launch_runtime_cutoff_ns, launch_delay_cutoff_ns
+        A launch call longer than the first, or a launch delay longer than the second, is an
+        outlier (defaults 50 µs and 100 µs, HTA's).
+    launch_rows
+        At most this many outliers per part in the ``launches`` table (the worst first);
+        ``None`` puts every GPU event linked to a launch call there, outlier or not.
+    queue_limit
+        Length of a stream's launch queue at which the host blocks; ``None`` (the default): the
+        runtime's, :data:`CUDA_QUEUE_LIMIT` for CUDA, none known for ROCm.
+    timeline_bins
+        Bins of the per-part time series (``queue_timeline``, ``memory_timeline``,
+        ``memcpy_timeline``) over the part's timeline window.
     """
 
     compat: str = "default"
@@ -71,6 +90,11 @@ class Options:
     rank_by: str = "auto"
     straggler_method: str = "robust"
     gpus_per_host: int = 8  # ranks r // gpus_per_host share a host clock (0: every rank its own host)
+    launch_runtime_cutoff_ns: int = 50_000
+    launch_delay_cutoff_ns: int = 100_000
+    launch_rows: int | None = 100
+    queue_limit: int | None = None
+    timeline_bins: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -90,6 +114,14 @@ class Options:
             raise UsageError("gpus_per_host must be >= 0 (0: one clock per rank)")
         if self.iters is not None and self.iters < 1:
             raise UsageError("iters must be >= 1")
+        if self.launch_runtime_cutoff_ns < 0 or self.launch_delay_cutoff_ns < 0:
+            raise UsageError("launch_runtime_cutoff_ns and launch_delay_cutoff_ns must be >= 0")
+        if self.launch_rows is not None and self.launch_rows < 0:
+            raise UsageError("launch_rows must be >= 0 (None: every linked GPU event)")
+        if self.queue_limit is not None and self.queue_limit < 1:
+            raise UsageError("queue_limit must be >= 1 (None: the runtime's)")
+        if not 1 <= self.timeline_bins <= 10_000:
+            raise UsageError("timeline_bins must be between 1 and 10000")
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":

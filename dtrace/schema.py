@@ -24,6 +24,7 @@ __all__ = [
     "EVENT_SCHEMA",
     "COLLECTIVE_SCHEMA",
     "MEMCPY_SCHEMA",
+    "MEMORY_SCHEMA",
     "SIDE_SCHEMAS",
 ]
 
@@ -75,9 +76,24 @@ MEMCPY_SCHEMA = pa.schema(
     ]
 )
 
+MEMORY_SCHEMA = pa.schema(
+    [
+        ("time_ns", pa.int64()),  # when the allocator event happened (absolute ns)
+        ("pid", pa.int64()),  # host process and thread that allocated or freed
+        ("tid", pa.int64()),
+        ("bytes", pa.int64()),  # > 0 an allocation, < 0 a free
+        ("allocated", pa.int64()),  # bytes allocated on the device after the event (-1 unknown)
+        ("reserved", pa.int64()),  # bytes the caching allocator holds after the event (-1 unknown)
+        ("addr", pa.int64()),  # the block's address (-1 unknown)
+    ]
+)
+"""The device memory events of a part (Kineto ``[memory]`` instant events of its GPU), records
+of their own in file order (no ``row``: they are not in the event table)."""
+
 SIDE_SCHEMAS: dict[str, pa.Schema] = {
     "collectives": COLLECTIVE_SCHEMA,
     "memcpy": MEMCPY_SCHEMA,
+    "memory": MEMORY_SCHEMA,
 }
 """Every per-part side table a reader may fill, by name (an absent one reads as empty).
 

@@ -50,6 +50,8 @@ CHART_TABLES = {
     "collective-wait": "collectives",
     "ops": "ops",
     "bounds": "step_bounds",
+    "launch-delays": "launch_histogram",
+    "queue-length": "queue_timeline",
 }
 SECTION_TABLES = {
     "breakdown": "breakdown",
@@ -60,6 +62,9 @@ SECTION_TABLES = {
     "collectives": "collectives",
     "ops": "ops",
     "bounds": "step_bounds",
+    "launches": "launch_histogram",
+    "queues": "queue_timeline",
+    "memory": "memory",
 }
 
 CHECK_JS = """(() => {
@@ -488,11 +493,46 @@ def test_sections_say_what_is_missing():
         "transitions",
         "ranks",
         "step_bounds",
+        "launch_histogram",
+        "queue_timeline",
+        "memory",
     ):
         assert f"not available (table {table} absent)" in html, table
     assert 'data-chart="breakdown"' in html
     empty = report(Results({}, {}))
     assert "not available (table breakdown absent)" in empty
+
+
+def test_host_sections_of_the_h200_recording():
+    """Kernel launches, launch queues and device memory of a real trace with memory events: one
+    heatmap row per GPU and one cell per delay bin, the queue of the slowest step, memory over time."""
+    path = os.path.join(ROOT, "tests", "data", "h200", "host_rank0.pt.trace.json.gz")
+    res = dtrace.analyze(path, scheduler="sync")
+    html = report(res)
+    marks = parse_marks(html)
+    h = res.launch_histogram
+    assert marks.marks["launch-delays"] == len(h)  # one GPU: a cell per non-empty bin
+    ls = res.launch_stats
+    assert f">{int(ls['launches'].sum()):,}</div>" in html
+    short = 100 * ls["short_kernels"].sum() / ls["launches"].sum()
+    assert f'>{short:.1f} %</div><div class="k">launch-bound' in html
+    # the slowest step by GPU span is step 3 (tests/data/h200/host_steps.json: launch-bound)
+    slow = res.steps.sort_values("step_ns").iloc[-1]
+    q = res.queue_timeline
+    bins = q.loc[q["step"] == slow["step"]]
+    assert marks.marks["queue-length"] == len(bins) and f"step {int(slow['step'])}" in html
+    assert all(t.startswith("stream 7 · ") for t in marks.titles["queue-length"])
+    assert marks.marks["memory-timeline"] == len(res.memory_timeline)
+    assert "rank 0 (median)" in html and "aten::mul" in html  # the op at the peak
+
+
+def test_host_sections_in_a_browser(tmp_path):
+    res = dtrace.analyze(os.path.join(ROOT, "tests", "data", "h200", "host_rank0.pt.trace.json.gz"), scheduler="sync")
+    run = open_report(report(res), tmp_path, "report-h200-host")
+    charts = {c["id"]: c for c in run.value["charts"]}
+    for chart in ("launch-delays", "queue-length", "memory-timeline"):
+        c = charts[chart]
+        assert c["width"] > 100 and c["height"] > 20 and c["marks"] > 0 and c["drawn"] == c["marks"], c
 
 
 def test_summary_numbers_by_hand():

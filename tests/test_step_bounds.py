@@ -19,7 +19,7 @@ from dtrace import synth
 from dtrace.analyses import critical_path as cp
 from dtrace.analyses import run_analyses
 from dtrace.batch import prepare, prepare_part
-from dtrace.options import Options
+from dtrace.options import CUDA_QUEUE_LIMIT, Options
 from dtrace.partition import concat_parts
 from dtrace.readers import detect
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
@@ -139,7 +139,7 @@ def test_by_hand_part_without_steps_and_empty():
     assert bars(b, x)[0] == ["the trace (no steps): median"]
 
 
-@pytest.mark.parametrize("queued", [cp.QUEUE_LIMIT, cp.QUEUE_LIMIT - 24])
+@pytest.mark.parametrize("queued", [CUDA_QUEUE_LIMIT, CUDA_QUEUE_LIMIT - 24])
 def test_by_hand_a_full_launch_queue_releases_the_host(queued):
     """``queued`` kernels of 100 µs each launched in the first µs of the step (0.5 µs calls from
     10 µs on), run back to back from 2000 µs; the next launch call, at 1100 µs, returns at 2103,
@@ -153,7 +153,7 @@ def test_by_hand_a_full_launch_queue_releases_the_host(queued):
             (0, "kernel", GEMM, 2000 + 100 * i, 2100 + 100 * i, i, 7),
         ]
     b = _bounds(_part(rows, step=(0, 200_000))).iloc[0]
-    if queued == cp.QUEUE_LIMIT:
+    if queued == CUDA_QUEUE_LIMIT:
         # the queue was full: the call waited for the first kernel; that is GPU time, the host
         # (after the release, and before the first launch) the rest; the 3 µs release latency
         # is not a synchronisation
@@ -257,25 +257,56 @@ def test_h200_sync_time_is_the_blocking_calls(h200):
 def test_h200_step_6_never_filled_the_queue(h200):
     """Step 6 was recorded to fill the launch queue (a long GEMM chain, then 3,000 tiny kernels
     launched faster than they drain), but on the H200 the chain ran 12 ms: the host had launched
-    fewer than 1,024 kernels when the GPU caught up, so no launch call ever blocked (all under
+    fewer than 1,022 kernels queued when the GPU caught up, so no launch call ever blocked (all under
     50 µs) and the rest of the step was launch-bound like step 3. Counted from the raw JSON."""
     bounds, ev = h200
     launch = {e["args"]["correlation"]: _ns(e["ts"]) for e in ev if e.get("cat") == "cuda_runtime"}
     kernels = [
-        (launch[e["args"]["correlation"]], _ns(e["ts"]) + _ns(e["dur"]))
+        (launch[e["args"]["correlation"]], _ns(e["ts"]))
         for e in ev
         if e.get("cat") == "kernel" and e["args"].get("correlation") in launch
     ]
     step6 = [e for e in ev if e.get("name") == "ProfilerStep#6" and e.get("cat") == "user_annotation"][0]
     a, b = _ns(step6["ts"]), _ns(step6["ts"]) + _ns(step6["dur"])
-    starts = np.sort([k[0] for k in kernels])
-    ends = np.sort([k[1] for k in kernels])
+    launched = np.sort([k[0] for k in kernels])
+    started = np.sort([k[1] for k in kernels])
     calls = [_ns(e["ts"]) for e in ev if e.get("name") == "cudaLaunchKernel" and a <= _ns(e["ts"]) < b]
-    outstanding = np.searchsorted(starts, calls, side="left") - np.searchsorted(ends, calls, side="right")
-    assert outstanding.max() < cp.QUEUE_LIMIT
+    queued = np.searchsorted(launched, calls, side="left") - np.searchsorted(started, calls, side="right")
+    assert queued.max() < CUDA_QUEUE_LIMIT
     longest = max(_ns(e["dur"]) for e in ev if e.get("name") == "cudaLaunchKernel" and a <= _ns(e["ts"]) < b)
     assert longest < 50_000
     assert bounds.loc[6, "host_ns"] > 0.8 * bounds.loc[6, "span_ns"]
+
+
+def test_h200_full_launch_queue_is_gpu_time():
+    """``queue_full_rank0``: 150 large GEMMs launched, then 4,000 tiny adds that fill the stream's
+    launch queue; the launch calls made at the limit block until the GPU frees a slot. That waiting
+    is the GPU's time, not the host's: the step is compute-bound and its host time is at most the
+    step minus the time spent in those blocked calls (read from the raw JSON: calls over 100 µs,
+    where the others take under 50 µs)."""
+    path = os.path.join(H200, "queue_full_rank0.pt.trace.json.gz")
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    durations = np.array([_ns(e["dur"]) for e in ev if e.get("name") == "cudaLaunchKernel"])
+    blocked = durations[durations > 100_000]
+    assert len(blocked) > 100 and np.sort(durations)[-len(blocked) - 1] < 50_000
+    tf = detect(path).read(path)
+    t = tf.parts[0].tables()
+    side = {k: v.to_pandas() for k, v in t.side.items()}
+    batch = prepare_part(
+        t.events.to_pandas(),
+        side.pop("collectives"),
+        side.pop("memcpy"),
+        side=side,
+        rank=0,
+        device=tf.parts[0].device,
+        fmt=tf.format,
+        options=Options(),
+        base_ns=int(tf.meta.get("base_time_ns") or 0),
+    )
+    b = cp.step_bounds(batch).iloc[0]
+    assert b["bound"] == "compute"
+    assert b["host_ns"] <= b["span_ns"] - blocked.sum()
 
 
 # ------------------------------------------------------------------------------------------

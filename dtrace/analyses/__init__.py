@@ -22,8 +22,11 @@ from . import collectives as _coll
 from . import critical_path as _cp
 from . import gaps as _gaps
 from . import kernels as _kern
+from . import launches as _launch
 from . import memops as _mem
+from . import memory as _memory
 from . import ops as _ops
+from . import queues as _queues
 from . import ranges as _ranges
 from . import segments as _seg
 
@@ -212,6 +215,133 @@ ANALYSES: list[Analysis] = [
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
     Analysis("step_bounds", _cp.step_bounds, _cp.COLUMNS),  # what bounds each step: its critical path
+    Analysis(
+        "launches",
+        _launch.launches,
+        {
+            **_KEYS,
+            "stream": I64,
+            "step": I64,
+            "name": STR,
+            "kind": STR,
+            "launch_name": STR,
+            "start_ns": I64,
+            "launch_ns": I64,
+            "cpu_ns": I64,
+            "gpu_ns": I64,
+            "delay_ns": I64,
+            "queue_length": I64,
+            "negative_delay": BOOL,
+            "short": BOOL,
+            "runtime_outlier": BOOL,
+            "delay_outlier": BOOL,
+        },
+    ),
+    Analysis(
+        "launch_stats",
+        _launch.launch_stats,
+        {
+            **_KEYS,
+            "stream": I64,
+            "launches": I64,
+            **{f"cpu_{c}_ns": I64 for c in ("total", "mean", "median", "p95", "max")},
+            **{f"gpu_{c}_ns": I64 for c in ("total", "mean", "median")},
+            **{f"delay_{c}_ns": I64 for c in ("total", "mean", "median", "p95", "max")},
+            "negative_delays": I64,
+            "runtime_outliers": I64,
+            "delay_outliers": I64,
+            "short_kernels": I64,
+            "short_gpu_ns": I64,
+            "short_share": F64,
+        },
+    ),
+    Analysis(
+        "launch_histogram",
+        _launch.launch_histogram,
+        {**_KEYS, "bin": I64, "lo_ns": I64, "hi_ns": NI64, "count": I64, "share": F64},
+    ),
+    Analysis(
+        "queues",
+        _queues.queues,
+        {
+            **_KEYS,
+            "stream": I64,
+            "launches": I64,
+            "points": I64,
+            **{f"length_{c}": F64 for c in ("mean", "std", "min", "p25", "median", "p75", "max", "time_mean")},
+            "span_ns": I64,
+            "limit": NI64,
+            "blocked_ns": I64,
+            "starved_ns": I64,
+            "blocked_share": F64,
+            "starved_share": F64,
+        },
+    ),
+    Analysis(
+        "queue_timeline",
+        _queues.queue_timeline,
+        {
+            **_KEYS,
+            "stream": I64,
+            "bin": I64,
+            "lo_ns": I64,
+            "hi_ns": I64,
+            "step": I64,
+            "length_max": I64,
+            "length_mean": F64,
+            "starved_ns": I64,
+        },
+    ),
+    Analysis(
+        "memory",
+        _memory.memory,
+        {
+            **_KEYS,
+            "events": I64,
+            "allocations": I64,
+            "frees": I64,
+            "allocated_bytes": I64,
+            "freed_bytes": I64,
+            "start_allocated_bytes": I64,
+            "end_allocated_bytes": I64,
+            "peak_allocated_bytes": I64,
+            "peak_ns": I64,
+            "peak_op": STR,
+            "peak_step": I64,
+            "peak_reserved_bytes": I64,
+        },
+    ),
+    Analysis(
+        "memory_timeline",
+        _memory.memory_timeline,
+        {
+            **_KEYS,
+            "bin": I64,
+            "lo_ns": I64,
+            "hi_ns": I64,
+            "step": I64,
+            "allocated_bytes": I64,
+            "allocated_max_bytes": I64,
+            "reserved_bytes": I64,
+            "reserved_max_bytes": I64,
+        },
+    ),
+    Analysis(
+        "memcpy_timeline",
+        _mem.memcpy_timeline,
+        {
+            **_KEYS,
+            "op": STR,
+            "bin": I64,
+            "lo_ns": I64,
+            "hi_ns": I64,
+            "step": I64,
+            "copies": I64,
+            "bytes": I64,
+            "busy_ns": I64,
+            "bandwidth_bytes_per_s": F64,
+        },
+    ),
 ]
 
 

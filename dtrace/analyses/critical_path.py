@@ -80,6 +80,7 @@ from ..constants import KINDS
 from ..dtypes import empty_frame, missing_if_negative
 from ..groups import I64, count_by, dense_codes, first_match, max_by, min_by, sum_by
 from ..intervals import Axis, AxisOverflow, coverage, union
+from .queues import part_queue_limits
 from .segments import cummax_by, last_at_or_before
 
 CATEGORIES = ("host", "compute", "comm", "memcpy", "sync", "other")
@@ -97,10 +98,6 @@ SYNC_CALL = re.compile(r"synchroniz", re.IGNORECASE)
 
 COPY_CALL = re.compile(r"memcpy", re.IGNORECASE)
 """Runtime calls that copy memory; one synchronises when its own copy ends before it returns."""
-
-QUEUE_LIMIT = 1024
-"""Launches outstanding on a stream (launched, not finished) at which a launch call blocks until
-one finishes (HTA's default; the CUDA runtime's launch queue)."""
 
 MAX_ROUNDS = 1_000_000
 """Safety stop: a walk still unfinished after this many hops counts the rest as ``other``."""
@@ -333,7 +330,7 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     lrow = _take(rt, first_match((host.part[rt], hcorr[rt]), (gp, g["correlation"].to_numpy(I64))), -1)
     l_start, l_end = _take(host.start, lrow, -1), _take(host.end, lrow, -1)
 
-    xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, n_parts)
+    xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, part_queue_limits(batch))
     host.rel = Lookup(host.thread[xr], host.end[xr], max(int(host.thread.max(initial=-1)) + 1, 1))
     host.rel_row, host.rel_gpu, host.rel_sync = xr[host.rel.order], x_gpu[host.rel.order], x_sync[host.rel.order]
 
@@ -487,7 +484,7 @@ def _releases(
     ge: np.ndarray,
     lrow: np.ndarray,
     l_start: np.ndarray,
-    n_parts: int,
+    limits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The runtime calls that waited for the GPU: (host row, end of the GPU event waited for,
     whether it is a synchronisation).
@@ -496,10 +493,13 @@ def _releases(
       :data:`WAIT_TOL_NS` after a GPU event of the part ended inside it: that event;
     - a ``*Memcpy*`` call whose own copy ended inside it, at most :data:`WAIT_TOL_NS` before it
       returned: the copy;
-    - any other launch call made with :data:`QUEUE_LIMIT` launches outstanding on its stream, that
-      returned at most :data:`WAIT_TOL_NS` after a GPU event ended inside it: that event (a full
-      queue; not a synchronisation).
+    - any other launch call made with its part's queue limit (``limits``, per part:
+      :func:`~dtrace.analyses.queues.part_queue_limits`) of launches queued on its stream —
+      launched and not yet started on the GPU, as :mod:`dtrace.analyses.queues` counts them —
+      that returned at most :data:`WAIT_TOL_NS` after a GPU event ended inside it: that event (a
+      full queue; not a synchronisation).
     """
+    n_parts = limits.size
     hp, hs, he = host.part, host.start, host.end
     names = np.asarray([str(x) for x in host.name_lab], dtype=object)
     is_sync_name = np.array([bool(SYNC_CALL.search(x)) for x in names] + [False], bool)
@@ -529,9 +529,10 @@ def _releases(
         stream_code, n_streams = dense_codes(gp, g["stream"].to_numpy(I64))
         known = l_start >= 0
         launched = Lookup(stream_code[known], l_start[known], n_streams)
-        ended = Lookup(stream_code[known], ge[known], n_streams)
+        started = Lookup(stream_code[known], g["start_ns"].to_numpy(I64)[known], n_streams)
         sc = stream_code[gpu_of[xq]]
-        full = launched.count(sc, hs[xq], strict=True) - ended.count(sc, hs[xq]) >= QUEUE_LIMIT
+        queued = launched.count(sc, hs[xq]) - started.count(sc, hs[xq])  # its own launch included, as HTA counts
+        full = queued >= limits[hp[xq]]
         xq, e_queue = xq[full], e_queue[full]
     xr = np.r_[xs, xc, xq]
     x_gpu = np.r_[e_sync, e_copy, e_queue]

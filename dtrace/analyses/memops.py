@@ -15,7 +15,9 @@ import pandas as pd
 
 from ..batch import Batch
 from ..dtypes import missing_if_negative
-from ..groups import I64, first_match, string_rank, sum_by
+from ..groups import I64, count_by, dense_codes, first_match, string_rank, sum_by, unique_first
+from ..intervals import Axis, union
+from .timeline import bin_steps, spread, window
 
 MEMOP_COLUMNS = [
     "rank",
@@ -36,30 +38,37 @@ MEMOP_COLUMNS = [
 OPS = ("H2D", "D2H", "D2D", "P2P", "H2H", "other", "memset")
 
 
-def memop_stats(batch: Batch) -> pd.DataFrame:
-    """The ``memops`` table (see the module docstring)."""
+def memop_rows(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The memory operations of ``batch.gpu`` (positions), their ``op`` and their stated bytes
+    (-1 unknown)."""
     g = batch.gpu
     if not len(g):
-        return pd.DataFrame({c: [] for c in MEMOP_COLUMNS})
+        return np.zeros(0, I64), np.array([], object), np.zeros(0, I64)
     is_set = (g["kind"] == "memset").to_numpy(bool)
-    sel = (g["kind"] == "memcpy").to_numpy(bool) | is_set | (g["category"] == "memcpy").to_numpy(bool)
-    if not sel.any():
-        return pd.DataFrame({c: [] for c in MEMOP_COLUMNS})
-    m = g.loc[sel]
-    is_set = is_set[sel]
-    part = m["part"].to_numpy(I64)
-    dur = m["end_ns"].to_numpy(I64) - m["start_ns"].to_numpy(I64)
+    rows = np.flatnonzero((g["kind"] == "memcpy").to_numpy(bool) | is_set | (g["category"] == "memcpy").to_numpy(bool))
+    part = g["part"].to_numpy(I64)[rows]
     side = batch.memcpy
     if len(side):
-        idx = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, m["row"].to_numpy(I64)))
+        idx = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, g["row"].to_numpy(I64)[rows]))
         direction = np.asarray(side["copy_kind"].astype(str).to_numpy(dtype=object))
         nbytes = side["bytes"].to_numpy(I64)
         op = np.where(idx >= 0, direction[np.maximum(idx, 0)], "other").astype(object)
         size = np.where(idx >= 0, nbytes[np.maximum(idx, 0)], -1)
     else:
-        op = np.full(len(m), "other", dtype=object)
-        size = np.full(len(m), -1, I64)
-    op = np.where(is_set, "memset", op)
+        op = np.full(rows.size, "other", dtype=object)
+        size = np.full(rows.size, -1, I64)
+    return rows, np.where(is_set[rows], "memset", op).astype(object), size
+
+
+def memop_stats(batch: Batch) -> pd.DataFrame:
+    """The ``memops`` table (see the module docstring)."""
+    g = batch.gpu
+    rows, op, size = memop_rows(batch)
+    if not rows.size:
+        return pd.DataFrame({c: [] for c in MEMOP_COLUMNS})
+    m = g.iloc[rows]
+    part = m["part"].to_numpy(I64)
+    dur = m["end_ns"].to_numpy(I64) - m["start_ns"].to_numpy(I64)
     known = size >= 0
     frame = pd.DataFrame(
         {
@@ -102,3 +111,79 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
     )
     order = np.lexsort((string_rank(res["op"].to_numpy(object)), -res["total_ns"].to_numpy(I64), p))
     return res.iloc[order].reset_index(drop=True)
+
+
+TIMELINE_COLUMNS = [
+    "rank",
+    "device",
+    "op",
+    "bin",
+    "lo_ns",
+    "hi_ns",
+    "step",
+    "copies",
+    "bytes",
+    "busy_ns",
+    "bandwidth_bytes_per_s",
+]
+
+
+def memcpy_timeline(batch: Batch) -> pd.DataFrame:
+    """The ``memcpy_timeline`` table: per (rank, device, op) and bin of the part's timeline
+    (:mod:`dtrace.analyses.timeline`), the memory operations that state a size: ``copies``
+    starting in the bin, ``bytes`` moved in it (each operation's bytes spread evenly over its
+    duration; one of zero duration counts whole in the bin of its start), ``busy_ns`` (the time in
+    the bin when at least one of them runs) and ``bandwidth_bytes_per_s = bytes × 10⁹ / busy_ns``
+    (the rate achieved while copying; NaN without busy time). Bins without any are left out."""
+    rows, op, size = memop_rows(batch)
+    known = size >= 0
+    rows, op, size = rows[known], op[known], size[known]
+    if not rows.size:
+        return pd.DataFrame({c: [] for c in TIMELINE_COLUMNS})
+    g = batch.gpu
+    part = g["part"].to_numpy(I64)[rows]
+    s, e = g["start_ns"].to_numpy(I64)[rows], g["end_ns"].to_numpy(I64)[rows]
+    op_code, op_names = pd.factorize(op, sort=True)
+    grp, n_groups = dense_codes(part, op_code.astype(I64))
+    _, gfirst = unique_first(grp)
+    gpart, gop = part[gfirst], op_code[gfirst]
+    bins = int(batch.options.timeline_bins)
+    lo, width = window(batch)
+    # each copy over the bins it touches
+    ci, cb, a, b = spread(grp, gpart, s, e, lo, width, bins)
+    dur = (e - s)[ci]
+    ov = np.minimum(e[ci], b) - np.maximum(s[ci], a)
+    share = np.where(dur > 0, np.maximum(ov, 0) / np.where(dur > 0, dur, 1), 1.0)
+    moved = size[ci] * share
+    starts_here = (s[ci] >= a) & (s[ci] < b)
+    # the busy time: the union of each group's copies over the same bins
+    axis = Axis(np.concatenate([grp, grp]), np.concatenate([s, e]), n_groups)
+    us, ue = union(axis.place(s, grp), axis.place(e, grp))
+    ug = axis.group_of(us)
+    us, ue = us - axis.shift[ug], ue - axis.shift[ug]
+    ui, ub, ua, ubb = spread(ug, gpart, us, ue, lo, width, bins)
+    busy = np.maximum(np.minimum(ue[ui], ubb) - np.maximum(us[ui], ua), 0)
+    cell_g = np.concatenate([grp[ci], ug[ui]])
+    cell_b = np.concatenate([cb, ub])
+    code, n_cells = dense_codes(cell_g, cell_b)
+    _, cfirst = unique_first(code)
+    k = code.size - ub.size  # the first busy entry
+    cg, cbin = cell_g[cfirst], cell_b[cfirst]
+    cp = gpart[cg]
+    nbytes = np.bincount(code[:k], moved, n_cells)
+    busy_ns = sum_by(code[k:], busy, n_cells)
+    lo_ns = lo[cp] + cbin * width[cp]
+    return pd.DataFrame(
+        {
+            **batch.keys(cp),
+            "op": np.asarray(op_names, dtype=object)[gop[cg]],
+            "bin": cbin,
+            "lo_ns": lo_ns,
+            "hi_ns": lo_ns + width[cp],
+            "step": bin_steps(batch, cp, cbin),
+            "copies": count_by(code[:k][starts_here], n_cells),
+            "bytes": nbytes,
+            "busy_ns": busy_ns,
+            "bandwidth_bytes_per_s": np.divide(nbytes * 1e9, busy_ns, out=np.full(n_cells, np.nan), where=busy_ns > 0),
+        }
+    )

@@ -42,6 +42,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
     add_kernel_gap_options(g)
+    add_host_options(g)
 
 
 def _us_to_ns(text: str) -> int:
@@ -105,6 +106,57 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     )
 
 
+def _launch_rows(text: str) -> int | str:
+    """``--launch-rows``: a number of rows >= 0, or ``all``."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of rows or 'all': {text!r}") from None
+
+
+def add_host_options(g: argparse._ArgumentGroup) -> None:
+    """Launch statistics, launch queue and time series flags (dest == Options field; µs → ns)."""
+    g.add_argument(
+        "--launch-runtime-cutoff",
+        dest="launch_runtime_cutoff_ns",
+        type=_us_to_ns,
+        default=None,
+        metavar="US",
+        help="a launch call longer than this is an outlier (default 50 µs)",
+    )
+    g.add_argument(
+        "--launch-delay-cutoff",
+        dest="launch_delay_cutoff_ns",
+        type=_us_to_ns,
+        default=None,
+        metavar="US",
+        help="a launch delay longer than this is an outlier (default 100 µs)",
+    )
+    g.add_argument(
+        "--launch-rows",
+        type=_launch_rows,
+        default=None,
+        metavar="N|all",
+        help="outliers per GPU kept in the launches table (default 100); all: every launched GPU event",
+    )
+    g.add_argument(
+        "--queue-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="launch queue length at which the host blocks (default: the runtime's, 1022 for CUDA, none for ROCm)",
+    )
+    g.add_argument(
+        "--timeline-bins",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bins of the time series (queue, memory, copy bandwidth) per GPU (default 100)",
+    )
+
+
 def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "compat": args.compat,
@@ -118,6 +170,8 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         val = getattr(args, name, None)
         if val is not None:
             kw[name] = val
+    if kw.get("launch_rows") == "all":
+        kw["launch_rows"] = None  # every linked GPU event
     return kw
 
 
@@ -135,6 +189,7 @@ OPTION_FLAGS: list[str] = [
     "summary_gpus",
 ]
 OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
+OPTION_FLAGS += ["launch_runtime_cutoff_ns", "launch_delay_cutoff_ns", "launch_rows", "queue_limit", "timeline_bins"]
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:

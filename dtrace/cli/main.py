@@ -15,6 +15,7 @@ def _commands() -> list[ModuleType]:
     from . import (
         analyze,
         bounds,  # dtrace bounds
+        host,  # dtrace launches, dtrace memory
         quick,  # dtrace kernels, dtrace gaps
         report,  # dtrace report, dtrace compare, dtrace diff
         show,
@@ -29,6 +30,7 @@ def _commands() -> list[ModuleType]:
         show,
         tree_cmd,
         quick,
+        host,
         report,
         nsys_cmd,
         synth_cmd,

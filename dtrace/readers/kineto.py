@@ -29,6 +29,7 @@ from ..schema import (
     DTYPE_BYTES,
     KIND_DICT,
     MEMCPY_SCHEMA,
+    MEMORY_SCHEMA,
     TIME_MAX_NS,
     TIME_MIN_NS,
     dropped_summary,
@@ -94,6 +95,13 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     seq: Any = msgspec.field(default=None, name="Seq")
     direction: str | None = None  # MTIA dma_request: HOST_TO_DEVICE, DEVICE_TO_HOST, ...
     size: int | float | str | None = None  # MTIA dma_request bytes
+    # the allocator's [memory] instant events (profile_memory=True)
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    addr: Any = msgspec.field(default=None, name="Addr")
 
 
 _NO_ARGS = Args()
@@ -362,8 +370,10 @@ def read_kineto(
     )
     ids = StableIds()
     c = _Columns()
+    memory: list[dict[str, np.ndarray]] = []
     for chunk in trace.chunks():
         _add_chunk(chunk, c, ids, path)
+        _add_memory(chunk, memory, ids)
     meta: Meta = trace.meta
     base_ns = _origin(meta.baseTimeNanoseconds, path)
     cols = {
@@ -432,6 +442,7 @@ def read_kineto(
     )
     parts = []
     host = device == -1
+    mem_by_device = _memory_tables(memory, base_ns, devices)
     for idx, dev in enumerate(devices):
         rows = np.flatnonzero(host | (device == dev))
         if len(devices) == 1:
@@ -441,7 +452,12 @@ def read_kineto(
             remap = rows
         parts.append(
             Part(
-                device=int(dev), events=sub, collectives=_remap(coll, remap), memcpy=_remap(mem, remap), local_index=idx
+                device=int(dev),
+                events=sub,
+                collectives=_remap(coll, remap),
+                memcpy=_remap(mem, remap),
+                local_index=idx,
+                side=mem_by_device.get(int(dev), {}),
             )
         )
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
@@ -547,3 +563,73 @@ def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.T
             "bytes": pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
         }
     ).cast(MEMCPY_SCHEMA)
+
+
+# -- the allocator's memory events ------------------------------------------------------------
+MEMORY_EVENT = "[memory]"
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU; every other type is device memory
+_A_ALLOC, _A_RESERVED, _A_MBYTES, _A_DEV_ID, _A_DEV_TYPE, _A_ADDR = (
+    _get(k) for k in ("total_allocated", "total_reserved", "mem_bytes", "device_id", "device_type", "addr")
+)
+
+
+def _add_memory(events: list[Event], out: list[dict[str, np.ndarray]], ids: StableIds) -> None:
+    """Append the ``[memory]`` instant events (``ph == "i"``) of one decoded chunk to ``out`` as
+    columns (the few matching events are found with one comprehension; fields by ``attrgetter``)."""
+    xs = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT]
+    if not xs:
+        return
+    args = [_NO_ARGS if a is None else a for a in map(_ARGS, xs)]
+    ts = np.fromiter((np.nan if t is None else t for t in map(_TS, xs)), np.float64, len(xs))
+    out.append(
+        {
+            "ts": ts,
+            "pid": _ints(list(map(_PID, xs)), ids),
+            "tid": _ints(list(map(_TID, xs)), ids),
+            "bytes": _int_column(list(map(_A_MBYTES, args)), 0),
+            "allocated": _int_column(list(map(_A_ALLOC, args)), -1),
+            "reserved": _int_column(list(map(_A_RESERVED, args)), -1),
+            "addr": _int_column(list(map(_A_ADDR, args)), -1),
+            "device_id": _int_column(list(map(_A_DEV_ID, args)), -1),
+            "device_type": _int_column(list(map(_A_DEV_TYPE, args)), CPU_DEVICE_TYPE),
+        }
+    )
+
+
+def _memory_tables(
+    chunks: list[dict[str, np.ndarray]], base_ns: int, devices: list[int]
+) -> dict[int, dict[str, pa.Table]]:
+    """The ``memory`` side table of each of the file's GPUs: its device memory events (not CPU
+    memory) with plausible times, in file order, as ``{device: {"memory": table}}``."""
+    if not chunks:
+        return {}
+    col = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    with np.errstate(over="ignore", invalid="ignore"):
+        keep, _ = implausible_times(col["ts"] * 1000.0 + base_ns, np.zeros(len(col["ts"])))
+    ok = (col["device_type"] != CPU_DEVICE_TYPE) & np.isin(col["device_id"], devices)
+    if keep is not None:
+        ok &= keep
+    out: dict[int, dict[str, pa.Table]] = {}
+    time_ns = us_to_ns(np.where(ok, col["ts"], 0.0)) + base_ns
+    for dev in _unique_ints(col["device_id"][ok]):  # a loop over the file's GPUs (one or a few)
+        rows = ok & (col["device_id"] == dev)
+        out[dev] = {
+            "memory": pa.table(
+                {
+                    "time_ns": time_ns[rows],
+                    "pid": col["pid"][rows],
+                    "tid": col["tid"][rows],
+                    "bytes": col["bytes"][rows],
+                    "allocated": col["allocated"][rows],
+                    "reserved": col["reserved"][rows],
+                    "addr": col["addr"][rows],
+                },
+                schema=MEMORY_SCHEMA,
+            )
+        }
+    return out
+
+
+def _unique_ints(x: np.ndarray) -> list[int]:
+    """The distinct values of an integer array, sorted, as Python ints."""
+    return sorted(set(np.asarray(x).tolist()))

@@ -16,6 +16,7 @@ import pandas as pd
 from ..dtypes import conform
 from ..options import Options
 from . import collectives as _coll
+from . import host_xrank as _hx
 from . import kernels_xrank as _kx
 from . import ops_xrank as _ox
 from . import ranks as _ranks
@@ -29,6 +30,7 @@ Reducer = Callable[[Tables, Options], Tables]
 REDUCERS: list[tuple[str, Reducer]] = [
     ("kernels_xrank", _kx.kernels_xrank),  # kernels_xrank, classes_xrank
     ("ops_xrank", _ox.ops_xrank),  # ops_xrank, op_outliers
+    ("host_xrank", _hx.host_xrank),  # launch_stats_xrank, memory_xrank
     ("collectives", _coll.reduce_collectives),  # collectives (matched), collective_instances, clock_offsets
     ("ranks", _ranks.reduce_ranks),  # ranks, rank_stats (after collectives)
     ("stragglers", _strag.reduce_stragglers),  # stragglers (after ranks and op_outliers)
@@ -41,6 +43,8 @@ DECLARED: dict[str, Mapping[str, object]] = {
     "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
     "ops_xrank": _ox.XRANK_COLUMNS,
     "op_outliers": _ox.OUTLIER_COLUMNS,
+    "launch_stats_xrank": _hx.LAUNCH_XRANK_COLUMNS,
+    "memory_xrank": _hx.MEMORY_XRANK_COLUMNS,
     "collectives": _coll.ROW_COLUMNS,
     "collective_instances": _coll.INSTANCE_COLUMNS,
     "clock_offsets": _coll.CLOCK_COLUMNS,

@@ -436,3 +436,65 @@ def boxplots(
         )
     out.append("</svg>")
     return _figure(chart_id, "".join(out), "", caption)
+
+
+def step_lines(
+    chart_id: str,
+    series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    value_fmt: Callable[[float], str] = fmt_num,
+    x_fmt: Callable[[float], str] = fmt_time,
+    x_title: str = "time",
+    width: int = 1100,
+    height: int = 240,
+    colors: Mapping[str, str] | None = None,
+    caption: str = "",
+) -> str:
+    """Binned series as step lines on one time axis: ``series`` maps a label to ``(lo, hi,
+    value)`` arrays (bin edges in ns from the axis' zero, one value per bin). A gap between
+    bins breaks the line; every bin's segment has a tooltip.
+
+    Examples
+    --------
+    >>> svg = step_lines("q", {"stream 7": (np.array([0, 10]), np.array([10, 20]), np.array([3, 5]))})
+    >>> svg.count('class="mark"'), "stream 7" in svg
+    (2, True)
+    """
+    names = list(series)
+    vmax = max((float(np.nanmax(v[2])) for v in series.values() if len(v[2])), default=0.0)
+    xmax = max((float(np.max(v[1])) for v in series.values() if len(v[1])), default=0.0)
+    yt = nice_ticks(vmax, 4)
+    ytop = float(yt[-1]) or 1.0
+    x0, x1, y0, y1 = 70.0, width - 20.0, 10.0, height - 40.0
+    sx = (x1 - x0) / (float(nice_ticks(xmax)[-1]) or 1.0)
+    out = [_svg_open(width, height, chart_id), _x_axis(x0, x1, y1, xmax, x_fmt, y0)]
+    for t in yt:
+        y = y1 - (y1 - y0) * float(t) / ytop
+        out.append(
+            f'<line x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eeeeee"/>'
+            f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{escape(value_fmt(float(t)))}</text>'
+        )
+    legend = {}
+    for i, name in enumerate(names):
+        lo, hi, v = (np.asarray(a, dtype=np.float64) for a in series[name])
+        col = (colors or {}).get(name, PALETTE[i % len(PALETTE)])
+        legend[name] = col
+        pts: list[str] = []
+        for k in range(len(v)):
+            if not np.isfinite(v[k]):
+                continue
+            y = y1 - (y1 - y0) * v[k] / ytop
+            xa, xb = x0 + lo[k] * sx, x0 + hi[k] * sx
+            joined = k > 0 and hi[k - 1] == lo[k] and np.isfinite(v[k - 1])
+            pts.append(f"{'L' if joined else 'M'}{xa:.1f},{y:.1f} L{xb:.1f},{y:.1f}")
+            out.append(
+                f'<rect class="mark" x="{xa:.1f}" y="{y - 3:.1f}" width="{max(xb - xa, 1):.1f}" height="6" '
+                f'fill="transparent"><title>{escape(name)} · {escape(x_fmt(lo[k]))}–{escape(x_fmt(hi[k]))}: '
+                f"{escape(value_fmt(v[k]))}</title></rect>"
+            )
+        out.append(f'<path d="{" ".join(pts)}" fill="none" stroke="{col}" stroke-width="1.6"/>')
+    out.append(
+        f'<text x="{(x0 + x1) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#333">{escape(x_title)}</text>'
+    )
+    out.append("</svg>")
+    return _figure(chart_id, "".join(out), legend_html(legend), caption)

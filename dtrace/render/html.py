@@ -8,8 +8,10 @@ Sections (the questions a job's owner asks, in order): job summary; per-GPU brea
 exposed comm / exposed memcpy / idle); time by kernel class per GPU; rank × step heatmaps
 (step time, collective wait); stragglers with evidence and the robust z-scores of the rank
 comparison; top kernels; idle gaps (GPU idle time by cause per GPU from the device gaps, their
-histogram, then the per-stream gaps and top transitions, labelled per stream); collective
-skew; per-op GPU time.
+histogram, then the per-stream gaps and top transitions, labelled per stream); kernel launches
+(launch delay distribution per GPU, launch statistics across ranks); launch queues (queue length
+over the slowest step); device memory over time (flagged and median GPU); collective skew;
+per-op GPU time.
 
 Scaling: a per-GPU bar chart shows every GPU up to ``max_bars`` (64) of them; beyond that it
 shows the flagged stragglers, the GPUs at both extremes of the chart's metric and the median
@@ -27,6 +29,7 @@ from .._version import __version__
 from ..results import Results
 from .bounds import section_bounds
 from .context import MAX_BARS, Context
+from .host_sections import section_launches, section_memory, section_queues
 from .page import page
 from .ranks import section_collectives, section_steps, section_stragglers
 from .sections import section_breakdown, section_classes, section_gaps, section_kernels, section_ops, section_summary
@@ -43,6 +46,9 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
     ("bounds", "What bounds each step", section_bounds),
     ("kernels", "Top kernels", section_kernels),
     ("gaps", "Idle gaps and transitions", section_gaps),
+    ("launches", "Kernel launches", section_launches),
+    ("queues", "Launch queues", section_queues),
+    ("memory", "Device memory", section_memory),
     ("collectives", "Collective skew", section_collectives),
     ("ops", "GPU time per host op", section_ops),
 ]
