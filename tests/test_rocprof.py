@@ -221,7 +221,11 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
                         _api(1, 1, 4, t + 1_500, t + 1_900),
                         _api(1, 0, 6, t + 100, t + 300),  # hipMalloc: launches nothing
                     ],
-                    "marker_api": [_api(2, 1, 90, t, t + 60_000), _api(2, 0, 91, t + 40_000, t + 40_000)],
+                    "marker_api": [
+                        # a range with an external correlation id (set by the application)
+                        {**_api(2, 1, 90, t, t + 60_000), "correlation_id": {"internal": 90, "external": 7}},
+                        _api(2, 0, 91, t + 40_000, t + 40_000),
+                    ],
                     "hsa_api": [],
                 },
             }
