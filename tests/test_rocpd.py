@@ -211,3 +211,20 @@ def test_bad_rocpd(tmp_path):
     con.commit()
     con.close()
     assert detect(str(other)).name == "nsys"  # any other SQLite database stays Nsight Systems' to refuse
+
+
+def test_values_of_the_wrong_type_fail_in_one_line(tmp_path):
+    """SQLite keeps what a writer stored: a time that is text, or an id too large for an integer
+    (stored as a REAL), fails the database with one line naming it, never an internal error."""
+    js = make_rocprof(tmp_path / "a_results.json")
+    for i, (column, value) in enumerate((("start", "soon"), ("stream_id", 2.0**64), ("tid", 1.5))):
+        db = make_rocpd(js, tmp_path / f"b{i}_results.db", layout="inline")
+        con = sqlite3.connect(db)
+        con.execute(f"update rocpd_kernel_dispatch{UUID} set [{column}] = ? where id = 1", (value,))
+        con.commit()
+        con.close()
+        with pytest.raises(InputError, match="rocpd_kernel_dispatch holds a value that is not a 64-bit integer") as ei:
+            detect(db).read(db)
+        assert db in str(ei.value) and "\n" not in str(ei.value)
+        res = dtrace.analyze(db, scheduler="sync")
+        assert res.manifest["inputs"][0]["error_type"] == "InputError"

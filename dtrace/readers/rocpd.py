@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import InputError
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint
@@ -164,26 +163,21 @@ class _Db:
         column = "stream_id" if self.has(table, "stream_id") else "queue_id"
         return self.where(table, column, alias, missing)
 
-    def string(self, expr: str) -> str:
-        return f"(select string from {self.t('rocpd_string')} where id = {expr})"
+    def strings(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The texts of ``rocpd_string`` ids: each id's index into the distinct texts returned (an
+        unknown id is "")."""
+        uniq, inv = np.unique(ids, return_inverse=True)
+        known = dict(self.rows(f"select id, string from {self.t('rocpd_string')}"))
+        return inv.reshape(-1).astype(np.int64), ["" if known.get(i) is None else str(known[i]) for i in uniq.tolist()]
 
 
 def _ints(rows: list[tuple[Any, ...]], path: str, what: str) -> list[np.ndarray]:
     """The columns of ``rows`` (integers, NULL already replaced in SQL) as int64 arrays; a value that
     is not an integer (SQLite keeps whatever a writer stored) is an input error naming ``what``."""
-    out = []
-    for i, col in enumerate(zip(*rows)):
-        a = np.asarray(col)
-        if a.dtype.kind not in "iu" or (a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max):
-            raise InputError(path, f"{what}: column {i + 1} of its query holds a value that is not a 64-bit integer")
-        out.append(a.astype(np.int64))
-    return out
-
-
-def _texts(values: tuple[Any, ...]) -> tuple[np.ndarray, list[str]]:
-    """Distinct texts of ``values`` (NULL as "") and each value's index into them."""
-    codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
-    return codes.astype(np.int64), ["" if u is None else str(u) for u in uniq]
+    a = np.array(rows)
+    if a.ndim != 2 or a.dtype.kind not in "iu" or (a.dtype.kind == "u" and int(a.max()) > np.iinfo(np.int64).max):
+        raise InputError(path, f"{what} holds a value that is not a 64-bit integer where one belongs")
+    return [np.ascontiguousarray(a[:, i], dtype=np.int64) for i in range(a.shape[1])]
 
 
 def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> TraceFile:
@@ -306,14 +300,14 @@ def _copies(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
     rows = db.rows(
         f"select {start}, {end}, coalesce(M.dst_agent_id, -1), coalesce(M.src_agent_id, -1), "
         f"{db.stream(table, 'M', missing=-2)}, {db.where(table, 'tid', 'M')}, {internal}, {external}, "
-        f"coalesce(M.size, -1), {db.string('M.name_id')} from {db.t(table)} M order by M.id"
+        f"coalesce(M.size, -1), coalesce(M.name_id, -1) from {db.t(table)} M order by M.id"
     )
     c = ev.base(len(rows), "memcpy")
     if not rows:
         return c
-    cols = _ints([r[:9] for r in rows], db.path, table)
+    cols = _ints(rows, db.path, table)
     c["start"], c["end"] = cols[0], cols[1]
-    inv, names = _texts(next(zip(*(r[9:] for r in rows))))
+    inv, names = db.strings(cols[9])
     ev.copy_columns(c, np.asarray(names, dtype=object)[inv], cols[2], cols[3])
     c["stream"], c["tid"], c["correlation"] = cols[4], cols[5], cols[6]
     c["external_id"], c["bytes"] = _external(cols[7]), cols[8]
@@ -326,16 +320,15 @@ def _regions(db: _Db, ev: EventColumns) -> list[dict[str, np.ndarray]]:
         return []
     start, end = db.times(table, "R")
     internal, external = db.correlation("R", table)
-    category = db.string(f"(select category_id from {db.t('rocpd_event')} where id = R.event_id)")
+    category = f"coalesce((select category_id from {db.t('rocpd_event')} where id = R.event_id), -1)"
     rows = db.rows(
         f"select {start}, {end}, {db.where(table, 'tid', 'R')}, {internal}, {external}, "
-        f"{db.string('R.name_id')}, {category} from {db.t(table)} R order by R.id"
+        f"coalesce(R.name_id, -1), {category} from {db.t(table)} R order by R.id"
     )
     if rows:
-        cols = _ints([r[:5] for r in rows], db.path, table)
-        texts = list(zip(*(r[5:] for r in rows)))
-        name_inv, names = _texts(texts[0])
-        cat_inv, cats = _texts(texts[1])
+        cols = _ints(rows, db.path, table)
+        name_inv, names = db.strings(cols[5])
+        cat_inv, cats = db.strings(cols[6])
     out = []
     for prefix, kind in _HOST_KINDS:
         sel = np.zeros(0, np.int64)
