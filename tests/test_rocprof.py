@@ -322,6 +322,15 @@ def test_bad_rocprof_inputs(tmp_path):
         truncated.write_bytes(f.read()[:-40])
     with pytest.raises(InputError, match="invalid rocprofv3 JSON"):
         detect(str(truncated)).read(str(truncated))
+    # rocprofv3 writes uint64 ids and times; one beyond int64 fails the file in one line naming where
+    big = make_rocprof(tmp_path / "e_results.json", dispatches=[_dispatch(1, 11, 1, T0, T0 + 5, stream=(1 << 64) - 1)])
+    with pytest.raises(InputError, match=r"<= 9223372036854775807 - at .*kernel_dispatch\[0\]\.stream_id\.handle"):
+        detect(big).read(big)
+    late = make_rocprof(tmp_path / "f_results.json", dispatches=[_dispatch(1, 11, 1, 1 << 63, (1 << 63) + 5, stream=1)])
+    with pytest.raises(InputError, match=r"kernel_dispatch\[0\]\.start_timestamp"):
+        detect(late).read(late)
+    res = dtrace.analyze([big, late], scheduler="sync", rank_by="order")
+    assert [i["error_type"] for i in res.manifest["inputs"]] == ["InputError", "InputError"]
     res = dtrace.analyze([unknown, make_rocprof(tmp_path / "rank1_results.json")], scheduler="sync", rank_by="order")
     bad = {i["path"]: i for i in res.manifest["inputs"]}[os.path.abspath(unknown)]
     assert bad["status"] == "error" and "\n" not in bad["error"] and len(res.breakdown) == 2

@@ -30,7 +30,7 @@ or ``ranks=``.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -63,21 +63,25 @@ COPY_DIRECTION = {
     "MEMORY_COPY_DEVICE_TO_DEVICE": "D2D",
 }
 GPU_AGENT = 2  # rocprofiler_agent_type_t: 1 CPU, 2 GPU
+_I64_MAX = (1 << 63) - 1
+Int = Annotated[int, msgspec.Meta(ge=-_I64_MAX - 1, le=_I64_MAX)]
+"""An integer the event columns can hold (int64); rocprofv3 writes uint64 ids and times, and one
+beyond int64 fails the file in one line naming where it is."""
 
 
 class _Handle(msgspec.Struct, gc=False, frozen=True):
-    handle: int = 0
+    handle: Int = 0
 
 
 class _Corr(msgspec.Struct, gc=False, frozen=True):
-    internal: int = 0
+    internal: Int = 0
     external: Any = 0  # an int, or {"value": int} in some versions
 
 
 class _Dim(msgspec.Struct, gc=False, frozen=True):
-    x: int = 0
-    y: int = 0
-    z: int = 0
+    x: Int = 0
+    y: Int = 0
+    z: Int = 0
 
 
 _NO_HANDLE, _NO_CORR, _NO_DIM = _Handle(), _Corr(), _Dim()
@@ -86,40 +90,40 @@ _NO_HANDLE, _NO_CORR, _NO_DIM = _Handle(), _Corr(), _Dim()
 class _DispatchInfo(msgspec.Struct, gc=False, frozen=True):
     agent_id: _Handle = _NO_HANDLE
     queue_id: _Handle = _NO_HANDLE
-    kernel_id: int = 0
+    kernel_id: Int = 0
     workgroup_size: _Dim = _NO_DIM
     grid_size: _Dim = _NO_DIM
 
 
 class _Dispatch(msgspec.Struct, gc=False, frozen=True):
-    thread_id: int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
     dispatch_info: _DispatchInfo = _DispatchInfo()
     stream_id: _Handle | None = None
 
 
 class _Copy(msgspec.Struct, gc=False, frozen=True):
-    kind: int = 0
-    operation: int = 0
-    thread_id: int = 0
+    kind: Int = 0
+    operation: Int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
     dst_agent_id: _Handle = _NO_HANDLE
     src_agent_id: _Handle = _NO_HANDLE
-    bytes: int = 0
+    bytes: Int = 0
     stream_id: _Handle | None = None
 
 
 class _Api(msgspec.Struct, gc=False, frozen=True):
-    kind: int = 0
-    operation: int = 0
-    thread_id: int = 0
+    kind: Int = 0
+    operation: Int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
 
 
 class _Buffers(msgspec.Struct, gc=False, frozen=True):
@@ -136,7 +140,7 @@ class _Names(msgspec.Struct, gc=False, frozen=True):
 
 
 class _Message(msgspec.Struct, gc=False, frozen=True):
-    key: int = 0
+    key: Int = 0
     value: str = ""
 
 
@@ -147,15 +151,15 @@ class _Strings(msgspec.Struct, gc=False, frozen=True):
 
 class _Agent(msgspec.Struct, gc=False, frozen=True):
     id: _Handle = _NO_HANDLE
-    type: int = 0
-    gpu_index: int = -1
-    logical_node_type_id: int = -1
+    type: Int = 0
+    gpu_index: Int = -1
+    logical_node_type_id: Int = -1
     name: str = ""
     product_name: str = ""
 
 
 class _Symbol(msgspec.Struct, gc=False, frozen=True):
-    kernel_id: int = 0
+    kernel_id: Int = 0
     kernel_name: str = ""
     formatted_kernel_name: str = ""
     demangled_kernel_name: str = ""
@@ -166,9 +170,9 @@ class _Node(msgspec.Struct, gc=False, frozen=True):
 
 
 class _Metadata(msgspec.Struct, gc=False, frozen=True):
-    pid: int = -1
-    init_time: int = -1
-    fini_time: int = -1
+    pid: Int = -1
+    init_time: Int = -1
+    fini_time: Int = -1
     node: _Node = _Node()
 
 
@@ -290,10 +294,29 @@ def _ints(items: list[Any], get: Any) -> np.ndarray:
 
 
 def _external(v: Any) -> int:
-    """``correlation_id.external``: an int or ``{"value": int}``; -1 when unset (0)."""
+    """``correlation_id.external``: an int or ``{"value": int}``; -1 when unset (0) or not an int64.
+
+    Examples
+    --------
+    >>> _external(5), _external({"value": 7}), _external(0), _external("x"), _external(1 << 64)
+    (5, 7, -1, -1, -1)
+    """
     if isinstance(v, dict):
         v = v.get("value", 0)
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else -1
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _I64_MAX else -1
+
+
+def _externals(corr: list[_Corr]) -> np.ndarray:
+    """:func:`_external` of every record: in one pass when all are plain ints (the usual case)."""
+    ext = list(map(_get("external"), corr))
+    if set(map(type, ext)) <= {int}:
+        try:
+            v = np.fromiter(ext, np.int64, len(ext))
+        except OverflowError:  # beyond int64: one by one below
+            pass
+        else:
+            return np.where(v > 0, v, -1)
+    return np.fromiter(map(_external, ext), np.int64, len(ext))
 
 
 class EventColumns:
@@ -449,7 +472,7 @@ class _Events(EventColumns):
         c["start"] = _ints(records, _get("start_timestamp"))
         c["end"] = _ints(records, _get("end_timestamp"))
         c["correlation"] = _ints(corr, _get("internal"))
-        c["external_id"] = np.fromiter((_external(x.external) for x in corr), np.int64, len(corr))
+        c["external_id"] = _externals(corr)
 
     def _kernels(self, ds: list[_Dispatch], symbols: list[_Symbol]) -> dict[str, np.ndarray]:
         c = self.base(len(ds), "kernel")
