@@ -183,7 +183,8 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
     """A rocprofv3 JSON file: GPU agents 11 (gpu_index 0) and 12 (gpu_index 1); on GPU 0 a GEMM
     launched by hipLaunchKernel (corr 1) and an RCCL kernel (corr 2, launched late: the GPU waits
     for the host), a host-to-device copy of 4096 bytes (corr 3); on GPU 1 one kernel (corr 4) and
-    a peer copy of 1 MiB from GPU 1 to GPU 0 (corr 5); a roctx range ProfilerStep#1 and a mark."""
+    a peer copy of 1 MiB from GPU 1 to GPU 0 (corr 5); a host-to-host copy of CPU agent 10 (corr 8);
+    a roctx range ProfilerStep#1 and a mark."""
     t = T0
     ds = dispatches if dispatches is not None else [
         _dispatch(1, 11, 1, t + 1_000, t + 11_000, stream=5),
@@ -213,6 +214,9 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
                          "src_agent_id": {"handle": 10}, "bytes": 4096, "stream_id": {"handle": 5}},
                         {**_api(3, 4, 5, t + 5_000, t + 6_000), "dst_agent_id": {"handle": 11},
                          "src_agent_id": {"handle": 12}, "bytes": 1 << 20, "stream_id": {"handle": 9}},
+                        # between two host agents: no GPU involved
+                        {**_api(3, 1, 8, t + 7_000, t + 8_000), "dst_agent_id": {"handle": 10},
+                         "src_agent_id": {"handle": 10}, "bytes": 64, "stream_id": {"handle": 5}},
                     ],
                     "hip_api": [
                         _api(1, 1, 1, t + 500, t + 900),  # launches corr 1 before it starts
@@ -254,9 +258,11 @@ def test_hand_built_file_parts_copies_launches_markers(tmp_path):
     host = p0[p0["device"] == -1]
     assert sorted(host["name"].astype(str)) == sorted(
         ["hipMalloc", "hipLaunchKernel", "hipLaunchKernel", "hipMemcpyAsync", "hipLaunchKernel"]
-        + ["ProfilerStep#1", "checkpoint"]
+        + ["ProfilerStep#1", "checkpoint", "MEMORY_COPY_HOST_TO_HOST"]
     )
     assert set(host.loc[host["name"] == "ProfilerStep#1", "kind"]) == {"annotation"}
+    h2h = host.loc[host["name"] == "MEMORY_COPY_HOST_TO_HOST"].iloc[0]  # a host event on no GPU's timeline
+    assert (h2h["kind"], h2h["stream"], h2h["start_ns"]) == ("other", -1, T0 + 7_000)
     got = {}
     for part, ev in ((tf.parts[0], p0), (tf.parts[1], p1)):
         mem = part.memcpy.to_pandas()

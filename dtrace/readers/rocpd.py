@@ -220,6 +220,7 @@ def _agents(db: _Db, ev: EventColumns) -> None:
     pick = [c if c in have else "null" for c in ("id", "type", "type_index", "logical_index", "product_name")]
     rows = db.rows(f"select {', '.join(pick)} from {db.t('rocpd_info_agent')} order by id")
     gpus = [r for r in rows if str(r[1]).upper() == "GPU"]
+    ev.host_agents = {int(r[0]) for r in rows if str(r[1]).upper() != "GPU" and isinstance(r[0], int)}
     for i, (aid, _type, type_index, logical, product) in enumerate(gpus):
         dev = type_index if isinstance(type_index, int) else logical if isinstance(logical, int) else i
         ev.device_of[int(aid)] = int(dev)
@@ -308,8 +309,8 @@ def _copies(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
     cols = _ints(rows, db.path, table)
     c["start"], c["end"] = cols[0], cols[1]
     inv, names = db.strings(cols[9])
-    ev.copy_columns(c, np.asarray(names, dtype=object)[inv], cols[2], cols[3])
-    c["stream"], c["tid"], c["correlation"] = cols[4], cols[5], cols[6]
+    ev.copy_columns(c, np.asarray(names, dtype=object)[inv], cols[2], cols[3], cols[4])
+    c["tid"], c["correlation"] = cols[5], cols[6]
     c["external_id"], c["bytes"] = _external(cols[7]), cols[8]
     return c
 

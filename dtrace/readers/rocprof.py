@@ -12,7 +12,8 @@ and the roctx messages by correlation id, ``strings.marker_api``) and ``buffer_r
   no stream), grid and workgroup sizes in the extra columns ``grid_x/y/z`` and ``block_x/y/z``;
 - ``memory_copy`` → ``memcpy`` on the GPU agent it involves (the destination of a host-to-device
   copy, else the source), its direction (``MEMORY_COPY_HOST_TO_DEVICE`` → ``H2D``; device to
-  device between two agents → ``P2P``) and ``bytes`` in the memcpy side table;
+  device between two agents → ``P2P``) and ``bytes`` in the memcpy side table; a copy between two
+  host agents involves no GPU and is a host event of kind ``other``;
 - ``hip_api`` → ``runtime`` (``hipLaunchKernel``, ``hipMemcpyAsync``, ...), linked to the GPU
   work it launched by ``correlation_id.internal``; ``rccl_api`` → ``cpu_op`` (``ncclAllReduce``);
 - ``marker_api`` → ``annotation`` named by the roctx message (ranges, marks; ``ProfilerStep#N``
@@ -329,6 +330,7 @@ class EventColumns:
         self.pid = pid
         self._names: dict[str, int] = {}
         self.device_of: dict[int, int] = {}  # GPU agent id -> device
+        self.host_agents: set[int] = set()  # the other agents (CPUs)
         self.device_names: dict[int, str] = {}
         self.cols: dict[str, np.ndarray] = {}
         self.kind = np.empty(0, np.int8)
@@ -376,11 +378,19 @@ class EventColumns:
             raise InputError(self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of the 'agents' list")
         return np.array([self.device_of[int(h)] for h in uniq.tolist()], np.int64)[inv.reshape(-1)]
 
-    def copy_columns(self, c: dict[str, np.ndarray], op: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
-        """Device, direction and name code of memory copies from their operation names and agents."""
-        gpus = list(self.device_of)
+    def copy_columns(
+        self, c: dict[str, np.ndarray], op: np.ndarray, dst: np.ndarray, src: np.ndarray, stream: np.ndarray
+    ) -> None:
+        """Device, stream, direction and name code of memory copies from their operation names,
+        agents and streams. A copy between two host agents involves no GPU: a host event of kind
+        ``other`` (device and stream -1)."""
+        gpus, hosts = list(self.device_of), list(self.host_agents)
+        host = ~(np.isin(dst, gpus) | np.isin(src, gpus)) & np.isin(dst, hosts) & np.isin(src, hosts)
         use_dst = np.isin(dst, gpus) & ((op == "MEMORY_COPY_HOST_TO_DEVICE") | ~np.isin(src, gpus))
-        c["device"] = self.devices(np.where(use_dst, dst, src), "a memory copy")
+        c["device"] = np.full(op.size, -1, np.int64)
+        c["device"][~host] = self.devices(np.where(use_dst, dst, src)[~host], "a memory copy")
+        c["kind"] = np.where(host, KIND_CODES["other"], c["kind"]).astype(np.int8)
+        c["stream"] = np.where(host, -1, stream)
         uniq, inv = np.unique(op.astype(str), return_inverse=True)
         names = [str(u) for u in uniq.tolist()]
         c["name"] = self.codes(names)[inv.reshape(-1)]
@@ -461,6 +471,7 @@ class _Events(EventColumns):
     # -- sources ----------------------------------------------------------------------------
     def _agents(self, agents: list[_Agent]) -> None:
         gpus = [a for a in agents if a.type == GPU_AGENT]
+        self.host_agents = {a.id.handle for a in agents if a.type != GPU_AGENT}
         for i, a in enumerate(gpus):
             dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
             self.device_of[a.id.handle] = dev
@@ -520,9 +531,9 @@ class _Events(EventColumns):
         self._common(c, cs)
         inv, op_names = self._op_names(cs, ops)
         op = np.array(op_names, object)[inv]
-        self.copy_columns(c, op, _ints(cs, _get("dst_agent_id.handle")), _ints(cs, _get("src_agent_id.handle")))
         streams = list(map(_get("stream_id"), cs))
-        c["stream"] = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
+        stream = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
+        self.copy_columns(c, op, _ints(cs, _get("dst_agent_id.handle")), _ints(cs, _get("src_agent_id.handle")), stream)
         c["bytes"] = _ints(cs, _get("bytes"))
         return c
 
