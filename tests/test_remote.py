@@ -213,6 +213,13 @@ def test_retry_rules(monkeypatch):
         with pytest.raises(remote.RemoteError, match=words):
             remote.retry(f, "gs://b/k", "read the object's metadata")
         assert f.calls == 1  # permanent: never retried
+    # no credentials at all (s3fs passes botocore's error through): asking again will not help
+    from botocore.exceptions import NoCredentialsError
+
+    f = _Flaky(NoCredentialsError(), 10)
+    with pytest.raises(remote.RemoteError, match="no usable credentials .NoCredentialsError: Unable to locate"):
+        remote.retry(f, "s3://b/k", "list")
+    assert f.calls == 1
 
 
 def test_any_fsspec_protocol(tmp_path, monkeypatch):
