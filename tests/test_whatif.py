@@ -376,6 +376,10 @@ def test_stragglers_at_median_equals_the_fault_free_job(job, structure, rank, sl
     assert len(err) == STRUCTURES[structure]["steps"] and err.max() < 0.02, err.to_dict()
     # the replay without changes reproduces the traced step time
     assert (w["replayed_ns"] == w["observed_ns"]).all() and (w["fit_ns"] <= 2_000).all()
+    # a compute straggler's GPU did not wait for its host any more than the others': its compute
+    # is scaled, not replaced by the median rank's work as a host-bound straggler's is
+    detail = w.loc[w["scenario"] == "stragglers_at_median", "detail"].iloc[0]
+    assert f"rank {rank}: compute time ×" in detail and "host waits" not in detail, detail
 
 
 @pytest.mark.parametrize("structure,rank,slow", HOST_FAULTS)
