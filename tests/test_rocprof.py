@@ -316,6 +316,16 @@ def test_cli_views_on_rocprof(tmp_path):
     assert "Cijk_gemm" in (tmp_path / "r.html").read_text()
 
 
+def test_stream_of_dispatches_without_one_is_their_queue(tmp_path):
+    """Records of older rocprofv3 versions carry no HIP stream: their HSA queue stands for it."""
+    ds = [_dispatch(1, 11, 1, T0 + 1_000, T0 + 2_000, stream=5), _dispatch(2, 11, 1, T0 + 3_000, T0 + 4_000, stream=5)]
+    del ds[1]["stream_id"]  # queue_id.handle is 3
+    path = make_rocprof(tmp_path / "a_results.json", dispatches=ds)
+    ev = detect(path).read(path).parts[0].events.to_pandas()
+    k = ev[ev["kind"] == "kernel"].set_index("correlation")
+    assert (k.loc[1, "stream"], k.loc[2, "stream"]) == (5, 3)
+
+
 def test_bad_rocprof_inputs(tmp_path):
     unknown = make_rocprof(tmp_path / "a_results.json", dispatches=[_dispatch(1, 99, 1, T0, T0 + 5, stream=1)])
     with pytest.raises(InputError, match="agent 99, which is not a GPU agent"):

@@ -30,6 +30,7 @@ or ``ranks=``.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Annotated, Any
 
@@ -288,6 +289,7 @@ def trace_file(
 
 
 _get = operator.attrgetter
+_NOT_NONE = functools.partial(operator.is_not, None)
 
 
 def _ints(items: list[Any], get: Any) -> np.ndarray:
@@ -493,11 +495,12 @@ class _Events(EventColumns):
         info = list(map(_get("dispatch_info"), ds))
         c["device"] = self.devices(_ints(info, _get("agent_id.handle")), "a kernel dispatch")
         streams = list(map(_get("stream_id"), ds))
-        if any(s is not None for s in streams):  # the HIP stream; the HSA queue for records without one
-            queue = _ints(info, _get("queue_id.handle"))
-            c["stream"] = np.fromiter((q if s is None else s.handle for s, q in zip(streams, queue.tolist())), np.int64)
-        else:
+        has = np.fromiter(map(_NOT_NONE, streams), bool, len(streams))
+        if has.all():  # the HIP stream
+            c["stream"] = _ints(streams, _get("handle"))
+        else:  # the HSA queue for records without one
             c["stream"] = _ints(info, _get("queue_id.handle"))
+            c["stream"][has] = _ints([streams[i] for i in np.flatnonzero(has).tolist()], _get("handle"))
         for col, get in zip(
             GRID_COLUMNS,
             ("grid_size.x", "grid_size.y", "grid_size.z", "workgroup_size.x", "workgroup_size.y", "workgroup_size.z"),
