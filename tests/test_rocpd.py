@@ -16,7 +16,7 @@ import pytest
 from test_rocprof import make_rocprof
 
 import dtrace
-from dtrace.errors import InputError
+from dtrace.errors import InputError, NoGPUActivity
 from dtrace.readers import detect
 
 UUID = "_0196c1e2f3a4"
@@ -228,3 +228,37 @@ def test_values_of_the_wrong_type_fail_in_one_line(tmp_path):
         assert db in str(ei.value) and "\n" not in str(ei.value)
         res = dtrace.analyze(db, scheduler="sync")
         assert res.manifest["inputs"][0]["error_type"] == "InputError"
+
+
+def test_damaged_or_partial_databases(tmp_path):
+    js = make_rocprof(tmp_path / "a_results.json")
+
+    def db(name, *sql):
+        path = make_rocpd(js, tmp_path / f"{name}_results.db", layout="inline")
+        con = sqlite3.connect(path)
+        for q in sql:
+            con.execute(q)
+        con.commit()
+        con.close()
+        return path
+
+    # schema 3.0.1 keeps where a record ran in the record: no rocpd_track needed
+    no_track = db("t", "drop view rocpd_track", f"drop table rocpd_track{UUID}")
+    assert [p.device for p in detect(no_track).read(no_track).parts] == [0, 1]
+    # a process id that is not a number is unknown, not an internal error
+    pid = db("p", f"update rocpd_info_process{UUID} set pid = 'abc'")
+    assert detect(pid).read(pid).meta["pid"] == -1
+    # no dispatch table: still rocpd's (not Nsight Systems'), without GPU activity apart from the copies
+    no_kd = db("k", "drop view rocpd_kernel_dispatch", f"drop table rocpd_kernel_dispatch{UUID}")
+    assert detect(no_kd).name == "rocpd" and len(detect(no_kd).read(no_kd).parts) == 2
+    none = db(
+        "n",
+        "drop view rocpd_kernel_dispatch",
+        f"drop table rocpd_kernel_dispatch{UUID}",
+        f"delete from rocpd_memory_copy{UUID}",
+    )
+    with pytest.raises(NoGPUActivity, match="no rocpd_kernel_dispatch or rocpd_memory_copy rows"):
+        detect(none).read(none)
+    agents = db("g", f"delete from rocpd_info_agent{UUID}")
+    with pytest.raises(InputError, match="agent 11, which is not a GPU agent of rocpd_info_agent"):
+        detect(agents).read(agents)

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import InputError
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint
 from .base import TraceFile
-from .rocprof import GRID_COLUMNS, EventColumns, trace_file
+from .rocprof import _I64_MAX, GRID_COLUMNS, EventColumns, trace_file
 
 NAME = "rocpd"
 TABLES = (
@@ -53,6 +53,8 @@ TABLES = (
 )
 _SUFFIX = re.compile(r"^[_0-9A-Za-z\-]*$")
 _HOST_KINDS = (("HIP", "runtime"), ("RCCL", "cpu_op"), ("MARKER", "annotation"))
+_REQUIRED = ("rocpd_string", "rocpd_info_agent")
+"""Tables every rocpd database has and the reader needs (the records' tables may be missing)."""
 
 
 class READER:  # noqa: N801 - the registered reader object
@@ -62,7 +64,7 @@ class READER:  # noqa: N801 - the registered reader object
     def guess_can_open(path: str, head: bytes) -> bool:
         if not head.startswith(SQLITE_MAGIC):
             return False
-        return b"rocpd_" in head or bool(_tables_of(path).get("rocpd_kernel_dispatch"))
+        return b"rocpd_" in head or any(t in _tables_of(path) for t in _REQUIRED)
 
     @staticmethod
     def read(path: str, **options: Any) -> TraceFile:
@@ -185,7 +187,7 @@ def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> Tra
     check_size(path, os.path.getsize(path), max_input_size)
     db = _Db(path)
     try:
-        for need in ("rocpd_track", "rocpd_string", "rocpd_info_agent"):
+        for need in _REQUIRED:
             if need not in db.names:
                 raise InputError(path, f"not a rocpd database: no {need} table")
         procs = (
@@ -198,7 +200,8 @@ def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> Tra
                 path, f"the rocpd database holds {len(procs)} processes; dtrace reads one process per file"
             )
         pid, init, fini = procs[0] if procs else (-1, None, None)
-        ev = EventColumns(path, int(pid if pid is not None else -1))
+        ev = EventColumns(path, pid if isinstance(pid, int) and 0 <= pid <= _I64_MAX else -1)
+        ev.agents_source = "rocpd_info_agent"
         _agents(db, ev)
         cols = [_kernels(db, ev), _copies(db, ev), *_regions(db, ev)]
         ev.set_columns([c for c in cols if c is not None] or [ev.base(0, "kernel")])

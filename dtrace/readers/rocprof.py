@@ -333,6 +333,7 @@ class EventColumns:
         self._names: dict[str, int] = {}
         self.device_of: dict[int, int] = {}  # GPU agent id -> device
         self.host_agents: set[int] = set()  # the other agents (CPUs)
+        self.agents_source = "the 'agents' list"  # where the agents come from, for error messages
         self.device_names: dict[int, str] = {}
         self.cols: dict[str, np.ndarray] = {}
         self.kind = np.empty(0, np.int8)
@@ -377,7 +378,9 @@ class EventColumns:
         uniq, inv = np.unique(agents, return_inverse=True)
         missing = [int(h) for h in uniq.tolist() if h not in self.device_of]
         if missing:
-            raise InputError(self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of the 'agents' list")
+            raise InputError(
+                self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of {self.agents_source}"
+            )
         return np.array([self.device_of[int(h)] for h in uniq.tolist()], np.int64)[inv.reshape(-1)]
 
     def copy_columns(
