@@ -115,8 +115,10 @@ def clip_stream_overlaps(
         nxt_free[:-1] = later[1:]
         nxt_free[-1] = n
         bound = np.where(k, nxt_free, idx + 1)
-        bound = np.minimum(bound, n - 1)
-    valid = (bound > idx) & (st[bound] == st)
+    # n: no later event to cut at (the last event, or a keep event with no free event after it)
+    valid = (bound > idx) & (bound < n)
+    bound = np.minimum(bound, n - 1)
+    valid &= st[bound] == st
     lim = s[bound]
     over = valid & (e > lim)
     new_e = e.copy()

@@ -14,8 +14,8 @@ the version id, generation or ETag — which keys the ingest cache: an object wh
 size are unchanged is never downloaded again. A store that states none (a plain web server)
 leaves the identity empty; the content's fingerprint decides then, which takes a download.
 
-**Errors.** A permanent error (no such object or bucket, access denied, a malformed URL) fails
-its input with one line; anything else (a throttled or failed request, a dropped connection) is
+**Errors.** A permanent error (no such object or bucket, access denied, no credentials, a
+malformed URL) fails its input with one line; anything else (a throttled or failed request, a dropped connection) is
 transient and retried with exponential back-off (:data:`RETRIES` attempts, :func:`retry`).
 
 This module imports fsspec only when a URL is used: a local run never loads it.
@@ -37,6 +37,10 @@ from .errors import InputError, UsageError
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
 _GLOB = re.compile(r"[*?\[]")
+_CREDENTIALS = re.compile(r"credential|authenticat", re.IGNORECASE)
+"""Exception class names of the stores' SDKs that say no credentials were found or accepted
+(botocore's ``NoCredentialsError``, google-auth's ``DefaultCredentialsError``, azure-core's
+``ClientAuthenticationError``): permanent, never retried."""
 RETRIES = int(os.environ.get("DTRACE_REMOTE_RETRIES", "5"))
 """Attempts of one request before a transient error fails its input (``DTRACE_REMOTE_RETRIES``)."""
 BACKOFF_S = float(os.environ.get("DTRACE_REMOTE_BACKOFF", "0.2"))
@@ -113,6 +117,8 @@ def _permanent(exc: BaseException) -> str | None:
     """Why ``exc`` is a permanent error (one phrase), or None for a transient one."""
     if isinstance(exc, PermissionError):
         return f"access denied ({_text(exc)}); check the credentials of this store"
+    if any(_CREDENTIALS.search(t.__name__) for t in type(exc).__mro__):
+        return f"no usable credentials ({type(exc).__name__}: {_text(exc)}); see the store's credential settings"
     if isinstance(exc, FileNotFoundError):
         return f"not found ({_text(exc)})"
     if isinstance(exc, (IsADirectoryError, NotADirectoryError)):

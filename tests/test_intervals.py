@@ -57,6 +57,22 @@ def test_clip_stream_overlaps():
     assert (n, ns) == (1, 5)
 
 
+def test_clip_keeps_overlapping_kernels_of_the_last_stream():
+    """Kernels that may overlap (``keep``, PDL) are cut only at a later event without ``keep`` on
+    their stream; the last events of the input have none, whatever stream comes last (a part's
+    kernels must not be cut or kept depending on the parts batched after it)."""
+    start, end = np.array([0, 10, 0, 10]), np.array([15, 20, 15, 20])
+    keep = np.ones(4, bool)
+    for stream in ([1, 1, 2, 2], [2, 2, 1, 1]):
+        new_end, n, ns = clip_stream_overlaps(start, end, np.array(stream), keep=keep)
+        assert new_end.tolist() == [15, 20, 15, 20] and (n, ns) == (0, 0)
+    # a memset after them on the same stream still cuts them
+    new_end, n, ns = clip_stream_overlaps(
+        np.array([0, 10, 12]), np.array([15, 20, 13]), np.zeros(3, np.int64), keep=np.array([True, True, False])
+    )
+    assert new_end.tolist() == [12, 12, 13] and (n, ns) == (2, 11)
+
+
 def test_empty():
     assert measure(union(np.array([]), np.array([]))) == 0
     assert breakdown_values(np.array([], np.int64), np.array([], np.int64), np.array([]))["total_ns"] == 0

@@ -213,6 +213,13 @@ def test_retry_rules(monkeypatch):
         with pytest.raises(remote.RemoteError, match=words):
             remote.retry(f, "gs://b/k", "read the object's metadata")
         assert f.calls == 1  # permanent: never retried
+    # no credentials at all (s3fs passes botocore's error through): asking again will not help
+    from botocore.exceptions import NoCredentialsError
+
+    f = _Flaky(NoCredentialsError(), 10)
+    with pytest.raises(remote.RemoteError, match="no usable credentials .NoCredentialsError: Unable to locate"):
+        remote.retry(f, "s3://b/k", "list")
+    assert f.calls == 1
 
 
 def test_any_fsspec_protocol(tmp_path, monkeypatch):
@@ -250,6 +257,40 @@ def test_any_fsspec_protocol(tmp_path, monkeypatch):
     assert FlakyMemory.fails["/job/rank-1.json.gz"] == 0
     # the memory file system states no identity: the content's fingerprint keys the cache
     assert {i["identity"] for i in res.manifest["inputs"]} == {""}
+
+
+def test_an_object_without_identity_is_checked_by_its_content(tmp_path):
+    """A store that states no identity (fsspec's memory file system, like a plain web server):
+    an object rewritten with other content of the same size must be analysed again, never taken
+    as up to date from its unchanged size."""
+    import re
+    import uuid
+
+    import fsspec
+
+    generate(tmp_path / "t", ranks=2, steps=1, seed=1, kernels_per_step=10, gzip=False)
+    fs = fsspec.filesystem("memory")
+    root = f"/noid-{uuid.uuid4().hex}/job"
+    for name in ("rank-0.json", "rank-1.json"):
+        fs.pipe_file(f"{root}/{name}", (tmp_path / "t" / name).read_bytes())
+    out = str(tmp_path / "out")
+    first = dtrace.analyze(f"memory://{root}/", out=out, scheduler="sync")
+    assert first.manifest["n_failed"] == 0 and {i["identity"] for i in first.manifest["inputs"]} == {""}
+    # a kernel of rank 1 made longer, the file's size unchanged (one digit of its duration)
+    text = (tmp_path / "t" / "rank-1.json").read_text()
+    m = re.compile(r'"cat":"kernel".*?"dur":(\d)').search(text)
+    changed = text[: m.start(1)] + ("1" if m.group(1) == "9" else "9") + text[m.end(1) :]
+    assert len(changed) == len(text) and changed != text
+    fs.pipe_file(f"{root}/rank-1.json", changed.encode())
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "rank-0.json").write_text((tmp_path / "t" / "rank-0.json").read_text())
+    (tmp_path / "local" / "rank-1.json").write_text(changed)
+    again = dtrace.analyze(f"memory://{root}/", out=out, scheduler="sync")
+    assert not again.manifest.get("up_to_date")
+    local = dtrace.analyze(str(tmp_path / "local"), scheduler="sync")
+    cols = ["rank", "busy_ns", "computation_ns", "total_ns"]
+    pd.testing.assert_frame_equal(again.breakdown[cols], local.breakdown[cols])
+    assert not again.breakdown[cols].equals(first.breakdown[cols])
 
 
 def test_results_written_to_and_loaded_from_s3(env, job, tmp_path):

@@ -183,7 +183,8 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
     """A rocprofv3 JSON file: GPU agents 11 (gpu_index 0) and 12 (gpu_index 1); on GPU 0 a GEMM
     launched by hipLaunchKernel (corr 1) and an RCCL kernel (corr 2, launched late: the GPU waits
     for the host), a host-to-device copy of 4096 bytes (corr 3); on GPU 1 one kernel (corr 4) and
-    a peer copy of 1 MiB from GPU 1 to GPU 0 (corr 5); a roctx range ProfilerStep#1 and a mark."""
+    a peer copy of 1 MiB from GPU 1 to GPU 0 (corr 5); a host-to-host copy of CPU agent 10 (corr 8);
+    a roctx range ProfilerStep#1 and a mark."""
     t = T0
     ds = dispatches if dispatches is not None else [
         _dispatch(1, 11, 1, t + 1_000, t + 11_000, stream=5),
@@ -213,6 +214,9 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
                          "src_agent_id": {"handle": 10}, "bytes": 4096, "stream_id": {"handle": 5}},
                         {**_api(3, 4, 5, t + 5_000, t + 6_000), "dst_agent_id": {"handle": 11},
                          "src_agent_id": {"handle": 12}, "bytes": 1 << 20, "stream_id": {"handle": 9}},
+                        # between two host agents: no GPU involved
+                        {**_api(3, 1, 8, t + 7_000, t + 8_000), "dst_agent_id": {"handle": 10},
+                         "src_agent_id": {"handle": 10}, "bytes": 64, "stream_id": {"handle": 5}},
                     ],
                     "hip_api": [
                         _api(1, 1, 1, t + 500, t + 900),  # launches corr 1 before it starts
@@ -221,7 +225,11 @@ def make_rocprof(path, *, pid=4242, dispatches=None, agents=None, copies=None, g
                         _api(1, 1, 4, t + 1_500, t + 1_900),
                         _api(1, 0, 6, t + 100, t + 300),  # hipMalloc: launches nothing
                     ],
-                    "marker_api": [_api(2, 1, 90, t, t + 60_000), _api(2, 0, 91, t + 40_000, t + 40_000)],
+                    "marker_api": [
+                        # a range with an external correlation id (set by the application)
+                        {**_api(2, 1, 90, t, t + 60_000), "correlation_id": {"internal": 90, "external": 7}},
+                        _api(2, 0, 91, t + 40_000, t + 40_000),
+                    ],
                     "hsa_api": [],
                 },
             }
@@ -250,9 +258,11 @@ def test_hand_built_file_parts_copies_launches_markers(tmp_path):
     host = p0[p0["device"] == -1]
     assert sorted(host["name"].astype(str)) == sorted(
         ["hipMalloc", "hipLaunchKernel", "hipLaunchKernel", "hipMemcpyAsync", "hipLaunchKernel"]
-        + ["ProfilerStep#1", "checkpoint"]
+        + ["ProfilerStep#1", "checkpoint", "MEMORY_COPY_HOST_TO_HOST"]
     )
     assert set(host.loc[host["name"] == "ProfilerStep#1", "kind"]) == {"annotation"}
+    h2h = host.loc[host["name"] == "MEMORY_COPY_HOST_TO_HOST"].iloc[0]  # a host event on no GPU's timeline
+    assert (h2h["kind"], h2h["stream"], h2h["start_ns"]) == ("other", -1, T0 + 7_000)
     got = {}
     for part, ev in ((tf.parts[0], p0), (tf.parts[1], p1)):
         mem = part.memcpy.to_pandas()
@@ -306,6 +316,16 @@ def test_cli_views_on_rocprof(tmp_path):
     assert "Cijk_gemm" in (tmp_path / "r.html").read_text()
 
 
+def test_stream_of_dispatches_without_one_is_their_queue(tmp_path):
+    """Records of older rocprofv3 versions carry no HIP stream: their HSA queue stands for it."""
+    ds = [_dispatch(1, 11, 1, T0 + 1_000, T0 + 2_000, stream=5), _dispatch(2, 11, 1, T0 + 3_000, T0 + 4_000, stream=5)]
+    del ds[1]["stream_id"]  # queue_id.handle is 3
+    path = make_rocprof(tmp_path / "a_results.json", dispatches=ds)
+    ev = detect(path).read(path).parts[0].events.to_pandas()
+    k = ev[ev["kind"] == "kernel"].set_index("correlation")
+    assert (k.loc[1, "stream"], k.loc[2, "stream"]) == (5, 3)
+
+
 def test_bad_rocprof_inputs(tmp_path):
     unknown = make_rocprof(tmp_path / "a_results.json", dispatches=[_dispatch(1, 99, 1, T0, T0 + 5, stream=1)])
     with pytest.raises(InputError, match="agent 99, which is not a GPU agent"):
@@ -318,6 +338,15 @@ def test_bad_rocprof_inputs(tmp_path):
         truncated.write_bytes(f.read()[:-40])
     with pytest.raises(InputError, match="invalid rocprofv3 JSON"):
         detect(str(truncated)).read(str(truncated))
+    # rocprofv3 writes uint64 ids and times; one beyond int64 fails the file in one line naming where
+    big = make_rocprof(tmp_path / "e_results.json", dispatches=[_dispatch(1, 11, 1, T0, T0 + 5, stream=(1 << 64) - 1)])
+    with pytest.raises(InputError, match=r"<= 9223372036854775807 - at .*kernel_dispatch\[0\]\.stream_id\.handle"):
+        detect(big).read(big)
+    late = make_rocprof(tmp_path / "f_results.json", dispatches=[_dispatch(1, 11, 1, 1 << 63, (1 << 63) + 5, stream=1)])
+    with pytest.raises(InputError, match=r"kernel_dispatch\[0\]\.start_timestamp"):
+        detect(late).read(late)
+    res = dtrace.analyze([big, late], scheduler="sync", rank_by="order")
+    assert [i["error_type"] for i in res.manifest["inputs"]] == ["InputError", "InputError"]
     res = dtrace.analyze([unknown, make_rocprof(tmp_path / "rank1_results.json")], scheduler="sync", rank_by="order")
     bad = {i["path"]: i for i in res.manifest["inputs"]}[os.path.abspath(unknown)]
     assert bad["status"] == "error" and "\n" not in bad["error"] and len(res.breakdown) == 2

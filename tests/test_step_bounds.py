@@ -14,13 +14,13 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from _synthjobs import per_rank_tables
 
 from dtrace import synth
 from dtrace.analyses import critical_path as cp
 from dtrace.analyses import run_analyses
-from dtrace.batch import prepare, prepare_part
+from dtrace.batch import prepare_part
 from dtrace.options import CUDA_QUEUE_LIMIT, Options
-from dtrace.partition import concat_parts
 from dtrace.readers import detect
 from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
@@ -314,23 +314,7 @@ def test_h200_full_launch_queue_is_gpu_time():
 
 
 def _job_bounds(path: str) -> pd.DataFrame:
-    tables, meta = [], []
-    for f in sorted(os.listdir(path)):
-        if f.startswith("rank-"):
-            tf = detect(os.path.join(path, f)).read(os.path.join(path, f))
-            tables.append(tf.parts[0].tables())
-            meta.append((tf.rank_hint, tf.parts[0].device, tf.format))
-    ev, side = concat_parts(tables)
-    parts = pd.DataFrame(
-        {
-            "part": np.arange(len(meta), dtype=np.int32),
-            "rank": np.array([m[0] for m in meta], np.int32),
-            "device": np.array([m[1] for m in meta], np.int32),
-            "format": [m[2] for m in meta],
-            "base_ns": np.zeros(len(meta), np.int64),
-        }
-    )
-    out = run_analyses(prepare(ev, side, parts, Options()), only={"step_bounds"})["step_bounds"]
+    out = per_rank_tables(path, Options(), need={"step_bounds"})["step_bounds"]
     return out.set_index(["rank", "step"]).sort_index()
 
 

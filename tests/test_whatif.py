@@ -281,6 +281,29 @@ def test_replay_by_hand():
     assert row.loc["comm_hidden", "saved_ns"] == 10 and row.loc["comm_hidden", "saved_share"] == pytest.approx(10 / 205)
 
 
+def test_replay_a_collective_launched_late_by_its_host():
+    """Rank 1 finished its work at 150 but its host launched the all-reduce only at 165 (it started
+    at 170): of the 20 ns between ready and start, 15 are the host's. With its waits for the host
+    scaled by ψ the all-reduce starts at 150 + 5 + 15ψ; it ends 10 later on both ranks, and each
+    rank's last 40 / 50 ns of work follow (ψ = 1 replays the trace: spans 220 and 230)."""
+    t = _two_rank_tables()
+    seg = t["segments"]
+    r1 = seg["rank"] == 1
+    seg["host_ns"] = 0
+    seg["comm_start_ns"] = np.where(seg["comm_start_ns"] >= 0, np.where(r1, 170 + 1000, 100), -1)
+    seg["comm_launch_ns"] = pd.array(np.where(seg["comm_start_ns"] >= 0, np.where(r1, 165 + 1000, 90), 0), "Int64")
+    seg.loc[seg["comm_start_ns"] < 0, "comm_launch_ns"] = pd.NA
+    seg.loc[seg["kind"] == "gate", "time_ns"] = np.where(seg.loc[seg["kind"] == "gate", "rank"] == 1, 180 + 1000, 180)
+    seg.loc[seg["kind"] == "end", "time_ns"] = [220, 230 + 1000]
+    t["collectives"] = t["collectives"].assign(start_ns=[100, 170], end_ns=[180, 180])
+    g = wi.build_graph(t)
+    assert g.lag.tolist() == [0.0, 20.0] and g.lag_host.tolist() == [0.0, 15.0]
+    ones = np.ones(len(g.t))
+    for psi, spans in ((1.0, [220, 230]), (0.5, [212.5, 222.5]), (0.0, [205, 215])):
+        psi_row = np.where(g.row_keys["rank"].to_numpy() == 1, psi, 1.0)
+        assert wi.replay(g, ones, 1.0, (ones, psi_row)).tolist() == spans, psi
+
+
 def test_replay_next_step_starts_after_the_previous_one():
     """A step that started after the rank's previous step ended moves with that end."""
     t = _two_rank_tables()
@@ -376,6 +399,10 @@ def test_stragglers_at_median_equals_the_fault_free_job(job, structure, rank, sl
     assert len(err) == STRUCTURES[structure]["steps"] and err.max() < 0.02, err.to_dict()
     # the replay without changes reproduces the traced step time
     assert (w["replayed_ns"] == w["observed_ns"]).all() and (w["fit_ns"] <= 2_000).all()
+    # a compute straggler's GPU did not wait for its host any more than the others': its compute
+    # is scaled, not replaced by the median rank's work as a host-bound straggler's is
+    detail = w.loc[w["scenario"] == "stragglers_at_median", "detail"].iloc[0]
+    assert f"rank {rank}: compute time ×" in detail and "host waits" not in detail, detail
 
 
 @pytest.mark.parametrize("structure,rank,slow", HOST_FAULTS)

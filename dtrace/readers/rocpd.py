@@ -4,13 +4,15 @@ The schema is ROCprofiler-SDK's documented one (``rocpd_tables.sql``, schema ver
 named ``rocpd_<table><uuid>`` with a view ``rocpd_<table>`` over it). Read here, columns checked
 with ``PRAGMA table_info`` so that versions that move a column only lose what they moved:
 
-- ``rocpd_kernel_dispatch`` → ``kernel``: ``track_id`` (→ ``rocpd_track``: ``agent_id``,
-  ``stream_id``/``queue_id``, ``tid``), ``kernel_id`` (→ ``rocpd_info_kernel_symbol``: the
+- ``rocpd_kernel_dispatch`` → ``kernel``: ``agent_id``, ``stream_id`` (else ``queue_id``) and
+  ``tid`` (the record's own columns, schema 3.0.1; else those of its ``track_id`` →
+  ``rocpd_track``), ``kernel_id`` (→ ``rocpd_info_kernel_symbol``: the
   ``formatted_kernel_name`` of its ``extdata``, else ``display_name``, else ``kernel_name``),
-  ``start_id``/``end_id`` (→ ``rocpd_timestamp.value``; or ``start``/``end`` columns),
-  ``grid_size_*``, ``workgroup_size_*``, ``event_id`` (→ ``rocpd_event.correlation_id``);
+  ``start``/``end`` (else ``start_id``/``end_id`` → ``rocpd_timestamp.value``),
+  ``grid_size_*``, ``workgroup_size_*``, ``event_id`` (→ ``rocpd_event``: ``stack_id`` is the
+  internal correlation id that links a launch to its work, ``correlation_id`` the external one);
 - ``rocpd_memory_copy`` → ``memcpy``: ``name_id`` (→ ``rocpd_string``: ``MEMORY_COPY_HOST_TO_DEVICE``,
-  ...), ``dst_agent_id``, ``src_agent_id``, ``size``, times and correlation as above;
+  ...), ``dst_agent_id``, ``src_agent_id``, ``size``; stream, thread, times and correlation as above;
 - ``rocpd_region`` → host events by their event's category (``rocpd_event.category_id`` →
   ``rocpd_string``): ``HIP_*`` → ``runtime``, ``RCCL_*`` → ``cpu_op``, ``MARKER_*`` →
   ``annotation``; HSA and other low-level regions are not read;
@@ -34,7 +36,7 @@ import numpy as np
 from ..errors import InputError
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint
 from .base import TraceFile
-from .rocprof import GRID_COLUMNS, EventColumns, trace_file
+from .rocprof import _I64_MAX, GRID_COLUMNS, EventColumns, trace_file
 
 NAME = "rocpd"
 TABLES = (
@@ -51,6 +53,8 @@ TABLES = (
 )
 _SUFFIX = re.compile(r"^[_0-9A-Za-z\-]*$")
 _HOST_KINDS = (("HIP", "runtime"), ("RCCL", "cpu_op"), ("MARKER", "annotation"))
+_REQUIRED = ("rocpd_string", "rocpd_info_agent")
+"""Tables every rocpd database has and the reader needs (the records' tables may be missing)."""
 
 
 class READER:  # noqa: N801 - the registered reader object
@@ -60,7 +64,7 @@ class READER:  # noqa: N801 - the registered reader object
     def guess_can_open(path: str, head: bytes) -> bool:
         if not head.startswith(SQLITE_MAGIC):
             return False
-        return b"rocpd_" in head or bool(_tables_of(path).get("rocpd_kernel_dispatch"))
+        return b"rocpd_" in head or any(t in _tables_of(path) for t in _REQUIRED)
 
     @staticmethod
     def read(path: str, **options: Any) -> TraceFile:
@@ -118,7 +122,7 @@ class _Db:
         have = self.cols(table)
         if {"start", "end"} <= have:
             return f"{alias}.[start]", f"{alias}.[end]"
-        if "rocpd_timestamp" not in self.names:
+        if "rocpd_timestamp" not in self.names or not {"start_id", "end_id"} <= have:
             raise InputError(self.path, f"{table} has no start/end and the database no rocpd_timestamp table")
         ts = self.t("rocpd_timestamp")
         return (
@@ -126,22 +130,56 @@ class _Db:
             f"(select value from {ts} where id = {alias}.end_id)",
         )
 
-    def correlation(self, alias: str, table: str) -> str:
-        if "event_id" in self.cols(table) and "rocpd_event" in self.names:
-            return f"coalesce((select correlation_id from {self.t('rocpd_event')} where id = {alias}.event_id), -1)"
-        return "-1"
+    def correlation(self, alias: str, table: str) -> tuple[str, str]:
+        """SQL for a row's internal correlation id (the launch link: its event's ``stack_id``, as
+        rocprofv3 writes it; ``correlation_id`` in a database without ``stack_id``) and its external
+        correlation id (``correlation_id`` next to a ``stack_id``; -1 otherwise)."""
+        if "event_id" not in self.cols(table) or "rocpd_event" not in self.names:
+            return "-1", "-1"
+        have = self.cols("rocpd_event")
 
-    def track(self, column: str, alias: str) -> str:
-        if column not in self.cols("rocpd_track"):
-            return "-1"
-        return f"coalesce((select [{column}] from {self.t('rocpd_track')} where id = {alias}.track_id), -1)"
+        def of_event(column: str) -> str:
+            if column not in have:
+                return "-1"
+            return f"coalesce((select [{column}] from {self.t('rocpd_event')} where id = {alias}.event_id), -1)"
 
-    def string(self, expr: str) -> str:
-        return f"(select string from {self.t('rocpd_string')} where id = {expr})"
+        if "stack_id" in have:
+            return of_event("stack_id"), of_event("correlation_id")
+        return of_event("correlation_id"), "-1"
+
+    def has(self, table: str, column: str) -> bool:
+        """Whether rows of ``table`` state ``column``, in their own columns or through their track."""
+        return column in self.cols(table) or ("track_id" in self.cols(table) and column in self.cols("rocpd_track"))
+
+    def where(self, table: str, column: str, alias: str, missing: int = -1) -> str:
+        """SQL for where a row of ``table`` ran (``tid``, ``agent_id``, ``queue_id``, ``stream_id``):
+        its own column (schema 3.0.1), else its track's, else ``missing``."""
+        if column in self.cols(table):
+            return f"coalesce({alias}.[{column}], {missing})"
+        if self.has(table, column):
+            return f"coalesce((select [{column}] from {self.t('rocpd_track')} where id = {alias}.track_id), {missing})"
+        return str(missing)
+
+    def stream(self, table: str, alias: str, missing: int = -1) -> str:
+        """SQL for a row's stream: its HIP stream, else its HSA queue."""
+        column = "stream_id" if self.has(table, "stream_id") else "queue_id"
+        return self.where(table, column, alias, missing)
+
+    def strings(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The texts of ``rocpd_string`` ids: each id's index into the distinct texts returned (an
+        unknown id is "")."""
+        uniq, inv = np.unique(ids, return_inverse=True)
+        known = dict(self.rows(f"select id, string from {self.t('rocpd_string')}"))
+        return inv.reshape(-1).astype(np.int64), ["" if known.get(i) is None else str(known[i]) for i in uniq.tolist()]
 
 
-def _arr(rows: list[tuple[Any, ...]], i: int) -> np.ndarray:
-    return np.array([-1 if r[i] is None else int(r[i]) for r in rows], np.int64)
+def _ints(rows: list[tuple[Any, ...]], path: str, what: str) -> list[np.ndarray]:
+    """The columns of ``rows`` (integers, NULL already replaced in SQL) as int64 arrays; a value that
+    is not an integer (SQLite keeps whatever a writer stored) is an input error naming ``what``."""
+    a = np.array(rows)
+    if a.ndim != 2 or a.dtype.kind not in "iu" or (a.dtype.kind == "u" and int(a.max()) > np.iinfo(np.int64).max):
+        raise InputError(path, f"{what} holds a value that is not a 64-bit integer where one belongs")
+    return [np.ascontiguousarray(a[:, i], dtype=np.int64) for i in range(a.shape[1])]
 
 
 def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> TraceFile:
@@ -149,7 +187,7 @@ def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> Tra
     check_size(path, os.path.getsize(path), max_input_size)
     db = _Db(path)
     try:
-        for need in ("rocpd_track", "rocpd_string", "rocpd_info_agent"):
+        for need in _REQUIRED:
             if need not in db.names:
                 raise InputError(path, f"not a rocpd database: no {need} table")
         procs = (
@@ -162,7 +200,8 @@ def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> Tra
                 path, f"the rocpd database holds {len(procs)} processes; dtrace reads one process per file"
             )
         pid, init, fini = procs[0] if procs else (-1, None, None)
-        ev = EventColumns(path, int(pid if pid is not None else -1))
+        ev = EventColumns(path, pid if isinstance(pid, int) and 0 <= pid <= _I64_MAX else -1)
+        ev.agents_source = "rocpd_info_agent"
         _agents(db, ev)
         cols = [_kernels(db, ev), _copies(db, ev), *_regions(db, ev)]
         ev.set_columns([c for c in cols if c is not None] or [ev.base(0, "kernel")])
@@ -184,6 +223,7 @@ def _agents(db: _Db, ev: EventColumns) -> None:
     pick = [c if c in have else "null" for c in ("id", "type", "type_index", "logical_index", "product_name")]
     rows = db.rows(f"select {', '.join(pick)} from {db.t('rocpd_info_agent')} order by id")
     gpus = [r for r in rows if str(r[1]).upper() == "GPU"]
+    ev.host_agents = {int(r[0]) for r in rows if str(r[1]).upper() != "GPU" and isinstance(r[0], int)}
     for i, (aid, _type, type_index, logical, product) in enumerate(gpus):
         dev = type_index if isinstance(type_index, int) else logical if isinstance(logical, int) else i
         ev.device_of[int(aid)] = int(dev)
@@ -197,7 +237,7 @@ def _kernels(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
     have = db.cols(table)
     start, end = db.times(table, "K")
     dims = [
-        f"K.[{c}]" if c in have else "-1"
+        f"coalesce(K.[{c}], -1)" if c in have else "-1"
         for c in (
             "grid_size_x",
             "grid_size_y",
@@ -207,21 +247,22 @@ def _kernels(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
             "workgroup_size_z",
         )
     ]
-    stream = db.track("stream_id", "K") if "stream_id" in db.cols("rocpd_track") else db.track("queue_id", "K")
+    internal, external = db.correlation("K", table)
     rows = db.rows(
-        f"select {start}, {end}, {db.track('agent_id', 'K')}, {stream}, {db.track('tid', 'K')}, "
-        f"{db.correlation('K', table)}, K.kernel_id, {', '.join(dims)} from {db.t(table)} K order by K.id"
+        f"select {start}, {end}, {db.where(table, 'agent_id', 'K')}, {db.stream(table, 'K')}, "
+        f"{db.where(table, 'tid', 'K')}, {internal}, {external}, coalesce(K.kernel_id, -1), {', '.join(dims)} "
+        f"from {db.t(table)} K order by K.id"
     )
     c = ev.base(len(rows), "kernel")
     if not rows:
         return c
-    c["start"], c["end"] = _arr(rows, 0), _arr(rows, 1)
-    c["device"] = ev.devices(_arr(rows, 2), "a kernel dispatch")
-    c["stream"], c["tid"], c["correlation"] = _arr(rows, 3), _arr(rows, 4), _arr(rows, 5)
+    cols = _ints(rows, db.path, table)
+    c["start"], c["end"] = cols[0], cols[1]
+    c["device"] = ev.devices(cols[2], "a kernel dispatch")
+    c["stream"], c["tid"], c["correlation"], c["external_id"] = cols[3], cols[4], cols[5], _external(cols[6])
     for j, col in enumerate(GRID_COLUMNS):
-        c[col] = _arr(rows, 7 + j)
-    kid = _arr(rows, 6)
-    uniq, inv = np.unique(kid, return_inverse=True)
+        c[col] = cols[8 + j]
+    uniq, inv = np.unique(cols[7], return_inverse=True)
     names = _kernel_names(db)
     missing = [int(k) for k in uniq.tolist() if k not in names]
     if missing:
@@ -230,6 +271,11 @@ def _kernels(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
         )
     ev.kernel_names(c, [names[int(k)] for k in uniq.tolist()], inv.reshape(-1))
     return c
+
+
+def _external(v: np.ndarray) -> np.ndarray:
+    """External correlation ids: 0 (unset) and below are -1."""
+    return np.where(v > 0, v, -1)
 
 
 def _kernel_names(db: _Db) -> dict[int, str]:
@@ -254,18 +300,21 @@ def _copies(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:
     if table not in db.names:
         return None
     start, end = db.times(table, "M")
-    stream = db.track("stream_id", "M") if "stream_id" in db.cols("rocpd_track") else db.track("queue_id", "M")
+    internal, external = db.correlation("M", table)
     rows = db.rows(
-        f"select {start}, {end}, coalesce(M.dst_agent_id, -1), coalesce(M.src_agent_id, -1), {stream}, "
-        f"{db.track('tid', 'M')}, {db.correlation('M', table)}, coalesce(M.size, -1), {db.string('M.name_id')} "
-        f"from {db.t(table)} M order by M.id"
+        f"select {start}, {end}, coalesce(M.dst_agent_id, -1), coalesce(M.src_agent_id, -1), "
+        f"{db.stream(table, 'M', missing=-2)}, {db.where(table, 'tid', 'M')}, {internal}, {external}, "
+        f"coalesce(M.size, -1), coalesce(M.name_id, -1) from {db.t(table)} M order by M.id"
     )
     c = ev.base(len(rows), "memcpy")
     if not rows:
         return c
-    c["start"], c["end"] = _arr(rows, 0), _arr(rows, 1)
-    ev.copy_columns(c, np.array([str(r[8] or "") for r in rows], object), _arr(rows, 2), _arr(rows, 3))
-    c["stream"], c["tid"], c["correlation"], c["bytes"] = _arr(rows, 4), _arr(rows, 5), _arr(rows, 6), _arr(rows, 7)
+    cols = _ints(rows, db.path, table)
+    c["start"], c["end"] = cols[0], cols[1]
+    inv, names = db.strings(cols[9])
+    ev.copy_columns(c, np.asarray(names, dtype=object)[inv], cols[2], cols[3], cols[4])
+    c["tid"], c["correlation"] = cols[5], cols[6]
+    c["external_id"], c["bytes"] = _external(cols[7]), cols[8]
     return c
 
 
@@ -274,17 +323,26 @@ def _regions(db: _Db, ev: EventColumns) -> list[dict[str, np.ndarray]]:
     if table not in db.names or "rocpd_event" not in db.names:
         return []
     start, end = db.times(table, "R")
-    category = db.string(f"(select category_id from {db.t('rocpd_event')} where id = R.event_id)")
+    internal, external = db.correlation("R", table)
+    category = f"coalesce((select category_id from {db.t('rocpd_event')} where id = R.event_id), -1)"
     rows = db.rows(
-        f"select {start}, {end}, {db.track('tid', 'R')}, {db.correlation('R', table)}, {db.string('R.name_id')}, "
-        f"coalesce({category}, '') from {db.t(table)} R order by R.id"
+        f"select {start}, {end}, {db.where(table, 'tid', 'R')}, {internal}, {external}, "
+        f"coalesce(R.name_id, -1), {category} from {db.t(table)} R order by R.id"
     )
+    if rows:
+        cols = _ints(rows, db.path, table)
+        name_inv, names = db.strings(cols[5])
+        cat_inv, cats = db.strings(cols[6])
     out = []
     for prefix, kind in _HOST_KINDS:
-        sel = [r for r in rows if str(r[5]).upper().startswith(prefix)]
-        c = ev.base(len(sel), kind)
-        if sel:
-            c["start"], c["end"], c["tid"], c["correlation"] = _arr(sel, 0), _arr(sel, 1), _arr(sel, 2), _arr(sel, 3)
-            c["name"] = ev.codes([str(r[4] or "") for r in sel])
+        sel = np.zeros(0, np.int64)
+        if rows:  # the rows of the categories with this prefix (each distinct category looked at once)
+            sel = np.flatnonzero(np.isin(cat_inv, [i for i, x in enumerate(cats) if x.upper().startswith(prefix)]))
+        c = ev.base(sel.size, kind)
+        if sel.size:
+            c["start"], c["end"], c["tid"] = cols[0][sel], cols[1][sel], cols[2][sel]
+            c["correlation"], c["external_id"] = cols[3][sel], _external(cols[4][sel])
+            used, inv = np.unique(name_inv[sel], return_inverse=True)
+            c["name"] = ev.codes([names[i] for i in used.tolist()])[inv.reshape(-1)]
         out.append(c)
     return out

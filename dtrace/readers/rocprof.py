@@ -12,7 +12,8 @@ and the roctx messages by correlation id, ``strings.marker_api``) and ``buffer_r
   no stream), grid and workgroup sizes in the extra columns ``grid_x/y/z`` and ``block_x/y/z``;
 - ``memory_copy`` → ``memcpy`` on the GPU agent it involves (the destination of a host-to-device
   copy, else the source), its direction (``MEMORY_COPY_HOST_TO_DEVICE`` → ``H2D``; device to
-  device between two agents → ``P2P``) and ``bytes`` in the memcpy side table;
+  device between two agents → ``P2P``) and ``bytes`` in the memcpy side table; a copy between two
+  host agents involves no GPU and is a host event of kind ``other``;
 - ``hip_api`` → ``runtime`` (``hipLaunchKernel``, ``hipMemcpyAsync``, ...), linked to the GPU
   work it launched by ``correlation_id.internal``; ``rccl_api`` → ``cpu_op`` (``ncclAllReduce``);
 - ``marker_api`` → ``annotation`` named by the roctx message (ranges, marks; ``ProfilerStep#N``
@@ -29,8 +30,9 @@ or ``ranks=``.
 
 from __future__ import annotations
 
+import functools
 import operator
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -63,21 +65,25 @@ COPY_DIRECTION = {
     "MEMORY_COPY_DEVICE_TO_DEVICE": "D2D",
 }
 GPU_AGENT = 2  # rocprofiler_agent_type_t: 1 CPU, 2 GPU
+_I64_MAX = (1 << 63) - 1
+Int = Annotated[int, msgspec.Meta(ge=-_I64_MAX - 1, le=_I64_MAX)]
+"""An integer the event columns can hold (int64); rocprofv3 writes uint64 ids and times, and one
+beyond int64 fails the file in one line naming where it is."""
 
 
 class _Handle(msgspec.Struct, gc=False, frozen=True):
-    handle: int = 0
+    handle: Int = 0
 
 
 class _Corr(msgspec.Struct, gc=False, frozen=True):
-    internal: int = 0
+    internal: Int = 0
     external: Any = 0  # an int, or {"value": int} in some versions
 
 
 class _Dim(msgspec.Struct, gc=False, frozen=True):
-    x: int = 0
-    y: int = 0
-    z: int = 0
+    x: Int = 0
+    y: Int = 0
+    z: Int = 0
 
 
 _NO_HANDLE, _NO_CORR, _NO_DIM = _Handle(), _Corr(), _Dim()
@@ -86,40 +92,40 @@ _NO_HANDLE, _NO_CORR, _NO_DIM = _Handle(), _Corr(), _Dim()
 class _DispatchInfo(msgspec.Struct, gc=False, frozen=True):
     agent_id: _Handle = _NO_HANDLE
     queue_id: _Handle = _NO_HANDLE
-    kernel_id: int = 0
+    kernel_id: Int = 0
     workgroup_size: _Dim = _NO_DIM
     grid_size: _Dim = _NO_DIM
 
 
 class _Dispatch(msgspec.Struct, gc=False, frozen=True):
-    thread_id: int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
     dispatch_info: _DispatchInfo = _DispatchInfo()
     stream_id: _Handle | None = None
 
 
 class _Copy(msgspec.Struct, gc=False, frozen=True):
-    kind: int = 0
-    operation: int = 0
-    thread_id: int = 0
+    kind: Int = 0
+    operation: Int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
     dst_agent_id: _Handle = _NO_HANDLE
     src_agent_id: _Handle = _NO_HANDLE
-    bytes: int = 0
+    bytes: Int = 0
     stream_id: _Handle | None = None
 
 
 class _Api(msgspec.Struct, gc=False, frozen=True):
-    kind: int = 0
-    operation: int = 0
-    thread_id: int = 0
+    kind: Int = 0
+    operation: Int = 0
+    thread_id: Int = 0
     correlation_id: _Corr = _NO_CORR
-    start_timestamp: int = 0
-    end_timestamp: int = 0
+    start_timestamp: Int = 0
+    end_timestamp: Int = 0
 
 
 class _Buffers(msgspec.Struct, gc=False, frozen=True):
@@ -136,7 +142,7 @@ class _Names(msgspec.Struct, gc=False, frozen=True):
 
 
 class _Message(msgspec.Struct, gc=False, frozen=True):
-    key: int = 0
+    key: Int = 0
     value: str = ""
 
 
@@ -147,15 +153,15 @@ class _Strings(msgspec.Struct, gc=False, frozen=True):
 
 class _Agent(msgspec.Struct, gc=False, frozen=True):
     id: _Handle = _NO_HANDLE
-    type: int = 0
-    gpu_index: int = -1
-    logical_node_type_id: int = -1
+    type: Int = 0
+    gpu_index: Int = -1
+    logical_node_type_id: Int = -1
     name: str = ""
     product_name: str = ""
 
 
 class _Symbol(msgspec.Struct, gc=False, frozen=True):
-    kernel_id: int = 0
+    kernel_id: Int = 0
     kernel_name: str = ""
     formatted_kernel_name: str = ""
     demangled_kernel_name: str = ""
@@ -166,9 +172,9 @@ class _Node(msgspec.Struct, gc=False, frozen=True):
 
 
 class _Metadata(msgspec.Struct, gc=False, frozen=True):
-    pid: int = -1
-    init_time: int = -1
-    fini_time: int = -1
+    pid: Int = -1
+    init_time: Int = -1
+    fini_time: Int = -1
     node: _Node = _Node()
 
 
@@ -283,6 +289,7 @@ def trace_file(
 
 
 _get = operator.attrgetter
+_NOT_NONE = functools.partial(operator.is_not, None)
 
 
 def _ints(items: list[Any], get: Any) -> np.ndarray:
@@ -290,10 +297,29 @@ def _ints(items: list[Any], get: Any) -> np.ndarray:
 
 
 def _external(v: Any) -> int:
-    """``correlation_id.external``: an int or ``{"value": int}``; -1 when unset (0)."""
+    """``correlation_id.external``: an int or ``{"value": int}``; -1 when unset (0) or not an int64.
+
+    Examples
+    --------
+    >>> _external(5), _external({"value": 7}), _external(0), _external("x"), _external(1 << 64)
+    (5, 7, -1, -1, -1)
+    """
     if isinstance(v, dict):
         v = v.get("value", 0)
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else -1
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _I64_MAX else -1
+
+
+def _externals(corr: list[_Corr]) -> np.ndarray:
+    """:func:`_external` of every record: in one pass when all are plain ints (the usual case)."""
+    ext = list(map(_get("external"), corr))
+    if set(map(type, ext)) <= {int}:
+        try:
+            v = np.fromiter(ext, np.int64, len(ext))
+        except OverflowError:  # beyond int64: one by one below
+            pass
+        else:
+            return np.where(v > 0, v, -1)
+    return np.fromiter(map(_external, ext), np.int64, len(ext))
 
 
 class EventColumns:
@@ -306,6 +332,8 @@ class EventColumns:
         self.pid = pid
         self._names: dict[str, int] = {}
         self.device_of: dict[int, int] = {}  # GPU agent id -> device
+        self.host_agents: set[int] = set()  # the other agents (CPUs)
+        self.agents_source = "the 'agents' list"  # where the agents come from, for error messages
         self.device_names: dict[int, str] = {}
         self.cols: dict[str, np.ndarray] = {}
         self.kind = np.empty(0, np.int8)
@@ -350,14 +378,24 @@ class EventColumns:
         uniq, inv = np.unique(agents, return_inverse=True)
         missing = [int(h) for h in uniq.tolist() if h not in self.device_of]
         if missing:
-            raise InputError(self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of the 'agents' list")
+            raise InputError(
+                self.path, f"{what} on agent {missing[0]}, which is not a GPU agent of {self.agents_source}"
+            )
         return np.array([self.device_of[int(h)] for h in uniq.tolist()], np.int64)[inv.reshape(-1)]
 
-    def copy_columns(self, c: dict[str, np.ndarray], op: np.ndarray, dst: np.ndarray, src: np.ndarray) -> None:
-        """Device, direction and name code of memory copies from their operation names and agents."""
-        gpus = list(self.device_of)
+    def copy_columns(
+        self, c: dict[str, np.ndarray], op: np.ndarray, dst: np.ndarray, src: np.ndarray, stream: np.ndarray
+    ) -> None:
+        """Device, stream, direction and name code of memory copies from their operation names,
+        agents and streams. A copy between two host agents involves no GPU: a host event of kind
+        ``other`` (device and stream -1)."""
+        gpus, hosts = list(self.device_of), list(self.host_agents)
+        host = ~(np.isin(dst, gpus) | np.isin(src, gpus)) & np.isin(dst, hosts) & np.isin(src, hosts)
         use_dst = np.isin(dst, gpus) & ((op == "MEMORY_COPY_HOST_TO_DEVICE") | ~np.isin(src, gpus))
-        c["device"] = self.devices(np.where(use_dst, dst, src), "a memory copy")
+        c["device"] = np.full(op.size, -1, np.int64)
+        c["device"][~host] = self.devices(np.where(use_dst, dst, src)[~host], "a memory copy")
+        c["kind"] = np.where(host, KIND_CODES["other"], c["kind"]).astype(np.int8)
+        c["stream"] = np.where(host, -1, stream)
         uniq, inv = np.unique(op.astype(str), return_inverse=True)
         names = [str(u) for u in uniq.tolist()]
         c["name"] = self.codes(names)[inv.reshape(-1)]
@@ -438,6 +476,7 @@ class _Events(EventColumns):
     # -- sources ----------------------------------------------------------------------------
     def _agents(self, agents: list[_Agent]) -> None:
         gpus = [a for a in agents if a.type == GPU_AGENT]
+        self.host_agents = {a.id.handle for a in agents if a.type != GPU_AGENT}
         for i, a in enumerate(gpus):
             dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
             self.device_of[a.id.handle] = dev
@@ -449,7 +488,7 @@ class _Events(EventColumns):
         c["start"] = _ints(records, _get("start_timestamp"))
         c["end"] = _ints(records, _get("end_timestamp"))
         c["correlation"] = _ints(corr, _get("internal"))
-        c["external_id"] = np.fromiter((_external(x.external) for x in corr), np.int64, len(corr))
+        c["external_id"] = _externals(corr)
 
     def _kernels(self, ds: list[_Dispatch], symbols: list[_Symbol]) -> dict[str, np.ndarray]:
         c = self.base(len(ds), "kernel")
@@ -459,11 +498,12 @@ class _Events(EventColumns):
         info = list(map(_get("dispatch_info"), ds))
         c["device"] = self.devices(_ints(info, _get("agent_id.handle")), "a kernel dispatch")
         streams = list(map(_get("stream_id"), ds))
-        if any(s is not None for s in streams):  # the HIP stream; the HSA queue for records without one
-            queue = _ints(info, _get("queue_id.handle"))
-            c["stream"] = np.fromiter((q if s is None else s.handle for s, q in zip(streams, queue.tolist())), np.int64)
-        else:
+        has = np.fromiter(map(_NOT_NONE, streams), bool, len(streams))
+        if has.all():  # the HIP stream
+            c["stream"] = _ints(streams, _get("handle"))
+        else:  # the HSA queue for records without one
             c["stream"] = _ints(info, _get("queue_id.handle"))
+            c["stream"][has] = _ints([streams[i] for i in np.flatnonzero(has).tolist()], _get("handle"))
         for col, get in zip(
             GRID_COLUMNS,
             ("grid_size.x", "grid_size.y", "grid_size.z", "workgroup_size.x", "workgroup_size.y", "workgroup_size.z"),
@@ -497,9 +537,9 @@ class _Events(EventColumns):
         self._common(c, cs)
         inv, op_names = self._op_names(cs, ops)
         op = np.array(op_names, object)[inv]
-        self.copy_columns(c, op, _ints(cs, _get("dst_agent_id.handle")), _ints(cs, _get("src_agent_id.handle")))
         streams = list(map(_get("stream_id"), cs))
-        c["stream"] = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
+        stream = np.fromiter((-2 if s is None else s.handle for s in streams), np.int64, len(cs))
+        self.copy_columns(c, op, _ints(cs, _get("dst_agent_id.handle")), _ints(cs, _get("src_agent_id.handle")), stream)
         c["bytes"] = _ints(cs, _get("bytes"))
         return c
 
