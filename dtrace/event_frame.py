@@ -118,6 +118,10 @@ def events(
         ``cache``, else a temporary folder removed when the process ends).
     columns
         Only these columns (the index ``rank`` always comes).
+    cache
+        For a results directory: the ingest cache of its analysis (default ``OUT/cache``, never
+        the folder its manifest names; give it for a run made with ``--cache DIR``). For inputs:
+        where they are ingested.
     partition_events
         Target events per partition, as in :func:`dtrace.analyze`; by default a results
         directory keeps the partitions of its analysis.
@@ -138,10 +142,10 @@ def events(
             raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
     if path is not None and os.path.isfile(os.path.join(path, "manifest.json")):
-        from .results import load
+        from .results import cache_of, load
 
         manifest = load(path).manifest
-        specs = part_specs(manifest)
+        specs = part_specs(manifest, cache or cache_of(path))
         partitions = (
             plan_partitions(specs, partition_events)
             if partition_events
@@ -187,13 +191,13 @@ def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
     return [PartitionSpec(k, tuple(g)) for k, (_, g) in enumerate(sorted(groups.items()))]
 
 
-def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
-    """The cached parts (rank, device) a finished analysis analysed — only the ``wanted`` ones
-    if given (only their inputs' cache entries are opened). Raises :class:`UsageError` when an
-    input's cached events are gone or no longer those analysed."""
+def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
+    """The cached parts (rank, device) a finished analysis analysed, read from ``cache_dir``
+    (``OUT/cache``, :func:`dtrace.results.cache_of`; never the manifest's ``cache`` field) —
+    only the ``wanted`` ones if given (only their inputs' cache entries are opened). Raises
+    :class:`UsageError` when an input's cached events are gone or no longer those analysed."""
     from .cache import lookup
 
-    cache_dir = manifest.get("cache")
     specs: list[PartSpec] = []
     for item in manifest.get("inputs", []):
         if item.get("status") != "ok" or item.get("summary"):
@@ -205,15 +209,25 @@ def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = N
         }
         if not where:
             continue
-        rec, _ = lookup(cache_dir, item["path"], verify=False) if cache_dir else (None, None)
+        rec, _ = lookup(cache_dir, item["path"], verify=False)
         if rec is None or rec.fingerprint != item.get("fingerprint"):
             raise UsageError(
-                f"{item['path']}: its cached events are gone or changed since the analysis; run dtrace analyze again"
+                f"{item['path']}: its cached events are gone from {cache_dir} or changed since the analysis; "
+                f"run dtrace analyze again{_elsewhere(manifest, cache_dir)}"
             )
         for p in rec.parts:
             if p.local_index in where:
                 specs.append(part_spec(rec, p, int(where[p.local_index]["rank"])))
     return specs
+
+
+def _elsewhere(manifest: dict[str, Any], cache_dir: str) -> str:
+    """A hint when the analysis recorded another cache folder (``--cache DIR``): the field is
+    shown, never followed."""
+    used = manifest.get("cache")
+    if not isinstance(used, str) or os.path.abspath(used) == os.path.abspath(cache_dir):
+        return ""
+    return f" (its manifest says it used the cache {used}: pass that folder as cache= / --cache to read it)"
 
 
 def _specs_of_inputs(

@@ -45,6 +45,7 @@ from .errors import OutputError, ResultsError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+CACHE = "cache"
 #: What a table name must look like (the results contract's names are identifiers).
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 STAGING_PREFIX = ".staging-"
@@ -118,6 +119,21 @@ class Results:
             f"<dtrace.Results {self.path or '(in memory)'}: {n_ok} inputs ok, {len(self.errors)} failed; "
             f"tables: {', '.join(self.table_names)}>"
         )
+
+
+def cache_of(out: str | os.PathLike[str]) -> str:
+    """The ingest cache of the results folder ``out``: ``OUT/cache``, always.
+
+    The manifest's ``cache`` field only records where the run's cache was; it is never read as a
+    path (a hand-edited or copied manifest could point anywhere). The cache of a run made with
+    ``--cache DIR`` is read by passing ``DIR`` again (``cache=DIR``, ``--cache DIR``).
+
+    Examples
+    --------
+    >>> cache_of("run42/results")
+    'run42/results/cache'
+    """
+    return os.path.join(os.fspath(out), CACHE)
 
 
 def table_path(out: str, name: object) -> str:

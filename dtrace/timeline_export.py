@@ -39,7 +39,7 @@ from ._version import __version__
 from .batch import Batch, prepare_part
 from .errors import UsageError
 from .options import Options
-from .results import Results, load
+from .results import Results, cache_of, load
 
 KEYS = ["rank", "device"]
 ROLES = ("straggler", "slowest", "fastest", "median")
@@ -71,20 +71,29 @@ class CachedPart:
 
 
 def read_parts(
-    results: Results, parts: Iterable[tuple[int, int]], windows: Mapping[tuple[int, int], tuple[int, int]] | None = None
+    results: Results,
+    parts: Iterable[tuple[int, int]],
+    windows: Mapping[tuple[int, int], tuple[int, int]] | None = None,
+    *,
+    cache: str | None = None,
 ) -> dict[tuple[int, int], CachedPart]:
     """Read the cached events of these (rank, device) parts, each only inside its window if given.
 
     ``windows`` maps a part to ``(lo, hi)`` ns on that part's own clock: only events that
-    overlap it are kept (side-table rows are renumbered to match). Nothing of any other part is
-    read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries). Raises
-    :class:`UsageError` when a part is not in the results or its cached events are gone.
+    overlap it are kept (side-table rows are renumbered to match). The events come from
+    ``cache`` (default ``OUT/cache``; never from where the manifest says). Nothing of any other
+    part is read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries).
+    Raises :class:`UsageError` when a part is not in the results or its cached events are gone.
     """
     from .cache import read_part_tables
     from .event_frame import part_specs
 
+    if cache is None:
+        if results.path is None:
+            raise UsageError("results held in memory: give the cache folder of their events (cache=DIR)")
+        cache = cache_of(results.path)
     wanted = {(int(k[0]), int(k[1])) for k in parts}
-    specs = {(s.rank, s.device): s for s in part_specs(results.manifest, wanted)}
+    specs = {(s.rank, s.device): s for s in part_specs(results.manifest, cache, wanted)}
     out = {}
     for key in sorted(wanted):
         if key not in specs:
@@ -276,7 +285,7 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[key.isin(pd.MultiIndex.from_frame(parts[KEYS]))].reset_index(drop=True)
 
 
-def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, Any]:
+def build(results: Results, sel: Selection, *, host: bool = False, cache: str | None = None) -> dict[str, Any]:
     """The Chrome trace-event document of a :class:`Selection` (see the module docstring)."""
     parts = sel.parts
     off = dict(zip(map(tuple, parts[KEYS].to_numpy().tolist()), parts["offset_ns"].tolist()))
@@ -284,7 +293,7 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     windows = None
     if sel.window is not None:
         windows = {k: (sel.window[0] + off[k], sel.window[1] + off[k]) for k in keys}
-    cached = read_parts(results, keys, windows)
+    cached = read_parts(results, keys, windows, cache=cache)
     opts = _options(results)
     coll = _collective_rows(results, parts)
     if len(coll):
@@ -600,6 +609,7 @@ def timeline(
     step: int | None = None,
     window: tuple[int, int] | str | None = None,
     host: bool = False,
+    cache: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The chosen ranks during one step (or window) as a Chrome / Perfetto trace, on one clock.
 
@@ -619,6 +629,9 @@ def timeline(
         ``"START:END"`` text (ms by default, units ns/us/ms/s).
     host
         Also export the host threads (ops, launches, annotations) of the window.
+    cache
+        The ingest cache holding the events (default ``OUT/cache``; give it for a run made with
+        ``--cache DIR``).
 
     Returns
     -------
@@ -636,7 +649,7 @@ def timeline(
     """
     res = results if isinstance(results, Results) else load(results)
     sel = choose(res, ranks=ranks, step=step, window=window)
-    return build(res, sel, host=host)
+    return build(res, sel, host=host, cache=os.fspath(cache) if cache is not None else None)
 
 
 __all__ = ["timeline", "read_parts", "choose", "build", "encode", "parse_window", "CachedPart", "Selection"]

@@ -129,7 +129,9 @@ def run_report(args: argparse.Namespace) -> int:
             from .timeline import run_timeline
 
             run_timeline(
-                argparse.Namespace(out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False)
+                argparse.Namespace(
+                    out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False, cache=None
+                )
             )
         href = os.path.relpath(os.path.abspath(args.timeline), os.path.dirname(os.path.abspath(args.output)))
     write_text(args.output, report(res, title=args.title, max_bars=args.max_bars, timeline=href))

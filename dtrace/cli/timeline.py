@@ -51,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a time window instead of a step, since the job's first GPU event (ms; or with units: 12500us:14ms)",
     )
     t.add_argument("--host", action="store_true", help="also export the host threads (ops, launches)")
+    t.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     t.set_defaults(func=run_timeline)
 
     w = sub.add_parser(
@@ -135,7 +136,9 @@ def run_timeline(args: argparse.Namespace) -> int:
     from ..timeline_export import encode, timeline
 
     res = load(args.out)
-    trace = timeline(res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host)
+    trace = timeline(
+        res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host, cache=args.cache
+    )
     data = encode(trace, args.output)
 
     write_bytes(args.output, data)

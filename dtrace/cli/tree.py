@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", action="store_true", help="also nest python_function events")
     p.add_argument("--times", action="store_true", help="show host durations and GPU time per node")
     p.add_argument("--width", type=int, default=64, help="cut names after this many characters (0: never)")
+    p.add_argument(
+        "--cache", default=None, metavar="DIR", help="of a results directory: its ingest cache (default: OUT/cache)"
+    )
     p.set_defaults(func=run_tree)
 
     o = sub.add_parser(
@@ -95,7 +98,7 @@ def run_tree(args: argparse.Namespace) -> int:
     from ..units import fmt_time
 
     with reading(args.trace):
-        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
+        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options(), cache=args.cache)
     tree = Tree.from_batch(part, python=args.python)
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
