@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
     _ISAL_ERRORS = ()
 
 from .errors import DtraceError, InputError, NoGPUActivity
-from .fileio import atomic_write_bytes
+from .fileio import atomic_write_bytes, read_regular
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
@@ -145,15 +145,9 @@ def check_cache_dir(cache_dir: str) -> None:
 
 # -- reading ---------------------------------------------------------------------------------
 def read_file(path: str) -> bytes:
-    """The bytes of a regular file, never through a symbolic link."""
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
+    """The bytes of a regular file, never through a symbolic link; a FIFO or a device is refused
+    without blocking (:func:`dtrace.fileio.read_regular`)."""
+    return read_regular(path, follow_links=False)
 
 
 def fingerprint_bytes(data: bytes) -> str:

@@ -48,8 +48,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import UsageError
+from .fileio import read_regular
 
 OTHER = "other"
+MAX_CLASSMAP_BYTES = 64 << 20
+"""The largest class-map file read (the largest seed-tool map is a few KB)."""
 SUBSTRING_LEFTOVER = "others"
 SUBSTRING_NCCL = "nccl"
 REGEX_LEFTOVER = "misc"
@@ -422,9 +425,8 @@ def _builtin() -> BuiltinClassifier:
 
 @functools.lru_cache(maxsize=16)
 def _load_file(path: str, _mtime_ns: int, _size: int, engine: str | None, model: str | None) -> Classifier:
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = json.load(f)
+    try:  # a FIFO or a device (/dev/zero) is refused, never read for ever
+        spec = json.loads(read_regular(path, limit=MAX_CLASSMAP_BYTES).decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"class map {path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:

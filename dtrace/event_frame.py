@@ -141,7 +141,7 @@ def events(
         if unknown:
             raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if path is not None and os.path.isfile(os.path.join(path, "manifest.json")):
+    if path is not None and os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json")):
         from .results import cache_of, load
 
         manifest = load(path).manifest

@@ -19,7 +19,9 @@ from .plan import expand_inputs, part_spec, rank_from_filename
 
 
 def is_results_dir(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))
+    """Whether ``path`` is a results folder: it holds a ``manifest.json`` (of any file type: a
+    FIFO planted there is then refused by :func:`dtrace.load`, never read as traces)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json"))
 
 
 def _from_file(

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from .errors import OutputError, ResultsError
+from .fileio import open_regular, read_regular
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -160,7 +161,8 @@ def table_path(out: str, name: object) -> str:
 
 def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
-        t = pq.ParquetFile(path).read(use_threads=False)  # not the dataset API: ~1 ms less per table
+        with open_regular(path) as f:  # a FIFO planted in OUT is refused, never waited on
+            t = pq.ParquetFile(f).read(use_threads=False)  # not the dataset API: ~1 ms less per table
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
@@ -268,10 +270,8 @@ def intact(out: str, manifest: dict[str, Any]) -> bool:
         return False
     for name in names:
         try:
-            fd = os.open(table_path(out, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as f:
-                if xxhash.xxh3_128_hexdigest(f.read()) != fps[name]:
-                    return False
+            if xxhash.xxh3_128_hexdigest(read_regular(table_path(out, name), follow_links=False)) != fps[name]:
+                return False
         except (OSError, ResultsError):
             return False
     return True
@@ -299,7 +299,8 @@ def _remove_stale_tables(out: str, old: dict[str, Any], keep: set[str]) -> None:
         if os.path.islink(p) or not os.path.isfile(p):
             continue
         try:
-            md = pq.read_schema(p).metadata or {}
+            with open_regular(p, follow_links=False) as f:
+                md = pq.read_schema(f).metadata or {}
         except (OSError, pa.ArrowInvalid):
             continue
         if md.get(b"dtrace.run_id", b"").decode(errors="replace") == run_id:
@@ -376,17 +377,16 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         root, real = os.path.realpath(path), os.path.realpath(mf)
         if os.path.commonpath([root, real]) != root:
             raise ResultsError(f"{mf}: is a link to {real}, outside the results directory; refusing to read it")
+    if os.path.isdir(mf):
+        raise ResultsError(f"{mf} is a directory, not a manifest")
     try:
-        with open(mf, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(read_regular(mf))  # a FIFO or a device is refused, never waited on
     except FileNotFoundError:
         if missing_ok:
             return None
         if os.path.isdir(path) and any(n.endswith(".parquet") for n in os.listdir(path)):
             raise ResultsError(f"{path}: results are incomplete (no {MANIFEST}: the run did not finish)") from None
         raise ResultsError(f"{path}: not a dtrace results directory (no {MANIFEST})") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{mf} is a directory, not a manifest") from None
     except OSError as exc:
         raise ResultsError(f"{mf}: cannot read the manifest: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:

@@ -54,6 +54,13 @@ from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
+MAX_RANKS = 65_536
+"""The largest generated job (``generate``, ``from_trace``)."""
+MAX_KERNELS_PER_RANK = 1_000_000
+"""At most this many compute kernels per rank (``steps × kernels_per_step``): ~0.3 GB of JSON."""
+MAX_JOB_KERNELS = 20_000_000
+"""At most this many compute kernels in a generated job (``ranks × steps × kernels_per_step``)."""
+MAX_CLOCK_OFFSET_NS = 1_000_000_000_000
 
 
 @dataclass(frozen=True)
@@ -801,14 +808,33 @@ def generate(
     >>> truth["stragglers"], truth["tp"], truth["dp"]
     ([5], 8, 2)
     """
+    for name, value in (
+        ("ranks", ranks),
+        ("steps", steps),
+        ("gpus_per_host", gpus_per_host),
+        ("streams", streams),
+        ("kernels_per_step", kernels_per_step),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"{name} must be a whole number, not {value!r}")
     if ranks < 1 or steps < 1:
         raise UsageError("ranks and steps must be >= 1")
+    if ranks > MAX_RANKS:
+        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
+    if steps * kernels_per_step > MAX_KERNELS_PER_RANK or ranks * steps * kernels_per_step > MAX_JOB_KERNELS:
+        raise UsageError(
+            f"ranks={ranks:,}, steps={steps:,}, kernels_per_step={kernels_per_step:,}: at most "
+            f"{MAX_KERNELS_PER_RANK:,} kernels per rank (steps x kernels_per_step) and {MAX_JOB_KERNELS:,} "
+            "in the job"
+        )
     if gpus_per_host < 1 or streams < 1 or kernels_per_step < 1:
         raise UsageError("gpus_per_host, streams and kernels_per_step must be >= 1")
     if streams > len(STREAM_IDS_BASE):
         raise UsageError(f"at most {len(STREAM_IDS_BASE)} compute streams")
-    if clock_offset_ns < 0 or jitter < 0:
-        raise UsageError("clock_offset_ns and jitter must be >= 0")
+    if not 0 <= clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
+        raise UsageError(f"clock_offset_ns must be from 0 to {MAX_CLOCK_OFFSET_NS:,} (1000 s), got {clock_offset_ns!r}")
+    if not 0 <= jitter <= 1:
+        raise UsageError(f"jitter must be from 0 to 1 (a log-normal sigma), got {jitter!r}")
     tp = _default_tp(ranks, gpus_per_host) if tp is None else int(tp)
     if tp < 1 or ranks % tp:
         raise UsageError(f"tp={tp} does not divide ranks={ranks}")
@@ -889,6 +915,8 @@ def from_trace(
 
     if ranks < 1 or tile < 1:
         raise UsageError("ranks and tile must be >= 1")
+    if ranks > MAX_RANKS:
+        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     suffix = ".json.gz" if gzip else ".json"

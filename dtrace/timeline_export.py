@@ -33,11 +33,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._version import __version__
 from .batch import Batch, prepare_part
-from .errors import UsageError
+from .errors import ResultsError, UsageError
+from .fileio import open_regular
 from .options import Options
 from .results import Results, cache_of, load
 
@@ -275,7 +277,7 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     ranks = sorted(int(r) for r in parts["rank"].unique())
     path = os.path.join(results.path, "collectives.parquet") if results.path else None
     if path and os.path.exists(path):
-        rows = pq.read_table(path, filters=[("rank", "in", ranks)]).to_pandas()
+        rows = _read_rows(path, ranks, results.manifest.get("run_id"))
     else:
         rows = results.collectives
         rows = rows.loc[rows["rank"].isin(ranks)]
@@ -283,6 +285,23 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     key = pd.MultiIndex.from_frame(rows[KEYS])
     return rows.loc[key.isin(pd.MultiIndex.from_frame(parts[KEYS]))].reset_index(drop=True)
+
+
+def _read_rows(path: str, ranks: list[int], run_id: object) -> pd.DataFrame:
+    """The rows of ``ranks`` of a results table (a regular file of this run; one-line errors)."""
+    try:
+        with open_regular(path) as f:  # a FIFO planted in OUT is refused, never waited on
+            t = pq.read_table(f, filters=[("rank", "in", ranks)])
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(
+            f"{path}: cannot read results table: {exc.strerror if isinstance(exc, OSError) else exc}"
+        ) from None
+    got = (t.schema.metadata or {}).get(b"dtrace.run_id", b"").decode(errors="replace")
+    if isinstance(run_id, str) and run_id and got != run_id:
+        raise ResultsError(
+            f"{path}: table is from another run ({got}) than the manifest ({run_id}); re-run dtrace analyze"
+        )
+    return t.to_pandas()
 
 
 def build(results: Results, sel: Selection, *, host: bool = False, cache: str | None = None) -> dict[str, Any]:

@@ -109,7 +109,7 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
     """
     from ..results import MANIFEST, load
 
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
+    if os.path.isdir(path) and os.path.lexists(os.path.join(path, MANIFEST)):
         res = load(path)
         used = res.manifest.get("options", {})
         default = Options()
