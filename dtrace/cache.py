@@ -289,9 +289,9 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
             or not all(isinstance(v, str) for v in cs.values())
         ):
             raise ValueError("part checksums missing")
-        for k in ("device", "local_index", "n_events"):
-            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool):
-                raise TypeError(f"part field {k!r} is not an int")
+        for k, (lo, hi) in _PART_INTS.items():
+            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool) or not lo <= p[k] <= hi:
+                raise TypeError(f"part field {k!r} is not an int from {lo} to {hi}")
         sums.update(cs)
         parts.append(
             PartRecord(
@@ -302,6 +302,7 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
                 **{k: os.path.join(d, v) for k, v in names.items()},
             )
         )
+    _check_meta(r["meta"])
     rec = FileRecord(
         path=r["path"],
         format=r["format"],
@@ -314,6 +315,26 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         meta=r["meta"],
     )
     return rec, sums
+
+
+_PART_INTS = {"device": (_I32_MIN, _I32_MAX), "local_index": (0, _I32_MAX), "n_events": (0, 2**63 - 1)}
+#: The record's ``meta`` values that are read back, and their ranges (None allowed for all).
+_META_INTS = {"base_time_ns": (-(2**63), 2**63 - 1), "events": (0, 2**63 - 1), "n_devices": (1, _I32_MAX)}
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    """The ``meta`` values the planner and the manifest read (the time origin, event and device
+    counts, dropped events by reason) must have their types and ranges (raises TypeError)."""
+    for k, (lo, hi) in _META_INTS.items():
+        v = meta.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
+            raise TypeError(f"meta field {k!r} is not an int from {lo} to {hi}")
+    dropped = meta.get("dropped_events")
+    if dropped is not None and (
+        not isinstance(dropped, dict)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63 for n in dropped.values())
+    ):
+        raise TypeError("meta field 'dropped_events' is not counts by reason")
 
 
 def read_part_tables(spec: Any) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -488,11 +509,13 @@ def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
         return f"{apath}: {exc}", type(exc).__name__
     if isinstance(exc, MemoryError):
         return f"{apath}: out of memory while reading", "MemoryError"
+    if isinstance(exc, RecursionError):  # a decoder met JSON nested deeper than Python's stack
+        return f"{apath}: the JSON is nested too deeply to read", InputError.__name__
     if isinstance(exc, OSError):
         where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) != apath else "reading"
         return f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
     if isinstance(exc, UNDECODABLE):  # the input's own bytes, whichever reader met them: not a bug of ours
-        return f"{apath}: {_undecodable(exc)}", InputError.__name__
+        return f"{apath}: {undecodable(exc)}", InputError.__name__
     # a bug or an unforeseen format quirk: fail this input only
     tb = traceback.extract_tb(exc.__traceback__)[-1]
     return (
@@ -501,7 +524,7 @@ def ingest_error(apath: str, exc: BaseException) -> tuple[str, str]:
     ), "InternalError"
 
 
-def _undecodable(exc: BaseException) -> str:
+def undecodable(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         bad = exc.object[exc.start : exc.start + 1]
         byte = f"byte 0x{bytes(bad).hex()}" if isinstance(bad, (bytes, bytearray, memoryview)) and bad else "a byte"

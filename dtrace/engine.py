@@ -263,7 +263,7 @@ class Engine:
         try:
             if self.client is None:
                 return self._map_local(func, list(items), args, split, progress)
-            return self._map_cluster(func, list(items), args, split, progress)
+            return self._map_cluster(_OnWorker(func), list(items), args, split, progress)
         finally:
             progress.close()
 
@@ -341,6 +341,30 @@ class Engine:
         return [results[k] for k in sorted(results)]
 
 
+class TaskInterrupted(Exception):
+    """A task on a worker raised ``KeyboardInterrupt`` (code it ran, a user's analysis say)."""
+
+
+class _OnWorker:
+    """A task function as run on a Dask worker (its tasks keep the function's name as key prefix).
+
+    Signals reach a process's main thread only and Dask runs tasks in other threads, so a
+    ``KeyboardInterrupt`` in a task is not the user's Ctrl-C (that one stops the client) but an
+    exception raised by the code the task ran. Left alone it would kill the worker, and every
+    retry another one; as :class:`TaskInterrupted` it fails its task like any other exception.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.__name__ = getattr(func, "__name__", "task")
+
+    def __call__(self, item: Any, *args: Any) -> Any:
+        try:
+            return self.func(item, *args)
+        except KeyboardInterrupt:
+            raise TaskInterrupted("KeyboardInterrupt raised by the code the task ran (not a Ctrl-C)") from None
+
+
 def _killed(exc: BaseException | None) -> bool:
     """Whether a task failed because the worker process running it died (Dask's ``KilledWorker``)."""
     return type(exc).__name__ == "KilledWorker"
@@ -355,6 +379,8 @@ def _reason(exc: BaseException | None) -> str:
             "the worker process died each time it ran this input (killed for using too much memory, or a "
             "crash in a native library)"
         )
+    if isinstance(exc, TaskInterrupted):
+        return str(exc)
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
     return f"internal error ({name}: {' '.join(str(exc).split())}{where})"

@@ -92,7 +92,9 @@ def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> 
             raise NotRegularError(
                 errno.EINVAL, f"is {what}, not a regular file: refused without reading it", os.fspath(path)
             )
-        return os.fdopen(fd, "rb")
+        f = os.fdopen(fd, "rb")
+        f.raw.name = os.fspath(path)  # type: ignore[attr-defined]  # the path, not the descriptor, in messages
+        return f
     except BaseException:
         os.close(fd)
         raise

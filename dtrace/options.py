@@ -7,6 +7,8 @@ any work, by :func:`dtrace.api.make_options`.
 
 from __future__ import annotations
 
+import numbers
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -14,6 +16,23 @@ from .errors import UsageError
 
 COMPAT = ("default", "tracelens")
 RANK_BY = ("auto", "order")
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_TIME_NS = 10**15
+"""The largest time setting (gap thresholds, histogram bounds): 1e15 ns, 11.6 days."""
+MAX_HIST_BINS = 10_000
+"""The most gap-histogram bins (each is a row per stream and part)."""
+#: The whole-number settings: (lowest, highest, None allowed).
+WHOLE: dict[str, tuple[int, int, bool]] = {
+    "step": (INT64_MIN, INT64_MAX, True),
+    "kernel_wait_ns": (0, MAX_TIME_NS, False),
+    "hist_min_ns": (0, MAX_TIME_NS, True),
+    "hist_max_ns": (0, MAX_TIME_NS, True),
+    "hist_bins": (1, MAX_HIST_BINS, False),
+    "iters": (1, INT32_MAX, True),
+    "summary_gpus": (1, INT32_MAX, True),
+    "gpus_per_host": (0, INT32_MAX, False),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +93,27 @@ class Options:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, (lo, hi, optional) in WHOLE.items():
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
+                raise UsageError(
+                    f"{name} must be a whole number from {lo:,} to {hi:,}{' or None' if optional else ''}, not {v!r}"
+                )
+            object.__setattr__(self, name, int(v))
+        for name in ("linked_only", "hist_log"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        for name in ("straggler_method", "step_pattern"):
+            if not isinstance(getattr(self, name), str):
+                raise UsageError(f"{name} must be a str, not {getattr(self, name)!r}")
+        try:
+            re.compile(self.step_pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise UsageError(f"step_pattern {self.step_pattern!r} is not a regular expression: {exc}") from None
+        if not isinstance(self.extra, dict):
+            raise UsageError(f"extra must be a dict, not {type(self.extra).__name__}")
         if self.compat not in COMPAT:
             raise UsageError(f"unknown compat mode {self.compat!r}; valid: {', '.join(COMPAT)}")
         if self.rank_by not in RANK_BY:

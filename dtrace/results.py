@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import fields
 from typing import Any, Iterator
 
 try:
@@ -41,8 +42,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from .errors import OutputError, ResultsError
+from .errors import OutputError, ResultsError, UsageError
 from .fileio import open_regular, read_regular
+from .options import Options
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -407,15 +409,60 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "created": (str,),
     "dtrace_version": (str,),
     "run_id": (str,),
+    "run_key": (str,),
     "format_version": (int,),
+    "cache": (str,),
+    "notes": (list,),
+    "phases": (dict,),
+    "execution": (str,),
+    "analyses": (list,),
+    "partitions": (list,),
+    "table_fingerprints": (dict,),
 }
 _INPUT_FIELDS: dict[str, tuple[type, ...]] = {
     "path": (str,),
     "format": (str, type(None)),
     "status": (str,),
     "error": (str, type(None)),
+    "error_type": (str, type(None)),
     "events": (int, type(None)),
+    "ranks": (list,),
+    "parts": (list,),
+    "size": (int,),
+    "mtime_ns": (int,),
+    "fingerprint": (str, type(None)),
+    "notes": (list,),
+    "dropped_events": (dict,),
 }
+#: Fields of the items of the manifest's lists: ``partitions[]``, ``inputs[].parts[]``.
+_PARTITION_FIELDS: dict[str, tuple[type, ...]] = {"ranks": (list,), "parts": (int,), "events": (int,)}
+_PART_FIELDS: dict[str, tuple[type, ...]] = {"rank": (int,), "device": (int,), "local_index": (int,)}
+
+
+def _kind(v: object) -> str:
+    return "bool" if isinstance(v, bool) else type(v).__name__
+
+
+def _check_fields(d: dict[str, Any], kinds: dict[str, tuple[type, ...]], where: str) -> str | None:
+    """What is wrong with the fields of ``d`` that ``kinds`` types (None: nothing); a bool is no int."""
+    for key, allowed in kinds.items():
+        if key not in d:
+            continue
+        v = d[key]
+        if not isinstance(v, allowed) or (isinstance(v, bool) and bool not in allowed):
+            return f"{where}{key} is a {_kind(v)}, expected a {' or '.join(k.__name__ for k in allowed)}"
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            return f"{where}{key} is {v}, beyond a 64-bit integer"
+    return None
+
+
+def _is_ints(v: object, n: int) -> bool:
+    """Whether ``v`` is a list of ``n`` integers (``[rank, device]``)."""
+    return (
+        isinstance(v, list)
+        and len(v) == n
+        and all(isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63 for x in v)
+    )
 
 
 def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
@@ -447,13 +494,42 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     for i, item in enumerate(manifest.get("inputs", [])):
         if not isinstance(item, dict):
             raise bad(f"inputs[{i}] is a {type(item).__name__}, not an object")
-        for key, kinds in _INPUT_FIELDS.items():
-            if key in item and not isinstance(item[key], kinds):
-                raise bad(f"inputs[{i}].{key} is a {type(item[key]).__name__}")
+        wrong = _check_fields(item, _INPUT_FIELDS, f"inputs[{i}].")
+        if wrong:
+            raise bad(wrong)
+        for j, pair in enumerate(item.get("ranks", [])):
+            if not _is_ints(pair, 2):
+                raise bad(f"inputs[{i}].ranks[{j}] is {pair!r}, not a [rank, device] pair")
+        for j, part in enumerate(item.get("parts", [])):
+            wrong = _check_fields(part, _PART_FIELDS, f"inputs[{i}].parts[{j}].") if isinstance(part, dict) else ""
+            if wrong is not None or not all(k in part for k in _PART_FIELDS):
+                raise bad(wrong or f"inputs[{i}].parts[{j}] is not an object with rank, device and local_index")
+        if not all(isinstance(n, str) for n in item.get("notes", [])):
+            raise bad(f"inputs[{i}].notes holds something other than text")
+        if not all(_is_ints([n], 1) for n in item.get("dropped_events", {}).values()):
+            raise bad(f"inputs[{i}].dropped_events holds something other than counts")
+    for i, p in enumerate(manifest.get("partitions", [])):
+        wrong = _check_fields(p, _PARTITION_FIELDS, f"partitions[{i}].") if isinstance(p, dict) else ""
+        if wrong is not None or not _is_ints(p.get("ranks"), 2):
+            raise bad(wrong or f"partitions[{i}] is not an object with ranks [first, last]")
+    for key in ("notes", "analyses"):
+        if not all(isinstance(n, str) for n in manifest.get(key, [])):
+            raise bad(f"field {key!r} holds something other than text")
     for key, why in manifest.get("absent_tables", {}).items():
         if not isinstance(why, str):
             raise bad(f"absent_tables[{key!r}] is a {type(why).__name__}, not a str")
+    _check_options(manifest.get("options", {}), bad)
     return manifest
+
+
+def _check_options(opts: dict[str, Any], bad: Any) -> None:
+    """The recorded analysis options must be valid :class:`~dtrace.options.Options` (renderers and
+    the timeline read them back)."""
+    known = {f.name for f in fields(Options)}
+    try:
+        Options.from_kwargs(**{k: v for k, v in opts.items() if k in known and k != "classmap"})
+    except (UsageError, TypeError, ValueError) as exc:
+        raise bad(f"field 'options': {exc}") from None
 
 
 def load(path: str | os.PathLike[str]) -> Results:

@@ -49,17 +49,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .constants import FAULT_KINDS
+from .constants import FAULT_KINDS, SPEEDUP_RANGE
+from .constants import SYNTH_MAX_JOB_KERNELS as MAX_JOB_KERNELS
+from .constants import SYNTH_MAX_KERNELS_PER_RANK as MAX_KERNELS_PER_RANK
+from .constants import SYNTH_MAX_RANKS as MAX_RANKS
+from .constants import SYNTH_MAX_TILE as MAX_TILE
 from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
-MAX_RANKS = 65_536
-"""The largest generated job (``generate``, ``from_trace``)."""
-MAX_KERNELS_PER_RANK = 1_000_000
-"""At most this many compute kernels per rank (``steps × kernels_per_step``): ~0.3 GB of JSON."""
-MAX_JOB_KERNELS = 20_000_000
-"""At most this many compute kernels in a generated job (``ranks × steps × kernels_per_step``)."""
 MAX_CLOCK_OFFSET_NS = 1_000_000_000_000
 
 
@@ -321,8 +319,10 @@ def _check_speedup(speedup: Mapping[str, float] | None) -> dict[str, float]:
             factor = float(f)
         except (TypeError, ValueError):
             raise UsageError(f"speedup of class {cls!r} must be a number, not {f!r}") from None
-        if not factor > 0:
-            raise UsageError(f"speedup of class {cls!r} must be > 0, got {factor}")
+        if not SPEEDUP_RANGE[0] <= factor <= SPEEDUP_RANGE[1]:
+            raise UsageError(
+                f"speedup of class {cls!r} must be from {SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g}, got {factor:g}"
+            )
         out[str(cls)] = factor
     return out
 
@@ -913,8 +913,8 @@ def from_trace(
     """
     from .tile import tile_trace
 
-    if ranks < 1 or tile < 1:
-        raise UsageError("ranks and tile must be >= 1")
+    if ranks < 1 or not 1 <= tile <= MAX_TILE:
+        raise UsageError(f"ranks must be >= 1 and tile from 1 to {MAX_TILE:,}")
     if ranks > MAX_RANKS:
         raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
     out = os.fspath(out_dir)

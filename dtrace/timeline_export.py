@@ -53,6 +53,8 @@ HOST_KIND_CAT = {
     "other": "other",
 }
 GPU_KIND_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
+MAX_WINDOW_NS = 10**17
+"""The farthest a ``--window`` bound may lie from the job's first GPU event (3.2 years)."""
 WINDOW_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
@@ -112,8 +114,9 @@ def read_parts(
 
 
 def _renumber(side: pd.DataFrame, kept: np.ndarray) -> pd.DataFrame:
-    if not len(side):
-        return side
+    """The side-table rows of the events ``kept`` (positions), numbered by their new positions."""
+    if not len(side) or not len(kept):  # nothing kept: a window outside this part's events
+        return side.iloc[:0]
     pos = np.searchsorted(kept, side["row"].to_numpy())
     ok = (pos < len(kept)) & (kept[np.minimum(pos, len(kept) - 1)] == side["row"].to_numpy())
     return side.loc[ok].assign(row=pos[ok]).reset_index(drop=True)
@@ -153,7 +156,10 @@ def parse_window(text: str) -> tuple[int, int]:
         m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d*)?|[-+]?\.\d+)\s*(ns|us|µs|ms|s)?\s*", p)
         if not m:
             raise UsageError(f"--window {text!r}: {p!r} is not a time (e.g. 12.5, 12500us, 0.0125s)")
-        vals.append(int(round(float(m.group(1)) * WINDOW_UNITS[m.group(2) or "ms"])))
+        ns = float(m.group(1)) * WINDOW_UNITS[m.group(2) or "ms"]
+        if not abs(ns) <= MAX_WINDOW_NS:  # 1e400 digits: inf; beyond int64 once an offset is added
+            raise UsageError(f"--window {text!r}: {p.strip()!r} is beyond {MAX_WINDOW_NS / 1e9 / 86400:,.0f} days")
+        vals.append(int(round(ns)))
     if vals[1] <= vals[0]:
         raise UsageError(f"--window {text!r}: END must be after START")
     return vals[0], vals[1]
@@ -193,6 +199,13 @@ def choose(
     steps = results.steps if "steps" in results.table_names else None
     if window is not None:
         lo, hi = parse_window(window) if isinstance(window, str) else (int(window[0]), int(window[1]))
+        last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
+        span = int((last - allp["offset_ns"].to_numpy(np.int64)).max()) - origin
+        if hi < 0 or lo > span:
+            raise UsageError(
+                f"the window {lo / 1e6:g}:{hi / 1e6:g} ms holds no GPU event: the job's GPU events span "
+                f"0:{span / 1e6:g} ms since its first one"
+            )
         win: tuple[int, int] | None = (origin + lo, origin + hi)
         step = None
         per = bd

@@ -24,6 +24,7 @@ from dtrace.cli.main import main
 from dtrace.errors import DtraceError
 from dtrace.plan import expand_inputs
 from dtrace.synth import generate
+from dtrace.tile import tile_trace
 
 
 @pytest.fixture(scope="module")
@@ -191,9 +192,13 @@ def test_scheduler_that_does_not_answer(analysed, tmp_path, capsys, monkeypatch)
 def test_synth_sizes_are_bounded(analysed, tmp_path, capsys):
     src = str(analysed / "job" / "rank-0.json.gz")
     t0 = time.perf_counter()
-    one_line(capsys, main(["synth", str(tmp_path / "big"), "--from-trace", src, "--tile", "1000000000"]), 2, "copies")
-    one_line(capsys, main(["synth", str(tmp_path / "big"), "--steps", "1000000000"]), 2, "steps")
+    one_line(capsys, main(["synth", str(tmp_path / "big"), "--from-trace", src, "--tile", "1000000000"]), 2, "--tile")
+    one_line(capsys, main(["synth", str(tmp_path / "big"), "--steps", "1000000000"]), 2, "--steps")
     one_line(capsys, main(["synth", str(tmp_path / "big"), "--steps", "100000", "--kernels-per-step", "1000"]), 2)
+    with pytest.raises(DtraceError, match="copies"):  # the library's own bound: the bytes it would write
+        tile_trace(src, str(tmp_path / "big.json"), times=5_000_000)
+    with pytest.raises(DtraceError, match="kernels per rank"):
+        generate(str(tmp_path / "big"), ranks=2, steps=10**9)
     assert time.perf_counter() - t0 < 20
     fifo = tmp_path / "src.json"
     os.mkfifo(fifo)

@@ -233,7 +233,7 @@ def test_only_the_chosen_parts_are_read(job16, monkeypatch):
     real_table, real_file = tx.pq.read_table, dtrace.cache.read_file
 
     def spy_table(path, *a, **kw):
-        read.append(os.fspath(path))
+        read.append(os.fspath(getattr(path, "name", path)))  # a path, or a file opened by open_regular
         return real_table(path, *a, **kw)
 
     def spy_file(path):

@@ -21,6 +21,8 @@ from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable, to_csv
 from .common import (
+    ID,
+    RANK,
     add_analysis_options,
     add_output_format,
     add_rows,
@@ -78,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="mean",
         help="sort kernel pairs by count, mean, max or std (aliases avg, avggap, maxgap, stdev); default mean",
     )
-    g.add_argument("--stream", type=int, default=None, help="only this stream")
+    g.add_argument("--stream", type=ID, default=None, help="only this stream")
     g.set_defaults(func=run_gaps)
 
 
@@ -92,8 +94,8 @@ def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_ali
         metavar="FILE",
         help="write the detail with full names (.csv, .json or text)",
     )
-    p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
-    p.add_argument("--pstep", dest="step", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=RANK, default=None, help="only this rank (default: all ranks)")
+    p.add_argument("--pstep", dest="step", type=ID, default=None, help=argparse.SUPPRESS)
     add_analysis_options(p)
     add_output_format(p)
 

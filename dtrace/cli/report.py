@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING
 from ..constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
 from ..render.escape import printable, to_csv
-from .common import add_output_format, add_rows, is_machine, rows_to_show, say, write_parquet, write_text
+from .common import (
+    add_output_format,
+    add_rows,
+    is_machine,
+    number,
+    rows_to_show,
+    say,
+    whole,
+    write_parquet,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from ..results import Results
@@ -33,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", default=None, help="page title")
     p.add_argument(
         "--max-bars",
-        type=int,
+        type=whole(1, 100_000),
         default=64,
         metavar="N",
         help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)",
@@ -153,11 +163,9 @@ def parse_wall_times(specs: list[str], labels: list[str], paths: list[str]) -> d
         if not sep or not key:
             raise UsageError(f"--wall-time {spec!r}: expected RUN=SECONDS")
         try:
-            seconds = float(val)
-        except ValueError:
-            raise UsageError(f"--wall-time {spec!r}: {val!r} is not a number of seconds") from None
-        if not seconds > 0:
-            raise UsageError(f"--wall-time {spec!r}: seconds must be > 0")
+            seconds = number(val, 0, 1e9, above=True)
+        except UsageError as exc:
+            raise UsageError(f"--wall-time {spec!r}: {exc} seconds") from None
         if key in labels:
             label = key
         elif os.path.normpath(key) in [os.path.normpath(p) for p in paths]:

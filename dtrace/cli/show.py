@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import UsageError
-from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
+from .common import RANK, add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("table", nargs="?", default=None)
     add_rows(p)
     p.add_argument("--sort", default=None, help="sort by this column (descending)")
-    p.add_argument("--rank", type=int, default=None, help="only this rank")
+    p.add_argument("--rank", type=RANK, default=None, help="only this rank")
     p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
     add_output_format(p)
     p.set_defaults(func=run)

@@ -96,6 +96,8 @@ def load_config(path: str) -> StatsConfig:
         raise UsageError(f"config {path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise UsageError(f"config {path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"config {path}: the JSON is nested too deeply to be a config") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or not spec["inputs"]:
         raise UsageError(f"config {path}: expected an object with a non-empty 'inputs' list")
     base = os.path.dirname(os.path.abspath(path))
