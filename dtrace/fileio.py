@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import shutil
 import stat
 import tempfile
 from typing import Callable
@@ -120,12 +121,24 @@ def default_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write(path: str, write: Callable[[str], None], *, mode: int | None = None, prefix: str = ".tmp-") -> None:
+def atomic_write(
+    path: str,
+    write: Callable[[str], None],
+    *,
+    mode: int | None = None,
+    prefix: str = ".tmp-",
+    through: bool = False,
+) -> None:
     """Call ``write(tmp)`` on a new temporary file in the folder of ``path``, then rename it to ``path``.
 
-    The rename replaces a file or a symbolic link at ``path`` itself, never the link's target.
-    On any failure (``write`` raising included) the temporary file is removed and the exception
-    propagates.
+    The rename replaces a file or a symbolic link at ``path`` itself, never the link's target
+    (what dtrace's own folders need). On any failure (``write`` raising included) the temporary
+    file is removed and the exception propagates.
+
+    ``through=True`` is for a path the user named (``-o``): a rename happens only over a regular
+    file or where nothing is; a symbolic link (``/dev/stdout``) or a node that is not a regular
+    file (a FIFO, a character device such as ``/dev/full``) is written through, in place, once
+    the whole content is ready (:func:`write_through`), so the node stays what it is.
 
     Parameters
     ----------
@@ -146,6 +159,9 @@ def atomic_write(path: str, write: Callable[[str], None], *, mode: int | None = 
     >>> (d / "a.txt").read_text(), [p.name for p in d.iterdir()]
     ('hi', ['a.txt'])
     """
+    if through and _written_through(path):
+        write_through(path, write)
+        return
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
     try:
         os.close(fd)
@@ -156,6 +172,30 @@ def atomic_write(path: str, write: Callable[[str], None], *, mode: int | None = 
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _written_through(path: str) -> bool:
+    """Whether ``path`` is a symbolic link or an existing node that is not a regular file or a folder."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+
+
+def write_through(path: str, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file elsewhere, then copy its bytes into ``path``, opened
+    for writing as it is (a link followed, a device or a FIFO written, nothing renamed).
+
+    Writing into ``path`` starts only once the content is whole, so a failure while producing
+    it leaves ``path`` untouched. A FIFO is opened like ``cat > FIFO`` would: it waits for a
+    reader.
+    """
+    with tempfile.TemporaryDirectory(prefix="dtrace-") as d:
+        tmp = os.path.join(d, "content")
+        write(tmp)
+        with open(tmp, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def atomic_write_bytes(path: str, data: bytes, *, mode: int | None = None, prefix: str = ".tmp-") -> None:

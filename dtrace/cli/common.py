@@ -352,7 +352,9 @@ def select_rank(df: Any, rank: int, where: str) -> Any:
 # -- writing ---------------------------------------------------------------------------------
 def write_output(path: str, write: Callable[[str], None]) -> None:
     """Write an output file atomically (:func:`dtrace.fileio.atomic_write`): ``write(tmp)`` fills a
-    temporary file beside ``path``, which is then renamed into place.
+    temporary file beside ``path``, which is then renamed into place. Only a regular file (or a
+    new one) is replaced that way: a symbolic link, a FIFO or a device (``-o /dev/stdout``,
+    ``-o /dev/null``) is written through once the content is whole, and stays what it is.
 
     Raises
     ------
@@ -367,7 +369,7 @@ def write_output(path: str, write: Callable[[str], None]) -> None:
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path}: it is a directory")
     try:
-        atomic_write(path, write, prefix=".dtrace-")
+        atomic_write(path, write, prefix=".dtrace-", through=True)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
