@@ -327,7 +327,7 @@ def test_cli_and_report_link(job16, tmp_path, capsys):
     link = tmp_path / "linked.json.gz"
     assert cli(["report", res.path, "-o", str(html_path), "--timeline", str(link)]) == 0
     html = html_path.read_text()
-    assert link.exists() and 'href="linked.json.gz"' in html and 'id="whatif"' in html
+    assert link.exists() and 'href="./linked.json.gz"' in html and 'id="whatif"' in html
     check_chrome_trace(_load(link))
 
 
@@ -346,7 +346,7 @@ def test_report_section(job16, tmp_path):
     html = report(res, timeline="slow-step.json.gz")
     sec = html.split('<section id="whatif">', 1)[1].split("</section>", 1)[0]
     scen = res.whatif["scenario"].unique().tolist()
-    assert 'href="slow-step.json.gz"' in sec and 'data-chart="whatif"' in sec
+    assert 'href="./slow-step.json.gz"' in sec and 'data-chart="whatif"' in sec
     assert all(s in sec for s in scen)
     order = [s.split('"')[0] for s in html.split('<section id="')[1:]]
     assert order[order.index("stragglers") + 1] == "whatif"

@@ -14,7 +14,7 @@ from ..constants import OUTPUT_FORMATS
 from ..errors import InputError, OutputError, UsageError
 from ..fileio import atomic_write
 from ..options import INT32_MAX, INT64_MAX, INT64_MIN, MAX_HIST_BINS, MAX_TIME_NS
-from ..render.escape import printable
+from ..render.escape import markdown_text, printable
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -259,8 +259,10 @@ def is_machine(fmt: str) -> bool:
 
 
 def say(text: str, fmt: str) -> None:
-    """Print a note: on stdout for the human formats, on stderr for the machine formats."""
-    print(printable(text, keep_newlines=True), file=sys.stderr if is_machine(fmt) else sys.stdout)
+    """Print a note: on stdout for the human formats (escaped as Markdown in a Markdown document),
+    on stderr for the machine formats."""
+    shown = markdown_text(text) if fmt == "markdown" else printable(text, keep_newlines=True)
+    print(shown, file=sys.stderr if is_machine(fmt) else sys.stdout)
 
 
 def print_json(doc: object) -> None:
@@ -379,8 +381,12 @@ def _write_file(path: str, text: str) -> None:
         f.write(text)
 
 
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (UTF-8, newlines as given)."""
+def write_text(path: str, text: str, *, terminal: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (UTF-8, newlines as given). ``terminal``: a text
+    report meant to be read with ``cat``/``less``, escaped as the terminal is (control characters
+    shown, :func:`~dtrace.render.escape.printable`), so a name in it cannot drive the terminal."""
+    if terminal:
+        text = printable(text, keep_newlines=True)
     write_output(path, lambda tmp: _write_file(tmp, text))
 
 

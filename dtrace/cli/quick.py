@@ -190,10 +190,11 @@ def _write(path: str, df: pd.DataFrame, text: str) -> None:
 
     low = path.lower()
     if low.endswith(".csv"):
-        text = to_csv(df)
+        write_text(path, to_csv(df))
     elif low.endswith(".json"):
-        text = df.to_json(orient="records", indent=1, force_ascii=False)
-    write_text(path, text)
+        write_text(path, df.to_json(orient="records", indent=1, force_ascii=False))
+    else:  # a text report, read with cat or less: the terminal's escaping
+        write_text(path, text, terminal=True)
 
 
 def run_kernels(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..results import Results
 from ..schema import dropped_summary
-from .escape import printable
+from .escape import markdown_cell, printable, prose
 from .text import flags, render
 
 BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
@@ -55,13 +55,14 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
             parts.append(text)
     dropped = dropped_note(results)
     if dropped:
-        parts.append(dropped)
+        parts.append(prose(dropped, fmt))
     absent = absent_note(results)
     if absent:
-        parts.append(absent)
+        parts.append(prose(absent, fmt))
     errs = results.errors
     if errs:
-        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
+        line = markdown_cell if fmt == "markdown" else printable  # each error on one line, escaped
+        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {line(e)}" for e in errs) + "\n")
     return "\n".join(parts)
 
 

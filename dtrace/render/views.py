@@ -24,6 +24,7 @@ from ..options import Options
 from ..reduce.kernels_xrank import pool
 from ..results import Results
 from ..units import fmt_time, time_unit
+from .escape import prose
 from .text import render, shorten
 
 #: ``dtrace kernels --sort`` keys → the column they sort by.
@@ -225,7 +226,7 @@ def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
 def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
     """The ``dtrace kernels`` report in a human format (see the module docstring)."""
     rep = kernel_report(res, sort=sort, rank=rank)
-    out = [options_note(res)]
+    out = [prose(options_note(res), fmt)]
     sm = rep.summary
     if not sm["parts"]:
         return "".join(out) + "no GPU kernels found\n"
@@ -413,7 +414,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
     rep = gap_report(res, sort=sort, rank=rank, stream=stream)
     sm = rep.summary
     n = sm["gaps"]
-    out = [options_note(res)]
+    out = [prose(options_note(res), fmt)]
     dv = rep.device
     if dv:
         causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
