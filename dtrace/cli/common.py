@@ -240,6 +240,11 @@ def add_rows(p: argparse.ArgumentParser, *aliases: str) -> None:
         help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row in csv/json)",
     )
     p.add_argument("--all", dest="all_rows", action="store_true", help="show every row")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="full names, never shortened, and every column in one block (the table may be wider than the terminal)",
+    )
 
 
 def rows_to_show(args: argparse.Namespace) -> int | None:

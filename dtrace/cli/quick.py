@@ -229,7 +229,9 @@ def run_kernels(args: argparse.Namespace) -> int:
         else:
             print(render(rep.kernels.drop(columns="#"), "csv", max_rows=rows_to_show(args)), end="")
     else:
-        print(kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt), end="")
+        print(
+            kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt, wide=args.wide), end=""
+        )
     if args.output:
         view = kernel_view(of_rank(res.table("kernels"), args.rank), sort)
         _write(args.output, view.drop(columns="#"), kernels_detail(view))
@@ -262,7 +264,16 @@ def run_gaps(args: argparse.Namespace) -> int:
             print(render(tv, "csv", max_rows=rows_to_show(args)), end="")
     else:
         print(
-            gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt), end=""
+            gaps_text(
+                res,
+                sort=sort,
+                top=rows_to_show(args),
+                rank=args.rank,
+                stream=args.stream,
+                fmt=args.fmt,
+                wide=args.wide,
+            ),
+            end="",
         )
     if args.output:
         tv = rep.transitions

@@ -232,6 +232,7 @@ def run_diff(args: argparse.Namespace) -> int:
                     title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
                     max_rows=rows_to_show(args),
                     time_unit="auto",
+                    wide=args.wide,
                 )
             )
             sys.stdout.write("\n")

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                     title="inputs",
                     human=False,
                     max_rows=rows_to_show(args),
+                    wide=args.wide,
                 ),
                 end="",
             )
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
             f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
             args.fmt,
         )
-    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    print(
+        render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end=""
+    )
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)
     return 0

@@ -148,5 +148,5 @@ def run_ops(args: argparse.Namespace) -> int:
         df = Tree.from_batch(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
-    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end="")
     return 0

@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..units import fmt_bytes, fmt_num, fmt_pct, fmt_time, sig3, time_unit  # noqa: F401 - charts' formatters
+from .text import distinct_names
 
 #: Colours of the breakdown components, used by every report.
 BREAKDOWN_COLORS = {
@@ -201,11 +202,10 @@ def hbars(
     h = axis_y + 24
     scale = (x1 - x0) / top
     out = [_svg_open(width, h, chart_id), _x_axis(x0, x1, axis_y, vmax, value_fmt, 4)]
-    for i, lab in enumerate(labels):
+    shorts = distinct_names(labels, max(int((label_width - 10) / 6.6), 8))  # the labels that fit, distinct
+    for i, (lab, short) in enumerate(zip(labels, shorts)):
         y = 10 + i * (bar_height + gap)
         tip = tooltips[i] if tooltips is not None else f"{lab}: {value_fmt(v[i])}"
-        fit = max(int((label_width - 10) / 6.6), 8)
-        short = lab if len(lab) <= fit else lab[: fit - 1] + "…"
         hl = highlight is not None and bool(highlight[i])
         weight = ' font-weight="bold"' if hl else ""
         out.append(

@@ -16,7 +16,6 @@ from ..diff import class_source
 from . import charts as ch
 from .context import Context
 from .page import cards, na, note, table
-from .text import shorten
 
 BREAKDOWN_PARTS = (
     ("computation", "computation_ns"),
@@ -285,7 +284,7 @@ def section_kernels(ctx: Context) -> str:
     html.append(
         ch.hbars(
             "top-kernels",
-            [shorten(n, 60) for n in top["name"]],
+            top["name"].tolist(),  # shortened to fit by hbars, keeping them distinct
             top["per_gpu"].to_numpy(),
             label_width=400,
             colors=[cmap.get(c, "#999") for c in top["cls"]],
@@ -565,7 +564,7 @@ def section_ops(ctx: Context) -> str:
     html.append(
         ch.hbars(
             "ops",
-            [shorten(o, 60) for o in top["op"]],
+            top["op"].tolist(),
             top["subtree_gpu"].to_numpy(),
             label_width=400,
             inner=top["direct_gpu"].to_numpy(),

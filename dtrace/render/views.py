@@ -25,7 +25,7 @@ from ..reduce.kernels_xrank import pool
 from ..results import Results
 from ..units import fmt_time, time_unit
 from .escape import prose
-from .text import render, shorten
+from .text import distinct_names, render
 
 #: ``dtrace kernels --sort`` keys → the column they sort by.
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
@@ -52,59 +52,6 @@ def options_note(res: Results) -> str:
 
 
 # -- kernels ---------------------------------------------------------------------------------
-
-
-def _outer_template(name: str) -> str:
-    """The name without return type, argument list elided, template arguments below the first
-    level elided: ``void K<a<int>, b>(int)`` → ``K<a<…>, b>(…)``."""
-    s = name[5:] if name.startswith("void ") else name
-    out: list[str] = []
-    stack: list[str] = []
-    for ch in s:
-        if ch in "<(":
-            if not stack:
-                out.append("<" if ch == "<" else "(…)")
-            elif len(stack) == 1 and stack[0] == "<":
-                out.append("<…>" if ch == "<" else "(…)")
-            stack.append(ch)
-        elif ch in ">)":
-            if stack:
-                stack.pop()
-                if not stack and ch == ">":
-                    out.append(">")
-        elif not stack or (len(stack) == 1 and stack[0] == "<"):
-            out.append(ch)
-    return "".join(out).strip()
-
-
-def readable_names(names: list[str], width: int = 60) -> list[str]:
-    """Shortened names (:func:`dtrace.render.text.shorten`) that stay distinct.
-
-    Names whose short form collides keep their first level of template arguments
-    (``cutlass::Kernel2<cutlass_80_tensorop_…gemm…>``); names still equal get ``[k]``.
-
-    Examples
-    --------
-    >>> names = ["void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)",
-    ...          "void cutlass::Kernel2<gemm_b>(gemm_b::Params)"]
-    >>> readable_names(names, 32)
-    ['cutlass::Kernel2<gemm_a<…> >(…)', 'cutlass::Kernel2<gemm_b>(…)']
-    >>> readable_names(names, 20)
-    ['cutlass::Kernel2<ge…', 'cutlass::Kernel2<ge… [2]']
-    """
-    short = [shorten(n, width) for n in names]
-    counts = pd.Series(short).value_counts()
-    dup = set(counts.index[counts.to_numpy() > 1])
-    for i, n in enumerate(names):
-        if short[i] in dup:
-            t = _outer_template(str(n))
-            short[i] = t if len(t) <= width else t[: width - 1] + "…"
-    seen: dict[str, int] = {}
-    for i, s in enumerate(short):
-        k = seen[s] = seen.get(s, 0) + 1
-        if k > 1:
-            short[i] = f"{s} [{k}]"
-    return short
 
 
 def kernel_view(kernels: pd.DataFrame, sort: str) -> pd.DataFrame:
@@ -223,7 +170,7 @@ def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
     return doc
 
 
-def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
+def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str, wide: bool = False) -> str:
     """The ``dtrace kernels`` report in a human format (see the module docstring)."""
     rep = kernel_report(res, sort=sort, rank=rank)
     out = [prose(options_note(res), fmt)]
@@ -243,18 +190,14 @@ def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, 
         f"{sm['events_per_iteration']:,.1f} events per part\n"
     )
     view = rep.kernels
-    shown = view.copy()  # every row: units come from the whole column, whatever --top
-    head = len(shown) if top is None else min(top, len(shown))
-    shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
-    out.append(
-        render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False, max_rows=top)
-    )
+    head = len(view) if top is None else min(top, len(view))
+    out.append(render(view, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", max_rows=top, wide=wide))
     if rep.classes is not None:
-        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
+        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})", wide=wide))
     if rep.nccl is not None:
-        out.append(render(rep.nccl, fmt, title="NCCL per collective"))
+        out.append(render(rep.nccl, fmt, title="NCCL per collective", wide=wide))
     if rep.memops is not None:
-        out.append(render(rep.memops, fmt, title="memory operations"))
+        out.append(render(rep.memops, fmt, title="memory operations", wide=wide))
     return "\n".join(s for s in out if s)
 
 
@@ -319,16 +262,20 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
     return "\n".join(lines) + "\n", note
 
 
-def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataFrame:
+def transition_view(trans: pd.DataFrame, sort: str, width: int | None = 40) -> pd.DataFrame:
     """Kernel pairs pooled over streams and parts, sorted by ``sort``, with a readable
-    ``transition`` column (both names shortened to ``width``)."""
+    ``transition`` column (both names shortened to ``width`` and kept distinct, :func:`~dtrace.
+    render.text.distinct_names`; ``None``: full names)."""
     cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name", "next_name"]
     if not len(trans):
         return pd.DataFrame({c: [] for c in cols})
     v = pool(trans, ["prev_name", "next_name"])
     key = GAP_SORTS[sort]
     v = v.sort_values([key, "count"], ascending=[False, False], kind="stable").reset_index(drop=True)
-    v["transition"] = [f"{shorten(a, width)} → {shorten(b, width)}" for a, b in zip(v["prev_name"], v["next_name"])]
+    prev, nxt = v["prev_name"].tolist(), v["next_name"].tolist()
+    if width:  # each side a column of names that stay distinct
+        prev, nxt = distinct_names(prev, width), distinct_names(nxt, width)
+    v["transition"] = [f"{a} → {b}" for a, b in zip(prev, nxt)]
     v.insert(0, "#", np.arange(1, len(v) + 1))
     return v[cols]
 
@@ -368,7 +315,7 @@ GAP_DETAIL_TIMES = {
 }
 
 
-def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
+def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None, wide: bool = False) -> GapReport:
     """The figures of ``dtrace gaps`` for the parts and stream selected."""
     gaps = of_rank(res.table("gaps"), rank)
     hist = of_rank(res.table("gap_histogram"), rank)
@@ -394,7 +341,9 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None)
                 for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
             },
         }
-    return GapReport(summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort))
+    return GapReport(
+        summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort, None if wide else 40)
+    )
 
 
 def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
@@ -409,9 +358,19 @@ def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
     }
 
 
-def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
-    """The ``dtrace gaps`` report in a human format (see the module docstring)."""
-    rep = gap_report(res, sort=sort, rank=rank, stream=stream)
+def gaps_text(
+    res: Results,
+    *,
+    sort: str,
+    top: int | None,
+    rank: int | None,
+    stream: int | None,
+    fmt: str,
+    wide: bool = False,
+) -> str:
+    """The ``dtrace gaps`` report in a human format (see the module docstring); ``wide``: full
+    names, however wide the table."""
+    rep = gap_report(res, sort=sort, rank=rank, stream=stream, wide=wide)
     sm = rep.summary
     n = sm["gaps"]
     out = [prose(options_note(res), fmt)]
@@ -434,7 +393,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
         causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
     if len(rep.streams):
-        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))
+        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top, wide=wide))
     bars, note = histogram_text(rep.histogram)
     if bars:
         binned = int(rep.histogram["count"].sum()) if not note else -1
@@ -449,6 +408,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
                 title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
                 max_rows=top,
                 short_names=False,
+                wide=wide,
             )
         )
     return "\n".join(s for s in out if s)
