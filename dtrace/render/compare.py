@@ -278,9 +278,8 @@ def _sec_categories(
     series = {c: per[c].to_numpy(np.float64) for c in top}
     if rest:
         series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
-    palette = [c for c in ch.PALETTE if c != ch.BREAKDOWN_COLORS["non-GPU"]]  # non-GPU keeps its own colour
-    colors = {c: palette[i % len(palette)] for i, c in enumerate(series)}
-    colors["(other categories)"] = "#d0d0d0"
+    # the colour each class has in every report; non-GPU keeps its own
+    colors = ch.class_colors(order + ["(other categories)"], avoid=[ch.BREAKDOWN_COLORS["non-GPU"]])
     kernel_time = per.sum(axis=1).to_numpy(np.float64)
     clamped = []
     if any(lab in walls for lab in labels):
