@@ -221,6 +221,45 @@ def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, 
     return specs
 
 
+#: Options that say how tables are computed from the events; ``recompute`` keeps the analysis's.
+_KEPT_OPTIONS = ("compat", "linked_only", "step_pattern", "step", "kernel_wait_ns", "rank_by")
+
+
+def recompute(
+    out: str | os.PathLike[str], tables: Sequence[str], *, cache: str | None = None, **options: Any
+) -> dict[str, pd.DataFrame]:
+    """Per-partition ``tables`` of a finished analysis computed again from its cached events with
+    other ``options`` (the analysis's own settings are kept unless given), in this process, one
+    partition at a time (``dtrace report OUT --hist-log``: the gap histograms with other bins).
+
+    Raises :class:`UsageError` for an unknown table and when the cached events are gone.
+
+    Examples
+    --------
+    >>> h = recompute("run42/results", ["gap_histogram"], hist_log=True)   # doctest: +SKIP
+    """
+    from .analyses import ANALYSES, run_analyses
+    from .api import make_options
+    from .partition import load_batch
+    from .results import cache_of, load
+
+    known = {a.table for a in ANALYSES}
+    unknown = sorted(set(tables) - known)
+    if unknown:
+        raise UsageError(f"cannot recompute {unknown}: not per-partition tables; tables: {', '.join(sorted(known))}")
+    path = os.fspath(out)
+    manifest = load(path).manifest
+    used = manifest.get("options") or {}
+    opts = make_options(**{**{k: used[k] for k in _KEPT_OPTIONS if k in used}, **options})
+    specs = part_specs(manifest, cache or cache_of(path))
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in tables}
+    for p in _analysis_layout(specs, manifest.get("partitions")):
+        got = run_analyses(load_batch(p.parts, opts), only=set(tables))
+        for t in tables:
+            parts[t].append(got[t])
+    return {t: pd.concat(f, ignore_index=True) if f else pd.DataFrame() for t, f in parts.items()}
+
+
 def _elsewhere(manifest: dict[str, Any], cache_dir: str) -> str:
     """A hint when the analysis recorded another cache folder (``--cache DIR``): the field is
     shown, never followed."""

@@ -20,6 +20,9 @@ INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_TIME_NS = 10**15
 """The largest time setting (gap thresholds, histogram bounds): 1e15 ns, 11.6 days."""
+LOG_SPAN = 100
+"""A gap histogram whose range spans this ratio (two decades) or more gets logarithmic bins
+unless told otherwise (``hist_log=None``)."""
 MAX_HIST_BINS = 10_000
 """The most gap-histogram bins (each is a row per stream and part)."""
 #: The whole-number settings: (lowest, highest, None allowed).
@@ -53,7 +56,10 @@ class Options:
     kernel_wait_ns
         Gaps launched in time and shorter than this are ``kernel_wait`` (launch overhead).
     hist_min_ns, hist_max_ns, hist_bins, hist_log
-        Gap histogram range (ns), number of bins and log spacing.
+        Gap histogram range (ns), number of bins and their spacing: ``hist_log`` ``True``
+        logarithmic, ``False`` linear, ``None`` (default) logarithmic where the range spans two
+        decades or more (its upper bound at least :data:`LOG_SPAN` times its lower bound > 0),
+        else linear.
     iters
         Iteration count for per-iteration figures when the trace has no step markers.
     summary_gpus
@@ -81,7 +87,7 @@ class Options:
     hist_min_ns: int | None = None
     hist_max_ns: int | None = None
     hist_bins: int = 20
-    hist_log: bool = False
+    hist_log: bool | None = None
     iters: int | None = None
     summary_gpus: int | None = None  # GPUs an nsys-stats summary input covers (per-iteration divisor)
     classmap: Any = None
@@ -102,9 +108,10 @@ class Options:
                     f"{name} must be a whole number from {lo:,} to {hi:,}{' or None' if optional else ''}, not {v!r}"
                 )
             object.__setattr__(self, name, int(v))
-        for name in ("linked_only", "hist_log"):
-            if not isinstance(getattr(self, name), bool):
-                raise UsageError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        if not isinstance(self.linked_only, bool):
+            raise UsageError(f"linked_only must be True or False, not {self.linked_only!r}")
+        if self.hist_log is not None and not isinstance(self.hist_log, bool):
+            raise UsageError(f"hist_log must be True, False or None (automatic), not {self.hist_log!r}")
         for name in ("straggler_method", "step_pattern"):
             if not isinstance(getattr(self, name), str):
                 raise UsageError(f"{name} must be a str, not {getattr(self, name)!r}")

@@ -114,7 +114,7 @@ def micros(text: str) -> int:
     return int(round(number(text, 0, MAX_US) * 1000))
 
 
-_us_to_ns = _flag_type(micros, "time in µs")
+MICROS = _flag_type(micros, "time in µs")
 RANK = whole(0, INT32_MAX)
 DEVICE = whole(INT32_MIN, INT32_MAX)
 ID = whole(INT64_MIN, INT64_MAX)
@@ -151,7 +151,7 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--hist-min",
         dest="hist_min_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gap histogram lower bound in µs (default: smallest gap)",
@@ -159,7 +159,7 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--hist-max",
         dest="hist_max_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gap histogram upper bound in µs (default: largest gap)",
@@ -170,14 +170,31 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
         default=None,
         help=f"gap histogram bins (default 20, at most {MAX_HIST_BINS:,})",
     )
-    g.add_argument("--hist-log", action="store_true", default=None, help="logarithmic gap histogram bins")
+    add_hist_spacing(g)
     g.add_argument(
         "--kernel-wait-us",
         dest="kernel_wait_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)",
+    )
+
+
+def add_hist_spacing(g: Any) -> None:
+    """``--hist-log`` / ``--hist-linear`` (``hist_log``; neither: logarithmic bins where the range
+    spans two decades or more, else linear)."""
+    spacing = g.add_mutually_exclusive_group()
+    spacing.add_argument(
+        "--hist-log",
+        dest="hist_log",
+        action="store_const",
+        const=True,
+        default=None,
+        help="logarithmic gap histogram bins (default: logarithmic when the range spans two decades, else linear)",
+    )
+    spacing.add_argument(
+        "--hist-linear", dest="hist_log", action="store_const", const=False, help="linear gap histogram bins"
     )
 
 

@@ -234,14 +234,14 @@ def run_kernels(args: argparse.Namespace) -> int:
         )
     if args.output:
         view = kernel_view(of_rank(res.table("kernels"), args.rank), sort)
-        _write(args.output, view.drop(columns="#"), kernels_detail(view))
+        _write(args.output, view.drop(columns="#"), kernels_detail(view, of_rank(res.table("kernels"), args.rank)))
         say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0
 
 
 def run_gaps(args: argparse.Namespace) -> int:
     from ..render.text import render
-    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, options_note
+    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, of_rank, options_note
 
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
     kwargs = analysis_kwargs(args)
@@ -277,6 +277,9 @@ def run_gaps(args: argparse.Namespace) -> int:
         )
     if args.output:
         tv = rep.transitions
-        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))
+        trans = of_rank(res.table("transitions"), args.rank)
+        if args.stream is not None:
+            trans = trans.loc[trans["stream"].to_numpy() == args.stream]
+        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv, trans))
         say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0

@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING
 
 from ..constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
+from ..options import MAX_HIST_BINS
 from ..render.escape import printable, to_csv
 from .common import (
+    MICROS,
+    add_hist_spacing,
     add_output_format,
     add_rows,
     is_machine,
@@ -55,6 +58,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="link this slow-step timeline in the what-if section (exported first, as by "
         "dtrace timeline, when the file does not exist)",
     )
+    h = p.add_argument_group(
+        "gap histograms (given: the report's histograms are computed again from OUT's cached events)"
+    )
+    h.add_argument("--hist-min", dest="hist_min_ns", type=MICROS, default=None, metavar="US", help="lower bound in µs")
+    h.add_argument("--hist-max", dest="hist_max_ns", type=MICROS, default=None, metavar="US", help="upper bound in µs")
+    h.add_argument("--hist-bins", type=whole(1, MAX_HIST_BINS), default=None, help="number of bins")
+    add_hist_spacing(h)
+    p.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     p.set_defaults(func=run_report)
 
     c = sub.add_parser(
@@ -128,11 +139,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_diff)
 
 
+HIST_OPTIONS = ("hist_min_ns", "hist_max_ns", "hist_bins", "hist_log")
+
+
 def run_report(args: argparse.Namespace) -> int:
     from ..render.html import report
-    from ..results import load
+    from ..results import Results, load
 
     res = load(args.out)
+    rebin = {k: getattr(args, k) for k in HIST_OPTIONS if getattr(args, k) is not None}
+    if rebin:  # the histograms with other bins, from the cached events
+        from ..event_frame import recompute
+
+        names = [t for t in ("gap_histogram", "device_gap_histogram") if t in res.table_names]
+        res = Results(recompute(args.out, names, cache=args.cache, **rebin), res.manifest, res.path)
     href = None
     if args.timeline:
         if not os.path.exists(args.timeline):

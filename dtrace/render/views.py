@@ -103,7 +103,7 @@ def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
             "count": g["count"].sum(),
             "total_ns": g["total_ns"].sum(),
             "count_per_iter": g["count_per_iter"].sum() / n,
-            "total_per_iter_ns": g["total_per_iter_ns"].sum() / n,
+            "total_per_iter_ns": np.rint(g["total_per_iter_ns"].sum() / n).astype(np.int64),  # whole ns
         }
     ).reset_index()
     out["time_share"] = out["total_ns"] / max(float(out["total_ns"].sum()), 1.0)
@@ -138,7 +138,7 @@ def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
         summary.update(
             iterations_min=int(iters.min()),
             iterations_max=int(iters.max()),
-            per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
+            per_iteration_ns=_whole_ns(k["total_per_iter_ns"].sum() / parts),
             events_per_iteration=float(k["count_per_iter"].sum() / parts),
         )
     classes = of_rank(res.table("classes"), rank)
@@ -201,6 +201,11 @@ def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, 
     return "\n".join(s for s in out if s)
 
 
+def _whole_ns(ns: float) -> int:
+    """A mean or a per-iteration time in whole ns, rounded half to even (README, "Results")."""
+    return int(np.rint(ns))
+
+
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records", force_ascii=False))
 
@@ -210,12 +215,40 @@ def _us(ns: float) -> str:
     return f"{ns / 1e3:.2f} μs"
 
 
-def kernels_detail(view: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
+def id_ranges(values: Any) -> str:
+    """Sorted ids as ranges: ``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``.
+
+    Examples
+    --------
+    >>> id_ranges([5, 0, 1, 2, 8, 7]), id_ranges([])
+    ('0-2, 5, 7-8', 'none')
+    """
+    ids = sorted({int(v) for v in values})
+    if not ids:
+        return "none"
+    starts = [i for i, v in enumerate(ids) if i == 0 or v != ids[i - 1] + 1]
+    ends = starts[1:] + [len(ids)]
+    return ", ".join(str(ids[a]) if b - a == 1 else f"{ids[a]}-{ids[b - 1]}" for a, b in zip(starts, ends))
+
+
+def _ranks_of(table: pd.DataFrame | None, keys: list[str]) -> dict[Any, str]:
+    """The ranks each key (a name, a kernel pair) occurs on, as ranges."""
+    if table is None or not len(table):
+        return {}
+    g = table.groupby(keys, sort=False, observed=True)["rank"].unique()
+    return {k: id_ranges(v) for k, v in g.items()}
+
+
+def kernels_detail(view: pd.DataFrame, kernels: pd.DataFrame | None = None) -> str:
+    """The full-name text report of ``--output`` (one block per kernel, the layout of the
+    single-trace kernel tools it replaces): ``#N`` is the kernel's place in the sort, ``Ranks``
+    the ranks it ran on (from ``kernels``, the table the view pools)."""
+    ranks = _ranks_of(kernels, ["name"])
     lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
     for i, d in enumerate(view.to_dict("records"), start=1):
         lines += [
-            f"Rank {i}: {d['name']}",
+            f"#{i}: {d['name']}",
+            *([f"  Ranks: {ranks[d['name']]}"] if d["name"] in ranks else []),
             f"  Class: {d['class']}",
             f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
             f"  Total Duration: {_us(d['total_ns'])} ({100 * d['time_share']:.1f}% of total duration)",
@@ -251,15 +284,51 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
         )
     h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
     peak = max(int(h["count"].max()), 1)
-    unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
-    digits = 1 if unit != "ns" else 0
-    labels = [f"{lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}" for lo, hi in zip(h["lo"], h["hi"])]
+    labels = bin_labels(h["lo"].to_numpy(np.float64), h["hi"].to_numpy(np.float64))
     w = max(len(s) for s in labels)
     lines = []
     for lab, c in zip(labels, h["count"].to_numpy()):
         n = int(round(BAR * c / peak))
         lines.append(f"{lab:>{w}} │{'█' * n}{'░' * (BAR - n)}│ {c:>6,}")
     return "\n".join(lines) + "\n", note
+
+
+def bin_labels(lo: np.ndarray, hi: np.ndarray) -> list[str]:
+    """``lo-hi unit`` of each bin: one unit for the histogram with the decimals that tell the
+    edges apart (:func:`edge_digits`), or, when the edges span three decades or more (log
+    bins), each edge in its own unit with three significant digits.
+
+    Examples
+    --------
+    >>> bin_labels(np.array([1_000.0, 2_000.0]), np.array([2_000.0, 3_000.0]))
+    ['1.0-2.0 µs', '2.0-3.0 µs']
+    >>> bin_labels(np.array([1.0, 31.0, 1_000.0]), np.array([31.0, 1_000.0, 31_623.0]))
+    ['1 ns-31 ns', '31 ns-1 µs', '1 µs-31.6 µs']
+    """
+    edges = np.concatenate([lo, hi])
+    pos = edges[np.isfinite(edges) & (edges > 0)]
+    if pos.size and pos.max() >= 1000 * pos.min():
+        return [f"{fmt_time(a, trim=True)}-{fmt_time(b, trim=True)}" for a, b in zip(lo, hi)]
+    unit, scale = time_unit(float(np.nanmax(np.abs(hi)))) if len(hi) else ("ns", 1.0)
+    d = edge_digits(edges / scale) if unit != "ns" else 0
+    return [f"{a / scale:,.{d}f}-{b / scale:,.{d}f} {unit}" for a, b in zip(lo, hi)]
+
+
+def edge_digits(edges: np.ndarray, most: int = 6) -> int:
+    """The fewest decimals (at least one, at most ``most``) that print different bin edges
+    differently, and no non-zero edge as 0 (log bins in ms: ``0.001-0.002``, not ``0.0-0.0``).
+
+    Examples
+    --------
+    >>> edge_digits(np.array([0.0, 2.5, 5.0])), edge_digits(np.array([0.001, 0.0021, 0.0046, 1.0]))
+    (1, 3)
+    """
+    e = np.unique(np.asarray(edges, np.float64)[np.isfinite(edges)])
+    for d in range(1, most + 1):
+        r = np.round(e, d)
+        if len(np.unique(r)) == len(e) and not ((r == 0) & (e != 0)).any():
+            return d
+    return most
 
 
 def transition_view(trans: pd.DataFrame, sort: str, width: int | None = 40) -> pd.DataFrame:
@@ -324,7 +393,12 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None,
         gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    summary: dict[str, Any] = {"streams": len(gaps), "gaps": n, "idle_ns": idle, "mean_gap_ns": idle / n if n else 0.0}
+    summary: dict[str, Any] = {
+        "streams": len(gaps),
+        "gaps": n,
+        "idle_ns": idle,
+        "mean_gap_ns": _whole_ns(idle / n if n else 0),
+    }
     for c in CAUSES:
         summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
         summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
@@ -414,8 +488,11 @@ def gaps_text(
     return "\n".join(s for s in out if s)
 
 
-def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it replaces)."""
+def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame, transitions: pd.DataFrame | None = None) -> str:
+    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it
+    replaces): ``#N`` is a kernel pair's place in the sort, ``Ranks`` the ranks it occurs on
+    (from ``transitions``, the table the view pools)."""
+    ranks = _ranks_of(transitions, ["prev_name", "next_name"])
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
     lines = [
@@ -432,7 +509,9 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
         lines.append(f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {_us(r.idle_ns)} idle time")
     lines += ["", "Kernel Pairs:", "-" * 50]
     for i, d in enumerate(tv.to_dict("records"), start=1):
-        lines += [f"Rank {i}: {d['prev_name']} → {d['next_name']}", f"  Count: {d['count']}"]
+        pair = (d["prev_name"], d["next_name"])
+        lines += [f"#{i}: {pair[0]} → {pair[1]}", *([f"  Ranks: {ranks[pair]}"] if pair in ranks else [])]
+        lines.append(f"  Count: {d['count']}")
         lines += [f"  {label}: {_us(d[column])}" for label, column in GAP_DETAIL_TIMES.items()]
         lines.append("-" * 30)
     return "\n".join(lines) + "\n"
