@@ -44,7 +44,7 @@ from .options import Options
 from .results import Results, cache_of, load
 
 KEYS = ["rank", "device"]
-ROLES = ("straggler", "slowest", "fastest", "median")
+ROLES = ("straggler", "peer", "slowest", "fastest", "median")
 HOST_KIND_CAT = {
     "cpu_op": "cpu_op",
     "runtime": "cuda_runtime",
@@ -238,6 +238,11 @@ def choose(
             roles.setdefault(_key(others.index[-1]), "slowest")
         roles.setdefault(_key(others.index[0]), "fastest")
         roles.setdefault(_key(others.index[(len(others) - 1) // 2]), "median")
+    if ranks is None:
+        for key in flagged:  # a flow arrow reaches a straggler only from a rank of its groups
+            peer = _peer(results, key, comp, roles)
+            if peer is not None:
+                roles.setdefault(peer, "peer")
     if ranks is not None:
         keys = []
         known = allp.set_index("rank")
@@ -256,6 +261,40 @@ def choose(
     unique_ranks = not chosen["rank"].duplicated().any()
     chosen["pid"] = chosen["rank"] if unique_ranks else chosen["rank"] * 1000 + chosen["device"]
     return Selection(parts=chosen, step=step, window=win, origin=origin)
+
+
+def _peer(
+    results: Results, straggler: tuple[int, int], comp: pd.Series, roles: Mapping[tuple[int, int], str]
+) -> tuple[int, int] | None:
+    """A part sharing a process group with ``straggler`` when none of the parts chosen so far
+    does: of the group members, the one with the median computation in the window (None when a
+    chosen part already shares a group, or the straggler has no collectives)."""
+    members = _group_members(results, straggler[0])
+    if not members or any(k[0] in members for k in roles if k != straggler):
+        return None
+    cand = [k for k in map(_key, comp.index) if k[0] in members and k not in roles]
+    if not cand:
+        return None
+    vals = comp.reindex(pd.MultiIndex.from_tuples(cand)).to_numpy(np.float64)
+    order = np.argsort(vals, kind="stable")
+    return cand[int(order[(len(order) - 1) // 2])]
+
+
+def _group_members(results: Results, rank: int) -> set[int]:
+    """The other ranks of the process groups ``rank``'s collectives ran in (``collectives`` table)."""
+    if "collectives" not in results.table_names:
+        return set()
+    path = os.path.join(results.path, "collectives.parquet") if results.path else None
+    run_id = results.manifest.get("run_id")
+    if path and os.path.exists(path):
+        mine = _read_rows(path, [rank], run_id, columns=["group", "rank"])
+        groups = sorted(set(mine["group"].dropna().astype(str)))
+        rows = _read_rows(path, groups, run_id, column="group", columns=["group", "rank"]) if groups else mine
+    else:
+        c = results.collectives
+        groups = sorted(set(c.loc[c["rank"] == rank, "group"].dropna().astype(str)))
+        rows = c.loc[c["group"].astype(str).isin(groups)]
+    return {int(r) for r in rows["rank"].unique()} - {int(rank)}
 
 
 def _key(label: Any) -> tuple[int, int]:
@@ -300,11 +339,14 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[key.isin(pd.MultiIndex.from_frame(parts[KEYS]))].reset_index(drop=True)
 
 
-def _read_rows(path: str, ranks: list[int], run_id: object) -> pd.DataFrame:
-    """The rows of ``ranks`` of a results table (a regular file of this run; one-line errors)."""
+def _read_rows(
+    path: str, values: list[Any], run_id: object, *, column: str = "rank", columns: list[str] | None = None
+) -> pd.DataFrame:
+    """The rows of a results table whose ``column`` is one of ``values`` (only ``columns`` if
+    given), from a regular file of this run; one-line errors."""
     try:
         with open_regular(path) as f:  # a FIFO planted in OUT is refused, never waited on
-            t = pq.read_table(f, filters=[("rank", "in", ranks)])
+            t = pq.read_table(f, columns=columns, filters=[(column, "in", values)])
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(
             f"{path}: cannot read results table: {exc.strerror if isinstance(exc, OSError) else exc}"

@@ -149,7 +149,12 @@ def test_default_choice_and_format(job16):
     comp = st.loc[st["step"] == slowest].set_index("rank")["computation_ns"].drop(index=truth["stragglers"])
     comp = comp.sort_values(kind="stable")
     roles = {t["rank"]: t["role"] for t in od["tracks"]}
-    assert roles == {5: "straggler", int(comp.index[0]): "fastest", int(comp.index[(len(comp) - 1) // 2]): "median"}
+    fastest, median = int(comp.index[0]), int(comp.index[(len(comp) - 1) // 2])
+    assert {r: x for r, x in roles.items() if x != "peer"} == {5: "straggler", fastest: "fastest", median: "median"}
+    # a rank of the straggler's process groups comes too when neither of the others is one (issue 19)
+    groups5 = {r for g in truth["process_groups"] if 5 in g["ranks"] for r in g["ranks"]} - {5}
+    peer = [r for r, x in roles.items() if x == "peer"]
+    assert len(peer) == (0 if {fastest, median} & groups5 else 1) and set(peer) <= groups5
     by = check_chrome_trace(json.loads(tx.encode(trace, "t.json")))
     names = {e["pid"]: e["args"]["name"] for e in by["M"] if e["name"] == "process_name"}
     co = res.clock_offsets.set_index("rank")
@@ -307,7 +312,8 @@ def test_size_does_not_grow_with_the_job(job16, tmp_path_factory):
     t16, t64 = tx.timeline(res16), tx.timeline(res64)
     n16 = [t["gpu_events"] for t in t16["otherData"]["tracks"]]
     n64 = [t["gpu_events"] for t in t64["otherData"]["tracks"]]
-    assert len(n64) == len(n16) == 3 and n64 == n16
+    # 3 tracks, or 4 with a peer of the straggler's groups; each track the same events
+    assert len(n16) in (3, 4) and len(n64) in (3, 4) and set(n64) == set(n16) and len(set(n16)) == 1
     s16, s64 = len(tx.encode(t16, "x.json.gz")), len(tx.encode(t64, "x.json.gz"))
     assert s64 < 1.25 * s16 and s64 < 100_000
 
