@@ -58,6 +58,8 @@ from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
+MAX_SLOW = 100.0
+"""The largest fault severity: a rank 101 times as slow."""
 MAX_CLOCK_OFFSET_NS = 1_000_000_000_000
 
 
@@ -80,8 +82,8 @@ class Fault:
             raise UsageError(f"unknown fault kind {self.kind!r}; valid: {', '.join(FAULT_KINDS)}")
         if self.rank < 0:
             raise UsageError(f"fault rank must be >= 0, got {self.rank}")
-        if not self.slow > 0:
-            raise UsageError(f"fault severity slow must be > 0, got {self.slow}")
+        if not 0 < self.slow <= MAX_SLOW:  # inf, nan, 1e309: durations beyond int64
+            raise UsageError(f"fault severity slow must be > 0 and at most {MAX_SLOW:g}, got {self.slow}")
 
 
 def parse_fault(text: str) -> Fault:
