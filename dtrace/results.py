@@ -163,8 +163,9 @@ def table_path(out: str, name: object) -> str:
 
 def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
-        with open_regular(path) as f:  # a FIFO planted in OUT is refused, never waited on
-            t = pq.ParquetFile(f).read(use_threads=False)  # not the dataset API: ~1 ms less per table
+        # a FIFO planted in OUT is refused, never waited on; parsed from memory (faster than a Python
+        # file object, as fast as a path); not the dataset API: ~1 ms less per table
+        t = pq.ParquetFile(pa.BufferReader(read_regular(path))).read(use_threads=False)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
