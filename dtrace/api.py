@@ -537,7 +537,7 @@ class _Run:
                     "identity": r.identity,
                     "cached": r.cached,
                     "results_reused": r.path in reused and not error,
-                    "events": int(r.meta.get("events", 0)) if r.meta else 0,
+                    "events": int(r.meta.get("events") or 0) if r.meta else 0,
                     "notes": list(r.notes),
                     "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
                 }

@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
     _ISAL_ERRORS = ()
 
 from .errors import DtraceError, InputError, NoGPUActivity
-from .fileio import atomic_write_bytes
+from .fileio import atomic_write_bytes, read_regular
 from .readers import detect, get_reader
 from .readers._io import file_fingerprint
 from .readers.base import PartTables
@@ -164,15 +164,9 @@ def check_cache_dir(cache_dir: str) -> None:
 
 # -- reading ---------------------------------------------------------------------------------
 def read_file(path: str) -> bytes:
-    """The bytes of a regular file, never through a symbolic link."""
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
+    """The bytes of a regular file, never through a symbolic link; a FIFO or a device is refused
+    without blocking (:func:`dtrace.fileio.read_regular`)."""
+    return read_regular(path, follow_links=False)
 
 
 def fingerprint_bytes(data: bytes) -> str:
@@ -347,9 +341,9 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
             or not all(isinstance(v, str) for v in cs.values())
         ):
             raise ValueError("part checksums missing")
-        for k in ("device", "local_index", "n_events"):
-            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool):
-                raise TypeError(f"part field {k!r} is not an int")
+        for k, (lo, hi) in _PART_INTS.items():
+            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool) or not lo <= p[k] <= hi:
+                raise TypeError(f"part field {k!r} is not an int from {lo} to {hi}")
         sums.update(cs)
         parts.append(
             PartRecord(
@@ -363,6 +357,7 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
                 side={k: os.path.join(d, v) for k, v in side.items()},
             )
         )
+    _check_meta(r["meta"])
     rec = FileRecord(
         path=r["path"],
         format=r["format"],
@@ -376,6 +371,26 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         identity=str(r.get("identity") or ""),
     )
     return rec, sums
+
+
+_PART_INTS = {"device": (_I32_MIN, _I32_MAX), "local_index": (0, _I32_MAX), "n_events": (0, 2**63 - 1)}
+#: The record's ``meta`` values that are read back, and their ranges (None allowed for all).
+_META_INTS = {"base_time_ns": (-(2**63), 2**63 - 1), "events": (0, 2**63 - 1), "n_devices": (1, _I32_MAX)}
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    """The ``meta`` values the planner and the manifest read (the time origin, event and device
+    counts, dropped events by reason) must have their types and ranges (raises TypeError)."""
+    for k, (lo, hi) in _META_INTS.items():
+        v = meta.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
+            raise TypeError(f"meta field {k!r} is not an int from {lo} to {hi}")
+    dropped = meta.get("dropped_events")
+    if dropped is not None and (
+        not isinstance(dropped, dict)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63 for n in dropped.values())
+    ):
+        raise TypeError("meta field 'dropped_events' is not counts by reason")
 
 
 def read_part_tables(spec: Any) -> PartTables:
@@ -583,12 +598,14 @@ def ingest_error(apath: str, exc: BaseException, local: str | None = None) -> tu
         return f"{apath}: {exc}", type(exc).__name__
     if isinstance(exc, MemoryError):
         return f"{apath}: out of memory while reading", "MemoryError"
+    if isinstance(exc, RecursionError):  # a decoder met JSON nested deeper than Python's stack
+        return f"{apath}: the JSON is nested too deeply to read", InputError.__name__
     if isinstance(exc, OSError):
         read = {apath, os.path.abspath(local) if local else apath}
         where = "writing the cache" if exc.filename and os.path.abspath(str(exc.filename)) not in read else "reading"
         return f"{apath}: error while {where}: {exc.strerror or exc}", "OSError"
     if isinstance(exc, UNDECODABLE):  # the input's own bytes, whichever reader met them: not a bug of ours
-        return f"{apath}: {_undecodable(exc)}", InputError.__name__
+        return f"{apath}: {undecodable(exc)}", InputError.__name__
     # a bug or an unforeseen format quirk: fail this input only
     tb = traceback.extract_tb(exc.__traceback__)[-1]
     return (
@@ -597,7 +614,7 @@ def ingest_error(apath: str, exc: BaseException, local: str | None = None) -> tu
     ), "InternalError"
 
 
-def _undecodable(exc: BaseException) -> str:
+def undecodable(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         bad = exc.object[exc.start : exc.start + 1]
         byte = f"byte 0x{bytes(bad).hex()}" if isinstance(bad, (bytes, bytearray, memoryview)) and bad else "a byte"

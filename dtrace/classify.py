@@ -48,8 +48,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import UsageError
+from .fileio import read_regular
 
 OTHER = "other"
+MAX_CLASSMAP_BYTES = 64 << 20
+"""The largest class-map file read (the largest seed-tool map is a few KB)."""
 SUBSTRING_LEFTOVER = "others"
 SUBSTRING_NCCL = "nccl"
 REGEX_LEFTOVER = "misc"
@@ -410,7 +413,10 @@ def load_classmap(spec: Any, engine: str | None = None, model: str | None = None
             raise UsageError(f"class map {path}: cannot read: {exc.strerror}") from None
         return _load_file(os.path.abspath(path), st.st_mtime_ns, st.st_size, engine, model)
     if isinstance(spec, dict):
-        key = json.dumps(spec, sort_keys=False, default=str)
+        try:
+            key = json.dumps(spec, sort_keys=False, default=str)
+        except (RecursionError, ValueError):
+            raise UsageError("the class map is nested too deeply (or refers to itself) to be a class map") from None
         return _from_json_text(key, engine, model)
     raise UsageError(f"classmap must be a file path or a dict, not {type(spec).__name__}")
 
@@ -422,13 +428,14 @@ def _builtin() -> BuiltinClassifier:
 
 @functools.lru_cache(maxsize=16)
 def _load_file(path: str, _mtime_ns: int, _size: int, engine: str | None, model: str | None) -> Classifier:
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = json.load(f)
+    try:  # a FIFO or a device (/dev/zero) is refused, never read for ever
+        spec = json.loads(read_regular(path, limit=MAX_CLASSMAP_BYTES).decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"class map {path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise UsageError(f"class map {path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"class map {path}: the JSON is nested too deeply to be a class map") from None
     return from_mapping(spec, engine, model, source=path)
 
 

@@ -119,6 +119,16 @@ DIFF_PER = ("gpu", "job")
 """How :func:`dtrace.diff.diff` normalises times: per GPU (mean over parts) or for the whole job."""
 DEFAULT_SPEEDUP = 1.2
 """How many times as fast a what-if makes the kernel classes it speeds up, unless told."""
+SPEEDUP_RANGE = (1e-3, 1e3)
+"""The speedups a what-if or a generated counterfactual accepts (1e-3: a thousand times slower)."""
+SYNTH_MAX_RANKS = 65_536
+"""The largest generated job (``dtrace synth``)."""
+SYNTH_MAX_KERNELS_PER_RANK = 1_000_000
+"""At most this many compute kernels per generated rank (``steps × kernels_per_step``): ~0.3 GB of JSON."""
+SYNTH_MAX_JOB_KERNELS = 20_000_000
+"""At most this many compute kernels in a generated job (``ranks × steps × kernels_per_step``)."""
+SYNTH_MAX_TILE = 10_000
+"""The most copies ``dtrace synth --from-trace --tile`` makes of a trace."""
 FAULT_KINDS: dict[str, str] = {
     "compute": "the rank's compute kernels take (1 + slow) times as long",
     "launch": "the rank's host needs (1 + slow) times each kernel's GPU time to launch it (host-bound): "

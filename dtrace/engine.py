@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
 from .errors import DtraceError, UsageError
+from .fileio import read_regular
 
 if TYPE_CHECKING:  # distributed is imported only when a cluster runs
     from distributed import Future
@@ -48,6 +50,8 @@ CLUSTER_COST_S = 2.5
 """What a local cluster costs (start, workers importing dtrace, stop; measured ~2.3 s on 2 cores):
 ``scheduler=None`` starts one only when spreading the work saves more than this."""
 LOG_EVERY_S = 10.0
+CONNECT_TIMEOUT_S = 30.0
+"""How long to try to reach a running scheduler (``scheduler=ADDR``, ``scheduler_file=``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +99,52 @@ class ClusterSpec:
     @property
     def auto(self) -> bool:
         return self.scheduler is None and not self.scheduler_file and not self.cluster
+
+
+def scheduler_address(path: str) -> str:
+    """The scheduler address a Dask scheduler file holds, read once.
+
+    Dask's ``Client(scheduler_file=...)`` waits for a missing file for ever and asserts on a
+    garbage one; here a missing, unreadable (a FIFO, a device: refused without reading) or
+    malformed file is a one-line :class:`UsageError`.
+
+    Examples
+    --------
+    >>> import json, tempfile
+    >>> f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    >>> _ = f.write(json.dumps({"address": "tcp://10.0.0.1:8786"})); f.close()
+    >>> scheduler_address(f.name)
+    'tcp://10.0.0.1:8786'
+    >>> scheduler_address("/nonexistent.json")
+    Traceback (most recent call last):
+    dtrace.errors.UsageError: scheduler file /nonexistent.json: no such file (start the scheduler first: dask scheduler --scheduler-file /nonexistent.json)
+    """
+    try:
+        doc = json.loads(read_regular(path, limit=1 << 20))
+    except FileNotFoundError:
+        raise UsageError(
+            f"scheduler file {path}: no such file (start the scheduler first: dask scheduler --scheduler-file {path})"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"scheduler file {path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError):
+        raise UsageError(f"scheduler file {path}: not a Dask scheduler file (not JSON)") from None
+    address = doc.get("address") if isinstance(doc, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise UsageError(f'scheduler file {path}: not a Dask scheduler file (no "address": "PROTOCOL://HOST:PORT")')
+    return address
+
+
+def _connect(client: Any, address: str, where: str) -> Any:
+    """A Dask ``Client`` of the scheduler at ``address``, or a one-line :class:`DtraceError`
+    after :data:`CONNECT_TIMEOUT_S` seconds."""
+    try:
+        return client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, asyncio.TimeoutError, ValueError, TypeError) as exc:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise DtraceError(
+            f"cannot connect to the Dask scheduler at {address}{where} within {CONNECT_TIMEOUT_S:g} s: {why}"
+        ) from None
 
 
 @dataclass
@@ -151,10 +201,10 @@ class Engine:
                 raise
             self.mode = f"{s.cluster} jobs"
         elif s.scheduler_file:
-            self.client = Client(scheduler_file=s.scheduler_file)
+            self.client = _connect(Client, scheduler_address(s.scheduler_file), f" (from {s.scheduler_file})")
             self.mode = "cluster"
         elif s.scheduler and s.scheduler != "local":
-            self.client = Client(s.scheduler)
+            self.client = _connect(Client, s.scheduler, "")
             self.mode = "cluster"
         else:
             import dask
@@ -213,7 +263,7 @@ class Engine:
         try:
             if self.client is None:
                 return self._map_local(func, list(items), args, split, progress)
-            return self._map_cluster(func, list(items), args, split, progress)
+            return self._map_cluster(_OnWorker(func), list(items), args, split, progress)
         finally:
             progress.close()
 
@@ -291,6 +341,30 @@ class Engine:
         return [results[k] for k in sorted(results)]
 
 
+class TaskInterrupted(Exception):
+    """A task on a worker raised ``KeyboardInterrupt`` (code it ran, a user's analysis say)."""
+
+
+class _OnWorker:
+    """A task function as run on a Dask worker (its tasks keep the function's name as key prefix).
+
+    Signals reach a process's main thread only and Dask runs tasks in other threads, so a
+    ``KeyboardInterrupt`` in a task is not the user's Ctrl-C (that one stops the client) but an
+    exception raised by the code the task ran. Left alone it would kill the worker, and every
+    retry another one; as :class:`TaskInterrupted` it fails its task like any other exception.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.__name__ = getattr(func, "__name__", "task")
+
+    def __call__(self, item: Any, *args: Any) -> Any:
+        try:
+            return self.func(item, *args)
+        except KeyboardInterrupt:
+            raise TaskInterrupted("KeyboardInterrupt raised by the code the task ran (not a Ctrl-C)") from None
+
+
 def _killed(exc: BaseException | None) -> bool:
     """Whether a task failed because the worker process running it died (Dask's ``KilledWorker``)."""
     return type(exc).__name__ == "KilledWorker"
@@ -305,6 +379,8 @@ def _reason(exc: BaseException | None) -> str:
             "the worker process died each time it ran this input (killed for using too much memory, or a "
             "crash in a native library)"
         )
+    if isinstance(exc, TaskInterrupted):
+        return str(exc)
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
     return f"internal error ({name}: {' '.join(str(exc).split())}{where})"

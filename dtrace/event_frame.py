@@ -118,6 +118,10 @@ def events(
         ``cache``, else a temporary folder removed when the process ends).
     columns
         Only these columns (the index ``rank`` always comes).
+    cache
+        For a results directory: the ingest cache of its analysis (default ``OUT/cache``, never
+        the folder its manifest names; give it for a run made with ``--cache DIR``). For inputs:
+        where they are ingested.
     partition_events
         Target events per partition, as in :func:`dtrace.analyze`; by default a results
         directory keeps the partitions of its analysis.
@@ -137,11 +141,11 @@ def events(
         if unknown:
             raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
-    if path is not None and os.path.isfile(os.path.join(path, "manifest.json")):
-        from .results import load
+    if path is not None and os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json")):
+        from .results import cache_of, load
 
         manifest = load(path).manifest
-        specs = part_specs(manifest)
+        specs = part_specs(manifest, cache or cache_of(path))
         partitions = (
             plan_partitions(specs, partition_events)
             if partition_events
@@ -187,13 +191,13 @@ def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
     return [PartitionSpec(k, tuple(g)) for k, (_, g) in enumerate(sorted(groups.items()))]
 
 
-def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
-    """The cached parts (rank, device) a finished analysis analysed — only the ``wanted`` ones
-    if given (only their inputs' cache entries are opened). Raises :class:`UsageError` when an
-    input's cached events are gone or no longer those analysed."""
+def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
+    """The cached parts (rank, device) a finished analysis analysed, read from ``cache_dir``
+    (``OUT/cache``, :func:`dtrace.results.cache_of`; never the manifest's ``cache`` field) —
+    only the ``wanted`` ones if given (only their inputs' cache entries are opened). Raises
+    :class:`UsageError` when an input's cached events are gone or no longer those analysed."""
     from .cache import lookup
 
-    cache_dir = manifest.get("cache")
     specs: list[PartSpec] = []
     for item in manifest.get("inputs", []):
         if item.get("status") != "ok" or item.get("summary"):
@@ -205,15 +209,64 @@ def part_specs(manifest: dict[str, Any], wanted: set[tuple[int, int]] | None = N
         }
         if not where:
             continue
-        rec, _ = lookup(cache_dir, item["path"], verify=False) if cache_dir else (None, None)
+        rec, _ = lookup(cache_dir, item["path"], verify=False)
         if rec is None or rec.fingerprint != item.get("fingerprint"):
             raise UsageError(
-                f"{item['path']}: its cached events are gone or changed since the analysis; run dtrace analyze again"
+                f"{item['path']}: its cached events are gone from {cache_dir} or changed since the analysis; "
+                f"run dtrace analyze again{_elsewhere(manifest, cache_dir)}"
             )
         for p in rec.parts:
             if p.local_index in where:
                 specs.append(part_spec(rec, p, int(where[p.local_index]["rank"])))
     return specs
+
+
+#: Options that say how tables are computed from the events; ``recompute`` keeps the analysis's.
+_KEPT_OPTIONS = ("compat", "linked_only", "step_pattern", "step", "kernel_wait_ns", "rank_by")
+
+
+def recompute(
+    out: str | os.PathLike[str], tables: Sequence[str], *, cache: str | None = None, **options: Any
+) -> dict[str, pd.DataFrame]:
+    """Per-partition ``tables`` of a finished analysis computed again from its cached events with
+    other ``options`` (the analysis's own settings are kept unless given), in this process, one
+    partition at a time (``dtrace report OUT --hist-log``: the gap histograms with other bins).
+
+    Raises :class:`UsageError` for an unknown table and when the cached events are gone.
+
+    Examples
+    --------
+    >>> h = recompute("run42/results", ["gap_histogram"], hist_log=True)   # doctest: +SKIP
+    """
+    from .analyses import ANALYSES, run_analyses
+    from .api import make_options
+    from .partition import load_batch
+    from .results import cache_of, load
+
+    known = {a.table for a in ANALYSES}
+    unknown = sorted(set(tables) - known)
+    if unknown:
+        raise UsageError(f"cannot recompute {unknown}: not per-partition tables; tables: {', '.join(sorted(known))}")
+    path = os.fspath(out)
+    manifest = load(path).manifest
+    used = manifest.get("options") or {}
+    opts = make_options(**{**{k: used[k] for k in _KEPT_OPTIONS if k in used}, **options})
+    specs = part_specs(manifest, cache or cache_of(path))
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in tables}
+    for p in _analysis_layout(specs, manifest.get("partitions")):
+        got = run_analyses(load_batch(p.parts, opts), only=set(tables))
+        for t in tables:
+            parts[t].append(got[t])
+    return {t: pd.concat(f, ignore_index=True) if f else pd.DataFrame() for t, f in parts.items()}
+
+
+def _elsewhere(manifest: dict[str, Any], cache_dir: str) -> str:
+    """A hint when the analysis recorded another cache folder (``--cache DIR``): the field is
+    shown, never followed."""
+    used = manifest.get("cache")
+    if not isinstance(used, str) or os.path.abspath(used) == os.path.abspath(cache_dir):
+        return ""
+    return f" (its manifest says it used the cache {used}: pass that folder as cache= / --cache to read it)"
 
 
 def _specs_of_inputs(

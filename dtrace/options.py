@@ -7,6 +7,8 @@ any work, by :func:`dtrace.api.make_options`.
 
 from __future__ import annotations
 
+import numbers
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -21,6 +23,33 @@ and a V100 (HTA's ``ns_resolution_trace``); the runtime's queue has 1,024 entrie
 ``CUDA_MAX_LAUNCH_QUEUE_PER_STREAM``), of which this count reaches 1,022. See docs/semantics.md,
 "Launch queues"."""
 RANK_BY = ("auto", "order")
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_TIME_NS = 10**15
+"""The largest time setting (gap thresholds, histogram bounds): 1e15 ns, 11.6 days."""
+LOG_SPAN = 100
+"""A gap histogram whose range spans this ratio (two decades) or more gets logarithmic bins
+unless told otherwise (``hist_log=None``)."""
+MAX_HIST_BINS = 10_000
+"""The most gap-histogram bins (each is a row per stream and part)."""
+#: The whole-number settings: (lowest, highest, None allowed).
+MAX_TIMELINE_BINS = 10_000
+"""Most bins of a per-GPU time series (queue, memory, copy bandwidth)."""
+WHOLE: dict[str, tuple[int, int, bool]] = {
+    "step": (INT64_MIN, INT64_MAX, True),
+    "kernel_wait_ns": (0, MAX_TIME_NS, False),
+    "hist_min_ns": (0, MAX_TIME_NS, True),
+    "hist_max_ns": (0, MAX_TIME_NS, True),
+    "hist_bins": (1, MAX_HIST_BINS, False),
+    "iters": (1, INT32_MAX, True),
+    "summary_gpus": (1, INT32_MAX, True),
+    "gpus_per_host": (0, INT32_MAX, False),
+    "launch_runtime_cutoff_ns": (0, MAX_TIME_NS, False),
+    "launch_delay_cutoff_ns": (0, MAX_TIME_NS, False),
+    "launch_rows": (0, INT64_MAX, True),
+    "queue_limit": (1, INT32_MAX, True),
+    "timeline_bins": (1, MAX_TIMELINE_BINS, False),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +70,10 @@ class Options:
     kernel_wait_ns
         Gaps launched in time and shorter than this are ``kernel_wait`` (launch overhead).
     hist_min_ns, hist_max_ns, hist_bins, hist_log
-        Gap histogram range (ns), number of bins and log spacing.
+        Gap histogram range (ns), number of bins and their spacing: ``hist_log`` ``True``
+        logarithmic, ``False`` linear, ``None`` (default) logarithmic where the range spans two
+        decades or more (its upper bound at least :data:`LOG_SPAN` times its lower bound > 0),
+        else linear.
     iters
         Iteration count for per-iteration figures when the trace has no step markers.
     summary_gpus
@@ -81,7 +113,7 @@ class Options:
     hist_min_ns: int | None = None
     hist_max_ns: int | None = None
     hist_bins: int = 20
-    hist_log: bool = False
+    hist_log: bool | None = None
     iters: int | None = None
     summary_gpus: int | None = None  # GPUs an nsys-stats summary input covers (per-iteration divisor)
     classmap: Any = None
@@ -98,6 +130,28 @@ class Options:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, (lo, hi, optional) in WHOLE.items():
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
+                raise UsageError(
+                    f"{name} must be a whole number from {lo:,} to {hi:,}{' or None' if optional else ''}, not {v!r}"
+                )
+            object.__setattr__(self, name, int(v))
+        if not isinstance(self.linked_only, bool):
+            raise UsageError(f"linked_only must be True or False, not {self.linked_only!r}")
+        if self.hist_log is not None and not isinstance(self.hist_log, bool):
+            raise UsageError(f"hist_log must be True, False or None (automatic), not {self.hist_log!r}")
+        for name in ("straggler_method", "step_pattern"):
+            if not isinstance(getattr(self, name), str):
+                raise UsageError(f"{name} must be a str, not {getattr(self, name)!r}")
+        try:
+            re.compile(self.step_pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise UsageError(f"step_pattern {self.step_pattern!r} is not a regular expression: {exc}") from None
+        if not isinstance(self.extra, dict):
+            raise UsageError(f"extra must be a dict, not {type(self.extra).__name__}")
         if self.compat not in COMPAT:
             raise UsageError(f"unknown compat mode {self.compat!r}; valid: {', '.join(COMPAT)}")
         if self.rank_by not in RANK_BY:
@@ -114,14 +168,6 @@ class Options:
             raise UsageError("gpus_per_host must be >= 0 (0: one clock per rank)")
         if self.iters is not None and self.iters < 1:
             raise UsageError("iters must be >= 1")
-        if self.launch_runtime_cutoff_ns < 0 or self.launch_delay_cutoff_ns < 0:
-            raise UsageError("launch_runtime_cutoff_ns and launch_delay_cutoff_ns must be >= 0")
-        if self.launch_rows is not None and self.launch_rows < 0:
-            raise UsageError("launch_rows must be >= 0 (None: every linked GPU event)")
-        if self.queue_limit is not None and self.queue_limit < 1:
-            raise UsageError("queue_limit must be >= 1 (None: the runtime's)")
-        if not 1 <= self.timeline_bins <= 10_000:
-            raise UsageError("timeline_bins must be between 1 and 10000")
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":

@@ -20,7 +20,9 @@ from .remote import is_url
 
 
 def is_results_dir(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))
+    """Whether ``path`` is a results folder: it holds a ``manifest.json`` (of any file type: a
+    FIFO planted there is then refused by :func:`dtrace.load`, never read as traces)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json"))
 
 
 def _from_file(
@@ -65,9 +67,11 @@ def _from_file(
     )
 
 
-def _from_results(path: str, rank: int | None, device: int | None, options: Options) -> Batch:
+def _from_results(path: str, rank: int | None, device: int | None, options: Options, cache: str | None) -> Batch:
+    """The part of ``rank``/``device`` from the ingest cache of the results ``path`` (``cache``,
+    default ``OUT/cache``: never the folder the manifest names), else its trace file."""
     from .cache import lookup, read_part_tables
-    from .results import load
+    from .results import cache_of, load
 
     m = load(path).manifest
     ok = [(r, d, i) for i in m.get("inputs", []) if i.get("status") == "ok" for r, d in i.get("ranks", [])]
@@ -84,7 +88,8 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
         )
     r, d, inp = sorted(hits, key=lambda h: h[1])[0]
     reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
-    rec = lookup(m["cache"], inp["path"], verify=False)[0] if m.get("cache") and reachable else None
+    cache_dir = cache or cache_of(path)
+    rec = lookup(cache_dir, inp["path"], verify=False)[0] if reachable else None
     if rec is not None and rec.fingerprint == inp.get("fingerprint"):
         part = next((p for p in rec.parts if p.device == d), None)
         if part is not None:
@@ -103,7 +108,7 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
                 session_ns=session_window(rec.meta),
             )
     if not reachable:
-        raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {m.get('cache')}")
+        raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {cache_dir}")
     found = _from_file(inp["path"], r, d, options)
     assert found is not None
     return found
@@ -114,17 +119,23 @@ def _span(ranks: list[int]) -> str:
 
 
 def load_part(
-    trace: Any, *, rank: int | None = None, device: int | None = None, options: Options | None = None
+    trace: Any,
+    *,
+    rank: int | None = None,
+    device: int | None = None,
+    options: Options | None = None,
+    cache: str | None = None,
 ) -> Batch:
     """The :class:`~dtrace.batch.Batch` of one (rank, device) of ``trace``.
 
     ``trace`` is a trace file, a directory or glob of traces (``rank`` picks one; the file
-    name's ``rank<N>`` is tried first, then each file's own rank), or a results directory.
+    name's ``rank<N>`` is tried first, then each file's own rank), or a results directory (its
+    events come from ``cache``, default ``OUT/cache``, else from the trace file).
     """
     opts = options or Options()
     path = os.fspath(trace)
     if is_results_dir(path):
-        return _from_results(path, rank, device, opts)
+        return _from_results(path, rank, device, opts, cache)
     files = expand_inputs(path)
     if len(files) == 1:
         part = _from_file(files[0], rank, device, opts)
@@ -141,7 +152,13 @@ def load_part(
 
 
 def tree(
-    trace: Any, rank: int | None = None, device: int | None = None, *, python: bool = False, **options: Any
+    trace: Any,
+    rank: int | None = None,
+    device: int | None = None,
+    *,
+    python: bool = False,
+    cache: str | None = None,
+    **options: Any,
 ) -> Tree:
     """The host op → GPU kernel tree of one (rank, device) of a trace.
 
@@ -154,6 +171,8 @@ def tree(
         Which rank (required when ``trace`` holds several) and which GPU (default: the first).
     python
         Also nest ``python_function`` events.
+    cache
+        For a results directory: its ingest cache (default ``OUT/cache``).
     **options
         Analysis settings (:class:`~dtrace.options.Options`), e.g. ``step=3``.
 
@@ -169,7 +188,7 @@ def tree(
     """
     if isinstance(trace, Batch):
         return Tree.from_batch(trace, python=python)
-    part = load_part(trace, rank=rank, device=device, options=make_options(**options))
+    part = load_part(trace, rank=rank, device=device, options=make_options(**options), cache=cache)
     return Tree.from_batch(part, python=python)
 
 

@@ -6,6 +6,7 @@ on the small :class:`~dtrace.cache.FileRecord` objects that ingest returns.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import numbers
 import os
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from .cache import FileRecord, PartRecord
 from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
 from .errors import NotRegularFile, RankError, UsageError
-from .readers._io import refusal
+from .fileio import refusal
 from .remote import ObjectInfo, is_url, norm
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
@@ -73,7 +74,7 @@ def expand_inputs(
         elif os.path.exists(item):
             found.append(item)
         else:
-            matches = sorted(glob.glob(item, recursive=True))
+            matches = sorted(glob_files(item))
             if not matches:
                 raise UsageError(f"no such file, directory or glob match: {item}")
             found.extend(m for m in matches if not os.path.isdir(m))
@@ -101,6 +102,78 @@ def _expand_url(url: str, infos: dict[str, ObjectInfo] | None) -> list[str]:
     if infos is not None:
         infos.update((o.url, o) for o in objects)
     return [o.url for o in objects]
+
+
+def glob_files(pattern: str) -> list[str]:
+    """What ``glob.glob(pattern, recursive=True)`` matches, visiting every folder once.
+
+    ``glob``'s ``**`` follows links into folders without remembering where it has been, so a link
+    back to a parent (``d/a -> ..``; two such links double the paths at every level) makes it run
+    for ever. Here ``**`` walks each base folder with ``os.walk``, following links but entering
+    each real folder once, and matches the rest of the pattern component by component (``**``:
+    any number of folders, as in ``glob``; names starting with ``.`` only where the pattern
+    spells the dot).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); os.makedirs(f"{d}/a/b"); open(f"{d}/a/b/r.json", "w").close()
+    >>> os.symlink("..", f"{d}/a/b/up"); os.symlink("..", f"{d}/a/b/up2")      # loops
+    >>> [os.path.relpath(p, d) for p in glob_files(f"{d}/**/*.json")]
+    ['a/b/r.json']
+    """
+    parts = pattern.split(os.sep)
+    if "**" not in parts:
+        return glob.glob(pattern)
+    i = parts.index("**")
+    head, rest = os.sep.join(parts[:i]), parts[i:]
+    bases = (glob.glob(head) if glob.has_magic(head) else [head]) if head or i else [""]
+    dotted = any(p.startswith(".") for p in rest)
+    out: list[str] = []
+    for base in bases:
+        root = base or os.curdir
+        if not os.path.isdir(root):
+            continue
+        seen: set[tuple[int, int]] = set()
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            keep = []
+            for d in sorted(dirs):
+                try:
+                    st = os.stat(os.path.join(folder, d))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in seen or (d.startswith(".") and not dotted):
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                keep.append(d)
+            dirs[:] = keep
+            rel = os.path.relpath(folder, root)
+            prefix = [] if rel == os.curdir else rel.split(os.sep)
+            for name in files + keep:
+                if _match(rest, [*prefix, name]):
+                    out.append(os.path.join(base, *prefix, name) if base else os.path.join(*prefix, name))
+    return out
+
+
+def _match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether path components ``parts`` match glob components ``pattern`` (``**``: any number)."""
+    if not pattern:
+        return not parts
+    first = pattern[0]
+    if first == "**":
+        for k in range(len(parts) + 1):
+            if k and parts[k - 1].startswith("."):
+                return False
+            if _match(pattern[1:], parts[k:]):
+                return True
+        return False
+    if not parts:
+        return False
+    if glob.has_magic(first):
+        ok = not (parts[0].startswith(".") and not first.startswith(".")) and fnmatch.fnmatch(parts[0], first)
+    else:
+        ok = parts[0] == first
+    return ok and _match(pattern[1:], parts[1:])
 
 
 def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import fields
 from typing import Any, Iterator
 
 try:
@@ -41,11 +42,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from .errors import OutputError, ResultsError
+from .errors import OutputError, ResultsError, UsageError
+from .fileio import open_regular, read_regular
+from .options import Options
 from .remote import is_url
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+CACHE = "cache"
 #: What a table name must look like (the results contract's names are identifiers).
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 STAGING_PREFIX = ".staging-"
@@ -121,6 +125,26 @@ class Results:
         )
 
 
+def cache_of(out: str | os.PathLike[str]) -> str:
+    """The ingest cache of the results folder ``out``: ``OUT/cache``, always (for results on an
+    object store, the local cache of :func:`dtrace.remote.default_cache`).
+
+    The manifest's ``cache`` field only records where the run's cache was; it is never read as a
+    path (a hand-edited or copied manifest could point anywhere). The cache of a run made with
+    ``--cache DIR`` is read by passing ``DIR`` again (``cache=DIR``, ``--cache DIR``).
+
+    Examples
+    --------
+    >>> cache_of("run42/results")
+    'run42/results/cache'
+    """
+    if is_url(os.fspath(out)):  # results on an object store: a local cache of their own
+        from .remote import default_cache  # noqa: PLC0415
+
+        return default_cache(os.fspath(out))
+    return os.path.join(os.fspath(out), CACHE)
+
+
 def table_path(out: str, name: object) -> str:
     """``OUT/<name>.parquet`` for a valid table name whose file resolves inside ``OUT``.
 
@@ -145,7 +169,9 @@ def table_path(out: str, name: object) -> str:
 
 def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
-        t = pq.ParquetFile(path).read(use_threads=False)  # not the dataset API: ~1 ms less per table
+        # a FIFO planted in OUT is refused, never waited on; parsed from memory (faster than a Python
+        # file object, as fast as a path); not the dataset API: ~1 ms less per table
+        t = pq.ParquetFile(pa.BufferReader(read_regular(path))).read(use_threads=False)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
@@ -253,10 +279,8 @@ def intact(out: str, manifest: dict[str, Any]) -> bool:
         return False
     for name in names:
         try:
-            fd = os.open(table_path(out, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as f:
-                if xxhash.xxh3_128_hexdigest(f.read()) != fps[name]:
-                    return False
+            if xxhash.xxh3_128_hexdigest(read_regular(table_path(out, name), follow_links=False)) != fps[name]:
+                return False
         except (OSError, ResultsError):
             return False
     return True
@@ -284,7 +308,8 @@ def _remove_stale_tables(out: str, old: dict[str, Any], keep: set[str]) -> None:
         if os.path.islink(p) or not os.path.isfile(p):
             continue
         try:
-            md = pq.read_schema(p).metadata or {}
+            with open_regular(p, follow_links=False) as f:
+                md = pq.read_schema(f).metadata or {}
         except (OSError, pa.ArrowInvalid):
             continue
         if md.get(b"dtrace.run_id", b"").decode(errors="replace") == run_id:
@@ -361,17 +386,16 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         root, real = os.path.realpath(path), os.path.realpath(mf)
         if os.path.commonpath([root, real]) != root:
             raise ResultsError(f"{mf}: is a link to {real}, outside the results directory; refusing to read it")
+    if os.path.isdir(mf):
+        raise ResultsError(f"{mf} is a directory, not a manifest")
     try:
-        with open(mf, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(read_regular(mf))  # a FIFO or a device is refused, never waited on
     except FileNotFoundError:
         if missing_ok:
             return None
         if os.path.isdir(path) and any(n.endswith(".parquet") for n in os.listdir(path)):
             raise ResultsError(f"{path}: results are incomplete (no {MANIFEST}: the run did not finish)") from None
         raise ResultsError(f"{path}: not a dtrace results directory (no {MANIFEST})") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{mf} is a directory, not a manifest") from None
     except OSError as exc:
         raise ResultsError(f"{mf}: cannot read the manifest: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:
@@ -392,15 +416,60 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "created": (str,),
     "dtrace_version": (str,),
     "run_id": (str,),
+    "run_key": (str,),
     "format_version": (int,),
+    "cache": (str,),
+    "notes": (list,),
+    "phases": (dict,),
+    "execution": (str,),
+    "analyses": (list,),
+    "partitions": (list,),
+    "table_fingerprints": (dict,),
 }
 _INPUT_FIELDS: dict[str, tuple[type, ...]] = {
     "path": (str,),
     "format": (str, type(None)),
     "status": (str,),
     "error": (str, type(None)),
+    "error_type": (str, type(None)),
     "events": (int, type(None)),
+    "ranks": (list,),
+    "parts": (list,),
+    "size": (int,),
+    "mtime_ns": (int,),
+    "fingerprint": (str, type(None)),
+    "notes": (list,),
+    "dropped_events": (dict,),
 }
+#: Fields of the items of the manifest's lists: ``partitions[]``, ``inputs[].parts[]``.
+_PARTITION_FIELDS: dict[str, tuple[type, ...]] = {"ranks": (list,), "parts": (int,), "events": (int,)}
+_PART_FIELDS: dict[str, tuple[type, ...]] = {"rank": (int,), "device": (int,), "local_index": (int,)}
+
+
+def _kind(v: object) -> str:
+    return "bool" if isinstance(v, bool) else type(v).__name__
+
+
+def _check_fields(d: dict[str, Any], kinds: dict[str, tuple[type, ...]], where: str) -> str | None:
+    """What is wrong with the fields of ``d`` that ``kinds`` types (None: nothing); a bool is no int."""
+    for key, allowed in kinds.items():
+        if key not in d:
+            continue
+        v = d[key]
+        if not isinstance(v, allowed) or (isinstance(v, bool) and bool not in allowed):
+            return f"{where}{key} is a {_kind(v)}, expected a {' or '.join(k.__name__ for k in allowed)}"
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            return f"{where}{key} is {v}, beyond a 64-bit integer"
+    return None
+
+
+def _is_ints(v: object, n: int) -> bool:
+    """Whether ``v`` is a list of ``n`` integers (``[rank, device]``)."""
+    return (
+        isinstance(v, list)
+        and len(v) == n
+        and all(isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63 for x in v)
+    )
 
 
 def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
@@ -432,12 +501,31 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     for i, item in enumerate(manifest.get("inputs", [])):
         if not isinstance(item, dict):
             raise bad(f"inputs[{i}] is a {type(item).__name__}, not an object")
-        for key, kinds in _INPUT_FIELDS.items():
-            if key in item and not isinstance(item[key], kinds):
-                raise bad(f"inputs[{i}].{key} is a {type(item[key]).__name__}")
+        wrong = _check_fields(item, _INPUT_FIELDS, f"inputs[{i}].")
+        if wrong:
+            raise bad(wrong)
+        for j, pair in enumerate(item.get("ranks", [])):
+            if not _is_ints(pair, 2):
+                raise bad(f"inputs[{i}].ranks[{j}] is {pair!r}, not a [rank, device] pair")
+        for j, part in enumerate(item.get("parts", [])):
+            wrong = _check_fields(part, _PART_FIELDS, f"inputs[{i}].parts[{j}].") if isinstance(part, dict) else ""
+            if wrong is not None or not all(k in part for k in _PART_FIELDS):
+                raise bad(wrong or f"inputs[{i}].parts[{j}] is not an object with rank, device and local_index")
+        if not all(isinstance(n, str) for n in item.get("notes", [])):
+            raise bad(f"inputs[{i}].notes holds something other than text")
+        if not all(_is_ints([n], 1) for n in item.get("dropped_events", {}).values()):
+            raise bad(f"inputs[{i}].dropped_events holds something other than counts")
+    for i, p in enumerate(manifest.get("partitions", [])):
+        wrong = _check_fields(p, _PARTITION_FIELDS, f"partitions[{i}].") if isinstance(p, dict) else ""
+        if wrong is not None or not _is_ints(p.get("ranks"), 2):
+            raise bad(wrong or f"partitions[{i}] is not an object with ranks [first, last]")
+    for key in ("notes", "analyses"):
+        if not all(isinstance(n, str) for n in manifest.get(key, [])):
+            raise bad(f"field {key!r} holds something other than text")
     for key, why in manifest.get("absent_tables", {}).items():
         if not isinstance(why, str):
             raise bad(f"absent_tables[{key!r}] is a {type(why).__name__}, not a str")
+    _check_options(manifest.get("options", {}), bad)
     return manifest
 
 
@@ -461,6 +549,16 @@ def in_memory(res: Results) -> Results:
     """``res`` with every table read, detached from its folder (which may then be removed)."""
     tables = {name: res.table(name) for name in res.table_names}
     return Results(tables, dict(res.manifest), None)
+
+
+def _check_options(opts: dict[str, Any], bad: Any) -> None:
+    """The recorded analysis options must be valid :class:`~dtrace.options.Options` (renderers and
+    the timeline read them back)."""
+    known = {f.name for f in fields(Options)}
+    try:
+        Options.from_kwargs(**{k: v for k, v in opts.items() if k in known and k != "classmap"})
+    except (UsageError, TypeError, ValueError) as exc:
+        raise bad(f"field 'options': {exc}") from None
 
 
 def load(path: str | os.PathLike[str]) -> Results:

@@ -57,11 +57,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .constants import FAULT_KINDS
+from .constants import FAULT_KINDS, SPEEDUP_RANGE
+from .constants import SYNTH_MAX_JOB_KERNELS as MAX_JOB_KERNELS
+from .constants import SYNTH_MAX_KERNELS_PER_RANK as MAX_KERNELS_PER_RANK
+from .constants import SYNTH_MAX_RANKS as MAX_RANKS
+from .constants import SYNTH_MAX_TILE as MAX_TILE
 from .errors import UsageError
 from .fileio import atomic_write_bytes
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
+MAX_SLOW = 100.0
+"""The largest fault severity: a rank 101 times as slow."""
+MAX_CLOCK_OFFSET_NS = 1_000_000_000_000
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,8 @@ class Fault:
             raise UsageError(f"unknown fault kind {self.kind!r}; valid: {', '.join(FAULT_KINDS)}")
         if self.rank < 0:
             raise UsageError(f"fault rank must be >= 0, got {self.rank}")
-        if not self.slow > 0:
-            raise UsageError(f"fault severity slow must be > 0, got {self.slow}")
+        if not 0 < self.slow <= MAX_SLOW:  # inf, nan, 1e309: durations beyond int64
+            raise UsageError(f"fault severity slow must be > 0 and at most {MAX_SLOW:g}, got {self.slow}")
 
 
 def parse_fault(text: str) -> Fault:
@@ -329,8 +336,10 @@ def _check_speedup(speedup: Mapping[str, float] | None) -> dict[str, float]:
             factor = float(f)
         except (TypeError, ValueError):
             raise UsageError(f"speedup of class {cls!r} must be a number, not {f!r}") from None
-        if not factor > 0:
-            raise UsageError(f"speedup of class {cls!r} must be > 0, got {factor}")
+        if not SPEEDUP_RANGE[0] <= factor <= SPEEDUP_RANGE[1]:
+            raise UsageError(
+                f"speedup of class {cls!r} must be from {SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g}, got {factor:g}"
+            )
         out[str(cls)] = factor
     return out
 
@@ -864,14 +873,33 @@ def generate(
     >>> truth["stragglers"], truth["tp"], truth["dp"]
     ([5], 8, 2)
     """
+    for name, value in (
+        ("ranks", ranks),
+        ("steps", steps),
+        ("gpus_per_host", gpus_per_host),
+        ("streams", streams),
+        ("kernels_per_step", kernels_per_step),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"{name} must be a whole number, not {value!r}")
     if ranks < 1 or steps < 1:
         raise UsageError("ranks and steps must be >= 1")
+    if ranks > MAX_RANKS:
+        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
+    if steps * kernels_per_step > MAX_KERNELS_PER_RANK or ranks * steps * kernels_per_step > MAX_JOB_KERNELS:
+        raise UsageError(
+            f"ranks={ranks:,}, steps={steps:,}, kernels_per_step={kernels_per_step:,}: at most "
+            f"{MAX_KERNELS_PER_RANK:,} kernels per rank (steps x kernels_per_step) and {MAX_JOB_KERNELS:,} "
+            "in the job"
+        )
     if gpus_per_host < 1 or streams < 1 or kernels_per_step < 1:
         raise UsageError("gpus_per_host, streams and kernels_per_step must be >= 1")
     if streams > len(STREAM_IDS_BASE):
         raise UsageError(f"at most {len(STREAM_IDS_BASE)} compute streams")
-    if clock_offset_ns < 0 or jitter < 0:
-        raise UsageError("clock_offset_ns and jitter must be >= 0")
+    if not 0 <= clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
+        raise UsageError(f"clock_offset_ns must be from 0 to {MAX_CLOCK_OFFSET_NS:,} (1000 s), got {clock_offset_ns!r}")
+    if not 0 <= jitter <= 1:
+        raise UsageError(f"jitter must be from 0 to 1 (a log-normal sigma), got {jitter!r}")
     tp = _default_tp(ranks, gpus_per_host) if tp is None else int(tp)
     if tp < 1 or ranks % tp:
         raise UsageError(f"tp={tp} does not divide ranks={ranks}")
@@ -950,8 +978,10 @@ def from_trace(
     """
     from .tile import tile_trace
 
-    if ranks < 1 or tile < 1:
-        raise UsageError("ranks and tile must be >= 1")
+    if ranks < 1 or not 1 <= tile <= MAX_TILE:
+        raise UsageError(f"ranks must be >= 1 and tile from 1 to {MAX_TILE:,}")
+    if ranks > MAX_RANKS:
+        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     suffix = ".json.gz" if gzip else ".json"

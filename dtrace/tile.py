@@ -42,7 +42,8 @@ import numpy as np
 
 from .errors import InputError, UsageError
 from .fileio import atomic_write
-from .readers._io import GZIP_MAGIC, _gzip
+from .readers._io import GZIP_MAGIC, _gzip, open_regular
+from .units import format_size
 
 ID_ARGS = (
     "correlation",
@@ -56,6 +57,8 @@ ID_ARGS = (
     "Record function id",
 )
 """Integer arguments that link events and must stay unique across copies."""
+MAX_TILED_BYTES = 64 << 30
+"""The largest tiled trace (``times`` × the source's JSON): the input size dtrace reads by default."""
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _FIELDS = re.compile(
@@ -97,7 +100,7 @@ class _Source:
     """A source trace: its top-level keys as raw JSON, its events as raw text, and what to shift."""
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
             data = f.read()
         if data[:2] == GZIP_MAGIC:
             try:
@@ -281,6 +284,11 @@ def tile_trace(
     except OSError as exc:
         raise InputError(src, f"cannot read the file: {exc.strerror}") from None
     source = _load(os.path.abspath(src), st.st_size, st.st_mtime_ns)
+    if times * len(source.data) > MAX_TILED_BYTES:
+        raise UsageError(
+            f"times={times:,}: {times:,} copies of {src} ({format_size(len(source.data))} of JSON) would be more "
+            f"than {format_size(MAX_TILED_BYTES)}, the input size dtrace reads by default"
+        )
     head = {k: bytes(v) for k, v in source.head.items()}
     tail = {k: bytes(v) for k, v in source.tail.items()}
     if rank is not None or world_size is not None:

@@ -33,16 +33,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._version import __version__
 from .batch import Batch, prepare_part
-from .errors import UsageError
+from .errors import ResultsError, UsageError
+from .fileio import open_regular
 from .options import Options
-from .results import Results, load
+from .results import Results, cache_of, load
 
 KEYS = ["rank", "device"]
-ROLES = ("straggler", "slowest", "fastest", "median")
+ROLES = ("straggler", "peer", "slowest", "fastest", "median")
 HOST_KIND_CAT = {
     "cpu_op": "cpu_op",
     "runtime": "cuda_runtime",
@@ -51,6 +53,8 @@ HOST_KIND_CAT = {
     "other": "other",
 }
 GPU_KIND_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
+MAX_WINDOW_NS = 10**17
+"""The farthest a ``--window`` bound may lie from the job's first GPU event (3.2 years)."""
 WINDOW_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
@@ -71,20 +75,29 @@ class CachedPart:
 
 
 def read_parts(
-    results: Results, parts: Iterable[tuple[int, int]], windows: Mapping[tuple[int, int], tuple[int, int]] | None = None
+    results: Results,
+    parts: Iterable[tuple[int, int]],
+    windows: Mapping[tuple[int, int], tuple[int, int]] | None = None,
+    *,
+    cache: str | None = None,
 ) -> dict[tuple[int, int], CachedPart]:
     """Read the cached events of these (rank, device) parts, each only inside its window if given.
 
     ``windows`` maps a part to ``(lo, hi)`` ns on that part's own clock: only events that
-    overlap it are kept (side-table rows are renumbered to match). Nothing of any other part is
-    read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries). Raises
-    :class:`UsageError` when a part is not in the results or its cached events are gone.
+    overlap it are kept (side-table rows are renumbered to match). The events come from
+    ``cache`` (default ``OUT/cache``; never from where the manifest says). Nothing of any other
+    part is read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries).
+    Raises :class:`UsageError` when a part is not in the results or its cached events are gone.
     """
     from .cache import read_part_tables
     from .event_frame import part_specs
 
+    if cache is None:
+        if results.path is None:
+            raise UsageError("results held in memory: give the cache folder of their events (cache=DIR)")
+        cache = cache_of(results.path)
     wanted = {(int(k[0]), int(k[1])) for k in parts}
-    specs = {(s.rank, s.device): s for s in part_specs(results.manifest, wanted)}
+    specs = {(s.rank, s.device): s for s in part_specs(results.manifest, cache, wanted)}
     out = {}
     for key in sorted(wanted):
         if key not in specs:
@@ -102,8 +115,9 @@ def read_parts(
 
 
 def _renumber(side: pd.DataFrame, kept: np.ndarray) -> pd.DataFrame:
-    if not len(side):
-        return side
+    """The side-table rows of the events ``kept`` (positions), numbered by their new positions."""
+    if not len(side) or not len(kept):  # nothing kept: a window outside this part's events
+        return side.iloc[:0]
     pos = np.searchsorted(kept, side["row"].to_numpy())
     ok = (pos < len(kept)) & (kept[np.minimum(pos, len(kept) - 1)] == side["row"].to_numpy())
     return side.loc[ok].assign(row=pos[ok]).reset_index(drop=True)
@@ -143,7 +157,10 @@ def parse_window(text: str) -> tuple[int, int]:
         m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d*)?|[-+]?\.\d+)\s*(ns|us|µs|ms|s)?\s*", p)
         if not m:
             raise UsageError(f"--window {text!r}: {p!r} is not a time (e.g. 12.5, 12500us, 0.0125s)")
-        vals.append(int(round(float(m.group(1)) * WINDOW_UNITS[m.group(2) or "ms"])))
+        ns = float(m.group(1)) * WINDOW_UNITS[m.group(2) or "ms"]
+        if not abs(ns) <= MAX_WINDOW_NS:  # 1e400 digits: inf; beyond int64 once an offset is added
+            raise UsageError(f"--window {text!r}: {p.strip()!r} is beyond {MAX_WINDOW_NS / 1e9 / 86400:,.0f} days")
+        vals.append(int(round(ns)))
     if vals[1] <= vals[0]:
         raise UsageError(f"--window {text!r}: END must be after START")
     return vals[0], vals[1]
@@ -183,6 +200,13 @@ def choose(
     steps = results.steps if "steps" in results.table_names else None
     if window is not None:
         lo, hi = parse_window(window) if isinstance(window, str) else (int(window[0]), int(window[1]))
+        last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
+        span = int((last - allp["offset_ns"].to_numpy(np.int64)).max()) - origin
+        if hi < 0 or lo > span:
+            raise UsageError(
+                f"the window {lo / 1e6:g}:{hi / 1e6:g} ms holds no GPU event: the job's GPU events span "
+                f"0:{span / 1e6:g} ms since its first one"
+            )
         win: tuple[int, int] | None = (origin + lo, origin + hi)
         step = None
         per = bd
@@ -215,6 +239,11 @@ def choose(
             roles.setdefault(_key(others.index[-1]), "slowest")
         roles.setdefault(_key(others.index[0]), "fastest")
         roles.setdefault(_key(others.index[(len(others) - 1) // 2]), "median")
+    if ranks is None:
+        for key in flagged:  # a flow arrow reaches a straggler only from a rank of its groups
+            peer = _peer(results, key, comp, roles)
+            if peer is not None:
+                roles.setdefault(peer, "peer")
     if ranks is not None:
         keys = []
         known = allp.set_index("rank")
@@ -233,6 +262,40 @@ def choose(
     unique_ranks = not chosen["rank"].duplicated().any()
     chosen["pid"] = chosen["rank"] if unique_ranks else chosen["rank"] * 1000 + chosen["device"]
     return Selection(parts=chosen, step=step, window=win, origin=origin)
+
+
+def _peer(
+    results: Results, straggler: tuple[int, int], comp: pd.Series, roles: Mapping[tuple[int, int], str]
+) -> tuple[int, int] | None:
+    """A part sharing a process group with ``straggler`` when none of the parts chosen so far
+    does: of the group members, the one with the median computation in the window (None when a
+    chosen part already shares a group, or the straggler has no collectives)."""
+    members = _group_members(results, straggler[0])
+    if not members or any(k[0] in members for k in roles if k != straggler):
+        return None
+    cand = [k for k in map(_key, comp.index) if k[0] in members and k not in roles]
+    if not cand:
+        return None
+    vals = comp.reindex(pd.MultiIndex.from_tuples(cand)).to_numpy(np.float64)
+    order = np.argsort(vals, kind="stable")
+    return cand[int(order[(len(order) - 1) // 2])]
+
+
+def _group_members(results: Results, rank: int) -> set[int]:
+    """The other ranks of the process groups ``rank``'s collectives ran in (``collectives`` table)."""
+    if "collectives" not in results.table_names:
+        return set()
+    path = os.path.join(results.path, "collectives.parquet") if results.path else None
+    run_id = results.manifest.get("run_id")
+    if path and os.path.exists(path):
+        mine = _read_rows(path, [rank], run_id, columns=["group", "rank"])
+        groups = sorted(set(mine["group"].dropna().astype(str)))
+        rows = _read_rows(path, groups, run_id, column="group", columns=["group", "rank"]) if groups else mine
+    else:
+        c = results.collectives
+        groups = sorted(set(c.loc[c["rank"] == rank, "group"].dropna().astype(str)))
+        rows = c.loc[c["group"].astype(str).isin(groups)]
+    return {int(r) for r in rows["rank"].unique()} - {int(rank)}
 
 
 def _key(label: Any) -> tuple[int, int]:
@@ -267,7 +330,7 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     ranks = sorted(int(r) for r in parts["rank"].unique())
     path = os.path.join(results.path, "collectives.parquet") if results.path else None
     if path and os.path.exists(path):
-        rows = pq.read_table(path, filters=[("rank", "in", ranks)]).to_pandas()
+        rows = _read_rows(path, ranks, results.manifest.get("run_id"))
     else:
         rows = results.collectives
         rows = rows.loc[rows["rank"].isin(ranks)]
@@ -277,7 +340,27 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[key.isin(pd.MultiIndex.from_frame(parts[KEYS]))].reset_index(drop=True)
 
 
-def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, Any]:
+def _read_rows(
+    path: str, values: list[Any], run_id: object, *, column: str = "rank", columns: list[str] | None = None
+) -> pd.DataFrame:
+    """The rows of a results table whose ``column`` is one of ``values`` (only ``columns`` if
+    given), from a regular file of this run; one-line errors."""
+    try:
+        with open_regular(path) as f:  # a FIFO planted in OUT is refused, never waited on
+            t = pq.read_table(f, columns=columns, filters=[(column, "in", values)])
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(
+            f"{path}: cannot read results table: {exc.strerror if isinstance(exc, OSError) else exc}"
+        ) from None
+    got = (t.schema.metadata or {}).get(b"dtrace.run_id", b"").decode(errors="replace")
+    if isinstance(run_id, str) and run_id and got != run_id:
+        raise ResultsError(
+            f"{path}: table is from another run ({got}) than the manifest ({run_id}); re-run dtrace analyze"
+        )
+    return t.to_pandas()
+
+
+def build(results: Results, sel: Selection, *, host: bool = False, cache: str | None = None) -> dict[str, Any]:
     """The Chrome trace-event document of a :class:`Selection` (see the module docstring)."""
     parts = sel.parts
     off = dict(zip(map(tuple, parts[KEYS].to_numpy().tolist()), parts["offset_ns"].tolist()))
@@ -285,7 +368,7 @@ def build(results: Results, sel: Selection, *, host: bool = False) -> dict[str, 
     windows = None
     if sel.window is not None:
         windows = {k: (sel.window[0] + off[k], sel.window[1] + off[k]) for k in keys}
-    cached = read_parts(results, keys, windows)
+    cached = read_parts(results, keys, windows, cache=cache)
     opts = _options(results)
     coll = _collective_rows(results, parts)
     if len(coll):
@@ -601,6 +684,7 @@ def timeline(
     step: int | None = None,
     window: tuple[int, int] | str | None = None,
     host: bool = False,
+    cache: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The chosen ranks during one step (or window) as a Chrome / Perfetto trace, on one clock.
 
@@ -620,6 +704,9 @@ def timeline(
         ``"START:END"`` text (ms by default, units ns/us/ms/s).
     host
         Also export the host threads (ops, launches, annotations) of the window.
+    cache
+        The ingest cache holding the events (default ``OUT/cache``; give it for a run made with
+        ``--cache DIR``).
 
     Returns
     -------
@@ -637,7 +724,7 @@ def timeline(
     """
     res = results if isinstance(results, Results) else load(results)
     sel = choose(res, ranks=ranks, step=step, window=window)
-    return build(res, sel, host=host)
+    return build(res, sel, host=host, cache=os.fspath(cache) if cache is not None else None)
 
 
 __all__ = ["timeline", "read_parts", "choose", "build", "encode", "parse_window", "CachedPart", "Selection"]

@@ -81,7 +81,13 @@ def test_device_gaps_match_a_loop_over_the_raw_events(trace):
     raw = rawtrace.load(path)
     loop = rawtrace.gaps_by_loop(raw["gpu"].assign(stream=0), kernel_wait_ns=30_000)  # all streams pooled
     res = dtrace.analyze(
-        path, cache=rawtrace.ingest_cache(), scheduler="sync", hist_min_ns=1_000, hist_max_ns=1_000_000, hist_bins=8
+        path,
+        cache=rawtrace.ingest_cache(),
+        scheduler="sync",
+        hist_min_ns=1_000,
+        hist_max_ns=1_000_000,
+        hist_bins=8,
+        hist_log=False,
     )
     assert int(res.breakdown["clipped_events"].iloc[0]) == 0  # dtrace's ends are the raw ones
     dg = res.device_gaps.iloc[0]

@@ -11,8 +11,14 @@ input fails with an "internal error" (a one-line error naming the input, or a cl
 are the only outcomes), no run hangs (``timeout``), and the unmutated ranks' tables are
 exactly those of a run of them alone.
 
-``DTRACE_FUZZ_SEED`` and ``DTRACE_FUZZ_BATCHES`` run other or more cases (a failure prints the
-seed, the batch and each input's mutations).
+Beyond the inputs (issue 19): a results folder edited or planted by hand — wrong JSON types in
+every manifest and cache-record field, FIFOs, links and folders in place of its files — and every
+numeric option of every command (0, negative, inf, nan, 1e309, beyond int64, huge ranges) must
+end each command in one line with the documented exit code (README, "Bad input") or a result,
+never a traceback or a hang.
+
+``DTRACE_FUZZ_SEED``, ``DTRACE_FUZZ_BATCHES`` and ``DTRACE_FUZZ_OUT_CASES`` run other or more
+cases (a failure prints the seed, the batch or case and what was done).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES
+from dtrace.cli.main import main
 
 SEED = int(os.environ.get("DTRACE_FUZZ_SEED", "13"))
 BATCHES = int(os.environ.get("DTRACE_FUZZ_BATCHES", "12"))
@@ -514,3 +521,214 @@ def test_a_collective_kernel_twice_in_a_trace(tmp_path):
     path.write_text(json.dumps(doc))
     res = dtrace.analyze(str(path), scheduler="sync")
     assert res.ok and len(res.whatif) and len(res.collectives)
+
+
+# -- the results folder itself (issue 19) --------------------------------------------------------
+#: JSON values of the wrong type (or range) written into manifest and cache-record fields.
+ODD_JSON = [None, "x", "", [], {}, -1, 0, 1.5, True, 2**70, -(2**70), [[1]], {"a": 1}, "../x", float("nan")]
+N_OUT_CASES = int(os.environ.get("DTRACE_FUZZ_OUT_CASES", "40"))
+
+
+@pytest.fixture(scope="module")
+def small_out(tmp_path_factory):
+    from dtrace.synth import generate
+
+    d = tmp_path_factory.mktemp("fuzz-out")
+    generate(str(d / "job"), ranks=2, steps=2, seed=1, kernels_per_step=8)
+    dtrace.analyze(str(d / "job"), str(d / "out"), scheduler="sync")
+    return d
+
+
+def _paths(doc, prefix=()):
+    """Every (nested) field of a JSON document: dict keys, and the first item of each list."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list) and doc:
+        yield prefix + (0,)
+        yield from _paths(doc[0], prefix + (0,))
+
+
+def _set(doc, path, value):
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
+
+
+def _edit_json(path, rng, fingerprint=False) -> str:
+    with open(path) as f:
+        doc = json.load(f)
+    root = doc["record"] if fingerprint else doc
+    field = rng.choice(list(_paths(root)))
+    value = rng.choice(ODD_JSON)
+    _set(root, field, value)
+    if fingerprint and rng.random() < 0.8:  # a record that passes its fingerprint check: only the field checks stand
+        from dtrace.cache import _record_fingerprint
+
+        doc["record_fingerprint"] = _record_fingerprint(doc["record"])
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return f"{os.path.basename(path)} {field} = {value!r}"
+
+
+def _plant(path, rng, outside) -> str:
+    """Put something that is not the regular file there."""
+    kind = rng.choice(["fifo", "link outside", "link loop", "dangling link", "folder"])
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link outside":
+        os.symlink(outside, path)
+    elif kind == "link loop":
+        os.symlink(path, path)
+    elif kind == "dangling link":
+        os.symlink(path + ".gone", path)
+    else:
+        os.mkdir(path)
+    return f"{kind} at {path}"
+
+
+def _mutate_out(out, rng, outside) -> str:
+    kind = rng.choice(["manifest", "manifest", "cache record", "plant"])
+    if kind == "manifest":
+        return _edit_json(os.path.join(out, "manifest.json"), rng)
+    files = sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs if f not in ("manifest.json",) or kind == "plant"
+    )
+    if kind == "cache record":
+        return _edit_json(rng.choice([f for f in files if f.endswith("source.json")]), rng, fingerprint=True)
+    return _plant(rng.choice(files), rng, outside)
+
+
+def _commands(out, job, tmp):
+    return [
+        ["show", out],
+        ["show", out, "breakdown"],
+        ["kernels", out],
+        ["gaps", out],
+        ["ops", out],
+        ["whatif", out],
+        ["tree", out, "--op", "ProfilerStep#1"],
+        ["timeline", out, "-o", os.path.join(tmp, "t.json")],
+        ["report", out, "-o", os.path.join(tmp, "r.html")],
+        ["diff", out, out],
+        ["analyze", job, "-o", out, "--sync", "--no-progress"],
+        ["events", out],
+    ]
+
+
+def _run_cli(argv, capsys, where) -> None:
+    """One command: exit code 0, 1 or 2 (README, "Bad input"), a usage error in one line, never
+    an exception."""
+    try:
+        if argv[0] == "events":
+            try:
+                dtrace.events(argv[1]).compute()
+            except dtrace.errors.DtraceError as exc:
+                assert "\n" not in str(exc), (str(exc), where)
+            return
+        code = main(argv)
+    except BaseException as exc:  # noqa: BLE001 - the test's point: report what escaped
+        pytest.fail(f"{type(exc).__name__}: {exc} escaped {argv}; {where}")
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2), (code, argv, where, err)
+    assert "Traceback" not in err, (argv, where, err)
+    if code == 2:
+        assert err.count("\n") == 1, (argv, where, err)
+
+
+@pytest.mark.timeout(180)
+def test_a_hand_edited_or_planted_results_folder_never_breaks_a_command(small_out, tmp_path, capsys):
+    """Wrong JSON types in manifest and cache-record fields (with a matching fingerprint, so the
+    field checks are what stands), FIFOs, links (outside OUT, loops, dangling) and folders
+    planted in place of OUT's files: every command ends in one line or works, none hangs."""
+    rng = random.Random(SEED)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not dtrace's")
+    for i in range(N_OUT_CASES):
+        out = str(tmp_path / f"out{i}")
+        shutil.copytree(small_out / "out", out, symlinks=True)
+        where = f"seed {SEED}, case {i}: {_mutate_out(out, rng, str(outside))}"
+        cmds = _commands(out, str(small_out / "job"), str(tmp_path))
+        for argv in rng.sample(cmds, 4):
+            _run_cli(argv, capsys, where)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+# -- every numeric option of every command (issue 19) ----------------------------------------------
+NUMBERS = ["0", "-1", "inf", "nan", "1e309", "-1e309", "99999999999999999999", "1e9", "0.5"]
+#: Options that take numbers inside text, with values to try.
+TEXT_NUMBERS = {
+    ("analyze", "--max-input-size"): ["0", "-1", "inf", "1e309", "9" * 400, "1e9TB"],
+    ("timeline", "--ranks"): ["0-999999999", "-1", "0-99999999999999999999", "5-1", "inf"],
+    ("timeline", "--window"): ["0:1e400", "inf:nan", "-1:0", "1" + "0" * 400 + ":2", "2:1"],
+    ("whatif", "--class"): ["gemm=1e-308", "gemm=inf", "gemm=nan", "gemm=0", "gemm=-1"],
+    ("compare", "--wall-time"): ["1=inf", "1=nan", "1=1e309", "1=0", "1=-5"],
+    ("synth", "--speedup"): ["gemm=1e-308", "gemm=inf", "gemm=0"],
+    ("synth", "--fault"): ["compute:rank=1:slow=inf", "compute:rank=1e309:slow=1", "compute:rank=1:slow=1e300"],
+}
+
+
+def _numeric_options():
+    import argparse
+
+    from dtrace.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        for action in parser._actions:
+            kind = getattr(action.type, "__name__", None) if action.type else None
+            if action.option_strings and kind in ("whole number", "number", "time in µs"):
+                yield command, action.option_strings[0], NUMBERS
+    for (command, flag), values in TEXT_NUMBERS.items():
+        yield command, flag, values
+
+
+@pytest.mark.timeout(240)
+def test_numeric_options_never_break_a_command(small_out, tmp_path, capsys):
+    """0, negative, inf, nan, 1e309, beyond int64 and huge ranges in every numeric option of every
+    command: a one-line usage error (exit 2) or a result, never a traceback or a hang."""
+    out, job = str(small_out / "out"), str(small_out / "job")
+    trace = os.path.join(job, "rank-0.json.gz")
+    base = {
+        "analyze": [trace, "-o", str(tmp_path / "a"), "--sync", "--no-progress"],
+        "show": [out],
+        "tree": [out, "--op", "ProfilerStep#1"],
+        "ops": [out],
+        "kernels": [out],
+        "gaps": [out],
+        "report": [out, "-o", str(tmp_path / "r.html")],
+        "compare": [out, "-o", str(tmp_path / "c.html")],
+        "diff": [out, out],
+        "nsys-stats": [str(tmp_path / "none_cuda_gpu_kern_sum.csv"), "-o", str(tmp_path / "n")],
+        "synth": [str(tmp_path / "s"), "--ranks", "2", "--steps", "1", "--kernels-per-step", "4"],
+        "timeline": [out, "-o", str(tmp_path / "t.json")],
+        "whatif": [out],
+        "launches": [out],
+        "memory": [out],
+        "bounds": [out],
+    }
+    seen = set()
+    for command, flag, values in _numeric_options():
+        seen.add(command)
+        for value in values:
+            _run_cli([command, *base[command], f"{flag}={value}"], capsys, f"{command} {flag}={value}")
+    assert seen >= {
+        "analyze",
+        "show",
+        "tree",
+        "ops",
+        "kernels",
+        "gaps",
+        "report",
+        "diff",
+        "timeline",
+        "whatif",
+        "synth",
+        "launches",
+        "bounds",
+    }

@@ -299,8 +299,8 @@ def test_kernels_cli_on_trace_sort_aliases_and_output(tmp_path, capsys):
     assert f"{len(raw):,} distinct kernel names" in text
     detail = out.read_text()
     top = raw.sort_values("total_ns", ascending=False).index[0]
-    assert detail.splitlines()[2] == f"Rank 1: {top}"  # full, unshortened name first
-    assert detail.count("Rank ") == len(raw)
+    assert detail.splitlines()[2] == f"#1: {top}"  # full, unshortened name first
+    assert detail.count("\n#") == len(raw)
     capsys.readouterr()
     assert main(["kernels", path, "--sort", "bogus"]) == 2  # rejected before any work
     assert "count, mean, total, share" in capsys.readouterr().err

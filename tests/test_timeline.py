@@ -149,7 +149,12 @@ def test_default_choice_and_format(job16):
     comp = st.loc[st["step"] == slowest].set_index("rank")["computation_ns"].drop(index=truth["stragglers"])
     comp = comp.sort_values(kind="stable")
     roles = {t["rank"]: t["role"] for t in od["tracks"]}
-    assert roles == {5: "straggler", int(comp.index[0]): "fastest", int(comp.index[(len(comp) - 1) // 2]): "median"}
+    fastest, median = int(comp.index[0]), int(comp.index[(len(comp) - 1) // 2])
+    assert {r: x for r, x in roles.items() if x != "peer"} == {5: "straggler", fastest: "fastest", median: "median"}
+    # a rank of the straggler's process groups comes too when neither of the others is one (issue 19)
+    groups5 = {r for g in truth["process_groups"] if 5 in g["ranks"] for r in g["ranks"]} - {5}
+    peer = [r for r, x in roles.items() if x == "peer"]
+    assert len(peer) == (0 if {fastest, median} & groups5 else 1) and set(peer) <= groups5
     by = check_chrome_trace(json.loads(tx.encode(trace, "t.json")))
     names = {e["pid"]: e["args"]["name"] for e in by["M"] if e["name"] == "process_name"}
     co = res.clock_offsets.set_index("rank")
@@ -233,7 +238,7 @@ def test_only_the_chosen_parts_are_read(job16, monkeypatch):
     real_table, real_file = tx.pq.read_table, dtrace.cache.read_file
 
     def spy_table(path, *a, **kw):
-        read.append(os.fspath(path))
+        read.append(os.fspath(getattr(path, "name", path)))  # a path, or a file opened by open_regular
         return real_table(path, *a, **kw)
 
     def spy_file(path):
@@ -307,7 +312,8 @@ def test_size_does_not_grow_with_the_job(job16, tmp_path_factory):
     t16, t64 = tx.timeline(res16), tx.timeline(res64)
     n16 = [t["gpu_events"] for t in t16["otherData"]["tracks"]]
     n64 = [t["gpu_events"] for t in t64["otherData"]["tracks"]]
-    assert len(n64) == len(n16) == 3 and n64 == n16
+    # 3 tracks, or 4 with a peer of the straggler's groups; each track the same events
+    assert len(n16) in (3, 4) and len(n64) in (3, 4) and set(n64) == set(n16) and len(set(n16)) == 1
     s16, s64 = len(tx.encode(t16, "x.json.gz")), len(tx.encode(t64, "x.json.gz"))
     assert s64 < 1.25 * s16 and s64 < 100_000
 
@@ -327,7 +333,7 @@ def test_cli_and_report_link(job16, tmp_path, capsys):
     link = tmp_path / "linked.json.gz"
     assert cli(["report", res.path, "-o", str(html_path), "--timeline", str(link)]) == 0
     html = html_path.read_text()
-    assert link.exists() and 'href="linked.json.gz"' in html and 'id="whatif"' in html
+    assert link.exists() and 'href="./linked.json.gz"' in html and 'id="whatif"' in html
     check_chrome_trace(_load(link))
 
 
@@ -346,7 +352,7 @@ def test_report_section(job16, tmp_path):
     html = report(res, timeline="slow-step.json.gz")
     sec = html.split('<section id="whatif">', 1)[1].split("</section>", 1)[0]
     scen = res.whatif["scenario"].unique().tolist()
-    assert 'href="slow-step.json.gz"' in sec and 'data-chart="whatif"' in sec
+    assert 'href="./slow-step.json.gz"' in sec and 'data-chart="whatif"' in sec
     assert all(s in sec for s in scen)
     order = [s.split('"')[0] for s in html.split('<section id="')[1:]]
     assert order[order.index("stragglers") + 1] == "whatif"

@@ -502,7 +502,7 @@ def test_synth_counterfactuals_change_only_what_they_say(tmp_path):
         assert len(inst) > 5 and lo <= inst.min() and inst.max() <= hi, (d, inst.describe())
     dn = np.array([e["dur"] for e in _events(tmp_path / "n" / "rank-3.json.gz")])
     np.testing.assert_array_equal(dn[~comm], da[~comm])
-    with pytest.raises(UsageError, match="must be > 0"):
+    with pytest.raises(UsageError, match="must be from 0.001 to 1000"):
         synth.generate(tmp_path / "bad", speedup={"gemm": 0}, **kw)
     assert (
         cli(
@@ -577,7 +577,7 @@ def test_results_whatif_table_and_cli(results, capsys):
     assert cli(["whatif", r.path, "--step", "99"]) == 2
     assert "no step 99" in capsys.readouterr().err
     assert cli(["whatif", r.path, "--class", "gemm=-1"]) == 2
-    assert "must be > 0" in capsys.readouterr().err
+    assert "-1 is out of range: give a number from 0.001 to 1,000" in capsys.readouterr().err
 
 
 def test_docstring_examples_run():

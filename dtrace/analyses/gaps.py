@@ -26,8 +26,10 @@ GPU waited for the host); ``kernel_wait`` when it was launched in time and the g
 than ``kernel_wait_ns`` (back-to-back launch overhead); ``other`` otherwise, and for events
 whose launch is unknown.
 
-The histograms use ``hist_bins`` linear (or, with ``hist_log``, logarithmic) bins between
-``hist_min_ns`` and ``hist_max_ns``; a bound not given is the smallest/largest gap of the
+The histograms use ``hist_bins`` bins between ``hist_min_ns`` and ``hist_max_ns``,
+logarithmic when the range spans two decades or more (``hi ≥ LOG_SPAN · lo``, ``lo > 0``: gap
+lengths are skewed, so linear bins would hold nearly every gap in the first), else linear;
+``hist_log`` ``True``/``False`` forces either. A bound not given is the smallest/largest gap of the
 part (for stream gaps: of all streams of the device, so its streams share their bins). Gaps
 outside the bounds are left out of the histogram (the gap tables keep every gap).
 """
@@ -51,6 +53,7 @@ from ..groups import (
     unique_first,
     unique_inverse,
 )
+from ..options import LOG_SPAN
 
 GAP_COLUMNS = [
     "rank",
@@ -234,15 +237,19 @@ def gap_stats(batch: Batch) -> pd.DataFrame:
     return out[GAP_COLUMNS]
 
 
-def hist_edges(gap_ns: np.ndarray, lo: int | None, hi: int | None, bins: int, log: bool) -> np.ndarray:
+def hist_edges(gap_ns: np.ndarray, lo: int | None, hi: int | None, bins: int, log: bool | None) -> np.ndarray:
     """Bin edges (float ns) for the gap histogram; empty when there is nothing to bin.
+    ``log``: ``True`` logarithmic, ``False`` linear, ``None`` logarithmic where the range spans
+    two decades (:data:`~dtrace.options.LOG_SPAN`).
 
     Examples
     --------
-    >>> hist_edges(np.array([1000, 5000]), None, None, 4, False).tolist()
+    >>> hist_edges(np.array([1000, 5000]), None, None, 4, None).tolist()
     [1000.0, 2000.0, 3000.0, 4000.0, 5000.0]
-    >>> hist_edges(np.array([5]), 1000, 100000, 2, True).tolist()
+    >>> hist_edges(np.array([5]), 1000, 100000, 2, None).tolist()
     [1000.0, 10000.0, 100000.0]
+    >>> hist_edges(np.array([5]), 1000, 100000, 2, False).tolist()
+    [1000.0, 50500.0, 100000.0]
     """
     if lo is None or hi is None:
         if not len(gap_ns):
@@ -252,14 +259,17 @@ def hist_edges(gap_ns: np.ndarray, lo: int | None, hi: int | None, bins: int, lo
     return _edges(np.array([lo], np.float64), np.array([hi], np.float64), bins, log)[0]
 
 
-def _edges(lo: np.ndarray, hi: np.ndarray, bins: int, log: bool) -> np.ndarray:
+def _edges(lo: np.ndarray, hi: np.ndarray, bins: int, log: bool | None) -> np.ndarray:
     """Edges of every row's bins, one row per (lo, hi) pair: ``np.linspace``/``np.geomspace`` of
-    each pair (the same float operations as one call per pair)."""
+    each pair (the same float operations as one call per pair); ``log=None`` picks per row."""
     hi = np.where(hi <= lo, lo + 1.0, hi)
+    if log is False:
+        return np.atleast_2d(np.linspace(lo, hi, bins + 1, axis=1))
+    geo = np.atleast_2d(np.geomspace(np.maximum(lo, 1.0), hi, bins + 1, axis=1))
     if log:
-        lo = np.maximum(lo, 1.0)
-        return np.atleast_2d(np.geomspace(lo, hi, bins + 1, axis=1))
-    return np.atleast_2d(np.linspace(lo, hi, bins + 1, axis=1))
+        return geo
+    spans = (lo >= 1.0) & (hi >= LOG_SPAN * lo)
+    return np.where(np.atleast_1d(spans)[:, None], geo, np.atleast_2d(np.linspace(lo, hi, bins + 1, axis=1)))
 
 
 def gap_histogram(batch: Batch) -> pd.DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..constants import DEFAULT_MAX_INPUT_SIZE
 from ..errors import UsageError
@@ -18,14 +18,15 @@ from .common import (
     is_machine,
     print_json,
     say,
+    whole,
 )
 
 if TYPE_CHECKING:
     from ..results import Results
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
-_JOB_FLAGS = [
-    ("--job-cores", "cores", int, "cores per job, one single-threaded worker each (default: 1)"),
+_JOB_FLAGS: list[tuple[str, str, Callable[[str], Any], str]] = [
+    ("--job-cores", "cores", whole(1, 4096), "cores per job, one single-threaded worker each (default: 1)"),
     ("--job-memory", "memory", str, "memory per job, e.g. 16GiB (default: 4GiB)"),
     ("--queue", "queue", str, "queue / partition of the jobs"),
     ("--account", "account", str, "account to charge the jobs to"),
@@ -58,7 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"{DEFAULT_MAX_INPUT_SIZE}); a larger input fails alone",
     )
     e = p.add_argument_group("execution")
-    e.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
+    e.add_argument(
+        "--workers", type=whole(1, 4096), default=None, help="local worker processes (default: one per core)"
+    )
     e.add_argument(
         "--scheduler",
         default=None,
@@ -70,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--sync", action="store_true", help="run in-process without a cluster (same as --scheduler sync)")
     e.add_argument(
         "--partition-size",
-        type=int,
+        type=whole(1, 10**12),
         default=None,
         metavar="EVENTS",
         help="target events per partition: whole ranks are batched up to it (default 600,000)",
@@ -87,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="submit Dask workers as batch jobs to this scheduler (dask-jobqueue)",
     )
-    j.add_argument("--jobs", type=int, default=None, help="batch jobs to submit (default: 1)")
+    j.add_argument("--jobs", type=whole(1, 100_000), default=None, help="batch jobs to submit (default: 1)")
     for flag, key, kind, what in _JOB_FLAGS:
         j.add_argument(flag, dest=f"job_{key}", type=kind, default=None, metavar=key.upper(), help=what)
     add_analysis_options(p)

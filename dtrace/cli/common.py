@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -12,7 +13,8 @@ from typing import Any, Callable, Iterator
 from ..constants import OUTPUT_FORMATS
 from ..errors import InputError, OutputError, UsageError
 from ..fileio import atomic_write
-from ..render.escape import printable
+from ..options import INT32_MAX, INT64_MAX, INT64_MIN, MAX_HIST_BINS, MAX_TIME_NS, MAX_TIMELINE_BINS
+from ..render.escape import markdown_text, printable
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -24,7 +26,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         help="reproduce a peer tool's numbers exactly (tracelens: GPUEventAnalyser rules)",
     )
     g.add_argument("--linked-only", action="store_true", help="keep only GPU events linked to a host launch")
-    g.add_argument("--step", type=int, default=None, help="keep only this step (iteration) in every table")
+    g.add_argument("--step", type=ID, default=None, help="keep only this step (iteration) in every table")
     g.add_argument("--step-pattern", default=None, help="regex on annotation names marking a step (group 1 = number)")
     g.add_argument(
         "--rank-by",
@@ -35,7 +37,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--format", dest="input_format", default=None, help="force an input format (default: detect)")
     g.add_argument(
         "--gpus-per-host",
-        type=int,
+        type=whole(0, INT32_MAX),
         default=None,
         help="ranks r // N share a host clock (default 8; "
         "0: one clock per rank) when clock offsets are removed from collectives",
@@ -45,12 +47,81 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     add_host_options(g)
 
 
-def _us_to_ns(text: str) -> int:
-    """A CLI time in µs (float allowed) → integer ns."""
+# -- numbers: every numeric flag of every command is parsed and bounded here -------------------
+INT32_MIN = -(2**31)
+MAX_US = MAX_TIME_NS // 1000
+"""The largest time flag in µs (11.6 days; its ns fit int64)."""
+
+
+def number(text: str, lo: float, hi: float, *, whole: bool = False, above: bool = False) -> float:
+    """``text`` as a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``above``), an int if ``whole``.
+
+    Raises :class:`UsageError` saying the rule: ``inf``, ``nan``, ``1e309``, a number out of range
+    or (for ``whole``) one with a fraction or an exponent.
+
+    Examples
+    --------
+    >>> number("1.5", 0, 10), number("7", 1, 8, whole=True)
+    (1.5, 7)
+    >>> number("1e309", 0, 10)
+    Traceback (most recent call last):
+    dtrace.errors.UsageError: '1e309' is not a finite number: give a number from 0 to 10
+    """
+    span = f"above {_num(lo)} and up to {_num(hi)}" if above else f"from {_num(lo)} to {_num(hi)}"
+    rule = f"give a {'whole number' if whole else 'number'} {span}"
     try:
-        return int(round(float(text) * 1000))
+        v: float = int(text.strip()) if whole else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of microseconds: {text!r}") from None
+        raise UsageError(f"{text!r} is not a {'whole number' if whole else 'number'}: {rule}") from None
+    if not math.isfinite(v):
+        raise UsageError(f"{text!r} is not a finite number: {rule}")
+    if not (lo < v if above else lo <= v) or not v <= hi:
+        raise UsageError(f"{text} is out of range: {rule}")
+    return v
+
+
+def _num(x: float) -> str:
+    """A bound for people: ``2,147,483,647``, ``0.001``."""
+    if isinstance(x, int) or (float(x).is_integer() and abs(x) < 1e18):
+        return f"{int(x):,}"
+    return f"{x:g}"
+
+
+def _flag_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse ``type=``: a :class:`UsageError` of ``parse`` becomes argparse's one-line error."""
+
+    def check(text: str) -> Any:
+        try:
+            return parse(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    check.__name__ = name
+    return check
+
+
+def whole(lo: int, hi: int) -> Callable[[str], int]:
+    """The ``type=`` of a whole-number flag in ``[lo, hi]``."""
+    return _flag_type(lambda t: int(number(t, lo, hi, whole=True)), "whole number")
+
+
+def real(lo: float, hi: float, *, above: bool = False) -> Callable[[str], float]:
+    """The ``type=`` of a finite real-number flag in ``[lo, hi]`` (``(lo, hi]`` with ``above``)."""
+    return _flag_type(lambda t: float(number(t, lo, hi, above=above)), "number")
+
+
+def micros(text: str) -> int:
+    """A time flag in µs (fractions allowed, 0 to :data:`MAX_US`) → integer ns."""
+    return int(round(number(text, 0, MAX_US) * 1000))
+
+
+MICROS = _flag_type(micros, "time in µs")
+RANK = whole(0, INT32_MAX)
+DEVICE = whole(INT32_MIN, INT32_MAX)
+ID = whole(INT64_MIN, INT64_MAX)
+COUNT = whole(0, INT64_MAX)
+SPEEDUP_RANGE = (1e-3, 1e3)
+"""How much faster or slower a what-if (or a generated counterfactual) may make a class."""
 
 
 def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
@@ -67,13 +138,13 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--model", dest="classmap_model", default=None, help="model of a regex class map")
     g.add_argument(
         "--iters",
-        type=int,
+        type=whole(1, INT32_MAX),
         default=None,
         help="iterations in the trace for per-iteration figures (default: steps found)",
     )
     g.add_argument(
         "--summary-gpus",
-        type=int,
+        type=whole(1, INT32_MAX),
         default=None,
         metavar="N",
         help="GPUs an nsys stats summary CSV covers (per-iteration figures divide by iters x N)",
@@ -81,7 +152,7 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--hist-min",
         dest="hist_min_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gap histogram lower bound in µs (default: smallest gap)",
@@ -89,17 +160,22 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--hist-max",
         dest="hist_max_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gap histogram upper bound in µs (default: largest gap)",
     )
-    g.add_argument("--hist-bins", type=int, default=None, help="gap histogram bins (default 20)")
-    g.add_argument("--hist-log", action="store_true", default=None, help="logarithmic gap histogram bins")
+    g.add_argument(
+        "--hist-bins",
+        type=whole(1, MAX_HIST_BINS),
+        default=None,
+        help=f"gap histogram bins (default 20, at most {MAX_HIST_BINS:,})",
+    )
+    add_hist_spacing(g)
     g.add_argument(
         "--kernel-wait-us",
         dest="kernel_wait_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)",
@@ -111,9 +187,12 @@ def _launch_rows(text: str) -> int | str:
     if text == "all":
         return text
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of rows or 'all': {text!r}") from None
+        return int(number(text, 0, INT64_MAX, whole=True))
+    except UsageError as exc:
+        raise UsageError(f"not a number of rows or 'all': {exc}") from None
+
+
+LAUNCH_ROWS = _flag_type(_launch_rows, "number of rows or 'all'")
 
 
 def add_host_options(g: argparse._ArgumentGroup) -> None:
@@ -121,7 +200,7 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--launch-runtime-cutoff",
         dest="launch_runtime_cutoff_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="a launch call longer than this is an outlier (default 50 µs)",
@@ -129,31 +208,48 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--launch-delay-cutoff",
         dest="launch_delay_cutoff_ns",
-        type=_us_to_ns,
+        type=MICROS,
         default=None,
         metavar="US",
         help="a launch delay longer than this is an outlier (default 100 µs)",
     )
     g.add_argument(
         "--launch-rows",
-        type=_launch_rows,
+        type=LAUNCH_ROWS,
         default=None,
         metavar="N|all",
         help="outliers per GPU kept in the launches table (default 100); all: every launched GPU event",
     )
     g.add_argument(
         "--queue-limit",
-        type=int,
+        type=whole(1, INT32_MAX),
         default=None,
         metavar="N",
         help="launch queue length at which the host blocks (default: the runtime's, 1022 for CUDA, none for ROCm)",
     )
     g.add_argument(
         "--timeline-bins",
-        type=int,
+        type=whole(1, MAX_TIMELINE_BINS),
         default=None,
         metavar="N",
         help="bins of the time series (queue, memory, copy bandwidth) per GPU (default 100)",
+    )
+
+
+def add_hist_spacing(g: Any) -> None:
+    """``--hist-log`` / ``--hist-linear`` (``hist_log``; neither: logarithmic bins where the range
+    spans two decades or more, else linear)."""
+    spacing = g.add_mutually_exclusive_group()
+    spacing.add_argument(
+        "--hist-log",
+        dest="hist_log",
+        action="store_const",
+        const=True,
+        default=None,
+        help="logarithmic gap histogram bins (default: logarithmic when the range spans two decades, else linear)",
+    )
+    spacing.add_argument(
+        "--hist-linear", dest="hist_log", action="store_const", const=False, help="linear gap histogram bins"
     )
 
 
@@ -213,12 +309,17 @@ def add_rows(p: argparse.ArgumentParser, *aliases: str) -> None:
         "--top",
         *aliases,
         dest="top",
-        type=int,
+        type=whole(1, INT64_MAX),
         default=None,
         metavar="N",
         help=f"show the first N rows of each table (default {DEFAULT_TOP} in the terminal, every row in csv/json)",
     )
     p.add_argument("--all", dest="all_rows", action="store_true", help="show every row")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="full names, never shortened, and every column in one block (the table may be wider than the terminal)",
+    )
 
 
 def rows_to_show(args: argparse.Namespace) -> int | None:
@@ -238,8 +339,10 @@ def is_machine(fmt: str) -> bool:
 
 
 def say(text: str, fmt: str) -> None:
-    """Print a note: on stdout for the human formats, on stderr for the machine formats."""
-    print(printable(text, keep_newlines=True), file=sys.stderr if is_machine(fmt) else sys.stdout)
+    """Print a note: on stdout for the human formats (escaped as Markdown in a Markdown document),
+    on stderr for the machine formats."""
+    shown = markdown_text(text) if fmt == "markdown" else printable(text, keep_newlines=True)
+    print(shown, file=sys.stderr if is_machine(fmt) else sys.stdout)
 
 
 def print_json(doc: object) -> None:
@@ -254,13 +357,14 @@ def reading(path: str) -> Iterator[None]:
     The quick views (``tree``, ``ops``) read one trace in-process, without the engine that
     records such failures per input.
     """
+    from ..cache import UNDECODABLE, undecodable
+
     try:
         yield
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start : exc.start + 1].hex() if isinstance(exc.object, bytes) else "?"
-        raise InputError(path, f"not valid UTF-8 text (byte 0x{bad}); is it a trace file?") from None
     except RecursionError:
         raise InputError(path, "the JSON is nested too deeply to read") from None
+    except UNDECODABLE as exc:  # invalid UTF-8, a damaged SQLite page or deflate stream
+        raise InputError(path, undecodable(exc)) from None
 
 
 def check_out_dir(out: str, cache: str | None) -> None:
@@ -332,7 +436,9 @@ def select_rank(df: Any, rank: int, where: str) -> Any:
 # -- writing ---------------------------------------------------------------------------------
 def write_output(path: str, write: Callable[[str], None]) -> None:
     """Write an output file atomically (:func:`dtrace.fileio.atomic_write`): ``write(tmp)`` fills a
-    temporary file beside ``path``, which is then renamed into place.
+    temporary file beside ``path``, which is then renamed into place. Only a regular file (or a
+    new one) is replaced that way: a symbolic link, a FIFO or a device (``-o /dev/stdout``,
+    ``-o /dev/null``) is written through once the content is whole, and stays what it is.
 
     Raises
     ------
@@ -347,7 +453,7 @@ def write_output(path: str, write: Callable[[str], None]) -> None:
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path}: it is a directory")
     try:
-        atomic_write(path, write, prefix=".dtrace-")
+        atomic_write(path, write, prefix=".dtrace-", through=True)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -357,8 +463,12 @@ def _write_file(path: str, text: str) -> None:
         f.write(text)
 
 
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (UTF-8, newlines as given)."""
+def write_text(path: str, text: str, *, terminal: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (UTF-8, newlines as given). ``terminal``: a text
+    report meant to be read with ``cat``/``less``, escaped as the terminal is (control characters
+    shown, :func:`~dtrace.render.escape.printable`), so a name in it cannot drive the terminal."""
+    if terminal:
+        text = printable(text, keep_newlines=True)
     write_output(path, lambda tmp: _write_file(tmp, text))
 
 

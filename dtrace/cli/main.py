@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 from .._version import __version__
 from ..errors import DtraceError, ResultsError, UsageError
@@ -39,8 +40,16 @@ def _commands() -> list[ModuleType]:
     ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with dtrace's one-line errors: ``dtrace COMMAND: error: ...`` and exit code 2
+    (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dtrace", description="Analyse GPU profiler traces of every rank at once.")
+    p = Parser(prog="dtrace", description="Analyse GPU profiler traces of every rank at once.")
     p.add_argument("--version", action="version", version=f"dtrace {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _commands():
@@ -50,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed in one line
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DtraceError, UsageError
 from ..render.escape import printable
+from .common import INT32_MAX, whole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,10 +40,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "*_nvtx_gpu_proj_trace.csv) or Nsight Systems reports (.sqlite, .nsys-rep).",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="CONFIG.json, CSV files, or .sqlite/.nsys-rep reports")
-    p.add_argument("--iters", type=int, default=None, help="iterations the inputs hold (num_of_iters; default 1)")
+    p.add_argument(
+        "--iters", type=whole(1, INT32_MAX), default=None, help="iterations the inputs hold (num_of_iters; default 1)"
+    )
     p.add_argument(
         "--gpus",
-        type=int,
+        type=whole(1, INT32_MAX),
         default=None,
         help="GPUs the inputs hold (num_of_gpus; default 1 for CSVs, the report's devices otherwise)",
     )

@@ -21,6 +21,8 @@ from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable, to_csv
 from .common import (
+    ID,
+    RANK,
     add_analysis_options,
     add_output_format,
     add_rows,
@@ -78,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="mean",
         help="sort kernel pairs by count, mean, max or std (aliases avg, avggap, maxgap, stdev); default mean",
     )
-    g.add_argument("--stream", type=int, default=None, help="only this stream")
+    g.add_argument("--stream", type=ID, default=None, help="only this stream")
     g.set_defaults(func=run_gaps)
 
 
@@ -92,8 +94,8 @@ def _common(p: argparse.ArgumentParser, top_alias: str | None = None, output_ali
         metavar="FILE",
         help="write the detail with full names (.csv, .json or text)",
     )
-    p.add_argument("--rank", type=int, default=None, help="only this rank (default: all ranks)")
-    p.add_argument("--pstep", dest="step", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=RANK, default=None, help="only this rank (default: all ranks)")
+    p.add_argument("--pstep", dest="step", type=ID, default=None, help=argparse.SUPPRESS)
     add_analysis_options(p)
     add_output_format(p)
 
@@ -109,7 +111,7 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
     """
     from ..results import MANIFEST, load
 
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST)):
+    if os.path.isdir(path) and os.path.lexists(os.path.join(path, MANIFEST)):
         res = load(path)
         used = res.manifest.get("options", {})
         default = Options()
@@ -188,10 +190,11 @@ def _write(path: str, df: pd.DataFrame, text: str) -> None:
 
     low = path.lower()
     if low.endswith(".csv"):
-        text = to_csv(df)
+        write_text(path, to_csv(df))
     elif low.endswith(".json"):
-        text = df.to_json(orient="records", indent=1, force_ascii=False)
-    write_text(path, text)
+        write_text(path, df.to_json(orient="records", indent=1, force_ascii=False))
+    else:  # a text report, read with cat or less: the terminal's escaping
+        write_text(path, text, terminal=True)
 
 
 def run_kernels(args: argparse.Namespace) -> int:
@@ -226,17 +229,19 @@ def run_kernels(args: argparse.Namespace) -> int:
         else:
             print(render(rep.kernels.drop(columns="#"), "csv", max_rows=rows_to_show(args)), end="")
     else:
-        print(kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt), end="")
+        print(
+            kernels_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, fmt=args.fmt, wide=args.wide), end=""
+        )
     if args.output:
         view = kernel_view(of_rank(res.table("kernels"), args.rank), sort)
-        _write(args.output, view.drop(columns="#"), kernels_detail(view))
+        _write(args.output, view.drop(columns="#"), kernels_detail(view, of_rank(res.table("kernels"), args.rank)))
         say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0
 
 
 def run_gaps(args: argparse.Namespace) -> int:
     from ..render.text import render
-    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, options_note
+    from ..render.views import GAP_SORTS, gap_report, gaps_detail, gaps_document, gaps_text, of_rank, options_note
 
     sort = _choice(args.gap_sort, GAP_SORTS, GAP_SORT_ALIASES, "--gap-sort")
     kwargs = analysis_kwargs(args)
@@ -259,10 +264,22 @@ def run_gaps(args: argparse.Namespace) -> int:
             print(render(tv, "csv", max_rows=rows_to_show(args)), end="")
     else:
         print(
-            gaps_text(res, sort=sort, top=rows_to_show(args), rank=args.rank, stream=args.stream, fmt=args.fmt), end=""
+            gaps_text(
+                res,
+                sort=sort,
+                top=rows_to_show(args),
+                rank=args.rank,
+                stream=args.stream,
+                fmt=args.fmt,
+                wide=args.wide,
+            ),
+            end="",
         )
     if args.output:
         tv = rep.transitions
-        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv))
+        trans = of_rank(res.table("transitions"), args.rank)
+        if args.stream is not None:
+            trans = trans.loc[trans["stream"].to_numpy() == args.stream]
+        _write(args.output, tv.drop(columns=["#", "transition"]), gaps_detail(rep.streams, tv, trans))
         say(f"full kernel names written to {args.output}", args.fmt)
     return 1 if res.errors else 0

@@ -13,8 +13,21 @@ from typing import TYPE_CHECKING
 
 from ..constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
+from ..options import MAX_HIST_BINS
 from ..render.escape import printable, to_csv
-from .common import add_output_format, add_rows, is_machine, rows_to_show, say, write_parquet, write_text
+from .common import (
+    MICROS,
+    add_hist_spacing,
+    add_output_format,
+    add_rows,
+    is_machine,
+    number,
+    rows_to_show,
+    say,
+    whole,
+    write_parquet,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from ..results import Results
@@ -33,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", default=None, help="page title")
     p.add_argument(
         "--max-bars",
-        type=int,
+        type=whole(1, 100_000),
         default=64,
         metavar="N",
         help="most GPUs drawn in one bar chart before switching to extremes + distribution (default 64)",
@@ -45,6 +58,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="link this slow-step timeline in the what-if section (exported first, as by "
         "dtrace timeline, when the file does not exist)",
     )
+    h = p.add_argument_group(
+        "gap histograms (given: the report's histograms are computed again from OUT's cached events)"
+    )
+    h.add_argument("--hist-min", dest="hist_min_ns", type=MICROS, default=None, metavar="US", help="lower bound in µs")
+    h.add_argument("--hist-max", dest="hist_max_ns", type=MICROS, default=None, metavar="US", help="upper bound in µs")
+    h.add_argument("--hist-bins", type=whole(1, MAX_HIST_BINS), default=None, help="number of bins")
+    add_hist_spacing(h)
+    p.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     p.set_defaults(func=run_report)
 
     c = sub.add_parser(
@@ -118,18 +139,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_diff)
 
 
+HIST_OPTIONS = ("hist_min_ns", "hist_max_ns", "hist_bins", "hist_log")
+
+
 def run_report(args: argparse.Namespace) -> int:
     from ..render.html import report
-    from ..results import load
+    from ..results import Results, load
 
     res = load(args.out)
+    rebin = {k: getattr(args, k) for k in HIST_OPTIONS if getattr(args, k) is not None}
+    if rebin:  # the histograms with other bins, from the cached events
+        from ..event_frame import recompute
+
+        names = [t for t in ("gap_histogram", "device_gap_histogram") if t in res.table_names]
+        res = Results(recompute(args.out, names, cache=args.cache, **rebin), res.manifest, res.path)
     href = None
     if args.timeline:
         if not os.path.exists(args.timeline):
             from .timeline import run_timeline
 
             run_timeline(
-                argparse.Namespace(out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False)
+                argparse.Namespace(
+                    out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False, cache=None
+                )
             )
         href = os.path.relpath(os.path.abspath(args.timeline), os.path.dirname(os.path.abspath(args.output)))
     write_text(args.output, report(res, title=args.title, max_bars=args.max_bars, timeline=href))
@@ -151,11 +183,9 @@ def parse_wall_times(specs: list[str], labels: list[str], paths: list[str]) -> d
         if not sep or not key:
             raise UsageError(f"--wall-time {spec!r}: expected RUN=SECONDS")
         try:
-            seconds = float(val)
-        except ValueError:
-            raise UsageError(f"--wall-time {spec!r}: {val!r} is not a number of seconds") from None
-        if not seconds > 0:
-            raise UsageError(f"--wall-time {spec!r}: seconds must be > 0")
+            seconds = number(val, 0, 1e9, above=True)
+        except UsageError as exc:
+            raise UsageError(f"--wall-time {spec!r}: {exc} seconds") from None
         if key in labels:
             label = key
         elif os.path.normpath(key) in [os.path.normpath(p) for p in paths]:
@@ -222,6 +252,7 @@ def run_diff(args: argparse.Namespace) -> int:
                     title=f"{lv}: B − A ({per}; A = {args.a}, B = {args.b})",
                     max_rows=rows_to_show(args),
                     time_unit="auto",
+                    wide=args.wide,
                 )
             )
             sys.stdout.write("\n")

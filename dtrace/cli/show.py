@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import UsageError
-from .common import add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
+from .common import RANK, add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("table", nargs="?", default=None)
     add_rows(p)
     p.add_argument("--sort", default=None, help="sort by this column (descending)")
-    p.add_argument("--rank", type=int, default=None, help="only this rank")
+    p.add_argument("--rank", type=RANK, default=None, help="only this rank")
     p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
     add_output_format(p)
     p.set_defaults(func=run)
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                     title="inputs",
                     human=False,
                     max_rows=rows_to_show(args),
+                    wide=args.wide,
                 ),
                 end="",
             )
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
             f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
             args.fmt,
         )
-    print(render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    print(
+        render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end=""
+    )
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)
     return 0

@@ -6,8 +6,15 @@ import argparse
 import json
 import time
 
-from ..constants import FAULT_KINDS
+from ..constants import (
+    FAULT_KINDS,
+    SPEEDUP_RANGE,
+    SYNTH_MAX_KERNELS_PER_RANK,
+    SYNTH_MAX_RANKS,
+    SYNTH_MAX_TILE,
+)
 from ..errors import UsageError
+from .common import INT64_MAX, number, real, whole
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,17 +27,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "injected faults).",
     )
     p.add_argument("out", metavar="OUT", help="directory for rank-N.json.gz and ground_truth.json")
-    p.add_argument("--ranks", type=int, default=8, help="world size (default 8)")
-    p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per host (default 8)")
-    p.add_argument("--streams", type=int, default=2, help="compute streams per GPU (default 2)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel group size (default: up to 8, one host)")
-    p.add_argument("--kernels-per-step", type=int, default=55, help="about this many compute kernels per step")
+    p.add_argument("--ranks", type=whole(1, SYNTH_MAX_RANKS), default=8, help="world size (default 8)")
+    p.add_argument("--steps", type=whole(1, SYNTH_MAX_KERNELS_PER_RANK), default=3, help="profiled steps (default 3)")
+    p.add_argument("--seed", type=whole(0, INT64_MAX), default=0, help="random seed (default 0)")
+    p.add_argument("--gpus-per-host", type=whole(1, SYNTH_MAX_RANKS), default=8, help="GPUs per host (default 8)")
+    p.add_argument("--streams", type=whole(1, 64), default=2, help="compute streams per GPU (default 2)")
     p.add_argument(
-        "--clock-offset-ms", type=float, default=2.0, help="host clocks differ by up to ± this many ms (default 2)"
+        "--tp",
+        type=whole(1, SYNTH_MAX_RANKS),
+        default=None,
+        help="tensor-parallel group size (default: up to 8, one host)",
     )
-    p.add_argument("--jitter", type=float, default=0.02, help="relative spread of kernel durations (default 0.02)")
+    p.add_argument(
+        "--kernels-per-step",
+        type=whole(1, SYNTH_MAX_KERNELS_PER_RANK),
+        default=55,
+        help="about this many compute kernels per step",
+    )
+    p.add_argument(
+        "--clock-offset-ms",
+        type=real(0, 1e6),
+        default=2.0,
+        help="host clocks differ by up to ± this many ms (default 2)",
+    )
+    p.add_argument("--jitter", type=real(0, 1), default=0.02, help="relative spread of kernel durations (default 0.02)")
     p.add_argument(
         "--fault",
         action="append",
@@ -59,7 +79,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="instead of simulating, replicate this Kineto trace to --ranks ranks (jittered)",
     )
-    t.add_argument("--tile", type=int, default=1, metavar="N", help="with --from-trace: N copies in time (default 1)")
+    t.add_argument(
+        "--tile",
+        type=whole(1, SYNTH_MAX_TILE),
+        default=1,
+        metavar="N",
+        help="with --from-trace: N copies in time (default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -67,12 +93,12 @@ def _speedups(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
         cls, sep, x = item.partition("=")
-        try:
-            out[cls.strip()] = float(x)
-        except ValueError:
-            raise UsageError(f"--speedup {item!r}: expected CLASS=X with a number X") from None
         if not sep or not cls.strip():
             raise UsageError(f"--speedup {item!r}: expected CLASS=X")
+        try:
+            out[cls.strip()] = number(x, *SPEEDUP_RANGE)
+        except UsageError as exc:
+            raise UsageError(f"--speedup {item!r}: {exc}") from None
     return out
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..constants import DEFAULT_SPEEDUP
+from ..constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
 from ..errors import UsageError
-from .common import add_output_format, write_bytes
+from .common import ID, INT32_MAX, add_output_format, number, real, write_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="ranks to show (default: the flagged stragglers, the fastest and the median rank)",
     )
     which = t.add_mutually_exclusive_group()
-    which.add_argument("--step", type=int, default=None, help="step to show (default: the slowest step)")
+    which.add_argument("--step", type=ID, default=None, help="step to show (default: the slowest step)")
     which.add_argument(
         "--window",
         default=None,
@@ -51,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a time window instead of a step, since the job's first GPU event (ms; or with units: 12500us:14ms)",
     )
     t.add_argument("--host", action="store_true", help="also export the host threads (ops, launches)")
+    t.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     t.set_defaults(func=run_timeline)
 
     w = sub.add_parser(
@@ -75,36 +76,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     w.add_argument(
         "--speedup",
-        type=float,
+        type=real(*SPEEDUP_RANGE),
         default=DEFAULT_SPEEDUP,
         metavar="X",
         help=f"how many times as fast --class kernels run (default {DEFAULT_SPEEDUP})",
     )
-    w.add_argument("--step", type=int, default=None, help="only this step")
+    w.add_argument("--step", type=ID, default=None, help="only this step")
     w.add_argument("--per-step", action="store_true", help="one row per step and scenario (default: step means)")
     add_output_format(w)
     w.set_defaults(func=run_whatif)
 
 
+MAX_TIMELINE_RANKS = 4096
+"""The most ranks one timeline exports (``--ranks``)."""
+
+
 def parse_ranks(text: str | None) -> list[int] | None:
-    """``"0,5,37"`` or ``"0-3,9"`` → ``[0, 5, 37]`` / ``[0, 1, 2, 3, 9]``.
+    """``"0,5,37"`` or ``"0-3,9"`` → ``[0, 5, 37]`` / ``[0, 1, 2, 3, 9]``; at most
+    :data:`MAX_TIMELINE_RANKS` ranks, each from 0 to 2³¹ − 1.
 
     Examples
     --------
     >>> parse_ranks("0-3,9")
     [0, 1, 2, 3, 9]
+    >>> parse_ranks("0-999999999")
+    Traceback (most recent call last):
+    dtrace.errors.UsageError: --ranks '0-999999999': 1,000,000,000 ranks; a timeline shows at most 4,096
     """
     if text is None:
         return None
-    out: list[int] = []
+    spans: list[tuple[int, int]] = []
     for item in str(text).split(","):
         item = item.strip()
         lo, sep, hi = item.partition("-")
         try:
-            out += list(range(int(lo), int(hi) + 1)) if sep else [int(item)]
-        except ValueError:
-            raise UsageError(f"--ranks {text!r}: {item!r} is not a rank or a range R-R") from None
-    return out
+            a = int(number(lo, 0, INT32_MAX, whole=True))
+            b = int(number(hi, 0, INT32_MAX, whole=True)) if sep else a
+        except UsageError as exc:
+            raise UsageError(f"--ranks {text!r}: {item!r} is not a rank or a range R-R ({exc})") from None
+        if b < a:
+            raise UsageError(f"--ranks {text!r}: the range {item!r} ends before it starts")
+        spans.append((a, b))
+    n = sum(b - a + 1 for a, b in spans)
+    if n > MAX_TIMELINE_RANKS:
+        raise UsageError(f"--ranks {text!r}: {n:,} ranks; a timeline shows at most {MAX_TIMELINE_RANKS:,}")
+    return [r for a, b in spans for r in range(a, b + 1)]
 
 
 def parse_classes(items: list[str] | None, speedup: float) -> dict[str, float] | None:
@@ -121,11 +137,9 @@ def parse_classes(items: list[str] | None, speedup: float) -> dict[str, float] |
     for item in items:
         name, sep, x = item.partition("=")
         try:
-            factor = float(x) if sep else float(speedup)
-        except ValueError:
-            raise UsageError(f"--class {item!r}: {x!r} is not a number") from None
-        if not factor > 0:
-            raise UsageError(f"--class {item!r}: the speedup must be > 0")
+            factor = number(x, *SPEEDUP_RANGE) if sep else float(speedup)
+        except UsageError as exc:
+            raise UsageError(f"--class {item!r}: {exc}") from None
         out[name.strip()] = factor
     return out
 
@@ -135,7 +149,9 @@ def run_timeline(args: argparse.Namespace) -> int:
     from ..timeline_export import encode, timeline
 
     res = load(args.out)
-    trace = timeline(res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host)
+    trace = timeline(
+        res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host, cache=args.cache
+    )
     data = encode(trace, args.output)
 
     write_bytes(args.output, data)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable
-from .common import add_output_format, add_rows, reading, rows_to_show
+from .common import COUNT, DEVICE, ID, RANK, add_output_format, add_rows, reading, rows_to_show, whole
 
 if TYPE_CHECKING:
     from ..calltree import Tree
@@ -36,18 +36,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--op", default=None, help="op (or any event) name")
-    which.add_argument("--ext-id", type=int, default=None, help="external id (with --pid and --tid)")
-    which.add_argument("--uid", type=int, default=None, help="node UID")
-    p.add_argument("--pid", type=int, default=None)
-    p.add_argument("--tid", type=int, default=None)
-    p.add_argument("--nth", type=int, default=0, help="with --op: which instance, in UID order (default 0)")
+    which.add_argument("--ext-id", type=ID, default=None, help="external id (with --pid and --tid)")
+    which.add_argument("--uid", type=COUNT, default=None, help="node UID")
+    p.add_argument("--pid", type=ID, default=None)
+    p.add_argument("--tid", type=ID, default=None)
+    p.add_argument("--nth", type=COUNT, default=0, help="with --op: which instance, in UID order (default 0)")
     p.add_argument("--up", action="store_true", help="print the node's ancestors instead of its subtree")
-    p.add_argument("--depth", type=int, default=None, help="print at most N levels below the node")
-    p.add_argument("--rank", type=int, default=None, help="rank to open (traces directory or results)")
-    p.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
+    p.add_argument("--depth", type=COUNT, default=None, help="print at most N levels below the node")
+    p.add_argument("--rank", type=RANK, default=None, help="rank to open (traces directory or results)")
+    p.add_argument("--device", type=DEVICE, default=None, help="GPU device (default: the first)")
     p.add_argument("--python", action="store_true", help="also nest python_function events")
     p.add_argument("--times", action="store_true", help="show host durations and GPU time per node")
-    p.add_argument("--width", type=int, default=64, help="cut names after this many characters (0: never)")
+    p.add_argument(
+        "--width", type=whole(0, 1_000_000), default=64, help="cut names after this many characters (0: never)"
+    )
+    p.add_argument(
+        "--cache", default=None, metavar="DIR", help="of a results directory: its ingest cache (default: OUT/cache)"
+    )
     p.set_defaults(func=run_tree)
 
     o = sub.add_parser(
@@ -60,8 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("x", metavar="X", help="a trace file or a results directory")
     add_rows(o)
     o.add_argument("--sort", choices=OPS_SORT, default="gpu_subtree_ns", help="sort column (descending)")
-    o.add_argument("--rank", type=int, default=None, help="one rank's ops")
-    o.add_argument("--device", type=int, default=None, help="GPU device (default: the first)")
+    o.add_argument("--rank", type=RANK, default=None, help="one rank's ops")
+    o.add_argument("--device", type=DEVICE, default=None, help="GPU device (default: the first)")
     o.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
     add_output_format(o)
     o.set_defaults(func=run_ops)
@@ -95,7 +100,7 @@ def run_tree(args: argparse.Namespace) -> int:
     from ..units import fmt_time
 
     with reading(args.trace):
-        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options())
+        part = load_part(args.trace, rank=args.rank, device=args.device, options=Options(), cache=args.cache)
     tree = Tree.from_batch(part, python=args.python)
     uid = _pick(tree, args)
     n = tree.by_name(tree.name_of(uid)).size
@@ -143,5 +148,5 @@ def run_ops(args: argparse.Namespace) -> int:
         df = Tree.from_batch(part).ops()
         title = f"ops, rank {part.rank} device {part.device}"
     df = df.sort_values(args.sort, ascending=False, kind="stable")
-    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args)), end="")
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end="")
     return 0

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from ..errors import UsageError
+from ..fileio import open_regular, read_regular
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ def is_config(path: str) -> bool:
     if not path.lower().endswith(".json") or not os.path.isfile(path):
         return False
     try:
-        with open(path, encoding="utf-8") as f:
-            head = f.read(1 << 16)
+        with open_regular(path) as f:
+            head = f.read(1 << 16).decode("utf-8", errors="replace")
     except OSError:
         return False
     return '"inputs"' in head and '"traceEvents"' not in head
@@ -90,12 +91,13 @@ def is_config(path: str) -> bool:
 def load_config(path: str) -> StatsConfig:
     """Read and check a config; errors name the file and the entry."""
     try:
-        with open(path, encoding="utf-8") as f:
-            spec = _relaxed_json(f.read())
+        spec = _relaxed_json(read_regular(path, limit=64 << 20).decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"config {path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise UsageError(f"config {path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"config {path}: the JSON is nested too deeply to be a config") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or not spec["inputs"]:
         raise UsageError(f"config {path}: expected an object with a non-empty 'inputs' list")
     base = os.path.dirname(os.path.abspath(path))

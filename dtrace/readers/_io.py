@@ -10,13 +10,14 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import stat
 import types
 import zlib
 
 import xxhash
 
 from ..errors import InputTooLarge, NotRegularFile
+from ..fileio import NotRegularError
+from ..fileio import open_regular as _open_regular
 from ..units import format_size
 
 _gzip: types.ModuleType  # isal's igzip or the stdlib's gzip: the same GzipFile API
@@ -29,61 +30,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BLOCK = 16 << 20
 
-_KINDS = [
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-]
-
-
-def not_regular(mode: int) -> str | None:
-    """What a file of ``st_mode`` ``mode`` is if it is not a regular file (``"a FIFO (named pipe)"``), else None.
-
-    Examples
-    --------
-    >>> import stat
-    >>> not_regular(stat.S_IFIFO | 0o644), not_regular(stat.S_IFREG | 0o644)
-    ('a FIFO (named pipe)', None)
-    """
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
-
-
-def refusal(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` is refused as an input without opening it (``os.stat`` only), or None for a regular file.
-
-    A path that cannot be stat'ed is not refused here: opening it reports the real error.
-    """
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    what = not_regular(mode)
-    return None if what is None else f"is {what}, not a regular file: refused without reading it"
-
 
 def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
-    """Open ``path`` for binary reading if it is a regular file; raise :class:`NotRegularFile` otherwise.
-
-    The type is checked twice: with ``stat`` before opening (a FIFO is never opened, so nothing
-    blocks and no device is touched) and with ``fstat`` on the open descriptor (the path may have
-    been replaced in between; the open is non-blocking, so a FIFO swapped in cannot block either).
-    """
-    why = refusal(path)
-    if why is not None:
-        raise NotRegularFile(path, why)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    """Open the input ``path`` for binary reading if it is a regular file
+    (:func:`dtrace.fileio.open_regular`); raise :class:`NotRegularFile` naming it otherwise."""
     try:
-        what = not_regular(os.fstat(fd).st_mode)
-        if what is not None:
-            raise NotRegularFile(path, f"is {what}, not a regular file: refused without reading it")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        return _open_regular(path)
+    except NotRegularError as exc:
+        raise NotRegularFile(path, str(exc.strerror)) from None
 
 
 def check_size(path: str | os.PathLike[str], size: int, limit: int | None) -> None:

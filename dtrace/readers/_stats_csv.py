@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ._io import open_regular
 
 KERN_SUM, MEM_SUM, NVTX_PROJ, GPU_TRACE = (
     "cuda_gpu_kern_sum",
@@ -224,8 +225,8 @@ def read_report(path: str, expect: str | None = None) -> tuple[str, pd.DataFrame
     non-numeric value in a numeric column, or a report nsys skipped.
     """
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            text = f.read()
+        with open_regular(path) as f:
+            text = f.read().decode("utf-8", errors="replace")
     except OSError as exc:
         raise InputError(path, f"cannot read the file: {exc.strerror or exc}") from None
     lines = text.splitlines()
@@ -239,7 +240,10 @@ def read_report(path: str, expect: str | None = None) -> tuple[str, pd.DataFrame
             raise InputError(path, _missing(expect, lines))
         raise InputError(path, f"not an nsys stats CSV (no header with the key columns of {', '.join(REQUIRED)})")
     body = "\n".join(lines[hdr.line + 1 :])
-    rows = [r for r in csv.reader(io.StringIO(body)) if any(c.strip() for c in r)]
+    try:
+        rows = [r for r in csv.reader(io.StringIO(body)) if any(c.strip() for c in r)]
+    except csv.Error as exc:  # a field over csv.field_size_limit() (128 KiB), a NUL byte
+        raise InputError(path, f"cannot read the CSV below its header (line {hdr.line + 1}): {exc}") from None
     width = len(hdr.columns)
     rows = [r[:width] + [""] * (width - len(r)) for r in rows]
     cols = list(zip(*rows)) if rows else [() for _ in range(width)]
@@ -276,7 +280,10 @@ def _missing(report: str, lines: list[str]) -> str:
     for line in lines[:200]:
         if "," not in line:
             continue
-        cells = next(csv.reader([line]), [])
+        try:
+            cells = next(csv.reader([line]), [])
+        except csv.Error:  # a field over the CSV module's limit: not a header
+            continue
         cols = {_canon(c)[0] for c in cells}
         have = len(set(REQUIRED[report]) & cols)
         if best is None or have > best[0]:

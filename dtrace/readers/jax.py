@@ -57,6 +57,7 @@ NAME = "jax"
 
 GROUP = "xla"  # JAX traces do not name replica groups: one group, instances matched by order
 
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 _DEVICE_RE = re.compile(r"/device:(?:GPU|gpu):(\d+)\s*$")
 _STREAM_RE = re.compile(r"^Stream #(\d+)")
 _FROM_STREAM_RE = re.compile(r"from #(\d+)")
@@ -313,6 +314,9 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     devices = {p: int(m.group(1)) for p, n in c.process_names.items() if (m := _DEVICE_RE.search(n))}
     if not devices:
         raise InputError(source, "no /device:GPU:k process in the JAX trace (is it a TPU or CPU-only profile?)")
+    big = [k for k in devices.values() if k > _INT32_MAX]
+    if big:
+        raise InputError(source, f"device id {big[0]} (/device:GPU:{big[0]}) is out of range (0 to {_INT32_MAX})")
     stream_of: dict[tuple[int, int], int] = {}
     label_stream: dict[tuple[int, int], int] = {}
     steps_lines: set[tuple[int, int]] = set()
@@ -321,12 +325,14 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
             continue
         m = _STREAM_RE.match(tn)
         if m:
+            if int(m.group(1)) > _INT64_MAX:
+                raise InputError(source, f"stream id {m.group(1)} ({tn!r}) is out of range (0 to {_INT64_MAX})")
             stream_of[(p, t)] = int(m.group(1))
         elif tn.strip() == "Steps":
             steps_lines.add((p, t))
         else:
             f = _FROM_STREAM_RE.search(tn)
-            label_stream[(p, t)] = int(f.group(1)) if f else -1
+            label_stream[(p, t)] = int(f.group(1)) if f and int(f.group(1)) <= _INT64_MAX else -1
 
     n = c.n
     line_key = _line_codes(pid, tid)

@@ -488,10 +488,13 @@ def _raw(v: Any) -> Any:
 
 
 def _as_int(v: Any, default: int = -1) -> int:
+    """``v`` as an int64 value; ``default`` (not stated) for anything else, a number beyond int64
+    (a sequence number of 2^70) included."""
     try:
-        return int(v)
+        i = int(v)
     except (TypeError, ValueError, OverflowError):
         return default
+    return i if -(2**63) <= i < 2**63 else default
 
 
 def _group_ranks(ranks: Any) -> tuple[str, int]:
@@ -544,7 +547,7 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
         out["in_nelems"].append(in_n)
         out["out_nelems"].append(out_n)
         out["dtype"].append(dtype)
-        out["bytes"].append(nel * width if nel >= 0 and width else -1)
+        out["bytes"].append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
     return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
 
 

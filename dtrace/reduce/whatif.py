@@ -72,7 +72,7 @@ import pandas as pd
 
 from ..classify import OTHER as _BUILTIN_LEFTOVER
 from ..classify import REGEX_LEFTOVER, SUBSTRING_LEFTOVER
-from ..constants import DEFAULT_SPEEDUP
+from ..constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
 from ..dtypes import empty_frame, missing_if_negative
 from ..errors import DtraceError
 from ..options import Options
@@ -612,9 +612,14 @@ def default_scenarios(
     if speedup is None:
         speedup = {c: DEFAULT_SPEEDUP for c in top_compute_classes(tables, top_classes)}
     for cls, x in speedup.items():
-        x = float(x)
-        if not x > 0:
-            raise DtraceError(f"speedup of class {cls!r} must be > 0, got {x}")
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            raise DtraceError(f"speedup of class {cls!r} must be a number, not {x!r}") from None
+        if not SPEEDUP_RANGE[0] <= x <= SPEEDUP_RANGE[1]:  # inf, nan and 1e-308 (durations beyond int64) too
+            raise DtraceError(
+                f"speedup of class {cls!r} must be from {SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g}, got {x:g}"
+            )
         keys = _all_parts(tables)
         fac = keys.assign(**{"class": str(cls), "factor": 1.0 / x})
         out.append(Scenario(f"speedup:{cls}={x:g}", f"{cls} kernels {x:g}× as fast on every rank", fac))

@@ -32,13 +32,15 @@ WORDS = {
 """How each bound reads in a sentence."""
 
 COLORS = {
-    "host": "#e15759",
-    "compute": "#4e79a7",
-    "comm": "#f28e2b",
-    "memcpy": "#76b7b2",
+    "host": ch.BREAKDOWN_COLORS["non-GPU"],
+    "compute": ch.CLASS_COLORS["compute"],
+    "comm": ch.CLASS_COLORS["comm"],
+    "memcpy": ch.CLASS_COLORS["memcpy"],
     "sync": "#b07aa1",
-    "other": "#bab0ac",
+    "other": ch.CLASS_COLORS["other"],
 }
+"""The colour of each bound: the GPU categories' own colours (the same in every chart), host time
+as the breakdown's non-GPU time."""
 
 
 def phrase(bound: str, share: float, op: str = "") -> str:

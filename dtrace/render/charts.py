@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..units import fmt_bytes, fmt_num, fmt_pct, fmt_time, sig3, time_unit  # noqa: F401 - charts' formatters
+from .text import distinct_names
 
 #: Colours of the breakdown components, used by every report.
 BREAKDOWN_COLORS = {
@@ -47,6 +48,62 @@ PALETTE = (
     "#8cd17d",
     "#f1ce63",
 )
+#: Fixed colours of the built-in kernel classes and of the GPU categories (``compute``, ``comm``,
+#: ``memcpy``, ``memset``): a class has its colour in every chart of every report and comparison.
+CLASS_COLORS = {
+    "gemm": "#4e79a7",
+    "attention": "#f28e2b",
+    "nccl_allreduce": "#e15759",
+    "nccl_allgather": "#ff9da7",
+    "nccl_reducescatter": "#d37295",
+    "nccl_sendrecv": "#b07aa1",
+    "nccl_broadcast": "#a0cbe8",
+    "nccl_other": "#86bcb6",
+    "triton": "#76b7b2",
+    "normalization": "#59a14f",
+    "reduction": "#edc948",
+    "elementwise": "#8cd17d",
+    "memcpy": "#499894",
+    "memset": "#ffbe7d",
+    "other": "#bab0ac",
+    "compute": "#4e79a7",
+    "comm": "#e15759",
+}
+#: The colour of a pooled rest (``(other classes)``, ``(other categories)``).
+REST_COLOR = "#d0d0d0"
+
+
+def class_colors(names: Sequence[str], avoid: Sequence[str] = ()) -> dict[str, str]:
+    """One colour per class (or category) name, for every chart of a document.
+
+    Built-in classes and the GPU categories keep their fixed colours (:data:`CLASS_COLORS`);
+    a pooled rest (a name in parentheses) is grey. Any other name (a class map's class) starts
+    at a palette colour picked by its name — the same in every report — and moves to the next
+    colour not yet taken by an earlier name of ``names`` (nor by ``avoid``), so no two names of
+    the document share one.
+
+    Examples
+    --------
+    >>> c = class_colors(["elementwise", "my_gemm", "gemm", "(other classes)"])
+    >>> c["gemm"], c["elementwise"], c["(other classes)"], c["my_gemm"] not in (c["gemm"], c["elementwise"])
+    ('#4e79a7', '#8cd17d', '#d0d0d0', True)
+    """
+    import zlib
+
+    order = list(dict.fromkeys(str(n) for n in names))
+    out = {n: CLASS_COLORS[n] for n in order if n in CLASS_COLORS}
+    out.update({n: REST_COLOR for n in order if n.startswith("(")})
+    taken = set(out.values()) | set(avoid)
+    for n in order:
+        if n in out:
+            continue
+        start = zlib.crc32(n.encode("utf-8", "surrogatepass")) % len(PALETTE)
+        free = [PALETTE[(start + k) % len(PALETTE)] for k in range(len(PALETTE))]
+        out[n] = next((c for c in free if c not in taken), free[0])
+        taken.add(out[n])
+    return out
+
+
 #: Sequential colour scale of the heatmaps (viridis stops, low → high).
 _SEQ = ((0.0, (68, 1, 84)), (0.25, (59, 82, 139)), (0.5, (33, 145, 140)), (0.75, (94, 201, 98)), (1.0, (253, 231, 37)))
 
@@ -201,11 +258,10 @@ def hbars(
     h = axis_y + 24
     scale = (x1 - x0) / top
     out = [_svg_open(width, h, chart_id), _x_axis(x0, x1, axis_y, vmax, value_fmt, 4)]
-    for i, lab in enumerate(labels):
+    shorts = distinct_names(labels, max(int((label_width - 10) / 6.6), 8))  # the labels that fit, distinct
+    for i, (lab, short) in enumerate(zip(labels, shorts)):
         y = 10 + i * (bar_height + gap)
         tip = tooltips[i] if tooltips is not None else f"{lab}: {value_fmt(v[i])}"
-        fit = max(int((label_width - 10) / 6.6), 8)
-        short = lab if len(lab) <= fit else lab[: fit - 1] + "…"
         hl = highlight is not None and bool(highlight[i])
         weight = ' font-weight="bold"' if hl else ""
         out.append(

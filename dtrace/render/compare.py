@@ -278,13 +278,17 @@ def _sec_categories(
     series = {c: per[c].to_numpy(np.float64) for c in top}
     if rest:
         series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
-    palette = [c for c in ch.PALETTE if c != ch.BREAKDOWN_COLORS["non-GPU"]]  # non-GPU keeps its own colour
-    colors = {c: palette[i % len(palette)] for i, c in enumerate(series)}
-    colors["(other categories)"] = "#d0d0d0"
-    kernel_time = per.sum(axis=1).to_numpy(np.float64)
+    # the colour each class has in every report; non-GPU keeps its own
+    colors = ch.class_colors(order + ["(other categories)"], avoid=[ch.BREAKDOWN_COLORS["non-GPU"]])
     clamped = []
     if any(lab in walls for lab in labels):
-        rem = np.array([walls[lab] * 1e9 - kt if lab in walls else 0.0 for lab, kt in zip(labels, kernel_time)])
+        # one non-GPU per run, the same as in the runs table and the breakdown: wall − GPU busy time
+        busy = dict(zip(labels, per.sum(axis=1).to_numpy(np.float64)))  # kernel time: a run without breakdown
+        for lab, res in runs:
+            bm = _breakdown_means(res)
+            if bm is not None and lab in busy:
+                busy[lab] = bm["busy"]
+        rem = np.array([walls[lab] * 1e9 - busy[lab] if lab in walls else 0.0 for lab in labels])
         clamped = [lab for lab, r in zip(labels, rem) if r < 0]
         series["non-GPU"] = np.clip(rem, 0.0, None)
         colors["non-GPU"] = ch.BREAKDOWN_COLORS["non-GPU"]
@@ -292,16 +296,13 @@ def _sec_categories(
     html.append(
         note(
             f"GPU kernel time per category, mean per GPU (categories from {src}; the same categories "
-            "for every run). non-GPU = wall time − GPU kernel time, when a wall time is given."
+            "for every run). non-GPU = wall time − GPU busy time, when a wall time is given (as in the "
+            "runs table and the breakdown; kernels overlapping on several streams count fully in their "
+            "categories, so a bar may be longer than the wall time)."
         )
     )
     if clamped:
-        html.append(
-            note(
-                f"GPU kernel time exceeds the wall time for {', '.join(clamped)} (overlapping streams): "
-                "non-GPU shown as 0."
-            )
-        )
+        html.append(note(f"GPU busy time exceeds the wall time for {', '.join(clamped)}: non-GPU shown as 0."))
     html.append(ch.stacked_hbars("compare-categories", labels, series, colors, label_width=170))
     data = pd.DataFrame({"category": list(series)})
     for i, lab in enumerate(labels):

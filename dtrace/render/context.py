@@ -63,6 +63,27 @@ class Context:
         return set(df.loc[flags(df["flagged"]), "rank"].astype(int).tolist())
 
     @property
+    def colors(self) -> dict[str, str]:
+        """One colour per kernel class (and category) for every chart of the report
+        (:func:`~dtrace.render.charts.class_colors`), names ranked by their GPU time."""
+        if "_colors" not in self.__dict__:
+            from ..diff import class_source
+            from .charts import class_colors
+
+            names: list[str] = []
+            src = class_source(self.results)
+            if src is not None and len(src[0]):
+                tot = src[0].groupby(src[0]["class"].astype(str))["total_ns"].sum()
+                names += tot.sort_values(ascending=False, kind="stable").index.tolist()
+            k, _ = self.get("kernels", ("total_ns",))
+            for col in ("class", "category"):
+                if k is not None and col in k.columns:
+                    tot = k.groupby(k[col].astype(str))["total_ns"].sum()
+                    names += tot.sort_values(ascending=False, kind="stable").index.tolist()
+            self._colors = class_colors(names)
+        return self._colors
+
+    @property
     def n_parts(self) -> int:
         return max(len(self.parts), 1)
 

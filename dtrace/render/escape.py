@@ -10,7 +10,13 @@ passes them through one of these functions before they reach the user:
 - :func:`csv_frame` / :func:`to_csv` for CSV: a text cell that a spreadsheet would run as a
   formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading
   ``'``; numbers are never touched;
-- :func:`markdown_cell` for Markdown: HTML and Markdown syntax escaped, pipes escaped, one line.
+- :func:`markdown_cell` for Markdown: HTML and Markdown syntax escaped, pipes escaped, one line;
+  :func:`markdown_text` for the prose around Markdown tables (lines kept);
+- :func:`file_href` for a link to a file: a relative path, percent-encoded, so it can never be
+  read as a URL with a scheme (``javascript:``).
+
+Text files written with ``-o`` get the terminal's escaping (:func:`printable` with newlines
+kept): ``cat`` on them runs no escape sequence.
 """
 
 from __future__ import annotations
@@ -117,6 +123,39 @@ def to_csv(df: pd.DataFrame) -> str:
     text_cols = [c for c in safe.columns if not is_numeric_dtype(safe[c])]
     has_cr = any(safe[c].astype(str).str.contains("\r", regex=False).any() for c in text_cols)
     return safe.to_csv(index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC if has_cr else csv.QUOTE_MINIMAL)
+
+
+def markdown_text(text: object) -> str:
+    """Prose for a Markdown document: every line escaped as :func:`markdown_cell` does, lines kept.
+
+    Examples
+    --------
+    >>> print(markdown_text("<dtrace.Results <img src=x>: 2 inputs>\\nresults: a_b"))
+    &lt;dtrace.Results &lt;img src=x&gt;: 2 inputs&gt;
+    results: a\\_b
+    """
+    return "\n".join(markdown_cell(line) for line in str(text).split("\n"))
+
+
+def prose(text: object, fmt: str) -> str:
+    """Text between tables (notes, error lists) in a human format: Markdown-escaped in a Markdown
+    document (:func:`markdown_text`), terminal-escaped otherwise (:func:`printable`, lines kept)."""
+    return markdown_text(text) if fmt == "markdown" else printable(text, keep_newlines=True)
+
+
+def file_href(path: str) -> str:
+    """A link to a file at ``path`` (relative to the page): percent-encoded, starting with ``./``
+    or ``../``, so a browser reads it as a file path and never as a URL (``javascript:``, ``http:``).
+
+    Examples
+    --------
+    >>> file_href("javascript:alert(1)"), file_href("../runs/slow step.json.gz")
+    ('./javascript%3Aalert%281%29', '../runs/slow%20step.json.gz')
+    """
+    from urllib.parse import quote
+
+    href = quote(str(path).replace("\\", "/"), safe="/")
+    return href if href.startswith(("./", "../")) else "./" + href.lstrip("/")
 
 
 def markdown_cell(text: object) -> str:

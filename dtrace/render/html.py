@@ -66,7 +66,8 @@ def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BA
     max_bars
         Most GPUs drawn in one bar chart before the report switches to extremes + box plots.
     timeline
-        Link (relative URL) of an exported slow-step timeline, shown in the what-if section.
+        Path of an exported slow-step timeline relative to the report, linked in the what-if
+        section (always as a relative file path: a URL such as ``javascript:...`` is never a link).
 
     Examples
     --------

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .._version import __version__
 from . import charts as ch
-from .text import shorten
+from .text import distinct_names
 
 # ---------------------------------------------------------------------------------------------
 # page shell
@@ -161,12 +161,13 @@ def table(
     """
     head = "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns)
     cols = {c: df[c].to_numpy() for c, _, _ in columns}
+    shorts = {c: distinct_names(list(cols[c]), 72) for c, _, kind in columns if kind == "name"}
     flags = list(flag) if flag is not None else [False] * len(df)
     rows = []
     for i in range(len(df)):
         cells = []
         for c, _, kind in columns:
-            cells.append(_td(cols[c][i], kind))
+            cells.append(_td(cols[c][i], kind, shorts[c][i] if c in shorts else None))
         rows.append(f"<tr{' class=flag' if flags[i] else ''}>{''.join(cells)}</tr>")
     tid = f' id="{escape(table_id)}"' if table_id else ""
     return (
@@ -180,11 +181,12 @@ def _missing(v: object) -> bool:
     return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 
-def _td(v: object, kind: str) -> str:
+def _td(v: object, kind: str, short: object = None) -> str:
+    """One cell; ``short``: a name column's text (:func:`~dtrace.render.text.distinct_names`)."""
     if kind in ("text", "name"):
         s = "" if _missing(v) else str(v)
         if kind == "name":
-            short = shorten(s, 72)
+            short = s if _missing(short) or short is None else str(short)
             tip = f' title="{escape(s)}"' if short != s else ""
             return f'<td class="nm"{tip}>{escape(short)}</td>'
         return f'<td class="evidence">{escape(s)}</td>' if len(s) > 80 else f"<td>{escape(s)}</td>"

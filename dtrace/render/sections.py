@@ -16,7 +16,6 @@ from ..diff import class_source
 from . import charts as ch
 from .context import Context
 from .page import cards, na, note, table
-from .text import shorten
 
 BREAKDOWN_PARTS = (
     ("computation", "computation_ns"),
@@ -174,9 +173,7 @@ def section_classes(ctx: Context) -> str:
     order = [c for c in top if c in piv.columns] + ([rest_name] if rest_name in piv.columns else [])
     piv = piv[order].sort_index()
     keys = piv.index.to_frame(index=False)
-    colors = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(order)}
-    if rest_name in colors:
-        colors[rest_name] = "#d0d0d0"
+    colors = {c: ctx.colors.get(c, ch.REST_COLOR) for c in order}  # the report's colour of each class
     html = [
         note(
             f"GPU time of each kernel class per GPU (source: {origin}; kernel time summed, so kernels "
@@ -271,8 +268,7 @@ def section_kernels(ctx: Context) -> str:
     agg["count_gpu"] = agg["count"] / ctx.n_parts
     agg["imbalance"] = agg["max"] / agg["min"].replace(0, np.nan)
     top = agg.head(15)
-    classes = list(dict.fromkeys(agg["cls"].head(60)))
-    cmap = {c: ch.PALETTE[i % len(ch.PALETTE)] for i, c in enumerate(classes)}
+    cmap = ctx.colors  # the report's colour of each class
     tips = [
         f"{n}\n{ch.fmt_time(t)} per GPU · {ch.fmt_num(c / ctx.n_parts)} launches per GPU · {cl}"
         for n, t, c, cl in zip(top["name"], top["per_gpu"], top["count"], top["cls"])
@@ -285,7 +281,7 @@ def section_kernels(ctx: Context) -> str:
     html.append(
         ch.hbars(
             "top-kernels",
-            [shorten(n, 60) for n in top["name"]],
+            top["name"].tolist(),  # shortened to fit by hbars, keeping them distinct
             top["per_gpu"].to_numpy(),
             label_width=400,
             colors=[cmap.get(c, "#999") for c in top["cls"]],
@@ -565,7 +561,7 @@ def section_ops(ctx: Context) -> str:
     html.append(
         ch.hbars(
             "ops",
-            [shorten(o, 60) for o in top["op"]],
+            top["op"].tolist(),
             top["subtree_gpu"].to_numpy(),
             label_width=400,
             inner=top["direct_gpu"].to_numpy(),

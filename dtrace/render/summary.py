@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..results import Results
 from ..schema import dropped_summary
-from .escape import printable
+from .escape import markdown_cell, printable, prose
 from .text import flags, render
 
 BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
@@ -46,23 +47,64 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
     """The human summary (``fmt`` ``table`` or ``markdown``)."""
     parts = [header(results)]
     view = _breakdown(results)
-    if len(view):
-        title = "GPU time breakdown" + (f" (first {max_ranks} of {len(view)} ranks)" if len(view) > max_ranks else "")
-        parts.append(render(view, fmt, title=title, max_rows=max_ranks))
+    if len(view) > max_ranks:
+        view, why = shown_gpus(view, _flagged(results), max_ranks)
+        parts.append(
+            render(view, fmt, title=f"GPU time breakdown ({len(view)} of {len(_breakdown(results))} GPUs: {why})")
+        )
+    elif len(view):
+        parts.append(render(view, fmt, title="GPU time breakdown"))
     for extra in SUMMARY_SECTIONS:
         text = extra(results, fmt)
         if text:
             parts.append(text)
     dropped = dropped_note(results)
     if dropped:
-        parts.append(dropped)
+        parts.append(prose(dropped, fmt))
     absent = absent_note(results)
     if absent:
-        parts.append(absent)
+        parts.append(prose(absent, fmt))
     errs = results.errors
     if errs:
-        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
+        line = markdown_cell if fmt == "markdown" else printable  # each error on one line, escaped
+        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {line(e)}" for e in errs) + "\n")
     return "\n".join(parts)
+
+
+def _flagged(results: Results) -> list[tuple[int, int]]:
+    """The flagged stragglers' (rank, device), highest score first."""
+    if "stragglers" not in results.table_names:
+        return []
+    s = results.table("stragglers")
+    if not len(s) or not {"rank", "device", "flagged"} <= set(s.columns):
+        return []
+    s = s.loc[flags(s["flagged"])]
+    if "score" in s.columns:
+        s = s.sort_values("score", ascending=False, kind="stable")
+    return [(int(r), int(d)) for r, d in zip(s["rank"], s["device"])]
+
+
+def shown_gpus(view: pd.DataFrame, flagged: list[tuple[int, int]], n: int) -> tuple[pd.DataFrame, str]:
+    """The ``n`` GPUs of a breakdown to show when there are more, and why those: the flagged
+    stragglers first, then the extremes (highest and lowest) of each time column, then by rank.
+
+    Examples
+    --------
+    >>> v = pd.DataFrame({"rank": range(6), "device": [0] * 6, "idle_ns": [5, 1, 9, 2, 3, 4]})
+    >>> rows, why = shown_gpus(v, [(4, 0)], 3)
+    >>> rows["rank"].tolist(), why
+    ([4, 2, 1], 'the flagged stragglers, the highest and lowest of each column, then by rank')
+    """
+    key = list(zip(view["rank"].astype(int), view["device"].astype(int)))
+    pos = {k: i for i, k in enumerate(key)}
+    order = [pos[k] for k in flagged if k in pos]
+    for c in [c for c in view.columns if c.endswith("_ns")]:
+        v = view[c].to_numpy(np.float64, na_value=np.nan)
+        if np.isfinite(v).any():
+            order += [int(np.nanargmax(v)), int(np.nanargmin(v))]
+    order += list(range(len(view)))
+    chosen = list(dict.fromkeys(order))[:n]
+    return view.iloc[chosen], "the flagged stragglers, the highest and lowest of each column, then by rank"
 
 
 def dropped_note(results: Results) -> str:

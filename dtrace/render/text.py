@@ -13,6 +13,7 @@ import io
 import json
 import re
 import shutil
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -167,6 +168,140 @@ def shorten(name: str, width: int = 60) -> str:
     return s2 if len(s2) <= width else s2[: width - 1] + "…"
 
 
+def outer_template(name: str) -> str:
+    """The name without return type, argument list elided, template arguments below the first
+    level elided: ``void K<a<int>, b>(int)`` → ``K<a<…>, b>(…)``.
+
+    Examples
+    --------
+    >>> outer_template("void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)")
+    'cutlass::Kernel2<gemm_a<…> >(…)'
+    """
+    s = name[5:] if name.startswith("void ") else name
+    out: list[str] = []
+    stack: list[str] = []
+    for ch in s:
+        if ch in "<(":
+            if not stack:
+                out.append("<" if ch == "<" else "(…)")
+            elif len(stack) == 1 and stack[0] == "<":
+                out.append("<…>" if ch == "<" else "(…)")
+            stack.append(ch)
+        elif ch in ">)":
+            if stack:
+                stack.pop()
+                if not stack and ch == ">":
+                    out.append(">")
+        elif not stack or (len(stack) == 1 and stack[0] == "<"):
+            out.append(ch)
+    return "".join(out).strip()
+
+
+_SEPARATORS = "_:<>(), .-/"
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _keep_difference(form: str, differs_at: Sequence[int], width: int) -> str:
+    """``form`` in at most ``width`` characters keeping its start and the part where it differs
+    from the others (``differs_at``: the first position where it differs from each), the common
+    middle elided: the head (up to a third of the width, cut after a separator), then the text
+    from the word the first difference is in — or, when that does not fit, the last."""
+    if len(form) <= width:
+        return form
+    if max(differs_at) < width - 1:
+        return form[: width - 1] + "…"
+    head = form[: max(width // 3, 1)]
+    cut = max(head.rfind(c) for c in _SEPARATORS)
+    if cut + 1 >= width // 6:
+        head = head[: cut + 1]
+    room = width - len(head) - 1
+    tails = []
+    for at in (min(differs_at), max(differs_at)):
+        start = at
+        while start > at - 12 and start > 0 and form[start - 1] not in _SEPARATORS:
+            start -= 1
+        tails.append(form[start:])
+    tail = next((t for t in tails if len(t) <= room), None)
+    if tail is None:
+        tail = tails[-1][: max(room - 1, 1)] + "…"
+    else:  # the head takes the room the difference leaves
+        head = form[: width - 1 - len(tail)]
+    return head + "…" + tail
+
+
+def distinct_names(names: Sequence[object], width: int = 60) -> list[str]:
+    """A column of names shortened to ``width`` so that different names stay different.
+
+    Every name gets its readable form (:func:`shorten`). Names whose forms collide are shown
+    with more of themselves — their first level of template arguments
+    (:func:`outer_template`), else the whole name — keeping the part where each differs from
+    the most similar one, with the common middle elided (``split_…cta_per_row_1``); names still
+    equal get ``[k]``. Equal names stay equal; missing values stay as they are. This is the one
+    shortening of a column of names: terminal tables, the quick views, the report's tables and
+    charts.
+
+    Examples
+    --------
+    >>> names = ["split_embedding_backward_codegen_adagrad_kernel_cta_per_row_1",
+    ...          "split_embedding_backward_codegen_adagrad_kernel_warp_per_row_1",
+    ...          "split_embedding_codegen_forward_unweighted_kernel"]
+    >>> distinct_names(names, 22)
+    ['split_em…cta_per_row_1', 'split_e…warp_per_row_1', 'split_embedding_codeg…']
+    >>> distinct_names(["void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)",
+    ...                 "void cutlass::Kernel2<gemm_b>(gemm_b::Params)"], 32)
+    ['cutlass::Kernel2<gemm_a<…> >(…)', 'cutlass::Kernel2<gemm_b>(…)']
+    """
+    full = ["" if _missing(n) else str(n) for n in names]
+    out = [n if _missing(n) else shorten(s, width) for n, s in zip(names, full)]
+    for _ in range(2):  # a second pass for names that now collide with another group's
+        groups: dict[str, list[int]] = {}
+        for i, s in enumerate(out):
+            if not _missing(names[i]):
+                groups.setdefault(str(s), []).append(i)
+        clashes = [ix for ix in groups.values() if len({full[i] for i in ix}) > 1]
+        if not clashes:
+            break
+        for ix in clashes:
+            uniq = list(dict.fromkeys(full[i] for i in ix))
+            forms = next(
+                (
+                    f
+                    for f in ([outer_template(u) for u in uniq], [u.removeprefix("void ") for u in uniq])
+                    if len(set(f)) == len(f)
+                ),
+                [u.removeprefix("void ") for u in uniq],
+            )
+            shown = {}
+            for u, f in zip(uniq, forms):
+                shown[u] = _keep_difference(f, [_common_prefix(f, g) for g in forms if g is not f] or [0], width)
+            for i in ix:
+                out[i] = shown[full[i]]
+    taken: dict[str, str] = {}  # text shown -> the full name shown so
+    label: dict[str, str] = {}  # full name -> its text
+    for i, s in enumerate(out):
+        if _missing(names[i]):
+            continue
+        if full[i] not in label:
+            text, k = str(s), 1
+            while taken.get(text, full[i]) != full[i]:
+                k += 1
+                text = f"{s} [{k}]"
+            taken[text] = label[full[i]] = text
+        out[i] = label[full[i]]
+    return out  # type: ignore[return-value]
+
+
+WIDE = 1_000_000
+"""The width of a ``--wide`` table: never cut."""
+
+
 def render(
     df: pd.DataFrame,
     fmt: str = "table",
@@ -177,6 +312,7 @@ def render(
     short_names: bool = True,
     width: int | None = None,
     time_unit: str | None = None,
+    wide: bool = False,
 ) -> str:
     """Render a DataFrame as a terminal table, CSV, JSON (records) or Markdown.
 
@@ -205,6 +341,8 @@ def render(
     time_unit
         One unit for every time column (``"ms"``, ...; ``"auto"`` picks it), instead of one
         per column.
+    wide
+        ``--wide``: full names and every column in one block, however wide the table.
 
     Examples
     --------
@@ -217,6 +355,8 @@ def render(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    if wide:
+        short_names, width = False, WIDE
     n_all = len(df)
     if fmt in ("csv", "json"):
         part = df.head(max_rows) if max_rows is not None else df
@@ -230,10 +370,12 @@ def render(
     view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
     if max_rows is not None:
         view = view.head(max_rows)
+    full: dict[int, list[str]] = {}  # name columns as they are, shortened further to fit a terminal
     if short_names:
-        for c in view.columns:
+        for k, c in enumerate(view.columns):
             if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
-                view[c] = view[c].astype(object).map(lambda x: x if _missing(x) else shorten(x, 60))
+                full[k] = [printable(_cell(v)) for v in view[c]]
+                view[c] = pd.Series(distinct_names(view[c].tolist(), 60), index=view.index, dtype=object)
     more = (
         f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all for more)"
         if len(view) < n_all
@@ -261,6 +403,7 @@ def render(
         width,
         printable(title) if title else None,
         [more] if more else [],
+        full,
     )
 
 
@@ -299,7 +442,10 @@ def _terminal_table(
     width: int,
     title: str | None,
     notes: list[str],
+    full: dict[int, list[str]] | None = None,
 ) -> str:
+    """The rich table of :func:`render`; ``full``: the unshortened values of name columns, from
+    which a name column narrower than 60 characters is shortened (:func:`distinct_names`)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -308,15 +454,16 @@ def _terminal_table(
     blocks = layout(heads, cells, numeric, names, width)
     for cols, widths, _ in blocks:  # text shortened to its column, numbers never
         for k, w in zip(cols, widths):
-            if not numeric[k]:
-                cut = (
-                    (lambda x, w=w: shorten(x, w))
-                    if names[k] in NAME_COLUMNS
-                    else (lambda x, w=w: x[: max(w - 1, 1)] + "…")
-                )
+            if numeric[k] or not any(len(r[k]) > w for r in cells):
+                continue
+            if names[k] in NAME_COLUMNS:  # names stay distinct, shortened from their full text
+                column = (full or {}).get(k) or [r[k] for r in cells]
+                for r, s in zip(cells, distinct_names(column, w)):
+                    r[k] = s
+            else:
                 for r in cells:
                     if len(r[k]) > w:
-                        r[k] = cut(r[k])
+                        r[k] = r[k][: max(w - 1, 1)] + "…"
     buf = io.StringIO()
     total = max(sum(w + 3 for w in widths) for _, widths, _ in blocks) + 2
     console = Console(

@@ -24,7 +24,8 @@ from ..options import Options
 from ..reduce.kernels_xrank import pool
 from ..results import Results
 from ..units import fmt_time, time_unit
-from .text import render, shorten
+from .escape import prose
+from .text import distinct_names, render
 
 #: ``dtrace kernels --sort`` keys → the column they sort by.
 KERNEL_SORTS = {"count": "count", "mean": "mean_ns", "total": "total_ns", "share": "time_share"}
@@ -51,59 +52,6 @@ def options_note(res: Results) -> str:
 
 
 # -- kernels ---------------------------------------------------------------------------------
-
-
-def _outer_template(name: str) -> str:
-    """The name without return type, argument list elided, template arguments below the first
-    level elided: ``void K<a<int>, b>(int)`` → ``K<a<…>, b>(…)``."""
-    s = name[5:] if name.startswith("void ") else name
-    out: list[str] = []
-    stack: list[str] = []
-    for ch in s:
-        if ch in "<(":
-            if not stack:
-                out.append("<" if ch == "<" else "(…)")
-            elif len(stack) == 1 and stack[0] == "<":
-                out.append("<…>" if ch == "<" else "(…)")
-            stack.append(ch)
-        elif ch in ">)":
-            if stack:
-                stack.pop()
-                if not stack and ch == ">":
-                    out.append(">")
-        elif not stack or (len(stack) == 1 and stack[0] == "<"):
-            out.append(ch)
-    return "".join(out).strip()
-
-
-def readable_names(names: list[str], width: int = 60) -> list[str]:
-    """Shortened names (:func:`dtrace.render.text.shorten`) that stay distinct.
-
-    Names whose short form collides keep their first level of template arguments
-    (``cutlass::Kernel2<cutlass_80_tensorop_…gemm…>``); names still equal get ``[k]``.
-
-    Examples
-    --------
-    >>> names = ["void cutlass::Kernel2<gemm_a<int> >(gemm_a<int>::Params)",
-    ...          "void cutlass::Kernel2<gemm_b>(gemm_b::Params)"]
-    >>> readable_names(names, 32)
-    ['cutlass::Kernel2<gemm_a<…> >(…)', 'cutlass::Kernel2<gemm_b>(…)']
-    >>> readable_names(names, 20)
-    ['cutlass::Kernel2<ge…', 'cutlass::Kernel2<ge… [2]']
-    """
-    short = [shorten(n, width) for n in names]
-    counts = pd.Series(short).value_counts()
-    dup = set(counts.index[counts.to_numpy() > 1])
-    for i, n in enumerate(names):
-        if short[i] in dup:
-            t = _outer_template(str(n))
-            short[i] = t if len(t) <= width else t[: width - 1] + "…"
-    seen: dict[str, int] = {}
-    for i, s in enumerate(short):
-        k = seen[s] = seen.get(s, 0) + 1
-        if k > 1:
-            short[i] = f"{s} [{k}]"
-    return short
 
 
 def kernel_view(kernels: pd.DataFrame, sort: str) -> pd.DataFrame:
@@ -155,7 +103,7 @@ def _per_iter_table(df: pd.DataFrame, key: str) -> pd.DataFrame:
             "count": g["count"].sum(),
             "total_ns": g["total_ns"].sum(),
             "count_per_iter": g["count_per_iter"].sum() / n,
-            "total_per_iter_ns": g["total_per_iter_ns"].sum() / n,
+            "total_per_iter_ns": np.rint(g["total_per_iter_ns"].sum() / n).astype(np.int64),  # whole ns
         }
     ).reset_index()
     out["time_share"] = out["total_ns"] / max(float(out["total_ns"].sum()), 1.0)
@@ -190,7 +138,7 @@ def kernel_report(res: Results, *, sort: str, rank: int | None) -> KernelReport:
         summary.update(
             iterations_min=int(iters.min()),
             iterations_max=int(iters.max()),
-            per_iteration_ns=float(k["total_per_iter_ns"].sum() / parts),
+            per_iteration_ns=_whole_ns(k["total_per_iter_ns"].sum() / parts),
             events_per_iteration=float(k["count_per_iter"].sum() / parts),
         )
     classes = of_rank(res.table("classes"), rank)
@@ -222,10 +170,10 @@ def kernels_document(rep: KernelReport, top: int | None) -> dict[str, Any]:
     return doc
 
 
-def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str) -> str:
+def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, fmt: str, wide: bool = False) -> str:
     """The ``dtrace kernels`` report in a human format (see the module docstring)."""
     rep = kernel_report(res, sort=sort, rank=rank)
-    out = [options_note(res)]
+    out = [prose(options_note(res), fmt)]
     sm = rep.summary
     if not sm["parts"]:
         return "".join(out) + "no GPU kernels found\n"
@@ -242,19 +190,20 @@ def kernels_text(res: Results, *, sort: str, top: int | None, rank: int | None, 
         f"{sm['events_per_iteration']:,.1f} events per part\n"
     )
     view = rep.kernels
-    shown = view.copy()  # every row: units come from the whole column, whatever --top
-    head = len(shown) if top is None else min(top, len(shown))
-    shown["name"] = readable_names(shown["name"].head(head).tolist()) + shown["name"].iloc[head:].tolist()
-    out.append(
-        render(shown, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", short_names=False, max_rows=top)
-    )
+    head = len(view) if top is None else min(top, len(view))
+    out.append(render(view, fmt, title=f"top {head} of {len(view):,} kernels by {sort}", max_rows=top, wide=wide))
     if rep.classes is not None:
-        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})"))
+        out.append(render(rep.classes, fmt, title=f"kernel classes ({rep.classifier})", wide=wide))
     if rep.nccl is not None:
-        out.append(render(rep.nccl, fmt, title="NCCL per collective"))
+        out.append(render(rep.nccl, fmt, title="NCCL per collective", wide=wide))
     if rep.memops is not None:
-        out.append(render(rep.memops, fmt, title="memory operations"))
+        out.append(render(rep.memops, fmt, title="memory operations", wide=wide))
     return "\n".join(s for s in out if s)
+
+
+def _whole_ns(ns: float) -> int:
+    """A mean or a per-iteration time in whole ns, rounded half to even (README, "Results")."""
+    return int(np.rint(ns))
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -266,12 +215,40 @@ def _us(ns: float) -> str:
     return f"{ns / 1e3:.2f} μs"
 
 
-def kernels_detail(view: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (one block per kernel, the layout of the single-trace kernel tools it replaces)."""
+def id_ranges(values: Any) -> str:
+    """Sorted ids as ranges: ``[0, 1, 2, 5, 7, 8]`` → ``0-2, 5, 7-8``.
+
+    Examples
+    --------
+    >>> id_ranges([5, 0, 1, 2, 8, 7]), id_ranges([])
+    ('0-2, 5, 7-8', 'none')
+    """
+    ids = sorted({int(v) for v in values})
+    if not ids:
+        return "none"
+    starts = [i for i, v in enumerate(ids) if i == 0 or v != ids[i - 1] + 1]
+    ends = starts[1:] + [len(ids)]
+    return ", ".join(str(ids[a]) if b - a == 1 else f"{ids[a]}-{ids[b - 1]}" for a, b in zip(starts, ends))
+
+
+def _ranks_of(table: pd.DataFrame | None, keys: list[str]) -> dict[Any, str]:
+    """The ranks each key (a name, a kernel pair) occurs on, as ranges."""
+    if table is None or not len(table):
+        return {}
+    g = table.groupby(keys, sort=False, observed=True)["rank"].unique()
+    return {k: id_ranges(v) for k, v in g.items()}
+
+
+def kernels_detail(view: pd.DataFrame, kernels: pd.DataFrame | None = None) -> str:
+    """The full-name text report of ``--output`` (one block per kernel, the layout of the
+    single-trace kernel tools it replaces): ``#N`` is the kernel's place in the sort, ``Ranks``
+    the ranks it ran on (from ``kernels``, the table the view pools)."""
+    ranks = _ranks_of(kernels, ["name"])
     lines = ["DETAILED GPU KERNEL ANALYSIS", "=" * 50]
     for i, d in enumerate(view.to_dict("records"), start=1):
         lines += [
-            f"Rank {i}: {d['name']}",
+            f"#{i}: {d['name']}",
+            *([f"  Ranks: {ranks[d['name']]}"] if d["name"] in ranks else []),
             f"  Class: {d['class']}",
             f"  Count: {d['count']} ({100 * d['count_share']:.1f}% of total launches)",
             f"  Total Duration: {_us(d['total_ns'])} ({100 * d['time_share']:.1f}% of total duration)",
@@ -307,9 +284,7 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
         )
     h = hist.groupby("bin", sort=True).agg(lo=("lo_ns", "first"), hi=("hi_ns", "first"), count=("count", "sum"))
     peak = max(int(h["count"].max()), 1)
-    unit, scale = time_unit(float(h["hi"].abs().max()))  # one unit for the whole histogram
-    digits = 1 if unit != "ns" else 0
-    labels = [f"{lo / scale:,.{digits}f}-{hi / scale:,.{digits}f} {unit}" for lo, hi in zip(h["lo"], h["hi"])]
+    labels = bin_labels(h["lo"].to_numpy(np.float64), h["hi"].to_numpy(np.float64))
     w = max(len(s) for s in labels)
     lines = []
     for lab, c in zip(labels, h["count"].to_numpy()):
@@ -318,16 +293,58 @@ def histogram_text(hist: pd.DataFrame) -> tuple[str, str]:
     return "\n".join(lines) + "\n", note
 
 
-def transition_view(trans: pd.DataFrame, sort: str, width: int = 40) -> pd.DataFrame:
+def bin_labels(lo: np.ndarray, hi: np.ndarray) -> list[str]:
+    """``lo-hi unit`` of each bin: one unit for the histogram with the decimals that tell the
+    edges apart (:func:`edge_digits`), or, when the edges span three decades or more (log
+    bins), each edge in its own unit with three significant digits.
+
+    Examples
+    --------
+    >>> bin_labels(np.array([1_000.0, 2_000.0]), np.array([2_000.0, 3_000.0]))
+    ['1.0-2.0 µs', '2.0-3.0 µs']
+    >>> bin_labels(np.array([1.0, 31.0, 1_000.0]), np.array([31.0, 1_000.0, 31_623.0]))
+    ['1 ns-31 ns', '31 ns-1 µs', '1 µs-31.6 µs']
+    """
+    edges = np.concatenate([lo, hi])
+    pos = edges[np.isfinite(edges) & (edges > 0)]
+    if pos.size and pos.max() >= 1000 * pos.min():
+        return [f"{fmt_time(a, trim=True)}-{fmt_time(b, trim=True)}" for a, b in zip(lo, hi)]
+    unit, scale = time_unit(float(np.nanmax(np.abs(hi)))) if len(hi) else ("ns", 1.0)
+    d = edge_digits(edges / scale) if unit != "ns" else 0
+    return [f"{a / scale:,.{d}f}-{b / scale:,.{d}f} {unit}" for a, b in zip(lo, hi)]
+
+
+def edge_digits(edges: np.ndarray, most: int = 6) -> int:
+    """The fewest decimals (at least one, at most ``most``) that print different bin edges
+    differently, and no non-zero edge as 0 (log bins in ms: ``0.001-0.002``, not ``0.0-0.0``).
+
+    Examples
+    --------
+    >>> edge_digits(np.array([0.0, 2.5, 5.0])), edge_digits(np.array([0.001, 0.0021, 0.0046, 1.0]))
+    (1, 3)
+    """
+    e = np.unique(np.asarray(edges, np.float64)[np.isfinite(edges)])
+    for d in range(1, most + 1):
+        r = np.round(e, d)
+        if len(np.unique(r)) == len(e) and not ((r == 0) & (e != 0)).any():
+            return d
+    return most
+
+
+def transition_view(trans: pd.DataFrame, sort: str, width: int | None = 40) -> pd.DataFrame:
     """Kernel pairs pooled over streams and parts, sorted by ``sort``, with a readable
-    ``transition`` column (both names shortened to ``width``)."""
+    ``transition`` column (both names shortened to ``width`` and kept distinct, :func:`~dtrace.
+    render.text.distinct_names`; ``None``: full names)."""
     cols = ["#", "transition", "count", "mean_ns", "max_ns", "min_ns", "std_ns", "total_ns", "prev_name", "next_name"]
     if not len(trans):
         return pd.DataFrame({c: [] for c in cols})
     v = pool(trans, ["prev_name", "next_name"])
     key = GAP_SORTS[sort]
     v = v.sort_values([key, "count"], ascending=[False, False], kind="stable").reset_index(drop=True)
-    v["transition"] = [f"{shorten(a, width)} → {shorten(b, width)}" for a, b in zip(v["prev_name"], v["next_name"])]
+    prev, nxt = v["prev_name"].tolist(), v["next_name"].tolist()
+    if width:  # each side a column of names that stay distinct
+        prev, nxt = distinct_names(prev, width), distinct_names(nxt, width)
+    v["transition"] = [f"{a} → {b}" for a, b in zip(prev, nxt)]
     v.insert(0, "#", np.arange(1, len(v) + 1))
     return v[cols]
 
@@ -367,7 +384,7 @@ GAP_DETAIL_TIMES = {
 }
 
 
-def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None) -> GapReport:
+def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None, wide: bool = False) -> GapReport:
     """The figures of ``dtrace gaps`` for the parts and stream selected."""
     gaps = of_rank(res.table("gaps"), rank)
     hist = of_rank(res.table("gap_histogram"), rank)
@@ -376,7 +393,12 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None)
         gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
-    summary: dict[str, Any] = {"streams": len(gaps), "gaps": n, "idle_ns": idle, "mean_gap_ns": idle / n if n else 0.0}
+    summary: dict[str, Any] = {
+        "streams": len(gaps),
+        "gaps": n,
+        "idle_ns": idle,
+        "mean_gap_ns": _whole_ns(idle / n if n else 0),
+    }
     for c in CAUSES:
         summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
         summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
@@ -393,7 +415,9 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None)
                 for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
             },
         }
-    return GapReport(summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort))
+    return GapReport(
+        summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort, None if wide else 40)
+    )
 
 
 def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
@@ -408,12 +432,22 @@ def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
     }
 
 
-def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, stream: int | None, fmt: str) -> str:
-    """The ``dtrace gaps`` report in a human format (see the module docstring)."""
-    rep = gap_report(res, sort=sort, rank=rank, stream=stream)
+def gaps_text(
+    res: Results,
+    *,
+    sort: str,
+    top: int | None,
+    rank: int | None,
+    stream: int | None,
+    fmt: str,
+    wide: bool = False,
+) -> str:
+    """The ``dtrace gaps`` report in a human format (see the module docstring); ``wide``: full
+    names, however wide the table."""
+    rep = gap_report(res, sort=sort, rank=rank, stream=stream, wide=wide)
     sm = rep.summary
     n = sm["gaps"]
-    out = [options_note(res)]
+    out = [prose(options_note(res), fmt)]
     dv = rep.device
     if dv:
         causes = ", ".join(f"{c} {dv[f'{c}_gaps']:,} gaps / {fmt_time(dv[f'{c}_ns'])}" for c in CAUSES)
@@ -433,7 +467,7 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
         causes = ", ".join(f"{c} {sm[f'{c}_gaps']:,} gaps / {fmt_time(sm[f'{c}_ns'])}" for c in CAUSES)
         out.append(f"Causes: {causes}\n")
     if len(rep.streams):
-        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top))
+        out.append(render(rep.streams, fmt, title=f"active streams: {len(rep.streams)}", max_rows=top, wide=wide))
     bars, note = histogram_text(rep.histogram)
     if bars:
         binned = int(rep.histogram["count"].sum()) if not note else -1
@@ -448,13 +482,17 @@ def gaps_text(res: Results, *, sort: str, top: int | None, rank: int | None, str
                 title=f"top {len(tv) if top is None else min(top, len(tv))} kernel pairs by {sort} gap",
                 max_rows=top,
                 short_names=False,
+                wide=wide,
             )
         )
     return "\n".join(s for s in out if s)
 
 
-def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
-    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it replaces)."""
+def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame, transitions: pd.DataFrame | None = None) -> str:
+    """The full-name text report of ``--output`` (the layout of the single-trace gap tools it
+    replaces): ``#N`` is a kernel pair's place in the sort, ``Ranks`` the ranks it occurs on
+    (from ``transitions``, the table the view pools)."""
+    ranks = _ranks_of(transitions, ["prev_name", "next_name"])
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
     lines = [
@@ -471,7 +509,9 @@ def gaps_detail(gaps: pd.DataFrame, tv: pd.DataFrame) -> str:
         lines.append(f"  Rank {r.rank} device {r.device} stream {r.stream}: {r.gaps} gaps, {_us(r.idle_ns)} idle time")
     lines += ["", "Kernel Pairs:", "-" * 50]
     for i, d in enumerate(tv.to_dict("records"), start=1):
-        lines += [f"Rank {i}: {d['prev_name']} → {d['next_name']}", f"  Count: {d['count']}"]
+        pair = (d["prev_name"], d["next_name"])
+        lines += [f"#{i}: {pair[0]} → {pair[1]}", *([f"  Ranks: {ranks[pair]}"] if pair in ranks else [])]
+        lines.append(f"  Count: {d['count']}")
         lines += [f"  {label}: {_us(d[column])}" for label, column in GAP_DETAIL_TIMES.items()]
         lines.append("-" * 30)
     return "\n".join(lines) + "\n"

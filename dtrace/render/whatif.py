@@ -16,6 +16,7 @@ import numpy as np
 from ..reduce.whatif import summary
 from . import charts as ch
 from .context import Context
+from .escape import file_href, printable
 from .page import note, table
 
 COLUMNS = [
@@ -27,12 +28,15 @@ COLUMNS = [
 ]
 
 
-def timeline_link(href: str | None) -> str:
-    """The link to the exported timeline, or how to export one."""
-    if href:
+def timeline_link(path: str | None) -> str:
+    """The link to the exported timeline (``path``: the file, relative to the report; the link is
+    always a relative file path, never a URL: :func:`~dtrace.render.escape.file_href`), or how to
+    export one."""
+    if path:
         return (
-            f'<p>Slow-step timeline (clocks aligned): <a href="{escape(href)}" download>{escape(href)}</a> '
-            "— open it in Perfetto UI (Open trace file) or chrome://tracing (Load).</p>"
+            f'<p>Slow-step timeline (clocks aligned): <a href="{escape(file_href(path))}" download>'
+            f"{escape(printable(path))}</a> — open it in Perfetto UI (Open trace file) or chrome://tracing "
+            "(Load).</p>"
         )
     return note(
         "Export the slowest step of the stragglers, the fastest and the median rank, clocks aligned, for "

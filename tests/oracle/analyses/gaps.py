@@ -122,6 +122,8 @@ def hist_edges(gap_ns: np.ndarray, lo: int | None, hi: int | None, bins: int, lo
     lo, hi = float(lo), float(hi)
     if hi <= lo:
         hi = lo + 1.0
+    if log is None:  # automatic (issue 19): logarithmic where the range spans two decades
+        log = lo >= 1.0 and hi >= 100 * lo
     if log:
         lo = max(lo, 1.0)
         return np.geomspace(lo, hi, bins + 1)
