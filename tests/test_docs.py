@@ -150,6 +150,8 @@ def test_semantics_section_titles():
         "Memory operations",
         "NVTX ranges",
         "Host op tree and ops",
+        "Op performance model",
+        "Hardware peaks",
         "Collectives across ranks",
         "Clock offsets",
         "Ranks and stragglers",
