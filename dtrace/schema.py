@@ -24,6 +24,8 @@ __all__ = [
     "EVENT_SCHEMA",
     "COLLECTIVE_SCHEMA",
     "MEMCPY_SCHEMA",
+    "OP_ARGS_SCHEMA",
+    "DEVICE_SCHEMA",
     "SIDE_SCHEMAS",
 ]
 
@@ -75,9 +77,34 @@ MEMCPY_SCHEMA = pa.schema(
     ]
 )
 
+OP_ARGS_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),  # row of the host op (cpu_op) in the event table
+        ("dims", _DICT),  # "Input Dims" as recorded (JSON text), e.g. "[[4096, 4096], [4096, 4096]]"
+        ("types", _DICT),  # "Input type", e.g. '["c10::BFloat16", "c10::BFloat16"]'
+        ("strides", _DICT),  # "Input Strides" ("" if not recorded)
+        ("concrete", _DICT),  # "Concrete Inputs": scalar arguments as text ("" if not recorded)
+    ]
+)
+"""The arguments ``record_shapes=True`` records for a host op (docs/semantics.md, "Event table")."""
+
+DEVICE_SCHEMA = pa.schema(
+    [
+        ("device", pa.int32()),  # the device id, as the event table's ``device``
+        ("name", _DICT),  # the name the runtime reports ("NVIDIA H100 80GB HBM3")
+        ("vendor", _DICT),  # "nvidia", "amd" or ""
+        ("capability", _DICT),  # compute capability "9.0" (ROCm: the gfx version, "9.4" for gfx942)
+        ("sms", pa.int32()),  # streaming multiprocessors / compute units, -1 if unknown
+        ("memory_bytes", pa.int64()),  # device memory, -1 if unknown
+    ]
+)
+"""The properties of a part's GPU as the trace states them (one row per part; no ``row``)."""
+
 SIDE_SCHEMAS: dict[str, pa.Schema] = {
     "collectives": COLLECTIVE_SCHEMA,
     "memcpy": MEMCPY_SCHEMA,
+    "op_args": OP_ARGS_SCHEMA,
+    "devices": DEVICE_SCHEMA,
 }
 """Every per-part side table a reader may fill, by name (an absent one reads as empty).
 

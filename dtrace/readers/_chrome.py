@@ -212,6 +212,9 @@ class ChromeTrace:
         Largest JSON text of one event, and of the keys before or after the events array.
     max_size
         Largest decompressed content (None: no limit).
+    copy_input
+        Decode a copy of each block instead of a view of the read buffer: needed when the event
+        type holds ``msgspec.Raw`` fields, which reference the text they were decoded from.
 
     After iterating, :attr:`meta` holds the decoded top-level object (keys before and after
     the events merged) and :attr:`fingerprint` the hash of the file's bytes.
@@ -226,8 +229,10 @@ class ChromeTrace:
         *,
         max_event: int = MAX_EVENT,
         max_size: int | None = None,
+        copy_input: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        self.copy_input = copy_input
         self.block = block
         self.max_event = max_event
         self.max_size = max_size
@@ -280,10 +285,11 @@ class ChromeTrace:
         with memoryview(buf) as mv, mv[:n] as text:
             head = bytes(text[:64]).lstrip(_WS)
             try:
+                src = bytes(text) if self.copy_input else text
                 if head[:1] == b"[":
-                    events, meta = self._events_decoder.decode(text), self._meta_decoder.decode(b"{}")
+                    events, meta = self._events_decoder.decode(src), self._meta_decoder.decode(b"{}")
                 elif head[:1] == b"{":
-                    doc = self._doc_decoder.decode(text)
+                    doc = self._doc_decoder.decode(src)
                     events, meta = doc.traceEvents, doc
                 else:
                     return None
@@ -483,7 +489,7 @@ class ChromeTrace:
             raise InputError(self.path, f"invalid JSON in {where}: {exc}") from None
 
     def _decode_events(self, text: bytes | memoryview) -> list[Any]:
-        return self._events_decoder.decode(text)
+        return self._events_decoder.decode(bytes(text) if self.copy_input else text)
 
     def _cut(self, buf: bytearray, lo: int, hi: int) -> tuple[list[Any], int] | None:
         """Decode the events of ``buf[lo:hi]`` before its last confirmed boundary.

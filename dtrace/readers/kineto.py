@@ -34,6 +34,7 @@ from ..schema import (
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
+from ._op_args import NO_RAW, OpArgsBuffer, device_table
 from .base import Part, TraceFile
 
 NAME = "kineto"
@@ -76,6 +77,11 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
+    # record_shapes: kept as raw JSON text for the op_args side table (see _op_args)
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Strides")
+    concrete: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
 _NO_ARGS = Args()
@@ -138,6 +144,7 @@ class _Columns:
         self.coll_rows: list[tuple[int, Args, str]] = []
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
+        self.op_args = OpArgsBuffer()
         self.n = 0
 
 
@@ -255,6 +262,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         if coll is not None:
             c.coll_rows.append((base + i, args[i], xs[i].name))
     c.coll_ops += _collective_ops(kinds, args, base)
+    c.op_args.add(kinds, args, base)
     is_set = kinds == KIND_CODES["memset"]
     for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
@@ -309,7 +317,13 @@ def read_kineto(
     limits the decompressed content and ``max_event_size`` one event's JSON text.
     """
     trace = ChromeTrace(
-        path, Event, Meta, **({"block": block} if block else {}), max_event=max_event_size, max_size=max_input_size
+        path,
+        Event,
+        Meta,
+        **({"block": block} if block else {}),
+        max_event=max_event_size,
+        max_size=max_input_size,
+        copy_input=True,  # the Raw argument texts must not point into the read buffer
     )
     ids = StableIds()
     c = _Columns()
@@ -330,6 +344,7 @@ def read_kineto(
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
     mem = _memcpy_table(c.mem_rows)
+    op_args = c.op_args.table(None if keep is None else np.flatnonzero(keep))
     gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
     n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
     if keep is not None:
@@ -394,7 +409,12 @@ def read_kineto(
             remap = rows
         parts.append(
             Part(
-                device=int(dev), events=sub, collectives=_remap(coll, remap), memcpy=_remap(mem, remap), local_index=idx
+                device=int(dev),
+                events=sub,
+                collectives=_remap(coll, remap),
+                memcpy=_remap(mem, remap),
+                local_index=idx,
+                side={"op_args": _remap(op_args, remap), "devices": device_table(meta.deviceProperties, int(dev))},
             )
         )
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)

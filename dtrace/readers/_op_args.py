@@ -1,0 +1,130 @@
+"""The Kineto reader's two side tables for the op performance model: ``op_args`` and ``devices``.
+
+``op_args``: the arguments ``record_shapes=True`` records on a ``cpu_op`` (``Input Dims``,
+``Input type``, ``Input Strides``, ``Concrete Inputs``). The reader's ``Args`` struct decodes them
+as ``msgspec.Raw`` — the JSON text is only delimited, never turned into Python lists — and
+:class:`OpArgsBuffer` copies the texts of each block's host ops out with C-level ``map`` calls
+(no Python code per event), then stores each column dictionary-encoded: a training step repeats
+the same few hundred (shapes, types) combinations, so the columns hold small dictionaries and
+int32 codes. The op model parses each distinct combination once (:mod:`dtrace.opmodel`).
+
+``devices``: the part's GPU as ``deviceProperties`` describes it (name, vendor, compute
+capability, multiprocessors, memory), one row, for matching the hardware peaks
+(:mod:`dtrace.hardware`).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from ..constants import KIND_CODES
+from ..schema import DEVICE_SCHEMA, OP_ARGS_SCHEMA
+
+NO_RAW = msgspec.Raw()
+"""The default of an absent ``msgspec.Raw`` argument (its text is empty)."""
+
+FIELDS = ("input_dims", "input_type", "input_strides", "concrete")
+_GET = [operator.attrgetter(f) for f in FIELDS]
+_CPU_OP = KIND_CODES["cpu_op"]
+
+
+class OpArgsBuffer:
+    """The recorded argument texts of the host ops, collected block by block."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.cols: list[list[pa.Array]] = [[] for _ in FIELDS]
+
+    def add(self, kinds: np.ndarray, args: list[Any], base: int) -> None:
+        """Keep the argument texts of the block's ``cpu_op`` events that recorded shapes.
+
+        ``kinds`` are the block's kind codes, ``args`` its decoded ``args`` structs and ``base``
+        the row of its first event in the file's event table. Each column is built from one
+        ``b"".join`` of the raw texts and their lengths (no bytes object per event).
+        """
+        rows = np.flatnonzero(kinds == _CPU_OP)
+        if not rows.size:
+            return
+        cpu = list(map(args.__getitem__, rows.tolist()))
+        cols = [_binary(list(map(get, cpu))) for get in _GET]
+        has = cols[0][1] > 0
+        if not has.any():
+            return
+        mask = None if has.all() else pa.array(has)
+        self.rows.append(rows[has].astype(np.int64) + base)
+        for store, (arr, _) in zip(self.cols, cols):
+            store.append(arr if mask is None else arr.filter(mask))
+
+    def table(self, kept: np.ndarray | None) -> pa.Table:
+        """The ``op_args`` side table; ``kept`` (sorted rows of the events kept, None: all)
+        renumbers the rows after implausible events were dropped."""
+        if not self.rows:
+            return OP_ARGS_SCHEMA.empty_table()
+        rows = np.concatenate(self.rows)
+        cols = [pa.chunked_array(c, pa.large_binary()).combine_chunks().cast(pa.large_string()) for c in self.cols]
+        if kept is not None:
+            pos = np.minimum(np.searchsorted(kept, rows), max(len(kept) - 1, 0))
+            ok = kept[pos] == rows if len(kept) else np.zeros(len(rows), bool)
+            mask = pa.array(ok)
+            rows = pos[ok].astype(np.int64)
+            cols = [c.filter(mask) for c in cols]
+        return pa.Table.from_arrays(
+            [pa.array(rows, pa.int64())]
+            + [c.dictionary_encode().cast(OP_ARGS_SCHEMA.field(i + 1).type) for i, c in enumerate(cols)],
+            schema=OP_ARGS_SCHEMA,
+        )
+
+
+def _binary(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
+    """A binary array of raw texts (anything with the buffer protocol) and their lengths."""
+    lens = np.fromiter(map(len, raws), np.int64, len(raws))
+    offsets = np.zeros(len(raws) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = pa.py_buffer(b"".join(raws))
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(raws), [None, pa.py_buffer(offsets), data])
+    return arr, lens
+
+
+def vendor_of(name: str, warp_size: Any) -> str:
+    """``amd`` or ``nvidia`` from a device's name and warp size (``""`` if neither says).
+
+    Examples
+    --------
+    >>> vendor_of("AMD Instinct MI300X", 64), vendor_of("AMD Radeon Graphics", 64), vendor_of("NVIDIA H200", 32)
+    ('amd', 'amd', 'nvidia')
+    """
+    low = (name or "").lower()
+    if low.startswith("amd") or "instinct" in low or "radeon" in low or warp_size == 64:
+        return "amd"
+    if low.startswith(("nvidia", "tesla")) or warp_size == 32:
+        return "nvidia"
+    return ""
+
+
+def device_table(properties: list[Any] | None, device: int) -> pa.Table:
+    """The ``devices`` side table of one part: the ``deviceProperties`` entry whose ``id`` is
+    ``device`` (empty if the trace does not describe it)."""
+    for d in properties or []:
+        if not isinstance(d, dict) or d.get("id") != device:
+            continue
+        name = str(d.get("name") or "")
+        major, minor = d.get("computeMajor"), d.get("computeMinor")
+        cap = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
+        sms = d.get("numSms")
+        mem = d.get("totalGlobalMem")
+        return pa.table(
+            {
+                "device": pa.array([device], pa.int32()),
+                "name": pa.array([name]).dictionary_encode(),
+                "vendor": pa.array([vendor_of(name, d.get("warpSize"))]).dictionary_encode(),
+                "capability": pa.array([cap]).dictionary_encode(),
+                "sms": pa.array([sms if isinstance(sms, int) else -1], pa.int32()),
+                "memory_bytes": pa.array([mem if isinstance(mem, int) else -1], pa.int64()),
+            }
+        ).cast(DEVICE_SCHEMA)
+    return DEVICE_SCHEMA.empty_table()
