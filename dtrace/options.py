@@ -52,6 +52,10 @@ class Options:
     gpus_per_host
         Ranks ``r // gpus_per_host`` share a host and its clock when clock offsets between hosts
         are estimated from collective end times; 0 estimates one offset per rank.
+    gpu_spec
+        Hardware peaks that override or add to the bundled GPU table (:mod:`dtrace.hardware`):
+        a JSON spec file's path, or its content (a dict); "max achievable" figures may replace
+        datasheet peaks. Only the cross-rank roofline reads it.
     """
 
     compat: str = "default"
@@ -71,6 +75,7 @@ class Options:
     rank_by: str = "auto"
     straggler_method: str = "robust"
     gpus_per_host: int = 8  # ranks r // gpus_per_host share a host clock (0: every rank its own host)
+    gpu_spec: Any = None  # a GPU spec file (path) or its content: peaks for the roofline (dtrace.hardware)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -103,4 +108,6 @@ class Options:
         d = asdict(self)
         if d["classmap"] is not None and not isinstance(d["classmap"], (str, int, float)):
             d["classmap"] = "<in-memory map>"
+        if d["gpu_spec"] is not None and not isinstance(d["gpu_spec"], str):
+            d["gpu_spec"] = "<in-memory spec>"
         return d

@@ -207,7 +207,9 @@ def test_analyze_end_to_end(tmp_path, monkeypatch, capsys):
     for part in seen:
         assert part["collectives"][0] == 16 * n_nccl
         total = sum(n for n, _cols in part.values())
-        assert total < 0.5 * sum(events.values())
+        # every table is an aggregate (per rank, stream, kernel name, op, ...): far fewer rows than
+        # the 666 events of a rank of this small job, all tables together included
+        assert total < 0.6 * sum(events.values())
         assert not any({"correlation", "external_id"} & set(cols) for _n, cols in part.values())
     text = summary(dtrace.load(out))
     assert "stragglers: 1 of 16 ranks flagged" in text and "rank 5 arrived last" in text

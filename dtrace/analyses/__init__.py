@@ -22,6 +22,7 @@ from . import collectives as _coll
 from . import gaps as _gaps
 from . import kernels as _kern
 from . import memops as _mem
+from . import opperf as _opperf
 from . import ops as _ops
 from . import ranges as _ranges
 from . import segments as _seg
@@ -208,6 +209,8 @@ ANALYSES: list[Analysis] = [
         },
     ),
     Analysis("ops", _ops.ops, _ops.COLUMNS),
+    Analysis("op_perf", _opperf.op_perf, _opperf.COLUMNS),  # roofline added across ranks by reduce.opperf
+    Analysis("devices", _opperf.devices, _opperf.DEVICE_COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
 ]

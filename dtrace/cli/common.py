@@ -41,6 +41,13 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         "0: one clock per rank) when clock offsets are removed from collectives",
     )
     g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
+    g.add_argument(
+        "--gpu-spec",
+        metavar="FILE",
+        default=None,
+        help="GPU peaks (JSON) that override or add to the bundled table for the roofline, e.g. measured "
+        "'max achievable' figures (docs/semantics.md, 'Hardware peaks')",
+    )
     add_kernel_gap_options(g)
 
 
@@ -135,6 +142,7 @@ OPTION_FLAGS: list[str] = [
     "summary_gpus",
 ]
 OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
+OPTION_FLAGS += ["gpu_spec"]  # the op roofline
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:

@@ -13,10 +13,12 @@ from typing import Callable
 
 import pandas as pd
 
+from ..analyses import opperf as _op_columns
 from ..dtypes import conform
 from ..options import Options
 from . import collectives as _coll
 from . import kernels_xrank as _kx
+from . import opperf as _opperf
 from . import ops_xrank as _ox
 from . import ranks as _ranks
 from . import stragglers as _strag
@@ -28,6 +30,10 @@ Reducer = Callable[[Tables, Options], Tables]
 REDUCERS: list[tuple[str, Reducer]] = [
     ("kernels_xrank", _kx.kernels_xrank),  # kernels_xrank, classes_xrank
     ("ops_xrank", _ox.ops_xrank),  # ops_xrank, op_outliers
+    (
+        "op_perf",
+        _opperf.reduce_op_perf,
+    ),  # op_perf (roofline), op_perf_xrank, op_family_perf, devices, gpu_peaks, gpu_slowness
     ("collectives", _coll.reduce_collectives),  # collectives (matched), collective_instances, clock_offsets
     ("ranks", _ranks.reduce_ranks),  # ranks, rank_stats (after collectives)
     ("stragglers", _strag.reduce_stragglers),  # stragglers (after ranks and op_outliers)
@@ -39,6 +45,12 @@ DECLARED: dict[str, Mapping[str, object]] = {
     "classes_xrank": _kx.CLASSES_XRANK_COLUMNS,
     "ops_xrank": _ox.XRANK_COLUMNS,
     "op_outliers": _ox.OUTLIER_COLUMNS,
+    "op_perf": {**_op_columns.COLUMNS, **_opperf.ROOFLINE_COLUMNS},
+    "op_perf_xrank": _opperf.XRANK_COLUMNS,
+    "op_family_perf": _opperf.FAMILY_COLUMNS,
+    "devices": {**_op_columns.DEVICE_COLUMNS, **_opperf.DEVICE_EXTRA},
+    "gpu_peaks": _opperf.PEAK_COLUMNS,
+    "gpu_slowness": _opperf.SLOW_COLUMNS,
     "collectives": _coll.ROW_COLUMNS,
     "collective_instances": _coll.INSTANCE_COLUMNS,
     "clock_offsets": _coll.CLOCK_COLUMNS,

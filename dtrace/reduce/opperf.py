@@ -1,0 +1,379 @@
+"""The roofline of every op on every rank, and the slow-GPU signal (docs/semantics.md, "Op
+performance model", "Hardware peaks", "Ranks and stragglers").
+
+From the per-partition ``op_perf`` and ``devices`` tables (:mod:`dtrace.analyses.opperf`) and
+the GPU peaks (:mod:`dtrace.hardware`, with the ``gpu_spec`` option's entries first):
+
+``devices``
+    gains ``gpu`` (the matched entry of the GPU table, ``""`` if none) and ``gpu_note`` (why
+    none matched).
+``gpu_peaks``
+    every figure of every matched entry (metric, value, unit, source).
+``op_perf``
+    gains, per row, the achieved throughput and the roofline of its part's device::
+
+        tflops       = count·flops / gpu_ns / 1000       (TFLOP/s; FLOP per ns = GFLOP/s)
+        tbps         = count·bytes / gpu_ns / 1000       (TB/s)
+        intensity    = flops / bytes                     (FLOP per byte)
+        roofline_ns  = count · max(flops / peak_tflops, bytes / peak_tbps)   (in ns)
+        bound        = compute if the first term is the larger, else memory
+        roofline_pct = roofline_ns / gpu_ns
+        lost_ns      = gpu_ns − roofline_ns              (the time a perfect kernel would save)
+
+    ``peak_tflops`` is the device's peak for the op's unit (matrix or vector) and precision,
+    ``peak_tbps`` its HBM bandwidth. An op without FLOPs (a copy, a fill) or without a compute
+    peak for its precision (integer arithmetic) is bounded by its bytes alone.
+``op_perf_xrank``
+    per (op, arguments) over the parts that ran it: summed count, time, roofline and time lost;
+    the per-part median instance time's median, minimum, maximum, ``spread = max / median`` and
+    the slowest part.
+``op_family_perf``
+    per (rank, device, family): instances, time, its share of the part's op time, FLOPs, bytes,
+    achieved throughput over the modelled rows, roofline and time lost; ``unmodelled`` holds the
+    ops without a model (their time, no FLOPs).
+``gpu_slowness``
+    signal (e) of the straggler detector: per part, its modelled ops' median instance time
+    against the median part's at equal (op, arguments), over the (op, arguments) at least two
+    parts ran: ``gpu_slowdown = Σ count·own_median / Σ count·median_over_parts`` (time-weighted,
+    > 1: slower), its robust z-score, the share of the compared time in (op, arguments) where the
+    part is slower than the median part, and the op that loses it the most time. An op's time is
+    the union of its own kernels: waiting for other ranks does not enter it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..dtypes import conform, empty_frame
+from ..hardware import Spec, load_specs, match_device
+from ..options import Options
+from .ranks import robust_z
+
+Tables = dict[str, pd.DataFrame]
+KEYS = ["rank", "device"]
+ARG_KEYS = ["op", "family", "backward", "modelled", "shapes", "dtypes", "strides", "args"]
+MIN_GPU_SLOWDOWN = 1.03
+SLOWDOWN_FLOOR = 0.005
+
+ROOFLINE_COLUMNS = {
+    "tflops": "float64",
+    "tbps": "float64",
+    "intensity": "float64",
+    "gpu": "object",
+    "peak_tflops": "float64",
+    "peak_tbps": "float64",
+    "roofline_ns": "Int64",
+    "bound": "object",
+    "roofline_pct": "float64",
+    "lost_ns": "Int64",
+}
+DEVICE_EXTRA = {"gpu": "object", "gpu_note": "object"}
+PEAK_COLUMNS = {
+    "gpu": "object",
+    "metric": "object",
+    "value": "float64",
+    "unit": "object",
+    "source": "object",
+    "origin": "object",
+}
+XRANK_COLUMNS = {
+    **{k: ("bool" if k in ("backward", "modelled") else "object") for k in ARG_KEYS},
+    "parts": "int64",
+    "count": "int64",
+    "gpu_ns": "int64",
+    "median_ns": "int64",
+    "min_ns": "int64",
+    "max_ns": "int64",
+    "max_rank": "int32",
+    "max_device": "int32",
+    "spread": "float64",
+    "flops": "float64",
+    "bytes": "float64",
+    "unit": "object",
+    "precision": "object",
+    "params": "object",
+    "tflops": "float64",
+    "tbps": "float64",
+    "intensity": "float64",
+    "gpu": "object",
+    "roofline_ns": "Int64",
+    "bound": "object",
+    "roofline_pct": "float64",
+    "lost_ns": "Int64",
+}
+FAMILY_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "family": "object",
+    "ops": "int64",
+    "count": "int64",
+    "gpu_ns": "int64",
+    "share": "float64",
+    "modelled_ns": "int64",
+    "flops": "float64",
+    "bytes": "float64",
+    "tflops": "float64",
+    "tbps": "float64",
+    "roofline_ns": "Int64",
+    "roofline_pct": "float64",
+    "lost_ns": "Int64",
+}
+SLOW_COLUMNS = {
+    "rank": "int32",
+    "device": "int32",
+    "gpu_slowdown": "float64",
+    "gpu_slowdown_z": "float64",
+    "shapes": "int64",
+    "slower_share": "float64",
+    "compared_ns": "int64",
+    "worst_op": "object",
+    "worst_ratio": "float64",
+    "worst_excess_ns": "int64",
+}
+
+
+def _device_specs(devices: pd.DataFrame, specs: list[Spec]) -> tuple[pd.DataFrame, dict[str, Spec]]:
+    """``devices`` with ``gpu`` and ``gpu_note``, and the matched entries by name (each distinct
+    device described once)."""
+    out = devices.copy()
+    cols = ["name", "vendor", "capability", "sms", "memory_bytes"]
+    if not len(out):
+        return conform(out.assign(gpu=[], gpu_note=[]), DEVICE_EXTRA, "devices"), {}
+    ident = pd.MultiIndex.from_frame(out[cols].astype(str))
+    codes, uniq = pd.factorize(ident)
+    gpu, note, used = [], [], {}
+    for name, vendor, cap, sms, mem in uniq:
+        spec = match_device(specs, name, vendor=vendor, capability=cap, sms=int(sms), memory_bytes=int(mem))
+        if spec is not None:
+            gpu.append(spec.gpu)
+            note.append("")
+            used[spec.gpu] = spec
+        else:
+            gpu.append("")
+            note.append(
+                "the trace names no device (no deviceProperties)"
+                if not name
+                else f"{name!r} is not in the GPU table: add its peaks with --gpu-spec FILE"
+            )
+    out["gpu"] = np.asarray(gpu, dtype=object)[codes] if len(codes) else []
+    out["gpu_note"] = np.asarray(note, dtype=object)[codes] if len(codes) else []
+    return out, used
+
+
+def _peaks(used: dict[str, Spec]) -> pd.DataFrame:
+    rows = [(s.gpu, m, v, u, s.source, s.origin) for s in used.values() for m, v, u in s.figures()]
+    return pd.DataFrame(rows, columns=list(PEAK_COLUMNS)) if rows else empty_frame(PEAK_COLUMNS)
+
+
+def roofline(op: pd.DataFrame, devices: pd.DataFrame, used: dict[str, Spec]) -> pd.DataFrame:
+    """``op`` with the roofline columns (module docs) for its part's device."""
+    out = op.copy()
+    n = len(out)
+    count = out["count"].to_numpy(np.float64)
+    gpu_ns = out["gpu_ns"].to_numpy(np.float64)
+    flops = out["flops"].to_numpy(np.float64)
+    nbytes = out["bytes"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["tflops"] = np.where(gpu_ns > 0, count * flops / gpu_ns / 1e3, np.nan)
+        out["tbps"] = np.where(gpu_ns > 0, count * nbytes / gpu_ns / 1e3, np.nan)
+        out["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
+    gpu = pd.Series("", index=out.index, dtype=object)
+    if len(devices) and n:
+        dev = devices.drop_duplicates(KEYS).set_index(KEYS)["gpu"]
+        gpu = pd.Series(dev.reindex(pd.MultiIndex.from_frame(out[KEYS])).fillna("").to_numpy(object), index=out.index)
+    out["gpu"] = gpu.to_numpy(object)
+    peak_t = np.full(n, np.nan)
+    peak_b = np.full(n, np.nan)
+    if n:
+        trio = pd.MultiIndex.from_arrays([out["gpu"], out["unit"].fillna(""), out["precision"].fillna("")])
+        codes, uniq = pd.factorize(trio)
+        pt, pb = [], []
+        for g, unit, prec in uniq:
+            spec = used.get(g)
+            pt.append((spec.peak(unit, prec) if unit else None) if spec else None)
+            pb.append(spec.hbm_tbps if spec else None)
+        peak_t = np.array([np.nan if v is None else v for v in pt], np.float64)[codes]
+        peak_b = np.array([np.nan if v is None else v for v in pb], np.float64)[codes]
+    out["peak_tflops"] = peak_t
+    out["peak_tbps"] = peak_b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = np.where(flops == 0, 0.0, flops / (peak_t * 1e3))  # ns per instance (NaN: no peak)
+        memory = nbytes / (peak_b * 1e3)
+    unit_vector = (out["unit"] == "vector").to_numpy(bool)
+    compute = np.where(np.isnan(compute) & unit_vector & np.isfinite(memory), 0.0, compute)  # int vector ops
+    per = np.fmax(compute, memory)
+    per = np.where(np.isnan(compute) | np.isnan(memory), np.nan, per)
+    roof = per * count
+    out["roofline_ns"] = _nullable(roof)
+    out["bound"] = np.where(np.isnan(per), "", np.where(compute >= memory, "compute", "memory")).astype(object)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["roofline_pct"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
+    out["lost_ns"] = _nullable(gpu_ns - roof)
+    return out
+
+
+def _nullable(x: np.ndarray) -> pd.arrays.IntegerArray:
+    missing = ~np.isfinite(x)
+    return pd.arrays.IntegerArray(np.rint(np.where(missing, 0, x)).astype(np.int64), missing)
+
+
+def _xrank(op: pd.DataFrame) -> pd.DataFrame:
+    if not len(op):
+        return empty_frame(XRANK_COLUMNS)
+    f = op.copy()
+    f["_roof"] = f["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    keys = pd.MultiIndex.from_frame(f[ARG_KEYS])
+    f["_k"] = pd.factorize(keys)[0]
+    g = f.groupby("_k", sort=True)
+    med = g["median_ns"].median()
+    mx = f.loc[g["median_ns"].idxmax().to_numpy()]
+    roof_known = g["_roof"].count() == g["_roof"].size()  # every part has a roofline
+    first = f.loc[g.head(1).index].set_index("_k").sort_index()
+    out = first[ARG_KEYS].reset_index(drop=True)
+    out["parts"] = g.size().to_numpy(np.int64)
+    out["count"] = g["count"].sum().to_numpy(np.int64)
+    out["gpu_ns"] = g["gpu_ns"].sum().to_numpy(np.int64)
+    out["median_ns"] = med.to_numpy(np.float64)
+    out["min_ns"] = g["median_ns"].min().to_numpy(np.float64)
+    out["max_ns"] = mx["median_ns"].to_numpy(np.float64)
+    out["max_rank"] = mx["rank"].to_numpy(np.int32)
+    out["max_device"] = mx["device"].to_numpy(np.int32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["spread"] = np.where(med.to_numpy() > 0, out["max_ns"] / med.to_numpy(), np.nan)
+    for c in ("flops", "bytes", "unit", "precision", "params"):
+        out[c] = first[c].to_numpy()
+    gpus = g["gpu"].nunique()
+    out["gpu"] = np.where(gpus.to_numpy() > 1, "mixed", first["gpu"].to_numpy(object)).astype(object)
+    total_flops = (f["flops"] * f["count"]).groupby(f["_k"]).sum(min_count=1)
+    total_bytes = (f["bytes"] * f["count"]).groupby(f["_k"]).sum(min_count=1)
+    ns = out["gpu_ns"].to_numpy(np.float64)
+    roof = np.where(roof_known.to_numpy(), g["_roof"].sum().to_numpy(), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["tflops"] = np.where(ns > 0, total_flops.to_numpy(np.float64) / ns / 1e3, np.nan)
+        out["tbps"] = np.where(ns > 0, total_bytes.to_numpy(np.float64) / ns / 1e3, np.nan)
+        out["intensity"] = np.where(out["bytes"] > 0, out["flops"] / out["bytes"], np.nan)
+        out["roofline_pct"] = np.where(ns > 0, roof / ns, np.nan)
+    out["roofline_ns"] = _nullable(roof)
+    out["bound"] = first["bound"].to_numpy(object)
+    out["lost_ns"] = _nullable(ns - roof)
+    out = out.sort_values(["lost_ns", "gpu_ns"], ascending=False, kind="stable", na_position="last")
+    return out.reset_index(drop=True)
+
+
+def _families(op: pd.DataFrame) -> pd.DataFrame:
+    if not len(op):
+        return empty_frame(FAMILY_COLUMNS)
+    f = op.copy()
+    modelled = f["modelled"].to_numpy(bool)
+    f["_mod_ns"] = np.where(modelled, f["gpu_ns"].to_numpy(np.int64), 0)
+    f["_flops"] = np.where(modelled, f["flops"].to_numpy(np.float64) * f["count"], 0.0)
+    f["_bytes"] = np.where(modelled, f["bytes"].to_numpy(np.float64) * f["count"], 0.0)
+    f["_roof"] = f["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    f["_roof_known"] = np.isfinite(f["_roof"].to_numpy())
+    f["_roof_ns"] = np.where(f["_roof_known"], f["gpu_ns"], 0)
+    g = f.groupby(KEYS + ["family"], sort=True)
+    out = g.agg(
+        ops=("op", "size"),
+        count=("count", "sum"),
+        gpu_ns=("gpu_ns", "sum"),
+        modelled_ns=("_mod_ns", "sum"),
+        flops=("_flops", "sum"),
+        bytes=("_bytes", "sum"),
+        roof=("_roof", "sum"),
+        roof_ns=("_roof_ns", "sum"),
+    ).reset_index()
+    total = out.groupby(KEYS)["gpu_ns"].transform("sum").to_numpy(np.float64)
+    mod = out["modelled_ns"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["share"] = np.where(total > 0, out["gpu_ns"] / total, 0.0)
+        out["tflops"] = np.where(mod > 0, out["flops"] / mod / 1e3, np.nan)
+        out["tbps"] = np.where(mod > 0, out["bytes"] / mod / 1e3, np.nan)
+    covered = out["roof_ns"].to_numpy(np.float64)
+    roof = np.where(covered > 0, out["roof"].to_numpy(np.float64), np.nan)
+    out["roofline_ns"] = _nullable(roof)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["roofline_pct"] = np.where(covered > 0, roof / covered, np.nan)
+    out["lost_ns"] = _nullable(covered - roof)
+    out["flops"] = np.where(mod > 0, out["flops"], np.nan)
+    out["bytes"] = np.where(mod > 0, out["bytes"], np.nan)
+    return out[list(FAMILY_COLUMNS)]
+
+
+def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
+    """Signal (e) per part (module docs): modelled ops against the median part at equal arguments."""
+    idx = pd.MultiIndex.from_frame(parts[KEYS]) if len(parts) else pd.MultiIndex.from_arrays([[], []], names=KEYS)
+    n = len(idx)
+    base = {
+        "gpu_slowdown": np.ones(n),
+        "shapes": np.zeros(n, np.int64),
+        "slower_share": np.zeros(n),
+        "compared_ns": np.zeros(n, np.int64),
+        "worst_op": np.full(n, "", object),
+        "worst_ratio": np.full(n, np.nan),
+        "worst_excess_ns": np.zeros(n, np.int64),
+    }
+    f = op.loc[op["modelled"].to_numpy(bool) & (op["count"].to_numpy() > 0)] if len(op) else op
+    if len(f):
+        key = pd.MultiIndex.from_frame(f[ARG_KEYS]).factorize()[0]
+        parts_per_key = pd.Series(key).groupby(key).transform("size").to_numpy()
+        f = f.loc[parts_per_key >= 2]
+        key = key[parts_per_key >= 2]
+    if len(f):
+        own_med = f["median_ns"].to_numpy(np.float64)
+        ref = pd.Series(own_med).groupby(key).transform("median").to_numpy()
+        cnt = f["count"].to_numpy(np.float64)
+        ratio = np.divide(own_med, ref, out=np.ones(len(f)), where=ref > 0)
+        g = pd.DataFrame(
+            {
+                "rank": f["rank"].to_numpy(),
+                "device": f["device"].to_numpy(),
+                "own": cnt * own_med,
+                "ref": cnt * ref,
+                "slower": np.where(ratio > 1.0, cnt * ref, 0.0),
+                "excess": cnt * (own_med - ref),
+                "ratio": ratio,
+                "label": (f["op"].astype(str) + " " + f["shapes"].astype(str)).to_numpy(),
+            }
+        )
+        s = g.groupby(KEYS)[["own", "ref", "slower"]].sum().reindex(idx)
+        cnt_keys = g.groupby(KEYS).size().reindex(idx).fillna(0)
+        refs = s["ref"].fillna(0).to_numpy()
+        base["gpu_slowdown"] = np.divide(s["own"].fillna(0).to_numpy(), refs, out=np.ones(n), where=refs > 0)
+        base["shapes"] = cnt_keys.to_numpy(np.int64)
+        base["slower_share"] = np.divide(s["slower"].fillna(0).to_numpy(), refs, out=np.zeros(n), where=refs > 0)
+        base["compared_ns"] = np.rint(refs).astype(np.int64)
+        worst = (
+            g.sort_values("excess", ascending=False, kind="stable").drop_duplicates(KEYS).set_index(KEYS).reindex(idx)
+        )
+        has = worst["excess"].fillna(0).to_numpy() > 0
+        base["worst_op"] = np.where(has, worst["label"].fillna("").to_numpy(object), "").astype(object)
+        base["worst_ratio"] = np.where(has, worst["ratio"].to_numpy(np.float64), np.nan)
+        base["worst_excess_ns"] = np.where(has, np.rint(worst["excess"].fillna(0).to_numpy()), 0).astype(np.int64)
+    out = pd.DataFrame({**{k: idx.get_level_values(k).to_numpy() for k in KEYS}, **base})
+    out.insert(3, "gpu_slowdown_z", robust_z(out["gpu_slowdown"].to_numpy(), floor=SLOWDOWN_FLOOR) if n else [])
+    return out
+
+
+def reduce_op_perf(tables: Tables, options: Options) -> Tables:
+    """``op_perf`` with the roofline, ``op_perf_xrank``, ``op_family_perf``, ``devices`` with the
+    matched GPU, ``gpu_peaks`` and ``gpu_slowness`` (module docs)."""
+    op = tables.get("op_perf")
+    dev = tables.get("devices")
+    if dev is None:
+        dev = empty_frame({"rank": "int32", "device": "int32", "name": "object"})
+    if op is None:
+        return {}
+    specs = load_specs(options.gpu_spec)
+    described = {"name", "vendor", "capability", "sms", "memory_bytes"} <= set(dev.columns)
+    dev, used = _device_specs(dev, specs) if described else (dev, {})
+    op = roofline(op, dev, used)
+    parts = dev[KEYS] if len(dev) else op[KEYS].drop_duplicates()
+    return {
+        "op_perf": op,
+        "op_perf_xrank": _xrank(op),
+        "op_family_perf": _families(op),
+        "devices": dev,
+        "gpu_peaks": _peaks(used),
+        "gpu_slowness": gpu_slowness(op, parts.drop_duplicates().sort_values(KEYS, kind="stable")),
+    }
