@@ -125,5 +125,7 @@ FAULT_KINDS: dict[str, str] = {
     "its GPU waits for launches",
     "link": "the rank's collective transfers take (1 + slow) times as long, so every process group "
     "containing it is slow",
+    "gpu": "the rank's GPU runs its matrix products (GEMMs) (1 + slow) times as long at the same shapes "
+    "(a slow GPU: clocks, power, thermals); the traces record op shapes",
 }
 """Faults :mod:`dtrace.synth` can inject into a simulated job, with their effect."""
