@@ -58,6 +58,7 @@ SECTION_TABLES = {
     "gaps": "device_gaps",
     "collectives": "collectives",
     "ops": "ops",
+    "perf": "op_perf",
 }
 
 CHECK_JS = """(() => {

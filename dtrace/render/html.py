@@ -9,7 +9,7 @@ exposed comm / exposed memcpy / idle); time by kernel class per GPU; rank × ste
 (step time, collective wait); stragglers with evidence and the robust z-scores of the rank
 comparison; top kernels; idle gaps (GPU idle time by cause per GPU from the device gaps, their
 histogram, then the per-stream gaps and top transitions, labelled per stream); collective
-skew; per-op GPU time.
+skew; per-op GPU time; op performance against the hardware's roofline (:mod:`.opperf`).
 
 Scaling: a per-GPU bar chart shows every GPU up to ``max_bars`` (64) of them; beyond that it
 shows the flagged stragglers, the GPUs at both extremes of the chart's metric and the median
@@ -26,6 +26,7 @@ from typing import Callable
 from .._version import __version__
 from ..results import Results
 from .context import MAX_BARS, Context
+from .opperf import section_perf
 from .page import page
 from .ranks import section_collectives, section_steps, section_stragglers
 from .sections import section_breakdown, section_classes, section_gaps, section_kernels, section_ops, section_summary
@@ -43,6 +44,7 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
     ("gaps", "Idle gaps and transitions", section_gaps),
     ("collectives", "Collective skew", section_collectives),
     ("ops", "GPU time per host op", section_ops),
+    ("perf", "How far from the hardware: op roofline", section_perf),
 ]
 
 
