@@ -1,5 +1,6 @@
 """The Kineto reader's ``op_args`` and ``devices`` side tables, checked against a plain reading of
-the raw JSON (``json.load``): every host op that recorded shapes, at its row, with its four texts."""
+the raw JSON (``json.load``): every host op with a performance model that recorded shapes, at its
+row, with its four texts (the arguments of the other ops are never read: not kept)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, shared
 
-from dtrace import cache
+from dtrace import cache, opmodel
 from dtrace.options import Options
 from dtrace.partition import load_batch
 from dtrace.plan import part_spec
@@ -23,6 +24,14 @@ H200 = os.path.join(ROOT, "tests", "data", "h200", "ops_rank0.pt.trace.json.gz")
 def _raw(path: str) -> dict:
     with gzip.open(path) as f:
         return json.load(f)
+
+
+def _kept(e: dict) -> bool:
+    """A host op whose recorded arguments the reader keeps: it has a model and recorded shapes."""
+    return (
+        e.get("ph") == "X" and e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})
+        and opmodel.priority(e["name"]) == opmodel.MODEL
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("block", [None, 1 << 16])  # the whole-document and the chunked decoding
@@ -37,8 +46,9 @@ def test_op_args_hold_every_recorded_op(block):
             e["args"]["Concrete Inputs"],
         )
         for e in doc["traceEvents"]
-        if e.get("ph") == "X" and e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})
+        if _kept(e)
     ]
+    recorded = sum(1 for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {}))
     tf = kineto.read_kineto(H200, **({"block": block, "max_event_size": 1 << 20} if block else {}))
     part = tf.parts[0]
     oa = part.side["op_args"].to_pydict()
@@ -47,7 +57,7 @@ def test_op_args_hold_every_recorded_op(block):
         (names[r], json.loads(d), json.loads(t), json.loads(s), json.loads(c))
         for r, d, t, s, c in zip(oa["row"], oa["dims"], oa["types"], oa["strides"], oa["concrete"])
     ]
-    assert len(want) == 1418 and sorted(map(repr, got)) == sorted(map(repr, want))
+    assert recorded == 1418 and len(want) == 358 and sorted(map(repr, got)) == sorted(map(repr, want))
     assert part.side["op_args"].column("dims").type.value_type == "string"  # dictionary-encoded text
     assert len(part.side["op_args"].column("dims").unique()) < 200  # a few hundred distinct shapes
 
@@ -75,9 +85,9 @@ def test_amd_device_and_a_trace_without_device_properties():
     assert (row["name"], row["vendor"], row["capability"], row["sms"]) == ("AMD Instinct MI300X", "amd", "9.4", 304)
     path = shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
     tf = kineto.read_kineto(path)
-    n_dims = sum(1 for e in _raw(path)["traceEvents"] if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {}))
+    n_dims = sum(1 for e in _raw(path)["traceEvents"] if _kept(e))
     assert tf.parts[0].side["devices"].num_rows == 0  # no deviceProperties
-    assert tf.parts[0].side["op_args"].num_rows == n_dims == 2011
+    assert tf.parts[0].side["op_args"].num_rows == n_dims == 1093
 
 
 def test_rows_follow_dropped_events_and_devices(tmp_path):
@@ -98,6 +108,7 @@ def test_rows_follow_dropped_events_and_devices(tmp_path):
         kernel(0, 30),
         kernel(1, 31),
         op("aten::add", 40, [[4]]),
+        op("aten::view", 50, [[4]]),  # no model: its arguments are not kept
     ]
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1, "name": "NVIDIA H100 PCIe"}]}))
@@ -118,7 +129,7 @@ def test_cached_side_tables_reach_the_batch(tmp_path):
     batch = load_batch([part_spec(rec, rec.parts[0], 0)], Options())
     oa = batch.side_table("op_args")
     dev = batch.side_table("devices")
-    assert len(oa) == 1418 and set(oa["part"]) == {0} and len(dev) == 1
+    assert len(oa) == 358 and set(oa["part"]) == {0} and len(dev) == 1
     rows = oa["row"].to_numpy(np.int64)
     host = batch.host.set_index("row")
     assert (host.loc[rows, "kind"].astype(str) == "cpu_op").all()

@@ -1,7 +1,10 @@
 """The Kineto reader's two side tables for the op performance model: ``op_args`` and ``devices``.
 
 ``op_args``: the arguments ``record_shapes=True`` records on a ``cpu_op`` (``Input Dims``,
-``Input type``, ``Input Strides``, ``Concrete Inputs``). The reader's ``Args`` struct decodes them
+``Input type``, ``Input Strides``, ``Concrete Inputs``), kept for the ops the performance model
+has a formula for (:func:`dtrace.opmodel.priority` ``MODEL``: the only ones whose arguments are
+read; a training step records shapes on many more — views, ``empty``, wrappers — and keeping
+those cost the reader 10 % for nothing). The reader's ``Args`` struct decodes them
 as ``msgspec.Raw`` — the JSON text is only delimited, never turned into Python lists — and
 :class:`OpArgsBuffer` copies the texts of each block's host ops out with C-level ``map`` calls
 (no Python code per event), then stores each column dictionary-encoded: a training step repeats
@@ -22,6 +25,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from .. import opmodel
 from ..constants import KIND_CODES
 from ..schema import DEVICE_SCHEMA, OP_ARGS_SCHEMA
 
@@ -40,14 +44,21 @@ class OpArgsBuffer:
         self.rows: list[np.ndarray] = []
         self.cols: list[list[pa.Array]] = [[] for _ in FIELDS]
 
-    def add(self, kinds: np.ndarray, args: list[Any], base: int) -> None:
-        """Keep the argument texts of the block's ``cpu_op`` events that recorded shapes.
+    def add(self, kinds: np.ndarray, args: list[Any], base: int, names: pa.DictionaryArray) -> None:
+        """Keep the argument texts of the block's ``cpu_op`` events with a model that recorded shapes.
 
-        ``kinds`` are the block's kind codes, ``args`` its decoded ``args`` structs and ``base``
-        the row of its first event in the file's event table. Each column is built from one
-        ``b"".join`` of the raw texts and their lengths (no bytes object per event).
+        ``kinds`` are the block's kind codes, ``args`` its decoded ``args`` structs, ``base``
+        the row of its first event in the file's event table and ``names`` its event names
+        (dictionary-encoded: the model is asked once per distinct name). Each column is built
+        from one ``b"".join`` of the raw texts and their lengths (no bytes object per event).
         """
-        rows = np.flatnonzero(kinds == _CPU_OP)
+        modelled = np.fromiter(
+            (opmodel.priority(n) == opmodel.MODEL for n in names.dictionary.to_pylist()), bool, len(names.dictionary)
+        )
+        if not modelled.any():
+            return
+        idx = names.indices.to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
         if not rows.size:
             return
         cpu = list(map(args.__getitem__, rows.tolist()))
@@ -66,7 +77,7 @@ class OpArgsBuffer:
         if not self.rows:
             return OP_ARGS_SCHEMA.empty_table()
         rows = np.concatenate(self.rows)
-        cols = [pa.chunked_array(c, pa.large_binary()).combine_chunks().cast(pa.large_string()) for c in self.cols]
+        cols = [pa.chunked_array(c, pa.large_binary()).combine_chunks() for c in self.cols]
         if kept is not None:
             pos = np.minimum(np.searchsorted(kept, rows), max(len(kept) - 1, 0))
             ok = kept[pos] == rows if len(kept) else np.zeros(len(rows), bool)
@@ -74,10 +85,14 @@ class OpArgsBuffer:
             rows = pos[ok].astype(np.int64)
             cols = [c.filter(mask) for c in cols]
         return pa.Table.from_arrays(
-            [pa.array(rows, pa.int64())]
-            + [c.dictionary_encode().cast(OP_ARGS_SCHEMA.field(i + 1).type) for i, c in enumerate(cols)],
-            schema=OP_ARGS_SCHEMA,
+            [pa.array(rows, pa.int64())] + [_dictionary(c) for c in cols], schema=OP_ARGS_SCHEMA
         )
+
+
+def _dictionary(texts: pa.Array) -> pa.DictionaryArray:
+    """Binary texts as dictionary-encoded strings: only the distinct values are checked as UTF-8."""
+    enc = texts.dictionary_encode()
+    return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()), enc.dictionary.cast(pa.string()))
 
 
 def _binary(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:

@@ -262,12 +262,13 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         if coll is not None:
             c.coll_rows.append((base + i, args[i], xs[i].name))
     c.coll_ops += _collective_ops(kinds, args, base)
-    c.op_args.add(kinds, args, base)
+    names = pa.array(list(map(_NAME, xs)), _DICT_TYPE)  # dictionary-encoded as it is built
+    c.op_args.add(kinds, args, base, names)
     is_set = kinds == KIND_CODES["memset"]
     for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
-    c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
+    c.names.append(names)
     for key, arr in (
         ("device", device),
         ("stream", stream),
