@@ -34,7 +34,7 @@ from ..batch import Batch
 from ..calltree import build as B
 from ..calltree.model import CPU_OP, Tree
 from ..dtypes import empty_frame
-from ..groups import I64, dense_codes, first_match, sum_by, unique_first, unique_inverse
+from ..groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
 
 COLUMNS = {
     "rank": "int32",
@@ -77,10 +77,11 @@ UNMODELLED = "unmodelled"
 _ARG_COLS = ("dims", "types", "strides", "concrete")
 
 
-def _top_down(parent: np.ndarray, mark: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """For every node, the outermost marked node on its path from the root (itself included), -1 if none."""
+def _top_down(parent: np.ndarray, mark: np.ndarray, lv: list[np.ndarray]) -> np.ndarray:
+    """For every node, the outermost marked node on its path from the root (itself included), -1
+    if none; ``lv`` holds the nodes per depth (:func:`dtrace.calltree.build.levels`)."""
     out = np.where(mark, np.arange(mark.size, dtype=I64), -1)
-    for nodes in B.levels(depth)[1:]:
+    for nodes in lv[1:]:
         above = out[parent[nodes]]
         out[nodes] = np.where(above >= 0, above, out[nodes])
     return out
@@ -99,9 +100,10 @@ def modelled_op(tree: Tree) -> np.ndarray:
     pri_of_name = np.array([opmodel.priority(str(n)) for n in tree.names] + [0], np.int8)
     codes = tree._name_codes[:h]
     pri = np.where(tree.kind[:h] == CPU_OP, pri_of_name[np.where(codes >= 0, codes, len(pri_of_name) - 1)], 0)
-    parent, depth = tree.parent[:h], tree.depth[:h]
-    top_model = _top_down(parent, pri == opmodel.MODEL, depth)
-    top_wrap = _top_down(parent, pri == opmodel.WRAPPER, depth)
+    parent = tree.parent[:h]
+    lv = B.levels(tree.depth[:h])
+    top_model = _top_down(parent, pri == opmodel.MODEL, lv)
+    top_wrap = _top_down(parent, pri == opmodel.WRAPPER, lv)
     lp = np.maximum(launcher, 0)
     own = np.where(top_model[lp] >= 0, top_model[lp], np.where(top_wrap[lp] >= 0, top_wrap[lp], lp))
     own = np.where(tree.kind[lp] == CPU_OP, own, lp)
@@ -169,41 +171,47 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     key, n_keys = dense_codes(part, name_code, *args)
     _, first = unique_first(key)
     s = pd.Series(ns).groupby(key)
-    frame = pd.DataFrame(
-        {
-            **batch.keys(part[first]),
-            "op": tree.names[name_code[first]].astype(object),
-            "count": np.bincount(key, minlength=n_keys).astype(I64),
-            "kernels": sum_by(key, kernels, n_keys),
-            "gpu_ns": sum_by(key, ns, n_keys),
-            "min_ns": s.min().to_numpy(I64),
-            "median_ns": s.median().to_numpy(np.float64),
-            "max_ns": s.max().to_numpy(I64),
-        }
-    )
+    cols: dict[str, np.ndarray] = {
+        "op": tree.names[name_code[first]].astype(object),
+        "count": np.bincount(key, minlength=n_keys).astype(I64),
+        "kernels": sum_by(key, kernels, n_keys),
+        "gpu_ns": sum_by(key, ns, n_keys),
+        "min_ns": s.min().to_numpy(I64),
+        "median_ns": np.rint(s.median().to_numpy(np.float64)).astype(I64),  # half to even, as conform
+        "max_ns": s.max().to_numpy(I64),
+    }
     for col, codes, uniq in zip(("shapes", "dtypes", "strides", "args"), args[:, first], texts):
-        frame[col] = np.where(codes >= 0, uniq[np.maximum(codes, 0)] if len(uniq) else "", "").astype(object)
-    frame = pd.concat([frame, _models(frame)], axis=1)
-    order = np.lexsort((frame["op"].to_numpy(str), -frame["gpu_ns"].to_numpy(I64), part[first]))
-    return frame.iloc[order].reset_index(drop=True)[list(COLUMNS)]
+        cols[col] = np.where(codes >= 0, uniq[np.maximum(codes, 0)] if len(uniq) else "", "").astype(object)
+    combo, _ = dense_codes(name_code[first], args[0, first], args[1, first], args[3, first])
+    cols.update(_models(cols, combo))
+    op_rank = string_rank(tree.names)[name_code[first]] if len(tree.names) else np.zeros(len(first), I64)
+    order = np.lexsort((op_rank, -cols["gpu_ns"], part[first]))
+    cols.update(batch.keys(part[first]))
+    # text columns stay object arrays (no conversion to Arrow strings per partition)
+    return pd.DataFrame({c: pd.Series(cols[c][order], dtype=t if t == "object" else None) for c, t in COLUMNS.items()})
 
 
-def _models(frame: pd.DataFrame) -> pd.DataFrame:
-    """The model's columns for each row, computed once per distinct (op, shapes, dtypes, args)."""
-    combo = frame[["op", "shapes", "dtypes", "args"]]
-    codes, uniq = pd.factorize(pd.MultiIndex.from_frame(combo))
+def _models(cols: dict[str, np.ndarray], combo: np.ndarray) -> dict[str, np.ndarray]:
+    """The model's columns for each row, computed once per distinct (op, shapes, dtypes, args):
+    ``combo`` numbers those (dense codes, one per row)."""
+    _, first = unique_first(combo)
     rows = []
-    for op, dims, types, concrete in uniq:
+    for op, d, t, c in zip(cols["op"][first], cols["shapes"][first], cols["dtypes"][first], cols["args"][first]):
         fam = opmodel.family(op)
-        e = opmodel.estimate(op, dims, types, concrete) if fam else "no model for this op"
+        e = opmodel.estimate(op, d, t, c) if fam else "no model for this op"
+        back = opmodel.is_backward(op)
         if isinstance(e, str):
-            rows.append((fam or UNMODELLED, False, np.nan, np.nan, "", "", "", e))
+            rows.append((fam or UNMODELLED, back, False, np.nan, np.nan, "", "", "", e))
         else:
-            rows.append((fam, True, e.flops, e.bytes, e.unit, e.precision, e.params, ""))
-    cols = ["family", "modelled", "flops", "bytes", "unit", "precision", "params", "note"]
-    m = pd.DataFrame(rows, columns=cols).iloc[codes].reset_index(drop=True)
-    m["backward"] = [opmodel.is_backward(o) for o in uniq.get_level_values(0)[codes]] if len(codes) else []
-    return m
+            rows.append((fam, back, True, e.flops, e.bytes, e.unit, e.precision, e.params, ""))
+    names = ["family", "backward", "modelled", "flops", "bytes", "unit", "precision", "params", "note"]
+    per = list(zip(*rows)) if rows else [()] * len(names)
+    out = {}
+    for name, vals in zip(names, per):
+        kind = COLUMNS[name]
+        arr = np.array(vals, dtype=object if kind == "object" else kind)
+        out[name] = arr[combo] if len(arr) else arr
+    return out
 
 
 def devices(batch: Batch) -> pd.DataFrame:
@@ -222,5 +230,5 @@ def devices(batch: Batch) -> pd.DataFrame:
     for col, fill in (("name", ""), ("vendor", ""), ("capability", ""), ("sms", -1), ("memory_bytes", -1)):
         vals = side[col].astype(object if fill == "" else np.int64).to_numpy() if len(side) else np.array([], object)
         picked = vals[np.maximum(hit, 0)] if len(vals) else np.full(n, fill, dtype=object)
-        out[col] = np.where(hit >= 0, picked, fill)
+        out[col] = np.where(hit >= 0, picked, fill).astype(object if fill == "" else np.int64)
     return out

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..dtypes import conform, empty_frame
+from ..groups import I64, dense_codes, first_match, unique_first
 from ..hardware import Spec, load_specs, match_device
 from ..options import Options
 from .ranks import robust_z
@@ -53,6 +54,7 @@ from .ranks import robust_z
 Tables = dict[str, pd.DataFrame]
 KEYS = ["rank", "device"]
 ARG_KEYS = ["op", "family", "backward", "modelled", "shapes", "dtypes", "strides", "args"]
+IDENT = ["op", "shapes", "dtypes", "strides", "args"]  # the rest of ARG_KEYS follows from these
 MIN_GPU_SLOWDOWN = 1.03
 SLOWDOWN_FLOOR = 0.005
 
@@ -133,6 +135,11 @@ SLOW_COLUMNS = {
 }
 
 
+def row_codes(df: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, int]:
+    """One integer per distinct tuple of ``df[cols]`` (each column hashed once, no Python tuples)."""
+    return dense_codes(*(pd.factorize(df[c], use_na_sentinel=True)[0] for c in cols))
+
+
 def _device_specs(devices: pd.DataFrame, specs: list[Spec]) -> tuple[pd.DataFrame, dict[str, Spec]]:
     """``devices`` with ``gpu`` and ``gpu_note``, and the matched entries by name (each distinct
     device described once)."""
@@ -166,8 +173,11 @@ def _peaks(used: dict[str, Spec]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(PEAK_COLUMNS)) if rows else empty_frame(PEAK_COLUMNS)
 
 
-def roofline(op: pd.DataFrame, devices: pd.DataFrame, used: dict[str, Spec]) -> pd.DataFrame:
-    """``op`` with the roofline columns (module docs) for its part's device."""
+def roofline(
+    op: pd.DataFrame, devices: pd.DataFrame, used: dict[str, Spec], key: np.ndarray | None = None
+) -> pd.DataFrame:
+    """``op`` with the roofline columns (module docs) for its part's device; ``key`` numbers the
+    rows' (op, arguments) (:func:`row_codes` of :data:`IDENT`, computed if not given)."""
     out = op.copy()
     n = len(out)
     count = out["count"].to_numpy(np.float64)
@@ -178,18 +188,29 @@ def roofline(op: pd.DataFrame, devices: pd.DataFrame, used: dict[str, Spec]) -> 
         out["tflops"] = np.where(gpu_ns > 0, count * flops / gpu_ns / 1e3, np.nan)
         out["tbps"] = np.where(gpu_ns > 0, count * nbytes / gpu_ns / 1e3, np.nan)
         out["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
-    gpu = pd.Series("", index=out.index, dtype=object)
+    gpu = np.full(n, "", dtype=object)
     if len(devices) and n:
-        dev = devices.drop_duplicates(KEYS).set_index(KEYS)["gpu"]
-        gpu = pd.Series(dev.reindex(pd.MultiIndex.from_frame(out[KEYS])).fillna("").to_numpy(object), index=out.index)
-    out["gpu"] = gpu.to_numpy(object)
+        dev = devices.drop_duplicates(KEYS)
+        at = first_match(
+            (dev["rank"].to_numpy(I64), dev["device"].to_numpy(I64)),
+            (out["rank"].to_numpy(I64), out["device"].to_numpy(I64)),
+        )
+        names = dev["gpu"].fillna("").to_numpy(object)
+        gpu = np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "").astype(object)
+    out["gpu"] = gpu
     peak_t = np.full(n, np.nan)
     peak_b = np.full(n, np.nan)
     if n:
-        trio = pd.MultiIndex.from_arrays([out["gpu"], out["unit"].fillna(""), out["precision"].fillna("")])
-        codes, uniq = pd.factorize(trio)
+        if key is None:
+            key = row_codes(out, IDENT)[0]
+        codes, _ = dense_codes(pd.factorize(gpu)[0], key)  # unit and precision follow from the op's arguments
+        _, first = unique_first(codes)
+        units = out["unit"].to_numpy(object)[first]
+        precs = out["precision"].to_numpy(object)[first]
         pt, pb = [], []
-        for g, unit, prec in uniq:
+        for g, unit, prec in zip(gpu[first], units, precs):
+            unit = unit if isinstance(unit, str) else ""
+            prec = prec if isinstance(prec, str) else ""
             spec = used.get(g)
             pt.append((spec.peak(unit, prec) if unit else None) if spec else None)
             pb.append(spec.hbm_tbps if spec else None)
@@ -218,13 +239,12 @@ def _nullable(x: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.rint(np.where(missing, 0, x)).astype(np.int64), missing)
 
 
-def _xrank(op: pd.DataFrame) -> pd.DataFrame:
+def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
     if not len(op):
         return empty_frame(XRANK_COLUMNS)
     f = op.copy()
     f["_roof"] = f["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    keys = pd.MultiIndex.from_frame(f[ARG_KEYS])
-    f["_k"] = pd.factorize(keys)[0]
+    f["_k"] = key
     g = f.groupby("_k", sort=True)
     med = g["median_ns"].median()
     mx = f.loc[g["median_ns"].idxmax().to_numpy()]
@@ -300,10 +320,11 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
     return out[list(FAMILY_COLUMNS)]
 
 
-def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
-    """Signal (e) per part (module docs): modelled ops against the median part at equal arguments."""
-    idx = pd.MultiIndex.from_frame(parts[KEYS]) if len(parts) else pd.MultiIndex.from_arrays([[], []], names=KEYS)
-    n = len(idx)
+def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None = None) -> pd.DataFrame:
+    """Signal (e) per part (module docs): modelled ops against the median part at equal arguments
+    (``key``: the rows' (op, arguments) codes, computed if not given)."""
+    n = len(parts)
+    p_rank, p_dev = parts["rank"].to_numpy(I64), parts["device"].to_numpy(I64)
     base = {
         "gpu_slowdown": np.ones(n),
         "shapes": np.zeros(n, np.int64),
@@ -313,44 +334,43 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
         "worst_ratio": np.full(n, np.nan),
         "worst_excess_ns": np.zeros(n, np.int64),
     }
-    f = op.loc[op["modelled"].to_numpy(bool) & (op["count"].to_numpy() > 0)] if len(op) else op
+    mine = op["modelled"].to_numpy(bool) & (op["count"].to_numpy() > 0) if len(op) else np.zeros(0, bool)
+    f = op.loc[mine] if len(op) else op
     if len(f):
-        key = pd.MultiIndex.from_frame(f[ARG_KEYS]).factorize()[0]
-        parts_per_key = pd.Series(key).groupby(key).transform("size").to_numpy()
-        f = f.loc[parts_per_key >= 2]
-        key = key[parts_per_key >= 2]
-    if len(f):
+        key, n_keys = dense_codes((row_codes(op, IDENT)[0] if key is None else key)[mine])
+        shared = np.bincount(key, minlength=n_keys)[key] >= 2  # (op, arguments) at least two parts ran
+        f, key = f.loc[shared], key[shared]
+    if len(f) and n:
         own_med = f["median_ns"].to_numpy(np.float64)
         ref = pd.Series(own_med).groupby(key).transform("median").to_numpy()
         cnt = f["count"].to_numpy(np.float64)
         ratio = np.divide(own_med, ref, out=np.ones(len(f)), where=ref > 0)
-        g = pd.DataFrame(
-            {
-                "rank": f["rank"].to_numpy(),
-                "device": f["device"].to_numpy(),
-                "own": cnt * own_med,
-                "ref": cnt * ref,
-                "slower": np.where(ratio > 1.0, cnt * ref, 0.0),
-                "excess": cnt * (own_med - ref),
-                "ratio": ratio,
-                "label": (f["op"].astype(str) + " " + f["shapes"].astype(str)).to_numpy(),
-            }
-        )
-        s = g.groupby(KEYS)[["own", "ref", "slower"]].sum().reindex(idx)
-        cnt_keys = g.groupby(KEYS).size().reindex(idx).fillna(0)
-        refs = s["ref"].fillna(0).to_numpy()
-        base["gpu_slowdown"] = np.divide(s["own"].fillna(0).to_numpy(), refs, out=np.ones(n), where=refs > 0)
-        base["shapes"] = cnt_keys.to_numpy(np.int64)
-        base["slower_share"] = np.divide(s["slower"].fillna(0).to_numpy(), refs, out=np.zeros(n), where=refs > 0)
+        at = first_match((p_rank, p_dev), (f["rank"].to_numpy(I64), f["device"].to_numpy(I64)))
+        ok = at >= 0
+        at, cnt, own_med, ref, ratio = at[ok], cnt[ok], own_med[ok], ref[ok], ratio[ok]
+        rows = np.flatnonzero(ok)
+        own = np.bincount(at, cnt * own_med, minlength=n)
+        refs = np.bincount(at, cnt * ref, minlength=n)
+        slower = np.bincount(at, np.where(ratio > 1.0, cnt * ref, 0.0), minlength=n)
+        excess = cnt * (own_med - ref)
+        base["gpu_slowdown"] = np.divide(own, refs, out=np.ones(n), where=refs > 0)
+        base["shapes"] = np.bincount(at, minlength=n).astype(np.int64)
+        base["slower_share"] = np.divide(slower, refs, out=np.zeros(n), where=refs > 0)
         base["compared_ns"] = np.rint(refs).astype(np.int64)
-        worst = (
-            g.sort_values("excess", ascending=False, kind="stable").drop_duplicates(KEYS).set_index(KEYS).reindex(idx)
+        # the (op, arguments) that loses each part the most time: sort by part, then excess descending
+        order = np.lexsort((-excess, at))
+        first_of_part = order[np.r_[True, at[order][1:] != at[order][:-1]]] if order.size else order
+        worst_at = at[first_of_part]
+        has = excess[first_of_part] > 0
+        pick = first_of_part[has]
+        label_rows = rows[pick]
+        labels = (f["op"].iloc[label_rows].astype(str) + " " + f["shapes"].iloc[label_rows].astype(str)).to_numpy(
+            object
         )
-        has = worst["excess"].fillna(0).to_numpy() > 0
-        base["worst_op"] = np.where(has, worst["label"].fillna("").to_numpy(object), "").astype(object)
-        base["worst_ratio"] = np.where(has, worst["ratio"].to_numpy(np.float64), np.nan)
-        base["worst_excess_ns"] = np.where(has, np.rint(worst["excess"].fillna(0).to_numpy()), 0).astype(np.int64)
-    out = pd.DataFrame({**{k: idx.get_level_values(k).to_numpy() for k in KEYS}, **base})
+        base["worst_op"][worst_at[has]] = labels
+        base["worst_ratio"][worst_at[has]] = ratio[pick]
+        base["worst_excess_ns"][worst_at[has]] = np.rint(excess[pick]).astype(np.int64)
+    out = pd.DataFrame({"rank": p_rank.astype(np.int32), "device": p_dev.astype(np.int32), **base})
     out.insert(3, "gpu_slowdown_z", robust_z(out["gpu_slowdown"].to_numpy(), floor=SLOWDOWN_FLOOR) if n else [])
     return out
 
@@ -367,13 +387,14 @@ def reduce_op_perf(tables: Tables, options: Options) -> Tables:
     specs = load_specs(options.gpu_spec)
     described = {"name", "vendor", "capability", "sms", "memory_bytes"} <= set(dev.columns)
     dev, used = _device_specs(dev, specs) if described else (dev, {})
-    op = roofline(op, dev, used)
+    key = row_codes(op, IDENT)[0]
+    op = roofline(op, dev, used, key)
     parts = dev[KEYS] if len(dev) else op[KEYS].drop_duplicates()
     return {
         "op_perf": op,
-        "op_perf_xrank": _xrank(op),
+        "op_perf_xrank": _xrank(op, key),
         "op_family_perf": _families(op),
         "devices": dev,
         "gpu_peaks": _peaks(used),
-        "gpu_slowness": gpu_slowness(op, parts.drop_duplicates().sort_values(KEYS, kind="stable")),
+        "gpu_slowness": gpu_slowness(op, parts.drop_duplicates().sort_values(KEYS, kind="stable"), key),
     }

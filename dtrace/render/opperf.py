@@ -575,14 +575,14 @@ def human_ops(df: pd.DataFrame, across: bool) -> pd.DataFrame:
             "op": df["op"].to_numpy(),
             "arguments": [shape_text(p, s) for p, s in zip(df["params"], df["shapes"])],
             "dtype": df["precision"].to_numpy(),
+            "lost_ns": df["lost_ns"].to_numpy(),
+            "roofline (%)": (df["roofline_pct"].to_numpy(np.float64) * 100).round(1),
             "bound": df["bound"].to_numpy(),
             "count": df["count"].to_numpy(),
             "gpu_ns": df["gpu_ns"].to_numpy(),
-            "roofline (%)": (df["roofline_pct"].to_numpy(np.float64) * 100).round(1),
             "TFLOP/s": df["tflops"].to_numpy(np.float64).round(2),
             "TB/s": df["tbps"].to_numpy(np.float64).round(3),
             "FLOP/B": df["intensity"].to_numpy(np.float64).round(1),
-            "lost_ns": df["lost_ns"].to_numpy(),
         }
     )
     if across and len(df) and int(df["parts"].max()) > 1:
