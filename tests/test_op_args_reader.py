@@ -17,6 +17,7 @@ from dtrace.options import Options
 from dtrace.partition import load_batch
 from dtrace.plan import part_spec
 from dtrace.readers import kineto
+from dtrace.schema import ARGS_SEP
 
 H200 = os.path.join(ROOT, "tests", "data", "h200", "ops_rank0.pt.trace.json.gz")
 
@@ -55,11 +56,11 @@ def test_op_args_hold_every_recorded_op(block):
     names = part.events.column("name").to_pylist()
     got = [
         (names[r], json.loads(d), json.loads(t), json.loads(s), json.loads(c))
-        for r, d, t, s, c in zip(oa["row"], oa["dims"], oa["types"], oa["strides"], oa["concrete"])
+        for r, (d, t, s, c) in zip(oa["row"], (a.split(ARGS_SEP)[:4] for a in oa["args"]))
     ]
     assert recorded == 1418 and len(want) == 358 and sorted(map(repr, got)) == sorted(map(repr, want))
-    assert part.side["op_args"].column("dims").type.value_type == "string"  # dictionary-encoded text
-    assert len(part.side["op_args"].column("dims").unique()) < 200  # a few hundred distinct shapes
+    assert part.side["op_args"].column("args").type.value_type == "string"  # dictionary-encoded text
+    assert len(part.side["op_args"].column("args").unique()) < 200  # a few hundred distinct combinations
 
 
 def test_devices_from_device_properties():
@@ -118,7 +119,7 @@ def test_rows_follow_dropped_events_and_devices(tmp_path):
         names = p.events.column("name").to_pylist()
         oa = p.side["op_args"].to_pydict()
         assert [names[r] for r in oa["row"]] == ["aten::mm", "aten::add"]
-        assert [json.loads(d) for d in oa["dims"]] == [[[2, 3], [3, 4]], [[4]]]
+        assert [json.loads(a.split(ARGS_SEP)[0]) for a in oa["args"]] == [[[2, 3], [3, 4]], [[4]]]
     assert tf.parts[0].side["devices"].num_rows == 0
     assert tf.parts[1].side["devices"].to_pylist()[0]["name"] == "NVIDIA H100 PCIe"
 

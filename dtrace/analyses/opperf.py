@@ -35,6 +35,7 @@ from ..calltree import build as B
 from ..calltree.model import CPU_OP, Tree
 from ..dtypes import empty_frame
 from ..groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
+from ..schema import ARGS_SEP
 
 COLUMNS = {
     "rank": "int32",
@@ -134,14 +135,16 @@ def _arg_codes(batch: Batch, part: np.ndarray, row: np.ndarray) -> tuple[np.ndar
     if not len(side) or not n:
         return np.full((len(_ARG_COLS), n), -1, I64), [np.empty(0, object)] * len(_ARG_COLS)
     hit = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, row))
+    c = side["args"]
+    if not isinstance(c.dtype, pd.CategoricalDtype):
+        c = c.astype("category")
+    raw = c.cat.codes.to_numpy()
+    # the four texts of each distinct combination (a few hundred), never of each op
+    split = [str(t).split(ARGS_SEP) for t in np.asarray(c.cat.categories, dtype=object)]
     codes, texts = [], []
-    for col, json_strings in zip(_ARG_COLS, (False, True, False, True)):
-        c = side[col]
-        if not isinstance(c.dtype, pd.CategoricalDtype):
-            c = c.astype("category")
-        canon = _canonical(np.asarray(c.cat.categories, dtype=object), json_strings)
+    for i, json_strings in enumerate((False, True, False, True)):
+        canon = _canonical(np.array([p[i] if len(p) > i else "" for p in split], dtype=object), json_strings)
         ccodes, uniq = pd.factorize(canon)  # equal canonical texts share a code
-        raw = c.cat.codes.to_numpy()
         per_row = np.where(raw >= 0, ccodes[np.maximum(raw, 0)] if len(ccodes) else -1, -1)
         codes.append(np.where(hit >= 0, per_row[np.maximum(hit, 0)], -1).astype(I64))
         texts.append(np.asarray(uniq, dtype=object))

@@ -7,9 +7,10 @@ read; a training step records shapes on many more — views, ``empty``, wrappers
 those cost the reader 10 % for nothing). The reader's ``Args`` struct decodes them
 as ``msgspec.Raw`` — the JSON text is only delimited, never turned into Python lists — and
 :class:`OpArgsBuffer` copies the texts of each block's host ops out with C-level ``map`` calls
-(no Python code per event), then stores each column dictionary-encoded: a training step repeats
-the same few hundred (shapes, types) combinations, so the columns hold small dictionaries and
-int32 codes. The op model parses each distinct combination once (:mod:`dtrace.opmodel`).
+(no Python code per event), the four texts of an op joined by :data:`~dtrace.schema.ARGS_SEP`
+into one dictionary-encoded column: a training step repeats the same few hundred combinations,
+so the column holds a small dictionary and int32 codes. The op model parses each distinct
+combination once (:mod:`dtrace.opmodel`).
 
 ``devices``: the part's GPU as ``deviceProperties`` describes it (name, vendor, compute
 capability, multiprocessors, memory), one row, for matching the hardware peaks
@@ -19,22 +20,26 @@ capability, multiprocessors, memory), one row, for matching the hardware peaks
 from __future__ import annotations
 
 import operator
+from itertools import chain
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import opmodel
 from ..constants import KIND_CODES
-from ..schema import DEVICE_SCHEMA, OP_ARGS_SCHEMA
+from ..schema import ARGS_SEP, DEVICE_SCHEMA, OP_ARGS_SCHEMA
 
 NO_RAW = msgspec.Raw()
 """The default of an absent ``msgspec.Raw`` argument (its text is empty)."""
 
 FIELDS = ("input_dims", "input_type", "input_strides", "concrete")
-_GET = [operator.attrgetter(f) for f in FIELDS]
+_GET_ALL = operator.attrgetter(*FIELDS)
 _CPU_OP = KIND_CODES["cpu_op"]
+_SEP = ARGS_SEP.encode()
+_MODEL_NAMES = pa.array(sorted(n for n, e in opmodel.REGISTRY.items() if e.priority == opmodel.MODEL), pa.string())
 
 
 class OpArgsBuffer:
@@ -42,34 +47,40 @@ class OpArgsBuffer:
 
     def __init__(self) -> None:
         self.rows: list[np.ndarray] = []
-        self.cols: list[list[pa.Array]] = [[] for _ in FIELDS]
+        self.texts: list[pa.Array] = []
 
     def add(self, kinds: np.ndarray, args: list[Any], base: int, names: pa.DictionaryArray) -> None:
         """Keep the argument texts of the block's ``cpu_op`` events with a model that recorded shapes.
 
         ``kinds`` are the block's kind codes, ``args`` its decoded ``args`` structs, ``base``
         the row of its first event in the file's event table and ``names`` its event names
-        (dictionary-encoded: the model is asked once per distinct name). Each column is built
-        from one ``b"".join`` of the raw texts and their lengths (no bytes object per event).
+        (dictionary-encoded: the model's op names are looked up once per distinct name). The
+        four texts of each op are joined by :data:`~dtrace.schema.ARGS_SEP` in one ``b"".join``
+        (no bytes object per event).
         """
-        modelled = np.fromiter(
-            (opmodel.priority(n) == opmodel.MODEL for n in names.dictionary.to_pylist()), bool, len(names.dictionary)
-        )
+        modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
         if not modelled.any():
             return
         idx = names.indices.to_numpy(zero_copy_only=False)
         rows = np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
         if not rows.size:
             return
-        cpu = list(map(args.__getitem__, rows.tolist()))
-        cols = [_binary(list(map(get, cpu))) for get in _GET]
-        has = cols[0][1] > 0
+        quads = list(map(_GET_ALL, map(args.__getitem__, rows.tolist())))  # (dims, types, strides, concrete)
+        # every text followed by the separator, in one join; JSON text never holds it raw, so the
+        # separators' positions give each op's span and whether it recorded dims
+        data = _SEP.join(chain.from_iterable(quads)) + _SEP
+        seps = np.flatnonzero(np.frombuffer(data, np.uint8) == _SEP[0])
+        ends = seps[3::4] + 1
+        starts = np.r_[0, ends[:-1]]
+        has = seps[0::4] > starts  # "Input Dims" recorded (not empty)
         if not has.any():
             return
-        mask = None if has.all() else pa.array(has)
+        offsets = np.r_[0, ends].astype(np.int64)
+        arr = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(quads), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
         self.rows.append(rows[has].astype(np.int64) + base)
-        for store, (arr, _) in zip(self.cols, cols):
-            store.append(arr if mask is None else arr.filter(mask))
+        self.texts.append(arr if has.all() else arr.filter(pa.array(has)))
 
     def table(self, kept: np.ndarray | None) -> pa.Table:
         """The ``op_args`` side table; ``kept`` (sorted rows of the events kept, None: all)
@@ -77,32 +88,19 @@ class OpArgsBuffer:
         if not self.rows:
             return OP_ARGS_SCHEMA.empty_table()
         rows = np.concatenate(self.rows)
-        cols = [pa.chunked_array(c, pa.large_binary()).combine_chunks() for c in self.cols]
+        texts = pa.chunked_array(self.texts, pa.large_binary()).combine_chunks()
         if kept is not None:
             pos = np.minimum(np.searchsorted(kept, rows), max(len(kept) - 1, 0))
             ok = kept[pos] == rows if len(kept) else np.zeros(len(rows), bool)
-            mask = pa.array(ok)
             rows = pos[ok].astype(np.int64)
-            cols = [c.filter(mask) for c in cols]
-        return pa.Table.from_arrays(
-            [pa.array(rows, pa.int64())] + [_dictionary(c) for c in cols], schema=OP_ARGS_SCHEMA
-        )
+            texts = texts.filter(pa.array(ok))
+        return pa.Table.from_arrays([pa.array(rows, pa.int64()), _dictionary(texts)], schema=OP_ARGS_SCHEMA)
 
 
 def _dictionary(texts: pa.Array) -> pa.DictionaryArray:
     """Binary texts as dictionary-encoded strings: only the distinct values are checked as UTF-8."""
     enc = texts.dictionary_encode()
     return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()), enc.dictionary.cast(pa.string()))
-
-
-def _binary(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
-    """A binary array of raw texts (anything with the buffer protocol) and their lengths."""
-    lens = np.fromiter(map(len, raws), np.int64, len(raws))
-    offsets = np.zeros(len(raws) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    data = pa.py_buffer(b"".join(raws))
-    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(raws), [None, pa.py_buffer(offsets), data])
-    return arr, lens
 
 
 def vendor_of(name: str, warp_size: Any) -> str:
