@@ -28,6 +28,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .. import opmodel
 from ..batch import Batch
@@ -175,7 +176,6 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     _, first = unique_first(key)
     s = pd.Series(ns).groupby(key)
     cols: dict[str, np.ndarray] = {
-        "op": tree.names[name_code[first]].astype(object),
         "count": np.bincount(key, minlength=n_keys).astype(I64),
         "kernels": sum_by(key, kernels, n_keys),
         "gpu_ns": sum_by(key, ns, n_keys),
@@ -183,23 +183,47 @@ def op_perf(batch: Batch) -> pd.DataFrame:
         "median_ns": np.rint(s.median().to_numpy(np.float64)).astype(I64),  # half to even, as conform
         "max_ns": s.max().to_numpy(I64),
     }
+    # text columns as (codes, distinct values): built as Arrow strings by one take each, at the end
+    text: dict[str, tuple[np.ndarray, np.ndarray]] = {"op": (name_code[first], tree.names)}
     for col, codes, uniq in zip(("shapes", "dtypes", "strides", "args"), args[:, first], texts):
-        cols[col] = np.where(codes >= 0, uniq[np.maximum(codes, 0)] if len(uniq) else "", "").astype(object)
+        text[col] = (codes, uniq)
     combo, _ = dense_codes(name_code[first], args[0, first], args[1, first], args[3, first])
-    cols.update(_models(cols, combo))
+    cols_m, text_m = _models(text, combo)
+    cols.update(cols_m)
+    text.update(text_m)
     op_rank = string_rank(tree.names)[name_code[first]] if len(tree.names) else np.zeros(len(first), I64)
     order = np.lexsort((op_rank, -cols["gpu_ns"], part[first]))
     cols.update(batch.keys(part[first]))
-    # text columns stay object arrays (no conversion to Arrow strings per partition)
-    return pd.DataFrame({c: pd.Series(cols[c][order], dtype=t if t == "object" else None) for c, t in COLUMNS.items()})
+    out = {c: (str_column(text[c][0][order], text[c][1]) if c in text else cols[c][order]) for c in COLUMNS}
+    return pd.DataFrame(out)
 
 
-def _models(cols: dict[str, np.ndarray], combo: np.ndarray) -> dict[str, np.ndarray]:
-    """The model's columns for each row, computed once per distinct (op, shapes, dtypes, args):
-    ``combo`` numbers those (dense codes, one per row)."""
+_STR = pd.Series([""]).dtype  # pandas' text dtype (Arrow-backed strings in pandas 3)
+
+
+def str_column(codes: np.ndarray, values: np.ndarray) -> pd.Series:
+    """``values[codes]`` (code -1: ``""``) as a text column, built by one Arrow take (no Python
+    string per row)."""
+    vals = pa.array([*np.asarray(values, dtype=object).tolist(), ""], pa.string())
+    idx = np.where(codes >= 0, codes, len(vals) - 1).astype(np.int32)
+    return pd.Series(pa.DictionaryArray.from_arrays(pa.array(idx), vals).cast(pa.string()), dtype=_STR)
+
+
+def _models(
+    text: dict[str, tuple[np.ndarray, np.ndarray]], combo: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The model's columns, computed once per distinct (op, shapes, dtypes, args): ``combo``
+    numbers those (dense codes, one per row). Returns the numeric and bool columns per row and the
+    text columns as (codes, values)."""
     _, first = unique_first(combo)
+
+    def at(col: str) -> list[str]:
+        codes, values = text[col]
+        c = codes[first]
+        return [str(values[i]) if i >= 0 else "" for i in c.tolist()]
+
     rows = []
-    for op, d, t, c in zip(cols["op"][first], cols["shapes"][first], cols["dtypes"][first], cols["args"][first]):
+    for op, d, t, c in zip(at("op"), at("shapes"), at("dtypes"), at("args")):
         fam = opmodel.family(op)
         e = opmodel.estimate(op, d, t, c) if fam else "no model for this op"
         back = opmodel.is_backward(op)
@@ -209,12 +233,16 @@ def _models(cols: dict[str, np.ndarray], combo: np.ndarray) -> dict[str, np.ndar
             rows.append((fam, back, True, e.flops, e.bytes, e.unit, e.precision, e.params, ""))
     names = ["family", "backward", "modelled", "flops", "bytes", "unit", "precision", "params", "note"]
     per = list(zip(*rows)) if rows else [()] * len(names)
-    out = {}
+    cols: dict[str, np.ndarray] = {}
+    texts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, vals in zip(names, per):
         kind = COLUMNS[name]
-        arr = np.array(vals, dtype=object if kind == "object" else kind)
-        out[name] = arr[combo] if len(arr) else arr
-    return out
+        if kind == "object":
+            texts[name] = (combo, np.array(vals, dtype=object))
+        else:
+            arr = np.array(vals, dtype=kind)
+            cols[name] = arr[combo] if len(arr) else arr
+    return cols, texts
 
 
 def devices(batch: Batch) -> pd.DataFrame:

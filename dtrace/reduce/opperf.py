@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analyses.opperf import str_column
 from ..dtypes import conform, empty_frame
 from ..groups import I64, dense_codes, first_match, unique_first
 from ..hardware import Spec, load_specs, match_device
@@ -189,6 +190,7 @@ def roofline(
         out["tbps"] = np.where(gpu_ns > 0, count * nbytes / gpu_ns / 1e3, np.nan)
         out["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
     gpu = np.full(n, "", dtype=object)
+    gpu_text = str_column(np.full(n, -1), np.empty(0, object))
     if len(devices) and n:
         dev = devices.drop_duplicates(KEYS)
         at = first_match(
@@ -197,7 +199,8 @@ def roofline(
         )
         names = dev["gpu"].fillna("").to_numpy(object)
         gpu = np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "").astype(object)
-    out["gpu"] = gpu
+        gpu_text = str_column(at, names)
+    out["gpu"] = gpu_text.array
     peak_t = np.full(n, np.nan)
     peak_b = np.full(n, np.nan)
     if n:
@@ -227,7 +230,8 @@ def roofline(
     per = np.where(np.isnan(compute) | np.isnan(memory), np.nan, per)
     roof = per * count
     out["roofline_ns"] = _nullable(roof)
-    out["bound"] = np.where(np.isnan(per), "", np.where(compute >= memory, "compute", "memory")).astype(object)
+    bound = np.where(np.isnan(per), -1, np.where(compute >= memory, 0, 1))
+    out["bound"] = str_column(bound, np.array(["compute", "memory"], object)).array
     with np.errstate(divide="ignore", invalid="ignore"):
         out["roofline_pct"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
     out["lost_ns"] = _nullable(gpu_ns - roof)
