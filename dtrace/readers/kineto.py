@@ -77,7 +77,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
-    # record_shapes: kept as raw JSON text for the op_args side table (see _op_args)
+    # record_shapes: raw JSON text for the op_args side table (see _op_args), which copies it out
+    # while the block is processed: the text is a view of the read buffer, overwritten by the next
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     input_strides: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Strides")
@@ -324,7 +325,7 @@ def read_kineto(
         **({"block": block} if block else {}),
         max_event=max_event_size,
         max_size=max_input_size,
-        copy_input=True,  # the Raw argument texts must not point into the read buffer
+        raw_fields=True,  # the Raw argument texts, read while their block is processed (_op_args)
     )
     ids = StableIds()
     c = _Columns()
