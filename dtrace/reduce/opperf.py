@@ -244,42 +244,56 @@ def _nullable(x: np.ndarray) -> pd.arrays.IntegerArray:
 
 
 def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
+    """Per (op, arguments) across the parts (``key``: dense codes of the rows' (op, arguments))."""
     if not len(op):
         return empty_frame(XRANK_COLUMNS)
-    f = op.copy()
-    f["_roof"] = f["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    f["_k"] = key
-    g = f.groupby("_k", sort=True)
-    med = g["median_ns"].median()
-    mx = f.loc[g["median_ns"].idxmax().to_numpy()]
-    roof_known = g["_roof"].count() == g["_roof"].size()  # every part has a roofline
-    first = f.loc[g.head(1).index].set_index("_k").sort_index()
-    out = first[ARG_KEYS].reset_index(drop=True)
-    out["parts"] = g.size().to_numpy(np.int64)
-    out["count"] = g["count"].sum().to_numpy(np.int64)
-    out["gpu_ns"] = g["gpu_ns"].sum().to_numpy(np.int64)
-    out["median_ns"] = med.to_numpy(np.float64)
-    out["min_ns"] = g["median_ns"].min().to_numpy(np.float64)
-    out["max_ns"] = mx["median_ns"].to_numpy(np.float64)
-    out["max_rank"] = mx["rank"].to_numpy(np.int32)
-    out["max_device"] = mx["device"].to_numpy(np.int32)
+    n = int(key.max()) + 1
+    med_ns = op["median_ns"].to_numpy(np.float64)
+    count = op["count"].to_numpy(np.int64)
+    gpu_ns = op["gpu_ns"].to_numpy(np.int64)
+    roof_row = op["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    # each group's rows by median instance time, longest first (ties: the earlier row first)
+    by_med = np.lexsort((np.arange(len(key)), -med_ns, key))
+    k_sorted = key[by_med]
+    starts = np.flatnonzero(np.r_[True, k_sorted[1:] != k_sorted[:-1]])
+    ends = np.r_[starts[1:], len(key)]
+    hi_row, lo_row = by_med[starts], by_med[ends - 1]
+    parts = (ends - starts).astype(np.int64)
+    med = (med_ns[by_med[starts + (parts - 1) // 2]] + med_ns[by_med[starts + parts // 2]]) / 2
+    first = unique_first(key)[1]
+    out = op.iloc[first][ARG_KEYS].reset_index(drop=True)
+    out["parts"] = parts
+    out["count"] = np.bincount(key, count, n).astype(np.int64)
+    out["gpu_ns"] = np.bincount(key, gpu_ns, n).astype(np.int64)
+    out["median_ns"] = med
+    out["min_ns"] = med_ns[lo_row]
+    out["max_ns"] = med_ns[hi_row]
+    out["max_rank"] = op["rank"].to_numpy(np.int32)[hi_row]
+    out["max_device"] = op["device"].to_numpy(np.int32)[hi_row]
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["spread"] = np.where(med.to_numpy() > 0, out["max_ns"] / med.to_numpy(), np.nan)
+        out["spread"] = np.where(med > 0, med_ns[hi_row] / med, np.nan)
     for c in ("flops", "bytes", "unit", "precision", "params"):
-        out[c] = first[c].to_numpy()
-    gpus = g["gpu"].nunique()
-    out["gpu"] = np.where(gpus.to_numpy() > 1, "mixed", first["gpu"].to_numpy(object)).astype(object)
-    total_flops = (f["flops"] * f["count"]).groupby(f["_k"]).sum(min_count=1)
-    total_bytes = (f["bytes"] * f["count"]).groupby(f["_k"]).sum(min_count=1)
+        out[c] = op[c].to_numpy()[first]
+    gpu_codes = pd.factorize(op["gpu"])[0]
+    pairs = np.unique(np.stack([key, gpu_codes]), axis=1)
+    n_gpus = np.bincount(pairs[0], minlength=n)
+    out["gpu"] = np.where(n_gpus > 1, "mixed", op["gpu"].to_numpy(object)[first]).astype(object)
+    flops = op["flops"].to_numpy(np.float64) * count
+    nbytes = op["bytes"].to_numpy(np.float64) * count
+    total_flops = np.bincount(key, np.nan_to_num(flops), n)
+    total_bytes = np.bincount(key, np.nan_to_num(nbytes), n)
+    has_flops = np.bincount(key, np.isfinite(flops), n) > 0
+    has_bytes = np.bincount(key, np.isfinite(nbytes), n) > 0
+    known = np.bincount(key, np.isfinite(roof_row), n) == parts  # every part has a roofline
+    roof = np.where(known, np.bincount(key, np.nan_to_num(roof_row), n), np.nan)
     ns = out["gpu_ns"].to_numpy(np.float64)
-    roof = np.where(roof_known.to_numpy(), g["_roof"].sum().to_numpy(), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["tflops"] = np.where(ns > 0, total_flops.to_numpy(np.float64) / ns / 1e3, np.nan)
-        out["tbps"] = np.where(ns > 0, total_bytes.to_numpy(np.float64) / ns / 1e3, np.nan)
+        out["tflops"] = np.where((ns > 0) & has_flops, total_flops / ns / 1e3, np.nan)
+        out["tbps"] = np.where((ns > 0) & has_bytes, total_bytes / ns / 1e3, np.nan)
         out["intensity"] = np.where(out["bytes"] > 0, out["flops"] / out["bytes"], np.nan)
         out["roofline_pct"] = np.where(ns > 0, roof / ns, np.nan)
     out["roofline_ns"] = _nullable(roof)
-    out["bound"] = first["bound"].to_numpy(object)
+    out["bound"] = op["bound"].to_numpy(object)[first]
     out["lost_ns"] = _nullable(ns - roof)
     out = out.sort_values(["lost_ns", "gpu_ns"], ascending=False, kind="stable", na_position="last")
     return out.reset_index(drop=True)
@@ -288,39 +302,43 @@ def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
 def _families(op: pd.DataFrame) -> pd.DataFrame:
     if not len(op):
         return empty_frame(FAMILY_COLUMNS)
-    f = op.copy()
-    modelled = f["modelled"].to_numpy(bool)
-    f["_mod_ns"] = np.where(modelled, f["gpu_ns"].to_numpy(np.int64), 0)
-    f["_flops"] = np.where(modelled, f["flops"].to_numpy(np.float64) * f["count"], 0.0)
-    f["_bytes"] = np.where(modelled, f["bytes"].to_numpy(np.float64) * f["count"], 0.0)
-    f["_roof"] = f["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    f["_roof_known"] = np.isfinite(f["_roof"].to_numpy())
-    f["_roof_ns"] = np.where(f["_roof_known"], f["gpu_ns"], 0)
-    g = f.groupby(KEYS + ["family"], sort=True)
-    out = g.agg(
-        ops=("op", "size"),
-        count=("count", "sum"),
-        gpu_ns=("gpu_ns", "sum"),
-        modelled_ns=("_mod_ns", "sum"),
-        flops=("_flops", "sum"),
-        bytes=("_bytes", "sum"),
-        roof=("_roof", "sum"),
-        roof_ns=("_roof_ns", "sum"),
-    ).reset_index()
-    total = out.groupby(KEYS)["gpu_ns"].transform("sum").to_numpy(np.float64)
+    fam_codes, fams = pd.factorize(op["family"], sort=True)
+    rank, dev = op["rank"].to_numpy(np.int64), op["device"].to_numpy(np.int64)
+    g, n = dense_codes(rank, dev, fam_codes)  # ordered like (rank, device, family)
+    first = unique_first(g)[1]
+    modelled = op["modelled"].to_numpy(bool)
+    count = op["count"].to_numpy(np.int64)
+    gpu_ns = op["gpu_ns"].to_numpy(np.int64)
+    roof_row = op["roofline_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    known = np.isfinite(roof_row)
+    out = pd.DataFrame(
+        {
+            "rank": rank[first].astype(np.int32),
+            "device": dev[first].astype(np.int32),
+            "family": np.asarray(fams, dtype=object)[fam_codes[first]],
+            "ops": np.bincount(g, minlength=n).astype(np.int64),
+            "count": np.bincount(g, count, n).astype(np.int64),
+            "gpu_ns": np.bincount(g, gpu_ns, n).astype(np.int64),
+            "modelled_ns": np.bincount(g, np.where(modelled, gpu_ns, 0), n).astype(np.int64),
+        }
+    )
+    flops = np.bincount(g, np.where(modelled, np.nan_to_num(op["flops"].to_numpy(np.float64)) * count, 0.0), n)
+    nbytes = np.bincount(g, np.where(modelled, np.nan_to_num(op["bytes"].to_numpy(np.float64)) * count, 0.0), n)
+    roof_sum = np.bincount(g, np.where(known, roof_row, 0.0), n)
+    covered = np.bincount(g, np.where(known, gpu_ns, 0), n)
+    part = dense_codes(rank[first], dev[first])[0]
+    total = np.bincount(part, out["gpu_ns"].to_numpy(np.float64))[part]
     mod = out["modelled_ns"].to_numpy(np.float64)
+    roof = np.where(covered > 0, roof_sum, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["share"] = np.where(total > 0, out["gpu_ns"] / total, 0.0)
-        out["tflops"] = np.where(mod > 0, out["flops"] / mod / 1e3, np.nan)
-        out["tbps"] = np.where(mod > 0, out["bytes"] / mod / 1e3, np.nan)
-    covered = out["roof_ns"].to_numpy(np.float64)
-    roof = np.where(covered > 0, out["roof"].to_numpy(np.float64), np.nan)
-    out["roofline_ns"] = _nullable(roof)
-    with np.errstate(divide="ignore", invalid="ignore"):
+        out["flops"] = np.where(mod > 0, flops, np.nan)
+        out["bytes"] = np.where(mod > 0, nbytes, np.nan)
+        out["tflops"] = np.where(mod > 0, flops / mod / 1e3, np.nan)
+        out["tbps"] = np.where(mod > 0, nbytes / mod / 1e3, np.nan)
         out["roofline_pct"] = np.where(covered > 0, roof / covered, np.nan)
+    out["roofline_ns"] = _nullable(roof)
     out["lost_ns"] = _nullable(covered - roof)
-    out["flops"] = np.where(mod > 0, out["flops"], np.nan)
-    out["bytes"] = np.where(mod > 0, out["bytes"], np.nan)
     return out[list(FAMILY_COLUMNS)]
 
 
