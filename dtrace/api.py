@@ -19,6 +19,7 @@ from .classify import load_classmap
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
 from .errors import DtraceError, OutputError, RankError, UsageError
+from .hardware import load_specs
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
@@ -52,7 +53,7 @@ def make_options(**options: Any) -> Options:
 
     Besides what :class:`Options` checks itself, the straggler detector must be registered
     (:data:`dtrace.reduce.stragglers.METHODS`) and a class map must load (a readable file in a
-    known format, the engine and model it names).
+    known format, the engine and model it names), and a GPU spec (``gpu_spec``) must load.
 
     Raises
     ------
@@ -63,6 +64,8 @@ def make_options(**options: Any) -> Options:
     check_method(opts.straggler_method)
     if opts.classmap is not None:
         load_classmap(opts.classmap, opts.classmap_engine, opts.classmap_model)
+    if opts.gpu_spec is not None:
+        load_specs(opts.gpu_spec)  # a bad spec file fails here, before any work
     return opts
 
 

@@ -140,5 +140,7 @@ FAULT_KINDS: dict[str, str] = {
     "sync": "the rank's host waits for its GPU between the backward pass and the optimizer (.item(): a "
     "device-to-host copy and cudaStreamSynchronize), then works slow times the step's compute time on "
     "the host before launching the optimizer",
+    "gpu": "the rank's GPU runs its matrix products (GEMMs) (1 + slow) times as long at the same shapes "
+    "(a slow GPU: clocks, power, thermals); the traces record op shapes",
 }
 """Faults :mod:`dtrace.synth` can inject into a simulated job, with their effect."""

@@ -103,6 +103,10 @@ class Options:
     timeline_bins
         Bins of the per-part time series (``queue_timeline``, ``memory_timeline``,
         ``memcpy_timeline``) over the part's timeline window.
+    gpu_spec
+        Hardware peaks that override or add to the bundled GPU table (:mod:`dtrace.hardware`):
+        a JSON spec file's path, or its content (a dict); "max achievable" figures may replace
+        datasheet peaks. Only the cross-rank roofline reads it.
     """
 
     compat: str = "default"
@@ -127,6 +131,7 @@ class Options:
     launch_rows: int | None = 100
     queue_limit: int | None = None
     timeline_bins: int = 100
+    gpu_spec: Any = None  # a GPU spec file (path) or its content: peaks for the roofline (dtrace.hardware)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -181,4 +186,6 @@ class Options:
         d = asdict(self)
         if d["classmap"] is not None and not isinstance(d["classmap"], (str, int, float)):
             d["classmap"] = "<in-memory map>"
+        if d["gpu_spec"] is not None and not isinstance(d["gpu_spec"], str):
+            d["gpu_spec"] = "<in-memory spec>"
         return d

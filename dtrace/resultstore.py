@@ -32,6 +32,7 @@ import pyarrow as pa
 from ._version import __version__
 from .analyses import Analysis, conform, has_dtype
 from .cache import _NOFOLLOW, fingerprint_bytes, read_file
+from .hardware import spec_identity
 from .layout import PartitionSpec
 from .options import Options
 
@@ -100,6 +101,7 @@ def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]
         return None
     opts = options.to_json()
     opts["classmap"] = cm
+    opts.pop("gpu_spec", None)  # read by a reducer only: per-partition results do not depend on it
     ident = {
         "version": [__version__, STORE_VERSION],
         "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
@@ -119,6 +121,7 @@ def run_key(
         return None
     opts = options.to_json()
     opts["classmap"] = cm
+    opts["gpu_spec"] = spec_identity(options.gpu_spec)  # a changed spec file changes the roofline
     ident = {
         "version": [__version__, STORE_VERSION],
         "options": opts,

@@ -30,13 +30,20 @@ needs ``1 + slow`` times each kernel's GPU time to launch it: host-bound, its GP
 launches), ``link`` (its collective transfers take ``1 + slow`` times as long, so every process
 group containing it is slow), ``loader`` (its data loader stalls for ``slow`` × the step's compute
 time at the start of every step, before the first launch: an
-``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` annotation) and ``sync`` (its
+``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` annotation), ``sync`` (its
 host calls ``.item()`` between the backward pass and the optimizer — a device-to-host copy under
 ``aten::item`` and a ``cudaStreamSynchronize`` that waits until the compute streams are idle —
-then works ``slow`` × the step's compute time on the host before launching the optimizer). The
-step's compute time is the sum of the base durations of its compute kernels. ``loader`` and
-``sync`` add their events to their ranks only and draw no random numbers, so the rest of the
-job is drawn as without them. Any number of faults can be combined; none gives a healthy job.
+then works ``slow`` × the step's compute time on the host before launching the optimizer) and
+``gpu`` (its GEMMs take ``1 + slow`` times as long at the same shapes: a slow GPU, found from op
+efficiency). The step's compute time is the sum of the base durations of its compute kernels.
+``loader`` and ``sync`` add their events to their ranks only and draw no random numbers, so the
+rest of the job is drawn as without them. Any number of faults can be combined; none gives a
+healthy job.
+
+Op shapes: with ``record_shapes=True`` (implied by a ``gpu`` fault) every GEMM's host op
+(``aten::mm``, ``aten::addmm``) carries the arguments PyTorch's ``record_shapes=True`` records
+(``Input Dims``, ``Input type``, ``Input Strides``, ``Concrete Inputs``): bf16 matrix products of
+8,192 tokens whose shapes fit their durations (about 600 TFLOP/s, an H100 at 60 % of its peak).
 Clocks differ between hosts by up to ``clock_offset_ns`` (host 0 is the reference).
 
 Counterfactual jobs (for checking what-if estimates): ``speedup={"gemm": 1.2}`` divides the
@@ -206,6 +213,7 @@ class _Op:
     dtype: str = "BFloat16"
     blocking: bool = False  # compute streams wait for this collective
     launch: str = "cudaLaunchKernel"
+    gemm: tuple[tuple[int, ...], ...] = ()  # a matrix product's operand shapes (bias first for addmm)
 
 
 def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
@@ -225,40 +233,43 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
         nelems=8 << 20,
         blocking=True,
     )
+    # GEMM shapes (tokens T, hidden H, attention width A, MLP width F): 2·M·N·K FLOPs over the
+    # durations below is ~600 TFLOP/s
+    T, H, A, F = 8192, 4096, 2688, 4096
     for _ in range(layers):
         ops += [
             _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-            _Op("kernel", GEMM, "aten::addmm", 300_000),
+            _Op("kernel", GEMM, "aten::addmm", 300_000, gemm=((A,), (T, H), (H, A))),
             _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
-            _Op("kernel", GEMM, "aten::mm", 120_000),
+            _Op("kernel", GEMM, "aten::mm", 120_000, gemm=((T, 1024), (1024, H))),
         ]
         ops += [tp_ar] if has_tp else []
         ops += [
             _Op("kernel", ADD, "aten::add", 30_000, side),
             _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-            _Op("kernel", GEMM, "aten::addmm", 450_000),
+            _Op("kernel", GEMM, "aten::addmm", 450_000, gemm=((F,), (T, H), (H, F))),
             _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
-            _Op("kernel", GEMM, "aten::mm", 450_000),
+            _Op("kernel", GEMM, "aten::mm", 450_000, gemm=((T, F), (F, H))),
         ]
         ops += [tp_ar] if has_tp else []
         ops += [_Op("kernel", ADD, "aten::add", 30_000, side)]
     ops += [_Op("kernel", SOFTMAX, "aten::_log_softmax", 200_000), _Op("kernel", REDUCE, "aten::mean", 20_000)]
     for _ in range(layers):
         ops += [
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, H), (H, F))),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((H, T), (T, F))),
             _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, F), (F, H))),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((F, T), (T, H))),
         ]
         ops += [tp_ar] if has_tp else []
         ops += [
             _Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000, gemm=((T, H), (H, 1024))),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side, gemm=((H, T), (T, 1024))),
             _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side),
+            _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000, gemm=((T, A), (A, H))),
+            _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side, gemm=((A, T), (T, H))),
         ]
         ops += [tp_ar] if has_tp else []
         ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000)]
@@ -385,8 +396,10 @@ class _Job:
         jitter: float,
         speedup: Mapping[str, float] | None = None,
         comm: bool = True,
+        record_shapes: bool = False,
     ) -> None:
         self.R, self.steps, self.tp, self.dp = ranks, steps, tp, ranks // tp
+        self.record_shapes = record_shapes
         self.gph = gpus_per_host
         self.n_streams = streams
         self.rng = np.random.default_rng(seed)
@@ -524,6 +537,8 @@ class _Job:
             return d / self.speedup[op] if op in self.speedup else d
         d = op.dur_ns * self.rank_speed * self.rng.lognormal(0.0, self.jitter, R)
         d = d * (1.0 + self.slow["compute"])
+        if op.gemm:
+            d = d * (1.0 + self.slow["gpu"])
         return d / self.speedup[op] if op in self.speedup else d
 
 
@@ -702,6 +717,8 @@ class _Writer:
         """A launched op on one rank: host op, launch call, GPU activity, flow start and end."""
         op, r, pid, dev = rec.op, clock.rank, clock.pid, clock.device
         cpu_args = f'"External id":{external_id},"Record function id":0,"Ev Idx":{index}'
+        if self.job.record_shapes and op.gemm:
+            cpu_args += "," + _shape_args(op.gemm)
         stream = NCCL_STREAMS[op.group] if op.kind == "coll" else self.streams[op.stream]
         coll_args = self._collective_args(op, rec.seq, groups) if op.kind == "coll" else ""
         if coll_args:
@@ -796,6 +813,31 @@ class _Writer:
         }
 
 
+def _shape_args(shapes: tuple[tuple[int, ...], ...]) -> str:
+    """The ``record_shapes=True`` args of a bf16 GEMM host op (``aten::addmm`` when a bias comes first).
+
+    Examples
+    --------
+    >>> _shape_args(((8, 4), (4, 2)))
+    '"Input Dims":[[8,4],[4,2]],"Input type":["c10::BFloat16","c10::BFloat16"],"Input Strides":[[4,1],[2,1]],"Concrete Inputs":["",""]'
+    """
+    dims = [list(s) for s in shapes]
+    strides = [[s[1], 1] if len(s) == 2 else [1] for s in shapes]
+    types = ["c10::BFloat16"] * len(shapes)
+    concrete = [""] * len(shapes)
+    if len(shapes) == 3:  # addmm(bias, mat1, mat2, beta, alpha)
+        dims += [[], []]
+        strides += [[], []]
+        types += ["Scalar", "Scalar"]
+        concrete += ["1", "1"]
+    return (
+        f'"Input Dims":{json.dumps(dims, separators=(",", ":"))},'
+        f'"Input type":{json.dumps(types, separators=(",", ":"))},'
+        f'"Input Strides":{json.dumps(strides, separators=(",", ":"))},'
+        f'"Concrete Inputs":{json.dumps(concrete, separators=(",", ":"))}'
+    )
+
+
 def _compress(data: bytes) -> bytes:
     """gzip at level 1 with a fixed mtime (same bytes every run)."""
     try:
@@ -824,6 +866,7 @@ def generate(
     jitter: float = 0.02,
     speedup: Mapping[str, float] | None = None,
     comm: bool = True,
+    record_shapes: bool = False,
 ) -> dict[str, Any]:
     """Write one Kineto trace per rank of a simulated training job, plus its ground truth.
 
@@ -859,6 +902,9 @@ def generate(
     comm
         ``False``: collective transfers take no time (a collective ends when its last member
         arrives), the counterfactual of hidden communication.
+    record_shapes
+        Record the GEMMs' arguments (``Input Dims``, ``Input type``, ...) as PyTorch's
+        ``record_shapes=True`` does, for the op performance model; a ``gpu`` fault implies it.
 
     Returns
     -------
@@ -923,6 +969,7 @@ def generate(
         jitter,
         speedup=sp,
         comm=bool(comm),
+        record_shapes=bool(record_shapes) or any(f.kind == "gpu" for f in fl),
     )
     job.run()
     writer = _Writer(job)
@@ -952,6 +999,7 @@ def generate(
         "stragglers": sorted({f.rank for f in fl}),
         **({"speedup": sp} if sp else {}),
         **({"comm": False} if not comm else {}),
+        **({"record_shapes": True} if job.record_shapes else {}),
         "files": [f"rank-{r}{suffix}" for r in range(ranks)],
     }
     with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("pandas", "pyarrow", "numpy", "dask")
 COMMANDS = ["analyze", "kernels", "gaps", "show", "report", "compare", "diff", "timeline", "whatif", "tree", "ops"]
-COMMANDS += ["synth", "nsys-stats"]
+COMMANDS += ["synth", "nsys-stats", "perf"]
 
 
 def _imported(*argv: str) -> set[str]:

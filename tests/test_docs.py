@@ -154,6 +154,8 @@ def test_semantics_section_titles():
         "Time series",
         "NVTX ranges",
         "Host op tree and ops",
+        "Op performance model",
+        "Hardware peaks",
         "Collectives across ranks",
         "Clock offsets",
         "Ranks and stragglers",

@@ -711,6 +711,7 @@ def test_numeric_options_never_break_a_command(small_out, tmp_path, capsys):
         "launches": [out],
         "memory": [out],
         "bounds": [out],
+        "perf": [out],
     }
     seen = set()
     for command, flag, values in _numeric_options():

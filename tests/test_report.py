@@ -65,6 +65,7 @@ SECTION_TABLES = {
     "launches": "launch_histogram",
     "queues": "queue_timeline",
     "memory": "memory",
+    "perf": "op_perf",
 }
 
 CHECK_JS = """(() => {

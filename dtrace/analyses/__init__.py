@@ -25,6 +25,7 @@ from . import kernels as _kern
 from . import launches as _launch
 from . import memops as _mem
 from . import memory as _memory
+from . import opperf as _opperf
 from . import ops as _ops
 from . import queues as _queues
 from . import ranges as _ranges
@@ -212,6 +213,8 @@ ANALYSES: list[Analysis] = [
         },
     ),
     Analysis("ops", _ops.ops, _ops.COLUMNS),
+    Analysis("op_perf", _opperf.op_perf, _opperf.COLUMNS),  # roofline added across ranks by reduce.opperf
+    Analysis("devices", _opperf.devices, _opperf.DEVICE_COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
     Analysis("step_bounds", _cp.step_bounds, _cp.COLUMNS),  # what bounds each step: its critical path

@@ -61,7 +61,7 @@ def ops(batch: Batch) -> pd.DataFrame:
         hi = max_by(sp, steps["end_ns"].to_numpy(I64), n, -big - 1)
         has = all_host & (np.bincount(sp, minlength=n) > 0)
         lo, hi = np.where(has, lo, 1), np.where(has, hi, 0)  # lo > hi: the part keeps every op
-    table = Tree.from_batch(batch).ops_by_part(lo, hi)
+    table = Tree.of_batch(batch).ops_by_part(lo, hi)
     keys = batch.keys(table["part"].to_numpy(I64))
     table.insert(0, "device", keys["device"])
     table.insert(0, "rank", keys["rank"])

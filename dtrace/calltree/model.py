@@ -203,6 +203,17 @@ class Tree:
             part=np.concatenate([hpart[order], gpart]),
         )
 
+    @classmethod
+    def of_batch(cls, batch: Any) -> "Tree":
+        """The tree of a :class:`~dtrace.batch.Batch`, built once per batch and shared by the
+        analyses that read it (``ops``, ``op_perf``): kept in ``batch.meta["tree"]``."""
+        tree = batch.meta.get("tree") if isinstance(getattr(batch, "meta", None), dict) else None
+        if tree is None:
+            tree = cls.from_batch(batch)
+            if isinstance(getattr(batch, "meta", None), dict):
+                batch.meta["tree"] = tree
+        return tree
+
     # -- basic facts ----------------------------------------------------------------------
     @property
     def size(self) -> int:

@@ -43,6 +43,13 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         "0: one clock per rank) when clock offsets are removed from collectives",
     )
     g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
+    g.add_argument(
+        "--gpu-spec",
+        metavar="FILE",
+        default=None,
+        help="GPU peaks (JSON) that override or add to the bundled table for the roofline, e.g. measured "
+        "'max achievable' figures (docs/semantics.md, 'Hardware peaks')",
+    )
     add_kernel_gap_options(g)
     add_host_options(g)
 
@@ -286,6 +293,7 @@ OPTION_FLAGS: list[str] = [
 ]
 OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
 OPTION_FLAGS += ["launch_runtime_cutoff_ns", "launch_delay_cutoff_ns", "launch_rows", "queue_limit", "timeline_bins"]
+OPTION_FLAGS += ["gpu_spec"]  # the op roofline
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ def _commands() -> list[ModuleType]:
         show,
     )
     from . import nsys as nsys_cmd  # dtrace nsys-stats
+    from . import perf as perf_cmd  # dtrace perf
     from . import synth as synth_cmd  # dtrace synth
     from . import timeline as timeline_cmd  # dtrace timeline, dtrace whatif
     from . import tree as tree_cmd  # dtrace tree, dtrace ops
@@ -30,6 +31,7 @@ def _commands() -> list[ModuleType]:
         analyze,
         show,
         tree_cmd,
+        perf_cmd,
         quick,
         host,
         report,

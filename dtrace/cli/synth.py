@@ -1,4 +1,5 @@
-"""``dtrace synth OUT --ranks 64 --steps 4 --fault compute:rank=5:slow=0.2``: a synthetic cluster job."""
+"""``dtrace synth OUT --ranks 64 --steps 4 --fault compute:rank=5:slow=0.2``: a synthetic cluster job
+(``--fault gpu:rank=5:slow=0.2``: a slow GPU, its GEMMs slower at the same recorded shapes)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="counterfactual: collective transfers take no time (a collective ends at its last arrival)",
     )
+    p.add_argument(
+        "--record-shapes",
+        action="store_true",
+        help="record the GEMMs' shapes and dtypes as PyTorch's record_shapes=True does (implied by a gpu fault)",
+    )
     p.add_argument("--no-gzip", action="store_true", help="write .json instead of .json.gz")
     t = p.add_argument_group("from a real trace (benchmarks)")
     t.add_argument(
@@ -107,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if args.from_trace:
-        if args.fault or args.speedup or args.no_comm:
-            raise UsageError("--fault, --speedup and --no-comm apply to simulated jobs, not to --from-trace")
+        if args.fault or args.speedup or args.no_comm or args.record_shapes:
+            raise UsageError(
+                "--fault, --speedup, --no-comm and --record-shapes apply to simulated jobs, not to --from-trace"
+            )
         truth = synth.from_trace(
             args.out,
             args.from_trace,
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         gzip=not args.no_gzip,
         speedup=_speedups(args.speedup),
         comm=not args.no_comm,
+        record_shapes=args.record_shapes,
     )
     faults = ", ".join(f"{f['kind']} rank {f['rank']} +{f['slow']:.0%}" for f in truth["faults"]) or "none"
     print(

@@ -212,6 +212,12 @@ class ChromeTrace:
         Largest JSON text of one event, and of the keys before or after the events array.
     max_size
         Largest decompressed content (None: no limit).
+    raw_fields
+        The event type holds ``msgspec.Raw`` fields, which keep a reference to the text they were
+        decoded from: decode through a view of the block of its own (a ``memoryview`` of the
+        window's view, sharing its buffer: no copy), so the window's views can be released while
+        the values live. Their text is valid until the reader moves on to the next block (the
+        buffer is overwritten in place, never resized); read them before.
 
     After iterating, :attr:`meta` holds the decoded top-level object (keys before and after
     the events merged) and :attr:`fingerprint` the hash of the file's bytes.
@@ -226,8 +232,10 @@ class ChromeTrace:
         *,
         max_event: int = MAX_EVENT,
         max_size: int | None = None,
+        raw_fields: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        self.raw_fields = raw_fields
         self.block = block
         self.max_event = max_event
         self.max_size = max_size
@@ -280,10 +288,11 @@ class ChromeTrace:
         with memoryview(buf) as mv, mv[:n] as text:
             head = bytes(text[:64]).lstrip(_WS)
             try:
+                src = memoryview(text) if self.raw_fields else text
                 if head[:1] == b"[":
-                    events, meta = self._events_decoder.decode(text), self._meta_decoder.decode(b"{}")
+                    events, meta = self._events_decoder.decode(src), self._meta_decoder.decode(b"{}")
                 elif head[:1] == b"{":
-                    doc = self._doc_decoder.decode(text)
+                    doc = self._doc_decoder.decode(src)
                     events, meta = doc.traceEvents, doc
                 else:
                     return None
@@ -483,7 +492,7 @@ class ChromeTrace:
             raise InputError(self.path, f"invalid JSON in {where}: {exc}") from None
 
     def _decode_events(self, text: bytes | memoryview) -> list[Any]:
-        return self._events_decoder.decode(text)
+        return self._events_decoder.decode(memoryview(text) if self.raw_fields else text)
 
     def _cut(self, buf: bytearray, lo: int, hi: int) -> tuple[list[Any], int] | None:
         """Decode the events of ``buf[lo:hi]`` before its last confirmed boundary.

@@ -40,6 +40,7 @@ from ..schema import (
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
+from ._op_args import NO_RAW, OpArgsBuffer, device_table
 from .base import Part, TraceFile
 
 NAME = "kineto"
@@ -102,6 +103,12 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     device_id: Any = msgspec.field(default=None, name="Device Id")
     device_type: Any = msgspec.field(default=None, name="Device Type")
     addr: Any = msgspec.field(default=None, name="Addr")
+    # record_shapes: raw JSON text for the op_args side table (see _op_args), which copies it out
+    # while the block is processed: the text is a view of the read buffer, overwritten by the next
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Strides")
+    concrete: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
 _NO_ARGS = Args()
@@ -165,6 +172,7 @@ class _Columns:
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
         self.categories: set[str | None] = set()  # every category seen (to name what an MTIA trace lacks)
+        self.op_args = OpArgsBuffer()
         self.n = 0
 
 
@@ -284,6 +292,8 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         if coll is not None:
             c.coll_rows.append((base + i, args[i], xs[i].name))
     c.coll_ops += _collective_ops(kinds, args, base)
+    names = pa.array(list(map(_NAME, xs)), _DICT_TYPE)  # dictionary-encoded as it is built
+    c.op_args.add(kinds, args, base, names)
     is_set = kinds == KIND_CODES["memset"]
     for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
@@ -291,7 +301,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
             c.mem_rows.append((base + i, xs[i].name, a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
             continue
         c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
-    c.names.append(pa.array(list(map(_NAME, xs)), _DICT_TYPE))  # dictionary-encoded as it is built
+    c.names.append(names)
     for key, arr in (
         ("device", device),
         ("stream", stream),
@@ -366,7 +376,13 @@ def read_kineto(
     limits the decompressed content and ``max_event_size`` one event's JSON text.
     """
     trace = ChromeTrace(
-        path, Event, Meta, **({"block": block} if block else {}), max_event=max_event_size, max_size=max_input_size
+        path,
+        Event,
+        Meta,
+        **({"block": block} if block else {}),
+        max_event=max_event_size,
+        max_size=max_input_size,
+        raw_fields=True,  # the Raw argument texts, read while their block is processed (_op_args)
     )
     ids = StableIds()
     c = _Columns()
@@ -389,6 +405,7 @@ def read_kineto(
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
     mem = _memcpy_table(c.mem_rows)
+    op_args = c.op_args.table(None if keep is None else np.flatnonzero(keep))
     gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
     n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
     if keep is not None:
@@ -457,7 +474,11 @@ def read_kineto(
                 collectives=_remap(coll, remap),
                 memcpy=_remap(mem, remap),
                 local_index=idx,
-                side=mem_by_device.get(int(dev), {}),
+                side={
+                    **mem_by_device.get(int(dev), {}),
+                    "op_args": _remap(op_args, remap),
+                    "devices": device_table(meta.deviceProperties, int(dev)),
+                },
             )
         )
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)

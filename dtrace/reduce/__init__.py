@@ -13,11 +13,13 @@ from typing import Callable
 
 import pandas as pd
 
+from ..analyses import opperf as _op_columns
 from ..dtypes import conform
 from ..options import Options
 from . import collectives as _coll
 from . import host_xrank as _hx
 from . import kernels_xrank as _kx
+from . import opperf as _opperf
 from . import ops_xrank as _ox
 from . import ranks as _ranks
 from . import step_bounds as _sb
@@ -31,6 +33,10 @@ REDUCERS: list[tuple[str, Reducer]] = [
     ("kernels_xrank", _kx.kernels_xrank),  # kernels_xrank, classes_xrank
     ("ops_xrank", _ox.ops_xrank),  # ops_xrank, op_outliers
     ("host_xrank", _hx.host_xrank),  # launch_stats_xrank, memory_xrank
+    (
+        "op_perf",
+        _opperf.reduce_op_perf,
+    ),  # op_perf (roofline), op_perf_xrank, op_family_perf, devices, gpu_peaks, gpu_slowness
     ("collectives", _coll.reduce_collectives),  # collectives (matched), collective_instances, clock_offsets
     ("ranks", _ranks.reduce_ranks),  # ranks, rank_stats (after collectives)
     ("stragglers", _strag.reduce_stragglers),  # stragglers (after ranks and op_outliers)
@@ -45,6 +51,12 @@ DECLARED: dict[str, Mapping[str, object]] = {
     "op_outliers": _ox.OUTLIER_COLUMNS,
     "launch_stats_xrank": _hx.LAUNCH_XRANK_COLUMNS,
     "memory_xrank": _hx.MEMORY_XRANK_COLUMNS,
+    "op_perf": {**_op_columns.COLUMNS, **_opperf.ROOFLINE_COLUMNS},
+    "op_perf_xrank": _opperf.XRANK_COLUMNS,
+    "op_family_perf": _opperf.FAMILY_COLUMNS,
+    "devices": {**_op_columns.DEVICE_COLUMNS, **_opperf.DEVICE_EXTRA},
+    "gpu_peaks": _opperf.PEAK_COLUMNS,
+    "gpu_slowness": _opperf.SLOW_COLUMNS,
     "collectives": _coll.ROW_COLUMNS,
     "collective_instances": _coll.INSTANCE_COLUMNS,
     "clock_offsets": _coll.CLOCK_COLUMNS,

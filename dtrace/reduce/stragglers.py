@@ -13,6 +13,11 @@ Signals, computed once from the small cross-rank tables (:func:`compute_signals`
     time-weighted, as ``Σ count·own_median / Σ count·median_over_ranks`` (> 1: slower). Per
     kernel class when the table has classes, for the evidence.
 (c) **step time** (``ranks``): robust z-score of the median step time.
+(e) **slow GPU** (``gpu_slowness``, :mod:`.opperf`): the rank's modelled ops (op performance
+    model) against the median rank at equal op, shapes and dtypes; combined time-weighted as
+    ``Σ count·own_median / Σ count·median_over_ranks``. An op's time is the union of its own
+    kernels, so waiting for other ranks does not enter it: clocks, power, thermals or memory of
+    that GPU do.
 (d) **slow link** (``collective_instances``): each instance's transfer time relative to the
     median transfer of instances of the same (op, bytes, group size) in *other* groups; a
     group's slowness is the median of its instances' log ratios; a rank's link excess is the
@@ -29,8 +34,9 @@ and :attr:`Options.straggler_method` picks one (a registry, as HTA lets users sw
 
 ``robust`` (default)
     each signal becomes a strength ``max(0, z) / 5``; ``score`` is their sum. A rank is
-    flagged by (b) or (d) (intrinsic evidence: its own kernels or links) when ``z ≥ 5`` and the
-    effect is material (≥ 3 % slower kernels, ≥ 1.05× transfers), and by (a) or (c) unless its
+    flagged by (b), (d) or (e) (intrinsic evidence: its own kernels, links or GPU) when ``z ≥ 5``
+    and the effect is material (≥ 3 % slower kernels, ≥ 1.05× transfers, ≥ 3 % slower modelled
+    ops with most of the compared time slower), and by (a) or (c) unless its
     lateness is explained by another candidate: a rank that waited for candidate ``f`` at least
     half as long as it later delayed others, or that shares a slow group with a slow-link
     suspect, inherits its lateness (its strength counts a quarter in the score and the evidence
@@ -69,6 +75,8 @@ MIN_SLOWDOWN = 1.03  # (b): at least 3 % slower compute kernels
 MIN_STEP_RATIO = 1.03  # (c)
 MIN_LINK_RATIO = 1.05  # (d)
 MIN_LATE_SHARE = 0.005  # (a): it alone delayed collectives by >= 0.5 % of its trace span
+MIN_GPU_SLOWDOWN = 1.03  # (e): its modelled ops at least 3 % slower at equal shapes ...
+MIN_SLOWER_SHARE = 0.5  # (e): ... with most of the compared op time in slower (op, shapes)
 EXPLAIN_FRACTION = 0.5
 
 Method = Callable[["Signals", Options], pd.DataFrame]
@@ -96,6 +104,9 @@ OUTPUT_COLUMNS = {
     "step_z": "float64",
     "link_ratio": "float64",
     "link_z": "float64",
+    "gpu_slowdown": "float64",
+    "gpu_slowdown_z": "float64",
+    "gpu_slower_share": "float64",
 }
 
 
@@ -443,6 +454,7 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
     frame["link_ratio"] = np.exp(excess)
     frame["link_margin"] = margin
     frame["link_z"] = robust_z(excess, floor=math.log(1.01))
+    _gpu_signal(frame, tables.get("gpu_slowness"), idx)
     op_out = tables.get("op_outliers")
     return Signals(
         frame,
@@ -453,6 +465,28 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
         membership,
         op_out if op_out is not None else pd.DataFrame(),
     )
+
+
+def _gpu_signal(frame: pd.DataFrame, slow: pd.DataFrame | None, idx: pd.MultiIndex) -> None:
+    """Signal (e) into ``frame``: the ``gpu_slowness`` table's values per rank (1, 0 without it)."""
+    n = len(idx)
+    cols = {
+        "gpu_slowdown": 1.0,
+        "gpu_slowdown_z": 0.0,
+        "gpu_slower_share": 0.0,
+        "gpu_worst_op": "",
+        "gpu_worst_ratio": np.nan,
+    }
+    src = {"gpu_slower_share": "slower_share", "gpu_worst_op": "worst_op", "gpu_worst_ratio": "worst_ratio"}
+    g = None
+    if slow is not None and len(slow) and set(KEYS) <= set(slow.columns):
+        g = slow.drop_duplicates(KEYS).set_index(KEYS).reindex(idx)
+    for col, fill in cols.items():
+        name = src.get(col, col)
+        if g is not None and name in g.columns:
+            frame[col] = g[name].fillna(fill).to_numpy(object if isinstance(fill, str) else np.float64)
+        else:
+            frame[col] = np.full(n, fill, dtype=object if isinstance(fill, str) else np.float64)
 
 
 # -- evidence text ---------------------------------------------------------------------------
@@ -583,6 +617,15 @@ class _Evidence:
             text += " (" + ", ".join(parts) + ")"
         return text + ", and it is the rank common to the slow groups: check its links (NVLink, NIC, switch port)"
 
+    def gpu(self, row: dict) -> str:
+        text = (
+            f"its GPU runs the modelled ops {float(row['gpu_slowdown']):.2f}× the median rank's time at equal op, "
+            f"shapes and dtypes ({100 * float(row['gpu_slower_share']):.0f} % of the compared op time in slower shapes"
+        )
+        if row["gpu_worst_op"]:
+            text += f"; most lost in {row['gpu_worst_op']}, {float(row['gpu_worst_ratio']):.2f}×"
+        return text + "): check its clocks, power and thermals"
+
     def op_outlier(self, row: dict) -> str:
         o = self.ops.get((int(row["rank"]), int(row["device"])))
         return f"host op {o[0]} takes {o[1]:.2f}× the median rank" if o else ""
@@ -636,6 +679,7 @@ class _PerSignal:
     kernels: np.ndarray  # (b) slow compute kernels
     step: np.ndarray  # (c) slow steps
     link: np.ndarray  # (d) slow links
+    gpu: np.ndarray  # (e) slow GPU (modelled ops at equal shapes)
 
 
 def _strengths(ranks: pd.DataFrame) -> _PerSignal:
@@ -644,7 +688,13 @@ def _strengths(ranks: pd.DataFrame) -> _PerSignal:
     def strength(z_column: str) -> np.ndarray:
         return np.maximum(ranks[z_column].to_numpy(), 0) / Z_FLAG
 
-    return _PerSignal(strength("last_z"), strength("compute_slowdown_z"), strength("step_z"), strength("link_z"))
+    return _PerSignal(
+        strength("last_z"),
+        strength("compute_slowdown_z"),
+        strength("step_z"),
+        strength("link_z"),
+        strength("gpu_slowdown_z"),
+    )
 
 
 def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
@@ -654,7 +704,9 @@ def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
     at most half its collectives) and alone delayed collectives by :data:`MIN_LATE_SHARE` of its
     trace span; (b) its compute kernels are :data:`MIN_SLOWDOWN` slower; (c) its steps are
     :data:`MIN_STEP_RATIO` longer; (d) its links are :data:`MIN_LINK_RATIO` slower and stand out
-    from every rank sharing a group with it (margin at least half its excess).
+    from every rank sharing a group with it (margin at least half its excess); (e) its modelled
+    ops are :data:`MIN_GPU_SLOWDOWN` slower, most of the compared time (:data:`MIN_SLOWER_SHARE`)
+    in slower (op, shapes).
     """
     last_share_floor = np.minimum(0.5, 3.0 * ranks["chance_share"].to_numpy())
     span_ns = ranks["total_ns"].to_numpy(np.float64)
@@ -670,7 +722,12 @@ def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
         & (ranks["link_ratio"].to_numpy() >= MIN_LINK_RATIO)
         & (ranks["link_margin"].to_numpy() >= 0.5 * ranks["link_excess"].to_numpy())
     )
-    return _PerSignal(arrival, kernels, step, link)
+    gpu = (
+        (strength.gpu >= 1)
+        & (ranks["gpu_slowdown"].to_numpy() >= MIN_GPU_SLOWDOWN)
+        & (ranks["gpu_slower_share"].to_numpy() >= MIN_SLOWER_SHARE)
+    )
+    return _PerSignal(arrival, kernels, step, link, gpu)
 
 
 def _waits_on(waited_for: pd.DataFrame, candidates: set[Key]) -> dict[tuple[Key, Key], float]:
@@ -704,7 +761,7 @@ def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.nda
     ranks = sig.ranks
     keys: list[Key] = list(zip(ranks["rank"].to_numpy().tolist(), ranks["device"].to_numpy().tolist()))
     position = {k: i for i, k in enumerate(keys)}
-    candidate_rows = np.flatnonzero(gate.arrival | gate.kernels | gate.step | gate.link)
+    candidate_rows = np.flatnonzero(gate.arrival | gate.kernels | gate.step | gate.link | gate.gpu)
     candidates = {keys[i] for i in candidate_rows}
     waits = _waits_on(sig.waited_for, candidates)
     late_ns = ranks["late_ns"].to_numpy(np.float64)
@@ -712,7 +769,7 @@ def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.nda
     explained_by = np.full(len(ranks), -1, np.int64)
     by_link = np.zeros(len(ranks), bool)
     for i in candidate_rows:
-        if gate.kernels[i] or gate.link[i]:
+        if gate.kernels[i] or gate.link[i] or gate.gpu[i]:
             continue
         me = keys[i]
         source, source_wait = None, 0.0
@@ -764,6 +821,9 @@ def _evidence_texts(
         if gate.link[i]:
             parts.append(ev.link(row))
             passed.append("d")
+        if gate.gpu[i]:
+            parts.append(ev.gpu(row))
+            passed.append("e")
         if inherited[i]:
             how = "the slow link at that rank" if by_link[i] else "waiting for it"
             parts.append(f"not a root cause: its late arrivals follow from rank {int(explained_by[i])} ({how})")
@@ -790,9 +850,9 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
     ev = _Evidence(sig)
     explained_by, by_link = _explain_away(sig, gate, ev)
     inherited = explained_by >= 0
-    flagged = gate.kernels | gate.link | ((gate.arrival | gate.step) & ~inherited)
+    flagged = gate.kernels | gate.link | gate.gpu | ((gate.arrival | gate.step) & ~inherited)
     lateness = strength.arrival + strength.step
-    score = np.where(inherited, 0.25 * lateness, lateness) + strength.kernels + strength.link
+    score = np.where(inherited, 0.25 * lateness, lateness) + strength.kernels + strength.link + strength.gpu
     evidence, signals = _evidence_texts(ranks, gate, flagged, explained_by, by_link, ev)
     return _output(sig, "robust", score, flagged, evidence, signals, explained_by)
 

@@ -11,7 +11,7 @@ comparison; top kernels; idle gaps (GPU idle time by cause per GPU from the devi
 histogram, then the per-stream gaps and top transitions, labelled per stream); kernel launches
 (launch delay distribution per GPU, launch statistics across ranks); launch queues (queue length
 over the slowest step); device memory over time (flagged and median GPU); collective skew;
-per-op GPU time.
+per-op GPU time; op performance against the hardware's roofline (:mod:`.opperf`).
 
 Scaling: a per-GPU bar chart shows every GPU up to ``max_bars`` (64) of them; beyond that it
 shows the flagged stragglers, the GPUs at both extremes of the chart's metric and the median
@@ -30,6 +30,7 @@ from ..results import Results
 from .bounds import section_bounds
 from .context import MAX_BARS, Context
 from .host_sections import section_launches, section_memory, section_queues
+from .opperf import section_perf
 from .page import page
 from .ranks import section_collectives, section_steps, section_stragglers
 from .sections import section_breakdown, section_classes, section_gaps, section_kernels, section_ops, section_summary
@@ -51,6 +52,7 @@ SECTIONS: list[tuple[str, str, Callable[[Context], str]]] = [
     ("memory", "Device memory", section_memory),
     ("collectives", "Collective skew", section_collectives),
     ("ops", "GPU time per host op", section_ops),
+    ("perf", "How far from the hardware: op roofline", section_perf),
 ]
 
 

@@ -262,7 +262,7 @@ def section_stragglers(ctx: Context) -> str:
             note(
                 f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
                 "others wait for; the evidence names the signals (late arrival at collectives, slower "
-                "kernels than the other ranks, step-time z-score, slow link)."
+                "kernels than the other ranks, step-time z-score, slow link, slow GPU at equal op shapes)."
             )
         )
         head = sg.head(20)

@@ -16,6 +16,7 @@ SIGNALS = {
     "b": "compute kernels slower than the median rank for the same kernel names",
     "c": "step time far above the median (robust z-score)",
     "d": "slow link: the process groups that contain the rank transfer slower than the others",
+    "e": "slow GPU: its modelled ops run slower than the median rank at equal op, shapes and dtypes",
 }
 
 

@@ -173,3 +173,6 @@ SUMMARY_SECTIONS.append(bounds_section)
 from .kernels import classes_section  # noqa: E402
 
 SUMMARY_SECTIONS.insert(0, classes_section)
+from .opperf import perf_summary_section  # noqa: E402
+
+SUMMARY_SECTIONS.append(perf_summary_section)

@@ -1,0 +1,93 @@
+"""Elementwise ops, unary, binary and ternary, broadcasting included (docs/semantics.md, "Op
+performance model").
+
+With ``y`` the broadcast shape of the tensor arguments:
+
+    FLOPs = |y|                       (one per output element, whatever the function)
+    bytes = Σ |xᵢ|·size(xᵢ)  + |y|·size(y)
+
+Every tensor input is read once at its own shape (a broadcast operand is read once, not once
+per output element; a 0-dim tensor counts one element), Python scalars (``Scalar``) are kernel
+arguments and cost nothing; a tensor after the op's inputs (unary 1, binary 2, ternary 3) is an
+``out=`` tensor, written, not read. The output's element type: an ``out=`` tensor's, the first
+argument's for in-place ops
+(``add_``: ``self`` is written), ``bool`` for comparisons, else the widest type among the
+arguments with at least one dimension (type promotion; 0-dim tensors do not promote), else the
+first argument's. Assumptions: no reuse between ops (each op's operands come from HBM); the
+arithmetic per element is negligible next to the memory traffic, so one FLOP per element is a
+convention that only places the op on the roofline chart.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from ._args import NotModelled, OpArgs, broadcast, bytes_per_element, is_floating
+from .base import VECTOR, Estimate, register
+
+UNARY = [
+    "abs", "neg", "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "exp2", "log", "log1p", "log2", "expm1",
+    "sqrt", "rsqrt", "reciprocal", "sin", "cos", "erf", "erfinv", "hardtanh", "hardsigmoid", "hardswish",
+    "leaky_relu", "elu", "selu", "celu", "softplus", "mish", "square", "sign", "floor", "ceil", "round", "trunc",
+    "nan_to_num", "threshold", "logical_not", "bitwise_not", "isnan", "isinf",
+]  # fmt: skip
+BINARY = [
+    "add", "sub", "rsub", "mul", "div", "pow", "clamp_min", "clamp_max", "remainder", "fmod", "maximum", "minimum",
+    "atan2", "hypot", "xlogy", "bitwise_and", "bitwise_or", "bitwise_xor", "threshold_backward", "sigmoid_backward",
+    "tanh_backward", "gelu_backward", "silu_backward", "hardtanh_backward", "leaky_relu_backward", "elu_backward",
+    "hardsigmoid_backward", "hardswish_backward", "softplus_backward", "mish_backward",
+]  # fmt: skip
+TERNARY = ["clamp", "where", "addcmul", "addcdiv", "lerp", "masked_fill"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "isclose"]
+ARITY = {**{n: 1 for n in UNARY}, **{n: 2 for n in BINARY + COMPARE}, **{n: 3 for n in TERNARY}}
+"""Positional inputs of each op: a tensor argument after them is an ``out=`` tensor (written, not read)."""
+
+
+def _in_place(name: str) -> bool:
+    return name.endswith("_") and not name.endswith("__")
+
+
+def elementwise(a: OpArgs) -> Estimate:
+    """An elementwise op over its tensor arguments (see the module docs).
+
+    Examples
+    --------
+    >>> e = elementwise(OpArgs.parse("aten::add", "[[8, 4], [4], []]", '["c10::BFloat16", "c10::BFloat16", "Scalar"]', ""))
+    >>> e.flops, e.bytes  # reads 32 + 4 elements, writes 32, 2 bytes each
+    (32.0, 136.0)
+    """
+    short = a.name.split("::")[-1]
+    arity = ARITY.get(short.rstrip("_"), len(a))
+    tensors = [i for i in range(min(arity, len(a))) if a.has(i)]
+    outs = [i for i in range(arity, len(a)) if a.has(i)]
+    if not tensors:
+        raise NotModelled(f"{a.name} has no tensor argument with a known element type")
+    y = broadcast(*(a.shape(i) for i in tensors))
+    n_out = prod(y)
+    if outs:  # an out= tensor: its type is the output's
+        out_type = a.dtype(outs[0])
+    elif short.rstrip("_") in COMPARE:
+        out_type = "bool"
+    elif _in_place(short):
+        out_type = a.dtype(tensors[0])
+    else:
+        ranked = [i for i in tensors if len(a.shape(i)) > 0] or tensors[:1]
+        out_type = a.dtype(max(ranked, key=lambda i: (a.bpe(i), -i)))
+    out_bpe = bytes_per_element(out_type) or a.bpe(tensors[0])
+    reads = sum(a.tensor_bytes(i) for i in tensors)
+    floating = [i for i in tensors if is_floating(a.dtype(i))]
+    prec = a.precision(floating[0] if floating else tensors[0])
+    return Estimate(float(n_out), float(reads + n_out * out_bpe), VECTOR, prec, "x".join(map(str, y)) or "scalar")
+
+
+def _names(shorts: list[str]) -> list[str]:
+    return [f"aten::{s}{suffix}" for s in shorts for suffix in ("", "_")]
+
+
+COMPOSITES = ["aten::relu", "aten::relu_", "aten::rsub", "aten::masked_fill", "aten::square", "aten::square_"]
+"""Ops that only call another elementwise op (``relu`` → ``clamp_min``, ``rsub`` → ``sub``,
+``masked_fill`` → ``clone`` + ``masked_fill_``): wrappers, so the inner op is the modelled one
+(as TraceLens names it) and they own only work no inner op owns."""
+
+register("elementwise", [n for n in _names(UNARY + BINARY + TERNARY + COMPARE) if n not in COMPOSITES], elementwise)
+register("elementwise", COMPOSITES, elementwise, wrapper=True)
