@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -167,3 +169,32 @@ def test_example_own_analysis_runs(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "long_kernels" in proc.stdout and "busiest stream per rank" in proc.stdout
+
+
+def _raw_names(path: str) -> tuple[Counter[str], set[str], set[str]]:
+    """From the raw JSON, independently of dtrace: the GPU kernels' names with their counts,
+    the names of the host ops (``cpu_op``) and the names of every complete (``ph: X``) event."""
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    complete = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "name" in e]
+    kernels = Counter(str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "kernel")
+    ops = {str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "cpu_op"}
+    return kernels, ops, {str(e["name"]) for e in complete}
+
+
+def test_event_names_are_those_of_the_raw_json_of_every_shared_kineto_trace(tmp_path):
+    """Each event keeps its own name (issue 19: every event of a rank was named after row ``rank``)."""
+    files = sorted(glob.glob(os.path.join(shared("kineto"), "*", "*.json.gz")))
+    res = dtrace.analyze(files, tmp_path / "out", ranks={f: i for i, f in enumerate(files)}, scheduler="sync")
+    ok = {i["path"]: i["ranks"][0][0] for i in res.manifest["inputs"] if i["status"] == "ok"}
+    assert len(ok) >= 10  # every shared Kineto trace with GPU activity
+    df = dtrace.events(tmp_path / "out", columns=["kind", "name", "is_gpu"]).compute()
+    for path, rank in ok.items():
+        kernels, ops, every = _raw_names(path)
+        mine = df.loc[[rank]]
+        names = mine["name"].astype(str)
+        got = Counter(names[mine["is_gpu"] & (mine["kind"] == "kernel")])
+        assert got == kernels, path
+        assert set(names[mine["kind"] == "cpu_op"]) == ops, path
+        assert set(names) <= every, path
+    assert df["name"].nunique() > 10 * len(ok)
