@@ -119,6 +119,35 @@ def test_shared_traces_without_gpu_activity(name):
     assert "no GPU activity" in err and name in err
 
 
+def test_mtia_trace_is_read_or_refused_naming_what_it_holds():
+    """Until MTIA device events are read, the refusal says what the trace holds (issue 19, item 5)."""
+    path = shared("kineto", "mtia", "mtia_rank_0.json.gz")
+    with gzip.open(path, "rb") as f:
+        cats = [e.get("cat") for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    res = dtrace.analyze(path, scheduler="sync")
+    if res.errors:  # not read yet: the error names the device events and how many there are
+        (err,) = res.errors
+        assert "\n" not in err and os.path.realpath(path) in err
+        assert f"{cats.count('mtia_ccp_events'):,} MTIA device events (mtia_ccp_events)" in err, err
+        assert f"{cats.count('mtia_runtime'):,} MTIA runtime calls (mtia_runtime)" in err, err
+    else:  # read (the formats issue): its device events are GPU work
+        assert res.breakdown["busy_ns"].sum() > 0
+
+
+def test_no_gpu_activity_names_the_categories_it_found(tmp_path):
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.0, "dur": 9.0},
+            *(
+                {"ph": "X", "cat": "npu_device_ops", "name": "matmul", "pid": 9, "tid": 2, "ts": 1.0 + i, "dur": 0.5}
+                for i in range(3)
+            ),
+        ]
+    }
+    err = error_of(write(tmp_path / "npu.json", doc))
+    assert "no GPU activity" in err and "npu_device_ops (3)" in err, err
+
+
 def test_valid_edge_traces_are_analysed():
     for name, kernels in [("old_capitalized_categories_rank_1", 4), ("arg_above_int64_rank-70", 1)]:
         res = dtrace.analyze(shared("kineto", "edge", f"{name}.json.gz"), scheduler="sync")

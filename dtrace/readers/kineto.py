@@ -11,6 +11,7 @@ per device; host events are shared by every part.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -138,6 +139,7 @@ class _Columns:
         self.coll_rows: list[tuple[int, Args, str]] = []
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
+        self.unread: Counter[str] = Counter()  # events of categories read as "other", by category
         self.n = 0
 
 
@@ -192,16 +194,43 @@ _GPU_CODES = np.array(sorted(KIND_CODES[k] for k in GPU_KIND_SET), np.int8)
 _KIND_OF_CAT: dict[str | None, int] = {}
 
 
-def _kind_codes(cats: list[str | None]) -> np.ndarray:
-    """Schema kind code of each category (classified once per distinct category)."""
+def _kind_codes(cats: list[str | None], unread: Counter[str] | None = None) -> np.ndarray:
+    """Schema kind code of each category (classified once per distinct category); the events
+    of categories read as ``other`` are counted by category into ``unread``."""
     enc = pa.array(cats, _DICT_TYPE)
     uniq = enc.dictionary.to_pylist()
     for u in uniq:
         if u not in _KIND_OF_CAT:
             _KIND_OF_CAT[u] = KIND_CODES[CATEGORY_KIND.get((u or "").lower(), "other")]
     lut = np.array([_KIND_OF_CAT[u] for u in uniq] + [KIND_CODES["other"]], np.int8)
-    idx = enc.indices.fill_null(len(uniq)) if enc.indices.null_count else enc.indices
-    return lut[idx.to_numpy(zero_copy_only=False)]
+    idx = (enc.indices.fill_null(len(uniq)) if enc.indices.null_count else enc.indices).to_numpy(zero_copy_only=False)
+    if unread is not None and (lut[:-1] == KIND_CODES["other"]).any():
+        counts = np.bincount(idx, minlength=len(lut))
+        unread.update({u: int(counts[i]) for i, u in enumerate(uniq) if lut[i] == KIND_CODES["other"] and counts[i]})
+    return lut[idx]
+
+
+# device activity of accelerators whose events this reader does not read as GPU work (named in
+# the "no GPU activity" error, so the user sees what the trace holds)
+_UNREAD_DEVICE = {"mtia_ccp_events": "MTIA device events", "mtia_runtime": "MTIA runtime calls"}
+
+
+def _no_gpu_activity(path: str, n: int, unread: Counter[str]) -> NoGPUActivity:
+    """The error of a trace without kernel, memcpy or memset events, naming what it holds instead:
+    the accelerator activity of known other devices, else the categories read as ``other``."""
+    found = [(c, k) for c, k in unread.most_common() if c and c.lower() != "trace"]  # "Trace": the profiler's span
+    known = [(c, k) for c, k in found if c in _UNREAD_DEVICE]
+    if known:
+        what = ", ".join(f"{k:,} {_UNREAD_DEVICE[c]} ({c})" for c, k in known)
+        return NoGPUActivity(
+            path,
+            f"no CUDA/ROCm GPU activity: found {what}, which dtrace does not read yet; "
+            f"it reads kernel, memcpy and memset events ({n:,} events in all)",
+        )
+    other = f"; other categories: {', '.join(f'{c} ({k:,})' for c, k in found[:3])}" if found else ""
+    return NoGPUActivity(
+        path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events{other})"
+    )
 
 
 def _floats(xs: list[Event], get: Any, field: str, path: str) -> np.ndarray:
@@ -225,7 +254,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     if not xs:
         return
     n = len(xs)
-    kinds = _kind_codes(list(map(_CAT, xs)))
+    kinds = _kind_codes(list(map(_CAT, xs)), c.unread)
     start = _floats(xs, _TS, "ts", path)
     d = _floats(xs, _DUR, "dur", path)
     args = list(map(_ARGS, xs))
@@ -377,9 +406,7 @@ def read_kineto(
     if not devices:
         if dropped and n_gpu:
             raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
-        raise NoGPUActivity(
-            path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events)"
-        )
+        raise _no_gpu_activity(path, n, c.unread)
     coll = _collective_table(
         sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
     )
