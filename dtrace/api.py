@@ -370,11 +370,12 @@ class _Run:
             return parse + hashing, tasks
         records = [h for h in hits if h is not None]
         specs = resolve_ranks(records, rank_by=self.options.rank_by, ranks=self.ranks).specs
-        todo = list(ANALYSES) + self.analyses
+        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
+        always = len(todo) < len(ANALYSES) + len(self.analyses)  # some are never reused
         events = 0
         for p in plan_partitions(specs, self.partition_events, workers):
             key = resultstore.key(p, self.options, todo) if self.reuse_results and self.store else None
-            if key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
+            if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
                 events += p.n_events
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
 
@@ -395,7 +396,7 @@ class _Run:
         self.specs = ranking.specs
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store
-        todo = list(ANALYSES) + self.analyses
+        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
         self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
         self.phase("ingest")
         outcome = engine.map(

@@ -120,19 +120,24 @@ def analyze_partition(
     same settings loads them instead of recomputing (``reuse=False`` forces the computation).
     """
     todo = list(ANALYSES) + list(analyses or [])
+    kept = resultstore.reusable(todo)  # an analysis depending on an unhashable value is always run
+    fresh = [a for a in todo if a not in kept]
     res = PartitionResult(partition.index)
-    key = resultstore.key(partition, options, todo) if store else None
+    key = resultstore.key(partition, options, kept) if store else None
     if reuse and store is not None and key is not None:
-        tables, note = resultstore.load(store, key, todo, [(p.rank, p.device) for p in partition.parts])
+        tables, note = resultstore.load(store, key, kept, [(p.rank, p.device) for p in partition.parts])
         if tables is not None:
             res.tables, res.reused = tables, True
+            if fresh:
+                more, res.errors = _run(list(partition.parts), options, fresh)
+                res.tables.update(more)
             return res
         if note:
             res.notes.append(note)
     tables, errors = _run(list(partition.parts), options, todo)
     res.tables, res.errors = tables, errors
     if store is not None and key is not None and not errors:
-        note = resultstore.save(store, key, tables)
+        note = resultstore.save(store, key, {a.table: tables[a.table] for a in kept})
         if note:
             res.notes.append(note)
     return res

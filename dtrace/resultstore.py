@@ -3,7 +3,8 @@
 ``CACHE/results/<key>/`` holds one Arrow IPC file per table of one partition and
 ``entry.json`` (written last: the tables, their row counts and fingerprints). The key hashes
 everything the tables depend on: the dtrace version, the analyses (names, declared columns,
-and for users' own analyses their code), the settings (a class-map file by its content) and,
+and for users' own analyses everything their function depends on: :func:`function_identity`),
+the settings (a class-map file by its content) and,
 per part, its rank, device, format, time origin and the fingerprint of its input.
 
 Stored results are data, never code (no pickle): on load every file must match its fingerprint,
@@ -15,14 +16,20 @@ and links are not followed.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import hashlib
-import inspect
 import json
 import os
 import shutil
 import stat
+import sys
+import sysconfig
 import tempfile
+import threading  # noqa: F401 - used in a docstring example
 import time
+import types
 from typing import Any, Sequence
 
 import numpy as np
@@ -64,17 +71,219 @@ def open_store(cache_dir: str) -> str | None:
         return None
 
 
-def _code_identity(func: Any) -> str:
-    """What identifies an analysis function's behaviour: its module and name, and its code."""
-    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
-    if name.startswith("dtrace."):
-        return name  # built in: the dtrace version covers its code
+class _Unkeyable(Exception):
+    """A value an analysis depends on that cannot be hashed deterministically."""
+
+
+# code installed with Python or in its site-packages is a library: identified by its name (a
+# changed library version does not invalidate stored results; --recompute does)
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.realpath(p) + os.sep
+            for k, p in sysconfig.get_paths().items()
+            if k in ("stdlib", "platstdlib", "purelib", "platlib")
+        }
+    )
+)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _is_library(filename: str | None, module: str | None) -> bool:
+    """Whether code lives in dtrace, in Python's own library or in an installed package (else it
+    is the user's own code, whose dependencies are hashed)."""
+    if module == "__main__" or (filename or "").startswith("<"):  # a script, or code typed or exec'd
+        return False
+    if module is not None and (module == "builtins" or module.split(".")[0] == "dtrace"):
+        return True
+    if not filename:  # compiled into the interpreter
+        return True
+    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+
+
+def _module_file(module: str | None) -> str | None:
+    return getattr(sys.modules.get(module or ""), "__file__", None)
+
+
+def function_identity(func: Any) -> str | None:
+    """A digest of everything a user's analysis function depends on, or None when some of it
+    cannot be hashed deterministically (then its results are never reused).
+
+    Covered: its code (bytecode, constants, nested functions), its default and keyword-only
+    default arguments, the contents of its closure cells, and the module globals its code names
+    when they are plain data (numbers, strings, bytes, containers of them, numpy arrays, pandas
+    frames, enums, dataclass instances) — recursively for the user's own functions, classes and
+    modules it refers to, and through ``functools.partial`` and bound methods. Functions,
+    classes and modules of dtrace, Python's library and installed packages are identified by
+    their names. Anything else (an open file, an arbitrary object) makes the function unkeyable.
+
+    Examples
+    --------
+    >>> scale = 2
+    >>> f = lambda x: x * scale
+    >>> a = function_identity(f); scale = 3; a == function_identity(f)
+    False
+    >>> function_identity(lambda x, lock=threading.Lock(): x) is None  # state of no value
+    True
+    """
+    h = hashlib.blake2b(digest_size=20)
     try:
-        src = inspect.getsource(func)
-    except (OSError, TypeError):
-        code = getattr(func, "__code__", None)
-        src = repr((code.co_code, code.co_consts)) if code is not None else repr(func)
-    return name + ":" + hashlib.sha1(src.encode()).hexdigest()
+        _feed(h, func, set())
+    except (_Unkeyable, RecursionError):
+        return None
+    return h.hexdigest()
+
+
+def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -> None:
+    """Hash ``v`` into ``h`` (see :func:`function_identity`); ``names``: the attribute names the
+    referring code uses (for a user module: which of its attributes it depends on)."""
+    t = type(v)
+    if t in _PLAIN:
+        h.update(f"{t.__name__}:{v!r};".encode())
+        return
+    if isinstance(v, enum.Enum):
+        h.update(f"enum:{t.__module__}.{t.__qualname__}.{v.name};".encode())
+        return
+    if isinstance(v, np.generic):
+        if v.dtype.kind == "O":
+            raise _Unkeyable(repr(t))
+        h.update(f"np:{v.dtype.str}:".encode() + v.tobytes())
+        return
+    if id(v) in seen:  # a cycle (a function calling itself, a list holding itself)
+        h.update(b"cycle;")
+        return
+    seen = seen | {id(v)}
+    if isinstance(v, (tuple, list)):
+        h.update(f"{t.__name__}[{len(v)}](".encode())
+        for x in v:
+            _feed(h, x, seen)
+        h.update(b")")
+    elif isinstance(v, (set, frozenset)):
+        h.update(f"{t.__name__}[{len(v)}](".encode())
+        for d in sorted(_digest(x, seen) for x in v):  # iteration order of a set is not stable
+            h.update(d)
+        h.update(b")")
+    elif isinstance(v, dict):
+        h.update(f"dict[{len(v)}](".encode())
+        for k, x in v.items():
+            _feed(h, k, seen)
+            _feed(h, x, seen)
+        h.update(b")")
+    elif isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            _feed(h, v.tolist(), seen)
+        else:
+            h.update(f"ndarray:{v.dtype.str}:{v.shape};".encode() + np.ascontiguousarray(v).tobytes())
+    elif isinstance(v, (pd.DataFrame, pd.Series, pd.Index)):
+        try:
+            hashed = pd.util.hash_pandas_object(v, index=not isinstance(v, pd.Index)).to_numpy()
+        except TypeError as exc:
+            raise _Unkeyable(repr(t)) from exc
+        frame = v.to_frame() if isinstance(v, (pd.Series, pd.Index)) else v
+        h.update(f"pandas:{t.__name__}:{list(map(str, frame.columns))}:{list(map(str, frame.dtypes))};".encode())
+        h.update(hashed.tobytes())
+    elif isinstance(v, types.FunctionType):
+        _feed_function(h, v, seen)
+    elif isinstance(v, types.MethodType):
+        h.update(b"method:")
+        _feed(h, v.__func__, seen)
+        _feed(h, v.__self__, seen)
+    elif isinstance(v, functools.partial):
+        h.update(b"partial:")
+        for x in (v.func, v.args, v.keywords):
+            _feed(h, x, seen)
+    elif isinstance(v, types.ModuleType):
+        h.update(f"module:{v.__name__};".encode())
+        if not _is_library(getattr(v, "__file__", None), v.__name__):  # the user's module: what the code uses of it
+            for n in sorted(names):
+                if n in vars(v):
+                    h.update(f"attr:{n}=".encode())
+                    _feed(h, vars(v)[n], seen)
+    elif isinstance(v, type):
+        h.update(f"class:{v.__module__}.{v.__qualname__};".encode())
+        if not _is_library(
+            _module_file(v.__module__), v.__module__
+        ):  # the user's class: its methods and class attributes
+            for n, x in sorted(vars(v).items()):
+                if not (n.startswith("__") and n.endswith("__")) or n in ("__init__", "__call__"):
+                    h.update(f"attr:{n}=".encode())
+                    _feed(h, x.__func__ if isinstance(x, (staticmethod, classmethod)) else x, seen)
+    elif (
+        isinstance(v, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType))
+        or (callable(v) and _is_library(_module_file(getattr(v, "__module__", None)), getattr(v, "__module__", None)))
+    ) and (qualname := getattr(v, "__qualname__", None) or getattr(v, "__name__", None)):
+        h.update(f"library:{getattr(v, '__module__', None)}.{qualname};".encode())
+    elif dataclasses.is_dataclass(v):
+        h.update(f"dataclass:{t.__module__}.{t.__qualname__}(".encode())
+        for f in dataclasses.fields(v):
+            h.update(f"{f.name}=".encode())
+            _feed(h, getattr(v, f.name), seen)
+        h.update(b")")
+    elif hasattr(v, "__dict__") and not _is_library(_module_file(t.__module__), t.__module__):
+        h.update(b"object:")  # an instance of the user's own class: its class and its attributes
+        _feed(h, t, seen)
+        _feed(h, vars(v), seen)
+    elif isinstance(v, property):
+        for x in (v.fget, v.fset, v.fdel):
+            _feed(h, x, seen)
+    else:
+        raise _Unkeyable(repr(t))
+
+
+def _feed_function(h: Any, func: types.FunctionType, seen: set[int]) -> None:
+    code = func.__code__
+    h.update(f"function:{func.__module__}.{func.__qualname__};".encode())
+    if _is_library(code.co_filename, func.__module__):
+        return  # dtrace's, Python's or an installed package's: its name identifies it
+    names = _feed_code(h, code)
+    _feed(h, func.__defaults__, seen)
+    _feed(h, func.__kwdefaults__, seen)
+    cells = func.__closure__ or ()
+    for name, cell in zip(code.co_freevars, cells):
+        h.update(f"cell:{name}=".encode())
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later)
+            value = None
+        _feed(h, value, seen, names)
+    glob = func.__globals__
+    for name in sorted(names):
+        if name in glob:
+            h.update(f"global:{name}=".encode())
+            _feed(h, glob[name], seen, names)
+
+
+def _feed_code(h: Any, code: types.CodeType) -> frozenset[str]:
+    """Hash a code object (its nested ones included); the names it and they use."""
+    h.update(code.co_code)
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _feed_code(h, c)
+        else:
+            h.update(f"{type(c).__name__}:{c!r};".encode())
+    h.update(
+        repr((code.co_names, code.co_varnames, code.co_freevars, code.co_argcount, code.co_kwonlyargcount)).encode()
+    )
+    return frozenset(names)
+
+
+def _digest(v: Any, seen: set[int]) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    _feed(h, v, seen)
+    return h.digest()
+
+
+def _analysis_identity(a: Analysis) -> list[Any] | None:
+    """What identifies an analysis's tables: its table, declared columns and function (None:
+    it depends on something that cannot be hashed, so its results are never reused)."""
+    func = function_identity(a.func)
+    return None if func is None else [a.table, sorted(a.columns.items()), func]
+
+
+def reusable(analyses: Sequence[Analysis]) -> list[Analysis]:
+    """The analyses whose results can be stored and reused (see :func:`function_identity`)."""
+    return [a for a in analyses if _analysis_identity(a) is not None]
 
 
 def _classmap_identity(options: Options) -> Any:
@@ -94,15 +303,17 @@ def _classmap_identity(options: Options) -> Any:
 
 def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]) -> str | None:
     """The store key of a partition's results; None when they cannot be keyed (a class map
-    object that is neither a file nor JSON-able)."""
+    object that is neither a file nor JSON-able, an analysis that depends on a value that
+    cannot be hashed: pass only the :func:`reusable` ones)."""
     cm = _classmap_identity(options)
-    if options.classmap is not None and cm is None:
+    analysed = [_analysis_identity(a) for a in analyses]
+    if (options.classmap is not None and cm is None) or None in analysed:
         return None
     opts = options.to_json()
     opts["classmap"] = cm
     ident = {
         "version": [__version__, STORE_VERSION],
-        "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
+        "analyses": analysed,
         "options": opts,
         "parts": [[p.rank, p.device, p.format, p.base_ns, p.fingerprint, p.local_index] for p in partition.parts],
     }
@@ -113,9 +324,11 @@ def run_key(
     inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequence[Analysis], settings: dict[str, Any]
 ) -> str | None:
     """The key of a whole run's results: every input (path, size, mtime, fingerprint), the
-    settings, the analyses and the dtrace version. Equal keys give equal results."""
+    settings, the analyses and the dtrace version. Equal keys give equal results; None when an
+    analysis depends on a value that cannot be hashed (such a run is never up to date)."""
     cm = _classmap_identity(options)
-    if options.classmap is not None and cm is None:
+    analysed = [_analysis_identity(a) for a in analyses]
+    if (options.classmap is not None and cm is None) or None in analysed:
         return None
     opts = options.to_json()
     opts["classmap"] = cm
@@ -123,7 +336,7 @@ def run_key(
         "version": [__version__, STORE_VERSION],
         "options": opts,
         "settings": settings,
-        "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
+        "analyses": analysed,
         "inputs": sorted([list(i) for i in inputs]),
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -6,6 +6,8 @@ import glob
 import gzip
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -157,9 +159,6 @@ def test_events_of_inputs_and_bad_columns(tmp_path):
 
 
 def test_example_own_analysis_runs(tmp_path):
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, os.path.join("examples", "own_analysis.py"), str(tmp_path / "o")],
         capture_output=True,
@@ -198,3 +197,134 @@ def test_event_names_are_those_of_the_raw_json_of_every_shared_kineto_trace(tmp_
         assert set(names[mine["kind"] == "cpu_op"]) == ops, path
         assert set(names) <= every, path
     assert df["name"].nunique() > 10 * len(ok)
+
+
+# -- what an analysis depends on keys its stored results (issue 19, item 2) ------------------
+LONG_NS = 0.0
+"""A module global an analysis reads: kernels longer than this many ns are "long"."""
+
+
+def _long_kernels(batch: dtrace.Batch, limit: float) -> pd.DataFrame:
+    g = batch.gpu
+    k = (g["kind"] == "kernel").to_numpy() & ((g["end_ns"] - g["start_ns"]).to_numpy() > limit)
+    n = batch.n_parts
+    return pd.DataFrame({**batch.keys(np.arange(n)), "long": np.bincount(g["part"].to_numpy()[k], minlength=n)})
+
+
+def _long_of_global(batch: dtrace.Batch) -> pd.DataFrame:
+    return _long_kernels(batch, LONG_NS)
+
+
+def _calls_a_helper(batch: dtrace.Batch) -> pd.DataFrame:
+    return _long_of_global(batch)  # the global is read by the function it calls
+
+
+def _by_closure(limit: float):
+    def long_kernels(batch):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_default(limit: float):
+    def long_kernels(batch, limit=limit):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_kw_default(limit: float):
+    def long_kernels(batch, *, limit=limit):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_object(limit: float):
+    import threading
+
+    state = {"limit": limit, "lock": threading.Lock()}  # a lock: not hashable, never reused
+
+    def long_kernels(batch):
+        return _long_kernels(batch, state["limit"])
+
+    return long_kernels
+
+
+def _raw_long(path: str, limit: float) -> int:
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    return sum(
+        1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel" and e["dur"] * 1000 > limit
+    )
+
+
+LONG_COLUMNS = {"rank": "int32", "device": "int32", "long": "int64"}
+
+
+@pytest.mark.parametrize("how", ["global", "helper", "closure", "default", "kw_default", "unhashable"])
+def test_stored_results_follow_what_the_analysis_depends_on(tmp_path, monkeypatch, how):
+    """First SUM, the value changed, then the same OUT again: what a fresh run gives."""
+    module = sys.modules[__name__]
+
+    def analysis(limit: float) -> dtrace.Analysis:
+        monkeypatch.setattr(module, "LONG_NS", limit)
+        factory = {
+            "global": lambda _: _long_of_global,
+            "helper": lambda _: _calls_a_helper,
+            "closure": _by_closure,
+            "default": _by_default,
+            "kw_default": _by_kw_default,
+            "unhashable": _by_object,
+        }[how]
+        return dtrace.Analysis("long_kernels", factory(limit), LONG_COLUMNS)
+
+    want = {
+        lim: sum(_raw_long(os.path.join(EXAMPLES, f"sampled_rank-{r}.json.gz"), lim) for r in (0, 1))
+        for lim in (0.0, 9_999.5)
+    }
+    assert want[0.0] > want[9_999.5] > 0  # the value matters
+    out = tmp_path / "out"
+    first = dtrace.analyze(EXAMPLES, out, analyses=[analysis(0.0)], scheduler="sync")
+    assert int(first.long_kernels["long"].sum()) == want[0.0]
+    again = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+    fresh = dtrace.analyze(EXAMPLES, tmp_path / "fresh", analyses=[analysis(9_999.5)], scheduler="sync")
+    assert int(again.long_kernels["long"].sum()) == int(fresh.long_kernels["long"].sum()) == want[9_999.5]
+    assert not again.manifest.get("up_to_date")
+    if how == "unhashable":  # never reused, not even unchanged
+        same = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+        assert not same.manifest.get("up_to_date") and same.manifest.get("run_key") is None
+        assert int(same.long_kernels["long"].sum()) == want[9_999.5]
+    else:  # unchanged: up to date
+        same = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+        assert same.manifest.get("up_to_date")
+
+
+def test_analysis_identity_is_the_same_in_every_process(tmp_path):
+    """The key of a function with a set, a dict and a user class in its globals does not depend
+    on the process's hash seed (stored results are found by the next run)."""
+    (tmp_path / "myanalysis.py").write_text(
+        "import numpy as np\n"
+        "NAMES = {'gemm', 'nccl', 'attention', 'copy'}\n"
+        "WEIGHTS = {'a': 1.5, 'b': np.arange(3)}\n"
+        "class Limits:\n"
+        "    low = 3\n"
+        "    def high(self):\n"
+        "        return 7\n"
+        "def func(batch, k=(1, 'x')):\n"
+        "    return (NAMES, WEIGHTS, Limits.low, Limits().high(), k)\n"
+    )
+    code = "import myanalysis, dtrace.resultstore as r; print(r.function_identity(myanalysis.func))"
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1 and "None" not in digests
