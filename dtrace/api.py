@@ -209,6 +209,8 @@ def analyze(
             shutil.rmtree(tmp_cache, ignore_errors=True)
     run.phase("stop")
     tables = combine([r.tables for r in run.results], list(ANALYSES) + user)
+    for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
+        tables.pop(name, None)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
     run.phase("reduce")
@@ -216,7 +218,7 @@ def analyze(
         resultstore.prune(run.store, run.keys_used)
     manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
     note_summaries(manifest, summary_inputs, summary_parts)
-    if not summaries and not manifest["n_failed"]:
+    if not summaries and not manifest["n_failed"] and not run.failed_tables:
         manifest["run_key"] = resultstore.run_key(
             [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]],
             opts,
@@ -306,14 +308,32 @@ def up_to_date(
     return res
 
 
+def reserved_tables() -> set[str]:
+    """Table names a user's analysis may not take: the built-in and cross-rank tables, and the
+    attributes of :class:`Results` (``results.inputs`` must stay the inputs)."""
+    from .reduce import DECLARED
+
+    return (
+        {a.table for a in ANALYSES}
+        | set(DECLARED)
+        | {"ranks"}
+        | {n for n in dir(Results) if not n.startswith("_")}
+        | {"manifest", "path"}
+    )
+
+
 def _check_analyses(analyses: Sequence[Analysis]) -> list[Analysis]:
-    builtin = {a.table for a in ANALYSES}
+    """The user's analyses, checked before any work (one-line usage errors)."""
+    if isinstance(analyses, (Analysis, str, bytes)) or not isinstance(analyses, (list, tuple)):
+        raise UsageError(f"analyses must be a list of dtrace.Analysis objects, not {type(analyses).__name__}")
+    reserved = reserved_tables()
     out = []
     for a in analyses:
         if not isinstance(a, Analysis):
             raise UsageError(f"analyses must be dtrace.Analysis objects, not {type(a).__name__}")
-        if a.table in builtin or not a.table.isidentifier() or a.table.startswith("_"):
-            raise UsageError(f"analysis table name {a.table!r} is a built-in table or not a plain identifier")
+        Analysis(a.table, a.func, a.columns)  # its own checks again: dataclasses can be changed after creation
+        if a.table in reserved:
+            raise UsageError(f"analysis table name {a.table!r} is taken by a built-in table; choose another")
         if "rank" not in a.columns or "device" not in a.columns:
             raise UsageError(f"analysis {a.table!r} must declare the key columns 'rank' and 'device'")
         out.append(a)
@@ -340,6 +360,7 @@ class _Run:
     store: str | None = None
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
+    failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
@@ -419,6 +440,8 @@ class _Run:
         for res in self.results:
             for path, err in res.errors.items():
                 self.fail(path, err, "AnalysisError")
+            for table, err in res.failed_tables.items():
+                self.failed_tables.setdefault(table, err)
 
     def ingest(self, engine: Engine) -> list[FileRecord]:
         """The ingest records of every input (the refused ones included), sorted by path."""
@@ -483,6 +506,7 @@ class _Run:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "options": self.options.to_json(),
             "analyses": [a.table for a in self.analyses],
+            "failed_tables": dict(self.failed_tables),
             "cache": os.path.abspath(self.cache),
             "seconds": round(seconds, 3),
             "phases": dict(self.phases),

@@ -18,6 +18,8 @@ I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
 NI64 = "Int64"
 """A nullable int64 (pandas ``Int64``): ``NA`` where the value is missing (unknown bytes, no seq)."""
 INTS = (NI64, I64, I32, "int16", "int8")
+DTYPES = (*INTS, F64, BOOL, STR)
+"""Every dtype a table may declare (as these strings; ``object`` means text)."""
 
 
 def has_dtype(col: pd.Series, want: str) -> bool:
@@ -29,11 +31,12 @@ def has_dtype(col: pd.Series, want: str) -> bool:
     return str(col.dtype) == want
 
 
-def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
+def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False) -> Any:
     """The values of ``col`` in the declared dtype ``want`` (an array for the DataFrame).
 
-    Floats declared as integers are rounded half to even (``np.rint``) from the float as it is;
-    NaN becomes ``NA`` in a nullable ``Int64`` column and is an error in a plain integer one.
+    Floats declared as integers are rounded half to even (``np.rint``) from the float as it is
+    (``strict``: a float that is not a whole number is an error instead); NaN becomes ``NA`` in
+    a nullable ``Int64`` column and is an error in a plain integer one.
 
     Examples
     --------
@@ -54,7 +57,15 @@ def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
     else:
         vals = col.to_numpy(np.float64, na_value=np.nan)
         missing = np.isnan(vals)
-        ints = np.rint(np.where(missing, 0.0, vals)).astype(np.int64)
+        whole = np.rint(np.where(missing, 0.0, vals))
+        if strict:
+            bad = np.flatnonzero((whole != np.where(missing, 0.0, vals)) | np.isinf(vals))
+            if len(bad):
+                raise TypeError(
+                    f"column {name!r} is declared {want} but holds {vals[bad[0]]!r} (not a whole number): "
+                    "round or convert it in the analysis"
+                )
+        ints = whole.astype(np.int64)
     if want == NI64:
         return pd.arrays.IntegerArray(ints, missing)
     if missing.any():
@@ -77,19 +88,25 @@ def empty_frame(columns: Mapping[str, Any] | Iterable[str], dtype: Any = object)
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()}, columns=list(cols))
 
 
-def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str) -> pd.DataFrame:
-    """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes
-    (:func:`as_declared`: floats declared as integers are rounded half to even, NaN is ``NA``).
+def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str, strict: bool = False) -> pd.DataFrame:
+    """Check that ``df`` is a DataFrame with the declared columns (extra ones allowed) and cast
+    their dtypes (:func:`as_declared`: floats declared as integers are rounded half to even, or
+    with ``strict`` must be whole numbers; NaN is ``NA``).
 
     Text columns (declared ``object``) may be object or pandas string columns.
     """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"table {table!r}: the analysis returned {type(df).__name__}, not a pandas DataFrame")
     columns = {c: t if isinstance(t, str) else str(np.dtype(t)) for c, t in columns.items()}  # object -> "object"
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TypeError(f"table {table!r} lacks its declared columns {missing}")
     if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
         return df
-    out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy() for c in df.columns}
+    out = {
+        c: as_declared(df[c], columns[c], f"{table}.{c}", strict) if c in columns else df[c].to_numpy()
+        for c in df.columns
+    }
     return pd.DataFrame(out, columns=list(df.columns))
 
 

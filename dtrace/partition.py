@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from . import resultstore
-from .analyses import ANALYSES, Analysis, run_analyses
+from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
 from .cache import FileRecord, ingest, read_part_tables
 from .errors import DtraceError, InputError
@@ -101,6 +101,7 @@ class PartitionResult:
     index: int
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # input path -> one-line error
+    failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
     reused: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -113,15 +114,17 @@ def analyze_partition(
     store: str | None = None,
 ) -> PartitionResult:
     """Run every analysis on one partition. Never raises for bad data: failed parts are
-    reported per input and the other parts of the partition still complete.
+    reported per input and the other parts of the partition still complete; a user's analysis
+    that fails fails its own table only (:attr:`PartitionResult.failed_tables`).
 
     The result tables are stored under ``store`` keyed by the partition's parts, the settings
     and the analyses (:func:`dtrace.resultstore.key`); re-analysing unchanged inputs with the
     same settings loads them instead of recomputing (``reuse=False`` forces the computation).
     """
-    todo = list(ANALYSES) + list(analyses or [])
+    own = list(analyses or [])
+    todo = list(ANALYSES) + own
     kept = resultstore.reusable(todo)  # an analysis depending on an unhashable value is always run
-    fresh = [a for a in todo if a not in kept]
+    fresh = [a for a in own if a not in kept]
     res = PartitionResult(partition.index)
     key = resultstore.key(partition, options, kept) if store else None
     if reuse and store is not None and key is not None:
@@ -129,37 +132,41 @@ def analyze_partition(
         if tables is not None:
             res.tables, res.reused = tables, True
             if fresh:
-                more, res.errors = _run(list(partition.parts), options, fresh)
+                more, res.errors, res.failed_tables = _run(list(partition.parts), options, [], fresh)
                 res.tables.update(more)
             return res
         if note:
             res.notes.append(note)
-    tables, errors = _run(list(partition.parts), options, todo)
-    res.tables, res.errors = tables, errors
-    if store is not None and key is not None and not errors:
-        note = resultstore.save(store, key, {a.table: tables[a.table] for a in kept})
+    res.tables, res.errors, res.failed_tables = _run(list(partition.parts), options, list(ANALYSES), own)
+    if store is not None and key is not None and not res.errors and not res.failed_tables:
+        note = resultstore.save(store, key, {a.table: res.tables[a.table] for a in kept})
         if note:
             res.notes.append(note)
     return res
 
 
 def _run(
-    specs: list[PartSpec], options: Options, analyses: list[Analysis]
-) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    specs: list[PartSpec], options: Options, builtin: list[Analysis], own: list[Analysis]
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
     """Analyse the parts together; if that fails, each half alone (recursively), so that a bad
-    part fails alone and the others keep their results (in part order)."""
+    part fails alone and the others keep their results (in part order). The user's analyses
+    (``own``) each fail their own table only: ``(tables, {path: error}, {table: error})``."""
     try:
-        return run_analyses(load_batch(specs, options), analyses), {}
+        batch = load_batch(specs, options)
+        tables = run_analyses(batch, builtin)
     except Exception as exc:  # noqa: BLE001 - isolate the part that broke, report it below
         if len(specs) == 1:
-            return {}, {specs[0].path: _describe(specs[0], exc)}
+            return {}, {specs[0].path: _describe(specs[0], exc)}, {}
+    else:
+        more, failed = run_own_analyses(batch, own)
+        return {**tables, **more}, {}, failed
     mid = len(specs) // 2
-    (t1, e1), (t2, e2) = _run(specs[:mid], options, analyses), _run(specs[mid:], options, analyses)
+    (t1, e1, f1), (t2, e2, f2) = _run(specs[:mid], options, builtin, own), _run(specs[mid:], options, builtin, own)
     tables = {
         name: pd.concat([t for t in (t1.get(name), t2.get(name)) if t is not None], ignore_index=True)
         for name in {**t1, **t2}
     }
-    return tables, {**e1, **e2}
+    return tables, {**e1, **e2}, {**f2, **f1}
 
 
 def _describe(spec: PartSpec, exc: BaseException) -> str:

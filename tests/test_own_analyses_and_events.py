@@ -63,13 +63,13 @@ def test_own_analysis_is_run_stored_and_written(tmp_path, monkeypatch):
     import dtrace.partition as partition
 
     calls = []
-    real = partition.run_analyses
+    real = partition.run_own_analyses
 
-    def spy(batch, analyses=None, only=None):
-        calls.append([a.table for a in analyses or []])
-        return real(batch, analyses, only)
+    def spy(batch, analyses):
+        calls.append([a.table for a in analyses])
+        return real(batch, analyses)
 
-    monkeypatch.setattr(partition, "run_analyses", spy)
+    monkeypatch.setattr(partition, "run_own_analyses", spy)
     again = dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2)  # new settings: recomputed
     assert calls and "kernel_count" in calls[-1]
     calls.clear()
@@ -106,22 +106,94 @@ def test_own_analysis_runs_in_batches_of_many_parts(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "bad, why",
+    "make, why",
     [
-        (dtrace.Analysis("kernels", kernel_count, COUNT.columns), "built-in"),
-        (dtrace.Analysis("../x", kernel_count, COUNT.columns), "identifier"),
-        (dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"}), "rank"),
+        (lambda: [dtrace.Analysis("kernels", kernel_count, COUNT.columns)], "built-in"),
+        (lambda: [dtrace.Analysis("stragglers", kernel_count, COUNT.columns)], "built-in"),  # a cross-rank table
+        (lambda: [dtrace.Analysis("inputs", kernel_count, COUNT.columns)], "built-in"),  # results.inputs
+        (lambda: [dtrace.Analysis("../x", kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis("my table", kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis(7, kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"})], "rank"),
+        (lambda: [dtrace.Analysis("t", 5, COUNT.columns)], "func must be a function"),
+        (lambda: [dtrace.Analysis("t", kernel_count, ["rank", "device"])], "columns must be a dict"),
+        (lambda: [dtrace.Analysis("t", kernel_count, {"rank": "int32", "device": "int32", "n": "int"})], "dtype"),
+        (lambda: [dtrace.Analysis("t", kernel_count, {"rank": "int32", "device": "int32", "n": "uint64"})], "dtype"),
+        (lambda: [COUNT, COUNT], "same table"),
+        (lambda: COUNT, "list of dtrace.Analysis"),
     ],
 )
-def test_invalid_own_analyses_are_usage_errors(tmp_path, bad, why):
-    with pytest.raises(UsageError, match=why):
-        dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[bad])
+def test_invalid_own_analyses_are_usage_errors_before_any_work(tmp_path, make, why):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=why) as ei:
+        dtrace.analyze(EXAMPLES, out, analyses=make())
+    assert "\n" not in str(ei.value)
+    assert not out.exists()  # refused before any work
 
 
-def test_own_analysis_missing_a_declared_column_fails_its_inputs(tmp_path):
-    broken = dtrace.Analysis("kernel_count", lambda b: kernel_count(b).drop(columns="kernel_ns"), COUNT.columns)
-    res = dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[broken], scheduler="sync")
-    assert len(res.errors) == 2 and all("kernel_ns" in e and "\n" not in e for e in res.errors)
+def _raises(batch):
+    raise ValueError("my analysis is broken\non two lines")
+
+
+def _runs_out_of_memory(batch):
+    raise MemoryError()
+
+
+def _fraction_in_an_int_column(batch):
+    return kernel_count(batch).assign(kernels=lambda d: d["kernels"] + 0.5)
+
+
+def _fails_on_rank_1(batch):
+    if (batch.parts["rank"] == 1).any():
+        raise RuntimeError("rank 1 is not supported")
+    return kernel_count(batch)
+
+
+@pytest.mark.parametrize(
+    "func, why",
+    [
+        (_raises, "ValueError: my analysis is broken on two lines"),
+        (lambda b: None, "returned NoneType, not a pandas DataFrame"),
+        (lambda b: [1, 2], "returned list, not a pandas DataFrame"),
+        (lambda b: {"rank": [0]}, "returned dict, not a pandas DataFrame"),
+        (lambda b: kernel_count(b).drop(columns="kernel_ns"), "lacks its declared columns ['kernel_ns']"),
+        (_runs_out_of_memory, "MemoryError"),
+        (_fraction_in_an_int_column, "not a whole number"),
+        (_fails_on_rank_1, "rank 1 is not supported"),
+    ],
+)
+def test_a_failing_own_analysis_fails_its_table_only(tmp_path, func, why):
+    """Issue 19, item 9: never the built-in tables, the inputs or the other analyses of the user."""
+    base = dtrace.analyze(EXAMPLES, scheduler="sync")
+    broken = dtrace.Analysis("kernel_count", func, COUNT.columns)
+    fine = dtrace.Analysis("also_counted", kernel_count, COUNT.columns)
+    out = tmp_path / "out"
+    res = dtrace.analyze(EXAMPLES, out, analyses=[broken, fine], scheduler="sync", partition_events=1)
+    assert res.errors == [] and len(res.manifest["partitions"]) == 2
+    (err,) = res.failed_tables.values()
+    assert list(res.failed_tables) == ["kernel_count"] and "'kernel_count'" in err and why in err and "\n" not in err
+    assert not res.ok
+    for table in ("breakdown", "kernels", "steps", "stragglers"):
+        pd.testing.assert_frame_equal(res[table], base[table], check_dtype=False)
+    assert len(res.also_counted) == 2
+    with pytest.raises(AttributeError, match="kernel_count.*failed"):
+        getattr(res, "kernel_count")  # noqa: B009 - the attribute access is what is tested
+    again = dtrace.load(out)
+    assert "kernel_count" not in again.table_names and again.failed_tables == res.failed_tables
+    from dtrace.render.summary import summary
+
+    assert f"  {err}" in summary(again)
+    # not stored and never up to date: the next run tries it again
+    retry = dtrace.analyze(EXAMPLES, out, analyses=[COUNT, fine], scheduler="sync", partition_events=1)
+    assert retry.ok and not retry.manifest.get("up_to_date") and len(retry.kernel_count) == 2
+
+
+def test_whole_floats_in_an_int_column_of_an_own_analysis_are_kept(tmp_path):
+    as_floats = dtrace.Analysis("kernel_count", lambda b: kernel_count(b).astype({"kernels": "float64"}), COUNT.columns)
+    res = dtrace.analyze(EXAMPLES, analyses=[as_floats], scheduler="sync")
+    want = dtrace.analyze(EXAMPLES, analyses=[COUNT], scheduler="sync").kernel_count
+    assert res.ok and str(res.kernel_count["kernels"].dtype) == "int64"
+    assert res.kernel_count["kernels"].tolist() == want["kernels"].tolist()
 
 
 def test_events_of_a_results_directory(tmp_path):

@@ -59,6 +59,13 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
     absent = absent_note(results)
     if absent:
         parts.append(absent)
+    failed = results.failed_tables
+    if failed:
+        parts.append(
+            f"{len(failed)} table(s) of your own analyses failed:\n"
+            + "\n".join(f"  {printable(str(e))}" for e in failed.values())
+            + "\n"
+        )
     errs = results.errors
     if errs:
         parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
@@ -111,6 +118,8 @@ def summary_document(results: Results) -> dict[str, Any]:
         cols = [c for c in ("rank", "device", "score", "signals", "evidence") if c in s.columns]
         doc["stragglers"] = _records(s.loc[flags(s["flagged"]), cols]) if "flagged" in s.columns else []
     doc["errors"] = results.errors
+    if results.failed_tables:
+        doc["failed_tables"] = results.failed_tables
     return doc
 
 
