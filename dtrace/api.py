@@ -395,9 +395,11 @@ class _Run:
         always = len(todo) < len(ANALYSES) + len(self.analyses)  # some are never reused
         events = 0
         for p in plan_partitions(specs, self.partition_events, workers):
-            key = resultstore.key(p, self.options, todo) if self.reuse_results and self.store else None
-            if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
-                events += p.n_events
+            groups = p.store_groups()
+            keys = resultstore.keys(groups, self.options, todo) if self.reuse_results and self.store else []
+            for group, key in zip(groups, keys or [None] * len(groups)):
+                if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
+                    events += sum(s.n_events for s in group)
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
 
     def fail(self, path: str, error: str, kind: str) -> None:
@@ -418,7 +420,8 @@ class _Run:
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store
         todo = resultstore.reusable(list(ANALYSES) + self.analyses)
-        self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
+        groups = [g for p in self.partitions for g in p.store_groups()]
+        self.keys_used = {k for k in resultstore.keys(groups, self.options, todo) if k}
         self.phase("ingest")
         outcome = engine.map(
             analyze_partition,
@@ -428,7 +431,7 @@ class _Run:
             self.reuse_results,
             store,
             label="analysing ranks",
-            split=_halves,
+            split=PartitionSpec.halves,
         )
         self.phase("analyse")
         self.results = [
@@ -477,7 +480,7 @@ class _Run:
         for s in self.specs:
             ranks.setdefault(s.path, []).append([s.rank, s.device])
             parts.setdefault(s.path, []).append({"rank": s.rank, "device": s.device, "local_index": s.local_index})
-        reused = {p for part, res in zip(self.partitions, self.results) if res.reused for p in part.paths}
+        reused = {p for res in self.results for p in res.reused_paths}
         notes = [n for res in self.results for n in res.notes]
         inputs = []
         for r in self.records:
@@ -521,14 +524,6 @@ class _Run:
             "n_failed": sum(1 for i in inputs if i["status"] == "error"),
             "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
         }
-
-
-def _halves(p: PartitionSpec) -> list[PartitionSpec] | None:
-    """A failed partition's two halves (none for a single part)."""
-    if len(p.parts) < 2:
-        return None
-    mid = len(p.parts) // 2
-    return [PartitionSpec(p.index, p.parts[:mid]), PartitionSpec(p.index, p.parts[mid:])]
 
 
 def combine(

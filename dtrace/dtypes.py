@@ -24,11 +24,16 @@ DTYPES = (*INTS, F64, BOOL, STR)
 
 def has_dtype(col: pd.Series, want: str) -> bool:
     """Whether ``col`` already has the declared dtype (``object`` means text: any string dtype)."""
+    return dtype_is(col.dtype, want)
+
+
+def dtype_is(dtype: Any, want: str) -> bool:
+    """Whether a column of ``dtype`` has the declared dtype ``want`` (see :func:`has_dtype`)."""
     if want == STR:
-        return col.dtype == object or pd.api.types.is_string_dtype(col.dtype)
+        return (isinstance(dtype, np.dtype) and dtype.kind == "O") or pd.api.types.is_string_dtype(dtype)
     if want == NI64:  # stored with its nulls as int64 + validity; a column without any may read back as int64
-        return str(col.dtype) == NI64 or col.dtype == np.int64
-    return str(col.dtype) == want
+        return str(dtype) == NI64 or dtype == np.int64
+    return str(dtype) == want
 
 
 def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False) -> Any:
@@ -101,7 +106,8 @@ def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str, strict: bo
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TypeError(f"table {table!r} lacks its declared columns {missing}")
-    if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
+    dtypes = dict(zip(df.columns, df.dtypes))  # one lookup per column, not a Series each
+    if all(str(dtypes[c]) == want or (want == STR and dtype_is(dtypes[c], want)) for c, want in columns.items()):
         return df
     out = {
         c: as_declared(df[c], columns[c], f"{table}.{c}", strict) if c in columns else df[c].to_numpy()

@@ -102,7 +102,8 @@ class PartitionResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # input path -> one-line error
     failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
-    reused: bool = False
+    reused: bool = False  # every store group of the partition came from the store
+    reused_paths: set[str] = field(default_factory=set)  # inputs whose every part's results did
     notes: list[str] = field(default_factory=list)
 
 
@@ -122,27 +123,69 @@ def analyze_partition(
     same settings loads them instead of recomputing (``reuse=False`` forces the computation).
     """
     own = list(analyses or [])
-    todo = list(ANALYSES) + own
-    kept = resultstore.reusable(todo)  # an analysis depending on an unhashable value is always run
+    kept = resultstore.reusable(list(ANALYSES) + own)  # one depending on an unhashable value is always run
     fresh = [a for a in own if a not in kept]
     res = PartitionResult(partition.index)
-    key = resultstore.key(partition, options, kept) if store else None
-    if reuse and store is not None and key is not None:
-        tables, note = resultstore.load(store, key, kept, [(p.rank, p.device) for p in partition.parts])
-        if tables is not None:
-            res.tables, res.reused = tables, True
-            if fresh:
-                more, res.errors, res.failed_tables = _run(list(partition.parts), options, [], fresh)
-                res.tables.update(more)
-            return res
-        if note:
-            res.notes.append(note)
-    res.tables, res.errors, res.failed_tables = _run(list(partition.parts), options, list(ANALYSES), own)
-    if store is not None and key is not None and not res.errors and not res.failed_tables:
-        note = resultstore.save(store, key, {a.table: res.tables[a.table] for a in kept})
-        if note:
-            res.notes.append(note)
+    groups = partition.store_groups()
+    keys = resultstore.keys(groups, options, kept) if store is not None else [None] * len(groups)
+    stored: list[dict[str, pd.DataFrame] | None] = [None] * len(groups)
+    for i, (group, key) in enumerate(zip(groups, keys)):
+        if reuse and store is not None and key is not None:
+            stored[i], note = resultstore.load(store, key, kept, [(p.rank, p.device) for p in group])
+            if note:
+                res.notes.append(note)
+    todo = [p for g, t in zip(groups, stored) if t is None for p in g]
+    done = [p for g, t in zip(groups, stored) if t is not None for p in g]
+    computed: list[dict[str, pd.DataFrame]] = [{} for _ in groups]
+    if todo:
+        tables, res.errors, res.failed_tables = _run(todo, options, list(ANALYSES), own)
+        missed = [i for i, t in enumerate(stored) if t is None]
+        for i, t in zip(missed, _split_by_group(tables, [groups[i] for i in missed])):
+            computed[i] = t
+    if fresh and done:  # stored groups still need the analyses that are never stored
+        tables, errors, failed = _run(done, options, [], fresh)
+        res.errors.update({k: v for k, v in errors.items() if k not in res.errors})
+        res.failed_tables = {**failed, **res.failed_tables}
+        hit = [i for i, t in enumerate(stored) if t is not None]
+        for i, t in zip(hit, _split_by_group(tables, [groups[i] for i in hit])):
+            computed[i] = t
+    per_group = [{**(s or {}), **c} for s, c in zip(stored, computed)]
+    res.tables = _concat_groups(per_group) if len(groups) > 1 else per_group[0]
+    res.reused = bool(done) and not todo
+    res.reused_paths = {p.path for p in done} - {p.path for p in todo} - set(res.errors)
+    if store is not None and not res.failed_tables:
+        for group, key, was, t in zip(groups, keys, stored, per_group):
+            if key is not None and was is None and not any(p.path in res.errors for p in group):
+                note = resultstore.save(store, key, {a.table: t[a.table] for a in kept})
+                if note:
+                    res.notes.append(note)
     return res
+
+
+def _split_by_group(tables: dict[str, pd.DataFrame], groups: list[Sequence[PartSpec]]) -> list[dict[str, pd.DataFrame]]:
+    """Each table's rows cut by store group (groups are whole ranks in rank order), in order."""
+    if len(groups) == 1:
+        return [tables]
+    firsts = np.array([g[0].rank for g in groups], np.int64)
+    out: list[dict[str, pd.DataFrame]] = [{} for _ in groups]
+    for name, df in tables.items():
+        gid = np.searchsorted(firsts, df["rank"].to_numpy(np.int64), side="right") - 1
+        order = np.argsort(gid, kind="stable")
+        cuts = np.searchsorted(gid[order], np.arange(len(groups) + 1))
+        for i in range(len(groups)):  # a few groups per partition
+            out[i][name] = df.iloc[order[cuts[i] : cuts[i + 1]]].reset_index(drop=True)
+    return out
+
+
+def _concat_groups(per_group: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """The tables of consecutive store groups as one table each (in group order)."""
+    names = dict.fromkeys(n for t in per_group for n in t)
+    out = {}
+    for name in names:
+        frames = [t[name] for t in per_group if name in t]
+        nonempty = [f for f in frames if len(f)]
+        out[name] = pd.concat(nonempty, ignore_index=True) if len(nonempty) > 1 else (nonempty or frames)[0]
+    return out
 
 
 def _run(

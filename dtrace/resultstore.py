@@ -37,10 +37,12 @@ import pandas as pd
 import pyarrow as pa
 
 from ._version import __version__
-from .analyses import Analysis, conform, has_dtype
+from .analyses import Analysis, conform
 from .cache import _NOFOLLOW, fingerprint_bytes, read_file
+from .dtypes import dtype_is
 from .layout import PartitionSpec
 from .options import Options
+from .plan import PartSpec
 
 STORE_VERSION = 1
 ENTRY = "entry.json"
@@ -301,23 +303,30 @@ def _classmap_identity(options: Options) -> Any:
         return None
 
 
-def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]) -> str | None:
-    """The store key of a partition's results; None when they cannot be keyed (a class map
-    object that is neither a file nor JSON-able, an analysis that depends on a value that
-    cannot be hashed: pass only the :func:`reusable` ones)."""
+def key(parts: PartitionSpec | Sequence[PartSpec], options: Options, analyses: Sequence[Analysis]) -> str | None:
+    """The store key of the results of some parts (a store group, :func:`dtrace.layout.store_groups`);
+    None when they cannot be keyed (a class map object that is neither a file nor JSON-able, an
+    analysis that depends on a value that cannot be hashed: pass only the :func:`reusable` ones)."""
+    return keys([parts.parts if isinstance(parts, PartitionSpec) else parts], options, analyses)[0]
+
+
+def keys(groups: Sequence[Sequence[PartSpec]], options: Options, analyses: Sequence[Analysis]) -> list[str | None]:
+    """The store key of each group of parts (see :func:`key`); the settings and the analyses
+    are hashed once."""
     cm = _classmap_identity(options)
     analysed = [_analysis_identity(a) for a in analyses]
     if (options.classmap is not None and cm is None) or None in analysed:
-        return None
+        return [None] * len(groups)
     opts = options.to_json()
     opts["classmap"] = cm
-    ident = {
-        "version": [__version__, STORE_VERSION],
-        "analyses": analysed,
-        "options": opts,
-        "parts": [[p.rank, p.device, p.format, p.base_ns, p.fingerprint, p.local_index] for p in partition.parts],
-    }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    common = json.dumps(
+        {"version": [__version__, STORE_VERSION], "analyses": analysed, "options": opts}, sort_keys=True, default=str
+    )
+    out: list[str | None] = []
+    for parts in groups:
+        ident = [[p.rank, p.device, p.format, p.base_ns, p.fingerprint, p.local_index] for p in parts]
+        out.append(hashlib.sha256((common + json.dumps(ident, default=str)).encode()).hexdigest()[:32])
+    return out
 
 
 def run_key(
@@ -413,11 +422,12 @@ def _check_parts(df: pd.DataFrame, table: str, parts: Sequence[tuple[int, int]])
 
 
 def _check_dtypes(df: pd.DataFrame, a: Analysis) -> None:
+    dtypes = dict(zip(df.columns, df.dtypes))
     for col, want in a.columns.items():
-        if col not in df.columns:
+        if col not in dtypes:
             raise ValueError(f"{a.table}: column {col!r} missing")
-        if len(df) and not has_dtype(df[col], want):
-            raise ValueError(f"{a.table}: column {col!r} is {df[col].dtype}, not {want}")
+        if len(df) and not dtype_is(dtypes[col], want):
+            raise ValueError(f"{a.table}: column {col!r} is {dtypes[col]}, not {want}")
 
 
 def _touch(path: str) -> None:
