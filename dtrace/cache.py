@@ -399,10 +399,11 @@ def _remove_folder(path: str) -> None:
 
 
 def _fresh_entry(d: str) -> None:
-    """Make ``d`` a real folder (a symbolic link there is removed, never followed) without a
-    ``source.json``: until the new one is written, the entry is absent."""
+    """Make ``d`` a real folder without a ``source.json``: until the new one is written, the entry
+    is absent. Anything else there (a symbolic link, a file, a FIFO, a socket) is removed — never
+    followed, never opened."""
     try:
-        if stat.S_ISLNK(os.lstat(d).st_mode):
+        if not stat.S_ISDIR(os.lstat(d).st_mode):
             os.unlink(d)
     except FileNotFoundError:
         pass
