@@ -109,7 +109,9 @@ class CacheError(DtraceError):
 
 
 def entry_dir(cache_dir: str, path: str) -> str:
-    key = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:20]
+    """The cache entry of an input: named by a hash of its absolute path (a name that is not
+    valid UTF-8 — Linux names are bytes, read as surrogate escapes — hashes like any other)."""
+    key = hashlib.sha1(os.path.abspath(path).encode("utf-8", "surrogatepass")).hexdigest()[:20]
     return os.path.join(cache_dir, key)
 
 
