@@ -189,9 +189,32 @@ class Content:
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """The fingerprint of a file's bytes: a 128-bit xxh3 hash (non-cryptographic, GB/s)."""
+    """The fingerprint of a file's bytes: a 128-bit xxh3 hash (non-cryptographic, GB/s).
+
+    An SQLite database in WAL mode keeps its latest changes in ``<file>-wal`` beside it (the
+    database file itself is unchanged until a checkpoint): its bytes are part of the fingerprint.
+    """
     h = xxhash.xxh3_128()
     with open_regular(path) as f:
+        head = f.read(len(SQLITE_MAGIC))
+        h.update(head)
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
+    wal = sqlite_wal(path) if head == SQLITE_MAGIC else None
+    if wal is not None:
+        h.update(b"\0dtrace-sqlite-wal\0")
+        with open_regular(wal) as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
     return h.hexdigest()
+
+
+def sqlite_wal(path: str | os.PathLike[str]) -> str | None:
+    """The write-ahead log beside an SQLite database (``<file>-wal``) if it is a regular file
+    with content, else None (looked at with ``lstat`` only: never opened here)."""
+    wal = os.fspath(path) + "-wal"
+    try:
+        st = os.lstat(wal)
+    except OSError:
+        return None
+    return wal if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
