@@ -18,7 +18,7 @@ from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
-from .errors import DtraceError, RankError, UsageError
+from .errors import DtraceError, OwnOutput, RankError, UsageError
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .options import Options
 from .partition import PartitionResult, analyze_partition, ingest_files
@@ -167,7 +167,8 @@ def analyze(
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
     # FIFOs, devices, unlistable folders: failed inputs, never opened
-    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None))
+    skipped: list[str] = []  # results folders of dtrace among the inputs
+    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None, skipped=skipped))
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
     reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
@@ -195,6 +196,7 @@ def analyze(
         reader_options={"max_input_size": limit},
         refused=refused,
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
+        skipped_notes=skipped,
     )
     try:
         with Engine(spec) as engine:
@@ -361,6 +363,8 @@ class _Run:
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
     failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
+    skipped: dict[str, str] = field(default_factory=dict)  # path -> why (dtrace's own outputs)
+    skipped_notes: list[str] = field(default_factory=list)  # folders of dtrace's results left out
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
@@ -411,7 +415,9 @@ class _Run:
         errors are collected in :attr:`errors`, its results are never changed afterwards."""
         self.records = self.ingest(engine)
         for r in self.records:
-            if r.error is not None:
+            if r.error is not None and r.error_type == OwnOutput.__name__:
+                self.skipped[r.path] = r.error  # one of dtrace's own outputs: not a trace, not a failure
+            elif r.error is not None:
                 self.fail(r.path, r.error, r.error_type or "InputError")
         ranking = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
         for path, err in ranking.errors.items():
@@ -481,15 +487,17 @@ class _Run:
             ranks.setdefault(s.path, []).append([s.rank, s.device])
             parts.setdefault(s.path, []).append({"rank": s.rank, "device": s.device, "local_index": s.local_index})
         reused = {p for res in self.results for p in res.reused_paths}
-        notes = [n for res in self.results for n in res.notes]
+        notes = list(self.skipped_notes) + [n for res in self.results for n in res.notes]
         inputs = []
         for r in self.records:
             error, error_type = self.errors.get(r.path, (None, None))
+            if r.path in self.skipped:
+                error, error_type = self.skipped[r.path], OwnOutput.__name__
             inputs.append(
                 {
                     "path": r.path,
                     "format": r.format,
-                    "status": "error" if error else "ok",
+                    "status": "skipped" if r.path in self.skipped else "error" if error else "ok",
                     "error": error,
                     "error_type": error_type,
                     "ranks": ranks.get(r.path, []) if not error else [],

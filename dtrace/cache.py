@@ -52,9 +52,9 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
     _ISAL_ERRORS = ()
 
-from .errors import DtraceError, InputError, NoGPUActivity
+from .errors import DtraceError, InputError, NoGPUActivity, OwnOutput
 from .fileio import atomic_write_bytes
-from .readers import detect, get_reader
+from .readers import detect, get_reader, head_of, refuse_own_output
 from .readers._io import file_fingerprint
 from .schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 
@@ -439,8 +439,11 @@ def ingest(
                 return hit
             if note:
                 rec.notes.append(note)
-        reader = get_reader(fmt) if fmt else detect(apath)
+        head = head_of(apath)
+        refuse_own_output(apath, head)  # dtrace's results, cache, timelines: skipped, never read
+        reader = get_reader(fmt) if fmt else detect(apath, head)
         tf = reader.read(apath, **(reader_options or {}))
+        refuse_own_output(apath, head, tf.meta)
         for part in tf.parts:  # ids the event tables and partitions hold as int32
             if not _I32_MIN <= part.device <= _I32_MAX:
                 raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
@@ -472,6 +475,11 @@ def ingest(
         _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
     except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
         rec.error, rec.error_type = ingest_error(apath, exc)
+        if isinstance(exc, OwnOutput):  # skipped, not failed: a later run is up to date only if it is unchanged
+            try:
+                rec.fingerprint = file_fingerprint(apath)
+            except (OSError, DtraceError):
+                pass
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec

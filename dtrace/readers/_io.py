@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import stat
 import types
 import zlib
@@ -108,6 +109,34 @@ def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
                 return g.read(n)
         except (OSError, EOFError, zlib.error):
             return b""
+
+
+RESULTS_MANIFEST = "a dtrace results manifest"
+# dtrace's own outputs, told by their first bytes (see own_output)
+_OWN_OUTPUTS = [
+    (re.compile(rb'^\s*\{\s*"dtrace_version"\s*:'), RESULTS_MANIFEST),
+    (re.compile(rb'^\s*\{\s*"cache_version"\s*:\s*\d+\s*,\s*"record"\s*:'), "a dtrace cache record"),
+    (
+        re.compile(rb'^\s*\{\s*"version"\s*:\s*\d+\s*,\s*"key"\s*:\s*"[0-9a-f]{32}"\s*,\s*"tables"\s*:'),
+        "an entry of dtrace's result store",
+    ),
+    (re.compile(rb'^\s*\{\s*"otherData"\s*:\s*\{\s*"generator"\s*:\s*"dtrace [^"]*timeline"'), "a dtrace timeline"),
+]
+TIMELINE_GENERATOR = re.compile(r"^dtrace \S+ timeline$")
+"""``otherData.generator`` of a trace ``dtrace timeline`` wrote."""
+
+
+def own_output(head: bytes) -> str | None:
+    r"""What dtrace output ``head`` (the first bytes of a file's content) starts, or None: a
+    results manifest, an ingest cache record, a stored result entry or a timeline export are
+    recognised by their content, wherever they sit and whatever their names.
+
+    Examples
+    --------
+    >>> own_output(b'{\n "dtrace_version": "0.1.0",\n "created": "2026-11-26"'), own_output(b'{"traceEvents": [')
+    ('a dtrace results manifest', None)
+    """
+    return next((what for pattern, what in _OWN_OUTPUTS if pattern.match(head)), None)
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:

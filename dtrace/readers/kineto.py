@@ -100,6 +100,7 @@ class DistInfo(msgspec.Struct, gc=False):
 
 
 class Meta(msgspec.Struct, gc=False):
+    otherData: Any = None  # noqa: N815 - JSON key; a dtrace timeline says so here
     distributedInfo: DistInfo | None = None  # noqa: N815 - JSON key
     baseTimeNanoseconds: int | None = None  # noqa: N815
     deviceProperties: list[Any] | None = None  # noqa: N815
@@ -345,6 +346,7 @@ def read_kineto(
     for chunk in trace.chunks():
         _add_chunk(chunk, c, ids, path)
     meta: Meta = trace.meta
+    generator = meta.otherData.get("generator") if isinstance(meta.otherData, dict) else None
     base_ns = _origin(meta.baseTimeNanoseconds, path)
     cols = {
         k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
@@ -402,6 +404,7 @@ def read_kineto(
         "dropped_events": dropped,
         "fingerprint": trace.fingerprint,
         "device_names": [d.get("name") for d in (meta.deviceProperties or []) if isinstance(d, dict)],
+        "generator": generator if isinstance(generator, str) else None,  # what wrote the file (otherData)
     }
     if not devices:
         if dropped and n_gpu:

@@ -66,6 +66,20 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
             + "\n".join(f"  {printable(str(e))}" for e in failed.values())
             + "\n"
         )
+    own = [
+        i
+        for i in results.manifest.get("inputs", [])
+        if i.get("status") == "skipped" and i.get("error_type") == "OwnOutput"
+    ]
+    folders = [n for n in results.manifest.get("notes", []) if isinstance(n, str) and "a results folder of dtrace" in n]
+    if own or folders:
+        shown = [str(i.get("error")) for i in own[:5]] + folders[:5]
+        parts.append(
+            f"skipped {len(own) + len(folders)} of dtrace's own outputs among the inputs:\n"
+            + "\n".join(f"  {printable(s)}" for s in shown)
+            + ("\n  ..." if len(own) > 5 or len(folders) > 5 else "")
+            + "\n"
+        )
     errs = results.errors
     if errs:
         parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {printable(e)}" for e in errs) + "\n")
