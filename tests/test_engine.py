@@ -80,3 +80,20 @@ def test_failed_task_is_split_on_a_cluster():
         out = eng.map(_fails_on_three, [[1, 2], [3, 4], [5]], split=split)
     assert out[0] == [10, 20] and out[2] == [40] and out[3] == [50]
     assert isinstance(out[1], TaskFailure) and out[1].item == [3]
+
+
+def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeypatch):
+    """Issue 19, item 12: the workers' folders go under TMPDIR in a folder of this run (not the
+    shared ``dask-scratch-space``), and nothing is left there when the run ends."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
+        dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
+        assert eng.map(abs, [-1, 2]) == [1, 2]
+        (run_dir,) = os.listdir(tmp)
+        assert run_dir.startswith("dtrace-dask-") and dirs and all(d.startswith(str(tmp / run_dir)) for d in dirs)
+    assert os.listdir(tmp) == []
