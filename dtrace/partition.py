@@ -118,74 +118,153 @@ def analyze_partition(
     reported per input and the other parts of the partition still complete; a user's analysis
     that fails fails its own table only (:attr:`PartitionResult.failed_tables`).
 
-    The result tables are stored under ``store`` keyed by the partition's parts, the settings
-    and the analyses (:func:`dtrace.resultstore.key`); re-analysing unchanged inputs with the
-    same settings loads them instead of recomputing (``reuse=False`` forces the computation).
+    The result tables are stored under ``store`` per store group of the partition, keyed by
+    the group's parts, the settings and the analyses (:func:`dtrace.resultstore.key`);
+    re-analysing unchanged inputs with the same settings loads them instead of recomputing
+    (``reuse=False`` forces the computation). The groups that are not stored are analysed
+    together, in one batch.
     """
     own = list(analyses or [])
     kept = resultstore.reusable(list(ANALYSES) + own)  # one depending on an unhashable value is always run
     fresh = [a for a in own if a not in kept]
     res = PartitionResult(partition.index)
     groups = partition.store_groups()
-    keys = resultstore.keys(groups, options, kept) if store is not None else [None] * len(groups)
-    stored: list[dict[str, pd.DataFrame] | None] = [None] * len(groups)
-    for i, (group, key) in enumerate(zip(groups, keys)):
-        if reuse and store is not None and key is not None:
-            stored[i], note = resultstore.load(store, key, kept, [(p.rank, p.device) for p in group])
-            if note:
-                res.notes.append(note)
-    todo = [p for g, t in zip(groups, stored) if t is None for p in g]
-    done = [p for g, t in zip(groups, stored) if t is not None for p in g]
-    computed: list[dict[str, pd.DataFrame]] = [{} for _ in groups]
+    keys: list[str | None] = resultstore.keys(groups, options, kept) if store is not None else [None] * len(groups)
+    hit, stored = _load_groups(store if reuse else None, groups, keys, kept, res.notes)
+    missed = [i for i in range(len(groups)) if i not in hit]
+    todo = [p for i in missed for p in groups[i]]
+    done = [p for i in hit for p in groups[i]]
+    pieces: list[_Grouped] = [stored] if stored is not None else []
+    computed = None
     if todo:
         tables, res.errors, res.failed_tables = _run(todo, options, list(ANALYSES), own)
-        missed = [i for i, t in enumerate(stored) if t is None]
-        for i, t in zip(missed, _split_by_group(tables, [groups[i] for i in missed])):
-            computed[i] = t
+        computed = _Grouped.cut(tables, [groups[i] for i in missed], missed)
+        pieces.append(computed)
     if fresh and done:  # stored groups still need the analyses that are never stored
         tables, errors, failed = _run(done, options, [], fresh)
         res.errors.update({k: v for k, v in errors.items() if k not in res.errors})
         res.failed_tables = {**failed, **res.failed_tables}
-        hit = [i for i, t in enumerate(stored) if t is not None]
-        for i, t in zip(hit, _split_by_group(tables, [groups[i] for i in hit])):
-            computed[i] = t
-    per_group = [{**(s or {}), **c} for s, c in zip(stored, computed)]
-    res.tables = _concat_groups(per_group) if len(groups) > 1 else per_group[0]
+        pieces.append(_Grouped.cut(tables, [groups[i] for i in hit], hit))
+    res.tables = _assemble(pieces)
     res.reused = bool(done) and not todo
     res.reused_paths = {p.path for p in done} - {p.path for p in todo} - set(res.errors)
-    if store is not None and not res.failed_tables:
-        for group, key, was, t in zip(groups, keys, stored, per_group):
-            if key is not None and was is None and not any(p.path in res.errors for p in group):
-                note = resultstore.save(store, key, {a.table: t[a.table] for a in kept})
-                if note:
-                    res.notes.append(note)
+    if store is not None and computed is not None and not any(a.table in res.failed_tables for a in kept):
+        _save_groups(store, computed, [keys[i] for i in missed], [groups[i] for i in missed], kept, res)
     return res
 
 
-def _split_by_group(tables: dict[str, pd.DataFrame], groups: list[Sequence[PartSpec]]) -> list[dict[str, pd.DataFrame]]:
-    """Each table's rows cut by store group (groups are whole ranks in rank order), in order."""
-    if len(groups) == 1:
-        return [tables]
-    firsts = np.array([g[0].rank for g in groups], np.int64)
-    out: list[dict[str, pd.DataFrame]] = [{} for _ in groups]
-    for name, df in tables.items():
-        gid = np.searchsorted(firsts, df["rank"].to_numpy(np.int64), side="right") - 1
-        order = np.argsort(gid, kind="stable")
-        cuts = np.searchsorted(gid[order], np.arange(len(groups) + 1))
-        for i in range(len(groups)):  # a few groups per partition
-            out[i][name] = df.iloc[order[cuts[i] : cuts[i + 1]]].reset_index(drop=True)
-    return out
+def _save_groups(
+    store: str,
+    computed: _Grouped,
+    keys: list[str | None],
+    groups: list[tuple[PartSpec, ...]],
+    kept: list[Analysis],
+    res: PartitionResult,
+) -> None:
+    """Store each computed group's tables (but those of a group with a failed input): every
+    table becomes Arrow once, each group's rows a slice of it."""
+    if not all(a.table in computed.tables for a in kept):  # every part failed: nothing to store
+        return
+    arrow = {a.table: pa.Table.from_pandas(computed.tables[a.table], preserve_index=False) for a in kept}
+    for j, (key, group) in enumerate(zip(keys, groups)):
+        if key is None or any(p.path in res.errors for p in group):
+            continue
+        note = resultstore.save(store, key, {n: t.slice(*computed.rows(n, j)) for n, t in arrow.items()})
+        if note:
+            res.notes.append(note)
 
 
-def _concat_groups(per_group: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
-    """The tables of consecutive store groups as one table each (in group order)."""
-    names = dict.fromkeys(n for t in per_group for n in t)
+@dataclass
+class _Grouped:
+    """Tables of some store groups of a partition (``groups``: their positions), rows in group
+    order; ``cuts[table]``: where each group's rows start (and the last one ends)."""
+
+    tables: dict[str, pd.DataFrame]
+    groups: list[int]
+    cuts: dict[str, np.ndarray]
+
+    @classmethod
+    def cut(cls, tables: dict[str, pd.DataFrame], groups: list[Sequence[PartSpec]], where: list[int]) -> _Grouped:
+        """Order each table's rows by store group (groups are whole ranks in rank order; the
+        analyses' rows already come in part order, so this rarely moves a row)."""
+        firsts = np.array([g[0].rank for g in groups], np.int64)
+        out, cuts = {}, {}
+        for name, df in tables.items():
+            gid = np.searchsorted(firsts, df["rank"].to_numpy(np.int64), side="right") - 1
+            if len(gid) > 1 and (gid[1:] < gid[:-1]).any():
+                order = np.argsort(gid, kind="stable")
+                df, gid = df.iloc[order].reset_index(drop=True), gid[order]
+            out[name] = df
+            cuts[name] = np.searchsorted(gid, np.arange(len(groups) + 1))
+        return cls(out, where, cuts)
+
+    def rows(self, table: str, j: int) -> tuple[int, int]:
+        """Offset and length of the rows of the ``j``-th of these groups in ``table``."""
+        c = self.cuts[table]
+        return int(c[j]), int(c[j + 1] - c[j])
+
+
+def _load_groups(
+    store: str | None,
+    groups: list[tuple[PartSpec, ...]],
+    keys: list[str | None],
+    kept: list[Analysis],
+    notes: list[str],
+) -> tuple[list[int], _Grouped | None]:
+    """The store groups whose entries are intact, and their tables: the Arrow tables of every
+    entry are checked file by file, concatenated per table and made frames once."""
+    if store is None:
+        return [], None
+    hit: list[int] = []
+    arrows: list[dict[str, pa.Table]] = []
+    for i, (group, key) in enumerate(zip(groups, keys)):
+        if key is None:
+            continue
+        tables, note = resultstore.load_arrow(store, key, kept, [(p.rank, p.device) for p in group])
+        if note:
+            notes.append(note)
+        if tables is not None:
+            hit.append(i)
+            arrows.append(tables)
+    if not hit:
+        return [], None
+    try:
+        merged = {a.table: _concat_arrow([t[a.table] for t in arrows]) for a in kept}
+        frames = resultstore.frames(merged, kept)
+    except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:  # one of them is damaged: none is used
+        notes.extend(resultstore.discard(store, keys[i] or "", exc) for i in hit)
+        return [], None
+    cuts = {a.table: np.concatenate([[0], np.cumsum([t[a.table].num_rows for t in arrows])]) for a in kept}
+    return hit, _Grouped(frames, hit, cuts)
+
+
+def _concat_arrow(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def _assemble(pieces: list[_Grouped]) -> dict[str, pd.DataFrame]:
+    """Each table over all store groups, in group order, from the pieces that hold them."""
+    if len(pieces) == 1:
+        return pieces[0].tables  # every group stored, or every group computed: already in order
+    names = dict.fromkeys(n for g in pieces for n in g.tables)
     out = {}
     for name in names:
-        frames = [t[name] for t in per_group if name in t]
+        has = [g for g in pieces if name in g.tables]
+        slices = sorted(
+            ((i, g, j) for g in has for j, i in enumerate(g.groups)), key=lambda x: x[0]
+        )  # a few groups per partition
+        frames = [g.tables[name].iloc[slice(*_span(g.rows(name, j)))] for _, g, j in slices]
         nonempty = [f for f in frames if len(f)]
-        out[name] = pd.concat(nonempty, ignore_index=True) if len(nonempty) > 1 else (nonempty or frames)[0]
+        out[name] = (
+            pd.concat(nonempty, ignore_index=True)
+            if len(nonempty) > 1
+            else (nonempty[0] if nonempty else has[0].tables[name].iloc[:0]).reset_index(drop=True)
+        )
     return out
+
+
+def _span(offset_length: tuple[int, int]) -> tuple[int, int]:
+    return offset_length[0], offset_length[0] + offset_length[1]
 
 
 def _run(

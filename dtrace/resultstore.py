@@ -359,6 +359,39 @@ def load(
     ``parts``: the partition's (rank, device) pairs; then every table's rows must be theirs and
     the :data:`PER_PART_TABLE` must hold one row for each (no part dropped or added).
     """
+    tables, note = load_arrow(store, key, analyses, parts)
+    if tables is None:
+        return None, note
+    try:
+        return frames(tables, analyses), None
+    except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+        return None, discard(store, key, exc)
+
+
+def frames(tables: dict[str, pa.Table], analyses: Sequence[Analysis]) -> dict[str, pd.DataFrame]:
+    """Stored Arrow tables (of one entry, or of several concatenated) as pandas frames with
+    their declared dtypes; a table without them raises ``ValueError``."""
+    out = {}
+    for a in analyses:
+        df = tables[a.table].to_pandas()
+        _check_dtypes(df, a)
+        out[a.table] = conform(df, a.columns, a.table)
+    return out
+
+
+def discard(store: str, key: str, why: BaseException) -> str:
+    """Remove the damaged entry ``key`` (see :func:`_discard`); the note that says so."""
+    d = os.path.join(store, key)
+    _discard(store, d)
+    return f"stored results {d} are damaged ({why}); recomputing"
+
+
+def load_arrow(
+    store: str, key: str, analyses: Sequence[Analysis], parts: Sequence[tuple[int, int]] | None = None
+) -> tuple[dict[str, pa.Table] | None, str | None]:
+    """The stored tables of ``key`` as Arrow tables, each file checked against its fingerprint
+    and row count and, with ``parts``, its rows against the parts (see :func:`load`); their
+    dtypes are checked when they become frames (:func:`frames`)."""
     d = os.path.join(store, key)
     try:
         if not stat.S_ISDIR(os.lstat(d).st_mode):
@@ -381,11 +414,9 @@ def load(
             t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
             if t.num_rows != info["rows"]:
                 raise ValueError(f"{a.table}.arrow has {t.num_rows} rows, not {info['rows']}")
-            df = t.to_pandas()
-            _check_dtypes(df, a)
             if parts is not None:
-                _check_parts(df, a.table, parts)
-            tables[a.table] = conform(df, a.columns, a.table)
+                _check_parts(t, a.table, parts)
+            tables[a.table] = t
     except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
         _discard(store, d)
         return None, f"stored results {d} are damaged ({exc}); recomputing"
@@ -410,9 +441,11 @@ def _discard(store: str, d: str) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def _check_parts(df: pd.DataFrame, table: str, parts: Sequence[tuple[int, int]]) -> None:
+def _check_parts(t: pa.Table, table: str, parts: Sequence[tuple[int, int]]) -> None:
     want = np.array(sorted(set(parts)), dtype=np.int64).reshape(-1, 2)
-    got = np.stack([df["rank"].to_numpy(np.int64), df["device"].to_numpy(np.int64)], axis=1)
+    got = np.stack(
+        [t.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in ("rank", "device")], axis=1
+    ).reshape(-1, 2)
     codes = want[:, 0] << 32 | (want[:, 1] & 0xFFFFFFFF)
     found = got[:, 0] << 32 | (got[:, 1] & 0xFFFFFFFF)
     if not np.isin(found, codes).all():
@@ -437,8 +470,9 @@ def _touch(path: str) -> None:
         pass
 
 
-def save(store: str, key: str, tables: dict[str, pd.DataFrame]) -> str | None:
-    """Store a partition's tables under ``key`` (atomically: a complete entry or none)."""
+def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> str | None:
+    """Store a store group's tables (frames, or Arrow tables made from them) under ``key``
+    (atomically: a complete entry or none)."""
     try:
         os.makedirs(store, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=store)
@@ -448,7 +482,7 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame]) -> str | None:
         listed = {}
         for name, df in tables.items():
             sink = pa.BufferOutputStream()
-            t = pa.Table.from_pandas(df, preserve_index=False)
+            t = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
             # zstd: names repeat across rows (transitions, kernels), ~100x smaller, read back in ms
             with pa.ipc.new_file(sink, t.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
                 w.write_table(t)

@@ -9,6 +9,7 @@ least events worth a partition of its own 1,000, partitions of at most 6,000.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -73,3 +74,33 @@ def test_store_groups_do_not_depend_on_the_workers(scaled):
             for g in part.store_groups()
         ]
         assert got == want
+
+
+def test_a_changed_rank_recomputes_its_group_only(tmp_path, scaled):
+    """One input changed: its store group is analysed again, the others come from the store, and
+    every table (a user's analysis that is never stored included) is a fresh run's, row for row."""
+    import shutil
+    import threading
+
+    synth.generate(tmp_path / "job", ranks=8, steps=10, seed=1)
+    synth.generate(tmp_path / "other", ranks=8, steps=10, seed=2)
+    lock = threading.Lock()  # not hashable: this analysis is computed on every run
+
+    def gpu_events(batch, lock=lock):
+        n = np.bincount(batch.gpu["part"].to_numpy(), minlength=batch.n_parts)
+        return pd.DataFrame({**batch.keys(np.arange(batch.n_parts)), "n": n})
+
+    cols = {"rank": "int32", "device": "int32", "n": "int64"}
+    own = [dtrace.Analysis("gpu_events", gpu_events, cols)]
+    run = dict(scheduler="sync", workers=2, partition_events=6_000, analyses=own)
+    cache = str(tmp_path / "cache")
+    dtrace.analyze(str(tmp_path / "job"), tmp_path / "a", cache=cache, **run)
+    shutil.copy(tmp_path / "other" / "rank-5.json.gz", tmp_path / "job" / "rank-5.json.gz")
+    again = dtrace.analyze(str(tmp_path / "job"), tmp_path / "b", cache=cache, **run)
+    fresh = dtrace.analyze(str(tmp_path / "job"), tmp_path / "c", cache=str(tmp_path / "fresh"), **run)
+    reused = {int(i["path"].split("-")[-1].split(".")[0]): i["results_reused"] for i in again.manifest["inputs"]}
+    assert again.ok and not again.failed_tables
+    assert reused == {r: r != 5 for r in range(8)}  # each rank of 1,920 events is a group of its own
+    for table in ("breakdown", "kernels", "steps", "gaps", "transitions", "stragglers", "gpu_events"):
+        pd.testing.assert_frame_equal(again[table], fresh[table], obj=table)
+    assert (again.gpu_events["n"].to_numpy() == again.breakdown["gpu_events"].to_numpy()).all()
