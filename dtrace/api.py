@@ -18,7 +18,7 @@ from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
-from .errors import DtraceError, OutputError, RankError, UsageError
+from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
 from .hardware import load_specs
 from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .options import Options
@@ -176,7 +176,10 @@ def analyze(
         check_results_dir(out)  # before any work: a one-line error naming the path
     # FIFOs, devices, unlistable folders: failed inputs, never opened; URLs listed on their store
     infos: dict[str, ObjectInfo] = {}
-    files, refused = refuse_irregular(expand_inputs(inputs, exclude=[out] if out else None, infos=infos))
+    skipped: list[str] = []  # results folders of dtrace among the inputs
+    files, refused = refuse_irregular(
+        expand_inputs(inputs, exclude=[out] if out else None, infos=infos, skipped=skipped)
+    )
     files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
     reuse_results = reuse_cache if reuse_results is None else reuse_results
     tmp_cache = None
@@ -205,6 +208,7 @@ def analyze(
         refused=refused,
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
         infos=infos,
+        skipped_notes=skipped,
     )
     try:
         with Engine(spec) as engine:
@@ -219,6 +223,8 @@ def analyze(
             shutil.rmtree(tmp_cache, ignore_errors=True)
     run.phase("stop")
     tables = combine([r.tables for r in run.results], list(ANALYSES) + user)
+    for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
+        tables.pop(name, None)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
     run.phase("reduce")
@@ -226,7 +232,7 @@ def analyze(
         resultstore.prune(run.store, run.keys_used)
     manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
     note_summaries(manifest, summary_inputs, summary_parts)
-    if not summaries and not manifest["n_failed"]:
+    if not summaries and not manifest["n_failed"] and not run.failed_tables:
         manifest["run_key"] = resultstore.run_key(
             [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]],
             opts,
@@ -364,14 +370,32 @@ def up_to_date(
     return res
 
 
+def reserved_tables() -> set[str]:
+    """Table names a user's analysis may not take: the built-in and cross-rank tables, and the
+    attributes of :class:`Results` (``results.inputs`` must stay the inputs)."""
+    from .reduce import DECLARED
+
+    return (
+        {a.table for a in ANALYSES}
+        | set(DECLARED)
+        | {"ranks"}
+        | {n for n in dir(Results) if not n.startswith("_")}
+        | {"manifest", "path"}
+    )
+
+
 def _check_analyses(analyses: Sequence[Analysis]) -> list[Analysis]:
-    builtin = {a.table for a in ANALYSES}
+    """The user's analyses, checked before any work (one-line usage errors)."""
+    if isinstance(analyses, (Analysis, str, bytes)) or not isinstance(analyses, (list, tuple)):
+        raise UsageError(f"analyses must be a list of dtrace.Analysis objects, not {type(analyses).__name__}")
+    reserved = reserved_tables()
     out = []
     for a in analyses:
         if not isinstance(a, Analysis):
             raise UsageError(f"analyses must be dtrace.Analysis objects, not {type(a).__name__}")
-        if a.table in builtin or not a.table.isidentifier() or a.table.startswith("_"):
-            raise UsageError(f"analysis table name {a.table!r} is a built-in table or not a plain identifier")
+        Analysis(a.table, a.func, a.columns)  # its own checks again: dataclasses can be changed after creation
+        if a.table in reserved:
+            raise UsageError(f"analysis table name {a.table!r} is taken by a built-in table; choose another")
         if "rank" not in a.columns or "device" not in a.columns:
             raise UsageError(f"analysis {a.table!r} must declare the key columns 'rank' and 'device'")
         out.append(a)
@@ -399,6 +423,9 @@ class _Run:
     infos: dict[str, ObjectInfo] = field(default_factory=dict)  # what the listing said of remote inputs
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
+    failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
+    skipped: dict[str, str] = field(default_factory=dict)  # path -> why (dtrace's own outputs)
+    skipped_notes: list[str] = field(default_factory=list)  # folders of dtrace's results left out
     specs: list[PartSpec] = field(default_factory=list)
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
@@ -434,12 +461,15 @@ class _Run:
             return parse + hashing, tasks
         records = [h for h in hits if h is not None]
         specs = resolve_ranks(records, rank_by=self.options.rank_by, ranks=self.ranks).specs
-        todo = list(ANALYSES) + self.analyses
+        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
+        always = len(todo) < len(ANALYSES) + len(self.analyses)  # some are never reused
         events = 0
         for p in plan_partitions(specs, self.partition_events, workers):
-            key = resultstore.key(p, self.options, todo) if self.reuse_results and self.store else None
-            if key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
-                events += p.n_events
+            groups = p.store_groups()
+            keys = resultstore.keys(groups, self.options, todo) if self.reuse_results and self.store else []
+            for group, key in zip(groups, keys or [None] * len(groups)):
+                if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
+                    events += sum(s.n_events for s in group)
         return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
 
     def _known(self, path: str) -> bool:
@@ -456,7 +486,9 @@ class _Run:
         errors are collected in :attr:`errors`, its results are never changed afterwards."""
         self.records = self.ingest(engine)
         for r in self.records:
-            if r.error is not None:
+            if r.error is not None and r.error_type == OwnOutput.__name__:
+                self.skipped[r.path] = r.error  # one of dtrace's own outputs: not a trace, not a failure
+            elif r.error is not None:
                 self.fail(r.path, r.error, r.error_type or "InputError")
         ranking = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
         for path, err in ranking.errors.items():
@@ -464,8 +496,9 @@ class _Run:
         self.specs = ranking.specs
         self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
         store = self.store
-        todo = list(ANALYSES) + self.analyses
-        self.keys_used = {k for k in (resultstore.key(p, self.options, todo) for p in self.partitions) if k}
+        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
+        groups = [g for p in self.partitions for g in p.store_groups()]
+        self.keys_used = {k for k in resultstore.keys(groups, self.options, todo) if k}
         self.phase("ingest")
         outcome = engine.map(
             analyze_partition,
@@ -475,7 +508,7 @@ class _Run:
             self.reuse_results,
             store,
             label="analysing ranks",
-            split=_halves,
+            split=PartitionSpec.halves,
         )
         self.phase("analyse")
         self.results = [
@@ -487,6 +520,8 @@ class _Run:
         for res in self.results:
             for path, err in res.errors.items():
                 self.fail(path, err, "AnalysisError")
+            for table, err in res.failed_tables.items():
+                self.failed_tables.setdefault(table, err)
 
     def ingest(self, engine: Engine) -> list[FileRecord]:
         """The ingest records of every input (the refused ones included), sorted by path."""
@@ -520,16 +555,18 @@ class _Run:
         for s in self.specs:
             ranks.setdefault(s.path, []).append([s.rank, s.device])
             parts.setdefault(s.path, []).append({"rank": s.rank, "device": s.device, "local_index": s.local_index})
-        reused = {p for part, res in zip(self.partitions, self.results) if res.reused for p in part.paths}
-        notes = [n for res in self.results for n in res.notes]
+        reused = {p for res in self.results for p in res.reused_paths}
+        notes = list(self.skipped_notes) + [n for res in self.results for n in res.notes]
         inputs = []
         for r in self.records:
             error, error_type = self.errors.get(r.path, (None, None))
+            if r.path in self.skipped:
+                error, error_type = self.skipped[r.path], OwnOutput.__name__
             inputs.append(
                 {
                     "path": r.path,
                     "format": r.format,
-                    "status": "error" if error else "ok",
+                    "status": "skipped" if r.path in self.skipped else "error" if error else "ok",
                     "error": error,
                     "error_type": error_type,
                     "ranks": ranks.get(r.path, []) if not error else [],
@@ -550,6 +587,7 @@ class _Run:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "options": self.options.to_json(),
             "analyses": [a.table for a in self.analyses],
+            "failed_tables": dict(self.failed_tables),
             "cache": os.path.abspath(self.cache),
             "seconds": round(seconds, 3),
             "phases": dict(self.phases),
@@ -564,14 +602,6 @@ class _Run:
             "n_failed": sum(1 for i in inputs if i["status"] == "error"),
             "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
         }
-
-
-def _halves(p: PartitionSpec) -> list[PartitionSpec] | None:
-    """A failed partition's two halves (none for a single part)."""
-    if len(p.parts) < 2:
-        return None
-    mid = len(p.parts) // 2
-    return [PartitionSpec(p.index, p.parts[:mid]), PartitionSpec(p.index, p.parts[mid:])]
 
 
 def combine(

@@ -60,9 +60,9 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
     _ISAL_ERRORS = ()
 
-from .errors import DtraceError, InputError, NoGPUActivity
+from .errors import DtraceError, InputError, NoGPUActivity, OwnOutput
 from .fileio import atomic_write_bytes, read_regular
-from .readers import detect, get_reader
+from .readers import detect, get_reader, head_of, refuse_own_output
 from .readers._io import file_fingerprint
 from .readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
@@ -128,7 +128,9 @@ class CacheError(DtraceError):
 
 
 def entry_dir(cache_dir: str, path: str) -> str:
-    key = hashlib.sha1(norm(path).encode()).hexdigest()[:20]
+    """The cache entry of an input: named by a hash of its absolute path or URL (a name that is
+    not valid UTF-8 — Linux names are bytes, read as surrogate escapes — hashes like any other)."""
+    key = hashlib.sha1(norm(path).encode("utf-8", "surrogatepass")).hexdigest()[:20]
     return os.path.join(cache_dir, key)
 
 
@@ -472,10 +474,11 @@ def _remove_folder(path: str) -> None:
 
 
 def _fresh_entry(d: str) -> None:
-    """Make ``d`` a real folder (a symbolic link there is removed, never followed) without a
-    ``source.json``: until the new one is written, the entry is absent."""
+    """Make ``d`` a real folder without a ``source.json``: until the new one is written, the entry
+    is absent. Anything else there (a symbolic link, a file, a FIFO, a socket) is removed — never
+    followed, never opened."""
     try:
-        if stat.S_ISLNK(os.lstat(d).st_mode):
+        if not stat.S_ISDIR(os.lstat(d).st_mode):
             os.unlink(d)
     except FileNotFoundError:
         pass
@@ -531,6 +534,12 @@ def ingest(
             _parse(rec, apath, cache_dir, fmt, reader_options)
     except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
         rec.error, rec.error_type = ingest_error(apath, exc, local)
+        if isinstance(exc, OwnOutput) and not is_url(apath):
+            # skipped, not failed: a later run is up to date only if it is unchanged
+            try:
+                rec.fingerprint = file_fingerprint(apath)
+            except (OSError, DtraceError):
+                pass
     if rec.error_type == NoGPUActivity.__name__:
         rec.format = rec.format or "kineto"
     return rec
@@ -542,8 +551,11 @@ def _parse(
     """Read ``source`` (the input itself, or a local copy of a remote one) into the cache entry of
     ``rec.path`` and fill ``rec`` (raises for a bad input)."""
     apath = rec.path
-    reader = get_reader(fmt) if fmt else detect(source)
+    head = head_of(source)
+    refuse_own_output(apath, head)  # dtrace's results, cache, timelines: skipped, never read
+    reader = get_reader(fmt) if fmt else detect(source, head)
     tf = reader.read(source, **(reader_options or {}))
+    refuse_own_output(apath, head, tf.meta)
     for part in tf.parts:  # ids the event tables and partitions hold as int32
         if not _I32_MIN <= part.device <= _I32_MAX:
             raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")

@@ -18,22 +18,30 @@ I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
 NI64 = "Int64"
 """A nullable int64 (pandas ``Int64``): ``NA`` where the value is missing (unknown bytes, no seq)."""
 INTS = (NI64, I64, I32, "int16", "int8")
+DTYPES = (*INTS, F64, BOOL, STR)
+"""Every dtype a table may declare (as these strings; ``object`` means text)."""
 
 
 def has_dtype(col: pd.Series, want: str) -> bool:
     """Whether ``col`` already has the declared dtype (``object`` means text: any string dtype)."""
+    return dtype_is(col.dtype, want)
+
+
+def dtype_is(dtype: Any, want: str) -> bool:
+    """Whether a column of ``dtype`` has the declared dtype ``want`` (see :func:`has_dtype`)."""
     if want == STR:
-        return col.dtype == object or pd.api.types.is_string_dtype(col.dtype)
+        return (isinstance(dtype, np.dtype) and dtype.kind == "O") or pd.api.types.is_string_dtype(dtype)
     if want == NI64:  # stored with its nulls as int64 + validity; a column without any may read back as int64
-        return str(col.dtype) == NI64 or col.dtype == np.int64
-    return str(col.dtype) == want
+        return str(dtype) == NI64 or dtype == np.int64
+    return str(dtype) == want
 
 
-def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
+def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False) -> Any:
     """The values of ``col`` in the declared dtype ``want`` (an array for the DataFrame).
 
-    Floats declared as integers are rounded half to even (``np.rint``) from the float as it is;
-    NaN becomes ``NA`` in a nullable ``Int64`` column and is an error in a plain integer one.
+    Floats declared as integers are rounded half to even (``np.rint``) from the float as it is
+    (``strict``: a float that is not a whole number is an error instead); NaN becomes ``NA`` in
+    a nullable ``Int64`` column and is an error in a plain integer one.
 
     Examples
     --------
@@ -54,7 +62,15 @@ def as_declared(col: pd.Series, want: str, name: str = "") -> Any:
     else:
         vals = col.to_numpy(np.float64, na_value=np.nan)
         missing = np.isnan(vals)
-        ints = np.rint(np.where(missing, 0.0, vals)).astype(np.int64)
+        whole = np.rint(np.where(missing, 0.0, vals))
+        if strict:
+            bad = np.flatnonzero((whole != np.where(missing, 0.0, vals)) | np.isinf(vals))
+            if len(bad):
+                raise TypeError(
+                    f"column {name!r} is declared {want} but holds {vals[bad[0]]!r} (not a whole number): "
+                    "round or convert it in the analysis"
+                )
+        ints = whole.astype(np.int64)
     if want == NI64:
         return pd.arrays.IntegerArray(ints, missing)
     if missing.any():
@@ -77,19 +93,26 @@ def empty_frame(columns: Mapping[str, Any] | Iterable[str], dtype: Any = object)
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()}, columns=list(cols))
 
 
-def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str) -> pd.DataFrame:
-    """Check that ``df`` has the declared columns (extra ones allowed) and cast their dtypes
-    (:func:`as_declared`: floats declared as integers are rounded half to even, NaN is ``NA``).
+def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str, strict: bool = False) -> pd.DataFrame:
+    """Check that ``df`` is a DataFrame with the declared columns (extra ones allowed) and cast
+    their dtypes (:func:`as_declared`: floats declared as integers are rounded half to even, or
+    with ``strict`` must be whole numbers; NaN is ``NA``).
 
     Text columns (declared ``object``) may be object or pandas string columns.
     """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"table {table!r}: the analysis returned {type(df).__name__}, not a pandas DataFrame")
     columns = {c: t if isinstance(t, str) else str(np.dtype(t)) for c, t in columns.items()}  # object -> "object"
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TypeError(f"table {table!r} lacks its declared columns {missing}")
-    if all(str(df[c].dtype) == want or (want == STR and has_dtype(df[c], want)) for c, want in columns.items()):
+    dtypes = dict(zip(df.columns, df.dtypes))  # one lookup per column, not a Series each
+    if all(str(dtypes[c]) == want or (want == STR and dtype_is(dtypes[c], want)) for c, want in columns.items()):
         return df
-    out = {c: as_declared(df[c], columns[c], f"{table}.{c}") if c in columns else df[c].to_numpy() for c in df.columns}
+    out = {
+        c: as_declared(df[c], columns[c], f"{table}.{c}", strict) if c in columns else df[c].to_numpy()
+        for c in df.columns
+    }
     return pd.DataFrame(out, columns=list(df.columns))
 
 

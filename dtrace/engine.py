@@ -16,14 +16,19 @@ The client then runs the reduce on those small frames. Where the work runs:
 - a scheduler address or ``scheduler_file``: an existing cluster; ``cluster="slurm"|"pbs"``:
   workers submitted as batch jobs through dask-jobqueue (the optional extra ``jobqueue``).
 
-Dask is imported only when a cluster is used: an in-process run never imports it.
+Dask is imported only when a cluster is used: an in-process run never imports it. A local
+cluster's scratch space (Dask's worker folders) is a folder of the run under the temporary
+folder (``TMPDIR``), removed when the engine closes.
 
 A task that fails — a bug, or a worker process killed on every attempt (out of memory, a crash
 in a native library) — never loses the run: its item is split (a batch of files into single
 files, a partition into halves) and the pieces run again; a piece that still fails is reported
 as a :class:`TaskFailure` for its inputs alone. A worker's death fails every task it held, the
-innocent ones too, so a piece that failed that way is first run once more alone on the cluster. Progress: a bar on a terminal, a log line every
-:data:`LOG_EVERY_S` seconds otherwise.
+innocent ones too, so a piece that failed that way is first run once more alone on the cluster;
+a result lost after its task finished (the worker holding it died) takes the same path. A local
+cluster keeps its workers: a slow restart is waited for, a nanny that gave up is replaced
+(:func:`_keep_workers`), so a run never waits on a cluster without workers. Progress: a bar on a
+terminal, a log line every :data:`LOG_EVERY_S` seconds otherwise.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -52,6 +59,8 @@ CLUSTER_COST_S = 2.5
 LOG_EVERY_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
 """How long to try to reach a running scheduler (``scheduler=ADDR``, ``scheduler_file=``)."""
+WATCH_S = 2.0
+"""How often a local cluster is checked for workers it lost for good (:func:`_keep_workers`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +179,9 @@ class Engine:
         self.spec = spec
         self.client: Any = None
         self._cluster: Any = None
+        self._scratch: str | None = None
+        self._watch: Any = None  # keeps a local cluster's workers (see _keep_workers)
+        self._config: Any = None  # dask settings held while a local cluster runs
         self.mode = "in-process"
 
     def __enter__(self) -> "Engine":
@@ -213,19 +225,38 @@ class Engine:
             # adaptive mmap threshold: every large numpy array is then mmap'ed and unmapped again,
             # and the analyses run twice slower (measured: 2.3 s vs 1.2 s per 600k-event partition).
             # The workers keep glibc's defaults; each task frees what it allocated.
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            # Dask's scratch space (worker folders, spilled data) goes to a folder of this run under
+            # the temporary folder (TMPDIR), removed when the run ends, not to a shared
+            # /tmp/dask-scratch-space that other runs and users write to as well.
+            self._scratch = tempfile.mkdtemp(prefix="dtrace-dask-")
+            # a worker restarting slowly (a loaded machine) is not dropped by the cluster while
+            # this engine runs: dropping it kills it when it comes back, with the task it was
+            # given (_keep_workers replaces a nanny that gave up)
+            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": "1 day"})
+            with dask.config.set(
+                {
+                    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                    "temporary-directory": self._scratch,
+                }
+            ):
                 self._cluster = LocalCluster(
                     n_workers=local_workers(s),
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=":0",  # a free port: 8787 may be taken
                     silence_logs=logging.ERROR,
+                    local_directory=self._scratch,
                 )
             self.client = Client(self._cluster)
             self.mode = "local cluster"
+            self._watch = _keep_workers(self._cluster)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._watch is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.loop.add_callback(self._watch.stop)
+            self._watch = None
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.close()
@@ -233,6 +264,12 @@ class Engine:
             with contextlib.suppress(Exception):
                 self._cluster.close()
         self.client = self._cluster = None
+        if self._config is not None:
+            self._config.__exit__(None, None, None)  # dask's settings as they were
+            self._config = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     @property
     def parallelism(self) -> int:
@@ -310,17 +347,15 @@ class Engine:
         suspects: list[tuple[tuple[int, ...], Any]] = []
         for f in done:
             path, item = futures.pop(f)
-            if f.status == "finished":
-                results[path] = f.result()
-            else:
-                exc = f.exception()
+            exc = _outcome(f, path, results)
+            if exc is not None:
                 pieces = split(item) if split else None
                 if pieces:
                     for j, piece in enumerate(pieces):
                         g = self.client.submit(func, piece, *args, pure=False, retries=self.spec.retries)
                         futures[g] = (path + (j,), piece)
                         done.add(g)
-                elif _killed(exc):
+                elif _killed(exc) or _lost(exc):
                     suspects.append((path, item))
                 else:
                     results[path] = TaskFailure(item, _reason(exc))
@@ -363,6 +398,50 @@ class _OnWorker:
             return self.func(item, *args)
         except KeyboardInterrupt:
             raise TaskInterrupted("KeyboardInterrupt raised by the code the task ran (not a Ctrl-C)") from None
+
+
+def _keep_workers(cluster: Any, every_s: float = WATCH_S) -> Any:
+    """Keep a local cluster at its size: a worker process killed (out of memory, a crash) is
+    restarted by its nanny, but a nanny whose restart failed closes for good, and a run whose
+    workers are all gone would wait forever. Every ``every_s`` seconds, on the cluster's event
+    loop, such a nanny is replaced by a new one. (Dask would also drop a worker whose restart
+    outlasts ``distributed.deploy.lost-worker-timeout``, killing it if it comes back late — and
+    a task it runs; :meth:`Engine.start` sets that timeout out of reach for the run.) Returns
+    the periodic callback (``stop()``)."""
+    from tornado.ioloop import PeriodicCallback
+
+    def check() -> None:
+        if getattr(cluster.status, "name", "") != "running":
+            return
+        for name, nanny in list(cluster.workers.items()):
+            if getattr(nanny.status, "name", "") in ("closed", "failed"):  # it gave up restarting its worker
+                del cluster.workers[name]
+        if len(cluster.workers) < len(cluster.worker_spec):
+            cluster.scale(len(cluster.worker_spec))  # starts the workers of the spec that are gone
+
+    watch = PeriodicCallback(check, every_s * 1000)
+    cluster.loop.add_callback(watch.start)
+    return watch
+
+
+def _outcome(f: Future, path: tuple[int, ...], results: dict[tuple[int, ...], Any]) -> BaseException | None:
+    """Store a completed task's result under ``path``; else return why it failed (never raise).
+
+    A result can be lost after its task finished (the worker holding it died): the future is
+    pending again while Dask computes it once more, and fetching it waits for that — which may
+    itself fail (``KilledWorker``, a cancelled future): that failure is returned like any other.
+    """
+    try:
+        results[path] = f.result()
+    except Exception as exc:  # noqa: BLE001 - the task's own error, or its result was lost
+        return exc
+    return None
+
+
+def _lost(exc: BaseException | None) -> bool:
+    """Whether a task's result was lost with the worker or the connection that held it (a
+    cancelled future, a closed comm): the task is run again alone before it is blamed."""
+    return type(exc).__name__ in ("CancelledError", "FutureCancelledError", "CommClosedError")
 
 
 def _killed(exc: BaseException | None) -> bool:

@@ -37,6 +37,11 @@ class NoGPUActivity(InputError):
     """The trace is valid but holds no GPU events."""
 
 
+class OwnOutput(InputError):
+    """The input is one of dtrace's own outputs (a results manifest, a cache record, stored
+    results, a timeline export): skipped with a note, never analysed as a trace."""
+
+
 class ResultsError(DtraceError):
     """A results directory is missing, incomplete or from an incompatible version."""
 

@@ -71,7 +71,8 @@ def event_frame(ev: pd.DataFrame, parts: pd.DataFrame, columns: Sequence[str] | 
             "pid": ev["pid"].to_numpy(np.int64),
             "tid": ev["tid"].to_numpy(np.int64),
             "kind": kind,
-            "name": ev["name"] if isinstance(ev["name"].dtype, pd.CategoricalDtype) else ev["name"].astype("category"),
+            # the Categorical itself, not a Series: a Series would be aligned on the rank index below
+            "name": _categorical(ev["name"]),
             "start_ns": ev["start_ns"].to_numpy(np.int64),
             "end_ns": ev["end_ns"].to_numpy(np.int64),
             "correlation": ev["correlation"].to_numpy(np.int64),
@@ -82,6 +83,12 @@ def event_frame(ev: pd.DataFrame, parts: pd.DataFrame, columns: Sequence[str] | 
         index=pd.Index(p_rank[part], name="rank"),
     )
     return out[list(columns)] if columns is not None else out
+
+
+def _categorical(col: pd.Series) -> pd.Categorical:
+    """A column's values as a Categorical (its own when it has one), free of the Series' index."""
+    values = col.array if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category").array
+    return pd.Categorical(values)
 
 
 def meta_frame(columns: Sequence[str] | None = None) -> pd.DataFrame:

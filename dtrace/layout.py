@@ -4,8 +4,12 @@ The events of all inputs form one Dask DataFrame whose partitions each hold whol
 parts: consecutive ranks (in rank order) are batched until the partition reaches
 ``target_events``, so hundreds of small ranks share a partition and a large rank stands alone.
 Every device of a rank lands in the same partition, so the ranks are the divisions of the
-DataFrame. The layout depends only on the parts and the target, never on the number of workers,
-so stored per-partition results stay valid from one run to the next.
+DataFrame.
+
+Partitions are made of *store groups* (:func:`store_groups`): whole ranks in rank order, batched
+to at most :data:`GROUP_EVENTS` events. The groups depend only on the parts (never on the
+number of workers, which decides how many groups a partition holds), and results are stored per
+group, so stored results are found again whatever the size of the cluster.
 
 Ingest is batched the same way, by file size: :func:`ingest_batches` groups small files into one
 task (large files stand alone) while keeping enough tasks to feed every worker.
@@ -26,6 +30,10 @@ TARGET_EVENTS = 600_000
 worker stays under 1 GB (measured: 590k events, 560 MB above the worker's own ~250 MB)."""
 MIN_EVENTS = 100_000
 """Partitions are not split for parallelism below this many events (fixed costs would dominate)."""
+GROUP_EVENTS = 100_000
+"""Events per store group (:func:`store_groups`): the unit partitions are cut into and results are
+stored by. Small enough to balance partitions over the workers, large enough that storing and
+loading a group's tables costs little next to analysing its events."""
 TARGET_INGEST_BYTES = 32 << 20
 """Default estimated JSON bytes per ingest task."""
 GZIP_RATIO = 8
@@ -34,10 +42,37 @@ GZIP_RATIO = 8
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    """One partition: its position and the parts it holds, in (rank, device) order."""
+    """One partition: its position and the parts it holds, in (rank, device) order; ``groups``:
+    how many parts each of its store groups holds, in order (empty: the partition is one
+    group)."""
 
     index: int
     parts: tuple[PartSpec, ...]
+    groups: tuple[int, ...] = ()
+
+    def store_groups(self) -> list[tuple[PartSpec, ...]]:
+        """The parts of each store group of the partition (results are stored per group)."""
+        out, at = [], 0
+        for n in self.groups or (len(self.parts),):
+            out.append(self.parts[at : at + n])
+            at += n
+        return out
+
+    def halves(self) -> list[PartitionSpec] | None:
+        """Two halves of a partition (for a failed task): whole store groups when it has several,
+        else its parts cut in two; None for a single part."""
+        groups = self.store_groups()
+        if len(groups) > 1:
+            mid = len(groups) // 2
+            cut = sum(len(g) for g in groups[:mid])
+            return [
+                PartitionSpec(self.index, self.parts[:cut], tuple(len(g) for g in groups[:mid])),
+                PartitionSpec(self.index, self.parts[cut:], tuple(len(g) for g in groups[mid:])),
+            ]
+        if len(self.parts) < 2:
+            return None
+        mid = len(self.parts) // 2
+        return [PartitionSpec(self.index, self.parts[:mid]), PartitionSpec(self.index, self.parts[mid:])]
 
     @property
     def n_events(self) -> int:
@@ -53,16 +88,53 @@ class PartitionSpec:
         return sorted({p.path for p in self.parts})
 
 
+def _whole_ranks(specs: Sequence[PartSpec]) -> list[list[PartSpec]]:
+    """The parts grouped by rank, in (rank, device) order."""
+    ranks: list[list[PartSpec]] = []
+    for s in sorted(specs, key=lambda s: (s.rank, s.device)):
+        if ranks and ranks[-1][0].rank == s.rank:
+            ranks[-1].append(s)
+        else:
+            ranks.append([s])
+    return ranks
+
+
+def store_groups(specs: Sequence[PartSpec], group_events: int = GROUP_EVENTS) -> list[list[PartSpec]]:
+    """Whole ranks in rank order, batched to at most ``group_events`` events (a larger rank
+    stands alone): the units of the partitions and of the result store. They depend on the
+    parts alone, so results stored by one run are found by the next on any cluster.
+
+    Examples
+    --------
+    >>> spec = lambda r, n: PartSpec(rank=r, device=0, path=f"r{r}", format="kineto", events="", collectives="",
+    ...                              memcpy="", n_events=n)
+    >>> [[p.rank for p in g] for g in store_groups([spec(0, 4), spec(1, 4), spec(2, 9), spec(3, 1)], 8)]
+    [[0, 1], [2], [3]]
+    """
+    out: list[list[PartSpec]] = []
+    size = 0
+    for rank in _whole_ranks(specs):
+        n = sum(max(p.n_events, 1) for p in rank)
+        if not out or (size and size + n > group_events):
+            out.append([])
+            size = 0
+        out[-1].extend(rank)
+        size += n
+    return out
+
+
 def plan_partitions(
     specs: Sequence[PartSpec], target_events: int = TARGET_EVENTS, parallelism: int = 1
 ) -> list[PartitionSpec]:
-    """Batch parts (sorted by rank, device) into balanced partitions of whole ranks.
+    """Batch parts (sorted by rank, device) into balanced partitions of whole store groups.
 
-    The number of partitions is enough to keep each under ``target_events`` and, when there is
-    enough work (:data:`MIN_EVENTS` per partition at least), one per unit of ``parallelism``
-    (the machine's cores or the cluster's workers, never the momentary load), rounded up to a
-    whole number of rounds of ``parallelism``; ranks are then cut where the running event count
-    is nearest to equal shares. A rank larger than a share stands alone.
+    The store groups (:func:`store_groups`, of at most ``min(GROUP_EVENTS, target_events)``
+    events) do not depend on ``parallelism``; the number of partitions is enough to keep each
+    under ``target_events`` and, when there is enough work (:data:`MIN_EVENTS` per partition at
+    least), one per unit of ``parallelism`` (the machine's cores or the cluster's workers, never
+    the momentary load), rounded up to a whole number of rounds of ``parallelism``; groups are
+    then cut where the running event count is nearest to equal shares. A group larger than a
+    share stands alone.
 
     Examples
     --------
@@ -73,25 +145,19 @@ def plan_partitions(
     """
     if target_events < 1:
         raise ValueError("target_events must be >= 1")
-    ordered = sorted(specs, key=lambda s: (s.rank, s.device))
-    ranks: list[list[PartSpec]] = []
-    for s in ordered:
-        if ranks and ranks[-1][0].rank == s.rank:
-            ranks[-1].append(s)
-        else:
-            ranks.append([s])
-    sizes = [sum(max(p.n_events, 1) for p in group) for group in ranks]
+    groups = store_groups(specs, min(GROUP_EVENTS, target_events))
+    sizes = [sum(max(p.n_events, 1) for p in group) for group in groups]
     total = sum(sizes)
     workers = max(parallelism, 1)
-    k = max(-(-total // target_events), min(workers, total // MIN_EVENTS, len(ranks)), 1)
+    k = max(-(-total // target_events), min(workers, total // MIN_EVENTS, len(groups)), 1)
     if k > workers:  # a whole number of rounds: no worker left idle in the last one
-        k = min(-(-k // workers) * workers, len(ranks))
+        k = min(-(-k // workers) * workers, len(groups))
     share = total / k
-    out: list[list[PartSpec]] = []
+    out: list[list[list[PartSpec]]] = []
     done = 0  # events in closed partitions
     size = 0
-    for group, n in zip(ranks, sizes):
-        # close the current partition if adding this rank takes it past its share of the total
+    for group, n in zip(groups, sizes):
+        # close the current partition if adding this group takes it past its share of the total
         # (by more than leaving it out would fall short), or past the hard target
         if out and size and (size + n > target_events or done + size + n / 2 > share * len(out)):
             done += size
@@ -99,9 +165,9 @@ def plan_partitions(
             size = 0
         if not out:
             out.append([])
-        out[-1].extend(group)
+        out[-1].append(group)
         size += n
-    return [PartitionSpec(i, tuple(parts)) for i, parts in enumerate(out)]
+    return [PartitionSpec(i, tuple(p for g in gs for p in g), tuple(len(g) for g in gs)) for i, gs in enumerate(out)]
 
 
 def content_size(path: str, info: ObjectInfo | None = None) -> int:

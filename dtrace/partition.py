@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from . import resultstore
-from .analyses import ANALYSES, Analysis, run_analyses
+from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
 from .cache import FileRecord, ingest, read_part_tables
 from .errors import DtraceError, InputError
@@ -106,7 +106,9 @@ class PartitionResult:
     index: int
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # input path -> one-line error
-    reused: bool = False
+    failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
+    reused: bool = False  # every store group of the partition came from the store
+    reused_paths: set[str] = field(default_factory=set)  # inputs whose every part's results did
     notes: list[str] = field(default_factory=list)
 
 
@@ -118,48 +120,180 @@ def analyze_partition(
     store: str | None = None,
 ) -> PartitionResult:
     """Run every analysis on one partition. Never raises for bad data: failed parts are
-    reported per input and the other parts of the partition still complete.
+    reported per input and the other parts of the partition still complete; a user's analysis
+    that fails fails its own table only (:attr:`PartitionResult.failed_tables`).
 
-    The result tables are stored under ``store`` keyed by the partition's parts, the settings
-    and the analyses (:func:`dtrace.resultstore.key`); re-analysing unchanged inputs with the
-    same settings loads them instead of recomputing (``reuse=False`` forces the computation).
+    The result tables are stored under ``store`` per store group of the partition, keyed by
+    the group's parts, the settings and the analyses (:func:`dtrace.resultstore.key`);
+    re-analysing unchanged inputs with the same settings loads them instead of recomputing
+    (``reuse=False`` forces the computation). The groups that are not stored are analysed
+    together, in one batch.
     """
-    todo = list(ANALYSES) + list(analyses or [])
+    own = list(analyses or [])
+    kept = resultstore.reusable(list(ANALYSES) + own)  # one depending on an unhashable value is always run
+    fresh = [a for a in own if a not in kept]
     res = PartitionResult(partition.index)
-    key = resultstore.key(partition, options, todo) if store else None
-    if reuse and store is not None and key is not None:
-        tables, note = resultstore.load(store, key, todo, [(p.rank, p.device) for p in partition.parts])
-        if tables is not None:
-            res.tables, res.reused = tables, True
-            return res
-        if note:
-            res.notes.append(note)
-    tables, errors = _run(list(partition.parts), options, todo)
-    res.tables, res.errors = tables, errors
-    if store is not None and key is not None and not errors:
-        note = resultstore.save(store, key, tables)
-        if note:
-            res.notes.append(note)
+    groups = partition.store_groups()
+    keys: list[str | None] = resultstore.keys(groups, options, kept) if store is not None else [None] * len(groups)
+    hit, stored = _load_groups(store if reuse else None, groups, keys, kept, res.notes)
+    missed = [i for i in range(len(groups)) if i not in hit]
+    todo = [p for i in missed for p in groups[i]]
+    done = [p for i in hit for p in groups[i]]
+    pieces: list[_Grouped] = [stored] if stored is not None else []
+    computed = None
+    if todo:
+        tables, res.errors, res.failed_tables = _run(todo, options, list(ANALYSES), own)
+        computed = _Grouped.cut(tables, [groups[i] for i in missed], missed)
+        pieces.append(computed)
+    if fresh and done:  # stored groups still need the analyses that are never stored
+        tables, errors, failed = _run(done, options, [], fresh)
+        res.errors.update({k: v for k, v in errors.items() if k not in res.errors})
+        res.failed_tables = {**failed, **res.failed_tables}
+        pieces.append(_Grouped.cut(tables, [groups[i] for i in hit], hit))
+    res.tables = _assemble(pieces)
+    res.reused = bool(done) and not todo
+    res.reused_paths = {p.path for p in done} - {p.path for p in todo} - set(res.errors)
+    if store is not None and computed is not None and not any(a.table in res.failed_tables for a in kept):
+        _save_groups(store, computed, [keys[i] for i in missed], [groups[i] for i in missed], kept, res)
     return res
 
 
-def _run(
-    specs: list[PartSpec], options: Options, analyses: list[Analysis]
-) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
-    """Analyse the parts together; if that fails, each half alone (recursively), so that a bad
-    part fails alone and the others keep their results (in part order)."""
+def _save_groups(
+    store: str,
+    computed: _Grouped,
+    keys: list[str | None],
+    groups: list[tuple[PartSpec, ...]],
+    kept: list[Analysis],
+    res: PartitionResult,
+) -> None:
+    """Store each computed group's tables (but those of a group with a failed input): every
+    table becomes Arrow once, each group's rows a slice of it."""
+    if not all(a.table in computed.tables for a in kept):  # every part failed: nothing to store
+        return
+    arrow = {a.table: pa.Table.from_pandas(computed.tables[a.table], preserve_index=False) for a in kept}
+    for j, (key, group) in enumerate(zip(keys, groups)):
+        if key is None or any(p.path in res.errors for p in group):
+            continue
+        note = resultstore.save(store, key, {n: t.slice(*computed.rows(n, j)) for n, t in arrow.items()})
+        if note:
+            res.notes.append(note)
+
+
+@dataclass
+class _Grouped:
+    """Tables of some store groups of a partition (``groups``: their positions), rows in group
+    order; ``cuts[table]``: where each group's rows start (and the last one ends)."""
+
+    tables: dict[str, pd.DataFrame]
+    groups: list[int]
+    cuts: dict[str, np.ndarray]
+
+    @classmethod
+    def cut(cls, tables: dict[str, pd.DataFrame], groups: list[Sequence[PartSpec]], where: list[int]) -> _Grouped:
+        """Order each table's rows by store group (groups are whole ranks in rank order; the
+        analyses' rows already come in part order, so this rarely moves a row)."""
+        firsts = np.array([g[0].rank for g in groups], np.int64)
+        out, cuts = {}, {}
+        for name, df in tables.items():
+            gid = np.searchsorted(firsts, df["rank"].to_numpy(np.int64), side="right") - 1
+            if len(gid) > 1 and (gid[1:] < gid[:-1]).any():
+                order = np.argsort(gid, kind="stable")
+                df, gid = df.iloc[order].reset_index(drop=True), gid[order]
+            out[name] = df
+            cuts[name] = np.searchsorted(gid, np.arange(len(groups) + 1))
+        return cls(out, where, cuts)
+
+    def rows(self, table: str, j: int) -> tuple[int, int]:
+        """Offset and length of the rows of the ``j``-th of these groups in ``table``."""
+        c = self.cuts[table]
+        return int(c[j]), int(c[j + 1] - c[j])
+
+
+def _load_groups(
+    store: str | None,
+    groups: list[tuple[PartSpec, ...]],
+    keys: list[str | None],
+    kept: list[Analysis],
+    notes: list[str],
+) -> tuple[list[int], _Grouped | None]:
+    """The store groups whose entries are intact, and their tables: the Arrow tables of every
+    entry are checked file by file, concatenated per table and made frames once."""
+    if store is None:
+        return [], None
+    hit: list[int] = []
+    arrows: list[dict[str, pa.Table]] = []
+    for i, (group, key) in enumerate(zip(groups, keys)):
+        if key is None:
+            continue
+        tables, note = resultstore.load_arrow(store, key, kept, [(p.rank, p.device) for p in group])
+        if note:
+            notes.append(note)
+        if tables is not None:
+            hit.append(i)
+            arrows.append(tables)
+    if not hit:
+        return [], None
     try:
-        return run_analyses(load_batch(specs, options), analyses), {}
+        merged = {a.table: _concat_arrow([t[a.table] for t in arrows]) for a in kept}
+        frames = resultstore.frames(merged, kept)
+    except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:  # one of them is damaged: none is used
+        notes.extend(resultstore.discard(store, keys[i] or "", exc) for i in hit)
+        return [], None
+    cuts = {a.table: np.concatenate([[0], np.cumsum([t[a.table].num_rows for t in arrows])]) for a in kept}
+    return hit, _Grouped(frames, hit, cuts)
+
+
+def _concat_arrow(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def _assemble(pieces: list[_Grouped]) -> dict[str, pd.DataFrame]:
+    """Each table over all store groups, in group order, from the pieces that hold them."""
+    if len(pieces) == 1:
+        return pieces[0].tables  # every group stored, or every group computed: already in order
+    names = dict.fromkeys(n for g in pieces for n in g.tables)
+    out = {}
+    for name in names:
+        has = [g for g in pieces if name in g.tables]
+        slices = sorted(
+            ((i, g, j) for g in has for j, i in enumerate(g.groups)), key=lambda x: x[0]
+        )  # a few groups per partition
+        frames = [g.tables[name].iloc[slice(*_span(g.rows(name, j)))] for _, g, j in slices]
+        nonempty = [f for f in frames if len(f)]
+        out[name] = (
+            pd.concat(nonempty, ignore_index=True)
+            if len(nonempty) > 1
+            else (nonempty[0] if nonempty else has[0].tables[name].iloc[:0]).reset_index(drop=True)
+        )
+    return out
+
+
+def _span(offset_length: tuple[int, int]) -> tuple[int, int]:
+    return offset_length[0], offset_length[0] + offset_length[1]
+
+
+def _run(
+    specs: list[PartSpec], options: Options, builtin: list[Analysis], own: list[Analysis]
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], dict[str, str]]:
+    """Analyse the parts together; if that fails, each half alone (recursively), so that a bad
+    part fails alone and the others keep their results (in part order). The user's analyses
+    (``own``) each fail their own table only: ``(tables, {path: error}, {table: error})``."""
+    try:
+        batch = load_batch(specs, options)
+        tables = run_analyses(batch, builtin)
     except Exception as exc:  # noqa: BLE001 - isolate the part that broke, report it below
         if len(specs) == 1:
-            return {}, {specs[0].path: _describe(specs[0], exc)}
+            return {}, {specs[0].path: _describe(specs[0], exc)}, {}
+    else:
+        more, failed = run_own_analyses(batch, own)
+        return {**tables, **more}, {}, failed
     mid = len(specs) // 2
-    (t1, e1), (t2, e2) = _run(specs[:mid], options, analyses), _run(specs[mid:], options, analyses)
+    (t1, e1, f1), (t2, e2, f2) = _run(specs[:mid], options, builtin, own), _run(specs[mid:], options, builtin, own)
     tables = {
         name: pd.concat([t for t in (t1.get(name), t2.get(name)) if t is not None], ignore_index=True)
         for name in {**t1, **t2}
     }
-    return tables, {**e1, **e2}
+    return tables, {**e1, **e2}, {**f2, **f1}
 
 
 def _describe(spec: PartSpec, exc: BaseException) -> str:

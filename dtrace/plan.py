@@ -11,12 +11,14 @@ import glob
 import numbers
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from .cache import FileRecord, PartRecord
 from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
-from .errors import NotRegularFile, RankError, UsageError
+from .errors import DtraceError, NotRegularFile, RankError, UsageError
 from .fileio import refusal
+from .readers._io import RESULTS_MANIFEST, own_output, read_head
 from .remote import ObjectInfo, is_url, norm
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
@@ -41,14 +43,21 @@ _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?)\s*([a-zA-Z]*)")
 
 
 def expand_inputs(
-    inputs: list[str] | str, *, exclude: list[str] | None = None, infos: dict[str, ObjectInfo] | None = None
+    inputs: list[str] | str,
+    *,
+    exclude: list[str] | None = None,
+    infos: dict[str, ObjectInfo] | None = None,
+    skipped: list[str] | None = None,
 ) -> list[str]:
     """Files, directories (searched recursively for trace files) and globs → sorted unique paths.
 
-    Nothing is opened here. Inputs that are not regular files (FIFOs, devices, sockets) and
-    folders that cannot be listed stay in the list, so that :func:`refuse_irregular` reports
-    each of them as a failed input instead of a silent gap; directories matched by a glob are
-    not inputs and are left out.
+    Nothing is opened here but the ``manifest.json`` of searched folders: a folder whose
+    manifest dtrace wrote holds dtrace's results (tables, cache, stored results) and is left
+    out with everything below it, each such folder noted in ``skipped`` (other outputs of
+    dtrace are recognised by their content when read: :func:`dtrace.readers.detect`). Inputs
+    that are not regular files (FIFOs, devices, sockets) and folders that cannot be listed stay
+    in the list, so that :func:`refuse_irregular` reports each of them as a failed input instead
+    of a silent gap; directories matched by a glob are not inputs and are left out.
 
     URLs (``s3://bucket/job/``, ``gs://.../*.json.gz``) are listed the same way on their store
     (:func:`dtrace.remote.expand`); ``infos``, when given, receives what the listing says of each
@@ -60,6 +69,7 @@ def expand_inputs(
         inputs = [inputs]
     excl = [e.rstrip("/") + "/" if is_url(e) else os.path.abspath(e) + os.sep for e in (exclude or [])]
     found: list[str] = []
+    pruned: list[str] = []
     for item in inputs:
         item = os.fspath(item)
         if is_url(item):
@@ -67,6 +77,10 @@ def expand_inputs(
         elif os.path.isdir(item):
             # a folder that cannot be listed (permissions, I/O error) becomes an input of its own
             for root, dirs, files in os.walk(item, onerror=lambda err: found.append(err.filename)):
+                if "manifest.json" in files and _is_results_folder(root):
+                    pruned.append(os.path.abspath(root))
+                    dirs[:] = []
+                    continue
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
                     if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith(".") and f not in NOT_TRACES:
@@ -86,8 +100,11 @@ def expand_inputs(
             continue
         seen.add(a)
         out.append(a)
+    if skipped is not None:
+        skipped.extend(f"{d}: skipped, a results folder of dtrace (its manifest.json)" for d in pruned)
     if not out:
-        raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)})")
+        why = f"; skipped dtrace's own results in {', '.join(pruned)}" if pruned else ""
+        raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)}){why}")
     return sorted(out)
 
 
@@ -174,6 +191,18 @@ def _match(pattern: list[str], parts: list[str]) -> bool:
     else:
         ok = parts[0] == first
     return ok and _match(pattern[1:], parts[1:])
+
+
+def _is_results_folder(folder: str) -> bool:
+    """Whether ``folder/manifest.json`` is a manifest dtrace wrote (by its first bytes; a FIFO or
+    a link there is never opened)."""
+    path = os.path.join(folder, "manifest.json")
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        return own_output(read_head(path)) == RESULTS_MANIFEST
+    except (OSError, DtraceError):
+        return False
 
 
 def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:

@@ -82,6 +82,8 @@ class Results:
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
+            if name in self.failed_tables:
+                raise KeyError(f"no table {name!r}: {self.failed_tables[name]}")
             if self.path is None or name not in self.table_names:
                 raise KeyError(f"no table {name!r}; tables: {', '.join(self.table_names)}")
             self._tables[name] = _read_table(table_path(self.path, name), self.manifest.get("run_id"))
@@ -114,14 +116,23 @@ class Results:
         return [i["error"] for i in self.manifest.get("inputs", []) if i.get("status") == "error"]
 
     @property
+    def failed_tables(self) -> dict[str, str]:
+        """Your own analyses that failed: table name → one-line error (their tables are absent)."""
+        failed = self.manifest.get("failed_tables")
+        return dict(failed) if isinstance(failed, dict) else {}
+
+    @property
     def ok(self) -> bool:
-        return not self.errors
+        """Every input analysed and every table computed."""
+        return not self.errors and not self.failed_tables
 
     def __repr__(self) -> str:
         n_ok = sum(1 for i in self.manifest.get("inputs", []) if i.get("status") == "ok")
         return (
             f"<dtrace.Results {self.path or '(in memory)'}: {n_ok} inputs ok, {len(self.errors)} failed; "
-            f"tables: {', '.join(self.table_names)}>"
+            f"tables: {', '.join(self.table_names)}"
+            + (f"; failed tables: {', '.join(self.failed_tables)}" if self.failed_tables else "")
+            + ">"
         )
 
 
@@ -408,6 +419,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "inputs": (list,),
     "options": (dict,),
     "absent_tables": (dict,),
+    "failed_tables": (dict,),
     "seconds": (int, float),
     "workers": (int,),
     "n_inputs": (int,),

@@ -3,7 +3,8 @@
 ``CACHE/results/<key>/`` holds one Arrow IPC file per table of one partition and
 ``entry.json`` (written last: the tables, their row counts and fingerprints). The key hashes
 everything the tables depend on: the dtrace version, the analyses (names, declared columns,
-and for users' own analyses their code), the settings (a class-map file by its content) and,
+and for users' own analyses everything their function depends on: :func:`function_identity`),
+the settings (a class-map file by its content) and,
 per part, its rank, device, format, time origin and the fingerprint of its input.
 
 Stored results are data, never code (no pickle): on load every file must match its fingerprint,
@@ -15,14 +16,20 @@ and links are not followed.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import hashlib
-import inspect
 import json
 import os
 import shutil
 import stat
+import sys
+import sysconfig
 import tempfile
+import threading  # noqa: F401 - used in a docstring example
 import time
+import types
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,11 +37,13 @@ import pandas as pd
 import pyarrow as pa
 
 from ._version import __version__
-from .analyses import Analysis, conform, has_dtype
+from .analyses import Analysis, conform
 from .cache import _NOFOLLOW, fingerprint_bytes, read_file
+from .dtypes import dtype_is
 from .hardware import spec_identity
 from .layout import PartitionSpec
 from .options import Options
+from .plan import PartSpec
 
 STORE_VERSION = 1
 ENTRY = "entry.json"
@@ -65,17 +74,219 @@ def open_store(cache_dir: str) -> str | None:
         return None
 
 
-def _code_identity(func: Any) -> str:
-    """What identifies an analysis function's behaviour: its module and name, and its code."""
-    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
-    if name.startswith("dtrace."):
-        return name  # built in: the dtrace version covers its code
+class _Unkeyable(Exception):
+    """A value an analysis depends on that cannot be hashed deterministically."""
+
+
+# code installed with Python or in its site-packages is a library: identified by its name (a
+# changed library version does not invalidate stored results; --recompute does)
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.realpath(p) + os.sep
+            for k, p in sysconfig.get_paths().items()
+            if k in ("stdlib", "platstdlib", "purelib", "platlib")
+        }
+    )
+)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _is_library(filename: str | None, module: str | None) -> bool:
+    """Whether code lives in dtrace, in Python's own library or in an installed package (else it
+    is the user's own code, whose dependencies are hashed)."""
+    if module == "__main__" or (filename or "").startswith("<"):  # a script, or code typed or exec'd
+        return False
+    if module is not None and (module == "builtins" or module.split(".")[0] == "dtrace"):
+        return True
+    if not filename:  # compiled into the interpreter
+        return True
+    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+
+
+def _module_file(module: str | None) -> str | None:
+    return getattr(sys.modules.get(module or ""), "__file__", None)
+
+
+def function_identity(func: Any) -> str | None:
+    """A digest of everything a user's analysis function depends on, or None when some of it
+    cannot be hashed deterministically (then its results are never reused).
+
+    Covered: its code (bytecode, constants, nested functions), its default and keyword-only
+    default arguments, the contents of its closure cells, and the module globals its code names
+    when they are plain data (numbers, strings, bytes, containers of them, numpy arrays, pandas
+    frames, enums, dataclass instances) — recursively for the user's own functions, classes and
+    modules it refers to, and through ``functools.partial`` and bound methods. Functions,
+    classes and modules of dtrace, Python's library and installed packages are identified by
+    their names. Anything else (an open file, an arbitrary object) makes the function unkeyable.
+
+    Examples
+    --------
+    >>> scale = 2
+    >>> f = lambda x: x * scale
+    >>> a = function_identity(f); scale = 3; a == function_identity(f)
+    False
+    >>> function_identity(lambda x, lock=threading.Lock(): x) is None  # state of no value
+    True
+    """
+    h = hashlib.blake2b(digest_size=20)
     try:
-        src = inspect.getsource(func)
-    except (OSError, TypeError):
-        code = getattr(func, "__code__", None)
-        src = repr((code.co_code, code.co_consts)) if code is not None else repr(func)
-    return name + ":" + hashlib.sha1(src.encode()).hexdigest()
+        _feed(h, func, set())
+    except (_Unkeyable, RecursionError):
+        return None
+    return h.hexdigest()
+
+
+def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -> None:
+    """Hash ``v`` into ``h`` (see :func:`function_identity`); ``names``: the attribute names the
+    referring code uses (for a user module: which of its attributes it depends on)."""
+    t = type(v)
+    if t in _PLAIN:
+        h.update(f"{t.__name__}:{v!r};".encode())
+        return
+    if isinstance(v, enum.Enum):
+        h.update(f"enum:{t.__module__}.{t.__qualname__}.{v.name};".encode())
+        return
+    if isinstance(v, np.generic):
+        if v.dtype.kind == "O":
+            raise _Unkeyable(repr(t))
+        h.update(f"np:{v.dtype.str}:".encode() + v.tobytes())
+        return
+    if id(v) in seen:  # a cycle (a function calling itself, a list holding itself)
+        h.update(b"cycle;")
+        return
+    seen = seen | {id(v)}
+    if isinstance(v, (tuple, list)):
+        h.update(f"{t.__name__}[{len(v)}](".encode())
+        for x in v:
+            _feed(h, x, seen)
+        h.update(b")")
+    elif isinstance(v, (set, frozenset)):
+        h.update(f"{t.__name__}[{len(v)}](".encode())
+        for d in sorted(_digest(x, seen) for x in v):  # iteration order of a set is not stable
+            h.update(d)
+        h.update(b")")
+    elif isinstance(v, dict):
+        h.update(f"dict[{len(v)}](".encode())
+        for k, x in v.items():
+            _feed(h, k, seen)
+            _feed(h, x, seen)
+        h.update(b")")
+    elif isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            _feed(h, v.tolist(), seen)
+        else:
+            h.update(f"ndarray:{v.dtype.str}:{v.shape};".encode() + np.ascontiguousarray(v).tobytes())
+    elif isinstance(v, (pd.DataFrame, pd.Series, pd.Index)):
+        try:
+            hashed = pd.util.hash_pandas_object(v, index=not isinstance(v, pd.Index)).to_numpy()
+        except TypeError as exc:
+            raise _Unkeyable(repr(t)) from exc
+        frame = v.to_frame() if isinstance(v, (pd.Series, pd.Index)) else v
+        h.update(f"pandas:{t.__name__}:{list(map(str, frame.columns))}:{list(map(str, frame.dtypes))};".encode())
+        h.update(hashed.tobytes())
+    elif isinstance(v, types.FunctionType):
+        _feed_function(h, v, seen)
+    elif isinstance(v, types.MethodType):
+        h.update(b"method:")
+        _feed(h, v.__func__, seen)
+        _feed(h, v.__self__, seen)
+    elif isinstance(v, functools.partial):
+        h.update(b"partial:")
+        for x in (v.func, v.args, v.keywords):
+            _feed(h, x, seen)
+    elif isinstance(v, types.ModuleType):
+        h.update(f"module:{v.__name__};".encode())
+        if not _is_library(getattr(v, "__file__", None), v.__name__):  # the user's module: what the code uses of it
+            for n in sorted(names):
+                if n in vars(v):
+                    h.update(f"attr:{n}=".encode())
+                    _feed(h, vars(v)[n], seen)
+    elif isinstance(v, type):
+        h.update(f"class:{v.__module__}.{v.__qualname__};".encode())
+        if not _is_library(
+            _module_file(v.__module__), v.__module__
+        ):  # the user's class: its methods and class attributes
+            for n, x in sorted(vars(v).items()):
+                if not (n.startswith("__") and n.endswith("__")) or n in ("__init__", "__call__"):
+                    h.update(f"attr:{n}=".encode())
+                    _feed(h, x.__func__ if isinstance(x, (staticmethod, classmethod)) else x, seen)
+    elif (
+        isinstance(v, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType))
+        or (callable(v) and _is_library(_module_file(getattr(v, "__module__", None)), getattr(v, "__module__", None)))
+    ) and (qualname := getattr(v, "__qualname__", None) or getattr(v, "__name__", None)):
+        h.update(f"library:{getattr(v, '__module__', None)}.{qualname};".encode())
+    elif dataclasses.is_dataclass(v):
+        h.update(f"dataclass:{t.__module__}.{t.__qualname__}(".encode())
+        for f in dataclasses.fields(v):
+            h.update(f"{f.name}=".encode())
+            _feed(h, getattr(v, f.name), seen)
+        h.update(b")")
+    elif hasattr(v, "__dict__") and not _is_library(_module_file(t.__module__), t.__module__):
+        h.update(b"object:")  # an instance of the user's own class: its class and its attributes
+        _feed(h, t, seen)
+        _feed(h, vars(v), seen)
+    elif isinstance(v, property):
+        for x in (v.fget, v.fset, v.fdel):
+            _feed(h, x, seen)
+    else:
+        raise _Unkeyable(repr(t))
+
+
+def _feed_function(h: Any, func: types.FunctionType, seen: set[int]) -> None:
+    code = func.__code__
+    h.update(f"function:{func.__module__}.{func.__qualname__};".encode())
+    if _is_library(code.co_filename, func.__module__):
+        return  # dtrace's, Python's or an installed package's: its name identifies it
+    names = _feed_code(h, code)
+    _feed(h, func.__defaults__, seen)
+    _feed(h, func.__kwdefaults__, seen)
+    cells = func.__closure__ or ()
+    for name, cell in zip(code.co_freevars, cells):
+        h.update(f"cell:{name}=".encode())
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later)
+            value = None
+        _feed(h, value, seen, names)
+    glob = func.__globals__
+    for name in sorted(names):
+        if name in glob:
+            h.update(f"global:{name}=".encode())
+            _feed(h, glob[name], seen, names)
+
+
+def _feed_code(h: Any, code: types.CodeType) -> frozenset[str]:
+    """Hash a code object (its nested ones included); the names it and they use."""
+    h.update(code.co_code)
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _feed_code(h, c)
+        else:
+            h.update(f"{type(c).__name__}:{c!r};".encode())
+    h.update(
+        repr((code.co_names, code.co_varnames, code.co_freevars, code.co_argcount, code.co_kwonlyargcount)).encode()
+    )
+    return frozenset(names)
+
+
+def _digest(v: Any, seen: set[int]) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    _feed(h, v, seen)
+    return h.digest()
+
+
+def _analysis_identity(a: Analysis) -> list[Any] | None:
+    """What identifies an analysis's tables: its table, declared columns and function (None:
+    it depends on something that cannot be hashed, so its results are never reused)."""
+    func = function_identity(a.func)
+    return None if func is None else [a.table, sorted(a.columns.items()), func]
+
+
+def reusable(analyses: Sequence[Analysis]) -> list[Analysis]:
+    """The analyses whose results can be stored and reused (see :func:`function_identity`)."""
+    return [a for a in analyses if _analysis_identity(a) is not None]
 
 
 def _classmap_identity(options: Options) -> Any:
@@ -93,31 +304,42 @@ def _classmap_identity(options: Options) -> Any:
         return None
 
 
-def key(partition: PartitionSpec, options: Options, analyses: Sequence[Analysis]) -> str | None:
-    """The store key of a partition's results; None when they cannot be keyed (a class map
-    object that is neither a file nor JSON-able)."""
+def key(parts: PartitionSpec | Sequence[PartSpec], options: Options, analyses: Sequence[Analysis]) -> str | None:
+    """The store key of the results of some parts (a store group, :func:`dtrace.layout.store_groups`);
+    None when they cannot be keyed (a class map object that is neither a file nor JSON-able, an
+    analysis that depends on a value that cannot be hashed: pass only the :func:`reusable` ones)."""
+    return keys([parts.parts if isinstance(parts, PartitionSpec) else parts], options, analyses)[0]
+
+
+def keys(groups: Sequence[Sequence[PartSpec]], options: Options, analyses: Sequence[Analysis]) -> list[str | None]:
+    """The store key of each group of parts (see :func:`key`); the settings and the analyses
+    are hashed once."""
     cm = _classmap_identity(options)
-    if options.classmap is not None and cm is None:
-        return None
+    analysed = [_analysis_identity(a) for a in analyses]
+    if (options.classmap is not None and cm is None) or None in analysed:
+        return [None] * len(groups)
     opts = options.to_json()
     opts["classmap"] = cm
     opts.pop("gpu_spec", None)  # read by a reducer only: per-partition results do not depend on it
-    ident = {
-        "version": [__version__, STORE_VERSION],
-        "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
-        "options": opts,
-        "parts": [[p.rank, p.device, p.format, p.base_ns, p.fingerprint, p.local_index] for p in partition.parts],
-    }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    common = json.dumps(
+        {"version": [__version__, STORE_VERSION], "analyses": analysed, "options": opts}, sort_keys=True, default=str
+    )
+    out: list[str | None] = []
+    for parts in groups:
+        ident = [[p.rank, p.device, p.format, p.base_ns, p.fingerprint, p.local_index] for p in parts]
+        out.append(hashlib.sha256((common + json.dumps(ident, default=str)).encode()).hexdigest()[:32])
+    return out
 
 
 def run_key(
     inputs: Sequence[Sequence[Any]], options: Options, analyses: Sequence[Analysis], settings: dict[str, Any]
 ) -> str | None:
     """The key of a whole run's results: every input (path, size, mtime, fingerprint), the
-    settings, the analyses and the dtrace version. Equal keys give equal results."""
+    settings, the analyses and the dtrace version. Equal keys give equal results; None when an
+    analysis depends on a value that cannot be hashed (such a run is never up to date)."""
     cm = _classmap_identity(options)
-    if options.classmap is not None and cm is None:
+    analysed = [_analysis_identity(a) for a in analyses]
+    if (options.classmap is not None and cm is None) or None in analysed:
         return None
     opts = options.to_json()
     opts["classmap"] = cm
@@ -126,7 +348,7 @@ def run_key(
         "version": [__version__, STORE_VERSION],
         "options": opts,
         "settings": settings,
-        "analyses": [[a.table, sorted(a.columns.items()), _code_identity(a.func)] for a in analyses],
+        "analyses": analysed,
         "inputs": sorted([list(i) for i in inputs]),
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
@@ -140,6 +362,39 @@ def load(
     ``parts``: the partition's (rank, device) pairs; then every table's rows must be theirs and
     the :data:`PER_PART_TABLE` must hold one row for each (no part dropped or added).
     """
+    tables, note = load_arrow(store, key, analyses, parts)
+    if tables is None:
+        return None, note
+    try:
+        return frames(tables, analyses), None
+    except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+        return None, discard(store, key, exc)
+
+
+def frames(tables: dict[str, pa.Table], analyses: Sequence[Analysis]) -> dict[str, pd.DataFrame]:
+    """Stored Arrow tables (of one entry, or of several concatenated) as pandas frames with
+    their declared dtypes; a table without them raises ``ValueError``."""
+    out = {}
+    for a in analyses:
+        df = tables[a.table].to_pandas()
+        _check_dtypes(df, a)
+        out[a.table] = conform(df, a.columns, a.table)
+    return out
+
+
+def discard(store: str, key: str, why: BaseException) -> str:
+    """Remove the damaged entry ``key`` (see :func:`_discard`); the note that says so."""
+    d = os.path.join(store, key)
+    _discard(store, d)
+    return f"stored results {d} are damaged ({why}); recomputing"
+
+
+def load_arrow(
+    store: str, key: str, analyses: Sequence[Analysis], parts: Sequence[tuple[int, int]] | None = None
+) -> tuple[dict[str, pa.Table] | None, str | None]:
+    """The stored tables of ``key`` as Arrow tables, each file checked against its fingerprint
+    and row count and, with ``parts``, its rows against the parts (see :func:`load`); their
+    dtypes are checked when they become frames (:func:`frames`)."""
     d = os.path.join(store, key)
     try:
         if not stat.S_ISDIR(os.lstat(d).st_mode):
@@ -162,11 +417,9 @@ def load(
             t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
             if t.num_rows != info["rows"]:
                 raise ValueError(f"{a.table}.arrow has {t.num_rows} rows, not {info['rows']}")
-            df = t.to_pandas()
-            _check_dtypes(df, a)
             if parts is not None:
-                _check_parts(df, a.table, parts)
-            tables[a.table] = conform(df, a.columns, a.table)
+                _check_parts(t, a.table, parts)
+            tables[a.table] = t
     except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
         _discard(store, d)
         return None, f"stored results {d} are damaged ({exc}); recomputing"
@@ -191,9 +444,11 @@ def _discard(store: str, d: str) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def _check_parts(df: pd.DataFrame, table: str, parts: Sequence[tuple[int, int]]) -> None:
+def _check_parts(t: pa.Table, table: str, parts: Sequence[tuple[int, int]]) -> None:
     want = np.array(sorted(set(parts)), dtype=np.int64).reshape(-1, 2)
-    got = np.stack([df["rank"].to_numpy(np.int64), df["device"].to_numpy(np.int64)], axis=1)
+    got = np.stack(
+        [t.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in ("rank", "device")], axis=1
+    ).reshape(-1, 2)
     codes = want[:, 0] << 32 | (want[:, 1] & 0xFFFFFFFF)
     found = got[:, 0] << 32 | (got[:, 1] & 0xFFFFFFFF)
     if not np.isin(found, codes).all():
@@ -203,11 +458,12 @@ def _check_parts(df: pd.DataFrame, table: str, parts: Sequence[tuple[int, int]])
 
 
 def _check_dtypes(df: pd.DataFrame, a: Analysis) -> None:
+    dtypes = dict(zip(df.columns, df.dtypes))
     for col, want in a.columns.items():
-        if col not in df.columns:
+        if col not in dtypes:
             raise ValueError(f"{a.table}: column {col!r} missing")
-        if len(df) and not has_dtype(df[col], want):
-            raise ValueError(f"{a.table}: column {col!r} is {df[col].dtype}, not {want}")
+        if len(df) and not dtype_is(dtypes[col], want):
+            raise ValueError(f"{a.table}: column {col!r} is {dtypes[col]}, not {want}")
 
 
 def _touch(path: str) -> None:
@@ -217,8 +473,9 @@ def _touch(path: str) -> None:
         pass
 
 
-def save(store: str, key: str, tables: dict[str, pd.DataFrame]) -> str | None:
-    """Store a partition's tables under ``key`` (atomically: a complete entry or none)."""
+def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> str | None:
+    """Store a store group's tables (frames, or Arrow tables made from them) under ``key``
+    (atomically: a complete entry or none)."""
     try:
         os.makedirs(store, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=store)
@@ -228,7 +485,7 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame]) -> str | None:
         listed = {}
         for name, df in tables.items():
             sink = pa.BufferOutputStream()
-            t = pa.Table.from_pandas(df, preserve_index=False)
+            t = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
             # zstd: names repeat across rows (transitions, kernels), ~100x smaller, read back in ms
             with pa.ipc.new_file(sink, t.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
                 w.write_table(t)

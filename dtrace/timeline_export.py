@@ -468,10 +468,7 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
         if sel.window is not None
         else ((sel.origin + span_all[0], sel.origin + span_all[1]) if span_all is not None else None)
     )
-    return {
-        "traceEvents": meta + events,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": int(sel.origin),
+    return {  # otherData first: its generator tells dtrace this file is its own output, not a trace
         "otherData": {
             "generator": f"dtrace {__version__} timeline",
             "results": str(results.path or ""),
@@ -480,6 +477,9 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
             "time_axis": "µs since the job's first GPU event, host clock offsets removed (clock_offsets)",
             "tracks": tracks,
         },
+        "traceEvents": meta + events,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": int(sel.origin),
     }
 
 

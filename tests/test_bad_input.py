@@ -119,6 +119,31 @@ def test_shared_traces_without_gpu_activity(name):
     assert "no GPU activity" in err and name in err
 
 
+def test_mtia_trace_is_read_not_refused():
+    """An MTIA trace was refused as "no GPU activity" (issue 19, item 5): its device events are
+    GPU work now (issue 22; tests/test_mtia.py checks them against the raw JSON)."""
+    path = shared("kineto", "mtia", "mtia_rank_0.json.gz")
+    with gzip.open(path, "rb") as f:
+        cats = [e.get("cat") for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    res = dtrace.analyze(path, scheduler="sync")
+    assert res.errors == []
+    assert int(res.breakdown["gpu_events"].iloc[0]) == cats.count("mtia_ccp_events")
+
+
+def test_no_gpu_activity_names_the_categories_it_found(tmp_path):
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.0, "dur": 9.0},
+            *(
+                {"ph": "X", "cat": "npu_device_ops", "name": "matmul", "pid": 9, "tid": 2, "ts": 1.0 + i, "dur": 0.5}
+                for i in range(3)
+            ),
+        ]
+    }
+    err = error_of(write(tmp_path / "npu.json", doc))
+    assert "no GPU activity" in err and "npu_device_ops (3)" in err, err
+
+
 def test_valid_edge_traces_are_analysed():
     for name, kernels in [("old_capitalized_categories_rank_1", 4), ("arg_above_int64_rank-70", 1)]:
         res = dtrace.analyze(shared("kineto", "edge", f"{name}.json.gz"), scheduler="sync")

@@ -324,6 +324,34 @@ def test_links_in_the_cache_are_not_followed(job, tmp_path, what):
     assert snapshot(outside) == before
 
 
+@pytest.mark.parametrize("what", ["file", "fifo", "socket"])
+def test_an_entry_replaced_by_a_file_or_fifo_is_repaired(job, tmp_path, what):
+    """Issue 19, item 10: the input is parsed again and its entry is a folder again (the node is
+    removed, never opened: a FIFO would block whoever opens it); the run after reuses it."""
+    import socket
+
+    files, want = job
+    cache = tmp_path / "cache"
+    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    entry = entries(str(cache))[files[0]]
+    shutil.rmtree(entry)
+    if what == "file":
+        Path(entry).write_bytes(b"not a cache entry")
+    elif what == "fifo":
+        os.mkfifo(entry)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.bind(entry)
+        finally:
+            sock.close()
+    for _ in range(2):  # repaired once, not failing on every run
+        res = dtrace.analyze(files, cache=str(cache), scheduler="sync")
+        assert_tables(res, want)
+        assert stat.S_ISDIR(os.lstat(entry).st_mode)
+    assert all(i["cached"] and i["results_reused"] for i in res.manifest["inputs"])
+
+
 # -- damaged cache entries: parsed again, never an error ----------------------------------------
 def _truncate(p):
     data = Path(p).read_bytes()

@@ -5,6 +5,7 @@ import os
 import pickle
 
 import pandas as pd
+import pytest
 from conftest import ROOT
 
 import dtrace
@@ -80,3 +81,111 @@ def test_failed_task_is_split_on_a_cluster():
         out = eng.map(_fails_on_three, [[1, 2], [3, 4], [5]], split=split)
     assert out[0] == [10, 20] and out[2] == [40] and out[3] == [50]
     assert isinstance(out[1], TaskFailure) and out[1].item == [3]
+
+
+def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeypatch):
+    """Issue 19, item 12: the workers' folders go under TMPDIR in a folder of this run (not the
+    shared ``dask-scratch-space``), and nothing is left there when the run ends."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
+        dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
+        assert eng.map(abs, [-1, 2]) == [1, 2]
+        (run_dir,) = os.listdir(tmp)
+        assert run_dir.startswith("dtrace-dask-") and dirs and all(d.startswith(str(tmp / run_dir)) for d in dirs)
+    assert os.listdir(tmp) == []
+
+
+class _Future:
+    """A finished future as the client sees it; ``lost``: its worker died after the task finished,
+    so fetching the result fails (Dask raises ``KilledWorker`` once the recomputation dies too)."""
+
+    def __init__(self, value=None, error=None, lost=False):
+        self.value, self.error, self.lost = value, error, lost
+        self.status = "error" if error is not None else "finished"
+
+    def result(self):
+        if self.lost:
+            from distributed.scheduler import KilledWorker
+
+            raise KilledWorker("task", None, 0)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def exception(self):
+        return self.error
+
+    def release(self):
+        pass
+
+
+class _Client:
+    """Runs tasks at once; the results of ``lose[item]`` attempts at an item are lost."""
+
+    def __init__(self, lose):
+        self.lose, self.tries = dict(lose), {}
+
+    def submit(self, func, item, *args, pure=False, retries=0):
+        key = repr(item)
+        self.tries[key] = self.tries.get(key, 0) + 1
+        if self.tries[key] <= self.lose.get(key, 0):
+            return _Future(lost=True)
+        try:
+            return _Future(func(item, *args))
+        except Exception as exc:  # noqa: BLE001 - what a worker would report
+            return _Future(error=exc)
+
+
+class _AsCompleted:
+    def __init__(self, futures):
+        self.queue = list(futures)
+
+    def add(self, f):
+        self.queue.append(f)
+
+    def __iter__(self):
+        while self.queue:
+            yield self.queue.pop(0)
+
+
+def test_a_result_lost_after_its_task_finished_is_run_again_not_raised(monkeypatch):
+    """Issue 19, item 13: ``f.result()`` on a finished future whose worker then died raised
+    ``KilledWorker`` out of the run. A lost result takes the path of any failed task: split, else
+    run again alone; only an item whose every attempt is lost fails, with the worker's death as
+    its reason."""
+    import distributed
+
+    monkeypatch.setattr(distributed, "as_completed", _AsCompleted)
+
+    def split(items):
+        return [[i] for i in items] if len(items) > 1 else None
+
+    eng = Engine(ClusterSpec(scheduler="sync"))
+    # [1, 2]: lost once, then split and read; [4]: lost once, run again alone; [5]: lost every time
+    eng.client = _Client({repr([1, 2]): 1, repr([4]): 1, repr([5]): 9})
+    out = eng.map(_fails_on_three, [[1, 2], [3], [4], [5]], split=split)
+    assert out[:2] == [[10], [20]] and out[3] == [40]
+    assert isinstance(out[2], TaskFailure) and "bad item" in out[2].reason
+    assert isinstance(out[4], TaskFailure) and out[4].item == [5] and "worker process died" in out[4].reason
+
+
+@pytest.mark.timeout(180)
+def test_a_local_cluster_gets_back_a_worker_whose_nanny_gave_up():
+    """A killed worker is restarted by its nanny; a nanny whose restart fails (a loaded machine)
+    closes for good, and with every worker gone the run waited forever (issue 19, item 13:
+    ``tests/test_killed_worker.py`` hung so). The engine replaces such a nanny, and leaves
+    dask's settings as they were."""
+    import dask
+
+    before = dask.config.get("distributed.deploy.lost-worker-timeout")
+    with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
+        ((name, nanny),) = eng._cluster.workers.items()
+        eng._cluster.sync(nanny.close, reason="its worker could not be restarted")
+        assert eng.map(abs, [-1, -2]) == [1, 2]
+        assert [w.status.name for w in eng._cluster.workers.values()] == ["running"]
+    assert dask.config.get("distributed.deploy.lost-worker-timeout") == before

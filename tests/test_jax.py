@@ -330,3 +330,69 @@ def test_xplane_is_converted_with_xprof_when_installed(tmp_path, monkeypatch):
     assert tf.path == str(xp) and [p.device for p in tf.parts] == [0, 1]
     kinds = tf.parts[1].events.to_pandas()["kind"].astype(str)
     assert int(kinds.isin(["kernel", "memcpy", "memset"]).sum()) == len(truth["gpu"][1])
+
+
+@pytest.mark.parametrize("as_text", [True, False], ids=["trace_viewer", "perfetto"])
+def test_step_trace_annotations_are_steps(tmp_path, as_text):
+    """Issue 19, item 6: ``jax.profiler.StepTraceAnnotation("train", step_num=N)`` is a host event
+    named ``train`` on the Python thread with ``args.step_num`` (a string in xprof's trace viewer
+    JSON, ``{"step_num": "0", "_r": "1"}``; a number in other exports). Three of them are put
+    into the shared classic-layout trace; each GPU event belongs to the window holding its
+    launch (its own start when it has none), as computed here from the raw JSON."""
+    with gzip.open(shared(*CLASSIC), "rt") as f:
+        doc = json.load(f)
+    ev = doc["traceEvents"]
+    pname = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+    tname = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    host = next(p for p, n in pname.items() if n.endswith("/host:CPU"))
+    python = next(t for (p, t), n in tname.items() if p == host and n == "python")
+    launch = {
+        int(e["args"]["correlation_id"]): e["ts"]
+        for e in ev
+        if e.get("ph") == "X" and e["pid"] == host and "correlation_id" in (e.get("args") or {})
+    }
+    gpu = [
+        (int(pname[e["pid"]].rsplit(":", 1)[1]), e)
+        for e in ev
+        if e.get("ph") == "X"
+        and "/device:GPU:" in pname.get(e["pid"], "")
+        and tname.get((e["pid"], e["tid"]), "").startswith("Stream #")
+    ]
+    when = sorted(set(launch.values()))
+    cuts = [when[0] - 1.0] + [(when[len(when) * k // 3 - 1] + when[len(when) * k // 3]) / 2 for k in (1, 2)]
+    cuts.append(when[-1] + 1.0)
+    for i in range(3):
+        num = str(i) if as_text else i
+        ev.append(
+            {
+                "ph": "X",
+                "pid": host,
+                "tid": python,
+                "name": "train",
+                "ts": cuts[i],
+                "dur": cuts[i + 1] - cuts[i],
+                "args": {"step_num": num, "_r": "1" if as_text else 1},
+            }
+        )
+    path = tmp_path / "annotated.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+
+    want: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for k, e in gpu:
+        corr = int((e.get("args") or {}).get("correlation_id", -1))
+        t = launch.get(corr, e["ts"])
+        step = next((i for i in range(3) if to_ns(cuts[i]) <= to_ns(t) < to_ns(cuts[i + 1])), None)
+        if step is not None:
+            start = int(to_ns(e["ts"]))
+            want.setdefault((k, step), []).append((start, start + int(to_ns(e["dur"]))))
+    res = dtrace.analyze(str(path), scheduler="sync")
+    assert res.ok
+    steps = res.steps.set_index(["device", "step"])
+    assert sorted(steps.index) == sorted(want) and {s for _, s in want} == {0, 1, 2}
+    for key, spans in want.items():
+        assert steps.loc[key, "events"] == len(spans), key
+        assert steps.loc[key, "step_ns"] == max(e for _, e in spans) - min(s for s, _ in spans), key
+    assert (res.breakdown["steps"] == 3).all()

@@ -31,16 +31,19 @@ def canonical(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(list(df.columns), kind="stable").reset_index(drop=True)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_inputs_that_kill_their_worker_fail_alone(tmp_path, capsys):
     # 16 small ranks: read two per task (so a task that dies is split into its files), analysed
-    # in one partition (halved until the part that kills its worker is alone)
+    # two ranks per partition (so the input that kills its worker shares its task with a healthy
+    # rank, and the other partitions run beside it on the same workers). Each worker death costs
+    # a restart of the worker process (seconds on a loaded machine): the layout keeps them few.
     generate(tmp_path / "traces", ranks=16, steps=1, seed=11)
     files = sorted(glob.glob(str(tmp_path / "traces" / "rank-*.json.gz")))
     # the input that kills its reader shares its ingest task with another one
     batch = next(b for b in ingest_batches(files, [content_size(f) for f in files], 2) if len(b) > 1)
     killed_reading = batch[-1]
     killed_analysing = next(f for f in files if f not in batch)
+    events = max(i["events"] for i in dtrace.analyze(files, scheduler="sync").manifest["inputs"])
     crash_reading(killed_reading)
     crash_analysing(killed_analysing)
     out = tmp_path / "out"
@@ -48,10 +51,16 @@ def test_inputs_that_kill_their_worker_fail_alone(tmp_path, capsys):
     # and then splits it): the test stays short. (Leaving the block restores dask's config as it
     # was: distributed's defaults must have been loaded before, or they would be dropped.)
     with dask.config.set({"distributed.worker.preload": [PRELOAD], "distributed.scheduler.allowed-failures": 0}):
-        code = main(["analyze", *files, "-o", str(out), "--scheduler", "local", "--workers", "2", "--no-progress"])
+        code = main(
+            ["analyze", *files, "-o", str(out), "--scheduler", "local", "--workers", "2", "--no-progress"]
+            + ["--partition-size", str(2 * events)]
+        )
     assert code == 1, capsys.readouterr().err
     res = dtrace.load(out)
     assert res.manifest["execution"] == "local cluster"
+    # the rank whose analysis kills its worker shared its partition with a healthy rank
+    shared_task = [p for p in res.manifest["partitions"] if p["ranks"][0] <= rank_of(killed_analysing) <= p["ranks"][1]]
+    assert len(res.manifest["partitions"]) == 8 and shared_task[0]["parts"] == 2
     errors = {i["path"]: i["error"] for i in res.manifest["inputs"] if i["status"] == "error"}
     assert sorted(errors) == sorted([killed_reading, killed_analysing])
     for path, err in errors.items():

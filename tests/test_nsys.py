@@ -314,3 +314,56 @@ def test_nvtx_range_named_like_a_kernel(tmp_path):
     same = ev[ev["name"].astype(str) == "elementwise_kernel(float*)"]
     assert sorted(same["kind"].astype(str).unique()) == ["annotation", "kernel"]
     assert len(same) == 2 + 1  # two kernels, one renamed range (the other is named through textId)
+
+
+def test_sqlite_in_wal_mode_is_read_without_writing_beside_it_and_its_log_is_seen(tmp_path):
+    """Issue 19, item 3: no -wal/-shm files are created beside the input, and a change that lives
+    only in the write-ahead log (the database file untouched) is analysed, not "up to date"."""
+    import hashlib
+    import shutil
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    db = folder / "report.sqlite"
+    shutil.copyfile(shared(*RTX), db)
+    con = sqlite3.connect(db)
+    assert con.execute("pragma journal_mode=wal").fetchone()[0] == "wal"
+    con.close()
+    assert os.listdir(folder) == ["report.sqlite"]  # closed cleanly: no log left
+
+    def kernel_ns(c):  # summed kernel durations, straight from SQL
+        return c.execute('select sum("end" - start) from CUPTI_ACTIVITY_KIND_KERNEL').fetchone()[0]
+
+    def listing():
+        return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in sorted(os.listdir(folder))}
+
+    out = tmp_path / "out"
+    first = dtrace.analyze(str(folder), out, scheduler="sync")
+    assert first.ok and os.listdir(folder) == ["report.sqlite"]  # nothing written beside it
+    ro = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    try:
+        assert first.kernels.query("kind == 'kernel'")["total_ns"].sum() == kernel_ns(ro)
+    finally:
+        ro.close()
+
+    writer = sqlite3.connect(db)  # another writer, still open: its change is in the log only
+    try:
+        writer.execute("pragma wal_autocheckpoint=0")
+        st = os.stat(db)
+        writer.execute(
+            "delete from CUPTI_ACTIVITY_KIND_KERNEL where streamId = (select max(streamId) from CUPTI_ACTIVITY_KIND_KERNEL)"
+        )
+        writer.commit()
+        assert os.path.getsize(f"{db}-wal") > 0
+        assert (os.stat(db).st_size, os.stat(db).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        want = kernel_ns(writer)
+        n_kernels = writer.execute("select count(*) from CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        assert want < first.kernels.query("kind == 'kernel'")["total_ns"].sum() and n_kernels == 3
+        before = listing()
+        again = dtrace.analyze(str(folder), out, scheduler="sync")
+        assert not again.manifest.get("up_to_date") and again.ok
+        kernels = again.kernels.query("kind == 'kernel'")
+        assert kernels["total_ns"].sum() == want and kernels["count"].sum() == n_kernels
+        assert listing() == before  # the log and its index untouched, nothing added
+    finally:
+        writer.close()

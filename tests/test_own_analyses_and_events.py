@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
+import subprocess
+import sys
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -59,13 +63,13 @@ def test_own_analysis_is_run_stored_and_written(tmp_path, monkeypatch):
     import dtrace.partition as partition
 
     calls = []
-    real = partition.run_analyses
+    real = partition.run_own_analyses
 
-    def spy(batch, analyses=None, only=None):
-        calls.append([a.table for a in analyses or []])
-        return real(batch, analyses, only)
+    def spy(batch, analyses):
+        calls.append([a.table for a in analyses])
+        return real(batch, analyses)
 
-    monkeypatch.setattr(partition, "run_analyses", spy)
+    monkeypatch.setattr(partition, "run_own_analyses", spy)
     again = dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2)  # new settings: recomputed
     assert calls and "kernel_count" in calls[-1]
     calls.clear()
@@ -102,22 +106,94 @@ def test_own_analysis_runs_in_batches_of_many_parts(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "bad, why",
+    "make, why",
     [
-        (dtrace.Analysis("kernels", kernel_count, COUNT.columns), "built-in"),
-        (dtrace.Analysis("../x", kernel_count, COUNT.columns), "identifier"),
-        (dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"}), "rank"),
+        (lambda: [dtrace.Analysis("kernels", kernel_count, COUNT.columns)], "built-in"),
+        (lambda: [dtrace.Analysis("stragglers", kernel_count, COUNT.columns)], "built-in"),  # a cross-rank table
+        (lambda: [dtrace.Analysis("inputs", kernel_count, COUNT.columns)], "built-in"),  # results.inputs
+        (lambda: [dtrace.Analysis("../x", kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis("my table", kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis(7, kernel_count, COUNT.columns)], "identifier"),
+        (lambda: [dtrace.Analysis("nokeys", kernel_count, {"kernels": "int64"})], "rank"),
+        (lambda: [dtrace.Analysis("t", 5, COUNT.columns)], "func must be a function"),
+        (lambda: [dtrace.Analysis("t", kernel_count, ["rank", "device"])], "columns must be a dict"),
+        (lambda: [dtrace.Analysis("t", kernel_count, {"rank": "int32", "device": "int32", "n": "int"})], "dtype"),
+        (lambda: [dtrace.Analysis("t", kernel_count, {"rank": "int32", "device": "int32", "n": "uint64"})], "dtype"),
+        (lambda: [COUNT, COUNT], "same table"),
+        (lambda: COUNT, "list of dtrace.Analysis"),
     ],
 )
-def test_invalid_own_analyses_are_usage_errors(tmp_path, bad, why):
-    with pytest.raises(UsageError, match=why):
-        dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[bad])
+def test_invalid_own_analyses_are_usage_errors_before_any_work(tmp_path, make, why):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=why) as ei:
+        dtrace.analyze(EXAMPLES, out, analyses=make())
+    assert "\n" not in str(ei.value)
+    assert not out.exists()  # refused before any work
 
 
-def test_own_analysis_missing_a_declared_column_fails_its_inputs(tmp_path):
-    broken = dtrace.Analysis("kernel_count", lambda b: kernel_count(b).drop(columns="kernel_ns"), COUNT.columns)
-    res = dtrace.analyze(EXAMPLES, tmp_path / "out", analyses=[broken], scheduler="sync")
-    assert len(res.errors) == 2 and all("kernel_ns" in e and "\n" not in e for e in res.errors)
+def _raises(batch):
+    raise ValueError("my analysis is broken\non two lines")
+
+
+def _runs_out_of_memory(batch):
+    raise MemoryError()
+
+
+def _fraction_in_an_int_column(batch):
+    return kernel_count(batch).assign(kernels=lambda d: d["kernels"] + 0.5)
+
+
+def _fails_on_rank_1(batch):
+    if (batch.parts["rank"] == 1).any():
+        raise RuntimeError("rank 1 is not supported")
+    return kernel_count(batch)
+
+
+@pytest.mark.parametrize(
+    "func, why",
+    [
+        (_raises, "ValueError: my analysis is broken on two lines"),
+        (lambda b: None, "returned NoneType, not a pandas DataFrame"),
+        (lambda b: [1, 2], "returned list, not a pandas DataFrame"),
+        (lambda b: {"rank": [0]}, "returned dict, not a pandas DataFrame"),
+        (lambda b: kernel_count(b).drop(columns="kernel_ns"), "lacks its declared columns ['kernel_ns']"),
+        (_runs_out_of_memory, "MemoryError"),
+        (_fraction_in_an_int_column, "not a whole number"),
+        (_fails_on_rank_1, "rank 1 is not supported"),
+    ],
+)
+def test_a_failing_own_analysis_fails_its_table_only(tmp_path, func, why):
+    """Issue 19, item 9: never the built-in tables, the inputs or the other analyses of the user."""
+    base = dtrace.analyze(EXAMPLES, scheduler="sync")
+    broken = dtrace.Analysis("kernel_count", func, COUNT.columns)
+    fine = dtrace.Analysis("also_counted", kernel_count, COUNT.columns)
+    out = tmp_path / "out"
+    res = dtrace.analyze(EXAMPLES, out, analyses=[broken, fine], scheduler="sync", partition_events=1)
+    assert res.errors == [] and len(res.manifest["partitions"]) == 2
+    (err,) = res.failed_tables.values()
+    assert list(res.failed_tables) == ["kernel_count"] and "'kernel_count'" in err and why in err and "\n" not in err
+    assert not res.ok
+    for table in ("breakdown", "kernels", "steps", "stragglers"):
+        pd.testing.assert_frame_equal(res[table], base[table], check_dtype=False)
+    assert len(res.also_counted) == 2
+    with pytest.raises(AttributeError, match="kernel_count.*failed"):
+        getattr(res, "kernel_count")  # noqa: B009 - the attribute access is what is tested
+    again = dtrace.load(out)
+    assert "kernel_count" not in again.table_names and again.failed_tables == res.failed_tables
+    from dtrace.render.summary import summary
+
+    assert f"  {err}" in summary(again)
+    # not stored and never up to date: the next run tries it again
+    retry = dtrace.analyze(EXAMPLES, out, analyses=[COUNT, fine], scheduler="sync", partition_events=1)
+    assert retry.ok and not retry.manifest.get("up_to_date") and len(retry.kernel_count) == 2
+
+
+def test_whole_floats_in_an_int_column_of_an_own_analysis_are_kept(tmp_path):
+    as_floats = dtrace.Analysis("kernel_count", lambda b: kernel_count(b).astype({"kernels": "float64"}), COUNT.columns)
+    res = dtrace.analyze(EXAMPLES, analyses=[as_floats], scheduler="sync")
+    want = dtrace.analyze(EXAMPLES, analyses=[COUNT], scheduler="sync").kernel_count
+    assert res.ok and str(res.kernel_count["kernels"].dtype) == "int64"
+    assert res.kernel_count["kernels"].tolist() == want["kernels"].tolist()
 
 
 def test_events_of_a_results_directory(tmp_path):
@@ -155,9 +231,6 @@ def test_events_of_inputs_and_bad_columns(tmp_path):
 
 
 def test_example_own_analysis_runs(tmp_path):
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, os.path.join("examples", "own_analysis.py"), str(tmp_path / "o")],
         capture_output=True,
@@ -167,3 +240,163 @@ def test_example_own_analysis_runs(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "long_kernels" in proc.stdout and "busiest stream per rank" in proc.stdout
+
+
+def _raw_names(path: str) -> tuple[Counter[str], set[str], set[str]]:
+    """From the raw JSON, independently of dtrace: the GPU kernels' names with their counts,
+    the names of the host ops (``cpu_op``) and the names of every complete (``ph: X``) event."""
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    complete = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "name" in e]
+    kernels = Counter(str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "kernel")
+    ops = {str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "cpu_op"}
+    return kernels, ops, {str(e["name"]) for e in complete}
+
+
+def test_event_names_are_those_of_the_raw_json_of_every_shared_kineto_trace(tmp_path):
+    """Each event keeps its own name (issue 19: every event of a rank was named after row ``rank``)."""
+    files = sorted(glob.glob(os.path.join(shared("kineto"), "*", "*.json.gz")))
+    res = dtrace.analyze(files, tmp_path / "out", ranks={f: i for i, f in enumerate(files)}, scheduler="sync")
+    ok = {i["path"]: i["ranks"][0][0] for i in res.manifest["inputs"] if i["status"] == "ok"}
+    assert len(ok) >= 10  # every shared Kineto trace with GPU activity
+    df = dtrace.events(tmp_path / "out", columns=["kind", "name", "is_gpu"]).compute()
+    for path, rank in ok.items():
+        kernels, ops, every = _raw_names(path)
+        mine = df.loc[[rank]]
+        names = mine["name"].astype(str)
+        got = Counter(names[mine["is_gpu"] & (mine["kind"] == "kernel")])
+        assert got == kernels, path
+        assert set(names[mine["kind"] == "cpu_op"]) == ops, path
+        assert set(names) <= every, path
+    assert df["name"].nunique() > 10 * len(ok)
+
+
+# -- what an analysis depends on keys its stored results (issue 19, item 2) ------------------
+LONG_NS = 0.0
+"""A module global an analysis reads: kernels longer than this many ns are "long"."""
+
+
+def _long_kernels(batch: dtrace.Batch, limit: float) -> pd.DataFrame:
+    g = batch.gpu
+    k = (g["kind"] == "kernel").to_numpy() & ((g["end_ns"] - g["start_ns"]).to_numpy() > limit)
+    n = batch.n_parts
+    return pd.DataFrame({**batch.keys(np.arange(n)), "long": np.bincount(g["part"].to_numpy()[k], minlength=n)})
+
+
+def _long_of_global(batch: dtrace.Batch) -> pd.DataFrame:
+    return _long_kernels(batch, LONG_NS)
+
+
+def _calls_a_helper(batch: dtrace.Batch) -> pd.DataFrame:
+    return _long_of_global(batch)  # the global is read by the function it calls
+
+
+def _by_closure(limit: float):
+    def long_kernels(batch):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_default(limit: float):
+    def long_kernels(batch, limit=limit):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_kw_default(limit: float):
+    def long_kernels(batch, *, limit=limit):
+        return _long_kernels(batch, limit)
+
+    return long_kernels
+
+
+def _by_object(limit: float):
+    import threading
+
+    state = {"limit": limit, "lock": threading.Lock()}  # a lock: not hashable, never reused
+
+    def long_kernels(batch):
+        return _long_kernels(batch, state["limit"])
+
+    return long_kernels
+
+
+def _raw_long(path: str, limit: float) -> int:
+    with gzip.open(path, "rb") as f:
+        doc = json.load(f)
+    return sum(
+        1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel" and e["dur"] * 1000 > limit
+    )
+
+
+LONG_COLUMNS = {"rank": "int32", "device": "int32", "long": "int64"}
+
+
+@pytest.mark.parametrize("how", ["global", "helper", "closure", "default", "kw_default", "unhashable"])
+def test_stored_results_follow_what_the_analysis_depends_on(tmp_path, monkeypatch, how):
+    """First SUM, the value changed, then the same OUT again: what a fresh run gives."""
+    module = sys.modules[__name__]
+
+    def analysis(limit: float) -> dtrace.Analysis:
+        monkeypatch.setattr(module, "LONG_NS", limit)
+        factory = {
+            "global": lambda _: _long_of_global,
+            "helper": lambda _: _calls_a_helper,
+            "closure": _by_closure,
+            "default": _by_default,
+            "kw_default": _by_kw_default,
+            "unhashable": _by_object,
+        }[how]
+        return dtrace.Analysis("long_kernels", factory(limit), LONG_COLUMNS)
+
+    want = {
+        lim: sum(_raw_long(os.path.join(EXAMPLES, f"sampled_rank-{r}.json.gz"), lim) for r in (0, 1))
+        for lim in (0.0, 9_999.5)
+    }
+    assert want[0.0] > want[9_999.5] > 0  # the value matters
+    out = tmp_path / "out"
+    first = dtrace.analyze(EXAMPLES, out, analyses=[analysis(0.0)], scheduler="sync")
+    assert int(first.long_kernels["long"].sum()) == want[0.0]
+    again = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+    fresh = dtrace.analyze(EXAMPLES, tmp_path / "fresh", analyses=[analysis(9_999.5)], scheduler="sync")
+    assert int(again.long_kernels["long"].sum()) == int(fresh.long_kernels["long"].sum()) == want[9_999.5]
+    assert not again.manifest.get("up_to_date")
+    if how == "unhashable":  # never reused, not even unchanged
+        same = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+        assert not same.manifest.get("up_to_date") and same.manifest.get("run_key") is None
+        assert int(same.long_kernels["long"].sum()) == want[9_999.5]
+    else:  # unchanged: up to date
+        same = dtrace.analyze(EXAMPLES, out, analyses=[analysis(9_999.5)], scheduler="sync")
+        assert same.manifest.get("up_to_date")
+
+
+def test_analysis_identity_is_the_same_in_every_process(tmp_path):
+    """The key of a function with a set, a dict and a user class in its globals does not depend
+    on the process's hash seed (stored results are found by the next run)."""
+    (tmp_path / "myanalysis.py").write_text(
+        "import numpy as np\n"
+        "NAMES = {'gemm', 'nccl', 'attention', 'copy'}\n"
+        "WEIGHTS = {'a': 1.5, 'b': np.arange(3)}\n"
+        "class Limits:\n"
+        "    low = 3\n"
+        "    def high(self):\n"
+        "        return 7\n"
+        "def func(batch, k=(1, 'x')):\n"
+        "    return (NAMES, WEIGHTS, Limits.low, Limits().high(), k)\n"
+    )
+    code = "import myanalysis, dtrace.resultstore as r; print(r.function_identity(myanalysis.func))"
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1 and "None" not in digests

@@ -163,3 +163,26 @@ def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypat
     monkeypatch.undo()
     forced = dtrace.analyze(src, str(out), scheduler="sync", reuse_cache=False)
     assert not any(i["results_reused"] for i in forced.manifest["inputs"])
+
+
+def test_a_file_name_that_is_not_utf8_is_read(tmp_path):
+    """Issue 19, item 11: a name that is not valid UTF-8 anywhere under an input folder (Linux
+    names are bytes) is read like any other; the run, its re-run and the results work."""
+    from conftest import ROOT
+
+    examples = os.path.join(ROOT, "examples", "traces")
+    job = tmp_path / "job"
+    (job / "sub").mkdir(parents=True)
+    shutil.copy(os.path.join(examples, "sampled_rank-0.json.gz"), job / "sampled_rank-0.json.gz")
+    odd = os.path.join(os.fsencode(job / "sub"), b"rank-1-\xff\xfe.json.gz")  # invalid UTF-8
+    shutil.copy(os.path.join(examples, "sampled_rank-1.json.gz"), odd)
+    want = dtrace.analyze(examples, scheduler="sync")
+    out = tmp_path / "out"
+    res = dtrace.analyze(str(job), out, scheduler="sync")
+    assert res.errors == [] and sorted(res.breakdown["rank"]) == [0, 1]
+    assert os.fsdecode(odd) in {i["path"] for i in res.manifest["inputs"]}
+    assert res.breakdown.equals(want.breakdown)
+    again = dtrace.analyze(str(job), out, scheduler="sync")
+    assert again.manifest.get("up_to_date")
+    assert dtrace.load(out).breakdown.equals(want.breakdown)
+    assert len(dtrace.events(out).compute()) == sum(i["events"] for i in res.manifest["inputs"])

@@ -10,13 +10,30 @@ and on partitions of many parts. Adding an analysis is one module and one line i
 
 from __future__ import annotations
 
+import os
+import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from ..batch import Batch
-from ..dtypes import BOOL, F64, I32, I64, NI64, STR, as_declared, conform, has_dtype, missing_if_negative  # noqa: F401
+from ..dtypes import (  # noqa: F401
+    BOOL,
+    DTYPES,
+    F64,
+    I32,
+    I64,
+    NI64,
+    STR,
+    as_declared,
+    conform,
+    has_dtype,
+    missing_if_negative,
+)
+from ..errors import UsageError
 from . import breakdown as _bd
 from . import collectives as _coll
 from . import critical_path as _cp
@@ -63,13 +80,54 @@ class Analysis:
     columns
         Declared output columns and dtypes (``"int64"``, ``"int32"``, ``"Int64"`` (nullable: ``NA``
         for a missing value), ``"float64"``, ``"bool"``, ``"object"`` for text); extra columns are
-        kept as they come. A float column declared as an integer is rounded half to even (every
-        ``*_ns`` column is an integer number of ns: a mean of 2.5 ns is 2).
+        kept as they come. In a built-in table a float column declared as an integer is rounded
+        half to even (every ``*_ns`` column is an integer number of ns: a mean of 2.5 ns is 2);
+        in a user's table a float that is not a whole number is an error.
+
+    Raises
+    ------
+    UsageError
+        A table name that is not a plain identifier, a ``func`` that is not callable, columns
+        that are not a mapping of names to the dtypes above.
+
+    Examples
+    --------
+    >>> Analysis("t", 5, {"rank": "int32"})
+    Traceback (most recent call last):
+    dtrace.errors.UsageError: analysis 't': func must be a function of a Batch, not int
     """
 
     table: str
     func: Callable[[Batch], pd.DataFrame]
     columns: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table.isidentifier() or self.table.startswith("_"):
+            raise UsageError(f"analysis table name {self.table!r} is not a plain identifier (letters, digits, _)")
+        if not callable(self.func):
+            raise UsageError(
+                f"analysis {self.table!r}: func must be a function of a Batch, not {type(self.func).__name__}"
+            )
+        if not isinstance(self.columns, Mapping) or not self.columns:
+            raise UsageError(
+                f"analysis {self.table!r}: columns must be a dict of column name -> dtype "
+                f"(one of {', '.join(DTYPES)}), not {type(self.columns).__name__}"
+            )
+        for col, dtype in self.columns.items():
+            if not isinstance(col, str) or _dtype_name(dtype) not in DTYPES:
+                raise UsageError(
+                    f"analysis {self.table!r}: column {col!r} has dtype {dtype!r}; dtypes: {', '.join(DTYPES)}"
+                )
+
+
+def _dtype_name(dtype: object) -> str | None:
+    """The declared dtype's name (``"int64"``, ``np.int64`` and ``object`` are accepted)."""
+    if isinstance(dtype, str):
+        return dtype
+    try:
+        return str(np.dtype(dtype))  # type: ignore[call-overload]
+    except TypeError:
+        return None
 
 
 ANALYSES: list[Analysis] = [
@@ -355,3 +413,27 @@ def run_analyses(
     one partition."""
     todo = ANALYSES if analyses is None else analyses
     return {a.table: conform(a.func(batch), a.columns, a.table) for a in todo if only is None or a.table in only}
+
+
+def run_own_analyses(batch: Batch, analyses: list[Analysis]) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """Run users' analyses on one partition, each on its own: one that raises (out of memory
+    included), returns something other than a DataFrame, lacks a declared column or puts a
+    fraction in an integer column fails its own table — ``(tables, {table: one-line error})`` —
+    never the built-in tables or the inputs."""
+    tables, failed = {}, {}
+    for a in analyses:
+        try:
+            tables[a.table] = conform(a.func(batch), a.columns, a.table, strict=True)
+        except Exception as exc:  # noqa: BLE001 - the user's code: its table fails, nothing else
+            failed[a.table] = own_analysis_error(a.table, exc)
+    return tables, failed
+
+
+def own_analysis_error(table: str, exc: BaseException) -> str:
+    """One line naming the failed analysis, the error and where it was raised."""
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"analysis {table!r} failed: {type(exc).__name__}: {text[:500]}{where}"

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 
-from ..errors import InputError, UsageError
-from ._io import SQLITE_MAGIC, read_head
+from ..errors import InputError, OwnOutput, UsageError
+from ._io import SQLITE_MAGIC, TIMELINE_GENERATOR, own_output, read_head
 from .base import Part, Reader, TraceFile
 
-__all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "readers"]
+__all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "head_of", "readers", "refuse_own_output"]
 
 
 def _registry() -> dict[str, Reader]:
@@ -42,21 +42,41 @@ def readers() -> dict[str, Reader]:
     return _registry()
 
 
-def detect(path: str | os.PathLike[str]) -> Reader:
-    """Pick the reader for ``path`` from its content (magic bytes first, suffix second)."""
+def detect(path: str | os.PathLike[str], head: bytes | None = None) -> Reader:
+    """Pick the reader for ``path`` from its content (magic bytes first, suffix second);
+    ``head``: its first bytes if already read (:func:`head_of`)."""
     path = os.fspath(path)
-    try:
-        head = read_head(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    if not head:
-        raise InputError(path, "the file is empty or not a readable gzip stream")
+    head = head_of(path) if head is None else head
     regs = readers()
     for reader in regs.values():
         if reader.guess_can_open(path, head):
             return reader
     kind = "a SQLite database" if head.startswith(SQLITE_MAGIC) else "content"
     raise InputError(path, f"unknown trace format ({kind} not recognised); known formats: {', '.join(regs)}")
+
+
+def head_of(path: str) -> bytes:
+    """The first bytes of an input's content (gunzipped); an unreadable or empty file is an
+    :class:`InputError`."""
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    if not head:
+        raise InputError(path, "the file is empty or not a readable gzip stream")
+    return head
+
+
+def refuse_own_output(path: str, head: bytes, meta: dict[str, object] | None = None) -> None:
+    """Raise :class:`~dtrace.errors.OwnOutput` if the input is one of dtrace's own outputs,
+    told by its first bytes or, once read, by what its reader found (``meta["generator"]``: a
+    timeline written before its marker came first)."""
+    own = own_output(head)
+    generator = (meta or {}).get("generator")
+    if own is None and isinstance(generator, str) and TIMELINE_GENERATOR.match(generator):
+        own = "a dtrace timeline"
+    if own is not None:
+        raise OwnOutput(path, f"is {own}, not a trace: skipped")
 
 
 def get_reader(name: str) -> Reader:

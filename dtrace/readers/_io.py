@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
+import stat
 import types
 import zlib
 
@@ -62,6 +64,34 @@ def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
                 return g.read(n)
         except (OSError, EOFError, zlib.error):
             return b""
+
+
+RESULTS_MANIFEST = "a dtrace results manifest"
+# dtrace's own outputs, told by their first bytes (see own_output)
+_OWN_OUTPUTS = [
+    (re.compile(rb'^\s*\{\s*"dtrace_version"\s*:'), RESULTS_MANIFEST),
+    (re.compile(rb'^\s*\{\s*"cache_version"\s*:\s*\d+\s*,\s*"record"\s*:'), "a dtrace cache record"),
+    (
+        re.compile(rb'^\s*\{\s*"version"\s*:\s*\d+\s*,\s*"key"\s*:\s*"[0-9a-f]{32}"\s*,\s*"tables"\s*:'),
+        "an entry of dtrace's result store",
+    ),
+    (re.compile(rb'^\s*\{\s*"otherData"\s*:\s*\{\s*"generator"\s*:\s*"dtrace [^"]*timeline"'), "a dtrace timeline"),
+]
+TIMELINE_GENERATOR = re.compile(r"^dtrace \S+ timeline$")
+"""``otherData.generator`` of a trace ``dtrace timeline`` wrote."""
+
+
+def own_output(head: bytes) -> str | None:
+    r"""What dtrace output ``head`` (the first bytes of a file's content) starts, or None: a
+    results manifest, an ingest cache record, a stored result entry or a timeline export are
+    recognised by their content, wherever they sit and whatever their names.
+
+    Examples
+    --------
+    >>> own_output(b'{\n "dtrace_version": "0.1.0",\n "created": "2026-11-26"'), own_output(b'{"traceEvents": [')
+    ('a dtrace results manifest', None)
+    """
+    return next((what for pattern, what in _OWN_OUTPUTS if pattern.match(head)), None)
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:
@@ -143,11 +173,23 @@ class Content:
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """The fingerprint of a file's bytes: a 128-bit xxh3 hash (non-cryptographic, GB/s)."""
+    """The fingerprint of a file's bytes: a 128-bit xxh3 hash (non-cryptographic, GB/s).
+
+    An SQLite database in WAL mode keeps its latest changes in ``<file>-wal`` beside it (the
+    database file itself is unchanged until a checkpoint): its bytes are part of the fingerprint.
+    """
     h = xxhash.xxh3_128()
     with open_regular(path) as f:
+        head = f.read(len(SQLITE_MAGIC))
+        h.update(head)
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
+    wal = sqlite_wal(path) if head == SQLITE_MAGIC else None
+    if wal is not None:
+        h.update(b"\0dtrace-sqlite-wal\0")
+        with open_regular(wal) as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
@@ -180,3 +222,14 @@ def read_content(path: str | os.PathLike[str], *, max_size: int | None = None) -
         fingerprint = content.fingerprint
     del buf[n:]
     return buf, fingerprint
+
+
+def sqlite_wal(path: str | os.PathLike[str]) -> str | None:
+    """The write-ahead log beside an SQLite database (``<file>-wal``) if it is a regular file
+    with content, else None (looked at with ``lstat`` only: never opened here)."""
+    wal = os.fspath(path) + "-wal"
+    try:
+        st = os.lstat(wal)
+    except OSError:
+        return None
+    return wal if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None

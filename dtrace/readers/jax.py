@@ -13,6 +13,11 @@ carry GPU work (``stream = N``); the derived lines (``XLA Ops``, ``XLA Modules``
 ``Framework Ops``, ``Source code``, ...) become ``gpu_annotation`` labels, never busy time.
 The ``Steps`` line becomes ``gpu_annotation`` events named ``Step#N`` on its device, which the
 default step pattern recognises (GPU-time windows: events are assigned by their own start).
+Steps marked in the program with ``jax.profiler.StepTraceAnnotation(name, step_num=N)`` are
+host events named ``name`` with ``args.step_num`` (a string in xprof's trace viewer JSON, a
+number in other exports): each becomes a host ``annotation`` named ``Step#N`` — a host step
+window, which takes precedence over the ``Steps`` line (see docs/semantics.md, "Steps"). The
+newer layout strips ``args``, so there only the ``Steps`` line marks steps.
 
 Kinds: GPU events named ``memcpy*``/``memset*`` (any case) are ``memcpy``/``memset``, every
 other ``Stream #`` event is a ``kernel``. Host events: launch API calls (``cat == gpu_launch``,
@@ -82,6 +87,7 @@ _MEMKIND_RE = re.compile(r"kind:(\w+)")
 
 class Args(msgspec.Struct, gc=False):
     name: Any = None  # process/thread name of "M" events
+    step_num: Any = None  # jax.profiler.StepTraceAnnotation(name, step_num=N)
     correlation_id: int | str | None = None
     hlo_op: str | None = None
     hlo_module: str | None = None
@@ -143,6 +149,7 @@ class _Columns:
         self.dur: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
         self.launch: list[np.ndarray] = []  # host launch call by category/args
+        self.step_num: list[np.ndarray] = []  # args.step_num (-1: none)
         self.names: list[pa.Array] = []
         self.extra: dict[int, tuple[str | None, str | None, str | None]] = {}  # row -> (hlo_op, module, memcpy)
         self.process_names: dict[int, str] = {}
@@ -165,6 +172,7 @@ def _drop_implausible(c: _Columns, source: str) -> None:
     c.dropped_lines = {(int(p), int(t)): int(k) for (p, t), k in zip(lines.tolist(), counts.tolist())}
     c.pid, c.tid, c.ts, c.dur = [pid[keep]], [tid[keep]], [ts[keep]], [dur[keep]]
     c.corr, c.launch = [_cat(c.corr, np.int64)[keep]], [_cat(c.launch, bool)[keep]]
+    c.step_num = [_cat(c.step_num, np.int64)[keep]]
     c.names = (
         [pa.chunked_array(c.names).unify_dictionaries().combine_chunks().filter(pa.array(keep))] if c.names else []
     )
@@ -228,8 +236,22 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     c.dur.append(d)
     c.corr.append(corr)
     c.launch.append(launch)
+    c.step_num.append(np.fromiter((_step_num(a.step_num) if a is not None else -1 for a in args), np.int64, n))
     c.names.append(pa.array([e.name for e in xs], pa.string()).dictionary_encode())
     c.n += n
+
+
+def _step_num(v: Any) -> int:
+    """A ``step_num`` argument as a step number (a whole number >= 0, as an int or its digits), else -1.
+
+    Examples
+    --------
+    >>> [_step_num(v) for v in ("3", 4, " 5 ", "x", -1, True, 2.0, None)]
+    [3, 4, 5, -1, -1, -1, -1, -1]
+    """
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v.strip())
+    return v if type(v) is int and 0 <= v < 2**62 else -1
 
 
 def _cat(arrs: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -370,10 +392,16 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
         np.int8,
     )
     launch = _cat(c.launch, bool)
+    step_num = _cat(c.step_num, np.int64)
+    host_step = ~on_device & ~launch & (step_num >= 0)  # StepTraceAnnotation(name, step_num=N)
     kinds = np.where(
         on_device,
         np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
-        np.where(launch, KIND_CODES["runtime"], host_kind_of_name[name_codes] if n else 0),
+        np.where(
+            launch,
+            KIND_CODES["runtime"],
+            np.where(host_step, KIND_CODES["annotation"], host_kind_of_name[name_codes] if n else 0),
+        ),
     ).astype(np.int8)
     device = np.where(on_device, dev_arr, -1).astype(np.int32)
     stream = np.where(is_stream, stream, np.where(on_device, label_s, -1)).astype(np.int64)
@@ -381,8 +409,8 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     # the Steps line: Step#N labels (N from the name, else the ordinal in time)
     out_names = names
     ts = _cat(c.ts, np.float64)
-    if is_steps.any():
-        out_names = _step_names(names, name_dict, name_codes, is_steps, ts, device)
+    if is_steps.any() or host_step.any():
+        out_names = _step_names(name_dict, name_codes, is_steps, ts, device, host_step, step_num)
 
     start_ns = us_to_ns(ts)
     end_ns = start_ns + us_to_ns(_cat(c.dur, np.float64))
@@ -479,15 +507,17 @@ def _lookup(
 
 
 def _step_names(
-    names: pa.DictionaryArray,
     name_dict: list[str],
     codes: np.ndarray,
     is_steps: np.ndarray,
     ts: np.ndarray,
     device: np.ndarray,
+    host_step: np.ndarray,
+    step_num: np.ndarray,
 ) -> pa.Array:
-    """Rename the ``Steps`` line's events to ``Step#N``."""
+    """Rename the ``Steps`` line's events and the host step annotations to ``Step#N``."""
     out = np.array(name_dict, dtype=object)[codes]
+    out[host_step] = [f"Step#{k}" for k in step_num[host_step].tolist()]
     for dev in np.unique(device[is_steps]).tolist():
         sel = np.flatnonzero(is_steps & (device == dev))
         sel = sel[np.argsort(ts[sel], kind="stable")]

@@ -16,6 +16,7 @@ share the kernel's ``correlation``; the device is the events' pid (``MTIA 9``).
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -132,6 +133,7 @@ class DistInfo(msgspec.Struct, gc=False):
 
 
 class Meta(msgspec.Struct, gc=False):
+    otherData: Any = None  # noqa: N815 - JSON key; a dtrace timeline says so here
     distributedInfo: DistInfo | None = None  # noqa: N815 - JSON key
     baseTimeNanoseconds: int | None = None  # noqa: N815
     deviceProperties: list[Any] | None = None  # noqa: N815
@@ -173,6 +175,7 @@ class _Columns:
         self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
         self.categories: set[str | None] = set()  # every category seen (to name what an MTIA trace lacks)
         self.op_args = OpArgsBuffer()
+        self.unread: Counter[str] = Counter()  # events of categories read as "other", by category
         self.n = 0
 
 
@@ -227,16 +230,20 @@ _GPU_CODES = np.array(sorted(KIND_CODES[k] for k in GPU_KIND_SET), np.int8)
 _KIND_OF_CAT: dict[str | None, int] = {}
 
 
-def _kind_codes(enc: pa.DictionaryArray) -> np.ndarray:
+def _kind_codes(enc: pa.DictionaryArray, unread: Counter[str] | None = None) -> np.ndarray:
     """Schema kind code of each event from its dictionary-encoded category (classified once per
-    distinct category)."""
+    distinct category); the events of categories read as ``other`` are counted by category into
+    ``unread``."""
     uniq = enc.dictionary.to_pylist()
     for u in uniq:
         if u not in _KIND_OF_CAT:
             _KIND_OF_CAT[u] = KIND_CODES[CATEGORY_KIND.get((u or "").lower(), "other")]
     lut = np.array([_KIND_OF_CAT[u] for u in uniq] + [KIND_CODES["other"]], np.int8)
-    idx = enc.indices.fill_null(len(uniq)) if enc.indices.null_count else enc.indices
-    return lut[idx.to_numpy(zero_copy_only=False)]
+    idx = (enc.indices.fill_null(len(uniq)) if enc.indices.null_count else enc.indices).to_numpy(zero_copy_only=False)
+    if unread is not None and (lut[:-1] == KIND_CODES["other"]).any():
+        counts = np.bincount(idx, minlength=len(lut))
+        unread.update({u: int(counts[i]) for i, u in enumerate(uniq) if lut[i] == KIND_CODES["other"] and counts[i]})
+    return lut[idx]
 
 
 def _floats(xs: list[Event], get: Any, field: str, path: str) -> np.ndarray:
@@ -261,7 +268,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
         return
     n = len(xs)
     cats = pa.array(list(map(_CAT, xs)), _DICT_TYPE)
-    kinds = _mtia_kinds(_kind_codes(cats), cats, xs)
+    kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, xs)
     c.categories.update(cats.dictionary.to_pylist())
     start = _floats(xs, _TS, "ts", path)
     d = _floats(xs, _DUR, "dur", path)
@@ -332,15 +339,20 @@ def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) ->
     return out
 
 
-def _no_device_activity(path: str, categories: set[str | None], n: int) -> NoGPUActivity:
-    """The one-line error of a trace without GPU events; for an MTIA trace it names what is missing."""
+def _no_gpu_activity(path: str, n: int, categories: set[str | None], unread: Counter[str]) -> NoGPUActivity:
+    """The one-line error of a trace without GPU events, naming what it holds instead: for an MTIA
+    trace what is missing, else the categories read as ``other``."""
     if MTIA_RUNTIME in categories:
         return NoGPUActivity(
             path,
             f"no MTIA device activity: the trace has MTIA runtime launches ({MTIA_RUNTIME!r}) but no "
             f"{MTIA_DEVICE!r} events ({n} host events); record the MTIA CCP events to analyse it",
         )
-    return NoGPUActivity(path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events)")
+    found = [(c, k) for c, k in unread.most_common() if c and c.lower() != "trace"]  # "Trace": the profiler's span
+    other = f"; other categories: {', '.join(f'{c} ({k:,})' for c, k in found[:3])}" if found else ""
+    return NoGPUActivity(
+        path, f"no GPU activity: the trace has no kernel, memcpy or memset events ({n} host events{other})"
+    )
 
 
 def _collective_ops(kinds: np.ndarray, args: list[Args], base: int) -> list[tuple[int, Args]]:
@@ -391,6 +403,7 @@ def read_kineto(
         _add_chunk(chunk, c, ids, path)
         _add_memory(chunk, memory, ids)
     meta: Meta = trace.meta
+    generator = meta.otherData.get("generator") if isinstance(meta.otherData, dict) else None
     base_ns = _origin(meta.baseTimeNanoseconds, path)
     cols = {
         k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
@@ -449,11 +462,12 @@ def read_kineto(
         "dropped_events": dropped,
         "fingerprint": trace.fingerprint,
         "device_names": [d.get("name") for d in (meta.deviceProperties or []) if isinstance(d, dict)],
+        "generator": generator if isinstance(generator, str) else None,  # what wrote the file (otherData)
     }
     if not devices:
         if dropped and n_gpu:
             raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
-        raise _no_device_activity(path, c.categories, n)
+        raise _no_gpu_activity(path, n, c.categories, c.unread)
     coll = _collective_table(
         sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
     )

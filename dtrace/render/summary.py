@@ -64,6 +64,33 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
     absent = absent_note(results)
     if absent:
         parts.append(prose(absent, fmt))
+    failed = results.failed_tables
+    if failed:
+        parts.append(
+            prose(
+                f"{len(failed)} table(s) of your own analyses failed:\n"
+                + "\n".join(f"  {' '.join(str(e).split())}" for e in failed.values())
+                + "\n",
+                fmt,
+            )
+        )
+    own = [
+        i
+        for i in results.manifest.get("inputs", [])
+        if i.get("status") == "skipped" and i.get("error_type") == "OwnOutput"
+    ]
+    folders = [n for n in results.manifest.get("notes", []) if isinstance(n, str) and "a results folder of dtrace" in n]
+    if own or folders:
+        shown = [str(i.get("error")) for i in own[:5]] + folders[:5]
+        parts.append(
+            prose(
+                f"skipped {len(own) + len(folders)} of dtrace's own outputs among the inputs:\n"
+                + "\n".join(f"  {' '.join(s.split())}" for s in shown)
+                + ("\n  ..." if len(own) > 5 or len(folders) > 5 else "")
+                + "\n",
+                fmt,
+            )
+        )
     errs = results.errors
     if errs:
         line = markdown_cell if fmt == "markdown" else printable  # each error on one line, escaped
@@ -153,6 +180,8 @@ def summary_document(results: Results) -> dict[str, Any]:
         cols = [c for c in ("rank", "device", "score", "signals", "evidence") if c in s.columns]
         doc["stragglers"] = _records(s.loc[flags(s["flagged"]), cols]) if "flagged" in s.columns else []
     doc["errors"] = results.errors
+    if results.failed_tables:
+        doc["failed_tables"] = results.failed_tables
     return doc
 
 
