@@ -7,6 +7,8 @@ Tables hold integer ns and bytes; renderers and the CLI call these functions to 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
@@ -48,7 +50,7 @@ def pick_unit(values: np.ndarray) -> tuple[str, float]:
     return time_unit(float(np.median(v)))
 
 
-def fmt_time(ns: float | None, *, trim: bool = False) -> str:
+def fmt_time(ns: Any, *, trim: bool = False) -> str:
     """One time value with its own unit and three significant digits.
 
     ``trim`` drops trailing zeros (``3.4 s``, not ``3.40 s``) and shows whole ns, for running text.
@@ -57,14 +59,19 @@ def fmt_time(ns: float | None, *, trim: bool = False) -> str:
     --------
     >>> fmt_time(612_058_000), fmt_time(1_500), fmt_time(-2_000_000), fmt_time(0), fmt_time(float("nan"))
     ('612 ms', '1.50 µs', '-2.00 ms', '0', '–')
+    >>> fmt_time(None)  # pandas' NA too
+    '–'
     >>> fmt_time(9_999_600), fmt_time(99_960)
     ('10.0 ms', '100 µs')
     >>> fmt_time(212_300_000, trim=True), fmt_time(35_200, trim=True), fmt_time(3.4e9, trim=True)
     ('212 ms', '35.2 µs', '3.4 s')
     """
-    if ns is None or not np.isfinite(ns):
+    try:
+        v = float(ns)  # None, pandas' NA: missing
+    except (TypeError, ValueError):
         return "–"
-    v = float(ns)
+    if not np.isfinite(v):
+        return "–"
     if v == 0 and not trim:
         return "0"
     unit, scale = time_unit(v)

@@ -43,7 +43,7 @@ COLORS = {
 as the breakdown's non-GPU time."""
 
 
-def phrase(bound: str, share: float, op: str = "") -> str:
+def phrase(bound: str, share: Any, op: Any = "") -> str:
     """``71 % host-bound, in `DataLoader.__next__```.
 
     Examples
@@ -53,8 +53,18 @@ def phrase(bound: str, share: float, op: str = "") -> str:
     >>> phrase("comm", 0.5)
     '50 % communication'
     """
-    text = f"{100 * share:.0f} % {WORDS.get(bound, bound)}"
-    return text + (f", in `{op}`" if op else "")
+    text = f"{_pct(share)} % {WORDS.get(bound, bound)}"
+    return text + (f", in `{op}`" if op and not pd.isna(op) else "")
+
+
+def _pct(share: Any) -> str:
+    """A share as whole percent for a sentence (``71``); a missing value as ``–``."""
+    return "–" if pd.isna(share) else f"{100 * float(share):.0f}"
+
+
+def _count(v: Any) -> str:
+    """A whole number of the tables for a sentence; a missing value as ``–``."""
+    return "–" if pd.isna(v) else str(int(v))
 
 
 def _op(row: Any) -> str:
@@ -85,7 +95,7 @@ def rank_lines(sb: pd.DataFrame) -> list[str]:
     for _i, row in sb.iterrows():
         if not row["span_ns"]:
             continue
-        who = f"rank {int(row['rank'])}" + (f" GPU {int(row['device'])}" if multi else "")
+        who = f"rank {_count(row['rank'])}" + (f" GPU {_count(row['device'])}" if multi else "")
         out.append(
             f"{_step_text(row['step'])} on {who}: {phrase(str(row['bound']), float(row['bound_share']), _op(row))} "
             f"({_split(row)})"
@@ -101,14 +111,14 @@ def job_lines(xrank: pd.DataFrame) -> list[str]:
         group = xrank.loc[key == k]
         first = group.iloc[0]
         out.append(
-            f"{_step_text(first['step'])}: {int(first['parts'])} of {int(group['parts'].sum())} ranks "
+            f"{_step_text(first['step'])}: {_count(first['parts'])} of {_count(group['parts'].sum())} ranks "
             f"{WORDS.get(str(first['bound']), str(first['bound']))} (median share "
-            f"{100 * first['share_median']:.0f} %, median step {fmt_time(first['span_median_ns'])})"
+            f"{_pct(first['share_median'])} %, median step {fmt_time(first['span_median_ns'])})"
         )
         for _i, row in group.iloc[1:].iterrows():
-            more = int(row["parts"]) - 1
+            more = 0 if pd.isna(row["parts"]) else int(row["parts"]) - 1
             out.append(
-                f"    rank {int(row['top_rank'])}: {phrase(str(row['bound']), float(row['top_share']), str(row['top_op']))}"
+                f"    rank {_count(row['top_rank'])}: {phrase(str(row['bound']), row['top_share'], row['top_op'])}"
                 + (f" (and {more} more rank{'s' if more > 1 else ''})" if more else "")
             )
     return out
