@@ -45,6 +45,7 @@ import stat
 import tempfile
 import traceback
 import zlib
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -395,14 +396,17 @@ def _check_meta(meta: dict[str, Any]) -> None:
         raise TypeError("meta field 'dropped_events' is not counts by reason")
 
 
-def read_part_tables(spec: Any) -> PartTables:
+def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTables:
     """The cached event table and side tables of a part, each checked whole.
 
     ``spec`` has ``events``, ``collectives``, ``memcpy`` paths, ``side`` (further side table →
-    path, as pairs or a dict) and ``checksums`` (file name → fingerprint). Raises
-    :class:`InputError` naming the input when a file is damaged.
+    path, as pairs or a dict) and ``checksums`` (file name → fingerprint); ``only``: the side
+    tables to read (the others come back empty, their files untouched; default every one).
+    Raises :class:`InputError` naming the input when a file is damaged.
     """
     paths = {"events": spec.events, "collectives": spec.collectives, "memcpy": spec.memcpy, **dict(spec.side)}
+    if only is not None:
+        paths = {k: v for k, v in paths.items() if k == "events" or k in only}
     out: dict[str, pa.Table] = {}
     for kind, path in paths.items():
         name = os.path.basename(path)

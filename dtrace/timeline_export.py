@@ -103,7 +103,7 @@ def read_parts(
         if key not in specs:
             raise UsageError(f"{results.path}: no analysed input for rank {key[0]} device {key[1]}")
         spec = specs[key]
-        tables = read_part_tables(spec)
+        tables = read_part_tables(spec, only=("collectives", "memcpy"))
         ev, coll, mem = (t.to_pandas() for t in (tables.events, tables.side["collectives"], tables.side["memcpy"]))
         if windows is not None and key in windows:
             lo, hi = windows[key]

@@ -3,6 +3,7 @@ a task that fails is split and only its bad item fails."""
 
 import os
 import pickle
+import time
 
 import pandas as pd
 import pytest
@@ -187,5 +188,9 @@ def test_a_local_cluster_gets_back_a_worker_whose_nanny_gave_up():
         ((name, nanny),) = eng._cluster.workers.items()
         eng._cluster.sync(nanny.close, reason="its worker could not be restarted")
         assert eng.map(abs, [-1, -2]) == [1, 2]
+        # the new worker serves the scheduler before the cluster files its nanny: wait for that
+        deadline = time.monotonic() + 30
+        while not eng._cluster.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert [w.status.name for w in eng._cluster.workers.values()] == ["running"]
     assert dask.config.get("distributed.deploy.lost-worker-timeout") == before

@@ -244,11 +244,17 @@ def test_example_own_analysis_runs(tmp_path):
 
 def _raw_names(path: str) -> tuple[Counter[str], set[str], set[str]]:
     """From the raw JSON, independently of dtrace: the GPU kernels' names with their counts,
-    the names of the host ops (``cpu_op``) and the names of every complete (``ph: X``) event."""
+    the names of the host ops (``cpu_op``) and the names of every complete (``ph: X``) event.
+    An MTIA trace's kernels are its ``mtia_ccp_events`` other than ``dma_request`` (the copies)."""
     with gzip.open(path, "rb") as f:
         doc = json.load(f)
     complete = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "name" in e]
-    kernels = Counter(str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "kernel")
+
+    def is_kernel(e: dict) -> bool:
+        cat = str(e.get("cat", "")).lower()
+        return cat == "kernel" or (cat == "mtia_ccp_events" and e["name"] != "dma_request")
+
+    kernels = Counter(str(e["name"]) for e in complete if is_kernel(e))
     ops = {str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "cpu_op"}
     return kernels, ops, {str(e["name"]) for e in complete}
 

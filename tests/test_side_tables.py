@@ -77,7 +77,7 @@ def _ingest(tmp_path, monkeypatch, reader) -> cache.FileRecord:
     src = tmp_path / "rank0.json"
     if not src.exists():
         src.write_text('{"traceEvents": []}')
-    monkeypatch.setattr(cache, "detect", lambda path: reader)
+    monkeypatch.setattr(cache, "detect", lambda path, head=None: reader)
     rec = cache.ingest(str(src), str(tmp_path / "cache"))
     assert rec.error is None, rec.error
     return rec

@@ -50,6 +50,7 @@ from ..schema import (
     validate_events,
 )
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
+from ._sqlite import ReadOnlyDb
 from .base import Part, TraceFile
 
 NAME = "nsys"
@@ -176,51 +177,23 @@ def _is_sqlite(path: str) -> bool:
         return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
 
 
-def _connect_readonly(path: str) -> tuple[sqlite3.Connection, str | None]:
-    """Open an SQLite report without writing anything beside it: ``(connection, temporary
-    folder to remove after closing it, or None)``.
-
-    A database alone is opened read-only and immutable (no lock, no ``-shm``/``-wal`` files
-    created beside it). One with a write-ahead log (``-wal``: its latest changes) or a rollback
-    journal (``-journal``: a transaction in progress) beside it is copied, with that file, into a
-    temporary folder and read there: SQLite applies the log (or rolls the journal back) in the
-    copy, and the input's folder is never written to.
-    """
-    apath = os.path.abspath(path)
-    side = [s for s in ("-wal", "-journal") if os.path.lexists(apath + s)]
-    if not side:
-        return sqlite3.connect(Path(apath).as_uri() + "?mode=ro&immutable=1", uri=True), None
-    tmp = tempfile.mkdtemp(prefix="dtrace-sqlite-")
-    try:
-        copy = os.path.join(tmp, "report.sqlite")
-        for src, dst in [(apath, copy)] + [(apath + s, copy + s) for s in side]:
-            with open_regular(src) as f, open(dst, "xb") as g:
-                shutil.copyfileobj(f, g, 1 << 22)
-        return sqlite3.connect(copy), tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 class _Db:
-    """A read-only SQLite report with column-tolerant table reads (see :func:`_connect_readonly`)."""
+    """A read-only SQLite report with column-tolerant table reads (see :class:`ReadOnlyDb`)."""
 
     def __init__(self, path: str, source: str) -> None:
         self.source = source
-        self.tmp: str | None = None
+        self.db: ReadOnlyDb | None = None
         try:
-            self.con, self.tmp = _connect_readonly(path)
+            self.db = ReadOnlyDb(path)
+            self.con = self.db.con
             self.tables = {r[0] for r in self.con.execute("select name from sqlite_master where type='table'")}
         except sqlite3.DatabaseError as exc:
             self.close()
             raise InputError(source, f"not a readable SQLite database: {exc}") from None
 
     def close(self) -> None:
-        con = getattr(self, "con", None)
-        if con is not None:
-            con.close()
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.db is not None:
+            self.db.close()
 
     def columns(self, table: str) -> set[str]:
         if table not in self.tables:

@@ -28,13 +28,13 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint
+from ._sqlite import ReadOnlyDb
 from .base import TraceFile
 from .rocprof import _I64_MAX, GRID_COLUMNS, EventColumns, trace_file
 
@@ -71,18 +71,11 @@ class READER:  # noqa: N801 - the registered reader object
         return read_rocpd(path, **options)
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    return sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
-
-
 def _tables_of(path: str) -> dict[str, str]:
     """The name to read for each rocpd table: its view, else its uuid-suffixed table."""
     try:
-        con = _connect(path)
-        try:
-            names = [r[0] for r in con.execute("select name from sqlite_master where type in ('table', 'view')")]
-        finally:
-            con.close()
+        with ReadOnlyDb(path) as db:
+            names = [r[0] for r in db.con.execute("select name from sqlite_master where type in ('table', 'view')")]
     except sqlite3.DatabaseError:
         return {}
     out: dict[str, str] = {}
@@ -102,7 +95,8 @@ class _Db:
     def __init__(self, path: str) -> None:
         self.path = path
         self.names = _tables_of(path)
-        self.con = _connect(path)
+        self.db = ReadOnlyDb(path)
+        self.con = self.db.con
 
     def cols(self, table: str) -> set[str]:
         name = self.names.get(table)
@@ -206,7 +200,7 @@ def read_rocpd(path: str, *, max_input_size: int | None = None, **_: Any) -> Tra
         cols = [_kernels(db, ev), _copies(db, ev), *_regions(db, ev)]
         ev.set_columns([c for c in cols if c is not None] or [ev.base(0, "kernel")])
     finally:
-        db.con.close()
+        db.db.close()
     session = (int(init), int(fini)) if isinstance(init, int) and isinstance(fini, int) and 0 <= init <= fini else None
     return trace_file(
         path,
