@@ -16,7 +16,7 @@ from dtrace.batch import prepare
 from dtrace.options import Options
 from dtrace.partition import concat_parts
 from dtrace.readers import detect
-from dtrace.reduce import REDUCERS
+from dtrace.reduce import ORDER
 
 NEED = {"breakdown", "steps", "kernels", "collectives"}
 MINE = ("collectives", "ranks", "stragglers")
@@ -44,9 +44,9 @@ def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[
 
 def reduce(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
     out = dict(tables)
-    for name, fn in REDUCERS:
-        if name in MINE:
-            out.update(fn(out, options))
+    for r in ORDER:
+        if r.name in MINE:
+            out.update(r.func(out, options))
     return out
 
 

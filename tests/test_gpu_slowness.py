@@ -7,7 +7,7 @@ from _synthjobs import NEED, per_rank_tables
 from dtrace import synth
 from dtrace.cli.main import main as cli
 from dtrace.options import Options
-from dtrace.reduce import REDUCERS
+from dtrace.reduce import ORDER
 
 SMALL = dict(steps=3, kernels_per_step=30)
 MINE = ("op_perf", "collectives", "ranks", "stragglers")
@@ -34,9 +34,9 @@ def jobs(tmp_path_factory):
             d = str(tmp_path_factory.mktemp(name))
             truth = synth.generate(d, ranks=ranks, seed=seed, faults=faults, record_shapes=True, **SMALL)
             t = per_rank_tables(d, Options(), NEED | {"op_perf", "devices"})
-            for n, fn in REDUCERS:
-                if n in MINE:
-                    t.update(fn(t, Options()))
+            for r in ORDER:
+                if r.name in MINE:
+                    t.update(r.func(t, Options()))
             cache[name] = (truth, t)
         return cache[name]
 
@@ -82,9 +82,9 @@ def test_gpu_signal_absent_without_shapes(tmp_path):
     d = str(tmp_path / "job")
     synth.generate(d, ranks=16, seed=21, **SMALL)
     t = per_rank_tables(d, Options(), NEED | {"op_perf", "devices"})
-    for n, fn in REDUCERS:
-        if n in MINE:
-            t.update(fn(t, Options()))
+    for r in ORDER:
+        if r.name in MINE:
+            t.update(r.func(t, Options()))
     g = t["gpu_slowness"]
     assert (g["shapes"] == 0).all() and (g["gpu_slowdown"] == 1.0).all()
     s = t["stragglers"]

@@ -21,7 +21,7 @@ from dtrace.classify import load_classmap
 from dtrace.cli.main import main as cli
 from dtrace.errors import DtraceError, UsageError
 from dtrace.options import Options
-from dtrace.reduce import REDUCERS
+from dtrace.reduce import ORDER
 from dtrace.reduce import whatif as wi
 
 NEED = {"breakdown", "steps", "kernels", "classes", "collectives", "segments"}
@@ -32,9 +32,9 @@ def analyse(path: str) -> dict[str, pd.DataFrame]:
     """The tables the what-if needs, in-process: reader, prepare, the per-rank analyses, the reducers."""
     opts = Options()
     tables = per_rank_tables(path, opts, need=NEED)
-    for name, fn in REDUCERS:
-        if name in REDUCE:
-            tables.update(fn(tables, opts))
+    for r in ORDER:
+        if r.name in REDUCE:
+            tables.update(r.func(tables, opts))
     return tables
 
 

@@ -253,7 +253,7 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     arrived last, then build the row, instance and clock tables.
     """
     rows = tables.get("collectives")
-    if rows is None or not len(rows) or "order_stream" not in rows.columns:
+    if rows is None or not len(rows):
         return {
             "collectives": empty_frame(ROW_COLUMNS),
             "collective_instances": empty_frame(INSTANCE_COLUMNS),
@@ -261,13 +261,7 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
         }
     # missing values (NA: no seq, bytes, group size or step stated) are -1 for the arithmetic below
     rows = rows.reset_index(drop=True)
-    rows = rows.assign(
-        **{
-            c: rows[c].to_numpy(np.int64, na_value=-1)
-            for c in ("seq", "bytes", "group_size", "step")
-            if c in rows.columns
-        }
-    )
+    rows = rows.assign(**{c: rows[c].to_numpy(np.int64, na_value=-1) for c in ("seq", "bytes", "group_size", "step")})
     inst, method = match_instances(rows)
     rank = rows["rank"].to_numpy(np.int64)
     device = rows["device"].to_numpy(np.int64)

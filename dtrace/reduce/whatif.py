@@ -226,10 +226,10 @@ def _slices(levels: np.ndarray, order: np.ndarray, n_levels: int) -> list[np.nda
 def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     """The dependency graph of every step from ``segments``, ``collectives`` and ``clock_offsets``."""
     seg = tables.get("segments")
-    if seg is None or not len(seg) or "node" not in seg.columns:
+    if seg is None or not len(seg):
         return None
     coll = tables.get("collectives")
-    if coll is None or "collective" not in getattr(coll, "columns", ()):
+    if coll is None:
         coll = empty_frame(
             ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns", "clock_offset_ns", "step"),
             "int64",
@@ -239,8 +239,7 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         seg = seg.assign(host_ns=0, comm_launch_ns=pd.array([pd.NA] * len(seg), dtype="Int64"))
     nullable = ("step", "comm_stream", "comm_start_ns", "comm_launch_ns")
     seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in nullable})
-    if "step" in coll.columns:
-        coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
+    coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
     nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
     offsets = tables.get("clock_offsets")
     off = pd.Series(0, index=pd.MultiIndex.from_frame(nodes[KEYS].drop_duplicates()), dtype=np.int64)
@@ -558,12 +557,12 @@ def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, li
     """Per (flagged rank, device, class): median-rank time / own time over shared compute kernels."""
     empty = pd.DataFrame({"rank": [], "device": [], "class": [], "factor": []})
     sg = tables.get("stragglers")
-    if sg is None or not len(sg) or "flagged" not in sg.columns:
+    if sg is None or not len(sg):
         return empty, []
     fl = sg.loc[sg["flagged"].astype(bool)]
     flagged = sorted(zip(fl["rank"].astype(int), fl["device"].astype(int)))
     k = tables.get("kernels")
-    if not flagged or k is None or not len(k) or "median_ns" not in k.columns:
+    if not flagged or k is None or not len(k):
         return empty, flagged
     k = k.loc[k["category"].astype(str).to_numpy() == "compute"]
     k = k.loc[k.groupby("name", observed=True)["rank"].transform("nunique").to_numpy() >= 2]
@@ -682,7 +681,7 @@ def top_compute_classes(tables: dict[str, pd.DataFrame], n: int = TOP_CLASSES) -
     """The ``n`` kernel classes of compute kernels with the most time over all ranks (``kernels``),
     leaving out the classifiers' leftover classes (``other``, ``others``, ``misc``)."""
     k = tables.get("kernels")
-    if k is None or not len(k) or "class" not in k.columns:
+    if k is None or not len(k):
         return []
     k = k.loc[(k["category"].astype(str).to_numpy() == "compute") & ~k["class"].astype(str).isin(LEFTOVERS).to_numpy()]
     tot = k.groupby(k["class"].astype(str))["total_ns"].sum().sort_values(ascending=False, kind="stable")
