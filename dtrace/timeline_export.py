@@ -198,35 +198,55 @@ def choose(
     first = bd.set_index(KEYS)["first_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
     origin = int((first - allp["offset_ns"].to_numpy(np.int64)).min())
     steps = results.steps if "steps" in results.table_names else None
+    win: tuple[int, int] | None
     if window is not None:
-        lo, hi = parse_window(window) if isinstance(window, str) else (int(window[0]), int(window[1]))
-        last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
-        span = int((last - allp["offset_ns"].to_numpy(np.int64)).max()) - origin
-        if hi < 0 or lo > span:
-            raise UsageError(
-                f"the window {lo / 1e6:g}:{hi / 1e6:g} ms holds no GPU event: the job's GPU events span "
-                f"0:{span / 1e6:g} ms since its first one"
-            )
-        win: tuple[int, int] | None = (origin + lo, origin + hi)
-        step = None
-        per = bd
+        win, step, per = _given_window(bd, allp, origin, window), None, bd
     elif (steps is None or not len(steps)) and step is None:  # no steps: the whole trace
-        last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
-        win = (origin, int((last - allp["offset_ns"].to_numpy(np.int64)).max()))
-        step = None
-        per = bd
+        win, step, per = (origin, _last_end(bd, allp)), None, bd
     else:
-        win = None
-        if steps is None or not len(steps):
-            raise UsageError(f"{results.path}: the traces have no steps; give a window (--window START:END)")
-        have = sorted(int(s) for s in steps["step"].unique())
-        if step is None:
-            med = steps.groupby("step")["step_ns"].median()
-            step = int(med.idxmax())
-        elif int(step) not in have:
-            raise UsageError(f"no step {step}; steps: {_span(have)}")
-        step = int(step)
-        per = steps.loc[steps["step"].to_numpy() == step]
+        win, (step, per) = None, _chosen_step(results, steps, step)
+    roles = _roles(results, per, ranks is None)
+    keys = list(dict.fromkeys(_parts_of(results, allp, ranks) if ranks is not None else list(roles)))
+    return Selection(parts=_ordered(allp, keys, roles), step=step, window=win, origin=origin)
+
+
+def _last_end(bd: pd.DataFrame, allp: pd.DataFrame) -> int:
+    """The last GPU event's end over all parts, on the common clock."""
+    last = bd.set_index(KEYS)["last_ns"].reindex(pd.MultiIndex.from_frame(allp[KEYS])).to_numpy(np.int64)
+    return int((last - allp["offset_ns"].to_numpy(np.int64)).max())
+
+
+def _given_window(bd: pd.DataFrame, allp: pd.DataFrame, origin: int, window: tuple[int, int] | str) -> tuple[int, int]:
+    """The window asked for (ns after the first GPU event) on the common clock; one that holds
+    no GPU event is an error."""
+    lo, hi = parse_window(window) if isinstance(window, str) else (int(window[0]), int(window[1]))
+    span = _last_end(bd, allp) - origin
+    if hi < 0 or lo > span:
+        raise UsageError(
+            f"the window {lo / 1e6:g}:{hi / 1e6:g} ms holds no GPU event: the job's GPU events span "
+            f"0:{span / 1e6:g} ms since its first one"
+        )
+    return (origin + lo, origin + hi)
+
+
+def _chosen_step(results: Results, steps: pd.DataFrame | None, step: int | None) -> tuple[int, pd.DataFrame]:
+    """The step asked for, else the one with the longest median time over the ranks, and its rows."""
+    if steps is None or not len(steps):
+        raise UsageError(f"{results.path}: the traces have no steps; give a window (--window START:END)")
+    have = sorted(int(s) for s in steps["step"].unique())
+    if step is None:
+        med = steps.groupby("step")["step_ns"].median()
+        step = int(med.idxmax())
+    elif int(step) not in have:
+        raise UsageError(f"no step {step}; steps: {_span(have)}")
+    step = int(step)
+    return step, steps.loc[steps["step"].to_numpy() == step]
+
+
+def _roles(results: Results, per: pd.DataFrame, with_peers: bool) -> dict[tuple[int, int], str]:
+    """The parts worth showing and why: the flagged stragglers, the slowest (when none is
+    flagged), fastest and median computation in the window, and (``with_peers``) a peer of each
+    straggler."""
     comp = per.groupby(KEYS)["computation_ns"].sum() if "computation_ns" in per.columns else pd.Series(dtype=np.int64)
     flagged: list[tuple[int, int]] = []
     if "stragglers" in results.table_names and len(results.stragglers):
@@ -239,21 +259,28 @@ def choose(
             roles.setdefault(_key(others.index[-1]), "slowest")
         roles.setdefault(_key(others.index[0]), "fastest")
         roles.setdefault(_key(others.index[(len(others) - 1) // 2]), "median")
-    if ranks is None:
+    if with_peers:
         for key in flagged:  # a flow arrow reaches a straggler only from a rank of its groups
             peer = _peer(results, key, comp, roles)
             if peer is not None:
                 roles.setdefault(peer, "peer")
-    if ranks is not None:
-        keys = []
-        known = allp.set_index("rank")
-        for r in ranks:
-            if int(r) not in known.index:
-                raise UsageError(f"no rank {r} in {results.path}; ranks: {_span(sorted(allp['rank'].unique()))}")
-            keys += [(int(r), int(d)) for d in np.atleast_1d(known.loc[int(r), "device"])]
-    else:
-        keys = list(roles)
-    keys = list(dict.fromkeys(keys))
+    return roles
+
+
+def _parts_of(results: Results, allp: pd.DataFrame, ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """Every (rank, device) of the ranks asked for; a rank not in the results is an error."""
+    keys: list[tuple[int, int]] = []
+    known = allp.set_index("rank")
+    for r in ranks:
+        if int(r) not in known.index:
+            raise UsageError(f"no rank {r} in {results.path}; ranks: {_span(sorted(allp['rank'].unique()))}")
+        keys += [(int(r), int(d)) for d in np.atleast_1d(known.loc[int(r), "device"])]
+    return keys
+
+
+def _ordered(allp: pd.DataFrame, keys: list[tuple[int, int]], roles: Mapping[tuple[int, int], str]) -> pd.DataFrame:
+    """The chosen parts with their roles, by role then rank and device, and their process ids
+    (the rank, or rank * 1000 + device when a rank has several parts)."""
     chosen = allp.set_index(KEYS).loc[keys].reset_index()
     chosen["role"] = [roles.get(k, "") for k in keys]
     order = {r: i for i, r in enumerate(ROLES + ("",))}
@@ -261,7 +288,7 @@ def choose(
     chosen = chosen.reset_index(drop=True)
     unique_ranks = not chosen["rank"].duplicated().any()
     chosen["pid"] = chosen["rank"] if unique_ranks else chosen["rank"] * 1000 + chosen["device"]
-    return Selection(parts=chosen, step=step, window=win, origin=origin)
+    return chosen
 
 
 def _peer(
@@ -373,14 +400,8 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
     coll = _collective_rows(results, parts)
     if len(coll):
         coll = coll.assign(raw_start=coll["start_ns"].to_numpy(np.int64) + coll["clock_offset_ns"].to_numpy(np.int64))
-    evidence = {}
-    if "stragglers" in results.table_names and len(results.stragglers):
-        sg = results.stragglers
-        evidence = {
-            (int(r), int(d)): (str(e), float(s))
-            for r, d, e, s in sg[KEYS + ["evidence", "score"]].itertuples(index=False)
-        }
-
+    evidence = _evidence(results)
+    several = bool(parts["rank"].duplicated(keep=False).any())
     events: list[dict[str, Any]] = []
     meta: list[dict[str, Any]] = []
     flows: list[pd.DataFrame] = []
@@ -388,80 +409,16 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
     span_all: tuple[int, int] | None = None  # the GPU events' span over all parts
     for sort_index, row in enumerate(parts.itertuples(index=False)):
         key = (int(row.rank), int(row.device))
-        cp = cached[key]
-        part = prepare_part(
-            cp.events,
-            cp.collectives,
-            cp.memcpy,
-            rank=key[0],
-            device=key[1],
-            fmt=cp.fmt,
-            options=opts,
-            base_ns=cp.base_ns,
+        p_ev, p_meta, g_flow, span, track = _export_part(
+            row, key, _prepared(cached[key], key, opts), sel, coll, host, evidence, several, sort_index
         )
-        gpu, hst = _select(part, sel, int(row.offset_ns), host)
-        pid = int(row.pid)
-        shift = int(row.offset_ns) + sel.origin  # own clock → exported axis
-        role = str(row.role)
-        label = (
-            f"rank {key[0]}"
-            + (f" · dev {key[1]}" if parts["rank"].duplicated(keep=False).any() else "")
-            + f" · host {int(row.host)}"
-            + (f" · {role}" if role else "")
-        )
-        meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}})
-        meta.append(
-            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": sort_index}}
-        )
-        if key in evidence and role == "straggler":
-            text, score = evidence[key]
-            meta.append(
-                {
-                    "ph": "M",
-                    "name": "process_labels",
-                    "pid": pid,
-                    "tid": 0,
-                    "ts": 0,
-                    "args": {"labels": f"straggler (score {score:.2f}): {text[:160]}"},
-                }
-            )
-        g_ev, g_meta, g_flow, span = _gpu_events(gpu, coll, key, pid, shift)
-        events += g_ev
-        meta += g_meta
+        events += p_ev
+        meta += p_meta
         if len(g_flow):
             flows.append(g_flow)
-        if host and len(hst):
-            h_ev, h_meta = _host_events(hst, pid, shift, set(gpu["stream"].unique().tolist()))
-            events += h_ev
-            meta += h_meta
         if span is not None:
             span_all = span if span_all is None else (min(span_all[0], span[0]), max(span_all[1], span[1]))
-        if key in evidence and role == "straggler" and span is not None:
-            text, score = evidence[key]
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "p",
-                    "name": "straggler evidence",
-                    "cat": "dtrace",
-                    "pid": pid,
-                    "tid": 0,
-                    "ts": span[0] / 1000.0,
-                    "args": {"score": round(score, 3), "evidence": text},
-                }
-            )
-        tracks.append(
-            {
-                "pid": pid,
-                "rank": key[0],
-                "device": key[1],
-                "host": int(row.host),
-                "role": role,
-                "clock_offset_ns": int(row.offset_ns),
-                "gpu_events": int(len(gpu)),
-                "host_events": int(len(hst)) if host else 0,
-            }
-        )
+        tracks.append(track)
     events += _flow_events(pd.concat(flows, ignore_index=True) if flows else pd.DataFrame())
     window = (
         sel.window
@@ -480,6 +437,115 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": int(sel.origin),
+    }
+
+
+def _prepared(cp: Any, key: tuple[int, int], opts: Options) -> Batch:
+    """The shared views of one cached part."""
+    return prepare_part(
+        cp.events,
+        cp.collectives,
+        cp.memcpy,
+        rank=key[0],
+        device=key[1],
+        fmt=cp.fmt,
+        options=opts,
+        base_ns=cp.base_ns,
+    )
+
+
+def _export_part(
+    row: Any,
+    key: tuple[int, int],
+    part: Batch,
+    sel: Selection,
+    coll: pd.DataFrame,
+    host: bool,
+    evidence: Mapping[tuple[int, int], tuple[str, float]],
+    several: bool,
+    sort_index: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pd.DataFrame, tuple[int, int] | None, dict[str, Any]]:
+    """One part's events, metadata, collective flows, GPU span and track entry."""
+    gpu, hst = _select(part, sel, int(row.offset_ns), host)
+    pid = int(row.pid)
+    shift = int(row.offset_ns) + sel.origin  # own clock → exported axis
+    role = str(row.role)
+    said = evidence.get(key) if role == "straggler" else None
+    meta = _process_meta(pid, _process_label(key, int(row.host), role, several), sort_index, said)
+    events, g_meta, flow, span = _gpu_events(gpu, coll, key, pid, shift)
+    meta += g_meta
+    if host and len(hst):
+        h_ev, h_meta = _host_events(hst, pid, shift, set(gpu["stream"].unique().tolist()))
+        events += h_ev
+        meta += h_meta
+    if span is not None and said is not None:
+        events.append(_evidence_marker(pid, span[0], *said))
+    return events, meta, flow, span, _track(pid, key, row, role, len(gpu), int(len(hst)) if host else 0)
+
+
+def _evidence(results: Results) -> dict[tuple[int, int], tuple[str, float]]:
+    """(rank, device) -> the straggler evidence in words and the score."""
+    if "stragglers" not in results.table_names or not len(results.stragglers):
+        return {}
+    sg = results.stragglers
+    return {
+        (int(r), int(d)): (str(e), float(s)) for r, d, e, s in sg[KEYS + ["evidence", "score"]].itertuples(index=False)
+    }
+
+
+def _process_label(key: tuple[int, int], host: int, role: str, several: bool) -> str:
+    """``rank 3 · dev 1 · host 0 · straggler`` (the device only when a rank has several parts)."""
+    return (
+        f"rank {key[0]}" + (f" · dev {key[1]}" if several else "") + f" · host {host}" + (f" · {role}" if role else "")
+    )
+
+
+def _process_meta(pid: int, label: str, sort_index: int, said: tuple[str, float] | None) -> list[dict[str, Any]]:
+    """The process's name and place, and a straggler's evidence as its label."""
+    meta: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": sort_index}},
+    ]
+    if said is not None:
+        text, score = said
+        meta.append(
+            {
+                "ph": "M",
+                "name": "process_labels",
+                "pid": pid,
+                "tid": 0,
+                "ts": 0,
+                "args": {"labels": f"straggler (score {score:.2f}): {text[:160]}"},
+            }
+        )
+    return meta
+
+
+def _evidence_marker(pid: int, first_ns: int, text: str, score: float) -> dict[str, Any]:
+    """An instant event at the part's first GPU event holding the straggler evidence."""
+    return {
+        "ph": "i",
+        "s": "p",
+        "name": "straggler evidence",
+        "cat": "dtrace",
+        "pid": pid,
+        "tid": 0,
+        "ts": first_ns / 1000.0,
+        "args": {"score": round(score, 3), "evidence": text},
+    }
+
+
+def _track(pid: int, key: tuple[int, int], row: Any, role: str, gpu_events: int, host_events: int) -> dict[str, Any]:
+    """One exported part, as listed in ``otherData.tracks``."""
+    return {
+        "pid": pid,
+        "rank": key[0],
+        "device": key[1],
+        "host": int(row.host),
+        "role": role,
+        "clock_offset_ns": int(row.offset_ns),
+        "gpu_events": int(gpu_events),
+        "host_events": host_events,
     }
 
 
@@ -555,8 +621,28 @@ def _gpu_events(
             gcat, names.tolist(), stream.tolist(), ts, dur, corr.tolist(), cat.tolist(), extra
         )
     ]
-    comm_streams = set(stream[cat == "comm"].tolist())
-    meta = []
+    meta = _stream_meta(pid, stream, set(stream[cat == "comm"].tolist()))
+    flow = pd.DataFrame()
+    if hit.any():
+        s_rel = rel[hit]
+        events += _wait_counter(pid, s_rel, (end - shift)[hit], c["wait_ns"].to_numpy(np.int64) / 1000.0)
+        flow = pd.DataFrame(
+            {
+                "collective": c["collective"].to_numpy(np.int64),
+                "pid": pid,
+                "tid": stream[hit],
+                "ts_ns": s_rel,
+                "op": c["op"].astype(str).to_numpy(object),
+                "group": c["group"].astype(str).to_numpy(object),
+                "corrected_start": c["start_ns"].to_numpy(np.int64),
+            }
+        )
+    return events, meta, flow, (int(rel.min()), int((end - shift).max()))
+
+
+def _stream_meta(pid: int, stream: np.ndarray, comm_streams: set[int]) -> list[dict[str, Any]]:
+    """A named thread per stream, the communication streams last."""
+    meta: list[dict[str, Any]] = []
     for k, s in enumerate(sorted(set(stream.tolist()), key=lambda s: (s in comm_streams, s))):
         meta.append(
             {
@@ -571,31 +657,20 @@ def _gpu_events(
         meta.append(
             {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": int(s), "ts": 0, "args": {"sort_index": k}}
         )
-    flow = pd.DataFrame()
-    if hit.any():
-        wait_us = c["wait_ns"].to_numpy(np.int64) / 1000.0
-        s_rel, e_rel = rel[hit], (end - shift)[hit]
-        counter = [
-            {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": w}}
-            for t, w in zip(s_rel.tolist(), wait_us.tolist())
-        ]
-        counter += [
-            {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": 0}}
-            for t in e_rel.tolist()
-        ]
-        events += sorted(counter, key=lambda e: e["ts"])
-        flow = pd.DataFrame(
-            {
-                "collective": c["collective"].to_numpy(np.int64),
-                "pid": pid,
-                "tid": stream[hit],
-                "ts_ns": s_rel,
-                "op": c["op"].astype(str).to_numpy(object),
-                "group": c["group"].astype(str).to_numpy(object),
-                "corrected_start": c["start_ns"].to_numpy(np.int64),
-            }
-        )
-    return events, meta, flow, (int(rel.min()), int((end - shift).max()))
+    return meta
+
+
+def _wait_counter(pid: int, starts: np.ndarray, ends: np.ndarray, wait_us: np.ndarray) -> list[dict[str, Any]]:
+    """The ``collective wait (µs)`` counter: each matched comm kernel's wait from its start, 0 from its end."""
+    counter = [
+        {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": w}}
+        for t, w in zip(starts.tolist(), wait_us.tolist())
+    ]
+    counter += [
+        {"ph": "C", "name": "collective wait (µs)", "pid": pid, "tid": 0, "ts": t / 1000.0, "args": {"wait": 0}}
+        for t in ends.tolist()
+    ]
+    return sorted(counter, key=lambda e: e["ts"])
 
 
 def _flow_events(flow: pd.DataFrame) -> list[dict[str, Any]]:

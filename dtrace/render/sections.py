@@ -32,41 +32,74 @@ GAP_CAUSES = (
 
 def section_summary(ctx: Context) -> str:
     """Job summary: key figures as cards, failed inputs, run details and the inputs."""
-    r = ctx.results
-    m = r.manifest
-    inputs = m.get("inputs", [])
-    n_failed = sum(1 for i in inputs if i.get("status") == "error")
-    items: list = [("inputs analysed", f"{len(inputs) - n_failed:,} of {len(inputs):,}", n_failed > 0)]
+    inputs = ctx.results.manifest.get("inputs", [])
+    failed = [i for i in inputs if i.get("status") == "error"]
+    items: list = [("inputs analysed", f"{len(inputs) - len(failed):,} of {len(inputs):,}", len(failed) > 0)]
     bd, _ = ctx.get("breakdown", ("rank", "total_ns"))
-    html = []
-    if bd is not None:
-        tot = float(bd["total_ns"].sum()) or 1.0
-        items.append(("ranks / GPUs", f"{bd['rank'].nunique():,} / {len(bd):,}"))
-        items.append(("median GPU timeline", ch.fmt_time(float(bd["total_ns"].median()))))
-        for lab, col in BREAKDOWN_PARTS:
-            if col in bd.columns:
-                items.append((f"{lab} (all GPUs)", ch.fmt_pct(bd[col].sum() / tot)))
-    st, _ = ctx.get("steps", ("rank", "step", "step_ns"))
-    if st is not None:
-        items.append(("steps", f"{st['step'].nunique():,}"))
-        items.append(("median step time", ch.fmt_time(float(st["step_ns"].median()))))
-    sg, _ = ctx.get("stragglers", ("rank", "flagged"))
-    if sg is not None:
-        fl = sorted(ctx.flagged)
-        ids = ", ".join(f"rank {r}" for r in fl[:6]) + (f", … ({len(fl) - 6} more)" if len(fl) > 6 else "")
-        items.append((f"flagged stragglers (of {len(sg):,} GPUs)", f"{len(fl):,}", bool(fl), ids))
-    k, _ = ctx.get("kernels", ("name", "count"))
-    if k is not None:
-        items.append(("distinct kernels", f"{k['name'].nunique():,}"))
-        items.append(("GPU activities / GPU", ch.fmt_num(round(float(k["count"].sum()) / ctx.n_parts))))
-    html.append(cards(items))
+    items += _breakdown_cards(bd) + _step_cards(ctx) + _straggler_cards(ctx) + _kernel_cards(ctx)
+    html = [cards(items)]
     if bd is None and not inputs:
         html.append(na("breakdown"))
-    if n_failed:
-        bad = [i for i in inputs if i.get("status") == "error"]
-        lines = "".join(f"<li><code>{escape(str(i.get('error') or i.get('path')))}</code></li>" for i in bad[:30])
-        more = f"<li>… and {len(bad) - 30} more</li>" if len(bad) > 30 else ""
-        html.append(f"<h3>Failed inputs ({len(bad)})</h3><ul>{lines}{more}</ul>")
+    if failed:
+        html.append(_failed_inputs(failed))
+    html.append(_run_details(ctx))
+    if inputs:
+        html.append(_inputs_table(inputs))
+    return "".join(html)
+
+
+def _breakdown_cards(bd: pd.DataFrame | None) -> list:
+    """Ranks and GPUs, the median GPU timeline and the share of each breakdown part."""
+    if bd is None:
+        return []
+    tot = float(bd["total_ns"].sum()) or 1.0
+    items: list = [
+        ("ranks / GPUs", f"{bd['rank'].nunique():,} / {len(bd):,}"),
+        ("median GPU timeline", ch.fmt_time(float(bd["total_ns"].median()))),
+    ]
+    items += [
+        (f"{lab} (all GPUs)", ch.fmt_pct(bd[col].sum() / tot)) for lab, col in BREAKDOWN_PARTS if col in bd.columns
+    ]
+    return items
+
+
+def _step_cards(ctx: Context) -> list:
+    st, _ = ctx.get("steps", ("rank", "step", "step_ns"))
+    if st is None:
+        return []
+    return [("steps", f"{st['step'].nunique():,}"), ("median step time", ch.fmt_time(float(st["step_ns"].median())))]
+
+
+def _straggler_cards(ctx: Context) -> list:
+    sg, _ = ctx.get("stragglers", ("rank", "flagged"))
+    if sg is None:
+        return []
+    fl = sorted(ctx.flagged)
+    ids = ", ".join(f"rank {r}" for r in fl[:6]) + (f", … ({len(fl) - 6} more)" if len(fl) > 6 else "")
+    return [(f"flagged stragglers (of {len(sg):,} GPUs)", f"{len(fl):,}", bool(fl), ids)]
+
+
+def _kernel_cards(ctx: Context) -> list:
+    k, _ = ctx.get("kernels", ("name", "count"))
+    if k is None:
+        return []
+    return [
+        ("distinct kernels", f"{k['name'].nunique():,}"),
+        ("GPU activities / GPU", ch.fmt_num(round(float(k["count"].sum()) / ctx.n_parts))),
+    ]
+
+
+def _failed_inputs(bad: list) -> str:
+    """The first 30 failed inputs with their errors."""
+    lines = "".join(f"<li><code>{escape(str(i.get('error') or i.get('path')))}</code></li>" for i in bad[:30])
+    more = f"<li>… and {len(bad) - 30} more</li>" if len(bad) > 30 else ""
+    return f"<h3>Failed inputs ({len(bad)})</h3><ul>{lines}{more}</ul>"
+
+
+def _run_details(ctx: Context) -> str:
+    """Where the results are, when and how they were made, the tables and the options set."""
+    r = ctx.results
+    m = r.manifest
     info = [
         ("results", str(r.path or "(in memory)")),
         ("created", str(m.get("created", "–"))),
@@ -79,20 +112,22 @@ def section_summary(ctx: Context) -> str:
     if set_opts:
         info.append(("options", ", ".join(f"{k_}={v}" for k_, v in set_opts.items())))
     rows = "".join(f"<tr><th>{escape(a)}</th><td>{escape(b)}</td></tr>" for a, b in info)
-    html.append(f'<details><summary>Run details</summary><table class="data">{rows}</table></details>')
-    if inputs:
-        df = pd.DataFrame(inputs)
-        cols = [c for c in ("path", "format", "status", "events", "error") if c in df.columns]
-        if "error" in df.columns:
-            df["error"] = df["error"].fillna("")
-        shown = df if len(df) <= 64 else pd.concat([df[df["status"] == "error"], df[df["status"] != "error"]]).head(64)
-        kinds = {"events": "num"}
-        html.append(
-            f"<details><summary>Inputs ({len(df):,}{', first 64' if len(df) > 64 else ''})</summary>"
-            + table(shown.reset_index(drop=True), [(c, c, kinds.get(c, "text")) for c in cols])
-            + "</details>"
-        )
-    return "".join(html)
+    return f'<details><summary>Run details</summary><table class="data">{rows}</table></details>'
+
+
+def _inputs_table(inputs: list) -> str:
+    """The inputs (the failed ones first when there are more than 64)."""
+    df = pd.DataFrame(inputs)
+    cols = [c for c in ("path", "format", "status", "events", "error") if c in df.columns]
+    if "error" in df.columns:
+        df["error"] = df["error"].fillna("")
+    shown = df if len(df) <= 64 else pd.concat([df[df["status"] == "error"], df[df["status"] != "error"]]).head(64)
+    kinds = {"events": "num"}
+    return (
+        f"<details><summary>Inputs ({len(df):,}{', first 64' if len(df) > 64 else ''})</summary>"
+        + table(shown.reset_index(drop=True), [(c, c, kinds.get(c, "text")) for c in cols])
+        + "</details>"
+    )
 
 
 def section_breakdown(ctx: Context) -> str:
@@ -529,6 +564,36 @@ def section_ops(ctx: Context) -> str:
     op, msg = ctx.get("ops", ("rank", "device", "op", "count", "gpu_direct_ns", "gpu_subtree_ns"))
     if op is None:
         return msg
+    agg = _ops_per_gpu(ctx, op)
+    html = [
+        note(
+            "GPU time per host op (union of the GPU events it launched: directly, and through the ops it "
+            "calls = subtree), per GPU. Nested ops both count their children's kernels in their subtree."
+        ),
+        _ops_bars(agg.head(15)),
+        table(
+            agg.head(40),
+            [
+                ("op", "op", "name"),
+                ("subtree_gpu", "GPU time / GPU (subtree)", "time"),
+                ("direct_gpu", "direct", "time"),
+                ("calls_gpu", "calls / GPU", "num"),
+                ("gpus", "GPUs", "num"),
+                ("min", "min GPU", "time"),
+                ("max", "max GPU", "time"),
+                ("imbalance", "max / min", "ratio"),
+                ("max_rank", "slowest", "text"),
+            ],
+        ),
+    ]
+    oo, _ = ctx.get("op_outliers", ("rank", "op", "excess_ns"))
+    if oo is not None:
+        html.append(_op_outliers(ctx, oo))
+    return "".join(html)
+
+
+def _ops_per_gpu(ctx: Context, op: pd.DataFrame) -> pd.DataFrame:
+    """Per op over all GPUs: calls, direct and subtree GPU time (per GPU too), extremes, the slowest GPU."""
     g = op.groupby("op", sort=False)
     agg = pd.DataFrame(
         {
@@ -547,64 +612,42 @@ def section_ops(ctx: Context) -> str:
     agg["direct_gpu"] = agg["direct"] / n
     agg["calls_gpu"] = agg["count"] / n
     agg["imbalance"] = agg["max"] / agg["min"].replace(0, np.nan)
-    top = agg.head(15)
+    return agg
+
+
+def _ops_bars(top: pd.DataFrame) -> str:
+    """Subtree GPU time per GPU of the top ops, their direct time as the inner bar."""
     tips = [
         f"{o}\nsubtree {ch.fmt_time(s)} · direct {ch.fmt_time(d)} per GPU · {ch.fmt_num(c)} calls per GPU"
         for o, s, d, c in zip(top["op"], top["subtree_gpu"], top["direct_gpu"], top["calls_gpu"])
     ]
-    html = [
-        note(
-            "GPU time per host op (union of the GPU events it launched: directly, and through the ops it "
-            "calls = subtree), per GPU. Nested ops both count their children's kernels in their subtree."
-        )
+    return ch.hbars(
+        "ops",
+        top["op"].tolist(),
+        top["subtree_gpu"].to_numpy(),
+        label_width=400,
+        inner=top["direct_gpu"].to_numpy(),
+        colors=ch.PALETTE[4],
+        tooltips=tips,
+        legend={"subtree GPU time": ch.PALETTE[4], "direct GPU time (inner bar)": "#1f3552"},
+    )
+
+
+def _op_outliers(ctx: Context, oo: pd.DataFrame) -> str:
+    """The 15 (GPU, op) with the most excess time over the median GPU."""
+    top_o = oo.sort_values("excess_ns", ascending=False, kind="stable").head(15)
+    top_o = top_o.assign(label=ctx.labels(top_o))
+    spec = [
+        ("label", "GPU", "text", True),
+        ("op", "op", "name", True),
+        ("gpu_ns", "GPU time", "time", False),
+        ("median_gpu_ns", "median GPU", "time", False),
+        ("ratio", "ratio", "ratio", False),
+        ("excess_ns", "excess", "time", True),
+        ("z", "z", "z", False),
     ]
-    html.append(
-        ch.hbars(
-            "ops",
-            top["op"].tolist(),
-            top["subtree_gpu"].to_numpy(),
-            label_width=400,
-            inner=top["direct_gpu"].to_numpy(),
-            colors=ch.PALETTE[4],
-            tooltips=tips,
-            legend={"subtree GPU time": ch.PALETTE[4], "direct GPU time (inner bar)": "#1f3552"},
-        )
+    return "<h3>Ops slower on one GPU than on the median GPU</h3>" + table(
+        top_o,
+        [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
+        flag=[int(r) in ctx.flagged for r in top_o["rank"]],
     )
-    html.append(
-        table(
-            agg.head(40),
-            [
-                ("op", "op", "name"),
-                ("subtree_gpu", "GPU time / GPU (subtree)", "time"),
-                ("direct_gpu", "direct", "time"),
-                ("calls_gpu", "calls / GPU", "num"),
-                ("gpus", "GPUs", "num"),
-                ("min", "min GPU", "time"),
-                ("max", "max GPU", "time"),
-                ("imbalance", "max / min", "ratio"),
-                ("max_rank", "slowest", "text"),
-            ],
-        )
-    )
-    oo, _ = ctx.get("op_outliers", ("rank", "op", "excess_ns"))
-    if oo is not None:
-        top_o = oo.sort_values("excess_ns", ascending=False, kind="stable").head(15)
-        top_o = top_o.assign(label=ctx.labels(top_o))
-        spec = [
-            ("label", "GPU", "text", True),
-            ("op", "op", "name", True),
-            ("gpu_ns", "GPU time", "time", False),
-            ("median_gpu_ns", "median GPU", "time", False),
-            ("ratio", "ratio", "ratio", False),
-            ("excess_ns", "excess", "time", True),
-            ("z", "z", "z", False),
-        ]
-        html.append("<h3>Ops slower on one GPU than on the median GPU</h3>")
-        html.append(
-            table(
-                top_o,
-                [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
-                flag=[int(r) in ctx.flagged for r in top_o["rank"]],
-            )
-        )
-    return "".join(html)

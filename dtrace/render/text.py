@@ -13,7 +13,7 @@ import io
 import json
 import re
 import shutil
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,9 @@ import pandas as pd
 from ..constants import OUTPUT_FORMATS as FORMATS
 from ..units import TIME_UNITS, pick_unit
 from .escape import markdown_cell, printable, to_csv
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
@@ -75,42 +78,55 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
     >>> list(v.columns), v.iloc[:, 0].tolist(), t0
     (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
     """
-    times = [
-        c
-        for c in df.columns
-        if is_time_column(c) and pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-    ]
+    times = [c for c in df.columns if is_time_column(c) and _is_number(df[c])]
     absolute = [c for c in times if c in ABSOLUTE_TIMES]
-    t0: float | None = None
-    if absolute:
-        vals = np.concatenate([_floats(df[c]) for c in absolute])
-        vals = vals[np.isfinite(vals)]
-        t0 = float(vals.min()) if vals.size else None
+    t0 = _earliest(df, absolute)
     shifted = {c: _floats(df[c]) - (t0 if c in absolute and t0 is not None else 0.0) for c in times}
-    fixed: tuple[str, float] | None = None
-    if time_unit == "auto" and times:
-        fixed = pick_unit(np.concatenate(list(shifted.values())))
-    elif time_unit is not None and time_unit != "auto":
+    fixed = _fixed_unit(time_unit, shifted)
+    out = {}
+    for c in df.columns:
+        if c in times:
+            unit, scale = fixed or pick_unit(shifted[c])
+            out[_time_heading(str(c), unit, c in absolute and t0 is not None)] = (shifted[c] / scale).round(3)
+        else:
+            out.update(_other_column(str(c), df[c]))
+    return pd.DataFrame(out, index=df.index), (_t0_text(t0) if t0 is not None else None)
+
+
+def _other_column(name: str, col: pd.Series) -> dict:
+    """A column that is not a time: a share in %, a float rounded, anything else as it is."""
+    if name.endswith("_share") and pd.api.types.is_float_dtype(col):
+        return {f"{name[:-6].replace('_', ' ')} share (%)": (_floats(col) * 100).round(2)}
+    if pd.api.types.is_float_dtype(col):
+        return {name: col.round(4)}
+    return {name: col}
+
+
+def _time_heading(name: str, unit: str, after_t0: bool) -> str:
+    """``busy_ns`` -> ``busy (ms)``; ``start_ns`` after ``t0`` -> ``start (t0+ms)``."""
+    base = _TIME_COLUMN.sub(lambda m: f"{m.group(1) or ''}".replace("_", " ", 1), name)
+    return f"{base.replace('_', ' ')} ({f't0+{unit}' if after_t0 else unit})"
+
+
+def _earliest(df: pd.DataFrame, absolute: list) -> float | None:
+    """The earliest finite value of the absolute-time columns (``None``: none)."""
+    if not absolute:
+        return None
+    vals = np.concatenate([_floats(df[c]) for c in absolute])
+    vals = vals[np.isfinite(vals)]
+    return float(vals.min()) if vals.size else None
+
+
+def _fixed_unit(time_unit: str | None, shifted: dict) -> tuple[str, float] | None:
+    """The one unit of every time column that ``time_unit`` asks for (``None``: one per column)."""
+    if time_unit == "auto" and shifted:
+        return pick_unit(np.concatenate(list(shifted.values())))
+    if time_unit is not None and time_unit != "auto":
         units = dict(TIME_UNITS)
         if time_unit not in units:
             raise ValueError(f"unknown time unit {time_unit!r}; valid: auto, {', '.join(units)}")
-        fixed = (time_unit, units[time_unit])
-    out = {}
-    for c in df.columns:
-        col = df[c]
-        name = str(c)
-        if c in times:
-            unit, scale = fixed or pick_unit(shifted[c])
-            base = _TIME_COLUMN.sub(lambda m: f"{m.group(1) or ''}".replace("_", " ", 1), name)
-            label = f"t0+{unit}" if c in absolute and t0 is not None else unit
-            out[f"{base.replace('_', ' ')} ({label})"] = (shifted[c] / scale).round(3)
-        elif name.endswith("_share") and pd.api.types.is_float_dtype(col):
-            out[f"{name[:-6].replace('_', ' ')} share (%)"] = (_floats(col) * 100).round(2)
-        elif pd.api.types.is_float_dtype(col):
-            out[name] = col.round(4)
-        else:
-            out[name] = col
-    return pd.DataFrame(out, index=df.index), (_t0_text(t0) if t0 is not None else None)
+        return (time_unit, units[time_unit])
+    return None
 
 
 def flags(col: pd.Series) -> np.ndarray:
@@ -182,19 +198,25 @@ def outer_template(name: str) -> str:
     stack: list[str] = []
     for ch in s:
         if ch in "<(":
-            if not stack:
-                out.append("<" if ch == "<" else "(…)")
-            elif len(stack) == 1 and stack[0] == "<":
-                out.append("<…>" if ch == "<" else "(…)")
+            out.append(_opening(ch, stack))
             stack.append(ch)
         elif ch in ">)":
             if stack:
                 stack.pop()
                 if not stack and ch == ">":
                     out.append(">")
-        elif not stack or (len(stack) == 1 and stack[0] == "<"):
+        elif not stack or stack == ["<"]:
             out.append(ch)
     return "".join(out).strip()
+
+
+def _opening(ch: str, stack: list[str]) -> str:
+    """What :func:`outer_template` shows of an opening bracket inside the brackets ``stack``."""
+    if not stack:
+        return "<" if ch == "<" else "(…)"
+    if stack == ["<"]:
+        return "<…>" if ch == "<" else "(…)"
+    return ""
 
 
 _SEPARATORS = "_:<>(), .-/"
@@ -261,28 +283,43 @@ def distinct_names(names: Sequence[object], width: int = 60) -> list[str]:
     full = ["" if _missing(n) else str(n) for n in names]
     out = [n if _missing(n) else shorten(s, width) for n, s in zip(names, full)]
     for _ in range(2):  # a second pass for names that now collide with another group's
-        groups: dict[str, list[int]] = {}
-        for i, s in enumerate(out):
-            if not _missing(names[i]):
-                groups.setdefault(str(s), []).append(i)
-        clashes = [ix for ix in groups.values() if len({full[i] for i in ix}) > 1]
+        clashes = _clashes(names, full, out)
         if not clashes:
             break
         for ix in clashes:
-            uniq = list(dict.fromkeys(full[i] for i in ix))
-            forms = next(
-                (
-                    f
-                    for f in ([outer_template(u) for u in uniq], [u.removeprefix("void ") for u in uniq])
-                    if len(set(f)) == len(f)
-                ),
-                [u.removeprefix("void ") for u in uniq],
-            )
-            shown = {}
-            for u, f in zip(uniq, forms):
-                shown[u] = _keep_difference(f, [_common_prefix(f, g) for g in forms if g is not f] or [0], width)
+            shown = _told_apart(list(dict.fromkeys(full[i] for i in ix)), width)
             for i in ix:
                 out[i] = shown[full[i]]
+    return _numbered(names, full, out)
+
+
+def _clashes(names: Sequence[object], full: list[str], out: list) -> list[list[int]]:
+    """The positions of each shortened form shared by different names."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(out):
+        if not _missing(names[i]):
+            groups.setdefault(str(s), []).append(i)
+    return [ix for ix in groups.values() if len({full[i] for i in ix}) > 1]
+
+
+def _told_apart(uniq: list[str], width: int) -> dict[str, str]:
+    """Names whose short forms collide -> longer forms keeping where each differs from the others."""
+    forms = next(
+        (
+            f
+            for f in ([outer_template(u) for u in uniq], [u.removeprefix("void ") for u in uniq])
+            if len(set(f)) == len(f)
+        ),
+        [u.removeprefix("void ") for u in uniq],
+    )
+    return {
+        u: _keep_difference(f, [_common_prefix(f, g) for g in forms if g is not f] or [0], width)
+        for u, f in zip(uniq, forms)
+    }
+
+
+def _numbered(names: Sequence[object], full: list[str], out: list) -> list[str]:
+    """Different names still shown alike get `` [k]``; equal names keep one text."""
     taken: dict[str, str] = {}  # text shown -> the full name shown so
     label: dict[str, str] = {}  # full name -> its text
     for i, s in enumerate(out):
@@ -295,7 +332,7 @@ def distinct_names(names: Sequence[object], width: int = 60) -> list[str]:
                 text = f"{s} [{k}]"
             taken[text] = label[full[i]] = text
         out[i] = label[full[i]]
-    return out  # type: ignore[return-value]
+    return out
 
 
 WIDE = 1_000_000
@@ -357,44 +394,30 @@ def render(
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
     if wide:
         short_names, width = False, WIDE
-    n_all = len(df)
     if fmt in ("csv", "json"):
-        part = df.head(max_rows) if max_rows is not None else df
-        if fmt == "csv":
-            return to_csv(part)
-        return (
-            json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1, ensure_ascii=False)
-            + "\n"
-        )
+        return _machine_format(df, fmt, max_rows)
     # units from the whole columns, then the rows shown: a value prints the same whatever max_rows
     view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
     if max_rows is not None:
         view = view.head(max_rows)
-    full: dict[int, list[str]] = {}  # name columns as they are, shortened further to fit a terminal
-    if short_names:
-        for k, c in enumerate(view.columns):
-            if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
-                full[k] = [printable(_cell(v)) for v in view[c]]
-                view[c] = pd.Series(distinct_names(view[c].tolist(), 60), index=view.index, dtype=object)
-    more = (
-        f"{n_all - len(view):,} more rows not shown (showing {len(view):,} of {n_all:,}; --top N or --all for more)"
-        if len(view) < n_all
-        else ""
-    )
-    if t0 is not None:
-        more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
-    numeric = [pd.api.types.is_numeric_dtype(view[c]) and not pd.api.types.is_bool_dtype(view[c]) for c in view.columns]
+    full = _shorten_names(view) if short_names else {}
+    more = _rows_left_out(len(view), len(df), t0)
+    numeric = [_is_number(view[c]) for c in view.columns]
     if fmt == "markdown":
-        cols = [markdown_cell(c) for c in view.columns]
-        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
-        for row in view.itertuples(index=False):
-            lines.append("| " + " | ".join(markdown_cell(_cell(v)) for v in row) + " |")
-        if more:
-            lines.append(f"\n_{more}_")
-        return (f"### {markdown_cell(title)}\n\n" if title else "") + "\n".join(lines) + "\n"
+        return _markdown(view, numeric, title, more)
+    return _terminal(view, numeric, terminal_width() if width is None else max(int(width), 20), title, more, full)
+
+
+def _is_number(col: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
+def _terminal(
+    view: pd.DataFrame, numeric: list[bool], width: int, title: str | None, more: str, full: dict[int, list[str]]
+) -> str:
+    """The rows of ``view`` as a terminal table of ``width`` columns."""
     heads = [printable(c) for c in view.columns]
     cells = [[printable(_cell(v)) for v in row] for row in view.itertuples(index=False)]
-    width = terminal_width() if width is None else max(int(width), 20)
     return _terminal_table(
         heads,
         cells,
@@ -405,6 +428,49 @@ def render(
         [more] if more else [],
         full,
     )
+
+
+def _machine_format(df: pd.DataFrame, fmt: str, max_rows: int | None) -> str:
+    """CSV or JSON records of the raw values."""
+    part = df.head(max_rows) if max_rows is not None else df
+    if fmt == "csv":
+        return to_csv(part)
+    return (
+        json.dumps(json.loads(part.to_json(orient="records", force_ascii=False)), indent=1, ensure_ascii=False) + "\n"
+    )
+
+
+def _shorten_names(view: pd.DataFrame) -> dict[int, list[str]]:
+    """Shorten the name columns of ``view`` in place; returns them as they were (by position),
+    to be shortened further to fit a terminal."""
+    full: dict[int, list[str]] = {}
+    for k, c in enumerate(view.columns):
+        if c in NAME_COLUMNS and not pd.api.types.is_numeric_dtype(view[c]):
+            full[k] = [printable(_cell(v)) for v in view[c]]
+            view[c] = pd.Series(distinct_names(view[c].tolist(), 60), index=view.index, dtype=object)
+    return full
+
+
+def _rows_left_out(shown: int, n_all: int, t0: str | None) -> str:
+    """The note under a table: rows not shown, and the t0 that times are relative to."""
+    more = (
+        f"{n_all - shown:,} more rows not shown (showing {shown:,} of {n_all:,}; --top N or --all for more)"
+        if shown < n_all
+        else ""
+    )
+    if t0 is not None:
+        more = "; ".join(x for x in (more, f"times after t0 = {t0}") if x)
+    return more
+
+
+def _markdown(view: pd.DataFrame, numeric: list[bool], title: str | None, more: str) -> str:
+    cols = [markdown_cell(c) for c in view.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    for row in view.itertuples(index=False):
+        lines.append("| " + " | ".join(markdown_cell(_cell(v)) for v in row) + " |")
+    if more:
+        lines.append(f"\n_{more}_")
+    return (f"### {markdown_cell(title)}\n\n" if title else "") + "\n".join(lines) + "\n"
 
 
 def terminal_width() -> int:
@@ -446,24 +512,11 @@ def _terminal_table(
 ) -> str:
     """The rich table of :func:`render`; ``full``: the unshortened values of name columns, from
     which a name column narrower than 60 characters is shortened (:func:`distinct_names`)."""
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     blocks = layout(heads, cells, numeric, names, width)
-    for cols, widths, _ in blocks:  # text shortened to its column, numbers never
-        for k, w in zip(cols, widths):
-            if numeric[k] or not any(len(r[k]) > w for r in cells):
-                continue
-            if names[k] in NAME_COLUMNS:  # names stay distinct, shortened from their full text
-                column = (full or {}).get(k) or [r[k] for r in cells]
-                for r, s in zip(cells, distinct_names(column, w)):
-                    r[k] = s
-            else:
-                for r in cells:
-                    if len(r[k]) > w:
-                        r[k] = r[k][: max(w - 1, 1)] + "…"
+    _fit_blocks(blocks, cells, numeric, names, full or {})
     buf = io.StringIO()
     total = max(sum(w + 3 for w in widths) for _, widths, _ in blocks) + 2
     console = Console(
@@ -479,28 +532,63 @@ def _terminal_table(
         console.print(Text(title, style="bold"), overflow="fold", soft_wrap=True)
     for bi, (cols, widths, first) in enumerate(blocks):
         if len(blocks) > 1:
+            heading = ", ".join(names[k] for k in cols if k >= first)
             console.print(
-                Text(
-                    f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns "
-                    f"{', '.join(names[k] for k in cols if k >= first)}]"
-                ),
+                Text(f"[block {bi + 1} of {len(blocks)} (the table is wider than the terminal): columns {heading}]"),
                 overflow="fold",
             )
-        t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-        for k, w in zip(cols, widths):
-            t.add_column(
-                Text(heads[k]),
-                justify="right" if numeric[k] else "left",
-                width=w,
-                overflow="fold" if numeric[k] else "ellipsis",
-                no_wrap=not numeric[k],
-            )
-        for r in cells:
-            t.add_row(*(Text(r[k]) for k in cols))
-        console.print(t)
+        console.print(_rich_block(heads, cells, numeric, cols, widths))
     for note in notes:
         console.print(Text(note), overflow="fold", soft_wrap=True)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _fit_blocks(
+    blocks: list[tuple[list[int], list[int], int]],
+    cells: list[list[str]],
+    numeric: list[bool],
+    names: list[str],
+    full: dict[int, list[str]],
+) -> None:
+    """Text shortened to its column's width in each block, in place; numbers never."""
+    for cols, widths, _ in blocks:
+        for k, w in zip(cols, widths):
+            if not numeric[k] and any(len(r[k]) > w for r in cells):
+                _fit_column(cells, k, w, names[k] in NAME_COLUMNS, full.get(k))
+
+
+def _fit_column(cells: list[list[str]], k: int, w: int, is_name: bool, full: list[str] | None) -> None:
+    """Shorten text column ``k`` of ``cells`` to ``w`` characters in place; names stay distinct,
+    shortened from their full text when given (:func:`distinct_names`)."""
+    if is_name:
+        for r, s in zip(cells, distinct_names(full or [r[k] for r in cells], w)):
+            r[k] = s
+        return
+    for r in cells:
+        if len(r[k]) > w:
+            r[k] = r[k][: max(w - 1, 1)] + "…"
+
+
+def _rich_block(
+    heads: list[str], cells: list[list[str]], numeric: list[bool], cols: list[int], widths: list[int]
+) -> Table:
+    """One block of columns of the table as a rich ``Table``."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    for k, w in zip(cols, widths):
+        t.add_column(
+            Text(heads[k]),
+            justify="right" if numeric[k] else "left",
+            width=w,
+            overflow="fold" if numeric[k] else "ellipsis",
+            no_wrap=not numeric[k],
+        )
+    for r in cells:
+        t.add_row(*(Text(r[k]) for k in cols))
+    return t
 
 
 def layout(
@@ -523,21 +611,8 @@ def layout(
     widths = column_widths(heads, cells, numeric, width)
     if sum(widths) + 3 * n <= width or n <= 1:
         return [(list(range(n)), widths, 0)]
-    keys: list[int] = []
-    for k in range(n - 1):
-        if names[k] not in KEY_COLUMNS:
-            break
-        keys.append(k)
-    key_w = (
-        column_widths(
-            [heads[k] for k in keys], [[r[k] for k in keys] for r in cells], [numeric[k] for k in keys], width // 2
-        )
-        if keys
-        else []
-    )
+    keys, key_w = _repeated_keys(heads, cells, numeric, names, width)
     used_keys = sum(w + 3 for w in key_w)
-    if used_keys > width // 2 + 8:  # keys alone too wide to repeat: no keys
-        keys, key_w, used_keys = [], [], 0
     first = len(keys)
     rest = list(range(first, n))
     room = max(width - used_keys - 3, 16)  # a text column may fill a block of its own
@@ -557,6 +632,26 @@ def layout(
     if cur:
         blocks.append((keys + cur, key_w + cur_w, first))
     return blocks
+
+
+def _repeated_keys(
+    heads: list[str], cells: list[list[str]], numeric: list[bool], names: list[str], width: int
+) -> tuple[list[int], list[int]]:
+    """The leading key columns repeated in every block and their widths (none when they alone
+    would take more than about half the width)."""
+    keys: list[int] = []
+    for k in range(len(heads) - 1):
+        if names[k] not in KEY_COLUMNS:
+            break
+        keys.append(k)
+    if not keys:
+        return [], []
+    key_w = column_widths(
+        [heads[k] for k in keys], [[r[k] for k in keys] for r in cells], [numeric[k] for k in keys], width // 2
+    )
+    if sum(w + 3 for w in key_w) > width // 2 + 8:  # keys alone too wide to repeat: no keys
+        return [], []
+    return keys, key_w
 
 
 def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> list[int]:
