@@ -1,0 +1,184 @@
+"""No function in ``dtrace/`` is more complex than :data:`MAX_COMPLEXITY` (cyclomatic
+complexity, counted as ``radon cc`` counts it) or longer than :data:`MAX_LINES` lines, except
+those still listed in :data:`ALLOWED` (to be emptied): a new offender fails here, and so does an
+entry of :data:`ALLOWED` that is no longer over the limits."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+MAX_COMPLEXITY = 15
+MAX_LINES = 80
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "dtrace"
+
+#: ``path:qualified name`` of the functions still over a limit (in modules other sessions were
+#: editing when this check came in); each is split into named phases and removed from here.
+ALLOWED: set[str] = {
+    "dtrace/analyses/critical_path.py:_walk",  # 91 lines
+    "dtrace/analyses/segments.py:segment_rows",  # 185 lines
+    "dtrace/api.py:_Run.estimate",  # complexity 22
+    "dtrace/api.py:_Run.execute",  # complexity 17
+    "dtrace/api.py:_Run.manifest",  # complexity 23
+    "dtrace/api.py:analyze",  # complexity 28, 173 lines
+    "dtrace/api.py:up_to_date",  # complexity 32
+    "dtrace/batch.py:prepare",  # complexity 16, 119 lines
+    "dtrace/cache.py:_parse_source",  # complexity 33, 82 lines
+    "dtrace/cache.py:lookup",  # complexity 23
+    "dtrace/categories.py:categorize_names",  # complexity 17
+    "dtrace/cli/nsys.py:run",  # complexity 23
+    "dtrace/cli/perf.py:run_perf",  # complexity 17
+    "dtrace/cli/report.py:add_parser",  # 104 lines
+    "dtrace/cli/show.py:run",  # complexity 21
+    "dtrace/hardware.py:_spec",  # complexity 17
+    "dtrace/opmodel/elementwise.py:elementwise",  # complexity 19
+    "dtrace/opmodel/reduction.py:reduction",  # complexity 18
+    "dtrace/options.py:Options.__post_init__",  # complexity 28
+    "dtrace/part_loader.py:_from_results",  # complexity 26
+    "dtrace/partition.py:analyze_partition",  # complexity 29
+    "dtrace/plan.py:expand_inputs",  # complexity 29
+    "dtrace/plan.py:glob_files",  # complexity 19
+    "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
+    "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
+    "dtrace/readers/jax.py:_add_chunk",  # complexity 36
+    "dtrace/readers/jax.py:_read_json",  # complexity 41, 163 lines
+    "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
+    "dtrace/readers/kineto.py:_collective_table",  # complexity 17
+    "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 118 lines
+    "dtrace/readers/nsys.py:_event_columns",  # 89 lines
+    "dtrace/readers/nsys_csv.py:read_nsys_csv",  # 98 lines
+    "dtrace/reduce/collectives.py:reduce_collectives",  # 115 lines
+    "dtrace/reduce/opperf.py:roofline",  # complexity 16
+    "dtrace/reduce/ranks.py:rank_metrics",  # complexity 17
+    "dtrace/reduce/stragglers.py:_arrival",  # 86 lines
+    "dtrace/reduce/stragglers.py:_evidence_texts",  # complexity 19
+    "dtrace/reduce/stragglers.py:_explain_away",  # complexity 18
+    "dtrace/reduce/whatif.py:build_graph",  # complexity 22, 196 lines
+    "dtrace/render/charts.py:heatmap",  # complexity 19, 92 lines
+    "dtrace/render/charts.py:step_lines",  # complexity 16
+    "dtrace/render/compare.py:_sec_categories",  # complexity 24
+    "dtrace/render/escape.py:csv_frame",  # complexity 17
+    "dtrace/render/host_sections.py:section_launches",  # complexity 16
+    "dtrace/render/opperf.py:_charts",  # complexity 19
+    "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 110 lines
+    "dtrace/render/page.py:_td",  # complexity 25
+    "dtrace/render/ranks.py:section_collectives",  # 153 lines
+    "dtrace/render/ranks.py:section_steps",  # 117 lines
+    "dtrace/render/ranks.py:section_stragglers",  # complexity 18, 87 lines
+    "dtrace/render/summary.py:summary",  # complexity 24
+    "dtrace/render/views.py:gap_report",  # complexity 18
+    "dtrace/results.py:validate_manifest",  # complexity 36
+    "dtrace/results.py:write_results",  # complexity 17
+    "dtrace/resultstore.py:_feed",  # complexity 44, 94 lines
+    "dtrace/summaries.py:add_summaries",  # complexity 20
+    "dtrace/summaries.py:group_tables",  # 92 lines
+    "dtrace/synth.py:_Job.run",  # complexity 17
+    "dtrace/synth.py:_schedule",  # 100 lines
+    "dtrace/synth.py:generate",  # complexity 39, 155 lines
+    "dtrace/tile.py:_Source._measure",  # complexity 18
+    "dtrace/tile.py:tile_trace",  # complexity 17, 106 lines
+}
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def complexity(func: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Cyclomatic complexity as radon counts it: 1, plus one per ``if``, conditional expression,
+    loop (and its ``else``), ``except`` (and a ``try``'s ``else``), ``and``/``or`` operand after
+    the first, ``case`` but a catch-all, comprehension ``for`` and ``if``, and ``assert``.
+    Nested functions and classes count on their own.
+
+    >>> complexity(ast.parse("def f(x):\\n    return [y for y in x if y and x] if x else 0").body[0])
+    5
+    """
+    return 1 + sum(_decisions(child) for child in func.body)
+
+
+def _decisions(node: ast.AST) -> int:
+    if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+        return 0
+    if isinstance(node, ast.Assert):
+        return 1
+    if isinstance(node, ast.Try):
+        own = len(node.handlers) + bool(node.orelse)
+    elif isinstance(node, ast.BoolOp):
+        own = len(node.values) - 1
+    elif isinstance(node, (ast.If, ast.IfExp)):
+        own = 1
+    elif isinstance(node, ast.Match):
+        catch_all = any(getattr(c.pattern, "pattern", False) is None for c in node.cases)
+        own = max(0, len(node.cases) - catch_all)
+    elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+        own = 1 + bool(node.orelse)
+    elif isinstance(node, ast.comprehension):
+        own = 1 + len(node.ifs)
+    else:
+        own = 0
+    return own + sum(_decisions(child) for child in ast.iter_child_nodes(node))
+
+
+def functions(tree: ast.AST, prefix: str = ""):
+    """``(qualified name, node)`` of every function and method, nested ones included."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, _FUNCTIONS):
+            yield prefix + node.name, node
+            yield from functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from functions(node, prefix)
+
+
+def offenders() -> dict[str, str]:
+    """``path:name`` -> what is over the limit, for every function of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        for name, node in functions(ast.parse(path.read_text(encoding="utf-8"))):
+            cc, lines = complexity(node), node.end_lineno - node.lineno + 1
+            over = [f"complexity {cc}"] * (cc > MAX_COMPLEXITY) + [f"{lines} lines"] * (lines > MAX_LINES)
+            if over:
+                out[f"{rel}:{name}"] = ", ".join(over)
+    return out
+
+
+def test_no_function_is_too_complex_or_too_long():
+    new = {k: v for k, v in offenders().items() if k not in ALLOWED}
+    assert not new, (
+        f"split these into named phases (at most complexity {MAX_COMPLEXITY}, {MAX_LINES} lines): "
+        + "; ".join(f"{k} ({v})" for k, v in sorted(new.items()))
+    )
+
+
+def test_the_allow_list_holds_only_offenders():
+    fixed = ALLOWED - set(offenders())
+    assert not fixed, f"no longer over the limits: remove from ALLOWED in tests/test_complexity.py: {sorted(fixed)}"
+
+
+@pytest.mark.parametrize(
+    "source, want",
+    [
+        ("def f():\n    return 1", 1),
+        ("def f(a, b):\n    if a and b or a:\n        pass\n    elif b:\n        pass\n    else:\n        pass", 5),
+        ("def f(x):\n    for i in x:\n        pass\n    else:\n        pass\n    while x:\n        break", 4),
+        (
+            "def f():\n    try:\n        pass\n    except ValueError:\n        pass\n    except OSError:\n        pass\n"
+            "    else:\n        pass\n    finally:\n        pass",
+            4,
+        ),
+        (
+            "def f(x):\n    assert x\n    def g(y):\n        if y:\n            pass\n    return lambda z: z if z else 0",
+            3,
+        ),
+        (
+            "def f(x):\n    match x:\n        case 1:\n            pass\n        case 2:\n            pass\n"
+            "        case _:\n            pass",
+            3,
+        ),
+    ],
+)
+def test_complexity_counts_decisions_by_hand(source, want):
+    """Counted by hand from the rules in :func:`complexity` (radon's)."""
+    assert complexity(ast.parse(source).body[0]) == want
