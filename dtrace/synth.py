@@ -223,68 +223,90 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
         _Op("memcpy", "Memcpy HtoD (Pinned -> Device)", "aten::copy_", 0, 0, nelems=8 << 20, launch="cudaMemcpyAsync"),
         _Op("kernel", EMBED, "aten::embedding", 60_000),
     ]
-    has_tp, has_dp = tp > 1, dp > 1
-    tp_ar = _Op(
-        "coll",
-        NCCL_KERNEL["allreduce"],
-        "c10d::allreduce_",
-        group="tp",
-        coll="allreduce",
-        nelems=8 << 20,
-        blocking=True,
+    tp_ar = (
+        [
+            _Op(
+                "coll",
+                NCCL_KERNEL["allreduce"],
+                "c10d::allreduce_",
+                group="tp",
+                coll="allreduce",
+                nelems=8 << 20,
+                blocking=True,
+            )
+        ]
+        if tp > 1
+        else []
     )
-    # GEMM shapes (tokens T, hidden H, attention width A, MLP width F): 2·M·N·K FLOPs over the
-    # durations below is ~600 TFLOP/s
-    T, H, A, F = 8192, 4096, 2688, 4096
     for _ in range(layers):
-        ops += [
-            _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-            _Op("kernel", GEMM, "aten::addmm", 300_000, gemm=((A,), (T, H), (H, A))),
-            _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
-            _Op("kernel", GEMM, "aten::mm", 120_000, gemm=((T, 1024), (1024, H))),
-        ]
-        ops += [tp_ar] if has_tp else []
-        ops += [
-            _Op("kernel", ADD, "aten::add", 30_000, side),
-            _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
-            _Op("kernel", GEMM, "aten::addmm", 450_000, gemm=((F,), (T, H), (H, F))),
-            _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
-            _Op("kernel", GEMM, "aten::mm", 450_000, gemm=((T, F), (F, H))),
-        ]
-        ops += [tp_ar] if has_tp else []
-        ops += [_Op("kernel", ADD, "aten::add", 30_000, side)]
+        ops += _forward_layer(side, tp_ar)
     ops += [_Op("kernel", SOFTMAX, "aten::_log_softmax", 200_000), _Op("kernel", REDUCE, "aten::mean", 20_000)]
     for _ in range(layers):
+        ops += _backward_layer(side, tp_ar, dp > 1)
+    return ops + _optimizer_tail(dp > 1)
+
+
+# GEMM shapes (tokens T, hidden H, attention width A, MLP width F): 2·M·N·K FLOPs over the
+# durations below is ~600 TFLOP/s
+_T, _H, _A, _F = 8192, 4096, 2688, 4096
+
+
+def _forward_layer(side: int, tp_ar: list[_Op]) -> list[_Op]:
+    """One transformer layer's forward ops (``tp_ar``: the tensor-parallel all-reduce, if any)."""
+    T, H, A, F = _T, _H, _A, _F
+    return [
+        _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+        _Op("kernel", GEMM, "aten::addmm", 300_000, gemm=((A,), (T, H), (H, A))),
+        _Op("kernel", FLASH_FWD, "aten::_flash_attention_forward", 400_000),
+        _Op("kernel", GEMM, "aten::mm", 120_000, gemm=((T, 1024), (1024, H))),
+        *tp_ar,
+        _Op("kernel", ADD, "aten::add", 30_000, side),
+        _Op("kernel", LN_FWD, "aten::native_layer_norm", 40_000),
+        _Op("kernel", GEMM, "aten::addmm", 450_000, gemm=((F,), (T, H), (H, F))),
+        _Op("kernel", GELU, GELU, 60_000, launch="cuLaunchKernel"),
+        _Op("kernel", GEMM, "aten::mm", 450_000, gemm=((T, F), (F, H))),
+        *tp_ar,
+        _Op("kernel", ADD, "aten::add", 30_000, side),
+    ]
+
+
+def _backward_layer(side: int, tp_ar: list[_Op], has_dp: bool) -> list[_Op]:
+    """One transformer layer's backward ops, then its gradients' reduce-scatter when data-parallel."""
+    T, H, A, F = _T, _H, _A, _F
+    ops = [
+        _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, H), (H, F))),
+        _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((H, T), (T, F))),
+        _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
+        _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, F), (F, H))),
+        _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((F, T), (T, H))),
+        *tp_ar,
+        _Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
+        _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000, gemm=((T, H), (H, 1024))),
+        _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side, gemm=((H, T), (T, 1024))),
+        _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
+        _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000, gemm=((T, A), (A, H))),
+        _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side, gemm=((A, T), (T, H))),
+        *tp_ar,
+        _Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
+    ]
+    if has_dp:
         ops += [
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, H), (H, F))),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((H, T), (T, F))),
-            _Op("kernel", GELU_BWD, GELU_BWD, 80_000, launch="cuLaunchKernel"),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 450_000, gemm=((T, F), (F, H))),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 450_000, side, gemm=((F, T), (T, H))),
+            _Op(
+                "coll",
+                NCCL_KERNEL["_reduce_scatter_base"],
+                "c10d::_reduce_scatter_base_",
+                group="dp",
+                coll="_reduce_scatter_base",
+                nelems=12 << 20,
+            )
         ]
-        ops += [tp_ar] if has_tp else []
-        ops += [
-            _Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 120_000, gemm=((T, H), (H, 1024))),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 120_000, side, gemm=((H, T), (T, 1024))),
-            _Op("kernel", FLASH_BWD, "aten::_flash_attention_backward", 900_000),
-            _Op("kernel", GEMM_DGRAD, "aten::mm", 300_000, gemm=((T, A), (A, H))),
-            _Op("kernel", GEMM_WGRAD, "aten::mm", 300_000, side, gemm=((A, T), (T, H))),
-        ]
-        ops += [tp_ar] if has_tp else []
-        ops += [_Op("kernel", LN_BWD, "aten::native_layer_norm_backward", 80_000)]
-        if has_dp:
-            ops += [
-                _Op(
-                    "coll",
-                    NCCL_KERNEL["_reduce_scatter_base"],
-                    "c10d::_reduce_scatter_base_",
-                    group="dp",
-                    coll="_reduce_scatter_base",
-                    nelems=12 << 20,
-                )
-            ]
-    ops += [
+    return ops
+
+
+def _optimizer_tail(has_dp: bool) -> list[_Op]:
+    """The end of a step: the optimizer, the loss all-reduce when data-parallel, the loss copied
+    to the host and the synchronisation."""
+    ops = [
         _Op("wait_comm", "cudaStreamWaitEvent"),
         _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
         _Op("kernel", ADAM, "Optimizer.step#AdamW.step", 350_000),
@@ -303,7 +325,7 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
                 blocking=True,
             )
         ]
-    ops += [
+    return ops + [
         _Op(
             "memcpy",
             "Memcpy DtoH (Device -> Pinned)",
@@ -315,7 +337,6 @@ def _schedule(layers: int, n_streams: int, tp: int, dp: int) -> list[_Op]:
         ),
         _Op("sync", "cudaStreamSynchronize"),
     ]
-    return ops
 
 
 LOADER = _Op("loader", cpu="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
@@ -919,33 +940,7 @@ def generate(
     >>> truth["stragglers"], truth["tp"], truth["dp"]
     ([5], 8, 2)
     """
-    for name, value in (
-        ("ranks", ranks),
-        ("steps", steps),
-        ("gpus_per_host", gpus_per_host),
-        ("streams", streams),
-        ("kernels_per_step", kernels_per_step),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise UsageError(f"{name} must be a whole number, not {value!r}")
-    if ranks < 1 or steps < 1:
-        raise UsageError("ranks and steps must be >= 1")
-    if ranks > MAX_RANKS:
-        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
-    if steps * kernels_per_step > MAX_KERNELS_PER_RANK or ranks * steps * kernels_per_step > MAX_JOB_KERNELS:
-        raise UsageError(
-            f"ranks={ranks:,}, steps={steps:,}, kernels_per_step={kernels_per_step:,}: at most "
-            f"{MAX_KERNELS_PER_RANK:,} kernels per rank (steps x kernels_per_step) and {MAX_JOB_KERNELS:,} "
-            "in the job"
-        )
-    if gpus_per_host < 1 or streams < 1 or kernels_per_step < 1:
-        raise UsageError("gpus_per_host, streams and kernels_per_step must be >= 1")
-    if streams > len(STREAM_IDS_BASE):
-        raise UsageError(f"at most {len(STREAM_IDS_BASE)} compute streams")
-    if not 0 <= clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
-        raise UsageError(f"clock_offset_ns must be from 0 to {MAX_CLOCK_OFFSET_NS:,} (1000 s), got {clock_offset_ns!r}")
-    if not 0 <= jitter <= 1:
-        raise UsageError(f"jitter must be from 0 to 1 (a log-normal sigma), got {jitter!r}")
+    _check_sizes(ranks, steps, gpus_per_host, streams, kernels_per_step, clock_offset_ns, jitter)
     tp = _default_tp(ranks, gpus_per_host) if tp is None else int(tp)
     if tp < 1 or ranks % tp:
         raise UsageError(f"tp={tp} does not divide ranks={ranks}")
@@ -978,9 +973,7 @@ def generate(
         data = writer.rank_text(r, gzip)
         path = os.path.join(out, f"rank-{r}{suffix}")
         atomic_write_bytes(path, data)
-    n_compute = sum(1 for o in job.ops if o.kind == "kernel")
-    truth = {
-        "generator": "dtrace.synth",
+    settings = {
         "ranks": ranks,
         "steps": steps,
         "seed": seed,
@@ -988,6 +981,63 @@ def generate(
         "streams": streams,
         "tp": tp,
         "dp": ranks // tp,
+    }
+    truth = _ground_truth(job, writer, settings, fl, sp, jitter=jitter, clock_offset_ns=clock_offset_ns, suffix=suffix)
+    with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:
+        json.dump(truth, f, indent=1)
+    return truth
+
+
+def _check_sizes(
+    ranks: int, steps: int, gpus_per_host: int, streams: int, kernels_per_step: int, clock_offset_ns: int, jitter: float
+) -> None:
+    """The sizes of a generated job: whole numbers within the limits."""
+    for name, value in (
+        ("ranks", ranks),
+        ("steps", steps),
+        ("gpus_per_host", gpus_per_host),
+        ("streams", streams),
+        ("kernels_per_step", kernels_per_step),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"{name} must be a whole number, not {value!r}")
+    if ranks < 1 or steps < 1:
+        raise UsageError("ranks and steps must be >= 1")
+    if ranks > MAX_RANKS:
+        raise UsageError(f"ranks={ranks:,}: at most {MAX_RANKS:,} ranks")
+    if steps * kernels_per_step > MAX_KERNELS_PER_RANK or ranks * steps * kernels_per_step > MAX_JOB_KERNELS:
+        raise UsageError(
+            f"ranks={ranks:,}, steps={steps:,}, kernels_per_step={kernels_per_step:,}: at most "
+            f"{MAX_KERNELS_PER_RANK:,} kernels per rank (steps x kernels_per_step) and {MAX_JOB_KERNELS:,} "
+            "in the job"
+        )
+    if gpus_per_host < 1 or streams < 1 or kernels_per_step < 1:
+        raise UsageError("gpus_per_host, streams and kernels_per_step must be >= 1")
+    if streams > len(STREAM_IDS_BASE):
+        raise UsageError(f"at most {len(STREAM_IDS_BASE)} compute streams")
+    if not 0 <= clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
+        raise UsageError(f"clock_offset_ns must be from 0 to {MAX_CLOCK_OFFSET_NS:,} (1000 s), got {clock_offset_ns!r}")
+    if not 0 <= jitter <= 1:
+        raise UsageError(f"jitter must be from 0 to 1 (a log-normal sigma), got {jitter!r}")
+
+
+def _ground_truth(
+    job: _Job,
+    writer: _Writer,
+    settings: dict[str, int],
+    fl: list[Fault],
+    sp: dict[str, float],
+    *,
+    jitter: float,
+    clock_offset_ns: int,
+    suffix: str,
+) -> dict[str, Any]:
+    """What the generated job is made of (written to ``ground_truth.json``): ``settings`` (ranks,
+    steps, seed, gpus_per_host, streams, tp, dp), then what the job drew."""
+    n_compute = sum(1 for o in job.ops if o.kind == "kernel")
+    return {
+        "generator": "dtrace.synth",
+        **settings,
         "layers": job.layers,
         "kernels_per_step": n_compute,
         "collectives_per_step": {k: sum(1 for o in job.ops if o.kind == "coll" and o.group == k) for k in ("tp", "dp")},
@@ -998,13 +1048,10 @@ def generate(
         "faults": [asdict(f) | {"effect": FAULT_KINDS[f.kind]} for f in fl],
         "stragglers": sorted({f.rank for f in fl}),
         **({"speedup": sp} if sp else {}),
-        **({"comm": False} if not comm else {}),
+        **({"comm": False} if not job.comm else {}),
         **({"record_shapes": True} if job.record_shapes else {}),
-        "files": [f"rank-{r}{suffix}" for r in range(ranks)],
+        "files": [f"rank-{r}{suffix}" for r in range(settings["ranks"])],
     }
-    with open(os.path.join(out, "ground_truth.json"), "w", encoding="utf-8") as f:
-        json.dump(truth, f, indent=1)
-    return truth
 
 
 def from_trace(

@@ -1,5 +1,6 @@
 """No function in ``dtrace/`` is more complex than :data:`MAX_COMPLEXITY` (cyclomatic
-complexity, counted as ``radon cc`` counts it) or longer than :data:`MAX_LINES` lines, except
+complexity, counted as ``radon cc`` counts it) or longer than :data:`MAX_LINES` lines of code
+(:func:`length`: its docstring is documentation and not counted), except
 those still listed in :data:`ALLOWED` (to be emptied): a new offender fails here, and so does an
 entry of :data:`ALLOWED` that is no longer over the limits."""
 
@@ -17,20 +18,20 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "dtrace"
 #: ``path:qualified name`` of the functions still over a limit (in modules other sessions were
 #: editing when this check came in); each is split into named phases and removed from here.
 ALLOWED: set[str] = {
-    "dtrace/analyses/critical_path.py:_walk",  # 91 lines
-    "dtrace/analyses/segments.py:segment_rows",  # 185 lines
+    "dtrace/analyses/critical_path.py:_walk",  # 87 lines
+    "dtrace/analyses/segments.py:segment_rows",  # 163 lines
     "dtrace/api.py:_Run.estimate",  # complexity 22
     "dtrace/api.py:_Run.execute",  # complexity 17
     "dtrace/api.py:_Run.manifest",  # complexity 23
-    "dtrace/api.py:analyze",  # complexity 28, 173 lines
+    "dtrace/api.py:analyze",  # complexity 28, 87 lines
     "dtrace/api.py:up_to_date",  # complexity 32
-    "dtrace/batch.py:prepare",  # complexity 16, 119 lines
-    "dtrace/cache.py:_parse_source",  # complexity 33, 82 lines
+    "dtrace/batch.py:prepare",  # complexity 16, 103 lines
+    "dtrace/cache.py:_parse_source",  # complexity 33
     "dtrace/cache.py:lookup",  # complexity 23
     "dtrace/categories.py:categorize_names",  # complexity 17
     "dtrace/cli/nsys.py:run",  # complexity 23
     "dtrace/cli/perf.py:run_perf",  # complexity 17
-    "dtrace/cli/report.py:add_parser",  # 104 lines
+    "dtrace/cli/report.py:add_parser",  # 103 lines
     "dtrace/cli/show.py:run",  # complexity 21
     "dtrace/hardware.py:_spec",  # complexity 17
     "dtrace/opmodel/elementwise.py:elementwise",  # complexity 19
@@ -43,42 +44,40 @@ ALLOWED: set[str] = {
     "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
     "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
     "dtrace/readers/jax.py:_add_chunk",  # complexity 36
-    "dtrace/readers/jax.py:_read_json",  # complexity 41, 163 lines
+    "dtrace/readers/jax.py:_read_json",  # complexity 41, 162 lines
     "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
-    "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 118 lines
-    "dtrace/readers/nsys.py:_event_columns",  # 89 lines
-    "dtrace/readers/nsys_csv.py:read_nsys_csv",  # 98 lines
-    "dtrace/reduce/collectives.py:reduce_collectives",  # 115 lines
+    "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
+    "dtrace/readers/nsys.py:_event_columns",  # 83 lines
+    "dtrace/readers/nsys_csv.py:read_nsys_csv",  # 91 lines
+    "dtrace/reduce/collectives.py:reduce_collectives",  # 108 lines
     "dtrace/reduce/opperf.py:roofline",  # complexity 16
     "dtrace/reduce/ranks.py:rank_metrics",  # complexity 17
-    "dtrace/reduce/stragglers.py:_arrival",  # 86 lines
+    "dtrace/reduce/stragglers.py:_arrival",  # 83 lines
     "dtrace/reduce/stragglers.py:_evidence_texts",  # complexity 19
     "dtrace/reduce/stragglers.py:_explain_away",  # complexity 18
-    "dtrace/reduce/whatif.py:build_graph",  # complexity 22, 196 lines
-    "dtrace/render/charts.py:heatmap",  # complexity 19, 92 lines
+    "dtrace/reduce/whatif.py:build_graph",  # complexity 22, 194 lines
+    "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
     "dtrace/render/compare.py:_sec_categories",  # complexity 24
     "dtrace/render/escape.py:csv_frame",  # complexity 17
     "dtrace/render/host_sections.py:section_launches",  # complexity 16
     "dtrace/render/opperf.py:_charts",  # complexity 19
-    "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 110 lines
+    "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 93 lines
     "dtrace/render/page.py:_td",  # complexity 25
-    "dtrace/render/ranks.py:section_collectives",  # 153 lines
-    "dtrace/render/ranks.py:section_steps",  # 117 lines
-    "dtrace/render/ranks.py:section_stragglers",  # complexity 18, 87 lines
+    "dtrace/render/ranks.py:section_collectives",  # 151 lines
+    "dtrace/render/ranks.py:section_steps",  # 115 lines
+    "dtrace/render/ranks.py:section_stragglers",  # complexity 18, 85 lines
     "dtrace/render/summary.py:summary",  # complexity 24
     "dtrace/render/views.py:gap_report",  # complexity 18
     "dtrace/results.py:validate_manifest",  # complexity 36
     "dtrace/results.py:write_results",  # complexity 17
-    "dtrace/resultstore.py:_feed",  # complexity 44, 94 lines
+    "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines
     "dtrace/summaries.py:add_summaries",  # complexity 20
-    "dtrace/summaries.py:group_tables",  # 92 lines
+    "dtrace/summaries.py:group_tables",  # 90 lines
     "dtrace/synth.py:_Job.run",  # complexity 17
-    "dtrace/synth.py:_schedule",  # 100 lines
-    "dtrace/synth.py:generate",  # complexity 39, 155 lines
     "dtrace/tile.py:_Source._measure",  # complexity 18
-    "dtrace/tile.py:tile_trace",  # complexity 17, 106 lines
+    "dtrace/tile.py:tile_trace",  # complexity 17
 }
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -119,6 +118,16 @@ def _decisions(node: ast.AST) -> int:
     return own + sum(_decisions(child) for child in ast.iter_child_nodes(node))
 
 
+def length(func: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's code: from its first statement after the docstring to its end
+    (blank and comment lines included; the signature and the docstring, documentation, are not).
+    """
+    body = func.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    return func.end_lineno - body[0].lineno + 1
+
+
 def functions(tree: ast.AST, prefix: str = ""):
     """``(qualified name, node)`` of every function and method, nested ones included."""
     for node in ast.iter_child_nodes(tree):
@@ -137,7 +146,7 @@ def offenders() -> dict[str, str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).as_posix()
         for name, node in functions(ast.parse(path.read_text(encoding="utf-8"))):
-            cc, lines = complexity(node), node.end_lineno - node.lineno + 1
+            cc, lines = complexity(node), length(node)
             over = [f"complexity {cc}"] * (cc > MAX_COMPLEXITY) + [f"{lines} lines"] * (lines > MAX_LINES)
             if over:
                 out[f"{rel}:{name}"] = ", ".join(over)
@@ -182,3 +191,9 @@ def test_the_allow_list_holds_only_offenders():
 def test_complexity_counts_decisions_by_hand(source, want):
     """Counted by hand from the rules in :func:`complexity` (radon's)."""
     assert complexity(ast.parse(source).body[0]) == want
+
+
+def test_length_leaves_out_the_signature_and_the_docstring():
+    source = 'def f(\n    x,\n):\n    """Doc.\n\n    More.\n    """\n    y = x\n\n    # a comment\n    return y\n'
+    assert length(ast.parse(source).body[0]) == 4
+    assert length(ast.parse("def g():\n    '''Only a docstring.'''").body[0]) == 1
