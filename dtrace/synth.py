@@ -475,53 +475,84 @@ class _Job:
                 if op.kind == "wait_comm" and self.stall_ns["sync"].any():
                     h = self._item(step, h, free)
                 if op.kind == "wait_comm":
-                    t = np.maximum(comm_free["tp"], comm_free["dp"])
-                    for s in cstreams:
-                        free[s] = np.maximum(free[s], t)
-                    rt = h + rng.uniform(2_000, 4_000, R)
-                    self.records.append(_Record(op, step, h, h, h, rt))
-                    h = rt + 1_000
-                    continue
-                if op.kind == "sync":
-                    busy = np.max([free[s] for s in cstreams], axis=0)
-                    end = np.maximum(h + 2_000, busy + rng.uniform(2_000, 5_000, R))
-                    self.records.append(_Record(op, step, h, h, h, end))
-                    h = end + rng.uniform(20_000, 60_000, R)  # data loader, logging
-                    continue
-                dur = self._gpu_duration(op)
-                cost = rng.lognormal(np.log(9_000), 0.25, R)
-                if op.kind != "coll":
-                    cost = np.where(self.slow["launch"] > 0, np.maximum(cost, (1 + self.slow["launch"]) * dur), cost)
-                rt_dur = rng.uniform(3_000, 6_000, R)
-                cost = np.maximum(cost, rt_dur + 1_500)  # the launch call nests inside its host op
-                cpu_start, cpu_end = h, h + cost
-                rt_start = cpu_end - rt_dur - 500
-                ready = rt_start + rng.uniform(1_500, 3_000, R)
-                rec = _Record(op, step, cpu_start, cpu_end, rt_start, rt_start + rt_dur)
-                if op.kind == "coll":
-                    deps = np.max([free[s] for s in cstreams], axis=0)
-                    start = np.maximum(np.maximum(ready, comm_free[op.group]), deps)
-                    gid = self._group_ids(op.group)
-                    last = np.full(int(gid.max()) + 1, -np.inf)
-                    np.maximum.at(last, gid, start)
-                    group_end = last + self._transfer_ns(op, op.group, gid)
-                    end = group_end[gid] + rng.uniform(0, 1_500, R)
-                    comm_free[op.group] = end
-                    if op.blocking:
-                        for s in cstreams:
-                            free[s] = np.maximum(free[s], end)
-                    seq[op.group] += 1
-                    rec.seq = seq[op.group]
+                    h = self._wait_comm(op, step, h, free, comm_free)
+                elif op.kind == "sync":
+                    h = self._sync(op, step, h, free)
                 else:
-                    s = op.stream
-                    dep = free[0] if s != 0 else free[s]
-                    start = np.maximum(np.maximum(ready, free[s]), dep)
-                    end = start + dur
-                    free[s] = end
-                rec.gpu_start, rec.gpu_end = start, end
-                self.records.append(rec)
-                h = cpu_end + rng.uniform(800, 2_500, R)
+                    h = self._launch(op, step, h, free, comm_free, seq)
             self.step_windows.append((step_start, h.copy()))
+
+    def _wait_comm(
+        self, op: _Op, step: int, h: np.ndarray, free: dict[int, np.ndarray], comm_free: dict[str, np.ndarray]
+    ) -> np.ndarray:
+        """The compute streams wait for the collectives so far (``cudaStreamWaitEvent``)."""
+        t = np.maximum(comm_free["tp"], comm_free["dp"])
+        for s in free:
+            free[s] = np.maximum(free[s], t)
+        rt = h + self.rng.uniform(2_000, 4_000, self.R)
+        self.records.append(_Record(op, step, h, h, h, rt))
+        return rt + 1_000
+
+    def _sync(self, op: _Op, step: int, h: np.ndarray, free: dict[int, np.ndarray]) -> np.ndarray:
+        """``cudaStreamSynchronize`` until every compute stream is idle, then the data loader and logging."""
+        busy = np.max([free[s] for s in free], axis=0)
+        end = np.maximum(h + 2_000, busy + self.rng.uniform(2_000, 5_000, self.R))
+        self.records.append(_Record(op, step, h, h, h, end))
+        return end + self.rng.uniform(20_000, 60_000, self.R)  # data loader, logging
+
+    def _launch(
+        self,
+        op: _Op,
+        step: int,
+        h: np.ndarray,
+        free: dict[int, np.ndarray],
+        comm_free: dict[str, np.ndarray],
+        seq: dict[str, int],
+    ) -> np.ndarray:
+        """A host op launching a GPU activity: its host and runtime spans, then the activity on
+        its stream once the stream (and, for a collective, every member) is ready."""
+        R, rng = self.R, self.rng
+        dur = self._gpu_duration(op)
+        cost = rng.lognormal(np.log(9_000), 0.25, R)
+        if op.kind != "coll":
+            cost = np.where(self.slow["launch"] > 0, np.maximum(cost, (1 + self.slow["launch"]) * dur), cost)
+        rt_dur = rng.uniform(3_000, 6_000, R)
+        cost = np.maximum(cost, rt_dur + 1_500)  # the launch call nests inside its host op
+        cpu_start, cpu_end = h, h + cost
+        rt_start = cpu_end - rt_dur - 500
+        ready = rt_start + rng.uniform(1_500, 3_000, R)
+        rec = _Record(op, step, cpu_start, cpu_end, rt_start, rt_start + rt_dur)
+        if op.kind == "coll":
+            start, end = self._collective(op, ready, free, comm_free)
+            seq[op.group] += 1
+            rec.seq = seq[op.group]
+        else:
+            s = op.stream
+            dep = free[0] if s != 0 else free[s]
+            start = np.maximum(np.maximum(ready, free[s]), dep)
+            end = start + dur
+            free[s] = end
+        rec.gpu_start, rec.gpu_end = start, end
+        self.records.append(rec)
+        return cpu_end + rng.uniform(800, 2_500, R)
+
+    def _collective(
+        self, op: _Op, ready: np.ndarray, free: dict[int, np.ndarray], comm_free: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A collective's start and end on every rank: it ends a transfer after its group's last
+        member arrives; a blocking one holds the compute streams until then."""
+        deps = np.max([free[s] for s in free], axis=0)
+        start = np.maximum(np.maximum(ready, comm_free[op.group]), deps)
+        gid = self._group_ids(op.group)
+        last = np.full(int(gid.max()) + 1, -np.inf)
+        np.maximum.at(last, gid, start)
+        group_end = last + self._transfer_ns(op, op.group, gid)
+        end = group_end[gid] + self.rng.uniform(0, 1_500, self.R)
+        comm_free[op.group] = end
+        if op.blocking:
+            for s in free:
+                free[s] = np.maximum(free[s], end)
+        return start, end
 
     def _loader(self, step: int, h: np.ndarray) -> np.ndarray:
         """The ``loader`` fault: the data loader stalls at the start of the step on its ranks."""

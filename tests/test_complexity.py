@@ -75,7 +75,6 @@ ALLOWED: set[str] = {
     "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines
     "dtrace/summaries.py:add_summaries",  # complexity 20
     "dtrace/summaries.py:group_tables",  # 90 lines
-    "dtrace/synth.py:_Job.run",  # complexity 17
     "dtrace/tile.py:_Source._measure",  # complexity 18
     "dtrace/tile.py:tile_trace",  # complexity 17
 }
