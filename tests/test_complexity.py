@@ -56,7 +56,6 @@ ALLOWED: set[str] = {
     "dtrace/reduce/stragglers.py:_arrival",  # 83 lines
     "dtrace/reduce/stragglers.py:_evidence_texts",  # complexity 19
     "dtrace/reduce/stragglers.py:_explain_away",  # complexity 18
-    "dtrace/reduce/whatif.py:build_graph",  # complexity 22, 194 lines
     "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
     "dtrace/render/compare.py:_sec_categories",  # complexity 24

@@ -225,70 +225,13 @@ def _slices(levels: np.ndarray, order: np.ndarray, n_levels: int) -> list[np.nda
 
 def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     """The dependency graph of every step from ``segments``, ``collectives`` and ``clock_offsets``."""
-    seg = tables.get("segments")
-    if seg is None or not len(seg):
+    prepared = _graph_inputs(tables)
+    if prepared is None:
         return None
-    coll = tables.get("collectives")
-    if coll is None:
-        coll = empty_frame(
-            ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns", "clock_offset_ns", "step"),
-            "int64",
-        )
-    # missing values (NA: no step, no collective) become -1 for the arithmetic below
-    if "host_ns" not in seg.columns:  # results of an older dtrace: host time unknown
-        seg = seg.assign(host_ns=0, comm_launch_ns=pd.array([pd.NA] * len(seg), dtype="Int64"))
-    nullable = ("step", "comm_stream", "comm_start_ns", "comm_launch_ns")
-    seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in nullable})
-    coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
-    nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
-    offsets = tables.get("clock_offsets")
-    off = pd.Series(0, index=pd.MultiIndex.from_frame(nodes[KEYS].drop_duplicates()), dtype=np.int64)
-    if offsets is not None and len(offsets):
-        o = offsets.set_index(KEYS)["offset_ns"]
-        off = o.reindex(off.index).fillna(0).astype(np.int64)
-    nkey = pd.MultiIndex.from_frame(nodes[KEYS])
-    n_off = off.reindex(nkey).to_numpy(np.int64)
-    t_abs = nodes["time_ns"].to_numpy(np.int64) - n_off
-
-    coll = coll.reset_index(drop=True)
-    c_off = coll["clock_offset_ns"].to_numpy(np.int64)
-    s_abs = coll["start_ns"].to_numpy(np.int64)
-    e_abs = coll["end_ns"].to_numpy(np.int64)
-    origin = int(min(t_abs.min(), s_abs.min() if len(s_abs) else t_abs.min()))
-    t = (t_abs - origin).astype(np.float64)
-    s = (s_abs - origin).astype(np.float64)
-    e = (e_abs - origin).astype(np.float64)
-
-    # nodes -> their collectives row (by rank, device, stream and own-clock start)
-    row_key = pd.MultiIndex.from_arrays(
-        [
-            coll["rank"].to_numpy(np.int64),
-            coll["device"].to_numpy(np.int64),
-            coll["stream"].to_numpy(np.int64),
-            s_abs + c_off,
-        ]
-    )
+    nodes, coll = prepared
+    n_off, origin, t, s, e, c_own = _common_clock(nodes, coll, tables.get("clock_offsets"))
     kind = nodes["kind"].astype(str).to_numpy(object)
-    has_comm = nodes["comm_stream"].to_numpy() >= 0
-    probe = pd.MultiIndex.from_arrays(
-        [
-            nodes["rank"].to_numpy(np.int64),
-            nodes["device"].to_numpy(np.int64),
-            nodes["comm_stream"].to_numpy(np.int64),
-            nodes["comm_start_ns"].to_numpy(np.int64),
-        ]
-    )
-    # a trace may hold the same collective kernel twice (same stream and start): the first row is its
-    first = np.flatnonzero(~row_key.duplicated())
-    found = row_key[first].get_indexer(probe) if len(first) else np.full(len(probe), -1, np.int64)
-    hit = np.where(has_comm & (found >= 0), first[np.maximum(found, 0)] if len(first) else -1, -1)
-    is_gate = (kind == "gate") & (hit >= 0)
-    gate_row = np.where(is_gate, hit, -1).astype(np.int64)
-    delay = np.where(is_gate, t - take(e, hit, 0.0), 0.0)
-    n_rows = len(coll)
-    ready = np.full(n_rows, -1, np.int64)
-    is_ready = (kind == "ready") & (hit >= 0)
-    ready[hit[is_ready]] = np.flatnonzero(is_ready)
+    gate_row, delay, ready = _node_rows(nodes, coll, kind, c_own, t, e)
 
     chain_key = nodes[KEYS + ["step"]]
     chain = chain_key.groupby(KEYS + ["step"], sort=False).ngroup().to_numpy(np.int64)
@@ -297,98 +240,15 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
     end_node = np.flatnonzero(np.r_[chain[1:] != chain[:-1], True])
 
     # collectives rows: instance, previous row on the stream, lag, end residual
-    inst = coll["collective"].to_numpy(np.int64)
-    _, inst = np.unique(inst, return_inverse=True)
-    n_inst = int(inst.max()) + 1 if n_rows else 0
-    so = np.lexsort((s, coll["stream"].to_numpy(), coll["device"].to_numpy(), coll["rank"].to_numpy()))
-    same = np.zeros(n_rows, bool)
-    if n_rows > 1:
-        same[1:] = (
-            (coll["rank"].to_numpy()[so][1:] == coll["rank"].to_numpy()[so][:-1])
-            & (coll["device"].to_numpy()[so][1:] == coll["device"].to_numpy()[so][:-1])
-            & (coll["stream"].to_numpy()[so][1:] == coll["stream"].to_numpy()[so][:-1])
-        )
-    pred = np.full(n_rows, -1, np.int64)
-    pred[so[same]] = so[np.flatnonzero(same) - 1]
-    r_ready = take(t, ready, NEG)
-    r_pred = take(e, pred, NEG)
-    base = np.maximum(r_ready, r_pred)
-    lag = np.where(np.isfinite(base), np.maximum(s - base, 0.0), 0.0)
-    # the part of the lag after the collective's own launch started late (the host)
-    c_launch = nodes["comm_launch_ns"].to_numpy(np.int64)
-    launch = np.where(c_launch >= 0, (c_launch - n_off - origin).astype(np.float64), np.nan)
-    r_launch = take(launch, ready, np.nan)
-    lag_host = np.where(np.isfinite(base) & np.isfinite(r_launch), np.clip(r_launch - base, 0.0, lag), 0.0)
-    transfer = np.zeros(n_inst)
-    if n_rows:
-        transfer[inst] = coll["transfer_ns"].to_numpy(np.float64)
-    last = np.full(n_inst, NEG)
-    np.maximum.at(last, inst, s)
-    rho = e - (last[inst] + transfer[inst])
-    ck = pd.MultiIndex.from_frame(chains)
-    row_chain = (
-        ck.get_indexer(
-            pd.MultiIndex.from_arrays(
-                [coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64), coll["step"].to_numpy(np.int64)]
-            )
-        )
-        if n_rows
-        else np.zeros(0, np.int64)
-    )
-
-    # a step that started after the rank's previous step ended waited for it (synchronous loop)
+    inst, n_inst, pred = _instances(coll, s)
+    lag, lag_host = _lags(nodes, t, s, e, ready, pred, n_off, origin)
+    transfer, rho = _residuals(coll, s, e, inst, n_inst)
+    row_chain = _row_chains(coll, chains)
     start_node = np.flatnonzero(first)
-    obs_end = t[end_node].copy()
-    if n_rows:
-        ok = row_chain >= 0
-        np.maximum.at(obs_end, row_chain[ok], e[ok])
-    same_part = np.r_[
-        False,
-        (chains["rank"].to_numpy()[1:] == chains["rank"].to_numpy()[:-1])
-        & (chains["device"].to_numpy()[1:] == chains["device"].to_numpy()[:-1]),
-    ]
-    prev_chain = np.where(same_part, np.arange(len(chains)) - 1, -1)
-    gap = t[start_node] - take(obs_end, prev_chain, np.inf)
-    tied_prev = np.where((prev_chain >= 0) & (gap >= 0), prev_chain, -1).astype(np.int64)
-
-    # processing levels; the guess is each instance's largest rank-local position
-    local = pd.Series(s).groupby([coll["rank"].to_numpy(), coll["device"].to_numpy()]).rank(method="first")
-    guess = np.zeros(n_inst, np.int64)
-    if n_rows:
-        np.maximum.at(guess, inst, local.to_numpy(np.int64))
-    ln, lr, li = _levels(chain, gate_row, inst, ready, pred, n_inst, row_chain, start_node, tied_prev, end_node, guess)
-    n_levels = int(max(ln.max(initial=0), lr.max(initial=0), li.max(initial=0))) + 1
-    node_levels = _slices(ln, np.arange(len(t)), n_levels)
-    row_levels = _slices(lr, np.arange(n_rows), n_levels)
-    inst_row_levels = _slices(li[inst] if n_rows else np.zeros(0, np.int64), np.arange(n_rows), n_levels)
-
-    slots = [int(c[6:]) for c in nodes.columns if c.startswith("class_") and c[6:].isdigit()]
-    node_ids = np.arange(len(nodes))
-    parts = [
-        pd.DataFrame(
-            {
-                "node": node_ids,
-                "rank": nodes["rank"].to_numpy(),
-                "device": nodes["device"].to_numpy(),
-                "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
-                "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64),
-            }
-        )
-        for i in slots
-    ]
-    parts.append(
-        pd.DataFrame(
-            {
-                "node": node_ids,
-                "rank": nodes["rank"].to_numpy(),
-                "device": nodes["device"].to_numpy(),
-                "class": OTHER,
-                "class_ns": nodes["other_class_ns"].to_numpy(np.int64),
-            }
-        )
+    tied_prev, gap = _tied_steps(chains, t, e, start_node, end_node, row_chain)
+    node_levels, row_levels, inst_row_levels = _processing_levels(
+        coll, s, len(t), (chain, gate_row, inst, ready, pred, n_inst, row_chain, start_node, tied_prev, end_node)
     )
-    cls = pd.concat(parts, ignore_index=True)
-    cls = cls.loc[cls["class_ns"].to_numpy() > 0].reset_index(drop=True)
     return Graph(
         chain=chain,
         first=first,
@@ -417,8 +277,238 @@ def build_graph(tables: dict[str, pd.DataFrame]) -> Graph | None:
         row_levels=row_levels,
         inst_row_levels=inst_row_levels,
         chains=chains,
-        class_rows=cls,
+        class_rows=_class_rows(nodes),
     )
+
+
+def _graph_inputs(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The segments' nodes in chain order and the collectives rows, missing values as -1
+    (``None``: no segments)."""
+    seg = tables.get("segments")
+    if seg is None or not len(seg):
+        return None
+    coll = tables.get("collectives")
+    if coll is None:
+        coll = empty_frame(
+            ("collective", "rank", "device", "stream", "start_ns", "end_ns", "transfer_ns", "clock_offset_ns", "step"),
+            "int64",
+        )
+    # missing values (NA: no step, no collective) become -1 for the arithmetic below
+    if "host_ns" not in seg.columns:  # results of an older dtrace: host time unknown
+        seg = seg.assign(host_ns=0, comm_launch_ns=pd.array([pd.NA] * len(seg), dtype="Int64"))
+    nullable = ("step", "comm_stream", "comm_start_ns", "comm_launch_ns")
+    seg = seg.assign(**{c: seg[c].to_numpy(np.int64, na_value=-1) for c in nullable})
+    coll = coll.assign(step=coll["step"].to_numpy(np.int64, na_value=-1))
+    nodes = seg.sort_values(KEYS + ["step", "node"], kind="stable").reset_index(drop=True)
+    return nodes, coll.reset_index(drop=True)
+
+
+def _common_clock(
+    nodes: pd.DataFrame, coll: pd.DataFrame, offsets: pd.DataFrame | None
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each node's clock offset, the origin, the nodes' times and the rows' starts and ends on
+    the common clock after the origin, and the rows' starts on their own clock."""
+    off = pd.Series(0, index=pd.MultiIndex.from_frame(nodes[KEYS].drop_duplicates()), dtype=np.int64)
+    if offsets is not None and len(offsets):
+        o = offsets.set_index(KEYS)["offset_ns"]
+        off = o.reindex(off.index).fillna(0).astype(np.int64)
+    nkey = pd.MultiIndex.from_frame(nodes[KEYS])
+    n_off = off.reindex(nkey).to_numpy(np.int64)
+    t_abs = nodes["time_ns"].to_numpy(np.int64) - n_off
+    c_off = coll["clock_offset_ns"].to_numpy(np.int64)
+    s_abs = coll["start_ns"].to_numpy(np.int64)
+    e_abs = coll["end_ns"].to_numpy(np.int64)
+    origin = int(min(t_abs.min(), s_abs.min() if len(s_abs) else t_abs.min()))
+    t = (t_abs - origin).astype(np.float64)
+    s = (s_abs - origin).astype(np.float64)
+    e = (e_abs - origin).astype(np.float64)
+    return n_off, origin, t, s, e, s_abs + c_off
+
+
+def _node_rows(
+    nodes: pd.DataFrame, coll: pd.DataFrame, kind: np.ndarray, c_own: np.ndarray, t: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes -> their collectives row (by rank, device, stream and own-clock start): each gate
+    node's row and its delay after the row's end, and each row's ready node."""
+    row_key = pd.MultiIndex.from_arrays(
+        [
+            coll["rank"].to_numpy(np.int64),
+            coll["device"].to_numpy(np.int64),
+            coll["stream"].to_numpy(np.int64),
+            c_own,
+        ]
+    )
+    has_comm = nodes["comm_stream"].to_numpy() >= 0
+    probe = pd.MultiIndex.from_arrays(
+        [
+            nodes["rank"].to_numpy(np.int64),
+            nodes["device"].to_numpy(np.int64),
+            nodes["comm_stream"].to_numpy(np.int64),
+            nodes["comm_start_ns"].to_numpy(np.int64),
+        ]
+    )
+    # a trace may hold the same collective kernel twice (same stream and start): the first row is its
+    first = np.flatnonzero(~row_key.duplicated())
+    found = row_key[first].get_indexer(probe) if len(first) else np.full(len(probe), -1, np.int64)
+    hit = np.where(has_comm & (found >= 0), first[np.maximum(found, 0)] if len(first) else -1, -1)
+    is_gate = (kind == "gate") & (hit >= 0)
+    gate_row = np.where(is_gate, hit, -1).astype(np.int64)
+    delay = np.where(is_gate, t - take(e, hit, 0.0), 0.0)
+    ready = np.full(len(coll), -1, np.int64)
+    is_ready = (kind == "ready") & (hit >= 0)
+    ready[hit[is_ready]] = np.flatnonzero(is_ready)
+    return gate_row, delay, ready
+
+
+def _instances(coll: pd.DataFrame, s: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """Each row's instance (numbered from 0), the number of instances, and the previous row on
+    its stream (-1: none)."""
+    n_rows = len(coll)
+    inst = coll["collective"].to_numpy(np.int64)
+    _, inst = np.unique(inst, return_inverse=True)
+    n_inst = int(inst.max()) + 1 if n_rows else 0
+    so = np.lexsort((s, coll["stream"].to_numpy(), coll["device"].to_numpy(), coll["rank"].to_numpy()))
+    same = np.zeros(n_rows, bool)
+    if n_rows > 1:
+        same[1:] = (
+            (coll["rank"].to_numpy()[so][1:] == coll["rank"].to_numpy()[so][:-1])
+            & (coll["device"].to_numpy()[so][1:] == coll["device"].to_numpy()[so][:-1])
+            & (coll["stream"].to_numpy()[so][1:] == coll["stream"].to_numpy()[so][:-1])
+        )
+    pred = np.full(n_rows, -1, np.int64)
+    pred[so[same]] = so[np.flatnonzero(same) - 1]
+    return inst, n_inst, pred
+
+
+def _lags(
+    nodes: pd.DataFrame,
+    t: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    ready: np.ndarray,
+    pred: np.ndarray,
+    n_off: np.ndarray,
+    origin: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's lag (its start after both its ready node and the previous row on its stream)
+    and the part of it after the collective's own launch started late (the host)."""
+    r_ready = take(t, ready, NEG)
+    r_pred = take(e, pred, NEG)
+    base = np.maximum(r_ready, r_pred)
+    lag = np.where(np.isfinite(base), np.maximum(s - base, 0.0), 0.0)
+    c_launch = nodes["comm_launch_ns"].to_numpy(np.int64)
+    launch = np.where(c_launch >= 0, (c_launch - n_off - origin).astype(np.float64), np.nan)
+    r_launch = take(launch, ready, np.nan)
+    lag_host = np.where(np.isfinite(base) & np.isfinite(r_launch), np.clip(r_launch - base, 0.0, lag), 0.0)
+    return lag, lag_host
+
+
+def _residuals(
+    coll: pd.DataFrame, s: np.ndarray, e: np.ndarray, inst: np.ndarray, n_inst: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each instance's transfer time, and each row's end after its instance's last start plus
+    the transfer."""
+    transfer = np.zeros(n_inst)
+    if len(coll):
+        transfer[inst] = coll["transfer_ns"].to_numpy(np.float64)
+    last = np.full(n_inst, NEG)
+    np.maximum.at(last, inst, s)
+    return transfer, e - (last[inst] + transfer[inst])
+
+
+def _row_chains(coll: pd.DataFrame, chains: pd.DataFrame) -> np.ndarray:
+    """Each row's chain (rank, device, step; -1: none)."""
+    if not len(coll):
+        return np.zeros(0, np.int64)
+    ck = pd.MultiIndex.from_frame(chains)
+    return ck.get_indexer(
+        pd.MultiIndex.from_arrays(
+            [coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64), coll["step"].to_numpy(np.int64)]
+        )
+    )
+
+
+def _tied_steps(
+    chains: pd.DataFrame,
+    t: np.ndarray,
+    e: np.ndarray,
+    start_node: np.ndarray,
+    end_node: np.ndarray,
+    row_chain: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A step that started after the rank's previous step ended waited for it (synchronous
+    loop): each chain's previous chain when so (-1: not tied), and its start after that end."""
+    obs_end = t[end_node].copy()
+    if len(row_chain):
+        ok = row_chain >= 0
+        np.maximum.at(obs_end, row_chain[ok], e[ok])
+    same_part = np.r_[
+        False,
+        (chains["rank"].to_numpy()[1:] == chains["rank"].to_numpy()[:-1])
+        & (chains["device"].to_numpy()[1:] == chains["device"].to_numpy()[:-1]),
+    ]
+    prev_chain = np.where(same_part, np.arange(len(chains)) - 1, -1)
+    gap = t[start_node] - take(obs_end, prev_chain, np.inf)
+    tied_prev = np.where((prev_chain >= 0) & (gap >= 0), prev_chain, -1).astype(np.int64)
+    return tied_prev, gap
+
+
+_Links = tuple[
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]
+"""The arguments of :func:`_levels` but the guess: chain, gate_row, inst, ready, pred, n_inst,
+row_chain, start_node, tied_prev, end_node."""
+
+
+def _processing_levels(
+    coll: pd.DataFrame, s: np.ndarray, n_nodes: int, links: _Links
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """The nodes, rows and rows by instance of each processing level (:func:`_levels` of
+    ``links``); the guess is each instance's largest rank-local position."""
+    inst, n_inst = links[2], links[5]
+    n_rows = len(coll)
+    local = pd.Series(s).groupby([coll["rank"].to_numpy(), coll["device"].to_numpy()]).rank(method="first")
+    guess = np.zeros(n_inst, np.int64)
+    if n_rows:
+        np.maximum.at(guess, inst, local.to_numpy(np.int64))
+    ln, lr, li = _levels(*links, guess)
+    n_levels = int(max(ln.max(initial=0), lr.max(initial=0), li.max(initial=0))) + 1
+    node_levels = _slices(ln, np.arange(n_nodes), n_levels)
+    row_levels = _slices(lr, np.arange(n_rows), n_levels)
+    inst_row_levels = _slices(li[inst] if n_rows else np.zeros(0, np.int64), np.arange(n_rows), n_levels)
+    return node_levels, row_levels, inst_row_levels
+
+
+def _class_rows(nodes: pd.DataFrame) -> pd.DataFrame:
+    """(node, rank, device, class, class_ns) of every class slot of every node with time, the
+    rest of each node's time as :data:`OTHER`."""
+    slots = [int(c[6:]) for c in nodes.columns if c.startswith("class_") and c[6:].isdigit()]
+    node_ids = np.arange(len(nodes))
+    parts = [
+        pd.DataFrame(
+            {
+                "node": node_ids,
+                "rank": nodes["rank"].to_numpy(),
+                "device": nodes["device"].to_numpy(),
+                "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
+                "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64),
+            }
+        )
+        for i in slots
+    ]
+    parts.append(
+        pd.DataFrame(
+            {
+                "node": node_ids,
+                "rank": nodes["rank"].to_numpy(),
+                "device": nodes["device"].to_numpy(),
+                "class": OTHER,
+                "class_ns": nodes["other_class_ns"].to_numpy(np.int64),
+            }
+        )
+    )
+    cls = pd.concat(parts, ignore_index=True)
+    return cls.loc[cls["class_ns"].to_numpy() > 0].reset_index(drop=True)
 
 
 def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
