@@ -292,16 +292,38 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
     group_label = np.where(
         method == 2, "stream " + rows["stream"].astype(str).to_numpy(object), rows["group"].astype(object).to_numpy()
     )
+    wait = agg["start_max"].reindex(inst).to_numpy(np.int64) - start
+    bw = (n_eff, algbw, busbw)
+    out = _row_table(rows, inst, method, group_label, (start, end, dur, wait), agg, last, bw, off)
+    instances = _instance_table(rows, agg, inst, method, first_row, group_label, wait, last, late, bw)
+    clock = _clock_quality(rank, device, hosts[host_idx], off, inst, end, agg)
+    return {"collectives": out, "collective_instances": instances, "clock_offsets": clock}
+
+
+def _row_table(
+    rows: pd.DataFrame,
+    inst: np.ndarray,
+    method: np.ndarray,
+    group_label: np.ndarray,
+    times: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    agg: pd.DataFrame,
+    last: np.ndarray,
+    bw: tuple[np.ndarray, np.ndarray, np.ndarray],
+    off: np.ndarray,
+) -> pd.DataFrame:
+    """The ``collectives`` table: each row with its instance's figures; ``times``: its corrected
+    start, end, duration and wait; ``bw``: per instance, the group size, algorithm and bus bandwidth."""
+    start, end, dur, wait = times
+    n_eff, algbw, busbw = bw
     a = agg.reindex(inst)
-    wait = a["start_max"].to_numpy(np.int64) - start
-    out = (
+    return (
         pd.DataFrame(
             {
                 "collective": inst,
-                "rank": rank.astype(np.int32),
-                "device": device.astype(np.int32),
+                "rank": rows["rank"].to_numpy(np.int64).astype(np.int32),
+                "device": rows["device"].to_numpy(np.int64).astype(np.int32),
                 "group": group_label,
-                "op": op,
+                "op": rows["op"].astype(object).to_numpy(),
                 "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)),
                 "match": np.asarray(MATCH_METHODS, object)[method],
                 "stream": rows["stream"].to_numpy(np.int64),
@@ -326,18 +348,36 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
         .reset_index(drop=True)
     )
 
+
+def _instance_table(
+    rows: pd.DataFrame,
+    agg: pd.DataFrame,
+    inst: np.ndarray,
+    method: np.ndarray,
+    first_row: np.ndarray,
+    group_label: np.ndarray,
+    wait: np.ndarray,
+    last: np.ndarray,
+    late: np.ndarray,
+    bw: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> pd.DataFrame:
+    """The ``collective_instances`` table: one row per instance, described by its first row,
+    with the rank that arrived last and the total wait."""
+    n_eff, algbw, busbw = bw
+    rank = rows["rank"].to_numpy(np.int64)
+    device = rows["device"].to_numpy(np.int64)
     last_rows = np.flatnonzero(last)
     last_rank = np.full(len(agg), -1, np.int64)
     last_dev = np.full(len(agg), -1, np.int64)
     last_rank[inst[last_rows]] = rank[last_rows]
     last_dev[inst[last_rows]] = device[last_rows]
     wait_total = pd.Series(wait).groupby(inst).sum().to_numpy(np.int64)
-    instances = pd.DataFrame(
+    return pd.DataFrame(
         {
             "collective": agg.index.to_numpy(np.int64),
             "group": group_label[first_row],
             "group_ranks": rows["group_ranks"].astype(object).to_numpy()[first_row],
-            "op": op[first_row],
+            "op": rows["op"].astype(object).to_numpy()[first_row],
             "seq": missing_if_negative(rows["seq"].to_numpy(np.int64)[first_row]),
             "match": np.asarray(MATCH_METHODS, object)[method[first_row]],
             "ranks": agg["ranks"].to_numpy(np.int64),
@@ -358,8 +398,6 @@ def reduce_collectives(tables: dict[str, pd.DataFrame], options: Options) -> dic
             "busbw_gbps": busbw,
         }
     )
-    clock = _clock_quality(rank, device, hosts[host_idx], off, inst, end, agg)
-    return {"collectives": out, "collective_instances": instances, "clock_offsets": clock}
 
 
 def _hosts(rank: np.ndarray, device: np.ndarray, gpus_per_host: int) -> tuple[np.ndarray, np.ndarray]:
