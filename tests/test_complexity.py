@@ -50,11 +50,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
     "dtrace/readers/nsys.py:_event_columns",  # 83 lines
     "dtrace/readers/nsys_csv.py:read_nsys_csv",  # 91 lines
-    "dtrace/reduce/opperf.py:roofline",  # complexity 16
-    "dtrace/reduce/ranks.py:rank_metrics",  # complexity 17
-    "dtrace/reduce/stragglers.py:_arrival",  # 83 lines
-    "dtrace/reduce/stragglers.py:_evidence_texts",  # complexity 19
-    "dtrace/reduce/stragglers.py:_explain_away",  # complexity 18
     "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
     "dtrace/render/compare.py:_sec_categories",  # complexity 24

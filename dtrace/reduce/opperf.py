@@ -189,36 +189,14 @@ def roofline(
         out["tflops"] = np.where(gpu_ns > 0, count * flops / gpu_ns / 1e3, np.nan)
         out["tbps"] = np.where(gpu_ns > 0, count * nbytes / gpu_ns / 1e3, np.nan)
         out["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
-    gpu = np.full(n, "", dtype=object)
-    gpu_text = str_column(np.full(n, -1), np.empty(0, object))
-    if len(devices) and n:
-        dev = devices.drop_duplicates(KEYS)
-        at = first_match(
-            (dev["rank"].to_numpy(I64), dev["device"].to_numpy(I64)),
-            (out["rank"].to_numpy(I64), out["device"].to_numpy(I64)),
-        )
-        names = dev["gpu"].fillna("").to_numpy(object)
-        gpu = np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "").astype(object)
-        gpu_text = str_column(at, names)
+    gpu, gpu_text = _row_gpus(out, devices)
     out["gpu"] = gpu_text.array
     peak_t = np.full(n, np.nan)
     peak_b = np.full(n, np.nan)
     if n:
         if key is None:
             key = row_codes(out, IDENT)[0]
-        codes, _ = dense_codes(pd.factorize(gpu)[0], key)  # unit and precision follow from the op's arguments
-        _, first = unique_first(codes)
-        units = out["unit"].to_numpy(object)[first]
-        precs = out["precision"].to_numpy(object)[first]
-        pt, pb = [], []
-        for g, unit, prec in zip(gpu[first], units, precs):
-            unit = unit if isinstance(unit, str) else ""
-            prec = prec if isinstance(prec, str) else ""
-            spec = used.get(g)
-            pt.append((spec.peak(unit, prec) if unit else None) if spec else None)
-            pb.append(spec.hbm_tbps if spec else None)
-        peak_t = np.array([np.nan if v is None else v for v in pt], np.float64)[codes]
-        peak_b = np.array([np.nan if v is None else v for v in pb], np.float64)[codes]
+        peak_t, peak_b = _peaks_of(out, gpu, key, used)
     out["peak_tflops"] = peak_t
     out["peak_tbps"] = peak_b
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -236,6 +214,42 @@ def roofline(
         out["roofline_pct"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
     out["lost_ns"] = _nullable(gpu_ns - roof)
     return out
+
+
+def _row_gpus(out: pd.DataFrame, devices: pd.DataFrame) -> tuple[np.ndarray, pd.Series]:
+    """Each row's matched GPU name ("" if none), and the same as a text column (missing if none)."""
+    n = len(out)
+    if not (len(devices) and n):
+        return np.full(n, "", dtype=object), str_column(np.full(n, -1), np.empty(0, object))
+    dev = devices.drop_duplicates(KEYS)
+    at = first_match(
+        (dev["rank"].to_numpy(I64), dev["device"].to_numpy(I64)),
+        (out["rank"].to_numpy(I64), out["device"].to_numpy(I64)),
+    )
+    names = dev["gpu"].fillna("").to_numpy(object)
+    gpu = np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "").astype(object)
+    return gpu, str_column(at, names)
+
+
+def _peaks_of(
+    out: pd.DataFrame, gpu: np.ndarray, key: np.ndarray, used: dict[str, Spec]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's compute peak (TFLOP/s, for its unit and precision) and memory peak (TB/s) on
+    its GPU, looked up once per (GPU, op and arguments); NaN where unknown."""
+    codes, _ = dense_codes(pd.factorize(gpu)[0], key)  # unit and precision follow from the op's arguments
+    _, first = unique_first(codes)
+    units = out["unit"].to_numpy(object)[first]
+    precs = out["precision"].to_numpy(object)[first]
+    pt, pb = [], []
+    for g, unit, prec in zip(gpu[first], units, precs):
+        unit = unit if isinstance(unit, str) else ""
+        prec = prec if isinstance(prec, str) else ""
+        spec = used.get(g)
+        pt.append((spec.peak(unit, prec) if unit else None) if spec else None)
+        pb.append(spec.hbm_tbps if spec else None)
+    peak_t = np.array([np.nan if v is None else v for v in pt], np.float64)[codes]
+    peak_b = np.array([np.nan if v is None else v for v in pb], np.float64)[codes]
+    return peak_t, peak_b
 
 
 def _nullable(x: np.ndarray) -> pd.arrays.IntegerArray:

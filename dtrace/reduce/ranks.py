@@ -22,6 +22,7 @@ MAD, the scale used, min, max and the rank with the max.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -102,15 +103,9 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     def per_rank(series: pd.Series, fill: float = 0) -> np.ndarray:
         return series.reindex(idx).fillna(fill).to_numpy()
 
-    steps = tables.get("steps")
-    if steps is not None and len(steps):
-        med = steps.groupby(KEYS)["step_ns"].median()
-        step_ns = per_rank(med, np.nan)
-        out.insert(2, "step_ns", np.where(np.isnan(step_ns), out["total_ns"].to_numpy(), step_ns).astype(np.int64))
-        out.insert(3, "steps", per_rank(steps.groupby(KEYS).size()).astype(np.int64))
-    else:
-        out.insert(2, "step_ns", out["total_ns"].to_numpy(np.int64))
-        out.insert(3, "steps", np.zeros(len(out), np.int64))
+    step_ns, n_steps = _step_columns(out, tables.get("steps"), per_rank)
+    out.insert(2, "step_ns", step_ns)
+    out.insert(3, "steps", n_steps)
     gaps = tables.get("device_gaps")
     if gaps is not None and len(gaps) and "host_wait_ns" in gaps.columns:
         out["host_wait_ns"] = per_rank(gaps.groupby(KEYS)["host_wait_ns"].sum()).astype(np.int64)
@@ -123,14 +118,33 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         out["arrived_last"] = per_rank(g["last"].sum()).astype(np.int64)
     classes = tables.get("classes")
     if classes is not None and len(classes) and "class" in classes.columns:
-        wide = classes.pivot_table(index=KEYS, columns="class", values="total_ns", aggfunc="sum", fill_value=0)
-        wide = wide.reindex(idx).fillna(0)
-        cols: dict[str, np.ndarray] = {}
-        for c in wide.columns:
-            name = _class_column(c)
-            cols[name] = cols.get(name, 0) + wide[c].to_numpy(np.int64)
-        out = pd.concat([out, pd.DataFrame(cols, index=out.index)], axis=1)
+        out = pd.concat([out, _class_times(classes, idx, out.index)], axis=1)
     return out
+
+
+def _step_columns(
+    out: pd.DataFrame, steps: pd.DataFrame | None, per_rank: Callable[[pd.Series, float], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each part's median step time (its whole timeline without steps) and number of steps."""
+    if steps is None or not len(steps):
+        return out["total_ns"].to_numpy(np.int64), np.zeros(len(out), np.int64)
+    step_ns = per_rank(steps.groupby(KEYS)["step_ns"].median(), np.nan)
+    return (
+        np.where(np.isnan(step_ns), out["total_ns"].to_numpy(), step_ns).astype(np.int64),
+        per_rank(steps.groupby(KEYS).size(), 0).astype(np.int64),
+    )
+
+
+def _class_times(classes: pd.DataFrame, idx: pd.MultiIndex, index: pd.Index) -> pd.DataFrame:
+    """Per (rank, device) of ``idx``, the time of each kernel class (``class_<name>_ns``; classes
+    whose column names coincide are summed)."""
+    wide = classes.pivot_table(index=KEYS, columns="class", values="total_ns", aggfunc="sum", fill_value=0)
+    wide = wide.reindex(idx).fillna(0)
+    cols: dict[str, np.ndarray] = {}
+    for c in wide.columns:
+        name = _class_column(c)
+        cols[name] = cols.get(name, 0) + wide[c].to_numpy(np.int64)
+    return pd.DataFrame(cols, index=index)
 
 
 def reduce_ranks(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

@@ -181,11 +181,24 @@ def _arrival(
         )
     c = coll.loc[coll["ranks"].to_numpy() >= 2]
     ii = inst.set_index("collective") if inst is not None and len(inst) else None
+    f = _arrivals(c, coll, ii)
+    top = (
+        f.groupby(KEYS + ["group", "op"], sort=False)
+        .agg(instances=("one", "sum"), last=("last", "sum"), wait_caused_ns=("caused", "sum"))
+        .reset_index()
+    )
+    top = top.sort_values(["wait_caused_ns", "last"], ascending=False, kind="stable").drop_duplicates(KEYS)
+    return _arrival_signals(f, idx), _waited_for(c, ii, empty_w), top
+
+
+def _arrivals(c: pd.DataFrame, coll: pd.DataFrame, ii: pd.DataFrame | None) -> pd.DataFrame:
+    """Per shared collectives row: arrived last or not, the chance of it, the wait it caused and
+    its lateness when last, its own wait and start lag."""
     p = 1.0 / c["ranks"].to_numpy(np.float64)
     wait_total = ii["wait_total_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
     late_i = ii["late_ns"].reindex(c["collective"]).to_numpy() if ii is not None else np.zeros(len(c))
     last = c["last"].to_numpy(bool)
-    f = pd.DataFrame(
+    return pd.DataFrame(
         {
             "rank": c["rank"].to_numpy(),
             "device": c["device"].to_numpy(),
@@ -201,12 +214,17 @@ def _arrival(
             "op": c["op"].to_numpy(),
         }
     )
+
+
+def _arrival_signals(f: pd.DataFrame, idx: pd.MultiIndex) -> dict:
+    """Per (rank, device) of ``idx``: the arrival signals summed over its rows."""
+    n = len(idx)
     g = f.groupby(KEYS).sum(numeric_only=True).reindex(idx).fillna(0)
     lag = f.groupby(KEYS)["lag"].mean().reindex(idx).fillna(0).to_numpy()
     count = g["one"].to_numpy()
     lastn = g["last"].to_numpy(np.float64)
     sd = np.sqrt(g["v"].to_numpy())
-    vals = {
+    return {
         "collectives": count,
         "arrived_last": lastn,
         "last_share": np.divide(lastn, count, out=np.zeros(n), where=count > 0),
@@ -217,29 +235,24 @@ def _arrival(
         "collective_wait_ns": g["wait"].to_numpy(),
         "start_lag_ns": lag,
     }
-    top = (
-        f.groupby(KEYS + ["group", "op"], sort=False)
-        .agg(instances=("one", "sum"), last=("last", "sum"), wait_caused_ns=("caused", "sum"))
-        .reset_index()
-    )
-    top = top.sort_values(["wait_caused_ns", "last"], ascending=False, kind="stable").drop_duplicates(KEYS)
-    # who waited for whom: every non-last member waited for the instance's last rank
-    w = c.loc[~last]
+
+
+def _waited_for(c: pd.DataFrame, ii: pd.DataFrame | None, empty_w: pd.DataFrame) -> pd.DataFrame:
+    """Who waited for whom: every non-last member waited for the instance's last rank."""
+    w = c.loc[~c["last"].to_numpy(bool)]
     lr = ii[["last_rank", "last_device"]].reindex(w["collective"]) if ii is not None else None
-    if lr is not None and len(w):
-        wf = pd.DataFrame(
-            {
-                "rank": w["rank"].to_numpy(),
-                "device": w["device"].to_numpy(),
-                "last_rank": lr["last_rank"].to_numpy(),
-                "last_device": lr["last_device"].to_numpy(),
-                "wait_ns": w["wait_ns"].to_numpy(),
-            }
-        )
-        wf = wf.groupby(["rank", "device", "last_rank", "last_device"], sort=False)["wait_ns"].sum().reset_index()
-    else:
-        wf = empty_w
-    return vals, wf, top
+    if lr is None or not len(w):
+        return empty_w
+    wf = pd.DataFrame(
+        {
+            "rank": w["rank"].to_numpy(),
+            "device": w["device"].to_numpy(),
+            "last_rank": lr["last_rank"].to_numpy(),
+            "last_device": lr["last_device"].to_numpy(),
+            "wait_ns": w["wait_ns"].to_numpy(),
+        }
+    )
+    return wf.groupby(["rank", "device", "last_rank", "last_device"], sort=False)["wait_ns"].sum().reset_index()
 
 
 def own_lag(rows: pd.DataFrame, every: pd.DataFrame) -> np.ndarray:
@@ -772,25 +785,36 @@ def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.nda
         if gate.kernels[i] or gate.link[i] or gate.gpu[i]:
             continue
         me = keys[i]
-        source, source_wait = None, 0.0
-        for other in candidates:
-            if other == me:
-                continue
-            wait = waits.get((me, other), 0.0)
-            wait_back = waits.get((other, me), 0.0)
-            inherits = wait >= EXPLAIN_FRACTION * max(late_ns[i], 1.0)
-            mutual = wait_back >= EXPLAIN_FRACTION * max(late_ns[position[other]], 1.0)
-            if inherits and not mutual and wait > source_wait:
-                source, source_wait = other, wait
+        source = _waited_longest_for(me, candidates, waits, late_ns[i], late_ns, position)
         if source is None:
-            for suspect in link_suspects:
-                if suspect != me and _shares_slow_group(me, suspect, ev):
-                    source = suspect
-                    by_link[i] = True
-                    break
+            source = next((x for x in link_suspects if x != me and _shares_slow_group(me, x, ev)), None)
+            by_link[i] = source is not None
         if source is not None:
             explained_by[i] = source[0]
     return explained_by, by_link
+
+
+def _waited_longest_for(
+    me: Key,
+    candidates: set[Key],
+    waits: dict[tuple[Key, Key], float],
+    my_late: float,
+    late_ns: np.ndarray,
+    position: dict[Key, int],
+) -> Key | None:
+    """The candidate ``me`` waited for the longest, if that wait is at least
+    :data:`EXPLAIN_FRACTION` of its own lateness and the other did not wait as much for ``me``."""
+    source, source_wait = None, 0.0
+    for other in candidates:
+        if other == me:
+            continue
+        wait = waits.get((me, other), 0.0)
+        wait_back = waits.get((other, me), 0.0)
+        inherits = wait >= EXPLAIN_FRACTION * max(my_late, 1.0)
+        mutual = wait_back >= EXPLAIN_FRACTION * max(late_ns[position[other]], 1.0)
+        if inherits and not mutual and wait > source_wait:
+            source, source_wait = other, wait
+    return source
 
 
 def _evidence_texts(
@@ -805,25 +829,7 @@ def _evidence_texts(
     inherited = explained_by >= 0
     evidence, signals = [], []
     for i, row in enumerate(ranks.to_dict("records")):
-        parts, passed = [], []
-        if gate.arrival[i] or (flagged[i] and row["arrived_last"] > 0):
-            parts.append(ev.arrival(row))
-            if gate.arrival[i]:
-                passed.append("a")
-        if gate.kernels[i]:
-            parts.append(ev.kernels(row))
-            passed.append("b")
-        elif gate.arrival[i] and not inherited[i]:
-            parts.append(ev.host(row))
-        if gate.step[i]:
-            parts.append(ev.step(row))
-            passed.append("c")
-        if gate.link[i]:
-            parts.append(ev.link(row))
-            passed.append("d")
-        if gate.gpu[i]:
-            parts.append(ev.gpu(row))
-            passed.append("e")
+        parts, passed = _signal_evidence(i, row, gate, bool(flagged[i]), bool(inherited[i]), ev)
         if inherited[i]:
             how = "the slow link at that rank" if by_link[i] else "waiting for it"
             parts.append(f"not a root cause: its late arrivals follow from rank {int(explained_by[i])} ({how})")
@@ -835,6 +841,28 @@ def _evidence_texts(
         evidence.append(f"rank {int(row['rank'])} " + "; ".join(p for p in parts if p))
         signals.append(",".join(passed))
     return evidence, signals
+
+
+def _signal_evidence(
+    i: int, row: dict, gate: _PerSignal, flagged: bool, inherited: bool, ev: _Evidence
+) -> tuple[list[str], list[str]]:
+    """The sentences of the signals rank ``i`` passed (and its arrivals when flagged), and
+    their letters."""
+    parts, passed = [], []
+    if gate.arrival[i] or (flagged and row["arrived_last"] > 0):
+        parts.append(ev.arrival(row))
+        if gate.arrival[i]:
+            passed.append("a")
+    if gate.kernels[i]:
+        parts.append(ev.kernels(row))
+        passed.append("b")
+    elif gate.arrival[i] and not inherited:
+        parts.append(ev.host(row))
+    for on, text, letter in ((gate.step, ev.step, "c"), (gate.link, ev.link, "d"), (gate.gpu, ev.gpu, "e")):
+        if on[i]:
+            parts.append(text(row))
+            passed.append(letter)
+    return parts, passed
 
 
 @register_method("robust")
