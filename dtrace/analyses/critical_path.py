@@ -368,8 +368,7 @@ def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray
     to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns)."""
     c_part, c_t0 = ch["part"], ch["t0"]
     n = c_part.size
-    bd, rel = gpu.bd, host.rel
-    assert rel is not None
+    assert host.rel is not None
     acc = np.zeros((n, len(CATEGORIES)), I64)
     host_segs: list[tuple[np.ndarray, ...]] = []
     op_time: list[tuple[np.ndarray, ...]] = []
@@ -397,52 +396,21 @@ def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray
 
         gi = np.flatnonzero(on_gpu)
         if gi.size:  # GPU time back to the last host-bound start, then its launch
-            c, tt, lo = cid[gi], t[gi], t0[gi]
-            k = bd.lookup.last(c_part[c], tt)
-            sk = _take(bd.start, k, _MIN)
-            u = np.minimum(np.maximum(sk, lo), tt)
-            w = np.clip(blocked_from[gi], u, tt)
-            for cat, v in zip((_COMPUTE, _COMM, _MEMCPY, _OTHER), gpu.split(c_part[c], u, w)):
-                np.add.at(acc[:, cat], c, v)
-            np.add.at(acc[:, _SYNC], c, tt - w)
-            sync_time.append((c, blocked_name[gi], tt - w))
-            go = (k >= 0) & (sk > lo)
-            hk_t = np.maximum(_take(bd.host_t, k, _MIN), lo)
-            lat = np.where(go, sk - hk_t, 0)
-            np.add.at(acc[:, _HOST], c, lat)
-            op_time.append((c, _take(host.blk_name, _take(bd.block, k, -1), -1), lat))
-            nxt_t[gi] = np.where(go, hk_t, _MIN)
-            nxt_res[gi] = _take(bd.thread, k, -1)
-
+            nxt_t[gi], nxt_res[gi] = _gpu_hop(
+                host,
+                gpu,
+                c_part,
+                (cid[gi], t[gi], t0[gi]),
+                (blocked_from[gi], blocked_name[gi]),
+                acc,
+                op_time,
+                sync_time,
+            )
         hi = np.flatnonzero(~on_gpu)
         if hi.size:  # host time back to the thread's last release (or to the step's thread)
-            c, tt, lo, r = cid[hi], t[hi], t0[hi], res[hi]
-            x = rel.last(r, tt, strict=True)
-            xb = _take(rel.time, x, _MIN)
-            mine = ch["thread"][c]
-            other = (mine >= 0) & (r != mine)
-            b = host.blocks.last(r, tt, strict=True)
-            inside = (b >= 0) & (_take(host.blk_end, b, _MIN) >= tt)
-            xs = np.where(other, np.where(inside, _take(host.blk_start, b, _MIN), tt), _MIN)
-            stop = np.maximum(np.maximum(xb, xs), lo)
-            np.add.at(acc[:, _HOST], c, tt - stop)
-            host_segs.append((c, r, stop, tt))
-            released = (xb >= xs) & (xb > lo)
-            row = _take(host.rel_row, x, -1)
-            gpu_t = np.maximum(_take(host.rel_gpu, x, _MIN), lo)
-            terminal = xb >= ch["last_launch"][c]
-            is_sync = _take(host.rel_sync.astype(I64), x, 0).astype(bool) & ~terminal
-            lat = np.where(released, xb - gpu_t, 0)
-            np.add.at(acc[:, _SYNC], c, np.where(is_sync, lat, 0))
-            np.add.at(acc[:, _OTHER], c, np.where(is_sync, 0, lat))
-            rel_name = _take(host.blk_name, _take(host.blk, row, -1), -1)
-            sync_time.append((c, rel_name, np.where(is_sync, lat, 0)))
-            switch = ~released & (stop > lo)
-            nxt_t[hi] = np.where(released, gpu_t, np.where(switch, xs, _MIN))
-            nxt_gpu[hi] = released
-            nxt_res[hi] = np.where(switch, mine, -1)
-            nxt_from[hi] = np.where(released & is_sync, _take(host.start, row, _MAX), _MAX)
-            nxt_name[hi] = np.where(released & is_sync, rel_name, -1)
+            nxt_t[hi], nxt_gpu[hi], nxt_res[hi], nxt_from[hi], nxt_name[hi] = _host_hop(
+                host, ch, (cid[hi], t[hi], t0[hi]), res[hi], acc, host_segs, sync_time
+            )
 
         back = nxt_t > t  # going forward in time (cannot happen with consistent input): end the walk
         alive = (nxt_t > t0) & ~back
@@ -453,6 +421,85 @@ def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray
     if cid.size:  # the safety stop
         np.add.at(acc[:, _OTHER], cid, t - c_t0[cid])
     return acc, host_segs, op_time, sync_time
+
+
+def _gpu_hop(
+    host: _Host,
+    gpu: _Gpu,
+    c_part: np.ndarray,
+    at: tuple[np.ndarray, np.ndarray, np.ndarray],
+    blocked: tuple[np.ndarray, np.ndarray],
+    acc: np.ndarray,
+    op_time: list,
+    sync_time: list,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One hop of the chains ``at`` (chain, time, chain start) in a GPU state: GPU time back to
+    the last host-bound start (the part after a synchronisation entered at ``blocked`` (its
+    call's start, name) is sync), then its launch latency. Returns the next time (``_MIN``: the
+    walk ends) and the launching thread."""
+    bd = gpu.bd
+    c, tt, lo = at
+    blocked_from, blocked_name = blocked
+    k = bd.lookup.last(c_part[c], tt)
+    sk = _take(bd.start, k, _MIN)
+    u = np.minimum(np.maximum(sk, lo), tt)
+    w = np.clip(blocked_from, u, tt)
+    for cat, v in zip((_COMPUTE, _COMM, _MEMCPY, _OTHER), gpu.split(c_part[c], u, w)):
+        np.add.at(acc[:, cat], c, v)
+    np.add.at(acc[:, _SYNC], c, tt - w)
+    sync_time.append((c, blocked_name, tt - w))
+    go = (k >= 0) & (sk > lo)
+    hk_t = np.maximum(_take(bd.host_t, k, _MIN), lo)
+    lat = np.where(go, sk - hk_t, 0)
+    np.add.at(acc[:, _HOST], c, lat)
+    op_time.append((c, _take(host.blk_name, _take(bd.block, k, -1), -1), lat))
+    return np.where(go, hk_t, _MIN), _take(bd.thread, k, -1)
+
+
+def _host_hop(
+    host: _Host,
+    ch: dict[str, np.ndarray],
+    at: tuple[np.ndarray, np.ndarray, np.ndarray],
+    r: np.ndarray,
+    acc: np.ndarray,
+    host_segs: list,
+    sync_time: list,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One hop of the chains ``at`` (chain, time, chain start) in a host state on thread ``r``:
+    host time back to the thread's last release (or to the step's thread). Returns the next
+    time, whether it is a GPU state, the next thread, and the start and name of the
+    synchronisation a GPU state is entered from."""
+    rel = host.rel
+    assert rel is not None
+    c, tt, lo = at
+    x = rel.last(r, tt, strict=True)
+    xb = _take(rel.time, x, _MIN)
+    mine = ch["thread"][c]
+    other = (mine >= 0) & (r != mine)
+    b = host.blocks.last(r, tt, strict=True)
+    inside = (b >= 0) & (_take(host.blk_end, b, _MIN) >= tt)
+    xs = np.where(other, np.where(inside, _take(host.blk_start, b, _MIN), tt), _MIN)
+    stop = np.maximum(np.maximum(xb, xs), lo)
+    np.add.at(acc[:, _HOST], c, tt - stop)
+    host_segs.append((c, r, stop, tt))
+    released = (xb >= xs) & (xb > lo)
+    row = _take(host.rel_row, x, -1)
+    gpu_t = np.maximum(_take(host.rel_gpu, x, _MIN), lo)
+    terminal = xb >= ch["last_launch"][c]
+    is_sync = _take(host.rel_sync.astype(I64), x, 0).astype(bool) & ~terminal
+    lat = np.where(released, xb - gpu_t, 0)
+    np.add.at(acc[:, _SYNC], c, np.where(is_sync, lat, 0))
+    np.add.at(acc[:, _OTHER], c, np.where(is_sync, 0, lat))
+    rel_name = _take(host.blk_name, _take(host.blk, row, -1), -1)
+    sync_time.append((c, rel_name, np.where(is_sync, lat, 0)))
+    switch = ~released & (stop > lo)
+    return (
+        np.where(released, gpu_t, np.where(switch, xs, _MIN)),
+        released,
+        np.where(switch, mine, -1),
+        np.where(released & is_sync, _take(host.start, row, _MAX), _MAX),
+        np.where(released & is_sync, rel_name, -1),
+    )
 
 
 class _Boundaries:

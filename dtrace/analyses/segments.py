@@ -228,66 +228,140 @@ def segment_rows(
     if not keep.any():
         return empty_frame(COLUMNS)
     part_all = gpu["part"].to_numpy(np.int64)
-    step_all = gpu["step"].to_numpy(np.int64)
     start_all = gpu["start_ns"].to_numpy(np.int64)
     end_all = gpu["end_ns"].to_numpy(np.int64)
     launch_all = gpu["launch_ns"].to_numpy(np.int64)
-    stream_all = gpu["stream"].to_numpy(np.int64)
 
     # chains: one per (part, step); S = first start of the chain's events
-    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
-    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
-    chain_all = np.full(len(gpu), -1, np.int64)
-    chain_all[keep] = chain_codes
-    n_chains = len(chain_u)
-    c_part = chain_u // len(step_u)
-    c_step = step_u[chain_u % len(step_u)]
-    c_start = np.full(n_chains, np.iinfo(np.int64).max)
-    np.minimum.at(c_start, chain_codes, start_all[keep])
-
+    chain_all, c_part, c_step, c_start = _chains(keep, part_all, gpu["step"].to_numpy(np.int64), start_all)
+    n_chains = len(c_part)
     w = np.flatnonzero(is_work)
     k = np.flatnonzero(is_comm)
-    w_chain = chain_all[w]
     w_s, w_e = start_all[w], end_all[w]
-    k_chain = chain_all[k]
-    k_s, k_e = start_all[k], end_all[k]
 
     # work union per chain; chain end = last work end (the start when the chain has no work)
-    union = _unions(w_chain, w_s, w_e)
-    seg_g, seg_s, seg_e, _prefix, seg_first = union
+    union = _unions(chain_all[w], w_s, w_e)
     c_end = c_start.copy()
-    np.maximum.at(c_end, seg_g, seg_e)
+    np.maximum.at(c_end, union[0], union[2])
+    ready = _ready_points(part_all, start_all, launch_all, w, k, w_e, c_start[chain_all[k]])
+    gates = _gates(union, c_start, c_part, part_all[k], end_all[k], launch_all[w], gate_tol_ns)
+    ch, t, nk, comm, pe = _nodes(c_start, c_end, k, chain_all[k], ready, gates)
+    first = np.r_[True, ch[1:] != ch[:-1]]
+    t_prev = np.where(first, t, np.r_[t[:1], t[:-1]])
+    pos = np.arange(len(t))
+    node_no = pos - np.maximum.accumulate(np.where(first, pos, 0))
 
-    # ready: the latest end of work launched before the collective (per part, by launch order)
+    work = _coverage(union, ch, t) - _coverage(union, ch, t_prev)
+    wait = np.where(nk == 2, t - np.maximum(pe, t_prev), 0)
+    wait = np.clip(wait, 0, t - t_prev)
+    free = np.maximum(t - t_prev - work - wait, 0)
+    host = _host_waits(part_all[w], w_s, w_e, launch_all[w], c_part, c_step, c_start, ch, nk, t, t_prev, wait, steps)
+
+    has_comm = comm >= 0
+    cidx = np.maximum(comm, 0)
+    launched = has_comm & (launch_all[cidx] >= 0)
+    _pu, p_first = np.unique(part_all, return_index=True)
+    p_idx = np.searchsorted(_pu, c_part[ch])
+    stream_all = gpu["stream"].to_numpy(np.int64)
+    cols: dict[str, object] = {
+        "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
+        "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
+        "step": missing_if_negative(c_step[ch]),
+        "node": node_no.astype(np.int64),  # NA: outside every step
+        "kind": np.asarray(KINDS, dtype=object)[nk],
+        "time_ns": t,
+        "work_ns": work.astype(np.int64),
+        "wait_ns": wait.astype(np.int64),
+        "free_ns": free.astype(np.int64),
+        "host_ns": np.minimum(host, np.where(nk == 0, host, free)).astype(np.int64),
+        "comm_stream": pd.arrays.IntegerArray(np.where(has_comm, stream_all[cidx], 0).astype(np.int64), ~has_comm),
+        "comm_start_ns": pd.arrays.IntegerArray(np.where(has_comm, start_all[cidx], 0).astype(np.int64), ~has_comm),
+        "comm_launch_ns": pd.arrays.IntegerArray(np.where(launched, launch_all[cidx], 0).astype(np.int64), ~launched),
+    }
+    ccode, cnames = _work_classes(_labels(gpu["name"]), (kind_code, kind_lab), (cat_code, cat_lab), w, classifier)
+    cols.update(_class_columns(chain_all[w], w_s, w_e, ccode, cnames, ch, t, t_prev, n_chains))
+    return pd.DataFrame(cols)
+
+
+def _chains(
+    keep: np.ndarray, part_all: np.ndarray, step_all: np.ndarray, start_all: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each kept event's chain (one per part and step; -1: not kept), and each chain's part,
+    step and first start."""
+    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
+    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
+    chain_all = np.full(len(keep), -1, np.int64)
+    chain_all[keep] = chain_codes
+    c_part = chain_u // len(step_u)
+    c_step = step_u[chain_u % len(step_u)]
+    c_start = np.full(len(chain_u), np.iinfo(np.int64).max)
+    np.minimum.at(c_start, chain_codes, start_all[keep])
+    return chain_all, c_part, c_step, c_start
+
+
+def _ready_points(
+    part_all: np.ndarray,
+    start_all: np.ndarray,
+    launch_all: np.ndarray,
+    w: np.ndarray,
+    k: np.ndarray,
+    w_e: np.ndarray,
+    k_chain_start: np.ndarray,
+) -> np.ndarray:
+    """Per collective ``k``: the latest end of the work ``w`` launched before it (per part, by
+    launch order), within its chain's start and its own start."""
     key_all = np.where(launch_all >= 0, launch_all, start_all)
     w_part = part_all[w]
     o = np.lexsort((key_all[w], w_part))
     runmax = cummax_by(w_part[o], w_e[o])
     j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
     ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
-    ready = np.maximum(np.minimum(ready, k_s), c_start[k_chain])
+    return np.maximum(np.minimum(ready, start_all[k]), k_chain_start)
 
-    # gates: a work period that resumes right after a collective ended in the gap before it
-    if len(seg_g):
-        gfirst = np.r_[True, seg_g[1:] != seg_g[:-1]]
-        prev_end = np.where(gfirst, c_start[seg_g] - 1, np.r_[np.int64(0), seg_e[:-1]])
-        seg_part = c_part[seg_g]
-        ko = np.argsort(k_e, kind="stable")
-        jk = last_at_or_before(part_all[k][ko], k_e[ko], seg_part, seg_s)
-        hit = jk >= 0
-        kk = ko[np.maximum(jk, 0)] if len(ko) else np.zeros(len(seg_s), np.int64)
-        g_end = k_e[kk] if len(k) else np.zeros(len(seg_s), np.int64)
-        resume_launch = launch_all[w][seg_first]
-        is_gate = (
-            hit & (g_end > prev_end) & (seg_s - g_end <= gate_tol_ns) & ((resume_launch < 0) | (resume_launch < g_end))
-        )
-        gi = np.flatnonzero(is_gate)
-        gate_chain, gate_t, gate_k, gate_pe = seg_g[gi], seg_s[gi], kk[gi], prev_end[gi]
-    else:
-        gate_chain = gate_t = gate_k = gate_pe = np.zeros(0, np.int64)
 
-    # nodes in chain order; the end node comes last even when a ready point lies after the last work end
-    n_k, n_g = len(k), len(gate_t)
+def _gates(
+    union: tuple,
+    c_start: np.ndarray,
+    c_part: np.ndarray,
+    k_part: np.ndarray,
+    k_e: np.ndarray,
+    w_launch: np.ndarray,
+    gate_tol_ns: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Gates: a work period that resumes right after a collective ended in the gap before it.
+    Their chains, times, collectives (positions in ``k_part``) and the previous work ends."""
+    seg_g, seg_s, seg_e, _prefix, seg_first = union
+    if not len(seg_g):
+        none = np.zeros(0, np.int64)
+        return none, none, none, none
+    gfirst = np.r_[True, seg_g[1:] != seg_g[:-1]]
+    prev_end = np.where(gfirst, c_start[seg_g] - 1, np.r_[np.int64(0), seg_e[:-1]])
+    seg_part = c_part[seg_g]
+    ko = np.argsort(k_e, kind="stable")
+    jk = last_at_or_before(k_part[ko], k_e[ko], seg_part, seg_s)
+    hit = jk >= 0
+    kk = ko[np.maximum(jk, 0)] if len(ko) else np.zeros(len(seg_s), np.int64)
+    g_end = k_e[kk] if len(k_e) else np.zeros(len(seg_s), np.int64)
+    resume_launch = w_launch[seg_first]
+    is_gate = (
+        hit & (g_end > prev_end) & (seg_s - g_end <= gate_tol_ns) & ((resume_launch < 0) | (resume_launch < g_end))
+    )
+    gi = np.flatnonzero(is_gate)
+    return seg_g[gi], seg_s[gi], kk[gi], prev_end[gi]
+
+
+def _nodes(
+    c_start: np.ndarray,
+    c_end: np.ndarray,
+    k: np.ndarray,
+    k_chain: np.ndarray,
+    ready: np.ndarray,
+    gates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The nodes in chain order (chain, time, kind code, collective event, previous work end of
+    a gate); the end node comes last even when a ready point lies after the last work end."""
+    gate_chain, gate_t, gate_k, gate_pe = gates
+    n_chains, n_k, n_g = len(c_start), len(k), len(gate_t)
     ch = np.concatenate([np.arange(n_chains), k_chain, gate_chain, np.arange(n_chains)])
     t = np.concatenate([c_start, ready, gate_t, c_end])
     nk = np.concatenate(
@@ -301,20 +375,19 @@ def segment_rows(
     np.maximum.at(last_t, ch, t)
     t = np.where(nk == 3, last_t[ch], t)
     o = np.lexsort((nk, t, ch))
-    ch, t, nk, comm, pe = ch[o], t[o], nk[o], comm[o], pe[o]
-    first = np.r_[True, ch[1:] != ch[:-1]]
-    t_prev = np.where(first, t, np.r_[t[:1], t[:-1]])
-    pos = np.arange(len(t))
-    node_no = pos - np.maximum.accumulate(np.where(first, pos, 0))
+    return ch[o], t[o], nk[o], comm[o], pe[o]
 
-    work = _coverage(union, ch, t) - _coverage(union, ch, t_prev)
-    wait = np.where(nk == 2, t - np.maximum(pe, t_prev), 0)
-    wait = np.clip(wait, 0, t - t_prev)
-    free = np.maximum(t - t_prev - work - wait, 0)
-    host = _host_waits(part_all[w], w_s, w_e, launch_all[w], c_part, c_step, c_start, ch, nk, t, t_prev, wait, steps)
 
-    # per-class unions and each node's class time; classes of the distinct (name, kind, category)
-    name_code, name_lab = _labels(gpu["name"])
+def _work_classes(
+    names: tuple[np.ndarray, np.ndarray],
+    kinds: tuple[np.ndarray, np.ndarray],
+    cats: tuple[np.ndarray, np.ndarray],
+    w: np.ndarray,
+    classifier: Classifier,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each work event's class code and the class names, classifying each distinct (name, kind,
+    category) once (``names``, ``kinds``, ``cats``: each event's code and the labels)."""
+    (name_code, name_lab), (kind_code, kind_lab), (cat_code, cat_lab) = names, kinds, cats
     trip = (name_code[w] * (len(kind_lab) + 1) + kind_code[w]) * (len(cat_lab) + 1) + cat_code[w]
     tuniq, tcode = np.unique(trip, return_inverse=True)
     t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
@@ -327,7 +400,22 @@ def segment_rows(
         dtype=object,
     )
     cnames, ccode_u = np.unique(cls_of, return_inverse=True)
-    ccode = ccode_u[tcode]
+    return ccode_u[tcode], cnames
+
+
+def _class_columns(
+    w_chain: np.ndarray,
+    w_s: np.ndarray,
+    w_e: np.ndarray,
+    ccode: np.ndarray,
+    cnames: np.ndarray,
+    ch: np.ndarray,
+    t: np.ndarray,
+    t_prev: np.ndarray,
+    n_chains: int,
+) -> dict[str, np.ndarray]:
+    """Per-class unions and each node's class time: the node's :data:`CLASS_SLOTS` largest
+    classes (``class_<i>``, ``class_<i>_ns``), the rest summed (``other_class_ns``)."""
     n_cls = max(len(cnames), 1)
     cgroup = w_chain * n_cls + ccode
     cu = _unions(cgroup, w_s, w_e)
@@ -348,27 +436,7 @@ def segment_rows(
     ni, cls_ns, cls_code = ni[o2], cls_ns[o2], cls_code[o2]
     rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
     cnames = np.asarray(cnames, dtype=object)
-
-    has_comm = comm >= 0
-    cidx = np.maximum(comm, 0)
-    launched = has_comm & (launch_all[cidx] >= 0)
-    _pu, p_first = np.unique(part_all, return_index=True)
-    p_idx = np.searchsorted(_pu, c_part[ch])
-    cols: dict[str, object] = {
-        "rank": gpu["rank"].to_numpy()[p_first][p_idx].astype(np.int32),
-        "device": gpu["device"].to_numpy()[p_first][p_idx].astype(np.int32),
-        "step": missing_if_negative(c_step[ch]),
-        "node": node_no.astype(np.int64),  # NA: outside every step
-        "kind": np.asarray(KINDS, dtype=object)[nk],
-        "time_ns": t,
-        "work_ns": work.astype(np.int64),
-        "wait_ns": wait.astype(np.int64),
-        "free_ns": free.astype(np.int64),
-        "host_ns": np.minimum(host, np.where(nk == 0, host, free)).astype(np.int64),
-        "comm_stream": pd.arrays.IntegerArray(np.where(has_comm, stream_all[cidx], 0).astype(np.int64), ~has_comm),
-        "comm_start_ns": pd.arrays.IntegerArray(np.where(has_comm, start_all[cidx], 0).astype(np.int64), ~has_comm),
-        "comm_launch_ns": pd.arrays.IntegerArray(np.where(launched, launch_all[cidx], 0).astype(np.int64), ~launched),
-    }
+    cols: dict[str, np.ndarray] = {}
     for slot in range(CLASS_SLOTS):
         m = rank_in_node == slot
         name = np.full(len(t), "", object)
@@ -379,7 +447,7 @@ def segment_rows(
         cols[f"class_{slot + 1}_ns"] = ns
     rest = rank_in_node >= CLASS_SLOTS
     cols["other_class_ns"] = np.bincount(ni[rest], weights=cls_ns[rest], minlength=len(t)).astype(np.int64)
-    return pd.DataFrame(cols)
+    return cols
 
 
 def _host_waits(
