@@ -41,8 +41,6 @@ ALLOWED: set[str] = {
     "dtrace/plan.py:glob_files",  # complexity 19
     "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
     "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
-    "dtrace/readers/jax.py:_add_chunk",  # complexity 36
-    "dtrace/readers/jax.py:_read_json",  # complexity 41, 162 lines
     "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines

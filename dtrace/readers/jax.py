@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import numpy as np
@@ -190,28 +190,67 @@ def _id_column(values: list[Any], ids: StableIds) -> np.ndarray:
 
 
 def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> None:
-    xs = []
-    for e in events:
-        if e.ph == "X":
-            xs.append(e)
-        elif e.ph == "M" and e.args is not None and isinstance(e.args.name, str):
-            if e.name == "process_name":
-                c.process_names[ids(e.pid if e.pid is not None else -1)] = e.args.name
-            elif e.name == "thread_name":
-                c.thread_names[(ids(e.pid if e.pid is not None else -1), ids(e.tid if e.tid is not None else -1))] = (
-                    e.args.name
-                )
+    xs = _complete_events(events, c, ids)
     if not xs:
         return
     n = len(xs)
     ts = [e.ts for e in xs]
     dur = [e.dur for e in xs]
     if None in ts or None in dur:
-        i = ts.index(None) if None in ts else dur.index(None)
-        field = "ts" if None in ts else "dur"
-        raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
-    d = np.asarray(dur, np.float64)
+        _no_time(xs, ts, path)
     args = [e.args for e in xs]
+    corr, launch = _launches(xs, args)
+    _keep_extras(c, args)
+    c.pid.append(_id_column([e.pid for e in xs], ids))
+    c.tid.append(_id_column([e.tid for e in xs], ids))
+    c.ts.append(np.asarray(ts, np.float64))
+    c.dur.append(np.asarray(dur, np.float64))
+    c.corr.append(corr)
+    c.launch.append(launch)
+    c.step_num.append(np.fromiter((_step_num(a.step_num) if a is not None else -1 for a in args), np.int64, n))
+    c.names.append(pa.array([e.name for e in xs], pa.string()).dictionary_encode())
+    c.n += n
+
+
+def _no_time(xs: list[Event], ts: list[Any], path: str) -> NoReturn:
+    """The error of a complete event without a time or a duration."""
+    i = ts.index(None) if None in ts else [e.dur for e in xs].index(None)
+    field = "ts" if None in ts else "dur"
+    raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
+
+
+def _keep_extras(c: _Columns, args: list[Any]) -> None:
+    """The HLO op and module and the memcpy details of the events that have them, by row."""
+    base = c.n
+    for i, a in enumerate(args):
+        if a is not None and (a.hlo_op is not None or a.memcpy_details is not None):
+            c.extra[base + i] = (a.hlo_op, a.hlo_module, a.memcpy_details)
+
+
+def _complete_events(events: list[Event], c: _Columns, ids: StableIds) -> list[Event]:
+    """The complete ('X') events of a chunk; the process and thread names of its metadata
+    ('M') events are kept in ``c``."""
+    xs = []
+    for e in events:
+        if e.ph == "X":
+            xs.append(e)
+        elif e.ph == "M" and e.args is not None and isinstance(e.args.name, str):
+            _add_name(e, e.args.name, c, ids)
+    return xs
+
+
+def _add_name(e: Event, name: str, c: _Columns, ids: StableIds) -> None:
+    """A ``process_name`` or ``thread_name`` metadata event's name, kept in ``c``."""
+    if e.name == "process_name":
+        c.process_names[ids(e.pid if e.pid is not None else -1)] = name
+    elif e.name == "thread_name":
+        c.thread_names[(ids(e.pid if e.pid is not None else -1), ids(e.tid if e.tid is not None else -1))] = name
+
+
+def _launches(xs: list[Event], args: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's correlation id (-1: none) and whether it is a launch (``gpu_launch`` or
+    with a ``correlation_id``)."""
+    n = len(xs)
     cats = [e.cat for e in xs]
     corr = np.fromiter(
         (
@@ -226,19 +265,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     launch = np.fromiter(
         (cat == "gpu_launch" or (a is not None and a.correlation_id is not None) for a, cat in zip(args, cats)), bool, n
     )
-    base = c.n
-    for i, a in enumerate(args):
-        if a is not None and (a.hlo_op is not None or a.memcpy_details is not None):
-            c.extra[base + i] = (a.hlo_op, a.hlo_module, a.memcpy_details)
-    c.pid.append(_id_column([e.pid for e in xs], ids))
-    c.tid.append(_id_column([e.tid for e in xs], ids))
-    c.ts.append(np.asarray(ts, np.float64))
-    c.dur.append(d)
-    c.corr.append(corr)
-    c.launch.append(launch)
-    c.step_num.append(np.fromiter((_step_num(a.step_num) if a is not None else -1 for a in args), np.int64, n))
-    c.names.append(pa.array([e.name for e in xs], pa.string()).dictionary_encode())
-    c.n += n
+    return corr, launch
 
 
 def _step_num(v: Any) -> int:
@@ -333,29 +360,8 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     name_codes = names.indices.to_numpy(zero_copy_only=False)
 
     # device of each pid, role of each (pid, tid) line
-    devices = {p: int(m.group(1)) for p, n in c.process_names.items() if (m := _DEVICE_RE.search(n))}
-    if not devices:
-        raise InputError(source, "no /device:GPU:k process in the JAX trace (is it a TPU or CPU-only profile?)")
-    big = [k for k in devices.values() if k > _INT32_MAX]
-    if big:
-        raise InputError(source, f"device id {big[0]} (/device:GPU:{big[0]}) is out of range (0 to {_INT32_MAX})")
-    stream_of: dict[tuple[int, int], int] = {}
-    label_stream: dict[tuple[int, int], int] = {}
-    steps_lines: set[tuple[int, int]] = set()
-    for (p, t), tn in c.thread_names.items():
-        if p not in devices:
-            continue
-        m = _STREAM_RE.match(tn)
-        if m:
-            if int(m.group(1)) > _INT64_MAX:
-                raise InputError(source, f"stream id {m.group(1)} ({tn!r}) is out of range (0 to {_INT64_MAX})")
-            stream_of[(p, t)] = int(m.group(1))
-        elif tn.strip() == "Steps":
-            steps_lines.add((p, t))
-        else:
-            f = _FROM_STREAM_RE.search(tn)
-            label_stream[(p, t)] = int(f.group(1)) if f and int(f.group(1)) <= _INT64_MAX else -1
-
+    devices = _gpu_planes(c.process_names, source)
+    stream_of, label_stream, steps_lines = _line_roles(c.thread_names, devices, source)
     n = c.n
     line_key = _line_codes(pid, tid)
     upid, pinv = np.unique(pid, return_inverse=True)
@@ -368,41 +374,10 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     label_s = _lookup(line_key, pid, tid, label_stream, -1)
     is_steps = _lookup(line_key, pid, tid, {k: 1 for k in steps_lines}, 0) == 1
 
-    # kinds: decided once per distinct name, then broadcast
-    gpu_kind_of_name = np.array(
-        [
-            KIND_CODES["memcpy"]
-            if _MEMCPY_RE.search(s)
-            else KIND_CODES["memset"]
-            if _MEMSET_RE.search(s)
-            else KIND_CODES["kernel"]
-            for s in name_dict
-        ],
-        np.int8,
-    )
-    host_kind_of_name = np.array(
-        [
-            KIND_CODES["python"]
-            if s.startswith("$")
-            else KIND_CODES["runtime"]
-            if _LAUNCH_NAME_RE.match(s)
-            else KIND_CODES["cpu_op"]
-            for s in name_dict
-        ],
-        np.int8,
-    )
     launch = _cat(c.launch, bool)
     step_num = _cat(c.step_num, np.int64)
     host_step = ~on_device & ~launch & (step_num >= 0)  # StepTraceAnnotation(name, step_num=N)
-    kinds = np.where(
-        on_device,
-        np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
-        np.where(
-            launch,
-            KIND_CODES["runtime"],
-            np.where(host_step, KIND_CODES["annotation"], host_kind_of_name[name_codes] if n else 0),
-        ),
-    ).astype(np.int8)
+    kinds = _kinds(name_dict, name_codes, on_device, is_stream, launch, host_step)
     device = np.where(on_device, dev_arr, -1).astype(np.int32)
     stream = np.where(is_stream, stream, np.where(on_device, label_s, -1)).astype(np.int64)
 
@@ -435,18 +410,132 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
     table = validate_events(table, source)
 
     gpu_devices = sorted(set(device[gpu_mask].tolist()))
+    if not gpu_devices:
+        _no_gpu_activity(c, devices, stream_of, source)
+    coll_rows, mem_rows = _side_rows(np.flatnonzero(gpu_mask), kinds, name_dict, name_codes, c.extra)
+    parts = _device_parts(table, gpu_devices, device, kinds, corr, gpu_mask, coll_rows, mem_rows)
+    return TraceFile(
+        path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=_meta(c, trace, devices)
+    )
+
+
+def _meta(c: _Columns, trace: ChromeTrace, devices: dict[int, int]) -> dict[str, Any]:
+    """The trace file's meta: events read and dropped, fingerprint, GPU planes and hosts."""
+    return {
+        "base_time_ns": 0,
+        "events": int(c.n),
+        "dropped_events": c.dropped,
+        "fingerprint": trace.fingerprint,
+        "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
+        "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)}),
+    }
+
+
+def _gpu_planes(process_names: dict[int, str], source: str) -> dict[int, int]:
+    """pid -> GPU of every ``/device:GPU:k`` process; none, or an id out of range, is an error."""
+    devices = {p: int(m.group(1)) for p, n in process_names.items() if (m := _DEVICE_RE.search(n))}
+    if not devices:
+        raise InputError(source, "no /device:GPU:k process in the JAX trace (is it a TPU or CPU-only profile?)")
+    big = [k for k in devices.values() if k > _INT32_MAX]
+    if big:
+        raise InputError(source, f"device id {big[0]} (/device:GPU:{big[0]}) is out of range (0 to {_INT32_MAX})")
+    return devices
+
+
+def _line_roles(
+    thread_names: dict[tuple[int, int], str], devices: dict[int, int], source: str
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int], set[tuple[int, int]]]:
+    """The lines of the GPU planes: the ``Stream #N`` lines' streams, the other lines' stream
+    named in their label (-1: none), and the ``Steps`` lines."""
+    stream_of: dict[tuple[int, int], int] = {}
+    label_stream: dict[tuple[int, int], int] = {}
+    steps_lines: set[tuple[int, int]] = set()
+    for (p, t), tn in thread_names.items():
+        if p not in devices:
+            continue
+        m = _STREAM_RE.match(tn)
+        if m:
+            if int(m.group(1)) > _INT64_MAX:
+                raise InputError(source, f"stream id {m.group(1)} ({tn!r}) is out of range (0 to {_INT64_MAX})")
+            stream_of[(p, t)] = int(m.group(1))
+        elif tn.strip() == "Steps":
+            steps_lines.add((p, t))
+        else:
+            f = _FROM_STREAM_RE.search(tn)
+            label_stream[(p, t)] = int(f.group(1)) if f and int(f.group(1)) <= _INT64_MAX else -1
+    return stream_of, label_stream, steps_lines
+
+
+def _kinds(
+    name_dict: list[str],
+    name_codes: np.ndarray,
+    on_device: np.ndarray,
+    is_stream: np.ndarray,
+    launch: np.ndarray,
+    host_step: np.ndarray,
+) -> np.ndarray:
+    """Each event's kind code: decided once per distinct name, then broadcast."""
+    n = len(on_device)
+    gpu_kind_of_name = np.array(
+        [
+            KIND_CODES["memcpy"]
+            if _MEMCPY_RE.search(s)
+            else KIND_CODES["memset"]
+            if _MEMSET_RE.search(s)
+            else KIND_CODES["kernel"]
+            for s in name_dict
+        ],
+        np.int8,
+    )
+    host_kind_of_name = np.array(
+        [
+            KIND_CODES["python"]
+            if s.startswith("$")
+            else KIND_CODES["runtime"]
+            if _LAUNCH_NAME_RE.match(s)
+            else KIND_CODES["cpu_op"]
+            for s in name_dict
+        ],
+        np.int8,
+    )
+    return np.where(
+        on_device,
+        np.where(is_stream, gpu_kind_of_name[name_codes] if n else 0, KIND_CODES["gpu_annotation"]),
+        np.where(
+            launch,
+            KIND_CODES["runtime"],
+            np.where(host_step, KIND_CODES["annotation"], host_kind_of_name[name_codes] if n else 0),
+        ),
+    ).astype(np.int8)
+
+
+def _no_gpu_activity(
+    c: _Columns, devices: dict[int, int], stream_of: dict[tuple[int, int], int], source: str
+) -> NoReturn:
+    """The error of a trace without GPU events: all dropped as implausible, or none at all."""
     n_gpu_dropped = sum(k for (p, t), k in c.dropped_lines.items() if p in devices and (p, t) in stream_of)
-    if not gpu_devices and n_gpu_dropped:
+    if n_gpu_dropped:
         raise ImplausibleTimes(
             source, f"all {n_gpu_dropped} GPU events have implausible times ({dropped_summary(c.dropped)})"
         )
-    if not gpu_devices:
-        raise NoGPUActivity(
-            source,
-            f"no GPU activity: no events on the 'Stream #' lines of the "
-            f"{len(devices)} GPU plane(s) ({n} events in all)",
-        )
-    coll_rows, mem_rows = _side_rows(np.flatnonzero(gpu_mask), kinds, name_dict, name_codes, c.extra)
+    raise NoGPUActivity(
+        source,
+        f"no GPU activity: no events on the 'Stream #' lines of the {len(devices)} GPU plane(s) ({c.n} events in all)",
+    )
+
+
+def _device_parts(
+    table: pa.Table,
+    gpu_devices: list[int],
+    device: np.ndarray,
+    kinds: np.ndarray,
+    corr: np.ndarray,
+    gpu_mask: np.ndarray,
+    coll_rows: Any,
+    mem_rows: Any,
+) -> list[Part]:
+    """One part per GPU: its events, the host events but launches, and the launches of its
+    kernels, with their side tables."""
     host = device == -1
     runtime = kinds == KIND_CODES["runtime"]
     gpu_corr_dev = (corr[gpu_mask], device[gpu_mask])
@@ -465,15 +554,7 @@ def _read_json(path: str, *, limits: dict[str, Any], source: str) -> TraceFile:
                 local_index=int(dev),
             )
         )
-    meta = {
-        "base_time_ns": 0,
-        "events": int(n),
-        "dropped_events": c.dropped,
-        "fingerprint": trace.fingerprint,
-        "devices": {str(d): c.process_names.get(p, "") for p, d in devices.items()},
-        "hosts": sorted({_host_of(pn) for pn in c.process_names.values() if _host_of(pn)}),
-    }
-    return TraceFile(path=source, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+    return parts
 
 
 def _host_of(process_name: str) -> str:
