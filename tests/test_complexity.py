@@ -44,8 +44,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
-    "dtrace/readers/nsys.py:_event_columns",  # 83 lines
-    "dtrace/readers/nsys_csv.py:read_nsys_csv",  # 91 lines
     "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
     "dtrace/render/compare.py:_sec_categories",  # complexity 24

@@ -446,24 +446,38 @@ def _event_columns(
         )
     ]
     # host: runtime calls and NVTX ranges
+    frames.append(_runtime_frame(db, rt, name_dict))
+    frames.append(_nvtx_frame(nvtx, name_dict))
+    cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
+    # for the side tables: each kernel's name code and each copy's kind, by the GPU rows' order
+    cols["kernel_code"], cols["copy_code"] = inv_k.reshape(-1), inv_c.reshape(-1)
+    cols["kernel_names"] = np.array(kernel_dict, object)
+    cols["copy_kinds"] = uniq_c
+    return cols, name_dict
+
+
+def _runtime_frame(db: _Db, rt: pd.DataFrame, name_dict: list[str]) -> dict[str, np.ndarray]:
+    """The event columns of the runtime calls; their names are appended to ``name_dict``."""
     rt_names = db.strings(np.unique(_ints(rt["nameId"]))) if len(rt) else {}
     rt_pid, rt_tid = split_gid(_ints(rt["globalTid"], 0))
     uniq_r, inv_r = np.unique(_ints(rt["nameId"]), return_inverse=True)
     off = len(name_dict)
     name_dict += [rt_names.get(int(i), f"<runtime {int(i)}>") for i in uniq_r.tolist()]
-    frames.append(
-        dict(
-            device=np.full(len(rt), -1),
-            stream=np.full(len(rt), -1),
-            pid=rt_pid,
-            tid=rt_tid,
-            kind=np.full(len(rt), KIND_CODES["runtime"], np.int8),
-            code=off + inv_r.reshape(-1),
-            start=_ints(rt["start"], 0),
-            end=_ints(rt["end"], 0),
-            corr=_ints(rt["correlationId"]),
-        )
+    return dict(
+        device=np.full(len(rt), -1),
+        stream=np.full(len(rt), -1),
+        pid=rt_pid,
+        tid=rt_tid,
+        kind=np.full(len(rt), KIND_CODES["runtime"], np.int8),
+        code=off + inv_r.reshape(-1),
+        start=_ints(rt["start"], 0),
+        end=_ints(rt["end"], 0),
+        corr=_ints(rt["correlationId"]),
     )
+
+
+def _nvtx_frame(nvtx: pd.DataFrame, name_dict: list[str]) -> dict[str, np.ndarray]:
+    """The event columns of the NVTX ranges; their texts are appended to ``name_dict``."""
     off = len(name_dict)
     uniq_n, inv_n = (
         np.unique(np.asarray(nvtx["text"], dtype=object).astype(str), return_inverse=True)
@@ -471,25 +485,17 @@ def _event_columns(
         else (np.array([], object), np.empty(0, np.int64))
     )
     name_dict += [str(s) for s in uniq_n.tolist()]
-    frames.append(
-        dict(
-            device=np.full(len(nvtx), -1),
-            stream=np.full(len(nvtx), -1),
-            pid=nvtx["pid"].to_numpy(np.int64),
-            tid=nvtx["tid"].to_numpy(np.int64),
-            kind=np.full(len(nvtx), KIND_CODES["annotation"], np.int8),
-            code=off + inv_n.reshape(-1),
-            start=nvtx["start"].to_numpy(np.int64),
-            end=nvtx["end"].to_numpy(np.int64),
-            corr=np.full(len(nvtx), -1),
-        )
+    return dict(
+        device=np.full(len(nvtx), -1),
+        stream=np.full(len(nvtx), -1),
+        pid=nvtx["pid"].to_numpy(np.int64),
+        tid=nvtx["tid"].to_numpy(np.int64),
+        kind=np.full(len(nvtx), KIND_CODES["annotation"], np.int8),
+        code=off + inv_n.reshape(-1),
+        start=nvtx["start"].to_numpy(np.int64),
+        end=nvtx["end"].to_numpy(np.int64),
+        corr=np.full(len(nvtx), -1),
     )
-    cols = {k: np.concatenate([np.asarray(f[k]) for f in frames]) for k in frames[0]}
-    # for the side tables: each kernel's name code and each copy's kind, by the GPU rows' order
-    cols["kernel_code"], cols["copy_code"] = inv_k.reshape(-1), inv_c.reshape(-1)
-    cols["kernel_names"] = np.array(kernel_dict, object)
-    cols["copy_kinds"] = uniq_c
-    return cols, name_dict
 
 
 def _event_table(cols: dict[str, np.ndarray], name_dict: list[str], origin: int) -> pa.Table:

@@ -88,19 +88,7 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
     (times are relative to the session start: a start before 0 is dropped); ``max_input_size``
     limits the file.
     """
-    with open_regular(path) as f:
-        check_size(path, os.fstat(f.fileno()).st_size, max_input_size)
-        head = f.read(4096)
-    hdr = sniff(path, head)
-    report = hdr.report if hdr is not None else report_of_name(path)
-    if report in SUMMARY_REPORTS:
-        raise InputError(
-            path,
-            f"is an nsys stats summary ({report}): it carries no events; "
-            "'dtrace analyze' reads it on its summary path, 'dtrace nsys-stats' reports it",
-        )
-    if report != GPU_TRACE:
-        raise InputError(path, "not an nsys stats CSV this reader knows (expected a cuda_gpu_trace header)")
+    _check_gpu_trace(path, max_input_size)
     df = gpu_trace(path)
     if len(df) == 0:
         raise NoGPUActivity(path, "no GPU activity: the cuda_gpu_trace CSV has no rows")
@@ -147,12 +135,45 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
         }
     )
     table = validate_events(table, path)
-    coll_of = np.array([kernel_collective(u) if COMM_KERNEL.search(u) else "" for u in uniq_list], dtype=object)
-    dir_of = np.array([memop_direction(u) for u in uniq_list], dtype=object)
+    parts = _device_parts(table, df["bytes"].to_numpy(np.int64), device, kinds, inv.reshape(-1), uniq_list)
+    meta = {
+        "base_time_ns": 0,
+        "events": int(n),
+        "dropped_events": dropped,
+        "fingerprint": file_fingerprint(path),
+        "report": GPU_TRACE,
+    }
+    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+
+
+def _check_gpu_trace(path: str, max_input_size: int | None) -> None:
+    """The file is within the size limit and a ``cuda_gpu_trace`` CSV (a summary report, or
+    another CSV, is an error)."""
+    with open_regular(path) as f:
+        check_size(path, os.fstat(f.fileno()).st_size, max_input_size)
+        head = f.read(4096)
+    hdr = sniff(path, head)
+    report = hdr.report if hdr is not None else report_of_name(path)
+    if report in SUMMARY_REPORTS:
+        raise InputError(
+            path,
+            f"is an nsys stats summary ({report}): it carries no events; "
+            "'dtrace analyze' reads it on its summary path, 'dtrace nsys-stats' reports it",
+        )
+    if report != GPU_TRACE:
+        raise InputError(path, "not an nsys stats CSV this reader knows (expected a cuda_gpu_trace header)")
+
+
+def _device_parts(
+    table: pa.Table, nbytes: np.ndarray, device: np.ndarray, kinds: np.ndarray, name_code: np.ndarray, names: list[str]
+) -> list[Part]:
+    """One part per device: its events, the collectives of its comm kernels and its copies."""
+    coll_of = np.array([kernel_collective(u) if COMM_KERNEL.search(u) else "" for u in names], dtype=object)
+    dir_of = np.array([memop_direction(u) for u in names], dtype=object)
     parts = []
     for idx, dev in enumerate(sorted(set(device.tolist()))):
         rows = np.flatnonzero(device == dev)
-        code = inv.reshape(-1)[rows]
+        code = name_code[rows]
         k = kinds[rows]
         c_rows = np.flatnonzero((k == KIND_CODES["kernel"]) & (coll_of[code] != ""))
         m_rows = np.flatnonzero(k == KIND_CODES["memcpy"])
@@ -165,20 +186,13 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
                     {
                         "row": pa.array(m_rows.astype(np.int64), pa.int64()),
                         "copy_kind": pa.array(dir_of[code[m_rows]].tolist(), pa.string()).dictionary_encode(),
-                        "bytes": pa.array(df["bytes"].to_numpy(np.int64)[rows[m_rows]], pa.int64()),
+                        "bytes": pa.array(nbytes[rows[m_rows]], pa.int64()),
                     }
                 ).cast(MEMCPY_SCHEMA),
                 local_index=idx,
             )
         )
-    meta = {
-        "base_time_ns": 0,
-        "events": int(n),
-        "dropped_events": dropped,
-        "fingerprint": file_fingerprint(path),
-        "report": GPU_TRACE,
-    }
-    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=None, rank_per_device=True, meta=meta)
+    return parts
 
 
 def _collectives(rows: np.ndarray, types: np.ndarray) -> pa.Table:
