@@ -32,8 +32,6 @@ ALLOWED: set[str] = {
     "dtrace/cli/report.py:add_parser",  # 103 lines
     "dtrace/cli/show.py:run",  # complexity 21
     "dtrace/hardware.py:_spec",  # complexity 17
-    "dtrace/opmodel/elementwise.py:elementwise",  # complexity 19
-    "dtrace/opmodel/reduction.py:reduction",  # complexity 18
     "dtrace/options.py:Options.__post_init__",  # complexity 28
     "dtrace/part_loader.py:_from_results",  # complexity 26
     "dtrace/partition.py:analyze_partition",  # complexity 29

@@ -64,20 +64,24 @@ def elementwise(a: OpArgs) -> Estimate:
         raise NotModelled(f"{a.name} has no tensor argument with a known element type")
     y = broadcast(*(a.shape(i) for i in tensors))
     n_out = prod(y)
-    if outs:  # an out= tensor: its type is the output's
-        out_type = a.dtype(outs[0])
-    elif short.rstrip("_") in COMPARE:
-        out_type = "bool"
-    elif _in_place(short):
-        out_type = a.dtype(tensors[0])
-    else:
-        ranked = [i for i in tensors if len(a.shape(i)) > 0] or tensors[:1]
-        out_type = a.dtype(max(ranked, key=lambda i: (a.bpe(i), -i)))
-    out_bpe = bytes_per_element(out_type) or a.bpe(tensors[0])
+    out_bpe = bytes_per_element(_output_type(a, short, tensors, outs)) or a.bpe(tensors[0])
     reads = sum(a.tensor_bytes(i) for i in tensors)
     floating = [i for i in tensors if is_floating(a.dtype(i))]
     prec = a.precision(floating[0] if floating else tensors[0])
     return Estimate(float(n_out), float(reads + n_out * out_bpe), VECTOR, prec, "x".join(map(str, y)) or "scalar")
+
+
+def _output_type(a: OpArgs, short: str, tensors: list[int], outs: list[int]) -> str:
+    """The element type of the output: an ``out=`` tensor's, ``bool`` for a comparison, the
+    first tensor's in place, else the widest of the tensors with a rank (the first on a tie)."""
+    if outs:  # an out= tensor: its type is the output's
+        return a.dtype(outs[0])
+    if short.rstrip("_") in COMPARE:
+        return "bool"
+    if _in_place(short):
+        return a.dtype(tensors[0])
+    ranked = [i for i in tensors if len(a.shape(i)) > 0] or tensors[:1]
+    return a.dtype(max(ranked, key=lambda i: (a.bpe(i), -i)))
 
 
 def _names(shorts: list[str]) -> list[str]:

@@ -78,21 +78,26 @@ def reduction(a: OpArgs) -> Estimate:
         dims = a.ints(dim_at)
     y = reduced_shape(x, dims, a.flag(keep_at))
     n_out = prod(y)
-    named = a.scalar_type(dtype_at) if 0 <= dtype_at < len(a) and a.dtype(dtype_at) == "Scalar" else None
-    if named:
-        out_bpe = bytes_per_element(named) or a.bpe(0)
-    elif short in ("argmax", "argmin"):
-        out_bpe = 8
-    elif short in ("any", "all"):
-        out_bpe = 1
-    elif short in ("sum", "prod") and not is_floating(a.dtype(0)):
-        out_bpe = 8
-    else:
-        out_bpe = a.bpe(0)
+    out_bpe = _output_bytes_per_element(a, short, dtype_at)
     extra = n_out * 8 if short in ("max", "min") and dims else 0  # the indices of max.dim / min.dim
     nbytes = a.tensor_bytes(0) + n_out * out_bpe + extra
     shape_text = "x".join(map(str, x)) + " -> " + ("x".join(map(str, y)) or "1")
     return Estimate(float(a.numel(0)), float(nbytes), VECTOR, a.precision(0), "reduce " + shape_text)
+
+
+def _output_bytes_per_element(a: OpArgs, short: str, dtype_at: int) -> float:
+    """Bytes per output element: the named ``dtype``'s, 8 for indices (``argmax``) and for an
+    integer ``sum``/``prod``, 1 for ``any``/``all``, else the input's."""
+    named = a.scalar_type(dtype_at) if 0 <= dtype_at < len(a) and a.dtype(dtype_at) == "Scalar" else None
+    if named:
+        return bytes_per_element(named) or a.bpe(0)
+    if short in ("argmax", "argmin"):
+        return 8
+    if short in ("any", "all"):
+        return 1
+    if short in ("sum", "prod") and not is_floating(a.dtype(0)):
+        return 8
+    return a.bpe(0)
 
 
 def scan(a: OpArgs) -> Estimate:
