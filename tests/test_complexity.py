@@ -45,16 +45,12 @@ ALLOWED: set[str] = {
     "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
     "dtrace/render/compare.py:_sec_categories",  # complexity 24
-    "dtrace/render/escape.py:csv_frame",  # complexity 17
     "dtrace/render/host_sections.py:section_launches",  # complexity 16
     "dtrace/render/opperf.py:_charts",  # complexity 19
     "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 93 lines
-    "dtrace/render/page.py:_td",  # complexity 25
     "dtrace/render/ranks.py:section_collectives",  # 151 lines
     "dtrace/render/ranks.py:section_steps",  # 115 lines
     "dtrace/render/ranks.py:section_stragglers",  # complexity 18, 85 lines
-    "dtrace/render/summary.py:summary",  # complexity 24
-    "dtrace/render/views.py:gap_report",  # complexity 18
     "dtrace/results.py:validate_manifest",  # complexity 36
     "dtrace/results.py:write_results",  # complexity 17
     "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines

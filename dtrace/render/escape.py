@@ -26,6 +26,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas is imported where a frame is escaped: printable() serves `dtrace --help`
+    import numpy as np
     import pandas as pd
 
 # C0 controls, DEL, C1 controls, and the invisible bidirectional marks/overrides/isolates
@@ -89,25 +90,39 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
         col = df[c]
         if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
             continue
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            cats = col.cat.categories
-            if cats.dtype != object and not pd.api.types.is_string_dtype(cats):
-                continue
-            fixed = [csv_cell(v) for v in cats]
-            if any(a is not b for a, b in zip(fixed, cats)):
-                out = out.copy() if out is df else out
-                out[c] = col.cat.rename_categories(fixed)
-            continue
-        values = col.to_numpy(dtype=object)
-        uniq = pd.unique(values)
-        risky = [v for v in uniq if isinstance(v, str) and v.startswith(FORMULA_START)]
-        if risky:
-            bad = pd.Series(values).isin(risky).to_numpy()
-            values = values.copy()
-            values[bad] = ["'" + v for v in values[bad]]
+        fixed = _safe_categories(col) if isinstance(col.dtype, pd.CategoricalDtype) else _safe_values(col)
+        if fixed is not None:
             out = out.copy() if out is df else out
-            out[c] = values
+            out[c] = fixed
     return out
+
+
+def _safe_categories(col: pd.Series) -> pd.Series | None:
+    """A categorical column of text with its categories neutralised (``None``: nothing to do)."""
+    import pandas as pd
+
+    cats = col.cat.categories
+    if cats.dtype != object and not pd.api.types.is_string_dtype(cats):
+        return None
+    fixed = [csv_cell(v) for v in cats]
+    if any(a is not b for a, b in zip(fixed, cats)):
+        return col.cat.rename_categories(fixed)
+    return None
+
+
+def _safe_values(col: pd.Series) -> np.ndarray | None:
+    """A text column's values with the formula cells neutralised (``None``: nothing to do)."""
+    import pandas as pd
+
+    values = col.to_numpy(dtype=object)
+    uniq = pd.unique(values)
+    risky = [v for v in uniq if isinstance(v, str) and v.startswith(FORMULA_START)]
+    if not risky:
+        return None
+    bad = pd.Series(values).isin(risky).to_numpy()
+    values = values.copy()
+    values[bad] = ["'" + v for v in values[bad]]
+    return values
 
 
 def to_csv(df: pd.DataFrame) -> str:

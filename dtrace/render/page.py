@@ -184,12 +184,7 @@ def _missing(v: object) -> bool:
 def _td(v: object, kind: str, short: object = None) -> str:
     """One cell; ``short``: a name column's text (:func:`~dtrace.render.text.distinct_names`)."""
     if kind in ("text", "name"):
-        s = "" if _missing(v) else str(v)
-        if kind == "name":
-            short = s if _missing(short) or short is None else str(short)
-            tip = f' title="{escape(s)}"' if short != s else ""
-            return f'<td class="nm"{tip}>{escape(short)}</td>'
-        return f'<td class="evidence">{escape(s)}</td>' if len(s) > 80 else f"<td>{escape(s)}</td>"
+        return _text_td(v, kind, short)
     if kind == "bool":
         if _missing(v):
             return '<td data-v="">–</td>'
@@ -202,18 +197,31 @@ def _td(v: object, kind: str, short: object = None) -> str:
     except (TypeError, ValueError):
         return f"<td>{escape(str(v))}</td>"
     dv = f'data-v="{x!r}"' if np.isfinite(x) else 'data-v=""'
-    if kind == "time":
-        s = ch.fmt_time(x)
-    elif kind == "pct":
-        s = ch.fmt_pct(x)
-    elif kind == "bytes":
-        s = ch.fmt_bytes(x)
-    elif kind == "ratio":
-        s = f"{x:.2f}×" if np.isfinite(x) else "–"
-    elif kind == "z":
+    if kind == "z":
         s = f"{x:+.2f}" if np.isfinite(x) else "–"
         cls = " hot" if np.isfinite(x) and x >= 3 else (" cold" if np.isfinite(x) and x <= -3 else "")
         return f'<td class="n{cls}" {dv}>{s}</td>'
-    else:
-        s = ch.fmt_num(x)
-    return f'<td class="n" {dv}>{escape(s)}</td>'
+    return f'<td class="n" {dv}>{escape(_number_text(x, kind))}</td>'
+
+
+def _text_td(v: object, kind: str, short: object) -> str:
+    """A text cell; a name shows ``short`` with the full name as its tooltip."""
+    s = "" if _missing(v) else str(v)
+    if kind == "name":
+        short = s if _missing(short) or short is None else str(short)
+        tip = f' title="{escape(s)}"' if short != s else ""
+        return f'<td class="nm"{tip}>{escape(short)}</td>'
+    return f'<td class="evidence">{escape(s)}</td>' if len(s) > 80 else f"<td>{escape(s)}</td>"
+
+
+def _number_text(x: float, kind: str) -> str:
+    """A number as its column's kind shows it (time, pct, bytes, ratio, else a plain number)."""
+    if kind == "time":
+        return ch.fmt_time(x)
+    if kind == "pct":
+        return ch.fmt_pct(x)
+    if kind == "bytes":
+        return ch.fmt_bytes(x)
+    if kind == "ratio":
+        return f"{x:.2f}×" if np.isfinite(x) else "–"
+    return ch.fmt_num(x)

@@ -58,44 +58,44 @@ def summary(results: Results, fmt: str = "table", max_ranks: int = 16) -> str:
         text = extra(results, fmt)
         if text:
             parts.append(text)
-    dropped = dropped_note(results)
-    if dropped:
-        parts.append(prose(dropped, fmt))
-    absent = absent_note(results)
-    if absent:
-        parts.append(prose(absent, fmt))
+    notes = (dropped_note(results), absent_note(results), _failed_tables_note(results), _own_outputs_note(results))
+    parts += [prose(note, fmt) for note in notes if note]
+    errs = results.errors
+    if errs:
+        line = markdown_cell if fmt == "markdown" else printable  # each error on one line, escaped
+        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {line(e)}" for e in errs) + "\n")
+    return "\n".join(parts)
+
+
+def _failed_tables_note(results: Results) -> str:
+    """The tables of the user's own analyses that failed, one error a line ("" if none)."""
     failed = results.failed_tables
-    if failed:
-        parts.append(
-            prose(
-                f"{len(failed)} table(s) of your own analyses failed:\n"
-                + "\n".join(f"  {' '.join(str(e).split())}" for e in failed.values())
-                + "\n",
-                fmt,
-            )
-        )
+    if not failed:
+        return ""
+    return (
+        f"{len(failed)} table(s) of your own analyses failed:\n"
+        + "\n".join(f"  {' '.join(str(e).split())}" for e in failed.values())
+        + "\n"
+    )
+
+
+def _own_outputs_note(results: Results) -> str:
+    """dtrace's own outputs (and results folders) skipped among the inputs ("" if none)."""
     own = [
         i
         for i in results.manifest.get("inputs", [])
         if i.get("status") == "skipped" and i.get("error_type") == "OwnOutput"
     ]
     folders = [n for n in results.manifest.get("notes", []) if isinstance(n, str) and "a results folder of dtrace" in n]
-    if own or folders:
-        shown = [str(i.get("error")) for i in own[:5]] + folders[:5]
-        parts.append(
-            prose(
-                f"skipped {len(own) + len(folders)} of dtrace's own outputs among the inputs:\n"
-                + "\n".join(f"  {' '.join(s.split())}" for s in shown)
-                + ("\n  ..." if len(own) > 5 or len(folders) > 5 else "")
-                + "\n",
-                fmt,
-            )
-        )
-    errs = results.errors
-    if errs:
-        line = markdown_cell if fmt == "markdown" else printable  # each error on one line, escaped
-        parts.append(f"{len(errs)} input(s) failed:\n" + "\n".join(f"  {line(e)}" for e in errs) + "\n")
-    return "\n".join(parts)
+    if not (own or folders):
+        return ""
+    shown = [str(i.get("error")) for i in own[:5]] + folders[:5]
+    return (
+        f"skipped {len(own) + len(folders)} of dtrace's own outputs among the inputs:\n"
+        + "\n".join(f"  {' '.join(s.split())}" for s in shown)
+        + ("\n  ..." if len(own) > 5 or len(folders) > 5 else "")
+        + "\n"
+    )
 
 
 def _flagged(results: Results) -> list[tuple[int, int]]:

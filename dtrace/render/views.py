@@ -391,6 +391,23 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None,
     trans = of_rank(res.table("transitions"), rank)
     if stream is not None:
         gaps, hist, trans = (f.loc[f["stream"].to_numpy() == stream] for f in (gaps, hist, trans))
+    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[
+        [c for c in STREAM_COLUMNS if c in gaps.columns]
+    ]
+    device: dict[str, Any] = {}
+    if stream is None and "device_gaps" in res.table_names:
+        device = _device_gap_totals(of_rank(res.table("device_gaps"), rank))
+    return GapReport(
+        _gap_totals(gaps),
+        device,
+        streams.reset_index(drop=True),
+        hist,
+        transition_view(trans, sort, None if wide else 40),
+    )
+
+
+def _gap_totals(gaps: pd.DataFrame) -> dict[str, Any]:
+    """The streams' gaps summed: count, idle time, mean gap, and count and time per cause."""
     n = int(gaps["gaps"].sum()) if len(gaps) else 0
     idle = int(gaps["idle_ns"].sum()) if len(gaps) else 0
     summary: dict[str, Any] = {
@@ -402,22 +419,18 @@ def gap_report(res: Results, *, sort: str, rank: int | None, stream: int | None,
     for c in CAUSES:
         summary[f"{c}_gaps"] = int(gaps[f"{c}_gaps"].sum()) if len(gaps) else 0
         summary[f"{c}_ns"] = int(gaps[f"{c}_ns"].sum()) if len(gaps) else 0
-    streams = gaps.sort_values("idle_ns", ascending=False, kind="stable")[
-        [c for c in STREAM_COLUMNS if c in gaps.columns]
-    ]
-    device: dict[str, Any] = {}
-    if stream is None and "device_gaps" in res.table_names:
-        dg = of_rank(res.table("device_gaps"), rank)
-        device = {
-            "gpus": len(dg),
-            **{
-                c: int(dg[c].sum()) if len(dg) else 0
-                for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
-            },
-        }
-    return GapReport(
-        summary, device, streams.reset_index(drop=True), hist, transition_view(trans, sort, None if wide else 40)
-    )
+    return summary
+
+
+def _device_gap_totals(dg: pd.DataFrame) -> dict[str, Any]:
+    """The GPUs' gaps (all streams idle) summed: count, idle time, and count and time per cause."""
+    return {
+        "gpus": len(dg),
+        **{
+            c: int(dg[c].sum()) if len(dg) else 0
+            for c in ("gaps", "idle_ns", *(f"{c}_{k}" for c in CAUSES for k in ("gaps", "ns")))
+        },
+    }
 
 
 def gaps_document(rep: GapReport, top: int | None) -> dict[str, Any]:
