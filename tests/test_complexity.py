@@ -44,8 +44,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
     "dtrace/render/charts.py:heatmap",  # complexity 19
     "dtrace/render/charts.py:step_lines",  # complexity 16
-    "dtrace/render/compare.py:_sec_categories",  # complexity 24
-    "dtrace/render/host_sections.py:section_launches",  # complexity 16
     "dtrace/render/opperf.py:_charts",  # complexity 19
     "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 93 lines
     "dtrace/render/ranks.py:section_collectives",  # 151 lines

@@ -272,23 +272,14 @@ def _sec_categories(
         return "".join(html) or na("kernels")
     per = cat.groupby(["run", "category"], sort=False)["per_gpu_ns"].sum().unstack(fill_value=0)
     order = per.sum(axis=0).sort_values(ascending=False).index.tolist()
-    top, rest = order[:max_categories], order[max_categories:]
     labels = [lab for lab, _ in runs if lab in per.index]
     per = per.reindex(labels)
-    series = {c: per[c].to_numpy(np.float64) for c in top}
-    if rest:
-        series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
+    series = _top_categories(per, order, max_categories)
     # the colour each class has in every report; non-GPU keeps its own
     colors = ch.class_colors(order + ["(other categories)"], avoid=[ch.BREAKDOWN_COLORS["non-GPU"]])
     clamped = []
     if any(lab in walls for lab in labels):
-        # one non-GPU per run, the same as in the runs table and the breakdown: wall − GPU busy time
-        busy = dict(zip(labels, per.sum(axis=1).to_numpy(np.float64)))  # kernel time: a run without breakdown
-        for lab, res in runs:
-            bm = _breakdown_means(res)
-            if bm is not None and lab in busy:
-                busy[lab] = bm["busy"]
-        rem = np.array([walls[lab] * 1e9 - busy[lab] if lab in walls else 0.0 for lab in labels])
+        rem = _non_gpu(runs, walls, labels, per)
         clamped = [lab for lab, r in zip(labels, rem) if r < 0]
         series["non-GPU"] = np.clip(rem, 0.0, None)
         colors["non-GPU"] = ch.BREAKDOWN_COLORS["non-GPU"]
@@ -304,12 +295,40 @@ def _sec_categories(
     if clamped:
         html.append(note(f"GPU busy time exceeds the wall time for {', '.join(clamped)}: non-GPU shown as 0."))
     html.append(ch.stacked_hbars("compare-categories", labels, series, colors, label_width=170))
+    html.append("<h3>Data</h3>")
+    html.append(_category_data(series, labels))
+    return "".join(html)
+
+
+def _top_categories(per: pd.DataFrame, order: list, max_categories: int) -> dict[str, Any]:
+    """Per category (``order``: most time first), each run's time; past ``max_categories`` the
+    rest summed as ``(other categories)``."""
+    top, rest = order[:max_categories], order[max_categories:]
+    series = {c: per[c].to_numpy(np.float64) for c in top}
+    if rest:
+        series["(other categories)"] = per[rest].sum(axis=1).to_numpy(np.float64)
+    return series
+
+
+def _non_gpu(
+    runs: Sequence[tuple[str, Results]], walls: Mapping[str, float], labels: list[str], per: pd.DataFrame
+) -> np.ndarray:
+    """Per run, wall time − GPU busy time (0 without a wall time), the same as in the runs table
+    and the breakdown; the busy time is the kernel time for a run without breakdown."""
+    busy = dict(zip(labels, per.sum(axis=1).to_numpy(np.float64)))
+    for lab, res in runs:
+        bm = _breakdown_means(res)
+        if bm is not None and lab in busy:
+            busy[lab] = bm["busy"]
+    return np.array([walls[lab] * 1e9 - busy[lab] if lab in walls else 0.0 for lab in labels])
+
+
+def _category_data(series: Mapping[str, np.ndarray], labels: list[str]) -> str:
+    """The bars' data: a row per category, a column per run."""
     data = pd.DataFrame({"category": list(series)})
     for i, lab in enumerate(labels):
         data[lab] = [float(series[c][i]) for c in series]
-    html.append("<h3>Data</h3>")
-    html.append(table(data, [("category", "category", "text"), *((lab, lab, "time") for lab in labels)]))
-    return "".join(html)
+    return table(data, [("category", "category", "text"), *((lab, lab, "time") for lab in labels)])
 
 
 def _sec_diff(runs: Sequence[tuple[str, Results]]) -> str:

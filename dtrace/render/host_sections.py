@@ -46,20 +46,7 @@ def section_launches(ctx: Context) -> str:
     out = []
     ls, _ = ctx.get("launch_stats", ("launches", "short_kernels", "runtime_outliers", "delay_outliers"))
     if ls is not None:
-        n = int(ls["launches"].sum())
-        out.append(
-            cards(
-                [
-                    ("GPU events linked to a launch call", ch.fmt_num(n)),
-                    (
-                        "launch-bound (GPU shorter than the launch call)",
-                        ch.fmt_pct(ls["short_kernels"].sum() / max(n, 1)),
-                    ),
-                    ("launch calls beyond the cut-off", ch.fmt_num(int(ls["runtime_outliers"].sum()))),
-                    ("launch delays beyond the cut-off", ch.fmt_num(int(ls["delay_outliers"].sum()))),
-                ]
-            )
-        )
+        out.append(_launch_cards(ls))
     keys = h[["rank", "device"]].drop_duplicates().sort_values(["rank", "device"]).reset_index(drop=True)
     bins = np.sort(h["bin"].unique())
     col = {int(b): i for i, b in enumerate(bins)}
@@ -84,34 +71,54 @@ def section_launches(ctx: Context) -> str:
     out.append(ch.heatmap("launch-delays", m2, rlabs, labels, value_fmt=ch.fmt_pct, caption=cap, mark_rows=marked))
     x, _ = ctx.get("launch_stats_xrank", ("stream", "launches"))
     if x is not None:
-        x = x.assign(_n=_f(x["launches"])).sort_values("_n", ascending=False).head(10)
-        out.append(
-            table(
-                x,
-                [
-                    ("stream", "stream", "num"),
-                    ("parts", "GPUs", "num"),
-                    ("launches", "launches", "num"),
-                    ("cpu_mean_ns", "launch call (mean)", "time"),
-                    ("delay_median_ns", "delay (median of GPUs)", "time"),
-                    ("short_share", "launch-bound", "pct"),
-                    ("slowest_rank", "slowest launcher", "num"),
-                    ("slowest_cpu_mean_ns", "its launch call", "time"),
-                    ("spread", "vs median", "ratio"),
-                    ("delayed_rank", "most delayed", "num"),
-                    ("delayed_mean_ns", "its delay (mean)", "time"),
-                ]
-                + [
-                    (c, h, k)
-                    for c, h, k in (
-                        ("starved_rank", "most starved", "num"),
-                        ("starved_max_share", "its starved share", "pct"),
-                    )
-                    if c in x.columns
-                ],
-            )
-        )
+        out.append(_launch_streams(x))
     return "".join(out)
+
+
+def _launch_cards(ls: pd.DataFrame) -> str:
+    """Launches, launch-bound share and the launch calls and delays beyond the cut-off."""
+    n = int(ls["launches"].sum())
+    return cards(
+        [
+            ("GPU events linked to a launch call", ch.fmt_num(n)),
+            (
+                "launch-bound (GPU shorter than the launch call)",
+                ch.fmt_pct(ls["short_kernels"].sum() / max(n, 1)),
+            ),
+            ("launch calls beyond the cut-off", ch.fmt_num(int(ls["runtime_outliers"].sum()))),
+            ("launch delays beyond the cut-off", ch.fmt_num(int(ls["delay_outliers"].sum()))),
+        ]
+    )
+
+
+def _launch_streams(x: pd.DataFrame) -> str:
+    """The 10 streams with the most launches across ranks, with their slowest, most delayed and
+    most starved GPU."""
+    x = x.assign(_n=_f(x["launches"])).sort_values("_n", ascending=False).head(10)
+    return table(
+        x,
+        [
+            ("stream", "stream", "num"),
+            ("parts", "GPUs", "num"),
+            ("launches", "launches", "num"),
+            ("cpu_mean_ns", "launch call (mean)", "time"),
+            ("delay_median_ns", "delay (median of GPUs)", "time"),
+            ("short_share", "launch-bound", "pct"),
+            ("slowest_rank", "slowest launcher", "num"),
+            ("slowest_cpu_mean_ns", "its launch call", "time"),
+            ("spread", "vs median", "ratio"),
+            ("delayed_rank", "most delayed", "num"),
+            ("delayed_mean_ns", "its delay (mean)", "time"),
+        ]
+        + [
+            (c, h, k)
+            for c, h, k in (
+                ("starved_rank", "most starved", "num"),
+                ("starved_max_share", "its starved share", "pct"),
+            )
+            if c in x.columns
+        ],
+    )
 
 
 def _slowest_step(ctx: Context) -> tuple[int, int, int] | None:
