@@ -311,11 +311,7 @@ def heatmap(
     """
     m = np.asarray(matrix, dtype=np.float64)
     n_r, n_c = m.shape
-    finite = m[np.isfinite(m)]
-    lo = float(finite.min()) if finite.size else 0.0
-    hi = float(finite.max()) if finite.size else 0.0
-    if vrange is not None:
-        lo, hi = float(vrange[0]), float(vrange[1])
+    lo, hi = _scale_range(m, vrange)
     span = hi - lo
     t = (m - lo) / span if span > 0 else np.where(np.isfinite(m), 0.5, np.nan)
     cw = max((width - label_width - 20) / max(n_c, 1), 2.0)
@@ -324,14 +320,7 @@ def heatmap(
     h = top + n_r * ch + 44
     out = [_svg_open(width, h, chart_id)]
     row_every = max(1, math.ceil(11.0 / ch))
-    longest = max((len(str(c)) for c in col_labels), default=1)
-    col_every = max(1, math.ceil((longest * 6.5 + 10) / cw))
-    for j, lab in enumerate(col_labels):
-        if j % col_every == 0:
-            out.append(
-                f'<text x="{label_width + (j + 0.5) * cw:.1f}" y="{top - 6}" text-anchor="middle" '
-                f'fill="#555">{escape(str(lab))}</text>'
-            )
+    out += _column_labels(col_labels, label_width, cw, top)
     colors = color_scale(t.ravel())
     marked = np.array(list(mark_rows) if mark_rows is not None else [False] * n_r, dtype=bool)
     near = np.zeros(n_r, dtype=bool)  # grid labels give way to the marked rows' labels
@@ -339,16 +328,8 @@ def heatmap(
         near[max(0, r - row_every + 1) : r + row_every] = True
     for i in range(n_r):
         y = top + i * ch
-        if marked[i]:
-            out.append(
-                f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end" font-weight="bold" '
-                f'fill="#b3272a">⚑ {escape(str(row_labels[i]))}</text>'
-            )
-        elif i % row_every == 0 and not near[i]:
-            out.append(
-                f'<text x="{label_width - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end">'
-                f"{escape(str(row_labels[i]))}</text>"
-            )
+        if marked[i] or (i % row_every == 0 and not near[i]):
+            out.append(_row_label(str(row_labels[i]), label_width, y + ch / 2 + 4, bool(marked[i])))
         for j in range(n_c):
             val = m[i, j]
             tip = (
@@ -361,23 +342,70 @@ def heatmap(
                 f'height="{ch + 0.3:.2f}" fill="{colors[i * n_c + j]}"><title>{escape(tip)}</title></rect>'
             )
     # legend: gradient bar with min and max
-    ly = top + n_r * ch + 14
+    out += _scale_legend(
+        chart_id, label_width, top + n_r * ch + 14, value_fmt(lo), value_fmt(hi), bool(np.isnan(m).any())
+    )
+    out.append("</svg>")
+    return _figure(chart_id, "".join(out), "", caption)
+
+
+def _bin_mark(xa: float, xb: float, y: float, tip: str) -> str:
+    """A bin's invisible hover target holding its tooltip."""
+    return (
+        f'<rect class="mark" x="{xa:.1f}" y="{y - 3:.1f}" width="{max(xb - xa, 1):.1f}" height="6" '
+        f'fill="transparent"><title>{escape(tip)}</title></rect>'
+    )
+
+
+def _scale_range(m: np.ndarray, vrange: tuple[float, float] | None) -> tuple[float, float]:
+    """The colour scale's ends: ``vrange``, else the finite values' range (0, 0 if none)."""
+    if vrange is not None:
+        return float(vrange[0]), float(vrange[1])
+    finite = m[np.isfinite(m)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+
+
+def _column_labels(col_labels: Sequence[str], label_width: int, cw: float, top: float) -> list[str]:
+    """The column labels over the cells, thinned so that they do not overlap."""
+    longest = max((len(str(c)) for c in col_labels), default=1)
+    col_every = max(1, math.ceil((longest * 6.5 + 10) / cw))
+    return [
+        f'<text x="{label_width + (j + 0.5) * cw:.1f}" y="{top - 6}" text-anchor="middle" '
+        f'fill="#555">{escape(str(lab))}</text>'
+        for j, lab in enumerate(col_labels)
+        if j % col_every == 0
+    ]
+
+
+def _row_label(label: str, label_width: int, y: float, marked: bool) -> str:
+    """A row's label; a marked row's in bold red with a ⚑."""
+    if marked:
+        return (
+            f'<text x="{label_width - 6}" y="{y:.1f}" text-anchor="end" font-weight="bold" '
+            f'fill="#b3272a">⚑ {escape(label)}</text>'
+        )
+    return f'<text x="{label_width - 6}" y="{y:.1f}" text-anchor="end">{escape(label)}</text>'
+
+
+def _scale_legend(chart_id: str, label_width: int, ly: float, lo: str, hi: str, no_data: bool) -> list[str]:
+    """The gradient bar with the scale's ends, and the no-data swatch when a cell has none."""
     gid = f"g-{chart_id}"
     stops = "".join(
         f'<stop offset="{p}" stop-color="{c}"/>'
         for p, c in zip((0, 0.25, 0.5, 0.75, 1), color_scale(np.array([0, 0.25, 0.5, 0.75, 1])))
     )
-    out.append(f'<defs><linearGradient id="{escape(gid)}">{stops}</linearGradient></defs>')
-    out.append(f'<rect x="{label_width}" y="{ly}" width="220" height="10" fill="url(#{escape(gid)})"/>')
-    out.append(f'<text x="{label_width - 6}" y="{ly + 9}" text-anchor="end">{escape(value_fmt(lo))} (dark)</text>')
-    out.append(f'<text x="{label_width + 226}" y="{ly + 9}">{escape(value_fmt(hi))} (yellow)</text>')
-    if np.isnan(m).any():
+    out = [
+        f'<defs><linearGradient id="{escape(gid)}">{stops}</linearGradient></defs>',
+        f'<rect x="{label_width}" y="{ly}" width="220" height="10" fill="url(#{escape(gid)})"/>',
+        f'<text x="{label_width - 6}" y="{ly + 9}" text-anchor="end">{escape(lo)} (dark)</text>',
+        f'<text x="{label_width + 226}" y="{ly + 9}">{escape(hi)} (yellow)</text>',
+    ]
+    if no_data:
         out.append(
             f'<rect x="{label_width + 380}" y="{ly}" width="14" height="10" fill="#eeeeee" stroke="#ccc"/>'
             f'<text x="{label_width + 400}" y="{ly + 9}">no data (not in this step or collective)</text>'
         )
-    out.append("</svg>")
-    return _figure(chart_id, "".join(out), "", caption)
+    return out
 
 
 def histogram(
@@ -536,18 +564,13 @@ def step_lines(
         col = (colors or {}).get(name, PALETTE[i % len(PALETTE)])
         legend[name] = col
         pts: list[str] = []
-        for k in range(len(v)):
-            if not np.isfinite(v[k]):
-                continue
+        for k in np.flatnonzero(np.isfinite(v)).tolist():
             y = y1 - (y1 - y0) * v[k] / ytop
             xa, xb = x0 + lo[k] * sx, x0 + hi[k] * sx
             joined = k > 0 and hi[k - 1] == lo[k] and np.isfinite(v[k - 1])
             pts.append(f"{'L' if joined else 'M'}{xa:.1f},{y:.1f} L{xb:.1f},{y:.1f}")
-            out.append(
-                f'<rect class="mark" x="{xa:.1f}" y="{y - 3:.1f}" width="{max(xb - xa, 1):.1f}" height="6" '
-                f'fill="transparent"><title>{escape(name)} · {escape(x_fmt(lo[k]))}–{escape(x_fmt(hi[k]))}: '
-                f"{escape(value_fmt(v[k]))}</title></rect>"
-            )
+            tip = f"{name} · {x_fmt(lo[k])}–{x_fmt(hi[k])}: {value_fmt(v[k])}"
+            out.append(_bin_mark(xa, xb, y, tip))
         out.append(f'<path d="{" ".join(pts)}" fill="none" stroke="{col}" stroke-width="1.6"/>')
     out.append(
         f'<text x="{(x0 + x1) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#333">{escape(x_title)}</text>'
