@@ -42,10 +42,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
-    "dtrace/render/charts.py:heatmap",  # complexity 19
-    "dtrace/render/charts.py:step_lines",  # complexity 16
-    "dtrace/render/opperf.py:_charts",  # complexity 19
-    "dtrace/render/opperf.py:roofline_chart",  # complexity 30, 93 lines
     "dtrace/render/ranks.py:section_collectives",  # 151 lines
     "dtrace/render/ranks.py:section_steps",  # 115 lines
     "dtrace/render/ranks.py:section_stragglers",  # complexity 18, 85 lines

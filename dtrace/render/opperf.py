@@ -15,6 +15,7 @@ caption and stay in the tables.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from html import escape
 from typing import Any, Sequence
 
@@ -174,32 +175,66 @@ def roofline_chart(
     p = points.loc[np.isfinite(points["intensity"]) & (points["intensity"] > 0) & (points["tflops"] > 0)]
     peaks = [float(v) for _, v in roofs if v and v > 0]
     bw = float(bandwidth_tbps) if bandwidth_tbps and bandwidth_tbps > 0 else None
-    xs = list(p["intensity"].to_numpy(np.float64))
-    ys = list(p["tflops"].to_numpy(np.float64))
-    if bw and peaks:
-        xs += [max(peaks) / bw * 4, min(peaks) / bw / 4]
-    ys += peaks
+    xs, ys = _extent(p, peaks, bw)
     if not xs or not ys:
         return ""
     xa, xb = _decades(min(xs), max(xs))
     ya, yb = _decades(min(ys), max(ys) * 1.3)
-    x0, x1, y0, y1 = 70.0, width - 190.0, 12.0, height - 44.0
+    ax = _LogAxes(70.0, width - 190.0, 12.0, height - 44.0, xa, xb, ya, yb)
+    out = [ch._svg_open(width, height, chart_id), *_log_grid(ax, height)]
+    out += _roof_lines(ax, roofs, bw)
+    if bw:
+        out += _bandwidth_label(ax, bw, peaks)
+    if len(p):
+        out += _op_marks(ax, p, colors or {})
+    out.append("</svg>")
+    legend = ch.legend_html({str(k): v for k, v in (colors or {}).items() if k in set(p["family"].astype(str))})
+    return ch._figure(chart_id, "".join(out), legend, caption)
 
-    def X(v: float | np.ndarray) -> Any:
-        return x0 + (x1 - x0) * (np.log10(v) - xa) / (xb - xa)
 
-    def Y(v: float | np.ndarray) -> Any:
-        return y1 - (y1 - y0) * (np.log10(v) - ya) / (yb - ya)
+def _extent(p: pd.DataFrame, peaks: list[float], bw: float | None) -> tuple[list[float], list[float]]:
+    """The intensities and throughputs the axes must hold: the marks', the peaks and, with a
+    bandwidth, the roofs' ridges with room on both sides."""
+    xs = list(p["intensity"].to_numpy(np.float64))
+    ys = list(p["tflops"].to_numpy(np.float64))
+    if bw and peaks:
+        xs += [max(peaks) / bw * 4, min(peaks) / bw / 4]
+    return xs, ys + peaks
 
-    out = [ch._svg_open(width, height, chart_id)]
-    for k in range(xa, xb + 1):
-        x = float(X(10.0**k))
+
+@dataclass(frozen=True)
+class _LogAxes:
+    """The plot area (x0..x1, y0..y1 in pixels, y0 at the top) and its decades (10**xa..10**xb,
+    10**ya..10**yb) of the log-log roofline chart."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    xa: int
+    xb: int
+    ya: int
+    yb: int
+
+    def X(self, v: float | np.ndarray) -> Any:
+        return self.x0 + (self.x1 - self.x0) * (np.log10(v) - self.xa) / (self.xb - self.xa)
+
+    def Y(self, v: float | np.ndarray) -> Any:
+        return self.y1 - (self.y1 - self.y0) * (np.log10(v) - self.ya) / (self.yb - self.ya)
+
+
+def _log_grid(ax: _LogAxes, height: int) -> list[str]:
+    """A grid line and label per decade on both axes, the axes and their titles."""
+    x0, x1, y0, y1 = ax.x0, ax.x1, ax.y0, ax.y1
+    out = []
+    for k in range(ax.xa, ax.xb + 1):
+        x = float(ax.X(10.0**k))
         out.append(
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y1}" stroke="#e6e6e6"/>'
             f'<text x="{x:.1f}" y="{y1 + 14}" text-anchor="middle" fill="#555">{_pow10(k)}</text>'
         )
-    for k in range(ya, yb + 1):
-        y = float(Y(10.0**k))
+    for k in range(ax.ya, ax.yb + 1):
+        y = float(ax.Y(10.0**k))
         out.append(
             f'<line x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e6e6e6"/>'
             f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{_pow10(k)}</text>'
@@ -212,12 +247,20 @@ def roofline_chart(
         f'<text transform="translate(16 {(y0 + y1) / 2:.0f}) rotate(-90)" text-anchor="middle" fill="#333">'
         "achieved TFLOP/s (log)</text>"
     )
-    x_lo, x_hi = 10.0**xa, 10.0**xb
-    y_lo = 10.0**ya
-    merged: dict[float, list[str]] = {}  # equal peaks (bf16 and fp16) drawn once, labelled together
+    return out
+
+
+def _roof_lines(ax: _LogAxes, roofs: Sequence[tuple[str, float]], bw: float | None) -> list[str]:
+    """Each compute peak as ``min(peak, bandwidth × intensity)`` (flat without a bandwidth),
+    labelled at the right without overlaps; equal peaks (bf16 and fp16) drawn once, labelled
+    together."""
+    x_lo, x_hi = 10.0**ax.xa, 10.0**ax.xb
+    y_lo = 10.0**ax.ya
+    merged: dict[float, list[str]] = {}
     for label, peak in roofs:
         if peak and peak > 0:
             merged.setdefault(round(float(peak), 6), []).append(label)
+    out = []
     last_y = -1e9
     for peak, labels in sorted(merged.items(), key=lambda r: -r[0]):
         label = _join_labels(labels)
@@ -231,39 +274,45 @@ def roofline_chart(
         else:
             pts.append((x_lo, peak))
         pts.append((x_hi, peak))
-        path = " ".join(f"{float(X(a)):.1f},{float(Y(b)):.1f}" for a, b in pts)
+        path = " ".join(f"{float(ax.X(a)):.1f},{float(ax.Y(b)):.1f}" for a, b in pts)
         tip = f"{label}: {sig3(peak)} TFLOP/s" + (f"; ridge at {sig3(peak / bw)} FLOP/byte" if bw else "")
-        ty = max(float(Y(peak)) + 4, last_y + 12)  # labels never overlap
+        ty = max(float(ax.Y(peak)) + 4, last_y + 12)  # labels never overlap
         last_y = ty
         out.append(
             f'<polyline class="roof" points="{path}" fill="none" stroke="#1f2d3d" stroke-width="1.6">'
             f"<title>{escape(tip)}</title></polyline>"
-            f'<text x="{x1 + 6}" y="{ty:.1f}" fill="#1f2d3d">{escape(label)} {sig3(peak)}</text>'
+            f'<text x="{ax.x1 + 6}" y="{ty:.1f}" fill="#1f2d3d">{escape(label)} {sig3(peak)}</text>'
         )
-    if bw:
-        ang = -math.degrees(math.atan2((y1 - y0) / (yb - ya), (x1 - x0) / (xb - xa)))
-        lx = max(x_lo, y_lo / bw) * 3
-        if lx < x_hi and peaks and bw * lx < max(peaks):
-            out.append(
-                f'<text transform="translate({float(X(lx)):.1f} {float(Y(bw * lx)) - 6:.1f}) rotate({ang:.1f})" '
-                f'fill="#1f2d3d">HBM {sig3(bw)} TB/s</text>'
-            )
-    if len(p):
-        ns = p["gpu_ns"].to_numpy(np.float64)
-        r = 3.0 + 11.0 * np.sqrt(ns / max(float(ns.max()), 1.0))
-        order = np.argsort(-r, kind="stable")  # small marks drawn last, on top
-        cx, cy = X(p["intensity"].to_numpy(np.float64)), Y(p["tflops"].to_numpy(np.float64))
-        fam, tips = p["family"].to_numpy(object), p["tip"].to_numpy(object)
-        colors = colors or {}
-        for i in order:
-            c = colors.get(str(fam[i]), ch.PALETTE[0])
-            out.append(
-                f'<circle class="mark" cx="{cx[i]:.1f}" cy="{cy[i]:.1f}" r="{r[i]:.1f}" fill="{c}" '
-                f'fill-opacity="0.7" stroke="{c}"><title>{escape(str(tips[i]))}</title></circle>'
-            )
-    out.append("</svg>")
-    legend = ch.legend_html({str(k): v for k, v in (colors or {}).items() if k in set(p["family"].astype(str))})
-    return ch._figure(chart_id, "".join(out), legend, caption)
+    return out
+
+
+def _bandwidth_label(ax: _LogAxes, bw: float, peaks: list[float]) -> list[str]:
+    """``HBM x TB/s`` along the sloped roof, where it is below the peaks."""
+    ang = -math.degrees(math.atan2((ax.y1 - ax.y0) / (ax.yb - ax.ya), (ax.x1 - ax.x0) / (ax.xb - ax.xa)))
+    lx = max(10.0**ax.xa, 10.0**ax.ya / bw) * 3
+    if not (lx < 10.0**ax.xb and peaks and bw * lx < max(peaks)):
+        return []
+    return [
+        f'<text transform="translate({float(ax.X(lx)):.1f} {float(ax.Y(bw * lx)) - 6:.1f}) rotate({ang:.1f})" '
+        f'fill="#1f2d3d">HBM {sig3(bw)} TB/s</text>'
+    ]
+
+
+def _op_marks(ax: _LogAxes, p: pd.DataFrame, colors: dict[str, str]) -> list[str]:
+    """A circle per op, its area by its GPU time, coloured by family; small marks on top."""
+    ns = p["gpu_ns"].to_numpy(np.float64)
+    r = 3.0 + 11.0 * np.sqrt(ns / max(float(ns.max()), 1.0))
+    order = np.argsort(-r, kind="stable")  # small marks drawn last, on top
+    cx, cy = ax.X(p["intensity"].to_numpy(np.float64)), ax.Y(p["tflops"].to_numpy(np.float64))
+    fam, tips = p["family"].to_numpy(object), p["tip"].to_numpy(object)
+    out = []
+    for i in order:
+        c = colors.get(str(fam[i]), ch.PALETTE[0])
+        out.append(
+            f'<circle class="mark" cx="{cx[i]:.1f}" cy="{cy[i]:.1f}" r="{r[i]:.1f}" fill="{c}" '
+            f'fill-opacity="0.7" stroke="{c}"><title>{escape(str(tips[i]))}</title></circle>'
+        )
+    return out
 
 
 def _join_labels(labels: list[str]) -> str:
@@ -366,17 +415,7 @@ def _charts(ctx: Context, op: pd.DataFrame) -> str:
         drawn = s.loc[(s["flops"] > 0) & (s["bytes"] > 0)]
         cut = len(drawn) > MAX_MARKS
         drawn = drawn.head(MAX_MARKS)
-        roofs: list[tuple[str, float]] = []
-        bw = None
-        if gpu:
-            used = drawn.drop_duplicates(["unit", "precision"])
-            roofs = [
-                (f"{u} {pr}", float(pk))
-                for u, pr, pk in zip(used["unit"], used["precision"], used["peak_tflops"])
-                if np.isfinite(pk) and pk > 0
-            ]
-            bws = drawn["peak_tbps"].dropna()
-            bw = float(bws.iloc[0]) if len(bws) else None
+        roofs, bw = _roofs_of(drawn) if gpu else ([], None)
         pts = drawn.assign(tip=[_tip(r) for r in drawn.itertuples(index=False)])
         no_flops = int((s["flops"].fillna(0) <= 0).sum())
         cap = [
@@ -391,15 +430,33 @@ def _charts(ctx: Context, op: pd.DataFrame) -> str:
             f"roofline-{i}", pts, roofs=roofs, bandwidth_tbps=bw, colors=colors, caption="; ".join(cap) + "."
         )
         if not gpu:
-            dev, _ = ctx.get("devices", ("gpu_note",))
-            why = sorted({w for w in (dev["gpu_note"] if dev is not None else []) if w}) or [
-                "the results have no devices table"
-            ]
-            body = na("gpu_peaks", "no roofline: " + "; ".join(why)) + body
+            body = _no_roofline(ctx) + body
         out.append(head + body)
     if len(gpus) > MAX_CHARTS:
         out.append(note(f"{len(gpus) - MAX_CHARTS} more GPU model(s) not drawn; see the tables."))
     return "".join(out)
+
+
+def _roofs_of(drawn: pd.DataFrame) -> tuple[list[tuple[str, float]], float | None]:
+    """The compute peaks (``unit precision``, TFLOP/s) of the units and precisions drawn, and the
+    memory bandwidth (TB/s; ``None``: unknown)."""
+    used = drawn.drop_duplicates(["unit", "precision"])
+    roofs = [
+        (f"{u} {pr}", float(pk))
+        for u, pr, pk in zip(used["unit"], used["precision"], used["peak_tflops"])
+        if np.isfinite(pk) and pk > 0
+    ]
+    bws = drawn["peak_tbps"].dropna()
+    return roofs, float(bws.iloc[0]) if len(bws) else None
+
+
+def _no_roofline(ctx: Context) -> str:
+    """Why a GPU has no roofline: the devices' notes, or no devices table."""
+    dev, _ = ctx.get("devices", ("gpu_note",))
+    why = sorted({w for w in (dev["gpu_note"] if dev is not None else []) if w}) or [
+        "the results have no devices table"
+    ]
+    return na("gpu_peaks", "no roofline: " + "; ".join(why))
 
 
 def _lost_table(ctx: Context, xr: pd.DataFrame, rows: int = 30) -> str:
