@@ -137,71 +137,84 @@ def section_steps(ctx: Context) -> str:
     if st is None:
         html.append("<h3>Step time</h3>" + msg)
     else:
-        piv = st.pivot_table(index=["rank", "device"], columns="step", values="step_ns", aggfunc="max").sort_index()
-        keys = piv.index.to_frame(index=False)
-        steps = [str(s) for s in piv.columns]
-        html.append("<h3>Step time per GPU and step</h3>")
-        m = piv.to_numpy(np.float64)
-        lo, hi, spread = step_colour_range(m)
-        html.append(
-            note(
-                "step time = GPU span of the step's events (first start to last end). Colour: dark purple = shorter, "
-                "yellow = longer. A yellow column is a slow step. In a job whose ranks synchronise every step "
-                "(collectives), every rank's step lasts about as long as the slowest rank's, so a slow rank does "
-                "not stand out here: look for it in the collective-wait chart below (the rank that waits least, a "
-                "dark row) and in the Stragglers section. A yellow row is a rank slow on its own (ranks that do not "
-                "wait for each other)."
-            )
-        )
-        html.append(
-            _heat(
-                ctx,
-                "step-heatmap",
-                m,
-                keys,
-                [f"step {s}" for s in steps],
-                row_agg="max",
-                col_agg="max",
-                what="step time",
-                vrange=(lo, hi),
-                note_text=f"The step times span {100 * spread:.1f} % of their median (slowest − "
-                f"fastest cell); the colour scale spans at least {100 * MIN_STEP_SPAN:.0f} % "
-                f"({ch.fmt_time(lo)} to {ch.fmt_time(hi)}), so differences of a few percent "
-                "stay in the middle colours.",
-            )
-        )
-        g = st.groupby("step")["step_ns"]
-        sm = pd.DataFrame(
-            {
-                "step": g.median().index.to_numpy(),
-                "gpus": g.size().to_numpy(),
-                "median": g.median().to_numpy(),
-                "min": g.min().to_numpy(),
-                "max": g.max().to_numpy(),
-            }
-        )
-        slow = st.loc[g.idxmax().to_numpy()]
-        sm["slowest"] = ctx.labels(slow)
-        sm["spread"] = (sm["max"] - sm["min"]) / sm["median"].replace(0, np.nan)
-        html.append(
-            table(
-                sm.head(200),
-                [
-                    ("step", "step", "num"),
-                    ("gpus", "GPUs", "num"),
-                    ("median", "median", "time"),
-                    ("min", "fastest", "time"),
-                    ("max", "slowest", "time"),
-                    ("slowest", "slowest GPU", "text"),
-                    ("spread", "(max − min) / median", "pct"),
-                ],
-            )
-        )
+        html += _step_times(ctx, st)
     html.append("<h3>Collective wait per GPU</h3>")
     co, msg = ctx.get("collectives", ("collective", "rank", "start_ns", "wait_ns"))
     if co is None:
         html.append(msg)
         return "".join(html)
+    return "".join(html + _collective_waits(ctx, co))
+
+
+def _step_times(ctx: Context, st: pd.DataFrame) -> list[str]:
+    """The rank × step heatmap of step time and the per-step table."""
+    html = []
+    piv = st.pivot_table(index=["rank", "device"], columns="step", values="step_ns", aggfunc="max").sort_index()
+    keys = piv.index.to_frame(index=False)
+    steps = [str(s) for s in piv.columns]
+    html.append("<h3>Step time per GPU and step</h3>")
+    m = piv.to_numpy(np.float64)
+    lo, hi, spread = step_colour_range(m)
+    html.append(
+        note(
+            "step time = GPU span of the step's events (first start to last end). Colour: dark purple = shorter, "
+            "yellow = longer. A yellow column is a slow step. In a job whose ranks synchronise every step "
+            "(collectives), every rank's step lasts about as long as the slowest rank's, so a slow rank does "
+            "not stand out here: look for it in the collective-wait chart below (the rank that waits least, a "
+            "dark row) and in the Stragglers section. A yellow row is a rank slow on its own (ranks that do not "
+            "wait for each other)."
+        )
+    )
+    html.append(
+        _heat(
+            ctx,
+            "step-heatmap",
+            m,
+            keys,
+            [f"step {s}" for s in steps],
+            row_agg="max",
+            col_agg="max",
+            what="step time",
+            vrange=(lo, hi),
+            note_text=f"The step times span {100 * spread:.1f} % of their median (slowest − "
+            f"fastest cell); the colour scale spans at least {100 * MIN_STEP_SPAN:.0f} % "
+            f"({ch.fmt_time(lo)} to {ch.fmt_time(hi)}), so differences of a few percent "
+            "stay in the middle colours.",
+        )
+    )
+    g = st.groupby("step")["step_ns"]
+    sm = pd.DataFrame(
+        {
+            "step": g.median().index.to_numpy(),
+            "gpus": g.size().to_numpy(),
+            "median": g.median().to_numpy(),
+            "min": g.min().to_numpy(),
+            "max": g.max().to_numpy(),
+        }
+    )
+    slow = st.loc[g.idxmax().to_numpy()]
+    sm["slowest"] = ctx.labels(slow)
+    sm["spread"] = (sm["max"] - sm["min"]) / sm["median"].replace(0, np.nan)
+    html.append(
+        table(
+            sm.head(200),
+            [
+                ("step", "step", "num"),
+                ("gpus", "GPUs", "num"),
+                ("median", "median", "time"),
+                ("min", "fastest", "time"),
+                ("max", "slowest", "time"),
+                ("slowest", "slowest GPU", "text"),
+                ("spread", "(max − min) / median", "pct"),
+            ],
+        )
+    )
+    return html
+
+
+def _collective_waits(ctx: Context, co: pd.DataFrame) -> list[str]:
+    """The rank × step (or × instance, without steps) heatmap of collective wait."""
+    html = []
     co = co.assign(device=co["device"] if "device" in co.columns else -1)
     in_step = (
         co["step"].notna().to_numpy() & (co["step"].fillna(-1).to_numpy() >= 0)
@@ -246,7 +259,7 @@ def section_steps(ctx: Context) -> str:
             what="collective wait",
         )
     )
-    return "".join(html)
+    return html
 
 
 def section_stragglers(ctx: Context) -> str:
@@ -256,51 +269,64 @@ def section_stragglers(ctx: Context) -> str:
     if sg is None:
         html.append(msg)
     else:
-        sg = sg.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
-        fl = flags(sg["flagged"])
-        html.append(
-            note(
-                f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
-                "others wait for; the evidence names the signals (late arrival at collectives, slower "
-                "kernels than the other ranks, step-time z-score, slow link, slow GPU at equal op shapes)."
-            )
-        )
-        head = sg.head(20)
-        html.append(
-            ch.hbars(
-                "stragglers",
-                ctx.labels(head),
-                head["score"].to_numpy(np.float64),
-                colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
-                value_fmt=lambda v: f"{v:.2f}",
-                label_width=150,
-                highlight=flags(head["flagged"]).tolist(),
-                legend={"flagged": "#e15759", "not flagged": "#4e79a7"},
-            )
-        )
-        shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
-            "score", ascending=False, kind="stable"
-        )
-        shown = shown.assign(label=ctx.labels(shown))
-        cols = [
-            ("label", "GPU", "text"),
-            ("score", "score", "num"),
-            ("flagged", "flagged", "bool"),
-            ("evidence", "evidence", "text"),
-        ]
-        if "signals" in shown.columns:
-            cols.insert(3, ("signals", "signals", "text"))
-            html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
-        html.append(table(shown, cols, flag=flags(shown["flagged"]).tolist()))
+        html += _straggler_scores(ctx, sg)
     rk, msg = ctx.get("ranks", ("rank",))
     html.append("<h3>Rank comparison (robust z-scores)</h3>")
     if rk is None:
         html.append(msg)
         return "".join(html)
+    return "".join(html + _rank_zscores(ctx, rk))
+
+
+def _straggler_scores(ctx: Context, sg: pd.DataFrame) -> list[str]:
+    """The 20 highest scores as bars, and the flagged GPUs (and a few others) with their evidence."""
+    html = []
+    sg = sg.sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    fl = flags(sg["flagged"])
+    html.append(
+        note(
+            f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
+            "others wait for; the evidence names the signals (late arrival at collectives, slower "
+            "kernels than the other ranks, step-time z-score, slow link, slow GPU at equal op shapes)."
+        )
+    )
+    head = sg.head(20)
+    html.append(
+        ch.hbars(
+            "stragglers",
+            ctx.labels(head),
+            head["score"].to_numpy(np.float64),
+            colors=["#e15759" if f else "#4e79a7" for f in flags(head["flagged"])],
+            value_fmt=lambda v: f"{v:.2f}",
+            label_width=150,
+            highlight=flags(head["flagged"]).tolist(),
+            legend={"flagged": "#e15759", "not flagged": "#4e79a7"},
+        )
+    )
+    shown = pd.concat([sg.loc[fl], sg.loc[~fl].head(max(25 - int(fl.sum()), 5))]).sort_values(
+        "score", ascending=False, kind="stable"
+    )
+    shown = shown.assign(label=ctx.labels(shown))
+    cols = [
+        ("label", "GPU", "text"),
+        ("score", "score", "num"),
+        ("flagged", "flagged", "bool"),
+        ("evidence", "evidence", "text"),
+    ]
+    if "signals" in shown.columns:
+        cols.insert(3, ("signals", "signals", "text"))
+        html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
+    html.append(table(shown, cols, flag=flags(shown["flagged"]).tolist()))
+    return html
+
+
+def _rank_zscores(ctx: Context, rk: pd.DataFrame) -> list[str]:
+    """The flagged stragglers, then the ranks with the largest |z|, on the main metrics and
+    those with |z| ≥ 3."""
+    html: list[str] = []
     zcols = [c for c in rk.columns if c.endswith("_z") and pd.api.types.is_numeric_dtype(rk[c])]
     if not zcols:
-        html.append(na("ranks", "table ranks has no *_z columns"))
-        return "".join(html)
+        return [na("ranks", "table ranks has no *_z columns")]
     z = np.nan_to_num(rk[zcols].to_numpy(np.float64), nan=0.0)
     worst = np.abs(z).max(axis=1)
     is_flagged = np.array([int(r) in ctx.flagged for r in rk["rank"]], dtype=bool)
@@ -335,7 +361,7 @@ def section_stragglers(ctx: Context) -> str:
             flag=[int(r) in ctx.flagged for r in view["rank"]],
         )
     )
-    return "".join(html)
+    return html
 
 
 def _instances(ctx: Context, co: pd.DataFrame) -> pd.DataFrame:
