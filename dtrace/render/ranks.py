@@ -420,6 +420,15 @@ def section_collectives(ctx: Context) -> str:
             caption="start skew per instance, by collective type (box: p25–p75, whiskers: min–max)",
         )
     )
+    html += _by_op(inst)
+    html += _by_group(inst)
+    html += _waits_per_gpu(ctx, _per_gpu_waits(co))
+    return "".join(html)
+
+
+def _by_op(inst: pd.DataFrame) -> list[str]:
+    """Per collective type: groups, instances, message size, wait, skews, transfer, bus bandwidth."""
+    html = []
     go = inst.groupby("op", sort=False)
     by_op = (
         pd.DataFrame(
@@ -457,6 +466,12 @@ def section_collectives(ctx: Context) -> str:
             ],
         )
     )
+    return html
+
+
+def _by_group(inst: pd.DataFrame) -> list[str]:
+    """The 15 (process group, collective type) pairs with the slowest transfers."""
+    html = []
     gg = inst.groupby(["group", "op"], sort=False)
     by_group = (
         pd.DataFrame(
@@ -492,6 +507,11 @@ def section_collectives(ctx: Context) -> str:
             ],
         )
     )
+    return html
+
+
+def _per_gpu_waits(co: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU: its total collective wait, how often it arrived last, its instances (least wait first)."""
     keys = ["rank", "device"] if "device" in co.columns else ["rank"]
     if "last" in co.columns:
         last_flag = pd.Series(flags(co["last"]), index=co.index)
@@ -506,6 +526,12 @@ def section_collectives(ctx: Context) -> str:
     )
     per["last_share"] = per["last"] / per["instances"].replace(0, np.nan)
     per = per.sort_values(["wait", "rank"], kind="stable").reset_index(drop=True)  # least wait first
+    return per
+
+
+def _waits_per_gpu(ctx: Context, per: pd.DataFrame) -> list[str]:
+    """The collective wait per GPU as bars (least first) and the GPUs that arrived last most often."""
+    html = []
     idx, sel_note = ctx.select(
         -per["wait"].to_numpy(np.float64),
         per["rank"].to_numpy(),
@@ -550,4 +576,4 @@ def section_collectives(ctx: Context) -> str:
             flag=[int(r) in ctx.flagged for r in pv["rank"]],
         )
     )
-    return "".join(html)
+    return html
