@@ -15,22 +15,30 @@ MAX_COMPLEXITY = 15
 MAX_LINES = 80
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "dtrace"
 
-#: ``path:qualified name`` of the functions still over a limit (in modules other sessions were
-#: editing when this check came in); each is split into named phases and removed from here.
+#: ``path:qualified name`` of the functions still over a limit; each is to be split into named
+#: phases (as the rest of the package was) and removed from here, until the set is empty.
 ALLOWED: set[str] = {
+    # modules other sessions were changing when this check came in (records, CLI, readers)
     "dtrace/api.py:_Run.estimate",  # complexity 22
     "dtrace/api.py:_Run.execute",  # complexity 17
     "dtrace/api.py:_Run.manifest",  # complexity 23
     "dtrace/api.py:analyze",  # complexity 28, 87 lines
     "dtrace/api.py:up_to_date",  # complexity 32
-    "dtrace/batch.py:prepare",  # complexity 16, 103 lines
     "dtrace/cache.py:_parse_source",  # complexity 33
     "dtrace/cache.py:lookup",  # complexity 23
-    "dtrace/categories.py:categorize_names",  # complexity 17
     "dtrace/cli/nsys.py:run",  # complexity 23
     "dtrace/cli/perf.py:run_perf",  # complexity 17
     "dtrace/cli/report.py:add_parser",  # 103 lines
     "dtrace/cli/show.py:run",  # complexity 21
+    "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
+    "dtrace/readers/kineto.py:_collective_table",  # complexity 17
+    "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
+    "dtrace/results.py:validate_manifest",  # complexity 36
+    "dtrace/results.py:write_results",  # complexity 17
+    "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines
+    # modules outside that round's split (the package root's pipeline modules, nsys stats CSV)
+    "dtrace/batch.py:prepare",  # complexity 16, 103 lines
+    "dtrace/categories.py:categorize_names",  # complexity 17
     "dtrace/hardware.py:_spec",  # complexity 17
     "dtrace/options.py:Options.__post_init__",  # complexity 28
     "dtrace/part_loader.py:_from_results",  # complexity 26
@@ -39,12 +47,6 @@ ALLOWED: set[str] = {
     "dtrace/plan.py:glob_files",  # complexity 19
     "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
     "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
-    "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
-    "dtrace/readers/kineto.py:_collective_table",  # complexity 17
-    "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
-    "dtrace/results.py:validate_manifest",  # complexity 36
-    "dtrace/results.py:write_results",  # complexity 17
-    "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines
     "dtrace/summaries.py:add_summaries",  # complexity 20
     "dtrace/summaries.py:group_tables",  # 90 lines
     "dtrace/tile.py:_Source._measure",  # complexity 18
