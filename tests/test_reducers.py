@@ -5,6 +5,9 @@ columns."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 from _synthjobs import per_rank_tables
 
@@ -15,6 +18,7 @@ from dtrace.options import Options
 from dtrace.reduce import DECLARED, ORDER, REDUCERS, Reducer, reducer_order
 
 PER_RANK = {a.table for a in ANALYSES}
+EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "traces")
 
 
 def _noop(tables, options):
@@ -87,13 +91,9 @@ class _Reads(dict):
         return super().__contains__(key)
 
 
-def test_on_a_real_run_reducers_read_what_they_declare_and_make_their_declared_columns(tmp_path):
-    """A generated 4-rank job (collectives, recorded shapes, one slow GPU) through the reader and
-    every analysis, then each reducer in order on the tables of those before it."""
-    synth.generate(
-        str(tmp_path), ranks=4, seed=3, faults=["gpu:rank=1:slow=0.2"], record_shapes=True, steps=3, kernels_per_step=30
-    )
-    tables = per_rank_tables(str(tmp_path), Options(), need=None)
+def _reduce_declared(tables: dict) -> set[str]:
+    """Each reducer in order on the tables of those before it, checking the tables it reads and
+    the columns of those it makes; returns the tables made with rows."""
     made: set[str] = set()
     for r in ORDER:
         seen = _Reads(tables)
@@ -106,5 +106,24 @@ def test_on_a_real_run_reducers_read_what_they_declare_and_make_their_declared_c
                 assert DECLARED[name] is r.produces[name]
         made |= {name for name, frame in out.items() if len(frame)}
         tables.update(out)
+    return made
+
+
+def test_on_a_generated_job_reducers_read_what_they_declare_and_make_their_declared_columns(tmp_path):
+    """A generated 4-rank job (collectives, recorded shapes, one slow GPU) through the reader and
+    every analysis, then the reducers."""
+    synth.generate(
+        str(tmp_path), ranks=4, seed=3, faults=["gpu:rank=1:slow=0.2"], record_shapes=True, steps=3, kernels_per_step=30
+    )
+    made = _reduce_declared(per_rank_tables(str(tmp_path), Options(), need=None))
     # the run exercised the tables: every reduced table but the one of memory events has rows
     assert made == set().union(*(r.produces for r in REDUCERS)) - {"memory_xrank"}
+
+
+def test_on_real_traces_reducers_read_what_they_declare_and_make_their_declared_columns(tmp_path):
+    """The two sampled ranks of a real PyTorch job (``examples/traces``) through the reader and
+    every analysis, then the reducers."""
+    for k in range(2):
+        shutil.copy(os.path.join(EXAMPLES, f"sampled_rank-{k}.json.gz"), tmp_path / f"rank-{k}.json.gz")
+    made = _reduce_declared(per_rank_tables(str(tmp_path), Options(), need=None))
+    assert {"kernels_xrank", "ops_xrank", "collectives", "collective_instances", "rank_stats", "stragglers"} <= made
