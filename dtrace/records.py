@@ -15,6 +15,8 @@ Examples
 --------
 >>> convert({"tables": ["breakdown"], "seconds": 2}, Manifest).seconds
 2.0
+>>> convert({"tables": []}, Manifest).workers is None   # not recorded
+True
 >>> convert({"tables": ["breakdown"], "inputs": [{"path": "a", "size": "big"}]}, Manifest)
 Traceback (most recent call last):
 dtrace.records.RecordError: inputs[0].size is a str, expected an int
@@ -95,11 +97,12 @@ class Manifest(msgspec.Struct, kw_only=True):
     options: dict[str, Any] = {}
     absent_tables: dict[str, str] = {}
     failed_tables: dict[str, Any] = {}
-    seconds: float = 0.0
-    workers: int = 1
-    n_inputs: int = 0
-    n_failed: int = 0
-    n_parts: int = 0
+    # None: not recorded (``dtrace nsys-stats`` records no run time, workers or parts)
+    seconds: float | None = None
+    workers: int | None = None
+    n_inputs: int | None = None
+    n_failed: int | None = None
+    n_parts: int | None = None
     created: str | None = None
     dtrace_version: str | None = None
     run_id: str | None = None

@@ -37,6 +37,8 @@ try:
 except ImportError:  # pragma: no cover - not on POSIX: staging folders are cleaned by age alone
     fcntl = None  # type: ignore[assignment]
 
+import msgspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -81,8 +83,11 @@ class Results:
     @property
     def record(self) -> Manifest:
         """The manifest as a typed :class:`~dtrace.records.Manifest` (fields dtrace does not
-        declare there stay in :attr:`manifest` only)."""
-        return check_manifest(self.manifest, os.path.join(self.path or "(in memory)", MANIFEST))
+        declare there stay in :attr:`manifest` only). Values are taken as they are written
+        (a NumPy number as the number)."""
+        plain = msgspec.to_builtins(self.manifest, enc_hook=_plain)
+        where = os.path.join(self.path, MANIFEST) if self.path else "the results' manifest (in memory)"
+        return check_manifest(plain, where, written=self.path is not None)
 
     @property
     def table_names(self) -> list[str]:
@@ -142,6 +147,12 @@ class Results:
             + (f"; failed tables: {', '.join(self.failed_tables)}" if self.failed_tables else "")
             + ">"
         )
+
+
+def _plain(v: object) -> object:
+    """A value the manifest's JSON holds for ``v``: a NumPy scalar's number, else its text
+    (what :func:`write_results` writes)."""
+    return v.item() if isinstance(v, np.generic) else str(v)
 
 
 def cache_of(out: str | os.PathLike[str]) -> str:
@@ -421,9 +432,10 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         raise ResultsError(f"{mf}: invalid manifest: {exc}") from None
 
 
-def check_manifest(manifest: object, where: str) -> Manifest:
+def check_manifest(manifest: object, where: str, *, written: bool = True) -> Manifest:
     """The typed manifest (:class:`~dtrace.records.Manifest`) of a JSON value read from ``where``,
     checked (it may have been edited by hand); a wrong field raises a one-line ResultsError.
+    A ``written`` manifest lists its tables (one of a run kept in memory need not).
 
     Examples
     --------
@@ -437,7 +449,7 @@ def check_manifest(manifest: object, where: str) -> Manifest:
     def bad(what: str) -> ResultsError:
         return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
 
-    if isinstance(manifest, dict) and "tables" not in manifest:
+    if written and isinstance(manifest, dict) and "tables" not in manifest:
         raise bad("field 'tables' is missing")
     try:
         record = convert(manifest, Manifest)

@@ -38,7 +38,7 @@ class Context:
         if missing:
             return None, na(name, f"table {name} lacks column(s) {', '.join(missing)}")
         if not len(df):
-            why = (self.results.manifest.get("absent_tables") or {}).get(name)
+            why = self.results.record.absent_tables.get(name)
             return None, na(name, f"table {name} is empty" + (f": {why}" if why else ""))
         return df, ""
 
