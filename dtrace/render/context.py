@@ -16,11 +16,13 @@ MAX_BARS = 64
 
 
 class Context:
-    """The results plus what every section needs: GPU keys, labels, flagged stragglers."""
+    """The results plus what every section needs: GPU keys, labels, flagged stragglers, and the
+    exported timeline the report links (``timeline``: its path relative to the report, or None)."""
 
-    def __init__(self, results: Results, max_bars: int = MAX_BARS) -> None:
+    def __init__(self, results: Results, max_bars: int = MAX_BARS, timeline: str | None = None) -> None:
         self.results = results
         self.max_bars = max(int(max_bars), 4)
+        self.timeline = timeline
         self.names = set(results.table_names)
         self._cache: dict[str, pd.DataFrame] = {}
         self.parts = self._parts()
