@@ -38,9 +38,9 @@ import pandas as pd
 import pyarrow as pa
 
 from ._version import __version__
-from .analyses import Analysis, conform
+from .analyses import Analysis
 from .cache import _NOFOLLOW, fingerprint_bytes, read_file
-from .dtypes import dtype_is
+from .dtypes import conform, dtype_is
 from .hardware import spec_identity
 from .layout import PartitionSpec
 from .options import Options

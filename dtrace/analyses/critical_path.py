@@ -362,7 +362,9 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     return _Gpu(part=gp, start=gs, end=ge, lrow=lrow, l_start=l_start, bd=bd, split=split)
 
 
-def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray, list, list, list]:
+def _walk(
+    host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]
+) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]]]:
     """Every chain's walk from its end to its start, one hop per round for all unfinished chains:
     the time per category (chains × :data:`CATEGORIES`), the host intervals (chain, thread, from,
     to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns)."""
@@ -646,7 +648,9 @@ def _first_of(sorted_group: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.searchsorted(sorted_group, group, side="left").astype(I64)
 
 
-def _top_names(n: int, labels: np.ndarray, shares: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple:
+def _top_names(
+    n: int, labels: np.ndarray, shares: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per chain, the name with the most time in ``shares`` (chain, name code, ns) and that time."""
     c, name, ns = shares
     keep = (name >= 0) & (ns > 0)
