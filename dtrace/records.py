@@ -3,7 +3,10 @@
 - :class:`Manifest` (with :class:`InputRecord`, :class:`InputPart`, :class:`PartitionRecord`):
   a results folder's ``manifest.json`` (:mod:`dtrace.results`);
 - :class:`StoreEntry` (with :class:`StoredTable`): a result store entry's ``entry.json``
-  (:mod:`dtrace.resultstore`).
+  (:mod:`dtrace.resultstore`);
+- :class:`SourceFile` (with :class:`CachedInput`, :class:`CachedPart`): an ingest cache entry's
+  ``source.json``, as :mod:`dtrace.cache` writes it (its checks still live in
+  ``cache._parse_source``; these records are the typed shape to move them to).
 
 Every field a manifest may lack has a default, so a record reads older or hand-written files
 the way the code always did; fields dtrace does not declare here are ignored (the manifest
@@ -138,6 +141,58 @@ class StoreEntry(msgspec.Struct, kw_only=True):
     created: float = 0.0
 
 
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+Count32 = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Count64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class CachedPart(msgspec.Struct, kw_only=True):
+    """One part (device) of a cached input: its table files (names inside the entry's folder)
+    and their fingerprints."""
+
+    device: Int32
+    local_index: Count32
+    n_events: Count64
+    events: str
+    collectives: str
+    memcpy: str
+    checksums: dict[str, str]  # file name -> xxh3 of its bytes
+    side: dict[str, str] = {}  # further side table -> its file (tables with rows only)
+
+
+class CachedInput(msgspec.Struct, kw_only=True):
+    """``source.json``'s ``record``: what ingest knew about the input (``FileRecord.to_json``)."""
+
+    path: str
+    format: str
+    size: Int64
+    mtime_ns: Int64
+    fingerprint: str
+    parts: list[CachedPart]
+    rank_per_device: bool
+    meta: dict[str, Any]
+    rank_hint: Int64 | None = None
+    identity: str | None = None
+    side_tables: list[str] = []
+
+
+class SourceFile(msgspec.Struct, kw_only=True):
+    """An ingest cache entry's ``source.json``. ``record`` stays the JSON object: its fingerprint
+    is that of the object as written (``cache._record_fingerprint``); once it matches, the
+    record is converted: ``convert(source.record, CachedInput)``.
+
+    Examples
+    --------
+    >>> convert({"cache_version": "1", "record": {}, "record_fingerprint": ""}, SourceFile)
+    Traceback (most recent call last):
+    dtrace.records.RecordError: cache_version is a str, expected an int
+    """
+
+    cache_version: int
+    record: dict[str, Any]
+    record_fingerprint: str
+
+
 _EXPECTED = re.compile(r"Expected `([^`]+)`(?:, got `([^`]+)`)?(.*)")
 _MISSING = re.compile(r"Object missing required field `([^`]+)`")
 _JSON_TYPES = {"array": "list", "object": "dict", "null": "None", "number": "float", "StoredTable": "dict"}
@@ -195,12 +250,15 @@ def _kind(v: object) -> str:
 
 
 __all__ = [
+    "CachedInput",
+    "CachedPart",
     "InputPart",
     "InputRecord",
     "Int64",
     "Manifest",
     "PartitionRecord",
     "RecordError",
+    "SourceFile",
     "StoreEntry",
     "StoredTable",
     "TableName",
