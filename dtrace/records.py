@@ -92,7 +92,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     """A results folder's ``manifest.json`` (docs/semantics.md, "Results tables").
 
     ``options`` are checked against :class:`~dtrace.options.Options` by
-    :func:`dtrace.results.validate_manifest` (a layer above this one).
+    :func:`dtrace.results.check_manifest` (a layer above this one).
     """
 
     tables: list[TableName] = []
