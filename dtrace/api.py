@@ -320,12 +320,10 @@ def up_to_date(
     from .results import intact, load
 
     try:
-        prev = load(out).manifest
+        prev = load(out).record
     except DtraceError:
         return None
-    key = prev.get("run_key")
-    items = prev.get("inputs")
-    if not isinstance(key, str) or not isinstance(items, list) or refused or prev.get("n_failed"):
+    if prev.run_key is None or refused or prev.n_failed:
         return None
     remote = {f: (infos or {}).get(f) for f in files if is_url(f)}
     if any(i is None or not i.identity for i in remote.values()):
@@ -335,11 +333,7 @@ def up_to_date(
     except OSError:
         return None
     stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})  # identity, not time, decides
-    before = {
-        (i.get("path"), i.get("size"), i.get("mtime_ns")): (i.get("fingerprint"), i.get("identity"))
-        for i in items
-        if isinstance(i, dict)
-    }
+    before = {(i.path, i.size, i.mtime_ns): (i.fingerprint, i.identity) for i in prev.inputs}
     now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
     if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
         return None
@@ -359,11 +353,11 @@ def up_to_date(
         if fp != recorded:
             return None
         inputs.append((path, size, mtime, fp))
-    if resultstore.run_key(inputs, options, analyses, settings) != key or not intact(out, prev):
+    if resultstore.run_key(inputs, options, analyses, settings) != prev.run_key or not intact(out, prev):
         return None
     res = load(out)
     # in memory only, for this call: nothing was parsed or analysed again (the manifest on disk
-    # still describes the run that made the results, at prev["created"])
+    # still describes the run that made the results, at prev.created)
     res.manifest["up_to_date"] = True
     for item in res.manifest["inputs"]:
         item["cached"] = item["results_reused"] = True

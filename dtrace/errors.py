@@ -29,7 +29,7 @@ class InputError(DtraceError):
         self.problem = " ".join(str(problem).split())  # always one line
         super().__init__(f"{self.path}: {self.problem}")
 
-    def __reduce__(self):  # picklable across Dask workers
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:  # picklable across Dask workers
         return (type(self), (self.path, self.problem))
 
 

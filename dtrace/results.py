@@ -37,6 +37,8 @@ try:
 except ImportError:  # pragma: no cover - not on POSIX: staging folders are cleaned by age alone
     fcntl = None  # type: ignore[assignment]
 
+import msgspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +47,7 @@ import xxhash
 from .errors import OutputError, ResultsError, UsageError
 from .fileio import open_regular, read_regular
 from .options import Options
+from .records import Manifest, RecordError, convert
 from .remote import is_url
 
 FORMAT_VERSION = 1
@@ -62,7 +65,8 @@ class Results:
     """The tables of one analysis, as pandas DataFrames (``results.breakdown``, ...).
 
     Tables load lazily from disk for :func:`load`; :attr:`manifest` describes the run:
-    version, options, and every input with its rank(s), format, status and error message.
+    version, options, and every input with its rank(s), format, status and error message (the
+    JSON object, as written); :attr:`record` is the same manifest typed.
     """
 
     def __init__(
@@ -76,6 +80,15 @@ class Results:
         self.path = path
 
     # -- access -------------------------------------------------------------------------
+    @property
+    def record(self) -> Manifest:
+        """The manifest as a typed :class:`~dtrace.records.Manifest` (fields dtrace does not
+        declare there stay in :attr:`manifest` only). Values are taken as they are written
+        (a NumPy number as the number)."""
+        plain = msgspec.to_builtins(self.manifest, enc_hook=_plain)
+        where = os.path.join(self.path, MANIFEST) if self.path else "the results' manifest (in memory)"
+        return check_manifest(plain, where, written=self.path is not None)
+
     @property
     def table_names(self) -> list[str]:
         return list(self.manifest.get("tables", self._tables))
@@ -134,6 +147,12 @@ class Results:
             + (f"; failed tables: {', '.join(self.failed_tables)}" if self.failed_tables else "")
             + ">"
         )
+
+
+def _plain(v: object) -> object:
+    """A value the manifest's JSON holds for ``v``: a NumPy scalar's number, else its text
+    (what :func:`write_results` writes)."""
+    return v.item() if isinstance(v, np.generic) else str(v)
 
 
 def cache_of(out: str | os.PathLike[str]) -> str:
@@ -283,10 +302,10 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
     return Results(tables, manifest, out)
 
 
-def intact(out: str, manifest: dict[str, Any]) -> bool:
+def intact(out: str, manifest: Manifest) -> bool:
     """Whether every table the manifest lists is in ``out`` with the bytes it was written with."""
-    names, fps = manifest.get("tables"), manifest.get("table_fingerprints")
-    if not isinstance(names, list) or not isinstance(fps, dict) or set(names) != set(fps):
+    names, fps = manifest.tables, manifest.table_fingerprints
+    if fps is None or set(names) != set(fps):
         return False
     for name in names:
         try:
@@ -413,79 +432,43 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
         raise ResultsError(f"{mf}: invalid manifest: {exc}") from None
 
 
-#: Manifest fields renderers rely on, and the JSON types each may have (``None`` allowed where listed).
-_FIELDS: dict[str, tuple[type, ...]] = {
-    "tables": (list,),
-    "inputs": (list,),
-    "options": (dict,),
-    "absent_tables": (dict,),
-    "failed_tables": (dict,),
-    "seconds": (int, float),
-    "workers": (int,),
-    "n_inputs": (int,),
-    "n_failed": (int,),
-    "n_parts": (int,),
-    "created": (str,),
-    "dtrace_version": (str,),
-    "run_id": (str,),
-    "run_key": (str,),
-    "format_version": (int,),
-    "cache": (str,),
-    "notes": (list,),
-    "phases": (dict,),
-    "execution": (str,),
-    "analyses": (list,),
-    "partitions": (list,),
-    "table_fingerprints": (dict,),
-}
-_INPUT_FIELDS: dict[str, tuple[type, ...]] = {
-    "path": (str,),
-    "format": (str, type(None)),
-    "status": (str,),
-    "error": (str, type(None)),
-    "error_type": (str, type(None)),
-    "events": (int, type(None)),
-    "ranks": (list,),
-    "parts": (list,),
-    "size": (int,),
-    "mtime_ns": (int,),
-    "fingerprint": (str, type(None)),
-    "notes": (list,),
-    "dropped_events": (dict,),
-}
-#: Fields of the items of the manifest's lists: ``partitions[]``, ``inputs[].parts[]``.
-_PARTITION_FIELDS: dict[str, tuple[type, ...]] = {"ranks": (list,), "parts": (int,), "events": (int,)}
-_PART_FIELDS: dict[str, tuple[type, ...]] = {"rank": (int,), "device": (int,), "local_index": (int,)}
+def check_manifest(manifest: object, where: str, *, written: bool = True) -> Manifest:
+    """The typed manifest (:class:`~dtrace.records.Manifest`) of a JSON value read from ``where``,
+    checked (it may have been edited by hand); a wrong field raises a one-line ResultsError.
+    A ``written`` manifest lists its tables (one of a run kept in memory need not).
 
+    Examples
+    --------
+    >>> check_manifest({"tables": ["breakdown"], "seconds": 1.5}, "m.json").seconds
+    1.5
+    >>> check_manifest({"tables": ["../x"]}, "m.json")
+    Traceback (most recent call last):
+    dtrace.errors.ResultsError: m.json: invalid table name '../x' (table names are identifiers: letters, digits and _); the manifest was edited or damaged
+    """
 
-def _kind(v: object) -> str:
-    return "bool" if isinstance(v, bool) else type(v).__name__
+    def bad(what: str) -> ResultsError:
+        return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
 
-
-def _check_fields(d: dict[str, Any], kinds: dict[str, tuple[type, ...]], where: str) -> str | None:
-    """What is wrong with the fields of ``d`` that ``kinds`` types (None: nothing); a bool is no int."""
-    for key, allowed in kinds.items():
-        if key not in d:
-            continue
-        v = d[key]
-        if not isinstance(v, allowed) or (isinstance(v, bool) and bool not in allowed):
-            return f"{where}{key} is a {_kind(v)}, expected a {' or '.join(k.__name__ for k in allowed)}"
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            return f"{where}{key} is {v}, beyond a 64-bit integer"
-    return None
-
-
-def _is_ints(v: object, n: int) -> bool:
-    """Whether ``v`` is a list of ``n`` integers (``[rank, device]``)."""
-    return (
-        isinstance(v, list)
-        and len(v) == n
-        and all(isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63 for x in v)
-    )
+    if written and isinstance(manifest, dict) and "tables" not in manifest:
+        raise bad("field 'tables' is missing")
+    try:
+        record = convert(manifest, Manifest)
+    except RecordError as exc:
+        if not exc.path:
+            raise bad(f"the manifest is a JSON {type(manifest).__name__}, not an object") from None
+        if re.fullmatch(r"tables\[\d+\]", exc.path):
+            raise ResultsError(
+                f"{where}: invalid table name {exc.value!r} (table names are identifiers: letters, digits "
+                "and _); the manifest was edited or damaged"
+            ) from None
+        top = "." not in exc.path and "[" not in exc.path  # a field of the manifest itself
+        raise bad(f"field {exc.path!r}{str(exc)[len(exc.path) :]}" if top else str(exc)) from None
+    _check_options(record.options, bad)
+    return record
 
 
 def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
-    """Check the manifest's shape (it may have been edited by hand); raise a one-line ResultsError.
+    """``manifest`` itself (the JSON object) once :func:`check_manifest` found nothing wrong.
 
     Examples
     --------
@@ -495,49 +478,8 @@ def validate_manifest(manifest: object, where: str) -> dict[str, Any]:
     Traceback (most recent call last):
     dtrace.errors.ResultsError: m.json: field 'tables' is a str, expected a list (the manifest was edited or damaged)
     """
-
-    def bad(what: str) -> ResultsError:
-        return ResultsError(f"{where}: {what} (the manifest was edited or damaged)")
-
-    if not isinstance(manifest, dict):
-        raise bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
-    if "tables" not in manifest:
-        raise bad("field 'tables' is missing")
-    for key, kinds in _FIELDS.items():
-        v = manifest.get(key)
-        if key in manifest and (not isinstance(v, kinds) or isinstance(v, bool)):
-            raise bad(f"field {key!r} is a {type(v).__name__}, expected a {' or '.join(k.__name__ for k in kinds)}")
-    for name in manifest["tables"]:
-        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
-            raise bad(f"invalid table name {name!r} (table names are identifiers: letters, digits and _)")
-    for i, item in enumerate(manifest.get("inputs", [])):
-        if not isinstance(item, dict):
-            raise bad(f"inputs[{i}] is a {type(item).__name__}, not an object")
-        wrong = _check_fields(item, _INPUT_FIELDS, f"inputs[{i}].")
-        if wrong:
-            raise bad(wrong)
-        for j, pair in enumerate(item.get("ranks", [])):
-            if not _is_ints(pair, 2):
-                raise bad(f"inputs[{i}].ranks[{j}] is {pair!r}, not a [rank, device] pair")
-        for j, part in enumerate(item.get("parts", [])):
-            wrong = _check_fields(part, _PART_FIELDS, f"inputs[{i}].parts[{j}].") if isinstance(part, dict) else ""
-            if wrong is not None or not all(k in part for k in _PART_FIELDS):
-                raise bad(wrong or f"inputs[{i}].parts[{j}] is not an object with rank, device and local_index")
-        if not all(isinstance(n, str) for n in item.get("notes", [])):
-            raise bad(f"inputs[{i}].notes holds something other than text")
-        if not all(_is_ints([n], 1) for n in item.get("dropped_events", {}).values()):
-            raise bad(f"inputs[{i}].dropped_events holds something other than counts")
-    for i, p in enumerate(manifest.get("partitions", [])):
-        wrong = _check_fields(p, _PARTITION_FIELDS, f"partitions[{i}].") if isinstance(p, dict) else ""
-        if wrong is not None or not _is_ints(p.get("ranks"), 2):
-            raise bad(wrong or f"partitions[{i}] is not an object with ranks [first, last]")
-    for key in ("notes", "analyses"):
-        if not all(isinstance(n, str) for n in manifest.get(key, [])):
-            raise bad(f"field {key!r} holds something other than text")
-    for key, why in manifest.get("absent_tables", {}).items():
-        if not isinstance(why, str):
-            raise bad(f"absent_tables[{key!r}] is a {type(why).__name__}, not a str")
-    _check_options(manifest.get("options", {}), bad)
+    check_manifest(manifest, where)
+    assert isinstance(manifest, dict)  # check_manifest refuses anything else
     return manifest
 
 
@@ -593,6 +535,7 @@ def load(path: str | os.PathLike[str]) -> Results:
     if is_url(path):
         return load_remote(path)
     manifest = validate_manifest(_read_manifest(path), os.path.join(path, MANIFEST))
-    if manifest.get("format_version", 0) > FORMAT_VERSION:
-        raise ResultsError(f"{path}: written by a newer dtrace (format {manifest['format_version']}); upgrade")
+    version = int(manifest.get("format_version", 0))  # an int: checked
+    if version > FORMAT_VERSION:
+        raise ResultsError(f"{path}: written by a newer dtrace (format {version}); upgrade")
     return Results(None, manifest, path)

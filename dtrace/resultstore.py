@@ -32,18 +32,20 @@ import time
 import types
 from typing import Any, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from ._version import __version__
-from .analyses import Analysis, conform
+from .analyses import Analysis
 from .cache import _NOFOLLOW, fingerprint_bytes, read_file
-from .dtypes import dtype_is
+from .dtypes import conform, dtype_is
 from .hardware import spec_identity
 from .layout import PartitionSpec
 from .options import Options
 from .plan import PartSpec
+from .records import StoredTable, StoreEntry, convert
 
 STORE_VERSION = 1
 ENTRY = "entry.json"
@@ -400,7 +402,7 @@ def load_arrow(
         if not stat.S_ISDIR(os.lstat(d).st_mode):
             _discard(store, d)
             return None, f"stored results {d} are not a folder; recomputing"
-        entry = json.loads(read_file(os.path.join(d, ENTRY)))
+        entry = convert(json.loads(read_file(os.path.join(d, ENTRY))), StoreEntry)
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
@@ -408,15 +410,14 @@ def load_arrow(
         return None, f"stored results {d} are damaged ({exc}); recomputing"
     try:
         tables = {}
-        listed = entry["tables"]
         for a in analyses:
-            info = listed[a.table]
+            info = entry.tables[a.table]
             data = read_file(os.path.join(d, f"{a.table}.arrow"))
-            if fingerprint_bytes(data) != info["fingerprint"]:
+            if fingerprint_bytes(data) != info.fingerprint:
                 raise ValueError(f"{a.table}.arrow does not match its fingerprint")
             t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-            if t.num_rows != info["rows"]:
-                raise ValueError(f"{a.table}.arrow has {t.num_rows} rows, not {info['rows']}")
+            if t.num_rows != info.rows:
+                raise ValueError(f"{a.table}.arrow has {t.num_rows} rows, not {info.rows}")
             if parts is not None:
                 _check_parts(t, a.table, parts)
             tables[a.table] = t
@@ -482,7 +483,7 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> st
     except OSError as exc:
         return f"cannot store results in {store}: {exc.strerror or exc}"
     try:
-        listed = {}
+        listed: dict[str, StoredTable] = {}
         for name, df in tables.items():
             sink = pa.BufferOutputStream()
             t = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
@@ -491,11 +492,9 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> st
                 w.write_table(t)
             data = sink.getvalue().to_pybytes()
             _write_new(os.path.join(tmp, f"{name}.arrow"), data)
-            listed[name] = {"rows": t.num_rows, "fingerprint": fingerprint_bytes(data)}
-        _write_new(
-            os.path.join(tmp, ENTRY),
-            json.dumps({"version": STORE_VERSION, "key": key, "tables": listed, "created": time.time()}).encode(),
-        )
+            listed[name] = StoredTable(rows=t.num_rows, fingerprint=fingerprint_bytes(data))
+        entry = StoreEntry(version=STORE_VERSION, key=key, tables=listed, created=time.time())
+        _write_new(os.path.join(tmp, ENTRY), msgspec.json.encode(entry))
         try:
             os.replace(tmp, os.path.join(store, key))
         except OSError:  # another run stored the same key meanwhile: keep theirs

@@ -362,7 +362,9 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     return _Gpu(part=gp, start=gs, end=ge, lrow=lrow, l_start=l_start, bd=bd, split=split)
 
 
-def _walk(host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]) -> tuple[np.ndarray, list, list, list]:
+def _walk(
+    host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]
+) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]]]:
     """Every chain's walk from its end to its start, one hop per round for all unfinished chains:
     the time per category (chains × :data:`CATEGORIES`), the host intervals (chain, thread, from,
     to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns)."""
@@ -430,8 +432,8 @@ def _gpu_hop(
     at: tuple[np.ndarray, np.ndarray, np.ndarray],
     blocked: tuple[np.ndarray, np.ndarray],
     acc: np.ndarray,
-    op_time: list,
-    sync_time: list,
+    op_time: list[tuple[np.ndarray, ...]],
+    sync_time: list[tuple[np.ndarray, ...]],
 ) -> tuple[np.ndarray, np.ndarray]:
     """One hop of the chains ``at`` (chain, time, chain start) in a GPU state: GPU time back to
     the last host-bound start (the part after a synchronisation entered at ``blocked`` (its
@@ -462,8 +464,8 @@ def _host_hop(
     at: tuple[np.ndarray, np.ndarray, np.ndarray],
     r: np.ndarray,
     acc: np.ndarray,
-    host_segs: list,
-    sync_time: list,
+    host_segs: list[tuple[np.ndarray, ...]],
+    sync_time: list[tuple[np.ndarray, ...]],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One hop of the chains ``at`` (chain, time, chain start) in a host state on thread ``r``:
     host time back to the thread's last release (or to the step's thread). Returns the next
@@ -693,7 +695,9 @@ def _first_of(sorted_group: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.searchsorted(sorted_group, group, side="left").astype(I64)
 
 
-def _top_names(n: int, labels: np.ndarray, shares: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple:
+def _top_names(
+    n: int, labels: np.ndarray, shares: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per chain, the name with the most time in ``shares`` (chain, name code, ns) and that time."""
     c, name, ns = shares
     keep = (name >= 0) & (ns > 0)

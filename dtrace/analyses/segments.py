@@ -320,7 +320,7 @@ def _ready_points(
 
 
 def _gates(
-    union: tuple,
+    union: tuple[np.ndarray, ...],
     c_start: np.ndarray,
     c_part: np.ndarray,
     k_part: np.ndarray,

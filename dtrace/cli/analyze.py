@@ -145,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if empty:
         say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
     say(f"results: {args.out}", args.fmt)
-    n_ok = res.manifest.get("n_parts", 0)
-    if n_ok == 0:
+    if not res.record.n_parts:
         return 2
     return 1 if res.errors else 0
 

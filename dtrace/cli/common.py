@@ -8,41 +8,67 @@ import math
 import os
 import sys
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any, Callable, Iterator
 
 from ..constants import OUTPUT_FORMATS
 from ..errors import InputError, OutputError, UsageError
 from ..fileio import atomic_write
-from ..options import INT32_MAX, INT64_MAX, INT64_MIN, MAX_HIST_BINS, MAX_TIME_NS, MAX_TIMELINE_BINS
+from ..options import (
+    COMPAT,
+    CUDA_QUEUE_LIMIT,
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_TIME_NS,
+    RANK_BY,
+    WHOLE,
+    Options,
+)
 from ..render.escape import markdown_text, printable
+
+DEFAULTS = Options()
+"""The analysis settings' defaults, as :class:`~dtrace.options.Options` holds them (the flags'
+help texts quote them)."""
+
+
+def _us(ns: int) -> str:
+    """A default time setting in µs for a help text: ``30_000`` → ``30 µs``."""
+    return f"{ns / 1000:g} µs"
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
     g.add_argument(
         "--compat",
-        choices=["default", "tracelens"],
-        default="default",
+        choices=COMPAT,
+        default=DEFAULTS.compat,
         help="reproduce a peer tool's numbers exactly (tracelens: GPUEventAnalyser rules)",
     )
     g.add_argument("--linked-only", action="store_true", help="keep only GPU events linked to a host launch")
-    g.add_argument("--step", type=ID, default=None, help="keep only this step (iteration) in every table")
+    g.add_argument(
+        "--step", type=option_number("step"), default=None, help="keep only this step (iteration) in every table"
+    )
     g.add_argument("--step-pattern", default=None, help="regex on annotation names marking a step (group 1 = number)")
     g.add_argument(
         "--rank-by",
-        choices=["auto", "order"],
-        default="auto",
+        choices=RANK_BY,
+        default=DEFAULTS.rank_by,
         help="auto: distributedInfo, then rank<N> in the file name; order: sorted input order",
     )
     g.add_argument("--format", dest="input_format", default=None, help="force an input format (default: detect)")
     g.add_argument(
         "--gpus-per-host",
-        type=whole(0, INT32_MAX),
+        type=option_number("gpus_per_host"),
         default=None,
-        help="ranks r // N share a host clock (default 8; "
+        help=f"ranks r // N share a host clock (default {DEFAULTS.gpus_per_host}; "
         "0: one clock per rank) when clock offsets are removed from collectives",
     )
-    g.add_argument("--straggler-method", default=None, help="straggler detector: robust (default) or late_start")
+    g.add_argument(
+        "--straggler-method",
+        default=None,
+        help=f"straggler detector: {DEFAULTS.straggler_method} (default) or late_start",
+    )
     g.add_argument(
         "--gpu-spec",
         metavar="FILE",
@@ -112,6 +138,13 @@ def whole(lo: int, hi: int) -> Callable[[str], int]:
     return _flag_type(lambda t: int(number(t, lo, hi, whole=True)), "whole number")
 
 
+def option_number(name: str) -> Callable[[str], int]:
+    """The ``type=`` of the flag of the whole-number setting ``name`` of
+    :class:`~dtrace.options.Options`, bounded as the setting is (:data:`dtrace.options.WHOLE`)."""
+    lo, hi, _ = WHOLE[name]
+    return whole(lo, hi)
+
+
 def real(lo: float, hi: float, *, above: bool = False) -> Callable[[str], float]:
     """The ``type=`` of a finite real-number flag in ``[lo, hi]`` (``(lo, hi]`` with ``above``)."""
     return _flag_type(lambda t: float(number(t, lo, hi, above=above)), "number")
@@ -145,13 +178,13 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--model", dest="classmap_model", default=None, help="model of a regex class map")
     g.add_argument(
         "--iters",
-        type=whole(1, INT32_MAX),
+        type=option_number("iters"),
         default=None,
         help="iterations in the trace for per-iteration figures (default: steps found)",
     )
     g.add_argument(
         "--summary-gpus",
-        type=whole(1, INT32_MAX),
+        type=option_number("summary_gpus"),
         default=None,
         metavar="N",
         help="GPUs an nsys stats summary CSV covers (per-iteration figures divide by iters x N)",
@@ -174,9 +207,9 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
     )
     g.add_argument(
         "--hist-bins",
-        type=whole(1, MAX_HIST_BINS),
+        type=option_number("hist_bins"),
         default=None,
-        help=f"gap histogram bins (default 20, at most {MAX_HIST_BINS:,})",
+        help=f"gap histogram bins (default {DEFAULTS.hist_bins}, at most {WHOLE['hist_bins'][1]:,})",
     )
     add_hist_spacing(g)
     g.add_argument(
@@ -185,7 +218,7 @@ def add_kernel_gap_options(g: argparse._ArgumentGroup) -> None:
         type=MICROS,
         default=None,
         metavar="US",
-        help="gaps launched in time and shorter than this are kernel_wait (default 30 µs)",
+        help=f"gaps launched in time and shorter than this are kernel_wait (default {_us(DEFAULTS.kernel_wait_ns)})",
     )
 
 
@@ -194,7 +227,8 @@ def _launch_rows(text: str) -> int | str:
     if text == "all":
         return text
     try:
-        return int(number(text, 0, INT64_MAX, whole=True))
+        lo, hi, _ = WHOLE["launch_rows"]
+        return int(number(text, lo, hi, whole=True))
     except UsageError as exc:
         raise UsageError(f"not a number of rows or 'all': {exc}") from None
 
@@ -210,7 +244,7 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
         type=MICROS,
         default=None,
         metavar="US",
-        help="a launch call longer than this is an outlier (default 50 µs)",
+        help=f"a launch call longer than this is an outlier (default {_us(DEFAULTS.launch_runtime_cutoff_ns)})",
     )
     g.add_argument(
         "--launch-delay-cutoff",
@@ -218,28 +252,29 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
         type=MICROS,
         default=None,
         metavar="US",
-        help="a launch delay longer than this is an outlier (default 100 µs)",
+        help=f"a launch delay longer than this is an outlier (default {_us(DEFAULTS.launch_delay_cutoff_ns)})",
     )
     g.add_argument(
         "--launch-rows",
         type=LAUNCH_ROWS,
         default=None,
         metavar="N|all",
-        help="outliers per GPU kept in the launches table (default 100); all: every launched GPU event",
+        help=f"outliers per GPU kept in the launches table (default {DEFAULTS.launch_rows}); all: every launched GPU event",
     )
     g.add_argument(
         "--queue-limit",
-        type=whole(1, INT32_MAX),
+        type=option_number("queue_limit"),
         default=None,
         metavar="N",
-        help="launch queue length at which the host blocks (default: the runtime's, 1022 for CUDA, none for ROCm)",
+        help=f"launch queue length at which the host blocks (default: the runtime's, {CUDA_QUEUE_LIMIT} for CUDA, "
+        "none for ROCm)",
     )
     g.add_argument(
         "--timeline-bins",
-        type=whole(1, MAX_TIMELINE_BINS),
+        type=option_number("timeline_bins"),
         default=None,
         metavar="N",
-        help="bins of the time series (queue, memory, copy bandwidth) per GPU (default 100)",
+        help=f"bins of the time series (queue, memory, copy bandwidth) per GPU (default {DEFAULTS.timeline_bins})",
     )
 
 
@@ -278,22 +313,13 @@ def analysis_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kw
 
 
-# option names that further commands' flags add (dest == Options field)
+#: The settings whose flags may be left out (dest == Options field): given, they are passed on;
+#: left out, Options' default holds. Every field of Options but those always passed and ``extra``.
 OPTION_FLAGS: list[str] = [
-    "classmap",
-    "classmap_engine",
-    "classmap_model",
-    "iters",
-    "hist_min_ns",
-    "hist_max_ns",
-    "hist_bins",
-    "hist_log",
-    "kernel_wait_ns",
-    "summary_gpus",
+    f.name
+    for f in fields(Options)
+    if f.name not in ("compat", "linked_only", "step", "rank_by", "step_pattern", "extra")
 ]
-OPTION_FLAGS += ["gpus_per_host", "straggler_method"]  # collectives, stragglers
-OPTION_FLAGS += ["launch_runtime_cutoff_ns", "launch_delay_cutoff_ns", "launch_rows", "queue_limit", "timeline_bins"]
-OPTION_FLAGS += ["gpu_spec"]  # the op roofline
 
 
 def add_output_format(p: argparse.ArgumentParser) -> None:

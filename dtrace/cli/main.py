@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from .._version import __version__
-from ..errors import DtraceError, ResultsError, UsageError
+from ..errors import DtraceError
 from ..render.escape import printable
 
 
@@ -70,10 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        error(args.command, exc)
-        return 2
-    except (ResultsError, DtraceError) as exc:
+    except DtraceError as exc:  # usage, input, results and output errors: one line, exit code 2
         error(args.command, exc)
         return 2
     except KeyboardInterrupt:

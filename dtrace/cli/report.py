@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from ..constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
-from ..options import MAX_HIST_BINS
 from ..render.escape import printable, to_csv
 from .common import (
     MICROS,
@@ -22,6 +21,7 @@ from .common import (
     add_rows,
     is_machine,
     number,
+    option_number,
     rows_to_show,
     say,
     whole,
@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     h.add_argument("--hist-min", dest="hist_min_ns", type=MICROS, default=None, metavar="US", help="lower bound in µs")
     h.add_argument("--hist-max", dest="hist_max_ns", type=MICROS, default=None, metavar="US", help="upper bound in µs")
-    h.add_argument("--hist-bins", type=whole(1, MAX_HIST_BINS), default=None, help="number of bins")
+    h.add_argument("--hist-bins", type=option_number("hist_bins"), default=None, help="number of bins")
     add_hist_spacing(h)
     p.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     p.set_defaults(func=run_report)

@@ -45,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "path": res.path,
                     "tables": res.table_names,
-                    "absent_tables": res.manifest.get("absent_tables", {}),
+                    "absent_tables": res.record.absent_tables,
                     "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False)),
                 }
             )
             return 0
         say(repr(res), args.fmt)
-        for name, why in (res.manifest.get("absent_tables") or {}).items():
-            say(f"table {name} is empty: {why}", args.fmt)
+        for name, reason in res.record.absent_tables.items():
+            say(f"table {name} is empty: {reason}", args.fmt)
         if len(inputs) or is_machine(args.fmt):
             print(
                 render(
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no column {args.sort!r} in {args.table}; columns: {', '.join(df.columns)}")
         df = df.sort_values(args.sort, ascending=False, kind="stable")
     if not len(df):
-        why = (res.manifest.get("absent_tables") or {}).get(args.table)
+        why = res.record.absent_tables.get(args.table)
         say(
             f"table {args.table} is empty" + (f": {why}" if why else " (the analysis found nothing to put in it)"),
             args.fmt,

@@ -46,6 +46,8 @@ of ranks matched.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -53,7 +55,7 @@ from ..dtypes import empty_frame, missing_if_negative
 from ..options import Options
 
 MATCH_METHODS = ("seq", "order", "stream")
-BUS_FACTOR = {
+BUS_FACTOR: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -156,7 +156,7 @@ def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def _arrival(
     coll: pd.DataFrame | None, inst: pd.DataFrame | None, idx: pd.MultiIndex
-) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+) -> tuple[dict[str, np.ndarray], pd.DataFrame, pd.DataFrame]:
     n = len(idx)
     zero = np.zeros(n)
     empty_w = empty_frame(("rank", "device", "last_rank", "last_device", "wait_ns"), "int64")
@@ -216,7 +216,7 @@ def _arrivals(c: pd.DataFrame, coll: pd.DataFrame, ii: pd.DataFrame | None) -> p
     )
 
 
-def _arrival_signals(f: pd.DataFrame, idx: pd.MultiIndex) -> dict:
+def _arrival_signals(f: pd.DataFrame, idx: pd.MultiIndex) -> dict[str, np.ndarray]:
     """Per (rank, device) of ``idx``: the arrival signals summed over its rows."""
     n = len(idx)
     g = f.groupby(KEYS).sum(numeric_only=True).reindex(idx).fillna(0)
@@ -564,7 +564,7 @@ class _Evidence:
             return None
         return self._cls.loc[[key]].reset_index(drop=True)
 
-    def arrival(self, row: dict) -> str:
+    def arrival(self, row: dict[str, Any]) -> str:
         key = (row["rank"], row["device"])
         n, last = int(row["collectives"]), int(row["arrived_last"])
         if n == 0:
@@ -581,7 +581,7 @@ class _Evidence:
                     text += f" ({100 * last / n:.0f} % of all its {n} collectives)"
         return text + f", making the others wait {fmt_time(row['wait_caused_ns'], trim=True)} in total"
 
-    def kernels(self, row: dict) -> str:
+    def kernels(self, row: dict[str, Any]) -> str:
         overall = float(row["compute_slowdown"])
         g = self.classes((row["rank"], row["device"]))
         if g is None or not len(g):
@@ -594,7 +594,7 @@ class _Evidence:
             text += f" (all compute kernels {overall:.2f}×)"
         return text
 
-    def host(self, row: dict) -> str:
+    def host(self, row: dict[str, Any]) -> str:
         extra_idle = float(row["idle_ns"]) - self.median_idle
         text = f"its kernels are not slower ({float(row['compute_slowdown']):.2f}× the median rank)"
         if extra_idle > 0:
@@ -607,13 +607,13 @@ class _Evidence:
                 )
         return text
 
-    def step(self, row: dict) -> str:
+    def step(self, row: dict[str, Any]) -> str:
         return (
             f"its median step takes {fmt_time(row['step_ns'], trim=True)}, {float(row['step_ratio']):.2f}× the median "
             f"rank (z {float(row['step_z']):+.1f})"
         )
 
-    def link(self, row: dict) -> str:
+    def link(self, row: dict[str, Any]) -> str:
         groups = self.members((row["rank"], row["device"]))
         parts = []
         if self.group_info is not None:
@@ -630,7 +630,7 @@ class _Evidence:
             text += " (" + ", ".join(parts) + ")"
         return text + ", and it is the rank common to the slow groups: check its links (NVLink, NIC, switch port)"
 
-    def gpu(self, row: dict) -> str:
+    def gpu(self, row: dict[str, Any]) -> str:
         text = (
             f"its GPU runs the modelled ops {float(row['gpu_slowdown']):.2f}× the median rank's time at equal op, "
             f"shapes and dtypes ({100 * float(row['gpu_slower_share']):.0f} % of the compared op time in slower shapes"
@@ -639,7 +639,7 @@ class _Evidence:
             text += f"; most lost in {row['gpu_worst_op']}, {float(row['gpu_worst_ratio']):.2f}×"
         return text + "): check its clocks, power and thermals"
 
-    def op_outlier(self, row: dict) -> str:
+    def op_outlier(self, row: dict[str, Any]) -> str:
         o = self.ops.get((int(row["rank"]), int(row["device"])))
         return f"host op {o[0]} takes {o[1]:.2f}× the median rank" if o else ""
 
@@ -844,7 +844,7 @@ def _evidence_texts(
 
 
 def _signal_evidence(
-    i: int, row: dict, gate: _PerSignal, flagged: bool, inherited: bool, ev: _Evidence
+    i: int, row: dict[str, Any], gate: _PerSignal, flagged: bool, inherited: bool, ev: _Evidence
 ) -> tuple[list[str], list[str]]:
     """The sentences of the signals rank ``i`` passed (and its arrivals when flagged), and
     their letters."""
@@ -885,7 +885,7 @@ def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
     return _output(sig, "robust", score, flagged, evidence, signals, explained_by)
 
 
-def _quiet(row: dict) -> str:
+def _quiet(row: dict[str, Any]) -> str:
     return (
         f"shows no straggler signal (last at {int(row['arrived_last'])} of {int(row['collectives'])} "
         f"collectives, compute kernels {float(row['compute_slowdown']):.2f}× the median rank, "

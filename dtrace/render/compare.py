@@ -179,14 +179,14 @@ def compare(
 def _sec_runs(runs: Sequence[tuple[str, Results]], walls: Mapping[str, float]) -> str:
     rows = []
     for label, res in runs:
-        inputs = res.manifest.get("inputs", [])
+        inputs = res.record.inputs
         bm = _breakdown_means(res)
         rows.append(
             {
                 "run": label,
                 "path": str(res.path or "(in memory)"),
                 "gpus": n_parts(res),
-                "failed": sum(1 for i in inputs if i.get("status") == "error"),
+                "failed": sum(1 for i in inputs if i.status == "error"),
                 "timeline": bm["total"] if bm else np.nan,
                 "busy": bm["busy"] if bm else np.nan,
                 "wall": walls[label] * 1e9 if label in walls else np.nan,

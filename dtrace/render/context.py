@@ -16,11 +16,13 @@ MAX_BARS = 64
 
 
 class Context:
-    """The results plus what every section needs: GPU keys, labels, flagged stragglers."""
+    """The results plus what every section needs: GPU keys, labels, flagged stragglers, and the
+    exported timeline the report links (``timeline``: its path relative to the report, or None)."""
 
-    def __init__(self, results: Results, max_bars: int = MAX_BARS) -> None:
+    def __init__(self, results: Results, max_bars: int = MAX_BARS, timeline: str | None = None) -> None:
         self.results = results
         self.max_bars = max(int(max_bars), 4)
+        self.timeline = timeline
         self.names = set(results.table_names)
         self._cache: dict[str, pd.DataFrame] = {}
         self.parts = self._parts()
@@ -38,7 +40,7 @@ class Context:
         if missing:
             return None, na(name, f"table {name} lacks column(s) {', '.join(missing)}")
         if not len(df):
-            why = (self.results.manifest.get("absent_tables") or {}).get(name)
+            why = self.results.record.absent_tables.get(name)
             return None, na(name, f"table {name} is empty" + (f": {why}" if why else ""))
         return df, ""
 

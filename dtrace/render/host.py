@@ -128,7 +128,7 @@ def launches_text(res: Results, *, top: int | None, rank: int | None, stream: in
     v = launch_view(res, rank=rank, stream=stream)
     if not len(v.stats):
         return options_note(res) + "no GPU events linked to a launch call\n"
-    o = res.manifest.get("options", {})
+    o = res.record.options
     out = [options_note(res)]
     n = int(v.stats["launches"].sum())
     short = float((v.stats["short_share"] * v.stats["launches"]).sum()) / max(n, 1)

@@ -76,8 +76,7 @@ def report(results: Results, *, title: str | None = None, max_bars: int = MAX_BA
     >>> html = report(dtrace.load("run42/results"))               # doctest: +SKIP
     >>> open("report.html", "w").write(html)                      # doctest: +SKIP
     """
-    ctx = Context(results, max_bars=max_bars)
-    ctx.timeline = timeline  # type: ignore[attr-defined]  # read by section_whatif
+    ctx = Context(results, max_bars=max_bars, timeline=timeline)
     name = results.path or "in-memory results"
     title = title or f"dtrace report: {name}"
     n_ranks = int(ctx.parts["rank"].nunique()) if len(ctx.parts) else 0

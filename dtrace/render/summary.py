@@ -23,16 +23,17 @@ BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exp
 
 def header(results: Results) -> str:
     """The first line: inputs, parts, failures, run time."""
-    m = results.manifest
-    if m.get("up_to_date"):
+    m = results.record
+    n_inputs, n_parts = m.n_inputs or 0, m.n_parts or 0
+    if m.up_to_date:
         return (
-            f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts: results up to "
-            f"date (inputs, settings and dtrace unchanged since the run of {m.get('created', '?')}; "
+            f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts: results up to "
+            f"date (inputs, settings and dtrace unchanged since the run of {'?' if m.created is None else m.created}; "
             "--recompute or --no-cache analyses again)\n"
         )
     return (
-        f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
-        f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n"
+        f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts, "
+        f"{m.n_failed or 0} failed, {m.seconds or 0:.2f} s on {1 if m.workers is None else m.workers} worker(s)\n"
     )
 
 
@@ -81,15 +82,12 @@ def _failed_tables_note(results: Results) -> str:
 
 def _own_outputs_note(results: Results) -> str:
     """dtrace's own outputs (and results folders) skipped among the inputs ("" if none)."""
-    own = [
-        i
-        for i in results.manifest.get("inputs", [])
-        if i.get("status") == "skipped" and i.get("error_type") == "OwnOutput"
-    ]
-    folders = [n for n in results.manifest.get("notes", []) if isinstance(n, str) and "a results folder of dtrace" in n]
+    m = results.record
+    own = [i for i in m.inputs if i.status == "skipped" and i.error_type == "OwnOutput"]
+    folders = [n for n in m.notes if "a results folder of dtrace" in n]
     if not (own or folders):
         return ""
-    shown = [str(i.get("error")) for i in own[:5]] + folders[:5]
+    shown = [str(i.error) for i in own[:5]] + folders[:5]
     return (
         f"skipped {len(own) + len(folders)} of dtrace's own outputs among the inputs:\n"
         + "\n".join(f"  {' '.join(s.split())}" for s in shown)
@@ -137,9 +135,9 @@ def shown_gpus(view: pd.DataFrame, flagged: list[tuple[int, int]], n: int) -> tu
 def dropped_note(results: Results) -> str:
     """How many events with implausible times the readers dropped, by reason (one line)."""
     dropped: dict[str, int] = {}
-    for item in results.manifest.get("inputs", []):
-        for reason, n in (item.get("dropped_events") or {}).items():
-            dropped[reason] = dropped.get(reason, 0) + int(n)
+    for item in results.record.inputs:
+        for reason, n in item.dropped_events.items():
+            dropped[reason] = dropped.get(reason, 0) + n
     if not dropped:
         return ""
     return (
@@ -150,10 +148,9 @@ def dropped_note(results: Results) -> str:
 
 def absent_note(results: Results) -> str:
     """Which tables the inputs could not fill and why (``absent_tables`` of the manifest), one line per reason."""
-    absent = results.manifest.get("absent_tables") or {}
     by_why: dict[str, list[str]] = {}
-    for name, why in absent.items():
-        by_why.setdefault(str(why), []).append(str(name))
+    for name, why in results.record.absent_tables.items():
+        by_why.setdefault(why, []).append(name)
     return "".join(f"no rows in {', '.join(names)}: {printable(why)}\n" for why, names in by_why.items())
 
 
@@ -165,10 +162,11 @@ def summary_document(results: Results) -> dict[str, Any]:
     """The summary as one JSON-able object: ``run`` (counts, time, path), ``breakdown`` (every
     GPU, raw ns), ``classes`` (``classes_xrank``), ``stragglers`` (the flagged ranks) and
     ``errors`` (one message per failed input)."""
-    m = results.manifest
+    m = results.record
     doc: dict[str, Any] = {
         "run": {
-            k: m.get(k) for k in ("n_inputs", "n_parts", "n_failed", "seconds", "workers", "dtrace_version", "created")
+            k: getattr(m, k)
+            for k in ("n_inputs", "n_parts", "n_failed", "seconds", "workers", "dtrace_version", "created")
         }
     }
     doc["run"]["results"] = results.path

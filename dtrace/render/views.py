@@ -45,7 +45,7 @@ def _parts(df: pd.DataFrame) -> int:
 
 def options_note(res: Results) -> str:
     """``options: k=v, ...\n`` naming the analysis options that differ from the defaults ("" if none)."""
-    opts = res.manifest.get("options", {})
+    opts = res.record.options
     default = Options().to_json()
     diff = [f"{k}={v}" for k, v in opts.items() if k in default and v != default[k] and k != "extra"]
     return f"options: {', '.join(diff)}\n" if diff else ""

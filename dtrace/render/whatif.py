@@ -47,7 +47,7 @@ def timeline_link(path: str | None) -> str:
 
 def section_whatif(ctx: Context) -> str:
     """Estimated step time per scenario (means over steps), the per-step table and the timeline link."""
-    html = [timeline_link(getattr(ctx, "timeline", None))]
+    html = [timeline_link(ctx.timeline)]
     wf, msg = ctx.get("whatif", ("step", "scenario", "estimate_ns", "replayed_ns", "observed_ns"))
     if wf is None:
         html.append(msg)
