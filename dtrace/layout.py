@@ -1,10 +1,10 @@
 """How parts are laid out in partitions: whole ranks, batched to a target number of events.
 
-The events of all inputs form one Dask DataFrame whose partitions each hold whole (rank, device)
-parts: consecutive ranks (in rank order) are batched until the partition reaches
-``target_events``, so hundreds of small ranks share a partition and a large rank stands alone.
-Every device of a rank lands in the same partition, so the ranks are the divisions of the
-DataFrame.
+A partition holds whole (rank, device) parts: consecutive ranks (in rank order) are batched
+until the partition reaches ``target_events``, so hundreds of small ranks share a partition and a
+large rank stands alone. The analysis runs one task per partition (:mod:`dtrace.engine`), and
+:func:`dtrace.events` gives the same partitions as one Dask DataFrame: every device of a rank lands
+in the same partition, so the ranks are its divisions.
 
 Partitions are made of *store groups* (:func:`store_groups`): whole ranks in rank order, batched
 to at most :data:`GROUP_EVENTS` events. The groups depend only on the parts (never on the
