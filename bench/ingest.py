@@ -1,0 +1,225 @@
+"""Ingest speed of the Kineto reader: JSON bytes -> event columns, old code against new, one core.
+
+``python bench/ingest.py`` tiles a real shared trace in time (:func:`dtrace.tile.tile_trace`,
+default ``kineto/single/mi300_resnet_rccl_rank0.json.gz`` to >= 300 MB of JSON) and runs, each
+in a fresh interpreter with the libraries' thread pools at one thread, interleaved and
+``--repeat`` times (median reported):
+
+- ``decode floor``: msgspec typed decoding of the same bytes into a ``Struct`` of the 6 fields
+  every event table needs (``ph cat name ts dur pid``), nothing else: what any msgspec reader
+  pays before it builds a column;
+- ``old reader``: :func:`read_kineto` of the ``--baseline`` git revision (its ``dtrace`` package
+  extracted with ``git archive`` into a scratch folder and imported under another name);
+- ``new reader``: :func:`read_kineto` of this checkout;
+- with ``--hta``: ``dtrace.analyze`` cold (empty cache, sync scheduler, one core; what
+  ``bench/run.py``'s ``cold`` case runs) and HTA 0.5.0 (``bench/peer_hta.py``: parse +
+  temporal breakdown) on the same file, the whole process measured from outside (wall time and
+  the exact peak RSS from ``wait4``).
+
+MB/s per core is JSON bytes per CPU second of the reading alone (``time.process_time`` inside
+the child: imports excluded, and on a loaded shared machine CPU time is what the load disturbs
+least); the wall-clock figure is given too. The children's tables are compared: the old and the
+new reader must give identical parts (every events and side table), or the script fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+SHARED = os.environ.get("DTRACE_SHARED", os.path.join(ROOT, "..", "shared"))
+MB = 1e6
+
+
+def _one_core() -> None:
+    import pyarrow
+
+    pyarrow.set_cpu_count(1)
+    pyarrow.set_io_thread_count(1)
+
+
+def _digest(tf: Any) -> str:
+    """A hash of every table of every part (events and side tables), to compare readers."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    for p in tf.parts:
+        tables = {"events": p.events, "collectives": p.collectives, "memcpy": p.memcpy, **p.side}
+        for name in sorted(tables):
+            t = tables[name]
+            h.update(f"{p.device}/{name}/{t.schema}/{t.num_rows}".encode())
+            for col in t.columns:
+                h.update(repr(col.to_pylist()).encode())
+    return h.hexdigest()
+
+
+def child(a: argparse.Namespace) -> None:
+    """One measurement in this fresh interpreter; prints one JSON line."""
+    _one_core()
+    if a.child == "floor":
+        import msgspec
+
+        event = msgspec.defstruct(
+            "Event",
+            [("ph", str, ""), ("cat", str | None, None), ("name", str, ""), ("ts", float | None, None)]
+            + [("dur", float | None, None), ("pid", int | str | None, None)],
+            gc=False,
+        )
+        doc_type = msgspec.defstruct("Doc", [("traceEvents", list[event], [])], gc=False)  # type: ignore[valid-type]
+        with open(a.path, "rb") as f:
+            data = f.read()
+        decoder = msgspec.json.Decoder(doc_type)
+        t, c = time.perf_counter(), time.process_time()
+        doc = decoder.decode(data)
+        n = len(doc.traceEvents)
+        del doc
+        out = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c, "events": n}
+    else:
+        if a.child == "old":
+            sys.path.insert(0, a.old_root)
+            from dtrace_base.readers.kineto import read_kineto  # type: ignore[import-not-found]
+        else:
+            from dtrace.readers.kineto import read_kineto
+        t, c = time.perf_counter(), time.process_time()
+        tf = read_kineto(a.path)
+        out = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c}
+        out["events"] = sum(p.events.num_rows for p in tf.parts)
+        if a.digest:
+            out["digest"] = _digest(tf)
+    print(json.dumps(out), flush=True)
+
+
+def extract_baseline(rev: str, dest: str) -> str:
+    """The ``dtrace`` package of git revision ``rev``, as package ``dtrace_base`` under ``dest``."""
+    tar = subprocess.run(["git", "-C", ROOT, "archive", rev, "dtrace"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=tar, check=True)
+    os.rename(os.path.join(dest, "dtrace"), os.path.join(dest, "dtrace_base"))
+    return dest
+
+
+def build_input(out: str, source: str, min_mb: float) -> tuple[str, int, int]:
+    from dtrace.tile import tile_trace
+
+    os.makedirs(out, exist_ok=True)
+    name = os.path.basename(source).split(".")[0]
+    path = os.path.join(out, f"{name}_{int(min_mb)}mb.json")
+    info_path = path + ".info"
+    if not (os.path.exists(path) and os.path.exists(info_path)):
+        probe = tile_trace(source, os.path.join(out, "probe.json"), times=1)
+        os.unlink(probe["path"])
+        times = max(1, -(-int(min_mb * MB) // probe["json_bytes"]))
+        info = tile_trace(source, path, times=times)
+        with open(info_path, "w", encoding="utf-8") as f:
+            json.dump(info, f)
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    return path, int(info["json_bytes"]), int(info["events"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", default="kineto/single/mi300_resnet_rccl_rank0.json.gz")
+    ap.add_argument("--min-mb", type=float, default=300.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", default="integrate", help="git revision of the old reader")
+    ap.add_argument("--hta", action="store_true", help="also dtrace cold (whole pipeline) and HTA 0.5.0")
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/venv-hta/bin/python"))
+    ap.add_argument("--out", default=os.path.join(HERE, "out", "ingest"))
+    ap.add_argument("--child", choices=("floor", "old", "new"), help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--old-root", help=argparse.SUPPRESS)
+    ap.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        child(a)
+        return 0
+
+    from run import ONE_THREAD, measure, warm_page_cache
+
+    path, json_bytes, events = build_input(a.out, os.path.join(SHARED, "traces", a.source), a.min_mb)
+    warm_page_cache([path])
+    scratch = tempfile.mkdtemp(prefix="dtrace-ingest-")
+    loads: list[float] = []
+    try:
+        old_root = extract_baseline(a.baseline, scratch)
+        rows: dict[str, list[Any]] = {"decode floor": [], "old reader": [], "new reader": []}
+        digests: dict[str, set[str]] = {"old": set(), "new": set()}
+        for kind in ("old", "new"):  # one untimed run of each reader hashes its tables
+            cmd = [sys.executable, __file__, "--child", kind, "--path", path, "--old-root", old_root, "--digest"]
+            digests[kind].add(measure(cmd, env=ONE_THREAD).out["digest"])
+        for _ in range(a.repeat):
+            for label, kind in (("decode floor", "floor"), ("old reader", "old"), ("new reader", "new")):
+                cmd = [sys.executable, __file__, "--child", kind, "--path", path, "--old-root", old_root]
+                rows[label].append(measure(cmd, env=ONE_THREAD))
+                loads.append(os.getloadavg()[0])
+        if digests["old"] != digests["new"]:
+            print(f"DIFFERENT TABLES: old {digests['old']} new {digests['new']}", file=sys.stderr)
+            return 1
+        print(f"input: {os.path.relpath(path, ROOT)} ({json_bytes / MB:.0f} MB JSON, {events:,} events)")
+        print(f"tables: old and new reader identical (digest {next(iter(digests['new']))[:16]})")
+        print("| what | MB/s per core (CPU) | CPU s | wall s | peak RSS MB |")
+        print("|---|---:|---:|---:|---:|")
+        med: dict[str, float] = {}
+        for label, runs in rows.items():
+            cpu = statistics.median(r.out["cpu_s"] for r in runs)
+            wall = statistics.median(r.out["seconds"] for r in runs)
+            rss = statistics.median(r.maxrss for r in runs)
+            med[label] = cpu
+            print(f"| {label} | {json_bytes / MB / cpu:.0f} | {cpu:.2f} | {wall:.2f} | {rss / MB:.0f} |")
+        print(f"new reader vs old: {med['old reader'] / med['new reader']:.2f}x less CPU per byte")
+        if a.hta:
+            hta_cold(a, path, json_bytes, scratch, loads)
+        print(f"load average during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores: {os.cpu_count()})")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, loads: list[float]) -> None:
+    """dtrace cold (whole pipeline, one core) against HTA 0.5.0 on the same file, interleaved."""
+    from run import ONE_THREAD, measure
+
+    trace_dir = os.path.join(scratch, "hta")
+    os.makedirs(trace_dir)
+    os.symlink(path, os.path.join(trace_dir, os.path.basename(path)))
+    runs: dict[str, list[Any]] = {"dtrace cold": [], "HTA 0.5.0": []}
+    for i in range(a.repeat):
+        work = os.path.join(scratch, f"run{i}")
+        args = {"inputs": [path], "out": work + "/out", "cache": work + "/cache", "workers": 0, "one_core": True}
+        runs["dtrace cold"].append(
+            measure([sys.executable, os.path.join(HERE, "cases.py"), "dtrace", json.dumps(args)], env=ONE_THREAD)
+        )
+        loads.append(os.getloadavg()[0])
+        shutil.rmtree(work, ignore_errors=True)
+        runs["HTA 0.5.0"].append(
+            measure([a.hta_python, os.path.join(HERE, "peer_hta.py"), json.dumps({"trace_dir": trace_dir})])
+        )
+        loads.append(os.getloadavg()[0])
+    print()
+    print("| whole process, one trace | wall s | work s | peak RSS MB | RSS / JSON |")
+    print("|---|---:|---:|---:|---:|")
+    med = {}
+    for label, rs in runs.items():
+        wall = statistics.median(r.wall_s for r in rs)
+        work = statistics.median(r.work_s for r in rs)
+        rss = statistics.median(r.maxrss for r in rs)
+        med[label] = (wall, work)
+        print(f"| {label} | {wall:.2f} | {work:.2f} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
+    d, h = med["dtrace cold"], med["HTA 0.5.0"]
+    print(f"dtrace cold vs HTA: {h[0] / d[0]:.1f}x (whole process wall), {h[1] / d[1]:.1f}x (work alone)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
