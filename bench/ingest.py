@@ -86,6 +86,8 @@ def child(a: argparse.Namespace) -> None:
         n = len(doc.traceEvents)
         del doc
         out = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c, "events": n}
+    elif a.child == "profile":
+        out = profile(a.path)
     else:
         if a.child == "old":
             sys.path.insert(0, a.old_root)
@@ -99,6 +101,53 @@ def child(a: argparse.Namespace) -> None:
         if a.digest:
             out["digest"] = _digest(tf)
     print(json.dumps(out), flush=True)
+
+
+def profile(path: str) -> dict[str, Any]:
+    """CPU seconds of the new reader's phases on ``path``, measured by wrapping its functions
+    (a few timer calls per block, nothing per event)."""
+    from dtrace.readers import _chrome, _io, kineto
+
+    spent: dict[str, float] = {}
+    clock = time.process_time
+    mark = {"yielded": 0.0}
+
+    def timed(key: str, func: Any) -> Any:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            t = clock()
+            try:
+                return func(*args, **kw)
+            finally:
+                spent[key] = spent.get(key, 0.0) + clock() - t
+
+        return wrapper
+
+    chunks = _chrome.ChromeTrace.chunks
+
+    def chunks_marked(self: Any) -> Any:
+        for chunk in chunks(self):
+            mark["yielded"] = clock()
+            yield chunk
+            mark["yielded"] = clock()
+        mark["yielded"] = 0.0
+
+    add_chunk = kineto._add_chunk
+
+    def add_chunk_marked(*args: Any) -> Any:
+        if mark["yielded"]:  # since the block was handed over: the previous block's structs freed
+            spent["free the decoded structs"] = spent.get("free the decoded structs", 0.0) + clock() - mark["yielded"]
+        return timed("columns from the structs (_add_chunk)", add_chunk)(*args)
+
+    _chrome.ChromeTrace.chunks = chunks_marked  # type: ignore[method-assign]
+    _chrome.ChromeTrace._decode_events = timed("msgspec decode", _chrome.ChromeTrace._decode_events)  # type: ignore[method-assign]
+    _io.Content.readinto = timed("read + hash bytes", _io.Content.readinto)  # type: ignore[method-assign]
+    kineto._add_chunk = add_chunk_marked
+    kineto._add_memory = timed("memory events (_add_memory)", kineto._add_memory)
+    t = clock()
+    kineto.read_kineto(path)
+    total = clock() - t
+    spent["rest (boundaries, joining the columns, tables, side tables)"] = total - sum(spent.values())
+    return {"seconds": total, "cpu_s": total, "phases": spent}
 
 
 def extract_baseline(rev: str, dest: str) -> str:
@@ -137,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta", action="store_true", help="also dtrace cold (whole pipeline) and HTA 0.5.0")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/venv-hta/bin/python"))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "ingest"))
-    ap.add_argument("--child", choices=("floor", "old", "new"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("floor", "old", "new", "profile"), help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--old-root", help=argparse.SUPPRESS)
     ap.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
@@ -179,6 +228,15 @@ def main(argv: list[str] | None = None) -> int:
             med[label] = cpu
             print(f"| {label} | {json_bytes / MB / cpu:.0f} | {cpu:.2f} | {wall:.2f} | {rss / MB:.0f} |")
         print(f"new reader vs old: {med['old reader'] / med['new reader']:.2f}x less CPU per byte")
+        cmd = [sys.executable, __file__, "--child", "profile", "--path", path]
+        prof = measure(cmd, env=ONE_THREAD).out
+        print()
+        print(f"new reader, phases (CPU s, one profiled run; {events:,} events):")
+        print("| phase | CPU s | ns per event |")
+        print("|---|---:|---:|")
+        for k, v in sorted(prof["phases"].items(), key=lambda kv: -kv[1]):
+            print(f"| {k} | {v:.2f} | {v * 1e9 / events:.0f} |")
+        print(f"| **total** | **{prof['cpu_s']:.2f}** | **{prof['cpu_s'] * 1e9 / events:.0f}** |")
         if a.hta:
             hta_cold(a, path, json_bytes, scratch, loads)
         print(f"load average during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores: {os.cpu_count()})")
