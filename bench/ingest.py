@@ -266,17 +266,20 @@ def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, lo
         )
         loads.append(os.getloadavg()[0])
     print()
-    print("| whole process, one trace | wall s | work s | peak RSS MB | RSS / JSON |")
-    print("|---|---:|---:|---:|---:|")
+    print("| whole process, one trace | wall s | CPU s | work s | work CPU s | peak RSS MB | RSS / JSON |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     med = {}
     for label, rs in runs.items():
-        wall = statistics.median(r.wall_s for r in rs)
-        work = statistics.median(r.work_s for r in rs)
+        row = [statistics.median(getattr(r, k) for r in rs) for k in ("wall_s", "cpu_s", "work_s", "work_cpu_s")]
         rss = statistics.median(r.maxrss for r in rs)
-        med[label] = (wall, work)
-        print(f"| {label} | {wall:.2f} | {work:.2f} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
+        med[label] = row
+        cells = " | ".join(f"{v:.2f}" for v in row)
+        print(f"| {label} | {cells} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
     d, h = med["dtrace cold"], med["HTA 0.5.0"]
-    print(f"dtrace cold vs HTA: {h[0] / d[0]:.1f}x (whole process wall), {h[1] / d[1]:.1f}x (work alone)")
+    print(
+        f"dtrace cold vs HTA: {h[0] / d[0]:.1f}x whole process wall, {h[1] / d[1]:.1f}x whole process CPU, "
+        f"{h[2] / d[2]:.1f}x work wall, {h[3] / d[3]:.1f}x work CPU"
+    )
 
 
 if __name__ == "__main__":
