@@ -150,6 +150,31 @@ def profile(path: str) -> dict[str, Any]:
     return {"seconds": total, "cpu_s": total, "phases": spent}
 
 
+SECTION = "## Ingest, one core (`bench/ingest.py`)"  # run.py's KEPT_SECTION: it carries the section over
+_said: list[str] = []
+
+
+def say(line: str = "") -> None:
+    """Print a line of the report and keep it for ``--write``."""
+    _said.append(line)
+    print(line, flush=True)
+
+
+def write_section(path: str, lines: list[str], command: str) -> None:
+    """Put ``lines`` as the last section of the results file ``path`` (replacing an older one;
+    ``bench/run.py`` carries the section over when it rewrites the rest of the file)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = "# dtrace benchmark results\n"
+    text = text.split(SECTION)[0].rstrip("\n")
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    body = [SECTION, "", f"`{command}` on {stamp}; median of the runs, each in a fresh interpreter.", "", *lines]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text + "\n\n" + "\n".join(body).rstrip("\n") + "\n")
+
+
 def extract_baseline(rev: str, dest: str) -> str:
     """The ``dtrace`` package of git revision ``rev``, as package ``dtrace_base`` under ``dest``."""
     tar = subprocess.run(["git", "-C", ROOT, "archive", rev, "dtrace"], check=True, capture_output=True).stdout
@@ -186,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta", action="store_true", help="also dtrace cold (whole pipeline) and HTA 0.5.0")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/venv-hta/bin/python"))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "ingest"))
+    ap.add_argument(
+        "--write", nargs="?", const=os.path.join(HERE, "RESULTS.md"), help="put the report into this results file"
+    )
     ap.add_argument("--child", choices=("floor", "old", "new", "profile"), help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--old-root", help=argparse.SUPPRESS)
@@ -216,30 +244,38 @@ def main(argv: list[str] | None = None) -> int:
         if digests["old"] != digests["new"]:
             print(f"DIFFERENT TABLES: old {digests['old']} new {digests['new']}", file=sys.stderr)
             return 1
-        print(f"input: {os.path.relpath(path, ROOT)} ({json_bytes / MB:.0f} MB JSON, {events:,} events)")
-        print(f"tables: old and new reader identical (digest {next(iter(digests['new']))[:16]})")
-        print("| what | MB/s per core (CPU) | CPU s | wall s | peak RSS MB |")
-        print("|---|---:|---:|---:|---:|")
+        say(f"- input: {os.path.relpath(path, ROOT)} ({json_bytes / MB:.0f} MB JSON, {events:,} events)")
+        say(f"- tables: old and new reader identical (digest {next(iter(digests['new']))[:16]})")
+        say()
+        say("| what | MB/s per core (CPU) | CPU s | wall s | peak RSS MB |")
+        say("|---|---:|---:|---:|---:|")
         med: dict[str, float] = {}
         for label, runs in rows.items():
             cpu = statistics.median(r.out["cpu_s"] for r in runs)
             wall = statistics.median(r.out["seconds"] for r in runs)
             rss = statistics.median(r.maxrss for r in runs)
             med[label] = cpu
-            print(f"| {label} | {json_bytes / MB / cpu:.0f} | {cpu:.2f} | {wall:.2f} | {rss / MB:.0f} |")
-        print(f"new reader vs old: {med['old reader'] / med['new reader']:.2f}x less CPU per byte")
+            say(f"| {label} | {json_bytes / MB / cpu:.0f} | {cpu:.2f} | {wall:.2f} | {rss / MB:.0f} |")
+        say()
+        say(f"- new reader vs old: {med['old reader'] / med['new reader']:.2f}x less CPU per byte")
         cmd = [sys.executable, __file__, "--child", "profile", "--path", path]
         prof = measure(cmd, env=ONE_THREAD).out
-        print()
-        print(f"new reader, phases (CPU s, one profiled run; {events:,} events):")
-        print("| phase | CPU s | ns per event |")
-        print("|---|---:|---:|")
+        say()
+        say(f"New reader, phases (CPU s, one profiled run; {events:,} events):")
+        say()
+        say("| phase | CPU s | ns per event |")
+        say("|---|---:|---:|")
         for k, v in sorted(prof["phases"].items(), key=lambda kv: -kv[1]):
-            print(f"| {k} | {v:.2f} | {v * 1e9 / events:.0f} |")
-        print(f"| **total** | **{prof['cpu_s']:.2f}** | **{prof['cpu_s'] * 1e9 / events:.0f}** |")
+            say(f"| {k} | {v:.2f} | {v * 1e9 / events:.0f} |")
+        say(f"| **total** | **{prof['cpu_s']:.2f}** | **{prof['cpu_s'] * 1e9 / events:.0f}** |")
         if a.hta:
             hta_cold(a, path, json_bytes, scratch, loads)
-        print(f"load average during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores: {os.cpu_count()})")
+        say()
+        say(f"- load average during the runs: {min(loads):.2f}-{max(loads):.2f} ({os.cpu_count()} cores)")
+        if a.write:
+            write_section(
+                a.write, _said, "python bench/ingest.py " + " ".join(argv if argv is not None else sys.argv[1:])
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
@@ -265,19 +301,20 @@ def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, lo
             measure([a.hta_python, os.path.join(HERE, "peer_hta.py"), json.dumps({"trace_dir": trace_dir})])
         )
         loads.append(os.getloadavg()[0])
-    print()
-    print("| whole process, one trace | wall s | CPU s | work s | work CPU s | peak RSS MB | RSS / JSON |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    say()
+    say("| whole process, one trace | wall s | CPU s | work s | work CPU s | peak RSS MB | RSS / JSON |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
     med = {}
     for label, rs in runs.items():
         row = [statistics.median(getattr(r, k) for r in rs) for k in ("wall_s", "cpu_s", "work_s", "work_cpu_s")]
         rss = statistics.median(r.maxrss for r in rs)
         med[label] = row
         cells = " | ".join(f"{v:.2f}" for v in row)
-        print(f"| {label} | {cells} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
+        say(f"| {label} | {cells} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
     d, h = med["dtrace cold"], med["HTA 0.5.0"]
-    print(
-        f"dtrace cold vs HTA: {h[0] / d[0]:.1f}x whole process wall, {h[1] / d[1]:.1f}x whole process CPU, "
+    say()
+    say(
+        f"- dtrace cold vs HTA: {h[0] / d[0]:.1f}x whole process wall, {h[1] / d[1]:.1f}x whole process CPU, "
         f"{h[2] / d[2]:.1f}x work wall, {h[3] / d[3]:.1f}x work CPU"
     )
 
