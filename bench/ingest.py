@@ -11,7 +11,7 @@ in a fresh interpreter with the libraries' thread pools at one thread, interleav
 - ``old reader``: :func:`read_kineto` of the ``--baseline`` git revision (its ``dtrace`` package
   extracted with ``git archive`` into a scratch folder and imported under another name);
 - ``new reader``: :func:`read_kineto` of this checkout;
-- with ``--hta``: ``dtrace.analyze`` cold (empty cache, sync scheduler, one core; what
+- with ``--hta``: ``dtrace.analyze`` cold, old (``--baseline``) and new (empty cache, sync scheduler, one core; what
   ``bench/run.py``'s ``cold`` case runs) and HTA 0.5.0 (``bench/peer_hta.py``: parse +
   temporal breakdown) on the same file, the whole process measured from outside (wall time and
   the exact peak RSS from ``wait4``).
@@ -282,21 +282,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, loads: list[float]) -> None:
-    """dtrace cold (whole pipeline, one core) against HTA 0.5.0 on the same file, interleaved."""
+    """dtrace cold (whole pipeline, one core; the ``--baseline`` revision and this checkout) against
+    HTA 0.5.0 on the same file, interleaved."""
     from run import ONE_THREAD, measure
 
     trace_dir = os.path.join(scratch, "hta")
     os.makedirs(trace_dir)
     os.symlink(path, os.path.join(trace_dir, os.path.basename(path)))
-    runs: dict[str, list[Any]] = {"dtrace cold": [], "HTA 0.5.0": []}
+    runs: dict[str, list[Any]] = {"dtrace cold, old": [], "dtrace cold": [], "HTA 0.5.0": []}
     for i in range(a.repeat):
-        work = os.path.join(scratch, f"run{i}")
-        args = {"inputs": [path], "out": work + "/out", "cache": work + "/cache", "workers": 0, "one_core": True}
-        runs["dtrace cold"].append(
-            measure([sys.executable, os.path.join(HERE, "cases.py"), "dtrace", json.dumps(args)], env=ONE_THREAD)
-        )
-        loads.append(os.getloadavg()[0])
-        shutil.rmtree(work, ignore_errors=True)
+        for label, package in (
+            ("dtrace cold, old", {"package": "dtrace_base", "package_root": scratch}),
+            ("dtrace cold", {}),
+        ):
+            work = os.path.join(scratch, f"run{i}")
+            args = {"inputs": [path], "out": work + "/out", "cache": work + "/cache", "workers": 0, "one_core": True}
+            cmd = [sys.executable, os.path.join(HERE, "cases.py"), "dtrace", json.dumps({**args, **package})]
+            runs[label].append(measure(cmd, env=ONE_THREAD))
+            loads.append(os.getloadavg()[0])
+            shutil.rmtree(work, ignore_errors=True)
         runs["HTA 0.5.0"].append(
             measure([a.hta_python, os.path.join(HERE, "peer_hta.py"), json.dumps({"trace_dir": trace_dir})])
         )
@@ -311,7 +315,12 @@ def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, lo
         med[label] = row
         cells = " | ".join(f"{v:.2f}" for v in row)
         say(f"| {label} | {cells} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
-    d, h = med["dtrace cold"], med["HTA 0.5.0"]
+    d, h, o = med["dtrace cold"], med["HTA 0.5.0"], med["dtrace cold, old"]
+    rss = {k: statistics.median(r.maxrss for r in rs) for k, rs in runs.items()}
+    say(
+        f"- dtrace cold, new vs old: {o[1] / d[1]:.2f}x less CPU (whole process), peak RSS "
+        f"{rss['dtrace cold, old'] / MB:.0f} → {rss['dtrace cold'] / MB:.0f} MB"
+    )
     say()
     say(
         f"- dtrace cold vs HTA: {h[0] / d[0]:.1f}x whole process wall, {h[1] / d[1]:.1f}x whole process CPU, "
