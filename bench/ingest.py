@@ -317,11 +317,11 @@ def hta_cold(a: argparse.Namespace, path: str, json_bytes: int, scratch: str, lo
         say(f"| {label} | {cells} | {rss / MB:.0f} | {rss / json_bytes:.2f} |")
     d, h, o = med["dtrace cold"], med["HTA 0.5.0"], med["dtrace cold, old"]
     rss = {k: statistics.median(r.maxrss for r in rs) for k, rs in runs.items()}
+    say()
     say(
         f"- dtrace cold, new vs old: {o[1] / d[1]:.2f}x less CPU (whole process), peak RSS "
         f"{rss['dtrace cold, old'] / MB:.0f} → {rss['dtrace cold'] / MB:.0f} MB"
     )
-    say()
     say(
         f"- dtrace cold vs HTA: {h[0] / d[0]:.1f}x whole process wall, {h[1] / d[1]:.1f}x whole process CPU, "
         f"{h[2] / d[2]:.1f}x work wall, {h[3] / d[3]:.1f}x work CPU"
