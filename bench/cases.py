@@ -53,8 +53,15 @@ def case_dtrace(a: dict) -> dict:
     t = time.perf_counter()
     import distributed  # noqa: F401 - dask imports it even for the sync scheduler: count it as an import
 
-    import dtrace
-    import dtrace.api  # noqa: F401 - `import dtrace` is lazy: count the pipeline's imports as imports, not work
+    if a.get("package"):  # another version of dtrace, importable under another name (bench/ingest.py)
+        import importlib
+
+        sys.path.insert(0, a["package_root"])
+        dtrace = importlib.import_module(a["package"])
+        importlib.import_module(a["package"] + ".api")
+    else:
+        import dtrace
+        import dtrace.api  # noqa: F401 - `import dtrace` is lazy: count the pipeline's imports as imports, not work
 
     imp = time.perf_counter() - t
     if a.get("one_core"):

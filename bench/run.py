@@ -53,6 +53,8 @@ ONE_THREAD = {
     "POLARS_MAX_THREADS": "1",
 }
 MB = 1e6
+KEPT_SECTION = "## Ingest, one core (`bench/ingest.py`)"
+"""The last section of the results file, written by ``bench/ingest.py``: kept when this script rewrites the rest."""
 
 
 # -- inputs ----------------------------------------------------------------------------
@@ -529,6 +531,13 @@ def report(
         )
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".", ""]
     text = "\n".join(lines)
+    try:  # the section bench/ingest.py writes is carried over
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = ""
+    if KEPT_SECTION in old:
+        text = text.rstrip("\n") + "\n\n" + KEPT_SECTION + old.split(KEPT_SECTION, 1)[1]
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return text

@@ -382,7 +382,9 @@ def _host_frame(ev: pd.DataFrame, is_host: np.ndarray, parts: pd.DataFrame) -> p
         **take(ev, rows, ["row", "pid", "tid", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"]),
     }
     h["seq"] = ev["seq"].to_numpy(I64)[rows] if "seq" in ev.columns else np.full(rows.size, -1, I64)
-    return pd.DataFrame(h)
+    # the arrays are this function's own: the frame takes them as they are (copy=True would stack the
+    # int64 columns into one block, a transient copy of them all at the run's peak of memory)
+    return pd.DataFrame(h, copy=False)
 
 
 def _gpu_annotations(

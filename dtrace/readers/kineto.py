@@ -405,15 +405,17 @@ def read_kineto(
     meta: Meta = trace.meta
     generator = meta.otherData.get("generator") if isinstance(meta.otherData, dict) else None
     base_ns = _origin(meta.baseTimeNanoseconds, path)
+    # each column's blocks are dropped as soon as they are joined: the peak holds one column twice, not all
     cols = {
-        k: _cat(v, np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
-        for k, v in c.cols.items()
+        k: _cat(c.cols.pop(k), np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
+        for k in list(c.cols)
     }
     names = (
         pa.chunked_array(c.names, pa.dictionary(pa.int32(), pa.string())).unify_dictionaries()
         if c.names
         else pa.chunked_array([], pa.dictionary(pa.int32(), pa.string()))
     )
+    c.names = []
     with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
