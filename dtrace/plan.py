@@ -13,13 +13,16 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .cache import FileRecord, PartRecord
 from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
 from .errors import DtraceError, NotRegularFile, RankError, UsageError
 from .fileio import refusal
 from .readers._io import RESULTS_MANIFEST, own_output, read_head
 from .remote import ObjectInfo, is_url, norm
+
+if TYPE_CHECKING:  # the records are only built here for refused inputs: the cache (pyarrow) is imported then
+    from .cache import FileRecord, PartRecord
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
 # JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
@@ -228,6 +231,8 @@ def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:
                 why = "is a folder, not a trace file"
             except OSError as exc:
                 why = f"is a folder that cannot be listed ({exc.strerror or exc}): the traces in it are not analysed"
+        from .cache import FileRecord  # noqa: PLC0415
+
         refused.append(FileRecord(path=path, error=str(NotRegularFile(path, why)), error_type=NotRegularFile.__name__))
     return ok, refused
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..constants import DEFAULT_MAX_INPUT_SIZE
 from ..errors import UsageError
 from ..render.escape import printable
+from . import uptodate
 from .common import (
     add_analysis_options,
     add_output_format,
@@ -16,7 +17,7 @@ from .common import (
     check_out_dir,
     id_list,
     is_machine,
-    print_json,
+    json_text,
     say,
     whole,
 )
@@ -99,10 +100,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_dir(args.out, args.cache)
+    quick = uptodate.answer(args)  # results up to date: the stored summary, without pandas
+    if quick is not None:
+        body, manifest = quick
+        uptodate.print_answer(args, body, manifest)
+        say(f"results: {args.out}", args.fmt)
+        return 0 if manifest.get("n_parts", 0) else 2
+
     from .. import api
     from ..render.summary import header, summary, summary_csv, summary_document
 
-    check_out_dir(args.out, args.cache)
     scheduler = "sync" if args.sync else args.scheduler
     job_options = {
         key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS if getattr(args, f"job_{key}") is not None
@@ -136,12 +144,14 @@ def run(args: argparse.Namespace) -> int:
         print(printable(header(res), keep_newlines=True), end="", file=sys.stderr)
         for e in res.errors:
             print(f"error: {printable(e)}", file=sys.stderr)
-        if args.fmt == "json":
-            print_json(summary_document(res))
-        else:
-            print(summary_csv(res), end="")
+        body = json_text(summary_document(res)) + "\n" if args.fmt == "json" else summary_csv(res)
+        print(body, end="")
     else:
-        print(summary(res, args.fmt))
+        text = summary(res, args.fmt)
+        print(text)
+        body = text[len(header(res)) :]
+    if not res.errors and res.path is not None:
+        uptodate.remember(args, res.manifest, body)
     if empty:
         say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
     say(f"results: {args.out}", args.fmt)

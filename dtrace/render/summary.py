@@ -16,24 +16,15 @@ import pandas as pd
 from ..results import Results
 from ..schema import dropped_summary
 from .escape import markdown_cell, printable, prose
+from .headline import headline
 from .text import flags, render
 
 BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
 
 
 def header(results: Results) -> str:
-    """The first line: inputs, parts, failures, run time."""
-    m = results.manifest
-    if m.get("up_to_date"):
-        return (
-            f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts: results up to "
-            f"date (inputs, settings and dtrace unchanged since the run of {m.get('created', '?')}; "
-            "--recompute or --no-cache analyses again)\n"
-        )
-    return (
-        f"dtrace: {m.get('n_inputs', 0)} inputs, {m.get('n_parts', 0)} (rank, device) parts, "
-        f"{m.get('n_failed', 0)} failed, {m.get('seconds', 0):.2f} s on {m.get('workers', 1)} worker(s)\n"
-    )
+    """The first line: inputs, parts, failures, run time (:func:`~dtrace.render.headline.headline`)."""
+    return headline(results.manifest)
 
 
 def _breakdown(results: Results) -> pd.DataFrame:
