@@ -22,7 +22,7 @@ import pyarrow as pa
 from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
-from .cache import FileRecord, ingest, read_part_tables
+from .cache import FileRecord, ingest_many, read_part_tables, shared_files
 from .errors import DtraceError, InputError
 from .intervals import AxisOverflow
 from .layout import PartitionSpec
@@ -40,7 +40,7 @@ def ingest_files(
     reader_options: dict[str, Any] | None = None,
 ) -> list[FileRecord]:
     """Parse (or reuse from the cache) each input of one ingest task."""
-    return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options) for p in paths]
+    return ingest_many(list(paths), cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options)
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -90,7 +90,8 @@ def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
 
 def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The cached tables of the parts of one partition, concatenated (see :func:`concat_parts`)."""
-    return concat_parts([read_part_tables(s) for s in specs])
+    with shared_files():  # the parts of a pack: its files read once
+        return concat_parts([read_part_tables(s) for s in specs])
 
 
 def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:

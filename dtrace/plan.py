@@ -292,6 +292,7 @@ class PartSpec:
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
     side: tuple[tuple[str, str], ...] = ()  # (further side table, its cached file), tables with rows only
     session_ns: tuple[int, int] = (-1, -1)  # the profiling session's start and end (rocprofv3), -1 unknown
+    groups: tuple[tuple[str, int], ...] = ()  # in a pack: (table, its row group for this part)
 
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
@@ -310,6 +311,7 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
         local_index=part.local_index,
         checksums=tuple(sorted(part.checksums.items())),
         side=tuple(sorted(part.side.items())),
+        groups=tuple(sorted(part.groups.items())),
         session_ns=session_window(record.meta),
     )
 
