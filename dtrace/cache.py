@@ -239,11 +239,10 @@ def lookup(
             name = os.path.basename(path)
             try:
                 pf = _parquet_file(os.path.join(where, name), sums[name])
+                _check_parquet(pf, kind, part.n_events if kind == "events" else None, part.groups.get(kind))
             except OSError as exc:
                 why = "is damaged" if exc.errno == errno.EIO else "is missing or unreadable"
                 return None, f"cache entry {where}: {name} {why}; parsing again"
-            try:
-                _check_parquet(pf, kind, part.n_events if kind == "events" else None, part.groups.get(kind))
             except (ValueError, pa.ArrowException) as exc:
                 return (
                     None,
