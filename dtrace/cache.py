@@ -235,6 +235,11 @@ def lookup(
         return rec, None
     for part in rec.parts:
         where = os.path.dirname(part.events) if part.pack else d
+        try:
+            if part.pack and not stat.S_ISDIR(os.lstat(where).st_mode):  # a link is never followed
+                return None, f"cache entry {d}: its pack {part.pack} is not a folder; parsing again"
+        except OSError:
+            return None, f"cache entry {d}: its pack {part.pack} is missing; parsing again"
         for kind, path in {"events": part.events, **part.side_paths()}.items():
             name = os.path.basename(path)
             try:

@@ -115,3 +115,19 @@ def test_pack_file_damaged_after_its_check_fails_its_parts_once(job, tmp_path):
     assert not os.path.exists(spec.events)
     hit, note = cache.lookup(c, recs[-1].path)
     assert hit is None and "events.parquet is missing or unreadable; parsing again" in note
+
+
+def test_pack_folder_replaced_by_a_link_is_not_followed(job, tmp_path):
+    paths, want = job
+    c = str(tmp_path / "cache")
+    recs = cache.ingest_many(paths, c)
+    (pack,) = {p.pack for r in recs for p in r.parts}
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(os.path.join(c, pack), elsewhere)
+    os.symlink(elsewhere, os.path.join(c, pack))
+    hit, note = cache.lookup(c, recs[0].path)
+    assert hit is None and "is not a folder; parsing again" in note
+    res = dtrace.analyze(paths, cache=c, scheduler="sync")
+    assert not res.errors and not any(i["cached"] for i in res.manifest["inputs"])
+    assert sorted(os.listdir(elsewhere))  # the link's target untouched
+    same_tables(res, want)
