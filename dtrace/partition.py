@@ -69,19 +69,23 @@ def concat_parts(
     part's table). Names and kinds stay dictionary-encoded (one categorical per column, the
     parts' dictionaries unified once).
     """
-    ev_tables: list[pa.Table] = []
-    side: dict[str, list[pa.Table]] = {k: [] for k in SIDE_SCHEMAS}
-    for i, t in enumerate(tables):
-        n = t.events.num_rows
-        ev = t.events.append_column("part", pa.array(np.full(n, i, np.int32)))
-        ev_tables.append(ev.append_column("row", pa.array(np.arange(n, dtype=np.int64))))
-        for k, s in t.side.items():
-            side[k].append(s.append_column("part", pa.array(np.full(s.num_rows, i, np.int32))))
-    return _to_pandas(ev_tables), {k: _to_pandas(v) for k, v in side.items()}
+    ev = _with_part([t.events for t in tables], row=True)
+    return ev, {k: _with_part([t.side[k] for t in tables], row=False) for k in SIDE_SCHEMAS}
 
 
-def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
+def _with_part(tables: list[pa.Table], row: bool) -> pd.DataFrame:
+    """The tables of several parts as one frame, with ``part`` (and ``row``: the row in its part's
+    table) after the first table's columns, then the columns only later tables have (null
+    elsewhere) — built once for the whole batch, not per part."""
+    counts = np.fromiter((t.num_rows for t in tables), np.int64, len(tables))
     t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    first = tables[0].column_names
+    order = [*first, "part", *(["row"] if row else []), *(c for c in t.column_names if c not in first)]
+    t = t.append_column("part", pa.array(np.repeat(np.arange(len(tables), dtype=np.int32), counts)))
+    if row:
+        starts = np.cumsum(counts) - counts
+        t = t.append_column("row", pa.array(np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)))
+    t = t.select(order)
     df = t.unify_dictionaries().to_pandas() if len(tables) > 1 else t.to_pandas()
     if "seq" in df.columns and df["seq"].dtype != np.int64:  # absent in some parts: null there
         df["seq"] = df["seq"].fillna(-1).astype(np.int64)
