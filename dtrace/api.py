@@ -16,6 +16,7 @@ from ._version import __version__
 from .analyses import ANALYSES, Analysis
 from .cache import FileRecord, check_cache_dir, lookup
 from .classify import load_classmap
+from .constants import UP_TO_DATE_MAX_BYTES
 from .dtypes import empty_frame
 from .engine import ClusterSpec, Engine, TaskFailure, local_workers
 from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
@@ -292,11 +293,6 @@ def whatif(results: Any, *, speedup: dict[str, float] | None = None, step: int |
 
     res = results if isinstance(results, Results) else load(results)
     return estimate(res, speedup=speedup, step=step)
-
-
-UP_TO_DATE_MAX_BYTES = 4 << 30
-"""Inputs are fingerprinted on the client to tell a finished run is up to date only up to this
-total size (a larger job checks its inputs in the ingest tasks, on the workers)."""
 
 
 def up_to_date(

@@ -43,9 +43,11 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 import traceback
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,10 +71,17 @@ from .readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
 from .schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 
-CACHE_VERSION = 5
+CACHE_VERSION = 6
+PACK_MIN_INPUTS = 8
+"""An ingest task of at least this many inputs stores the tables of its small inputs together
+(one *pack*, :func:`ingest_many`); fewer inputs keep one entry each with their own files."""
+PACK_MAX_EVENTS = 200_000
+"""Larger inputs are never packed: their own files cost little next to their parse."""
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
 _PART_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})-p\d{1,6}-d-?\d{1,9}\.parquet$")
+_PACK_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})\.parquet$")
+_PACK_DIR = re.compile(r"^pack-[0-9a-f]{24}$")
 _ALWAYS = ("events", "collectives", "memcpy")  # written for every part; other side tables when not empty
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -87,6 +96,8 @@ class PartRecord:
     n_events: int
     checksums: dict[str, str] = field(default_factory=dict)  # file name -> xxh3 of its bytes
     side: dict[str, str] = field(default_factory=dict)  # further side table -> its file (tables with rows only)
+    pack: str = ""  # the pack folder (``pack-<hex>``) holding the files, "" for the entry's own files
+    groups: dict[str, int] = field(default_factory=dict)  # in a pack: table -> its row group for this part
 
     def side_paths(self) -> dict[str, str]:
         """Every side table's cached file by name (``collectives``, ``memcpy``, then the others)."""
@@ -223,20 +234,63 @@ def lookup(
         rec.cached = True
         return rec, None
     for part in rec.parts:
+        where = os.path.dirname(part.events) if part.pack else d
+        try:
+            if part.pack and not stat.S_ISDIR(os.lstat(where).st_mode):  # a link is never followed
+                return None, f"cache entry {d}: its pack {part.pack} is not a folder; parsing again"
+        except OSError:
+            return None, f"cache entry {d}: its pack {part.pack} is missing; parsing again"
         for kind, path in {"events": part.events, **part.side_paths()}.items():
             name = os.path.basename(path)
             try:
-                data = read_file(os.path.join(d, name))
-            except OSError:
-                return None, f"cache entry {d}: {name} is missing or unreadable; parsing again"
-            if fingerprint_bytes(data) != sums[name]:
-                return None, f"cache entry {d}: {name} is damaged; parsing again"
-            try:
-                _check_parquet(data, kind, part.n_events if kind == "events" else None)
+                pf = _parquet_file(os.path.join(where, name), sums[name])
+                _check_parquet(pf, kind, part.n_events if kind == "events" else None, part.groups.get(kind))
+            except OSError as exc:
+                why = "is damaged" if exc.errno == errno.EIO else "is missing or unreadable"
+                return None, f"cache entry {where}: {name} {why}; parsing again"
             except (ValueError, pa.ArrowException) as exc:
-                return None, f"cache entry {d}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again"
+                return (
+                    None,
+                    f"cache entry {where}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again",
+                )
     rec.cached = True
     return rec, None
+
+
+_OPEN = threading.local()
+
+
+@contextmanager
+def shared_files() -> Iterator[None]:
+    """Within this block, each cached file is read, fingerprinted and opened once however many
+    parts it holds (the parts of a pack; :func:`lookup` and :func:`read_part_tables`)."""
+    outer = getattr(_OPEN, "files", None)
+    _OPEN.files = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _OPEN.files = outer
+
+
+def _parquet_file(path: str, want: str | None) -> pq.ParquetFile:
+    """The Parquet file at ``path`` (never through a link) if its bytes have the fingerprint
+    ``want`` (None: not checked); ``OSError`` (``EIO`` when the fingerprint does not match) or
+    ``ArrowException`` otherwise. Inside :func:`shared_files`, each file is read once."""
+    files = getattr(_OPEN, "files", None)
+    got = files.get(path) if files is not None else None
+    if got is None:
+        data = read_file(path)
+        got = (fingerprint_bytes(data), data, None)
+        if files is not None:
+            files[path] = got
+    fp, data, pf = got
+    if want is not None and fp != want:
+        raise OSError(errno.EIO, "content does not match its fingerprint")
+    if pf is None:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        if files is not None:
+            files[path] = (fp, data, pf)
+    return pf
 
 
 def _same_object(rec: FileRecord, url: str, info: ObjectInfo | None, verify: bool) -> bool | str:
@@ -260,22 +314,25 @@ def _same_object(rec: FileRecord, url: str, info: ObjectInfo | None, verify: boo
     return True if same else f"{url}: content changed although its size did not; parsing again"
 
 
-def _check_parquet(data: bytes, kind: str, rows: int | None) -> None:
-    """Check that ``data`` is a Parquet file of a ``kind`` table (its footer only: the columns
-    and their types, and ``rows`` rows if given); raise ValueError or ArrowException if not.
+def _check_parquet(f: pq.ParquetFile, kind: str, rows: int | None, group: int | None = None) -> None:
+    """Check that ``f`` is a Parquet file of a ``kind`` table (its footer only: the columns
+    and their types, and ``rows`` rows if given — in row group ``group`` of a pack); raise
+    ValueError or ArrowException if not.
 
     Its fingerprint matched, so only a hand-made file can fail this: a file of another format
     (a pickle renamed ``.parquet`` is never unpickled, Arrow only parses Parquet), another table,
     or another part's events.
     """
-    f = pq.ParquetFile(pa.BufferReader(data))
     schema = f.schema_arrow
     for want in EVENT_SCHEMA if kind == "events" else SIDE_SCHEMAS[kind]:
         i = schema.get_field_index(want.name)
         if i < 0 or schema.field(i).type != want.type:
             raise ValueError(f"column {want.name!r} missing or not {want.type}")
-    if rows is not None and f.metadata.num_rows != rows:
-        raise ValueError(f"{f.metadata.num_rows} rows, not {rows}")
+    if group is not None and not 0 <= group < f.num_row_groups:
+        raise ValueError(f"no row group {group}")
+    have = f.metadata.num_rows if group is None else f.metadata.row_group(group).num_rows
+    if rows is not None and have != rows:
+        raise ValueError(f"{have} rows, not {rows}")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -333,10 +390,22 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         if not isinstance(side, dict) or not set(side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
             raise ValueError("part field 'side' is not an object of side tables")
         names = {**{k: p[k] for k in _ALWAYS}, **side}
+        pack, groups = p.get("pack", ""), p.get("groups", {})
+        if pack and (not isinstance(pack, str) or not _PACK_DIR.match(pack)):
+            raise ValueError(f"invalid pack name {pack!r}")
+        if not isinstance(groups, dict) or (
+            pack
+            and (
+                set(groups) != set(names)
+                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**31 for g in groups.values())
+            )
+        ):
+            raise ValueError("part field 'groups' is not a row group per table")
         for k, name in names.items():
-            m = _PART_FILE.match(name) if isinstance(name, str) else None
+            m = (_PACK_FILE if pack else _PART_FILE).match(name) if isinstance(name, str) else None
             if m is None or m.group(1) != k:
                 raise ValueError(f"invalid part file name {name!r}")
+        where = os.path.join(os.path.dirname(d), pack) if pack else d  # a pack: a folder beside the entries
         cs = p.get("checksums")
         if (
             not isinstance(cs, dict)
@@ -354,10 +423,12 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
                 local_index=p["local_index"],
                 n_events=p["n_events"],
                 checksums=dict(cs),
-                events=os.path.join(d, names["events"]),
-                collectives=os.path.join(d, names["collectives"]),
-                memcpy=os.path.join(d, names["memcpy"]),
-                side={k: os.path.join(d, v) for k, v in side.items()},
+                events=os.path.join(where, names["events"]),
+                collectives=os.path.join(where, names["collectives"]),
+                memcpy=os.path.join(where, names["memcpy"]),
+                side={k: os.path.join(where, v) for k, v in side.items()},
+                pack=pack,
+                groups=dict(groups) if pack else {},
             )
         )
     _check_meta(r["meta"])
@@ -407,23 +478,37 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
     paths = {"events": spec.events, "collectives": spec.collectives, "memcpy": spec.memcpy, **dict(spec.side)}
     if only is not None:
         paths = {k: v for k, v in paths.items() if k == "events" or k in only}
+    groups = dict(getattr(spec, "groups", ()) or ())
     out: dict[str, pa.Table] = {}
     for kind, path in paths.items():
         name = os.path.basename(path)
         try:
-            data = read_file(path)
-            want = dict(spec.checksums or ()).get(name)
-            if want is not None and fingerprint_bytes(data) != want:
-                raise OSError(errno.EIO, "content does not match its fingerprint")
-            out[kind] = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+            pf = _parquet_file(path, dict(spec.checksums or ()).get(name))
+            if kind in groups:  # a pack: this part's row group
+                out[kind] = pf.read_row_group(groups[kind], use_threads=False)
+            else:
+                out[kind] = pf.read(use_threads=False)
         except (OSError, pa.ArrowException) as exc:
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            _drop_entry(os.path.dirname(path))
+            if groups:  # every input of the pack is parsed again next time (their files are checked then)
+                _drop_file(path)
+            else:
+                _drop_entry(os.path.dirname(path))
             raise InputError(
                 spec.path,
                 f"its cached {name} is damaged ({msg}); run again (it will be parsed again) or pass --no-cache",
             ) from None
     return PartTables(out.pop("events"), {k: out[k] if k in out else empty_side(k) for k in SIDE_SCHEMAS})
+
+
+def _drop_file(path: str) -> None:
+    """Remove a damaged file of a pack (never through a link): the entries that use it are
+    parsed again."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _drop_entry(d: str) -> None:
@@ -444,7 +529,7 @@ def _atomic_write_bytes(path: str, data: bytes) -> None:
     atomic_write_bytes(path, data, mode=0o600)
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+def parquet_bytes(table: pa.Table | list[pa.Table]) -> bytes:
     """A table as Parquet bytes, laid out for fast reloads.
 
     lz4 (written and read back twice as fast as zstd for 12 % more bytes); Parquet dictionary
@@ -453,18 +538,32 @@ def parquet_bytes(table: pa.Table) -> bytes:
     filters on them). A 4,800-event rank: 65 KB (1/27 of its JSON), written in 0.9 ms, read back
     in 0.4 ms.
     """
-    dict_cols = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-    int_cols = {f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)}
+    tables = table if isinstance(table, list) else [table]
+    schema = tables[0].schema
+    dict_cols = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    int_cols = {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)}
     buf = io.BytesIO()
-    pq.write_table(
-        table,
+    if len(tables) == 1:
+        pq.write_table(
+            tables[0],
+            buf,
+            compression="lz4",
+            row_group_size=1 << 20,
+            use_dictionary=dict_cols or False,
+            column_encoding=int_cols or None,
+            write_statistics=False,
+        )
+        return buf.getvalue()
+    with pq.ParquetWriter(
         buf,
+        schema,
         compression="lz4",
-        row_group_size=1 << 20,
         use_dictionary=dict_cols or False,
         column_encoding=int_cols or None,
         write_statistics=False,
-    )
+    ) as w:
+        for t in tables:  # a row group each (a pack: one per part), even an empty one
+            w.write_table(t, row_group_size=max(t.num_rows, 1))
     return buf.getvalue()
 
 
@@ -502,9 +601,13 @@ def ingest(
     fmt: str | None = None,
     reader_options: dict[str, Any] | None = None,
     reuse: bool = True,
+    pending: list[tuple[FileRecord, Any]] | None = None,
 ) -> FileRecord:
     """Parse ``path`` (a file or a URL) into the cache (or reuse an intact entry). Never raises for
-    a bad input: the returned record carries the one-line error instead."""
+    a bad input: the returned record carries the one-line error instead.
+
+    ``pending`` (:func:`ingest_many`): a small local input's parsed file is appended there with
+    its record, to be written into the task's pack, instead of into an entry of its own."""
     apath = norm(path)
     rec = FileRecord(path=apath)
     local = None
@@ -535,7 +638,7 @@ def ingest(
                     return hit
                 if note:
                     rec.notes.append(note)
-            _parse(rec, apath, cache_dir, fmt, reader_options)
+            _parse(rec, apath, cache_dir, fmt, reader_options, pending)
     except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
         rec.error, rec.error_type = ingest_error(apath, exc, local)
         if isinstance(exc, OwnOutput) and not is_url(apath):
@@ -550,7 +653,12 @@ def ingest(
 
 
 def _parse(
-    rec: FileRecord, source: str, cache_dir: str, fmt: str | None, reader_options: dict[str, Any] | None
+    rec: FileRecord,
+    source: str,
+    cache_dir: str,
+    fmt: str | None,
+    reader_options: dict[str, Any] | None,
+    pending: list[tuple[FileRecord, Any]] | None = None,
 ) -> None:
     """Read ``source`` (the input itself, or a local copy of a remote one) into the cache entry of
     ``rec.path`` and fill ``rec`` (raises for a bad input)."""
@@ -563,13 +671,21 @@ def _parse(
     for part in tf.parts:  # ids the event tables and partitions hold as int32
         if not _I32_MIN <= part.device <= _I32_MAX:
             raise InputError(apath, f"device id {part.device} is out of range ({_I32_MIN} to {_I32_MAX})")
-    d = entry_dir(cache_dir, apath)
-    _fresh_entry(d)
     rec.format = tf.format
     rec.rank_hint = tf.rank_hint
     rec.rank_per_device = tf.rank_per_device
     rec.meta = dict(tf.meta)
     rec.fingerprint = rec.meta.pop("fingerprint", "") or file_fingerprint(source)
+    if pending is not None and sum(p.events.num_rows for p in tf.parts) <= PACK_MAX_EVENTS:
+        pending.append((rec, tf))  # written with the other small inputs of the task
+        return
+    _write_entry(rec, tf, cache_dir)
+
+
+def _write_entry(rec: FileRecord, tf: Any, cache_dir: str) -> None:
+    """Write an input's parsed parts into its own entry: a Parquet file per table per part."""
+    d = entry_dir(cache_dir, rec.path)
+    _fresh_entry(d)
     for part in tf.parts:
         # keyed by position too: processes of one nsys report may share a device id
         tables = {k: t for k, t in {"events": part.events, **part.side_tables()}.items() if k in _ALWAYS or t.num_rows}
@@ -588,9 +704,108 @@ def _parse(
             pr.checksums[names[k]] = fingerprint_bytes(data)
             _atomic_write_bytes(os.path.join(d, names[k]), data)
         rec.parts.append(pr)
+    _write_source(rec, d)
+
+
+def _write_source(rec: FileRecord, d: str) -> None:
+    """Write the entry's ``source.json`` (last: until then the entry is absent)."""
     record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
     payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
     _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
+
+
+def ingest_many(
+    paths: list[str],
+    cache_dir: str,
+    *,
+    fmt: str | None = None,
+    reader_options: dict[str, Any] | None = None,
+    reuse: bool = True,
+) -> list[FileRecord]:
+    """:func:`ingest` of every input of one task; with :data:`PACK_MIN_INPUTS` inputs or more, the
+    tables of the small local ones that are parsed go into one *pack*: ``CACHE/pack-<hex>/`` with
+    one Parquet file per table, a row group per part, each file fingerprinted like an entry's own.
+
+    Each input still has its entry (``source.json``, found by its path as usual) whose parts name
+    the pack's files and their row groups, so a bad input fails alone (it has no rows in the pack)
+    and a damaged pack file makes its inputs parse again (:func:`lookup` checks every file an entry
+    uses, :func:`read_part_tables` removes a damaged one). The pack is named by its inputs' paths
+    and fingerprints: parsing the same inputs again writes the same pack.
+    """
+    if len(paths) < PACK_MIN_INPUTS:
+        return [ingest(p, cache_dir, fmt=fmt, reader_options=reader_options, reuse=reuse) for p in paths]
+    pending: list[tuple[FileRecord, Any]] = []
+    with shared_files():
+        records = [
+            ingest(p, cache_dir, fmt=fmt, reader_options=reader_options, reuse=reuse, pending=pending) for p in paths
+        ]
+    if pending:
+        try:
+            _write_pack(cache_dir, pending)
+        except Exception as exc:  # noqa: BLE001 - e.g. no space: the task's packed inputs fail, in one line
+            for rec, _ in pending:
+                rec.parts = []
+                rec.error, rec.error_type = ingest_error(rec.path, exc)
+    return records
+
+
+def _write_pack(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> None:
+    """Write the pack of ``pending`` (parsed inputs with their records), then each input's entry."""
+    pending = _packable(cache_dir, pending)
+    if not pending:
+        return
+    ident = json.dumps([[rec.path, rec.fingerprint] for rec, _ in pending])
+    name = "pack-" + hashlib.sha1(ident.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    d = os.path.join(cache_dir, name)
+    _fresh_entry(d)
+    by_kind: dict[str, list[pa.Table]] = {}
+    for rec, tf in pending:
+        rec.parts.extend(_pack_part(part, d, name, by_kind) for part in tf.parts)  # device ids checked by _parse
+    sums = {}
+    for k, tables in by_kind.items():
+        data = parquet_bytes(tables)
+        sums[f"{k}.parquet"] = fingerprint_bytes(data)
+        _atomic_write_bytes(os.path.join(d, f"{k}.parquet"), data)
+    for rec, _ in pending:
+        for pr in rec.parts:
+            pr.checksums = {f"{k}.parquet": sums[f"{k}.parquet"] for k in pr.groups}
+        e = entry_dir(cache_dir, rec.path)
+        _fresh_entry(e)
+        _write_source(rec, e)
+
+
+def _packable(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> list[tuple[FileRecord, Any]]:
+    """The inputs of ``pending`` whose tables have the types of the first: the others are written
+    to their own entries here (a pack holds one schema per table)."""
+    schemas: dict[str, pa.Schema] = {}
+    packed = []
+    for rec, tf in pending:
+        kinds = [(k, t) for p in tf.parts for k, t in {"events": p.events, **p.side_tables()}.items()]
+        if all(schemas.setdefault(k, t.schema).equals(t.schema) for k, t in kinds):
+            packed.append((rec, tf))
+        else:
+            _write_entry(rec, tf, cache_dir)
+    return packed
+
+
+def _pack_part(part: Any, d: str, name: str, by_kind: dict[str, list[pa.Table]]) -> PartRecord:
+    """Add the tables of ``part`` to the pack's row groups (``by_kind``) and return its record."""
+    groups: dict[str, int] = {}
+    for k, table in {"events": part.events, **part.side_tables()}.items():
+        if k in _ALWAYS or table.num_rows:
+            groups[k] = len(by_kind.setdefault(k, []))
+            by_kind[k].append(table)
+    return PartRecord(
+        device=part.device,
+        local_index=part.local_index,
+        n_events=part.events.num_rows,
+        events=os.path.join(d, "events.parquet"),
+        collectives=os.path.join(d, "collectives.parquet"),
+        memcpy=os.path.join(d, "memcpy.parquet"),
+        side={k: os.path.join(d, f"{k}.parquet") for k in groups if k not in _ALWAYS},
+        pack=name,
+        groups=groups,
+    )
 
 
 UNDECODABLE: tuple[type[BaseException], ...] = (

@@ -113,6 +113,9 @@ OUTPUT_FORMATS = ("table", "csv", "json", "markdown")
 DEFAULT_MAX_INPUT_SIZE = "64GiB"
 """Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
 low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
+UP_TO_DATE_MAX_BYTES = 4 << 30
+"""Inputs are fingerprinted on the client to tell a finished run is up to date only up to this
+total size (a larger job checks its inputs in the ingest tasks, on the workers)."""
 DIFF_LEVELS = ("breakdown", "class", "kernel", "op")
 """Levels :func:`dtrace.diff.diff` compares two runs at."""
 DIFF_PER = ("gpu", "job")

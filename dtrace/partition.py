@@ -22,7 +22,7 @@ import pyarrow as pa
 from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
-from .cache import FileRecord, ingest, read_part_tables
+from .cache import FileRecord, ingest_many, read_part_tables, shared_files
 from .errors import DtraceError, InputError
 from .intervals import AxisOverflow
 from .layout import PartitionSpec
@@ -40,7 +40,7 @@ def ingest_files(
     reader_options: dict[str, Any] | None = None,
 ) -> list[FileRecord]:
     """Parse (or reuse from the cache) each input of one ingest task."""
-    return [ingest(p, cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options) for p in paths]
+    return ingest_many(list(paths), cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options)
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -69,19 +69,23 @@ def concat_parts(
     part's table). Names and kinds stay dictionary-encoded (one categorical per column, the
     parts' dictionaries unified once).
     """
-    ev_tables: list[pa.Table] = []
-    side: dict[str, list[pa.Table]] = {k: [] for k in SIDE_SCHEMAS}
-    for i, t in enumerate(tables):
-        n = t.events.num_rows
-        ev = t.events.append_column("part", pa.array(np.full(n, i, np.int32)))
-        ev_tables.append(ev.append_column("row", pa.array(np.arange(n, dtype=np.int64))))
-        for k, s in t.side.items():
-            side[k].append(s.append_column("part", pa.array(np.full(s.num_rows, i, np.int32))))
-    return _to_pandas(ev_tables), {k: _to_pandas(v) for k, v in side.items()}
+    ev = _with_part([t.events for t in tables], row=True)
+    return ev, {k: _with_part([t.side[k] for t in tables], row=False) for k in SIDE_SCHEMAS}
 
 
-def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
+def _with_part(tables: list[pa.Table], row: bool) -> pd.DataFrame:
+    """The tables of several parts as one frame, with ``part`` (and ``row``: the row in its part's
+    table) after the first table's columns, then the columns only later tables have (null
+    elsewhere) — built once for the whole batch, not per part."""
+    counts = np.fromiter((t.num_rows for t in tables), np.int64, len(tables))
     t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    first = tables[0].column_names
+    order = [*first, "part", *(["row"] if row else []), *(c for c in t.column_names if c not in first)]
+    t = t.append_column("part", pa.array(np.repeat(np.arange(len(tables), dtype=np.int32), counts)))
+    if row:
+        starts = np.cumsum(counts) - counts
+        t = t.append_column("row", pa.array(np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)))
+    t = t.select(order)
     # one block per column: no consolidated copy of all the int64 columns at the cold run's peak of memory
     df = (t.unify_dictionaries() if len(tables) > 1 else t).to_pandas(split_blocks=True)
     if "seq" in df.columns and df["seq"].dtype != np.int64:  # absent in some parts: null there
@@ -91,7 +95,8 @@ def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
 
 def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The cached tables of the parts of one partition, concatenated (see :func:`concat_parts`)."""
-    return concat_parts([read_part_tables(s) for s in specs])
+    with shared_files():  # the parts of a pack: its files read once
+        return concat_parts([read_part_tables(s) for s in specs])
 
 
 def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:

@@ -13,13 +13,16 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .cache import FileRecord, PartRecord
 from .constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
 from .errors import DtraceError, NotRegularFile, RankError, UsageError
 from .fileio import refusal
 from .readers._io import RESULTS_MANIFEST, own_output, read_head
 from .remote import ObjectInfo, is_url, norm
+
+if TYPE_CHECKING:  # the records are only built here for refused inputs: the cache (pyarrow) is imported then
+    from .cache import FileRecord, PartRecord
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".csv", ".xplane.pb", "_results.db")
 # JSON files that sit beside traces but are not traces (dtrace's own outputs, synth ground truth);
@@ -228,6 +231,8 @@ def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:
                 why = "is a folder, not a trace file"
             except OSError as exc:
                 why = f"is a folder that cannot be listed ({exc.strerror or exc}): the traces in it are not analysed"
+        from .cache import FileRecord  # noqa: PLC0415
+
         refused.append(FileRecord(path=path, error=str(NotRegularFile(path, why)), error_type=NotRegularFile.__name__))
     return ok, refused
 
@@ -287,6 +292,7 @@ class PartSpec:
     checksums: tuple[tuple[str, str], ...] = ()  # (cached file name, its fingerprint)
     side: tuple[tuple[str, str], ...] = ()  # (further side table, its cached file), tables with rows only
     session_ns: tuple[int, int] = (-1, -1)  # the profiling session's start and end (rocprofv3), -1 unknown
+    groups: tuple[tuple[str, int], ...] = ()  # in a pack: (table, its row group for this part)
 
 
 def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
@@ -305,6 +311,7 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
         local_index=part.local_index,
         checksums=tuple(sorted(part.checksums.items())),
         side=tuple(sorted(part.side.items())),
+        groups=tuple(sorted(part.groups.items())),
         session_ns=session_window(record.meta),
     )
 

@@ -7,9 +7,23 @@ Tables hold integer ns and bytes; renderers and the CLI call these functions to 
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _finite(v: Any) -> bool:
+    """Whether a number is finite (NumPy's scalars too; numpy is imported only for other kinds:
+    the input planner and the up-to-date path import this module without numpy)."""
+    try:
+        return math.isfinite(v)
+    except TypeError:
+        import numpy  # noqa: PLC0415
+
+        return bool(numpy.isfinite(v))
+
 
 TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
 """Time units, largest first, with their size in ns."""
@@ -23,7 +37,7 @@ def time_unit(max_ns: float) -> tuple[str, float]:
     >>> time_unit(2.5e9), time_unit(37_000), time_unit(12)
     (('s', 1000000000.0), ('µs', 1000.0), ('ns', 1.0))
     """
-    m = abs(float(max_ns)) if np.isfinite(max_ns) else 0.0
+    m = abs(float(max_ns)) if _finite(max_ns) else 0.0
     for unit, scale in TIME_UNITS:
         if m >= scale:
             return unit, scale
@@ -43,6 +57,8 @@ def pick_unit(values: np.ndarray) -> tuple[str, float]:
     >>> pick_unit(np.array([250, -400]))
     ('ns', 1.0)
     """
+    import numpy as np  # noqa: PLC0415
+
     v = np.abs(np.asarray(values, dtype=np.float64))
     v = v[np.isfinite(v) & (v > 0)]
     if not v.size:
@@ -70,7 +86,7 @@ def fmt_time(ns: Any, *, trim: bool = False) -> str:
         v = float(ns)  # None, pandas' NA: missing
     except (TypeError, ValueError):
         return "–"
-    if not np.isfinite(v):
+    if not _finite(v):
         return "–"
     if v == 0 and not trim:
         return "0"
@@ -83,14 +99,14 @@ def fmt_time(ns: Any, *, trim: bool = False) -> str:
 
 def fmt_pct(frac: float | None) -> str:
     """A fraction as a percentage: ``0.1234 → '12.3 %'``."""
-    if frac is None or not np.isfinite(frac):
+    if frac is None or not _finite(frac):
         return "–"
     return f"{100.0 * frac:.1f} %"
 
 
 def fmt_num(v: float | None) -> str:
     """A count or plain number: thousands separators, three significant digits for fractions."""
-    if v is None or not np.isfinite(v):
+    if v is None or not _finite(v):
         return "–"
     if float(v).is_integer():
         return f"{int(v):,}"
@@ -99,7 +115,7 @@ def fmt_num(v: float | None) -> str:
 
 def fmt_bytes(v: float | None) -> str:
     """A byte count in B/KiB/MiB/GiB, three significant digits (negative: unknown)."""
-    if v is None or not np.isfinite(v) or v < 0:
+    if v is None or not _finite(v) or v < 0:
         return "–"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(v) >= scale:

@@ -23,7 +23,7 @@ def trace(tmp_path, monkeypatch):
     def no_work(*a, **k):
         raise AssertionError("an input was read before the results folder was checked")
 
-    monkeypatch.setattr(partition, "ingest", no_work)
+    monkeypatch.setattr(partition, "ingest_many", no_work)  # what an ingest task calls
     return path
 
 

@@ -39,3 +39,99 @@ def test_help_imports_no_data_library(argv):
     assert "dtrace.cli.main" in imported  # the import list was read
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
     assert not heavy, f"dtrace {' '.join(argv)} imported {heavy[:5]}"
+
+
+# -- an up-to-date ``dtrace analyze``: decided and printed without pandas -----------------------
+EXAMPLE = os.path.join(ROOT, "examples", "traces")
+
+
+def _analyze(out: str, *flags: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``python -X importtime -m dtrace analyze examples/traces -o OUT``: the process and what it imported."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dtrace", "analyze", EXAMPLE, "-o", out, "--sync", *flags],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    mods = {m.group(1) for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", run.stderr, re.MULTILINE)}
+    run.stderr = "".join(line for line in run.stderr.splitlines(True) if not line.startswith("import time:"))
+    return run, mods
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv", "markdown"])
+def test_up_to_date_analyze_imports_no_data_library(tmp_path, fmt):
+    """The second run of the same command finds the results up to date from small JSON files
+    (``OUT/summary.json``, the manifest, the inputs' and tables' fingerprints) and prints
+    exactly what the ordinary path prints for up-to-date results (made to run by removing the
+    stored summary), importing none of pandas, pyarrow, NumPy, Dask."""
+    out = str(tmp_path / "out")
+    first, heavy_first = _analyze(out, "--fmt", fmt)
+    assert "pandas" in heavy_first  # the first run analysed (the import list is read)
+    fast, imported = _analyze(out, "--fmt", fmt)
+    assert "dtrace.cli.uptodate" in imported
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
+    assert not heavy, f"an up-to-date dtrace analyze imported {heavy[:5]}"
+    os.unlink(os.path.join(out, "summary.json"))
+    slow, imported_slow = _analyze(out, "--fmt", fmt)
+    assert "pandas" in imported_slow  # the ordinary path decided
+    assert (fast.stdout, fast.stderr) == (slow.stdout, slow.stderr)
+    text = slow.stderr if fmt in ("json", "csv") else slow.stdout
+    assert "results up to date" in text.splitlines()[0]
+    if fmt == "csv":  # the same per-GPU breakdown as the first run printed
+        assert fast.stdout == first.stdout
+
+
+def test_stored_summary_is_not_trusted_blindly(tmp_path):
+    """The fast path answers only for its own manifest and unchanged inputs and settings: a stored
+    summary edited by hand is not printed once the manifest changes; other settings, a touched
+    input and a damaged table go the ordinary way (which analyses again where needed)."""
+    import json
+    import shutil
+
+    traces = tmp_path / "traces"
+    shutil.copytree(EXAMPLE, traces)
+    out = str(tmp_path / "out")
+
+    def run(*flags: str) -> tuple[str, set[str]]:
+        r = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "dtrace", "analyze", str(traces), "-o", out, "--sync", *flags],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout, {m.group(1) for m in re.finditer(r"\|\s*(\S+)\s*$", r.stderr, re.MULTILINE)}
+
+    run()
+    stored = os.path.join(out, "summary.json")
+    with open(stored, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["output"]["table"] = "\nforged\n"
+    with open(stored, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    text, mods = run()
+    assert "forged" in text and "pandas" not in mods  # bound to this manifest: the stored text is what is printed
+    manifest = os.path.join(out, "manifest.json")
+    with open(manifest, "a", encoding="utf-8") as f:
+        f.write(" ")  # another manifest (same content): the stored summary is not for it
+    text, mods = run()
+    assert "forged" not in text and "pandas" in mods and "results up to date" in text
+    text, mods = run("--linked-only")  # other settings: analysed again
+    assert "pandas" in mods and "results up to date" not in text
+    text, mods = run("--linked-only")
+    assert "pandas" not in mods and "results up to date" in text
+    victim = traces / "sampled_rank-0.json.gz"
+    os.utime(victim)  # same bytes, new mtime: the ordinary path fingerprints it
+    text, mods = run("--linked-only")
+    assert "pandas" in mods
+    text, mods = run("--linked-only")
+    assert "pandas" not in mods and "results up to date" in text
+    with open(os.path.join(out, "breakdown.parquet"), "ab") as f:
+        f.write(b"x")  # a damaged table: not up to date, analysed again
+    text, mods = run("--linked-only")
+    assert "pandas" in mods and "results up to date" not in text

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..constants import DEFAULT_MAX_INPUT_SIZE
 from ..errors import UsageError
 from ..render.escape import printable
+from . import uptodate
 from .common import (
     add_analysis_options,
     add_output_format,
@@ -16,7 +17,7 @@ from .common import (
     check_out_dir,
     id_list,
     is_machine,
-    print_json,
+    json_text,
     say,
     whole,
 )
@@ -99,15 +100,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import api
-    from ..render.summary import header, summary, summary_csv, summary_document
-
     check_out_dir(args.out, args.cache)
+    quick = uptodate.answer(args)  # results up to date: the stored summary, without pandas
+    if quick is not None:
+        body, manifest = quick
+        uptodate.print_answer(args, body, manifest)
+        say(f"results: {args.out}", args.fmt)
+        return 0 if manifest.get("n_parts", 0) else 2
+    res = _analyze(args)
+    empty = _empty_step(res, args.step)
+    if empty == "all":
+        raise UsageError(
+            f"--step {args.step} selects no GPU event in any input (steps are the traces' "
+            f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
+            f"see dtrace show OUT steps); results written to {args.out}"
+        )
+    body = _print_summary(args, res)
+    if not res.errors and res.path is not None:
+        uptodate.remember(args, res.manifest, body)
+    if empty:
+        say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
+    say(f"results: {args.out}", args.fmt)
+    if not res.record.n_parts:
+        return 2
+    return 1 if res.errors else 0
+
+
+def _analyze(args: argparse.Namespace) -> Any:
+    """Run the analysis the flags ask for (:func:`dtrace.analyze`)."""
+    from .. import api
+
     scheduler = "sync" if args.sync else args.scheduler
     job_options = {
         key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS if getattr(args, f"job_{key}") is not None
     }
-    res = api.analyze(
+    return api.analyze(
         args.inputs,
         args.out,
         cache=args.cache,
@@ -125,29 +152,23 @@ def run(args: argparse.Namespace) -> int:
         **({"partition_events": args.partition_size} if args.partition_size else {}),
         **analysis_kwargs(args),
     )
-    empty = _empty_step(res, args.step)
-    if empty == "all":
-        raise UsageError(
-            f"--step {args.step} selects no GPU event in any input (steps are the traces' "
-            f"ProfilerStep#N, GPU step annotation, NVTX or JAX step numbers; run without --step and "
-            f"see dtrace show OUT steps); results written to {args.out}"
-        )
+
+
+def _print_summary(args: argparse.Namespace, res: Any) -> str:
+    """Print the run's summary in the chosen format; return what follows its first line (what an
+    up-to-date run prints again)."""
+    from ..render.summary import header, summary, summary_csv, summary_document
+
     if is_machine(args.fmt):  # one document on stdout; the prose on stderr
         print(printable(header(res), keep_newlines=True), end="", file=sys.stderr)
         for e in res.errors:
             print(f"error: {printable(e)}", file=sys.stderr)
-        if args.fmt == "json":
-            print_json(summary_document(res))
-        else:
-            print(summary_csv(res), end="")
-    else:
-        print(summary(res, args.fmt))
-    if empty:
-        say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
-    say(f"results: {args.out}", args.fmt)
-    if not res.record.n_parts:
-        return 2
-    return 1 if res.errors else 0
+        body = json_text(summary_document(res)) + "\n" if args.fmt == "json" else summary_csv(res)
+        print(body, end="")
+        return body
+    text = summary(res, args.fmt)
+    print(text)
+    return text[len(header(res)) :]
 
 
 def _empty_step(res: Results, step: int | None) -> str:

@@ -379,9 +379,14 @@ def say(text: str, fmt: str) -> None:
     print(shown, file=sys.stderr if is_machine(fmt) else sys.stdout)
 
 
+def json_text(doc: object) -> str:
+    """One JSON document as :func:`print_json` prints it (without the final newline)."""
+    return json.dumps(doc, indent=1, ensure_ascii=False, default=str)
+
+
 def print_json(doc: object) -> None:
     """One JSON document on stdout."""
-    print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
+    print(json_text(doc))
 
 
 @contextmanager

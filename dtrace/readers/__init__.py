@@ -15,12 +15,26 @@ says (``rank_hint``) and the planner decides.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, OwnOutput, UsageError
 from ._io import SQLITE_MAGIC, TIMELINE_GENERATOR, own_output, read_head
-from .base import Part, Reader, TraceFile
+
+if TYPE_CHECKING:
+    from .base import Part, Reader, TraceFile
 
 __all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "head_of", "readers", "refuse_own_output"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Part``, ``Reader``, ``TraceFile`` from :mod:`.base`, imported when first asked for: the
+    input planner imports this package for ``_io`` alone and must not pay for pyarrow (an
+    up-to-date ``dtrace analyze`` imports neither pyarrow nor pandas)."""
+    if name in ("Part", "Reader", "TraceFile"):
+        from . import base  # noqa: PLC0415
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _registry() -> dict[str, Reader]:

@@ -16,25 +16,15 @@ import pandas as pd
 from ..results import Results
 from ..schema import dropped_summary
 from .escape import markdown_cell, printable, prose
+from .headline import headline
 from .text import flags, render
 
 BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
 
 
 def header(results: Results) -> str:
-    """The first line: inputs, parts, failures, run time."""
-    m = results.record
-    n_inputs, n_parts = m.n_inputs or 0, m.n_parts or 0
-    if m.up_to_date:
-        return (
-            f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts: results up to "
-            f"date (inputs, settings and dtrace unchanged since the run of {'?' if m.created is None else m.created}; "
-            "--recompute or --no-cache analyses again)\n"
-        )
-    return (
-        f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts, "
-        f"{m.n_failed or 0} failed, {m.seconds or 0:.2f} s on {1 if m.workers is None else m.workers} worker(s)\n"
-    )
+    """The first line: inputs, parts, failures, run time (:func:`~dtrace.render.headline.headline`)."""
+    return headline(results.manifest)
 
 
 def _breakdown(results: Results) -> pd.DataFrame:

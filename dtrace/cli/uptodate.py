@@ -1,0 +1,206 @@
+"""An up-to-date ``dtrace analyze``, decided and answered from small JSON files: no pandas, no pyarrow.
+
+After each run whose results could be up to date later (no failed input, a ``run_key`` in the
+manifest), the CLI keeps what it printed in ``OUT/summary.json``: the summary below its first
+line, per output format, with the fingerprint of the manifest it describes and what else the
+output depends on (the dtrace version and code, the analysis settings, the run's settings). The
+next ``dtrace analyze`` of the same inputs into the same OUT checks, in this order, and answers
+from that file only when every check passes:
+
+- the stored summary describes this ``manifest.json`` (its bytes' fingerprint), was made by
+  this dtrace (version, and the size and mtime of every file of the package: the built-in
+  analyses' code) with these settings, and holds this output format;
+- what :func:`dtrace.api.up_to_date` checks: the same input paths with their recorded sizes and
+  mtimes, then their fingerprints, no failed input, every table file with the bytes it was
+  written with.
+
+Anything else — a missing or damaged file, a URL, a class map, a GPU spec file, ``--step``,
+a straggler method, summary CSVs — goes the ordinary way (:func:`dtrace.api.analyze`), which
+decides again and prints from the tables; the fast path never answers where the ordinary one
+would analyse. Only the CLI writes this file; the API ignores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import stat
+from typing import Any
+
+import xxhash
+
+from .._version import __version__
+from ..constants import UP_TO_DATE_MAX_BYTES
+from ..errors import DtraceError
+from ..fileio import atomic_write_bytes, read_regular
+from ..options import Options
+from ..plan import expand_inputs, parse_size, refuse_irregular
+from ..readers._io import file_fingerprint
+from ..remote import is_url
+from ..render.headline import headline
+from .common import analysis_kwargs
+
+SUMMARY = "summary.json"
+"""The stored summary of a results folder (``OUT/summary.json``)."""
+SUMMARY_VERSION = 1
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_stamp(root: str = _PACKAGE) -> str:
+    """A fingerprint of the installed dtrace package: every file's path, size and mtime (the
+    built-in analyses are part of a run's key through their code; a changed file changes it)."""
+    h = xxhash.xxh3_128()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".json")):
+                st = os.stat(os.path.join(folder, name))
+                h.update(
+                    f"{os.path.relpath(os.path.join(folder, name), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode()
+                )
+    return h.hexdigest()
+
+
+def _material(args: argparse.Namespace) -> str | None:
+    """What the printed summary depends on besides the manifest and the inputs, as one string;
+    None where only the ordinary path can tell (settings that need pandas to check or to print)."""
+    if (
+        args.no_cache
+        or args.recompute
+        or args.step is not None
+        or getattr(args, "classmap", None) is not None
+        or getattr(args, "gpu_spec", None) is not None
+        or getattr(args, "straggler_method", None) is not None
+        or "://" in args.out
+        or any(is_url(str(i)) for i in args.inputs)
+    ):
+        return None
+    try:
+        opts = Options.from_kwargs(**analysis_kwargs(args)).to_json()
+        settings = {"ranks": {}, "format": args.input_format, "max_input_size": parse_size(args.max_input_size)}
+    except DtraceError:
+        return None  # the ordinary path says why, in one line
+    doc = {"version": [__version__, SUMMARY_VERSION], "code": code_stamp(), "options": opts, "settings": settings}
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+def _stored(out: str) -> tuple[dict[str, Any], bytes] | None:
+    """The stored summary of ``out`` and the manifest's bytes, or None."""
+    try:
+        doc = json.loads(read_regular(os.path.join(out, SUMMARY), follow_links=False))
+        raw = read_regular(os.path.join(out, "manifest.json"), follow_links=False)
+    except (OSError, ValueError, DtraceError):
+        return None
+    if not isinstance(doc, dict) or doc.get("manifest") != xxhash.xxh3_128_hexdigest(raw):
+        return None
+    return doc, raw
+
+
+def answer(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+    """The summary ``dtrace analyze`` prints below its first line, and the manifest (marked
+    ``up_to_date``), when the results in ``args.out`` are up to date; else None."""
+    material = _material(args)
+    if material is None:
+        return None
+    found = _stored(args.out)
+    if found is None:
+        return None
+    doc, raw = found
+    body = (doc.get("output") or {}).get(args.fmt) if isinstance(doc.get("output"), dict) else None
+    if doc.get("material") != material or not isinstance(body, str):
+        return None
+    try:
+        manifest = json.loads(raw)
+        if not _cache_usable(args.cache or os.path.join(args.out, "cache")) or not os.access(args.out, os.W_OK):
+            return None
+        skipped: list[str] = []
+        files, refused = refuse_irregular(expand_inputs(args.inputs, exclude=[args.out], skipped=skipped))
+        if refused or skipped or not _inputs_unchanged(manifest, files) or not _tables_intact(args.out, manifest):
+            return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, DtraceError):
+        return None
+    manifest["up_to_date"] = True
+    return body, manifest
+
+
+def _cache_usable(cache: str) -> bool:
+    """The ingest cache folder exists as a folder (not a link) that can be written (what
+    :func:`dtrace.cache.check_cache_dir` would otherwise create or refuse)."""
+    try:
+        st = os.lstat(cache)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and os.access(cache, os.W_OK | os.X_OK)
+
+
+def _inputs_unchanged(manifest: dict[str, Any], files: list[str]) -> bool:
+    """:func:`dtrace.api.up_to_date`'s checks of the inputs: the same paths, sizes and mtimes,
+    at most :data:`~dtrace.constants.UP_TO_DATE_MAX_BYTES` in all, then the same fingerprints."""
+    items = manifest.get("inputs")
+    if not isinstance(manifest.get("run_key"), str) or not isinstance(items, list) or manifest.get("n_failed"):
+        return False
+    before = {(i["path"], i["size"], i["mtime_ns"]): i["fingerprint"] for i in items}
+    now = {}
+    for f in files:
+        st = os.stat(f)
+        now[(f, st.st_size, st.st_mtime_ns)] = f
+    if set(before) != set(now) or sum(k[1] for k in now) > UP_TO_DATE_MAX_BYTES:
+        return False
+    return all(file_fingerprint(path) == before[(path, size, mtime)] for path, size, mtime in now)
+
+
+def _tables_intact(out: str, manifest: dict[str, Any]) -> bool:
+    """Every table the manifest lists is in ``out`` (never through a link) with its recorded bytes."""
+    names, fps = manifest.get("tables"), manifest.get("table_fingerprints")
+    if not isinstance(names, list) or not isinstance(fps, dict) or set(names) != set(fps):
+        return False
+    for name in names:
+        if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
+            return False
+        data = read_regular(os.path.join(out, f"{name}.parquet"), follow_links=False)
+        if xxhash.xxh3_128_hexdigest(data) != fps[name]:
+            return False
+    return True
+
+
+def remember(args: argparse.Namespace, manifest: dict[str, Any], body: str) -> None:
+    """Keep ``body`` (the summary below its first line, as printed in ``args.fmt``) for the next
+    up-to-date run, when these results can be up to date then. Best effort: a folder that cannot
+    take the file only loses the fast path."""
+    if not isinstance(manifest.get("run_key"), str) or manifest.get("n_failed") or manifest.get("failed_tables"):
+        return
+    material = _material(args)
+    if material is None:
+        return
+    try:
+        raw = read_regular(os.path.join(args.out, "manifest.json"), follow_links=False)
+    except (OSError, DtraceError):
+        return
+    fp = xxhash.xxh3_128_hexdigest(raw)
+    found = _stored(args.out)
+    output: dict[str, str] = {}
+    if found is not None and found[0].get("material") == material and isinstance(found[0].get("output"), dict):
+        output = {k: v for k, v in found[0]["output"].items() if isinstance(k, str) and isinstance(v, str)}
+    output[args.fmt] = body
+    doc = {"version": SUMMARY_VERSION, "manifest": fp, "material": material, "output": output}
+    try:
+        atomic_write_bytes(os.path.join(args.out, SUMMARY), json.dumps(doc, ensure_ascii=False).encode())
+    except OSError:
+        pass
+
+
+def print_answer(args: argparse.Namespace, body: str, manifest: dict[str, Any]) -> None:
+    """Print an up-to-date run's summary exactly as :func:`dtrace.cli.analyze.run` does."""
+    import sys  # noqa: PLC0415
+
+    from ..render.escape import printable  # noqa: PLC0415
+
+    head = headline(manifest)
+    if args.fmt in ("csv", "json"):
+        print(printable(head, keep_newlines=True), end="", file=sys.stderr)
+        print(body, end="")
+    else:
+        print(head + body)
