@@ -37,7 +37,7 @@ from .reduce import run_reducers
 from .reduce.stragglers import check_method
 from .remote import ObjectInfo, is_url, norm
 from .results import Results, check_results_dir, write_results
-from .summaries import add_summaries, note_summaries, split_summaries
+from .summaries import SummaryGroup, add_summaries, note_summaries, split_summaries
 
 PARSE_BYTES_PER_S = 80e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before
@@ -175,28 +175,15 @@ def analyze(
     out = os.fspath(out) if out is not None else None
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
-    # FIFOs, devices, unlistable folders: failed inputs, never opened; URLs listed on their store
-    infos: dict[str, ObjectInfo] = {}
-    skipped: list[str] = []  # results folders of dtrace among the inputs
-    files, refused = refuse_irregular(
-        expand_inputs(inputs, exclude=[out] if out else None, infos=infos, skipped=skipped)
-    )
-    files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
+    found = _find_inputs(inputs, out)
     reuse_results = reuse_cache if reuse_results is None else reuse_results
-    tmp_cache = None
-    if cache is None:
-        if out is not None:
-            cache = os.path.join(out, "cache")
-        else:
-            cache = tmp_cache = tempfile.mkdtemp(prefix="dtrace-cache-")
-    check_cache_dir(cache)
+    cache, tmp_cache = _cache_dir(cache, out)
     settings = {"ranks": ranks, "format": format, "max_input_size": limit}
-    if out is not None and reuse_cache and reuse_results and not summaries:
-        done = up_to_date(out, files, refused, opts, list(ANALYSES) + user, settings, infos)
-        if done is not None:
-            return done
+    done = _previous_results(out, found, reuse_cache and reuse_results, opts, list(ANALYSES) + user, settings)
+    if done is not None:
+        return done
     run = _Run(
-        files=files,
+        files=found.files,
         cache=cache,
         options=opts,
         analyses=user,
@@ -206,11 +193,71 @@ def analyze(
         fmt=format,
         partition_events=partition_events,
         reader_options={"max_input_size": limit},
-        refused=refused,
+        refused=found.refused,
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
-        infos=infos,
-        skipped_notes=skipped,
+        infos=found.infos,
+        skipped_notes=found.skipped,
     )
+    n_workers, mode = _run_on_engine(run, spec, tmp_cache)
+    tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode)
+    if out is not None:
+        return write_results(out, tables, manifest)
+    return Results(tables, manifest, None)
+
+
+@dataclass
+class _Inputs:
+    """The inputs of a run, once expanded: what is read, what was refused before opening it."""
+
+    files: list[str]
+    refused: list[FileRecord]
+    summaries: list[SummaryGroup]  # nsys stats summaries: no events, their own path
+    infos: dict[str, ObjectInfo]  # what the listing said of remote inputs
+    skipped: list[str]  # results folders of dtrace among the inputs
+
+
+def _find_inputs(inputs: Any, out: str | None) -> _Inputs:
+    """Expand the inputs (``out`` left out); FIFOs, devices, unlistable folders: failed inputs,
+    never opened; URLs listed on their store."""
+    infos: dict[str, ObjectInfo] = {}
+    skipped: list[str] = []  # results folders of dtrace among the inputs
+    files, refused = refuse_irregular(
+        expand_inputs(inputs, exclude=[out] if out else None, infos=infos, skipped=skipped)
+    )
+    files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
+    return _Inputs(files, refused, summaries, infos, skipped)
+
+
+def _previous_results(
+    out: str | None,
+    found: _Inputs,
+    reuse: bool,
+    opts: Options,
+    analyses: Sequence[Analysis],
+    settings: dict[str, Any],
+) -> Results | None:
+    """The results in ``out`` when reuse is on and they are :func:`up_to_date` (never with nsys
+    stats summaries among the inputs); else None."""
+    if out is None or not reuse or found.summaries:
+        return None
+    return up_to_date(out, found.files, found.refused, opts, analyses, settings, found.infos)
+
+
+def _cache_dir(cache: str | None, out: str | None) -> tuple[str, str | None]:
+    """The ingest cache folder (checked), and the temporary one to remove at the end (if any)."""
+    tmp_cache = None
+    if cache is None:
+        if out is not None:
+            cache = os.path.join(out, "cache")
+        else:
+            cache = tmp_cache = tempfile.mkdtemp(prefix="dtrace-cache-")
+    check_cache_dir(cache)
+    return cache, tmp_cache
+
+
+def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None) -> tuple[int, str]:
+    """Plan, start the engine, ingest and analyse; the engine's workers and mode. The temporary
+    cache (if any) is removed however it ends."""
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
@@ -223,26 +270,39 @@ def analyze(
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
     run.phase("stop")
-    tables = combine([r.tables for r in run.results], list(ANALYSES) + user)
+    return n_workers, engine.mode
+
+
+def _reduce_and_record(
+    run: _Run,
+    summaries: list[SummaryGroup],
+    opts: Options,
+    settings: dict[str, Any],
+    t0: float,
+    n_workers: int,
+    mode: str,
+) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """The run's tables, reduced across ranks, and its manifest (with the run key of a complete
+    run, which a later :func:`up_to_date` compares)."""
+    analyses = list(ANALYSES) + run.analyses
+    tables = combine([r.tables for r in run.results], analyses)
     for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
         tables.pop(name, None)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     tables = run_reducers(tables, opts)
     run.phase("reduce")
-    if reuse_results and run.store is not None:
+    if run.reuse_results and run.store is not None:
         resultstore.prune(run.store, run.keys_used)
-    manifest = run.manifest(time.perf_counter() - t0, n_workers, engine.mode)
+    manifest = run.manifest(time.perf_counter() - t0, n_workers, mode)
     note_summaries(manifest, summary_inputs, summary_parts)
     if not summaries and not manifest["n_failed"] and not run.failed_tables:
         manifest["run_key"] = resultstore.run_key(
             [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]],
             opts,
-            list(ANALYSES) + user,
+            analyses,
             settings,
         )
-    if out is not None:
-        return write_results(out, tables, manifest)
-    return Results(tables, manifest, None)
+    return tables, manifest
 
 
 def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -> Results:
@@ -312,7 +372,6 @@ def up_to_date(
     input is the same object when its store states the recorded size and identity (``infos``,
     from the listing): it is not downloaded; one whose store states no identity is not up to date.
     """
-    from .readers._io import file_fingerprint
     from .results import intact, load
 
     try:
@@ -321,34 +380,9 @@ def up_to_date(
         return None
     if prev.run_key is None or refused or prev.n_failed:
         return None
-    remote = {f: (infos or {}).get(f) for f in files if is_url(f)}
-    if any(i is None or not i.identity for i in remote.values()):
+    inputs = _unchanged_inputs(prev.inputs, files, infos or {})
+    if inputs is None:
         return None
-    try:
-        stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
-    except OSError:
-        return None
-    stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})  # identity, not time, decides
-    before = {(i.path, i.size, i.mtime_ns): (i.fingerprint, i.identity) for i in prev.inputs}
-    now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
-    if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
-        return None
-    inputs = []
-    for path, size, mtime in sorted(now):
-        recorded, identity = before[(path, size, mtime)]
-        if path in remote:
-            info = remote[path]
-            if info is None or identity != info.identity:
-                return None
-            inputs.append((path, size, mtime, recorded))
-            continue
-        try:
-            fp = file_fingerprint(path)
-        except (OSError, DtraceError):
-            return None
-        if fp != recorded:
-            return None
-        inputs.append((path, size, mtime, fp))
     if resultstore.run_key(inputs, options, analyses, settings) != prev.run_key or not intact(out, prev):
         return None
     res = load(out)
@@ -358,6 +392,62 @@ def up_to_date(
     for item in res.manifest["inputs"]:
         item["cached"] = item["results_reused"] = True
     return res
+
+
+def _unchanged_inputs(
+    recorded: Sequence[Any], files: list[str], infos: dict[str, ObjectInfo]
+) -> list[tuple[str, int, int, str | None]] | None:
+    """``(path, size, mtime_ns, fingerprint)`` of every input, sorted, when they are the inputs
+    ``recorded`` (by a previous run) with the same content; else None. Sizes and mtimes are
+    compared first, fingerprints only then."""
+    remote = {f: infos.get(f) for f in files if is_url(f)}
+    stats = _listed_stats(files, remote)
+    if stats is None:
+        return None
+    before = {(i.path, i.size, i.mtime_ns): (i.fingerprint, i.identity) for i in recorded}
+    now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
+    if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
+        return None
+    inputs = []
+    for path, size, mtime in sorted(now):
+        fp = _same_content(path, *before[(path, size, mtime)], remote)
+        if fp is _CHANGED:
+            return None
+        inputs.append((path, size, mtime, fp))
+    return inputs
+
+
+def _listed_stats(files: list[str], remote: dict[str, ObjectInfo | None]) -> dict[str, tuple[int, int]] | None:
+    """``path -> (size, mtime_ns)`` of every input (a remote object's as its listing states it,
+    mtime 0: its identity, not time, decides); None when a local input cannot be stat'ed or a
+    remote one has no stated identity."""
+    if any(i is None or not i.identity for i in remote.values()):
+        return None
+    try:
+        stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
+    except OSError:
+        return None
+    stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})
+    return stats
+
+
+_CHANGED = object()
+"""What :func:`_same_content` returns for an input whose content changed."""
+
+
+def _same_content(path: str, recorded: Any, identity: Any, remote: dict[str, ObjectInfo | None]) -> Any:
+    """The fingerprint to key ``path`` with when its content is the ``recorded`` one (a remote
+    object: the same ``identity`` on its store; a local file: the same fingerprint); else None."""
+    from .readers._io import file_fingerprint
+
+    if path in remote:
+        info = remote[path]
+        return recorded if info is not None and identity == info.identity else _CHANGED
+    try:
+        fp = file_fingerprint(path)
+    except (OSError, DtraceError):
+        return _CHANGED
+    return fp if fp == recorded else _CHANGED
 
 
 def reserved_tables() -> set[str]:
@@ -449,7 +539,12 @@ class _Run:
         tasks = len(ingest_batches(self.files, self._sizes, workers))
         if parse:
             return parse + hashing, tasks
-        records = [h for h in hits if h is not None]
+        events = self._events_to_analyse([h for h in hits if h is not None], workers)
+        return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
+
+    def _events_to_analyse(self, records: list[FileRecord], workers: int) -> int:
+        """Events of the partitions planned from these (cached) records whose results are not
+        stored (all of them when an analysis is never reused)."""
         specs = resolve_ranks(records, rank_by=self.options.rank_by, ranks=self.ranks).specs
         todo = resultstore.reusable(list(ANALYSES) + self.analyses)
         always = len(todo) < len(ANALYSES) + len(self.analyses)  # some are never reused
@@ -460,7 +555,7 @@ class _Run:
             for group, key in zip(groups, keys or [None] * len(groups)):
                 if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
                     events += sum(s.n_events for s in group)
-        return hashing + events / ANALYSIS_EVENTS_PER_S, tasks
+        return events
 
     def _known(self, path: str) -> bool:
         """Whether the client can check ``path``'s cache entry without a request (a local file, or an
@@ -475,11 +570,7 @@ class _Run:
         """Ingest every input, rank the parts, plan the partitions and analyse them; each stage's
         errors are collected in :attr:`errors`, its results are never changed afterwards."""
         self.records = self.ingest(engine)
-        for r in self.records:
-            if r.error is not None and r.error_type == OwnOutput.__name__:
-                self.skipped[r.path] = r.error  # one of dtrace's own outputs: not a trace, not a failure
-            elif r.error is not None:
-                self.fail(r.path, r.error, r.error_type or "InputError")
+        self._note_ingest_errors()
         ranking = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
         for path, err in ranking.errors.items():
             self.fail(path, err, RankError.__name__)
@@ -507,6 +598,18 @@ class _Run:
             else o
             for o in outcome
         ]
+        self._note_analysis_errors()
+
+    def _note_ingest_errors(self) -> None:
+        """Each failed input's error; dtrace's own outputs among the inputs are skipped, not failed."""
+        for r in self.records:
+            if r.error is not None and r.error_type == OwnOutput.__name__:
+                self.skipped[r.path] = r.error  # one of dtrace's own outputs: not a trace, not a failure
+            elif r.error is not None:
+                self.fail(r.path, r.error, r.error_type or "InputError")
+
+    def _note_analysis_errors(self) -> None:
+        """Each partition's failed inputs, and the user's tables that failed."""
         for res in self.results:
             for path, err in res.errors.items():
                 self.fail(path, err, "AnalysisError")
@@ -539,14 +642,39 @@ class _Run:
         return sorted(by_path.values(), key=lambda r: r.path)
 
     def manifest(self, seconds: float, n_workers: int, mode: str) -> dict[str, Any]:
+        """The run's manifest (``manifest.json``): settings, timings, partitions and every input."""
         failed = set(self.errors)
+        notes = list(self.skipped_notes) + [n for res in self.results for n in res.notes]
+        inputs = self._input_entries()
+        return {
+            "dtrace_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "options": self.options.to_json(),
+            "analyses": [a.table for a in self.analyses],
+            "failed_tables": dict(self.failed_tables),
+            "cache": os.path.abspath(self.cache),
+            "seconds": round(seconds, 3),
+            "phases": dict(self.phases),
+            "execution": mode,
+            "workers": n_workers,
+            "partitions": [
+                {"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events} for p in self.partitions
+            ],
+            "notes": notes,
+            "inputs": inputs,
+            "n_inputs": len(self.files) + len(self.refused),
+            "n_failed": sum(1 for i in inputs if i["status"] == "error"),
+            "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
+        }
+
+    def _input_entries(self) -> list[dict[str, Any]]:
+        """The manifest's entry of every input: its status, error, ranks and parts, cache use."""
         ranks: dict[str, list[list[int]]] = {}
         parts: dict[str, list[dict[str, int]]] = {}
         for s in self.specs:
             ranks.setdefault(s.path, []).append([s.rank, s.device])
             parts.setdefault(s.path, []).append({"rank": s.rank, "device": s.device, "local_index": s.local_index})
         reused = {p for res in self.results for p in res.reused_paths}
-        notes = list(self.skipped_notes) + [n for res in self.results for n in res.notes]
         inputs = []
         for r in self.records:
             error, error_type = self.errors.get(r.path, (None, None))
@@ -572,26 +700,7 @@ class _Run:
                     "dropped_events": dict((r.meta or {}).get("dropped_events") or {}),
                 }
             )
-        return {
-            "dtrace_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "options": self.options.to_json(),
-            "analyses": [a.table for a in self.analyses],
-            "failed_tables": dict(self.failed_tables),
-            "cache": os.path.abspath(self.cache),
-            "seconds": round(seconds, 3),
-            "phases": dict(self.phases),
-            "execution": mode,
-            "workers": n_workers,
-            "partitions": [
-                {"ranks": list(p.ranks), "parts": len(p.parts), "events": p.n_events} for p in self.partitions
-            ],
-            "notes": notes,
-            "inputs": inputs,
-            "n_inputs": len(self.files) + len(self.refused),
-            "n_failed": sum(1 for i in inputs if i["status"] == "error"),
-            "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
-        }
+        return inputs
 
 
 def combine(

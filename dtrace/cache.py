@@ -201,60 +201,82 @@ def lookup(
     """
     apath = norm(path)
     d = entry_dir(cache_dir, apath)
-    try:
-        if stat.S_ISLNK(os.lstat(d).st_mode):
-            return None, f"cache entry {d} is a symbolic link; parsing again"
-        raw = read_file(os.path.join(d, SOURCE))
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"cache entry {d} is unreadable ({exc.strerror or exc}); parsing again"
-    try:
-        rec, sums = _parse_source(raw, d)
-    except _OtherVersion:
-        return None, None  # written by another dtrace: an ordinary re-parse
-    except (ValueError, TypeError, KeyError, RecursionError) as exc:
-        return None, f"cache entry {d} is damaged ({_one_line(exc)}); parsing again"
-    if rec.path != apath:
-        return None, f"cache entry {d} belongs to another input; parsing again"
-    if is_url(apath):
-        same = _same_object(rec, apath, info, verify)
-        if same is not True:
-            return None, same or None
-    else:
-        try:
-            st = os.stat(apath)
-        except OSError:
-            return None, None
-        if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
-            return None, None  # the input changed: an ordinary re-parse, nothing to report
-        if verify and file_fingerprint(apath) != rec.fingerprint:
-            return None, f"{apath}: content changed although size and mtime did not; parsing again"
+    entry = _read_entry(d, apath)
+    if not isinstance(entry, tuple):
+        return None, entry
+    rec, sums = entry
+    same, note = _same_input(rec, apath, info, verify)
+    if not same:
+        return None, note
     if not verify:
         rec.cached = True
         return rec, None
     for part in rec.parts:
-        where = os.path.dirname(part.events) if part.pack else d
-        try:
-            if part.pack and not stat.S_ISDIR(os.lstat(where).st_mode):  # a link is never followed
-                return None, f"cache entry {d}: its pack {part.pack} is not a folder; parsing again"
-        except OSError:
-            return None, f"cache entry {d}: its pack {part.pack} is missing; parsing again"
-        for kind, path in {"events": part.events, **part.side_paths()}.items():
-            name = os.path.basename(path)
-            try:
-                pf = _parquet_file(os.path.join(where, name), sums[name])
-                _check_parquet(pf, kind, part.n_events if kind == "events" else None, part.groups.get(kind))
-            except OSError as exc:
-                why = "is damaged" if exc.errno == errno.EIO else "is missing or unreadable"
-                return None, f"cache entry {where}: {name} {why}; parsing again"
-            except (ValueError, pa.ArrowException) as exc:
-                return (
-                    None,
-                    f"cache entry {where}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again",
-                )
+        damaged = _damaged_part(part, d, sums)
+        if damaged is not None:
+            return None, damaged
     rec.cached = True
     return rec, None
+
+
+def _read_entry(d: str, apath: str) -> tuple[FileRecord, dict[str, str]] | str | None:
+    """The record of cache entry ``d`` (of input ``apath``) and its files' checksums; else why
+    it cannot be used (None when there simply is none, or it is another dtrace's)."""
+    try:
+        if stat.S_ISLNK(os.lstat(d).st_mode):
+            return f"cache entry {d} is a symbolic link; parsing again"
+        raw = read_file(os.path.join(d, SOURCE))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cache entry {d} is unreadable ({exc.strerror or exc}); parsing again"
+    try:
+        rec, sums = _parse_source(raw, d)
+    except _OtherVersion:
+        return None  # written by another dtrace: an ordinary re-parse
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        return f"cache entry {d} is damaged ({_one_line(exc)}); parsing again"
+    if rec.path != apath:
+        return f"cache entry {d} belongs to another input; parsing again"
+    return rec, sums
+
+
+def _same_input(rec: FileRecord, apath: str, info: ObjectInfo | None, verify: bool) -> tuple[bool, str | None]:
+    """Whether the input is the one ``rec`` was parsed from, and if not, a note to report (None:
+    an ordinary re-parse, nothing to report)."""
+    if is_url(apath):
+        same = _same_object(rec, apath, info, verify)
+        return (True, None) if same is True else (False, same or None)
+    try:
+        st = os.stat(apath)
+    except OSError:
+        return False, None
+    if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
+        return False, None  # the input changed: an ordinary re-parse, nothing to report
+    if verify and file_fingerprint(apath) != rec.fingerprint:
+        return False, f"{apath}: content changed although size and mtime did not; parsing again"
+    return True, None
+
+
+def _damaged_part(part: PartRecord, d: str, sums: dict[str, str]) -> str | None:
+    """Why a part's cached files (in entry ``d``, or its pack) cannot be used; None when intact."""
+    where = os.path.dirname(part.events) if part.pack else d
+    try:
+        if part.pack and not stat.S_ISDIR(os.lstat(where).st_mode):  # a link is never followed
+            return f"cache entry {d}: its pack {part.pack} is not a folder; parsing again"
+    except OSError:
+        return f"cache entry {d}: its pack {part.pack} is missing; parsing again"
+    for kind, path in {"events": part.events, **part.side_paths()}.items():
+        name = os.path.basename(path)
+        try:
+            pf = _parquet_file(os.path.join(where, name), sums[name])
+            _check_parquet(pf, kind, part.n_events if kind == "events" else None, part.groups.get(kind))
+        except OSError as exc:
+            why = "is damaged" if exc.errno == errno.EIO else "is missing or unreadable"
+            return f"cache entry {where}: {name} {why}; parsing again"
+        except (ValueError, pa.ArrowException) as exc:
+            return f"cache entry {where}: {name} is not a table dtrace wrote ({_one_line(exc)}); parsing again"
+    return None
 
 
 _OPEN = threading.local()
@@ -351,86 +373,14 @@ def _record_fingerprint(record: Any) -> str:
 
 def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
     """A strictly validated record from ``source.json`` (raises ValueError/TypeError/KeyError)."""
-    doc = json.loads(raw)
-    if not isinstance(doc, dict):
-        raise TypeError(f"a JSON {type(doc).__name__}, not an object")
-    version = doc["cache_version"]
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise TypeError("field 'cache_version' is not an int")
-    if version != CACHE_VERSION:
-        raise _OtherVersion()
-    r = doc["record"]
-    if not isinstance(r, dict):
-        raise TypeError("field 'record' is not an object")
-    if doc["record_fingerprint"] != _record_fingerprint(r):
-        raise ValueError("the record does not match its fingerprint")
-    want = {
-        "path": str,
-        "format": str,
-        "size": int,
-        "mtime_ns": int,
-        "fingerprint": str,
-        "parts": list,
-        "rank_per_device": bool,
-        "meta": dict,
-    }
-    for k, t in want.items():
-        if not isinstance(r.get(k), t) or isinstance(r.get(k), bool) != (t is bool):
-            raise TypeError(f"field {k!r} is not {t.__name__}")
-    if r.get("rank_hint") is not None and (not isinstance(r["rank_hint"], int) or isinstance(r["rank_hint"], bool)):
-        raise TypeError("field 'rank_hint' is not an int")
-    if r.get("side_tables") != sorted(SIDE_SCHEMAS):
-        raise _OtherVersion()  # written when other side tables were registered: parse again
+    r = _check_envelope(json.loads(raw))
+    _check_record_fields(r)
     sums: dict[str, str] = {}
     parts = []
     for p in r["parts"]:
-        if not isinstance(p, dict):
-            raise TypeError("a part is not an object")
-        side = p.get("side")
-        if not isinstance(side, dict) or not set(side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
-            raise ValueError("part field 'side' is not an object of side tables")
-        names = {**{k: p[k] for k in _ALWAYS}, **side}
-        pack, groups = p.get("pack", ""), p.get("groups", {})
-        if pack and (not isinstance(pack, str) or not _PACK_DIR.match(pack)):
-            raise ValueError(f"invalid pack name {pack!r}")
-        if not isinstance(groups, dict) or (
-            pack
-            and (
-                set(groups) != set(names)
-                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**31 for g in groups.values())
-            )
-        ):
-            raise ValueError("part field 'groups' is not a row group per table")
-        for k, name in names.items():
-            m = (_PACK_FILE if pack else _PART_FILE).match(name) if isinstance(name, str) else None
-            if m is None or m.group(1) != k:
-                raise ValueError(f"invalid part file name {name!r}")
-        where = os.path.join(os.path.dirname(d), pack) if pack else d  # a pack: a folder beside the entries
-        cs = p.get("checksums")
-        if (
-            not isinstance(cs, dict)
-            or set(cs) != set(names.values())
-            or not all(isinstance(v, str) for v in cs.values())
-        ):
-            raise ValueError("part checksums missing")
-        for k, (lo, hi) in _PART_INTS.items():
-            if not isinstance(p.get(k), int) or isinstance(p.get(k), bool) or not lo <= p[k] <= hi:
-                raise TypeError(f"part field {k!r} is not an int from {lo} to {hi}")
+        part, cs = _parse_part(p, d)
         sums.update(cs)
-        parts.append(
-            PartRecord(
-                device=p["device"],
-                local_index=p["local_index"],
-                n_events=p["n_events"],
-                checksums=dict(cs),
-                events=os.path.join(where, names["events"]),
-                collectives=os.path.join(where, names["collectives"]),
-                memcpy=os.path.join(where, names["memcpy"]),
-                side={k: os.path.join(where, v) for k, v in side.items()},
-                pack=pack,
-                groups=dict(groups) if pack else {},
-            )
-        )
+        parts.append(part)
     _check_meta(r["meta"])
     rec = FileRecord(
         path=r["path"],
@@ -445,6 +395,110 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
         identity=str(r.get("identity") or ""),
     )
     return rec, sums
+
+
+def _check_envelope(doc: Any) -> dict[str, Any]:
+    """The record of a ``source.json`` document of this cache version, matching its fingerprint."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+    version = doc["cache_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TypeError("field 'cache_version' is not an int")
+    if version != CACHE_VERSION:
+        raise _OtherVersion()
+    r = doc["record"]
+    if not isinstance(r, dict):
+        raise TypeError("field 'record' is not an object")
+    if doc["record_fingerprint"] != _record_fingerprint(r):
+        raise ValueError("the record does not match its fingerprint")
+    return r
+
+
+_RECORD_FIELDS = {
+    "path": str,
+    "format": str,
+    "size": int,
+    "mtime_ns": int,
+    "fingerprint": str,
+    "parts": list,
+    "rank_per_device": bool,
+    "meta": dict,
+}
+
+
+def _check_record_fields(r: dict[str, Any]) -> None:
+    """The record's fields have their types, and it lists the side tables registered now."""
+    for k, t in _RECORD_FIELDS.items():
+        if not isinstance(r.get(k), t) or isinstance(r.get(k), bool) != (t is bool):
+            raise TypeError(f"field {k!r} is not {t.__name__}")
+    if r.get("rank_hint") is not None and (not isinstance(r["rank_hint"], int) or isinstance(r["rank_hint"], bool)):
+        raise TypeError("field 'rank_hint' is not an int")
+    if r.get("side_tables") != sorted(SIDE_SCHEMAS):
+        raise _OtherVersion()  # written when other side tables were registered: parse again
+
+
+def _parse_part(p: Any, d: str) -> tuple[PartRecord, dict[str, str]]:
+    """One part of the record (its files in entry folder ``d``, or in its pack beside it), and
+    its files' checksums."""
+    if not isinstance(p, dict):
+        raise TypeError("a part is not an object")
+    side = p.get("side")
+    if not isinstance(side, dict) or not set(side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
+        raise ValueError("part field 'side' is not an object of side tables")
+    names = {**{k: p[k] for k in _ALWAYS}, **side}
+    pack, groups = _part_pack(p, names)
+    where = os.path.join(os.path.dirname(d), pack) if pack else d  # a pack: a folder beside the entries
+    cs = _part_checksums(p, names)
+    for k, (lo, hi) in _PART_INTS.items():
+        if not isinstance(p.get(k), int) or isinstance(p.get(k), bool) or not lo <= p[k] <= hi:
+            raise TypeError(f"part field {k!r} is not an int from {lo} to {hi}")
+    part = PartRecord(
+        device=p["device"],
+        local_index=p["local_index"],
+        n_events=p["n_events"],
+        checksums=dict(cs),
+        events=os.path.join(where, names["events"]),
+        collectives=os.path.join(where, names["collectives"]),
+        memcpy=os.path.join(where, names["memcpy"]),
+        side={k: os.path.join(where, v) for k, v in side.items()},
+        pack=pack,
+        groups=dict(groups) if pack else {},
+    )
+    return part, cs
+
+
+def _part_pack(p: dict[str, Any], names: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """A part's pack folder ("" for the entry's own files) and its row group per table; the
+    file name of each table checked (a pack's or an entry's)."""
+    pack, groups = p.get("pack", ""), p.get("groups", {})
+    if pack and (not isinstance(pack, str) or not _PACK_DIR.match(pack)):
+        raise ValueError(f"invalid pack name {pack!r}")
+    if not isinstance(groups, dict) or (
+        pack
+        and (
+            set(groups) != set(names)
+            or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**31 for g in groups.values())
+        )
+    ):
+        raise ValueError("part field 'groups' is not a row group per table")
+    for k, name in names.items():
+        _check_file_name(k, name, pack)
+    return pack, groups
+
+
+def _check_file_name(table: str, name: Any, pack: str) -> None:
+    """A part's file of ``table`` is named as dtrace names it (in a pack, or in an entry)."""
+    m = (_PACK_FILE if pack else _PART_FILE).match(name) if isinstance(name, str) else None
+    if m is None or m.group(1) != table:
+        raise ValueError(f"invalid part file name {name!r}")
+
+
+def _part_checksums(p: dict[str, Any], names: dict[str, Any]) -> dict[str, str]:
+    """A part's checksum of each of its files (one per file, each a str)."""
+    cs = p.get("checksums")
+    if not isinstance(cs, dict) or set(cs) != set(names.values()) or not all(isinstance(v, str) for v in cs.values()):
+        raise ValueError("part checksums missing")
+    return cs
 
 
 _PART_INTS = {"device": (_I32_MIN, _I32_MAX), "local_index": (0, _I32_MAX), "n_events": (0, 2**63 - 1)}
