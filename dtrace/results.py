@@ -250,18 +250,8 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
         ``out`` cannot be written (a file, read-only, disk full, a folder named
         ``manifest.json``); the previous results are left as they were.
     """
-    for name in tables:
-        if not TABLE_NAME.fullmatch(name):
-            raise ValueError(f"invalid table name {name!r}: table names are identifiers")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except FileExistsError:
-        raise ResultsError(f"{out}: exists and is not a directory; cannot write results there") from None
-    except OSError as exc:
-        raise ResultsError(f"{out}: cannot create the results directory: {exc.strerror}") from None
+    _prepare_out(out, tables)
     old_manifest = os.path.join(out, MANIFEST)
-    if os.path.isdir(old_manifest) and not os.path.islink(old_manifest):
-        raise ResultsError(f"{old_manifest} is a directory, not a manifest; remove it or write the results elsewhere")
     clean_staging(out)
     run_id = manifest.setdefault("run_id", uuid.uuid4().hex)
     manifest["format_version"] = FORMAT_VERSION
@@ -270,24 +260,11 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
     try:
         staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
         lock = _lock(staging)
-        fingerprints = {}
-        for name, df in tables.items():
-            t = pa.Table.from_pandas(df, preserve_index=False)
-            t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
-            buf = io.BytesIO()
-            pq.write_table(t, buf, compression="zstd")
-            data = buf.getvalue()
-            fingerprints[name] = xxhash.xxh3_128_hexdigest(data)
-            with open(os.path.join(staging, f"{name}.parquet"), "wb") as f:
-                f.write(data)
+        fingerprints = {name: _stage_table(staging, name, df, run_id) for name, df in tables.items()}
         manifest["table_fingerprints"] = fingerprints
         with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, default=str)
-        if os.path.lexists(old_manifest):
-            old = _previous_manifest(out)
-            os.unlink(old_manifest)  # a link is removed, never followed
-            if old:
-                _remove_stale_tables(out, old, set(tables))
+        _retire_previous(out, set(tables))
         for name in tables:
             os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(out, f"{name}.parquet"))
         os.replace(os.path.join(staging, MANIFEST), old_manifest)
@@ -300,6 +277,45 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return Results(tables, manifest, out)
+
+
+def _prepare_out(out: str, tables: dict[str, pd.DataFrame]) -> None:
+    """Check the table names and create ``out``; one-line errors when it cannot hold results."""
+    for name in tables:
+        if not TABLE_NAME.fullmatch(name):
+            raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        raise ResultsError(f"{out}: exists and is not a directory; cannot write results there") from None
+    except OSError as exc:
+        raise ResultsError(f"{out}: cannot create the results directory: {exc.strerror}") from None
+    old_manifest = os.path.join(out, MANIFEST)
+    if os.path.isdir(old_manifest) and not os.path.islink(old_manifest):
+        raise ResultsError(f"{old_manifest} is a directory, not a manifest; remove it or write the results elsewhere")
+
+
+def _stage_table(staging: str, name: str, df: pd.DataFrame, run_id: str) -> str:
+    """Write table ``name`` (tagged with the run id) into the staging folder; its fingerprint."""
+    t = pa.Table.from_pandas(df, preserve_index=False)
+    t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
+    buf = io.BytesIO()
+    pq.write_table(t, buf, compression="zstd")
+    data = buf.getvalue()
+    with open(os.path.join(staging, f"{name}.parquet"), "wb") as f:
+        f.write(data)
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def _retire_previous(out: str, tables: set[str]) -> None:
+    """Remove the previous manifest (a link is removed, never followed) and the tables it listed
+    that the new results do not have."""
+    old_manifest = os.path.join(out, MANIFEST)
+    if os.path.lexists(old_manifest):
+        old = _previous_manifest(out)
+        os.unlink(old_manifest)  # a link is removed, never followed
+        if old:
+            _remove_stale_tables(out, old, tables)
 
 
 def intact(out: str, manifest: Manifest) -> bool:

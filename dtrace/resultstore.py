@@ -143,21 +143,33 @@ def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -
     """Hash ``v`` into ``h`` (see :func:`function_identity`); ``names``: the attribute names the
     referring code uses (for a user module: which of its attributes it depends on)."""
     t = type(v)
-    if t in _PLAIN:
-        h.update(f"{t.__name__}:{v!r};".encode())
-        return
-    if isinstance(v, enum.Enum):
-        h.update(f"enum:{t.__module__}.{t.__qualname__}.{v.name};".encode())
-        return
-    if isinstance(v, np.generic):
-        if v.dtype.kind == "O":
-            raise _Unkeyable(repr(t))
-        h.update(f"np:{v.dtype.str}:".encode() + v.tobytes())
+    if _feed_atom(h, v, t):
         return
     if id(v) in seen:  # a cycle (a function calling itself, a list holding itself)
         h.update(b"cycle;")
         return
     seen = seen | {id(v)}
+    if not (_feed_data(h, v, t, seen) or _feed_code_of(h, v, seen, names) or _feed_other(h, v, t, seen)):
+        raise _Unkeyable(repr(t))
+
+
+def _feed_atom(h: Any, v: Any, t: type) -> bool:
+    """Hash a plain value, an enum member or a NumPy scalar; whether ``v`` was one."""
+    if t in _PLAIN:
+        h.update(f"{t.__name__}:{v!r};".encode())
+    elif isinstance(v, enum.Enum):
+        h.update(f"enum:{t.__module__}.{t.__qualname__}.{v.name};".encode())
+    elif isinstance(v, np.generic):
+        if v.dtype.kind == "O":
+            raise _Unkeyable(repr(t))
+        h.update(f"np:{v.dtype.str}:".encode() + v.tobytes())
+    else:
+        return False
+    return True
+
+
+def _feed_data(h: Any, v: Any, t: type, seen: set[int]) -> bool:
+    """Hash a container, an array or a pandas object; whether ``v`` was one."""
     if isinstance(v, (tuple, list)):
         h.update(f"{t.__name__}[{len(v)}](".encode())
         for x in v:
@@ -187,7 +199,15 @@ def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -
         frame = v.to_frame() if isinstance(v, (pd.Series, pd.Index)) else v
         h.update(f"pandas:{t.__name__}:{list(map(str, frame.columns))}:{list(map(str, frame.dtypes))};".encode())
         h.update(hashed.tobytes())
-    elif isinstance(v, types.FunctionType):
+    else:
+        return False
+    return True
+
+
+def _feed_code_of(h: Any, v: Any, seen: set[int], names: frozenset[str]) -> bool:
+    """Hash a function, method, partial, module or class (the user's: what its code uses);
+    whether ``v`` was one."""
+    if isinstance(v, types.FunctionType):
         _feed_function(h, v, seen)
     elif isinstance(v, types.MethodType):
         h.update(b"method:")
@@ -198,22 +218,38 @@ def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -
         for x in (v.func, v.args, v.keywords):
             _feed(h, x, seen)
     elif isinstance(v, types.ModuleType):
-        h.update(f"module:{v.__name__};".encode())
-        if not _is_library(getattr(v, "__file__", None), v.__name__):  # the user's module: what the code uses of it
-            for n in sorted(names):
-                if n in vars(v):
-                    h.update(f"attr:{n}=".encode())
-                    _feed(h, vars(v)[n], seen)
+        _feed_module(h, v, seen, names)
     elif isinstance(v, type):
-        h.update(f"class:{v.__module__}.{v.__qualname__};".encode())
-        if not _is_library(
-            _module_file(v.__module__), v.__module__
-        ):  # the user's class: its methods and class attributes
-            for n, x in sorted(vars(v).items()):
-                if not (n.startswith("__") and n.endswith("__")) or n in ("__init__", "__call__"):
-                    h.update(f"attr:{n}=".encode())
-                    _feed(h, x.__func__ if isinstance(x, (staticmethod, classmethod)) else x, seen)
-    elif (
+        _feed_class(h, v, seen)
+    else:
+        return False
+    return True
+
+
+def _feed_module(h: Any, v: types.ModuleType, seen: set[int], names: frozenset[str]) -> None:
+    """Hash a module by name; the user's module: also the attributes the code uses of it."""
+    h.update(f"module:{v.__name__};".encode())
+    if not _is_library(getattr(v, "__file__", None), v.__name__):  # the user's module: what the code uses of it
+        for n in sorted(names):
+            if n in vars(v):
+                h.update(f"attr:{n}=".encode())
+                _feed(h, vars(v)[n], seen)
+
+
+def _feed_class(h: Any, v: type, seen: set[int]) -> None:
+    """Hash a class by name; the user's class: also its methods and class attributes."""
+    h.update(f"class:{v.__module__}.{v.__qualname__};".encode())
+    if not _is_library(_module_file(v.__module__), v.__module__):  # the user's class: its methods and class attributes
+        for n, x in sorted(vars(v).items()):
+            if not (n.startswith("__") and n.endswith("__")) or n in ("__init__", "__call__"):
+                h.update(f"attr:{n}=".encode())
+                _feed(h, x.__func__ if isinstance(x, (staticmethod, classmethod)) else x, seen)
+
+
+def _feed_other(h: Any, v: Any, t: type, seen: set[int]) -> bool:
+    """Hash a library callable (by name), a dataclass, an instance of the user's class or a
+    property; whether ``v`` was one."""
+    if (
         isinstance(v, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType))
         or (callable(v) and _is_library(_module_file(getattr(v, "__module__", None)), getattr(v, "__module__", None)))
     ) and (qualname := getattr(v, "__qualname__", None) or getattr(v, "__name__", None)):
@@ -232,7 +268,8 @@ def _feed(h: Any, v: Any, seen: set[int], names: frozenset[str] = frozenset()) -
         for x in (v.fget, v.fset, v.fdel):
             _feed(h, x, seen)
     else:
-        raise _Unkeyable(repr(t))
+        return False
+    return True
 
 
 def _feed_function(h: Any, func: types.FunctionType, seen: set[int]) -> None:

@@ -26,8 +26,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:_add_chunk",  # complexity 18
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
-    "dtrace/results.py:write_results",  # complexity 17
-    "dtrace/resultstore.py:_feed",  # complexity 44, 91 lines
     # modules outside that round's split (the package root's pipeline modules, nsys stats CSV)
     "dtrace/batch.py:prepare",  # complexity 16, 103 lines
     "dtrace/categories.py:categorize_names",  # complexity 17
