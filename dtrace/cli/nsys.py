@@ -110,64 +110,78 @@ def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfi
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..nsysstats.config import StatsConfig, is_config, load_config
-    from ..nsysstats.inputs import classifier_of, stats_of
-    from ..nsysstats.report import build_report, render_report
+    from ..nsysstats.inputs import classifier_of
+    from ..nsysstats.report import render_report
 
-    for name in ("iters", "gpus"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise UsageError(f"--{name} must be >= 1")
-    if len(args.inputs) == 1 and is_config(args.inputs[0]):
-        config = load_config(args.inputs[0])
-        if args.iters or args.gpus or args.nvtx_tag:  # command-line values override the config's
-            from dataclasses import replace
-
-            config = StatsConfig(
-                inputs=[
-                    replace(
-                        i, iters=args.iters or i.iters, gpus=args.gpus or i.gpus, nvtx_tag=args.nvtx_tag or i.nvtx_tag
-                    )
-                    for i in config.inputs
-                ],
-                kernel_to_class_map=config.kernel_to_class_map,
-                source=config.source,
-            )
-    else:
-        config = _inputs_from_files(args.inputs, args)
+    config = _config(args)
     classifier = classifier_of(config, os.path.abspath(args.classmap) if args.classmap else None)
-    texts, tables, failed = [], [], 0
+    texts, tables = [], []
     entries: list[dict[str, Any]] = []  # one per input, for the saved results' manifest
     for inp in config.inputs:
-        paths = [p for p in (inp.kernel_sum, inp.mem_time_sum, inp.nvtx_proj_trace, inp.report) if p]
-        try:
-            st = stats_of(inp)
-            rep = build_report(
-                st.kernels,
-                st.memops,
-                st.nvtx,
-                title=inp.title,
-                iters=inp.iters,
-                gpus=inp.gpus if inp.gpus is not None else st.parts,
-                nvtx_tag=inp.nvtx_tag,
-                classifier=classifier,
-            )
-        except DtraceError as exc:
-            failed += 1
-            print(f"dtrace nsys-stats: error: {printable(exc)}", file=sys.stderr)
-            entries.append({"title": inp.title, "paths": paths, "status": "error", "error": str(exc)})
+        entry, rep = _report_of(inp, classifier)
+        entries.append(entry)
+        if rep is None:
             continue
         text = render_report(rep)
         print(printable(text, keep_newlines=True))
         texts.append(text)
         tables.append(rep.tables())
-        entries.append({"title": inp.title, "paths": paths, "status": "ok", "error": None})
     if args.out and tables:
         _save(args.out, tables, entries, config, "\n".join(texts))
         print(f"results: {printable(args.out)}")
     if not tables:
         return 2
-    return 1 if failed else 0
+    return 1 if any(e["status"] == "error" for e in entries) else 0
+
+
+def _config(args: argparse.Namespace) -> StatsConfig:
+    """The inputs to report on: a config file's (command-line values override its own), or the
+    files given."""
+    from ..nsysstats.config import StatsConfig, is_config, load_config
+
+    for name in ("iters", "gpus"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UsageError(f"--{name} must be >= 1")
+    if not (len(args.inputs) == 1 and is_config(args.inputs[0])):
+        return _inputs_from_files(args.inputs, args)
+    config = load_config(args.inputs[0])
+    if args.iters or args.gpus or args.nvtx_tag:  # command-line values override the config's
+        from dataclasses import replace
+
+        config = StatsConfig(
+            inputs=[
+                replace(i, iters=args.iters or i.iters, gpus=args.gpus or i.gpus, nvtx_tag=args.nvtx_tag or i.nvtx_tag)
+                for i in config.inputs
+            ],
+            kernel_to_class_map=config.kernel_to_class_map,
+            source=config.source,
+        )
+    return config
+
+
+def _report_of(inp: Any, classifier: Any) -> tuple[dict[str, Any], Any]:
+    """The manifest entry of one input and its report (None, its error printed, when it failed)."""
+    from ..nsysstats.inputs import stats_of
+    from ..nsysstats.report import build_report
+
+    paths = [p for p in (inp.kernel_sum, inp.mem_time_sum, inp.nvtx_proj_trace, inp.report) if p]
+    try:
+        st = stats_of(inp)
+        rep = build_report(
+            st.kernels,
+            st.memops,
+            st.nvtx,
+            title=inp.title,
+            iters=inp.iters,
+            gpus=inp.gpus if inp.gpus is not None else st.parts,
+            nvtx_tag=inp.nvtx_tag,
+            classifier=classifier,
+        )
+    except DtraceError as exc:
+        print(f"dtrace nsys-stats: error: {printable(exc)}", file=sys.stderr)
+        return {"title": inp.title, "paths": paths, "status": "error", "error": str(exc)}, None
+    return {"title": inp.title, "paths": paths, "status": "ok", "error": None}, rep
 
 
 def _save(out: str, tables: list[dict[str, pd.DataFrame]], entries: list[dict], config: object, text: str) -> None:

@@ -98,7 +98,7 @@ def _n_parts(tables: dict[str, pd.DataFrame]) -> int:
 
 
 def run_perf(args: argparse.Namespace) -> int:
-    from ..render.opperf import family_totals, human_ops, perf_lines, top_ops
+    from ..render.opperf import family_totals, perf_lines, top_ops
     from ..render.text import render
 
     tables, errors = _tables(args)
@@ -125,6 +125,17 @@ def run_perf(args: argparse.Namespace) -> int:
         else:
             print_json(_document(lines, ops, fam_all, slow, tables.get("gpu_peaks"), top))
         return 1 if errors else 0
+    _print_views(args, lines, ops, fam_all, top)
+    return 1 if errors else 0
+
+
+def _print_views(
+    args: argparse.Namespace, lines: list[str], ops: pd.DataFrame, fam_all: pd.DataFrame, top: int | None
+) -> None:
+    """The headline, the op shapes and the op families, as tables for a person."""
+    from ..render.opperf import human_ops
+    from ..render.text import render
+
     where = f"rank {args.rank}" if args.rank is not None else "across ranks"
     print(printable("\n".join(lines), keep_newlines=True))
     sort_name = {"lost": "time lost", "time": "GPU time", "count": "calls", "efficiency": "% of roofline"}[args.sort]
@@ -150,7 +161,6 @@ def run_perf(args: argparse.Namespace) -> int:
             columns={"roofline_pct": "roofline (%)", "tflops": "TFLOP/s", "tbps": "TB/s", "share": "time_share"}
         )
         print(render(view, args.fmt, title=f"op families {where} (summed over GPUs)", max_rows=None))
-    return 1 if errors else 0
 
 
 def _records(df: pd.DataFrame | None, top: int | None) -> list[dict[str, Any]]:

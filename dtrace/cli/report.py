@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    _add_report(sub)
+    _add_compare(sub)
+    _add_diff(sub)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    """``dtrace report``: the HTML report of one results directory."""
     p = sub.add_parser(
         "report",
         help="write the HTML report of a results directory",
@@ -68,6 +75,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     p.set_defaults(func=run_report)
 
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    """``dtrace compare``: several runs side by side (HTML)."""
     c = sub.add_parser(
         "compare",
         help="compare several runs side by side (HTML)",
@@ -110,6 +120,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--title", default=None, help="page title")
     c.set_defaults(func=run_compare)
 
+
+def _add_diff(sub: argparse._SubParsersAction) -> None:
+    """``dtrace diff``: two runs' differences per class, kernel and op."""
     d = sub.add_parser(
         "diff",
         help="differences between two runs per class, kernel and op",

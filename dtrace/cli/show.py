@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .common import RANK, add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
+
+if TYPE_CHECKING:
+    from ..results import Results
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,42 +34,56 @@ INPUT_COLUMNS = ["path", "format", "status", "error"]
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from ..render.stragglers import signals_legend
-    from ..render.text import render
     from ..results import load
 
     res = load(args.out)
     if args.table is None:
-        inputs = res.inputs
-        cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
-        if args.fmt == "json":
-            print_json(
-                {
-                    "path": res.path,
-                    "tables": res.table_names,
-                    "absent_tables": res.record.absent_tables,
-                    "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False)),
-                }
-            )
-            return 0
-        say(repr(res), args.fmt)
-        for name, reason in res.record.absent_tables.items():
-            say(f"table {name} is empty: {reason}", args.fmt)
-        if len(inputs) or is_machine(args.fmt):
-            print(
-                render(
-                    inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}),
-                    args.fmt,
-                    title="inputs",
-                    human=False,
-                    max_rows=rows_to_show(args),
-                    wide=args.wide,
-                ),
-                end="",
-            )
-        return 0
+        _show_overview(args, res)
+    else:
+        _show_table(args, res)
+    return 0
+
+
+def _show_overview(args: argparse.Namespace, res: Results) -> None:
+    """The results' summary, its empty tables and its inputs."""
+    import pandas as pd
+
+    from ..render.text import render
+
+    inputs = res.inputs
+    cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
+    if args.fmt == "json":
+        print_json(
+            {
+                "path": res.path,
+                "tables": res.table_names,
+                "absent_tables": res.record.absent_tables,
+                "inputs": json.loads(inputs.to_json(orient="records", force_ascii=False)),
+            }
+        )
+        return
+    say(repr(res), args.fmt)
+    for name, reason in res.record.absent_tables.items():
+        say(f"table {name} is empty: {reason}", args.fmt)
+    if len(inputs) or is_machine(args.fmt):
+        print(
+            render(
+                inputs[cols] if len(inputs) else pd.DataFrame({c: [] for c in INPUT_COLUMNS}),
+                args.fmt,
+                title="inputs",
+                human=False,
+                max_rows=rows_to_show(args),
+                wide=args.wide,
+            ),
+            end="",
+        )
+
+
+def _show_table(args: argparse.Namespace, res: Results) -> None:
+    """One table of the results (a rank's rows, sorted by a column on request)."""
+    from ..render.stragglers import signals_legend
+    from ..render.text import render
+
     if args.table not in res.table_names:
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
     df = res.table(args.table)
@@ -86,4 +104,3 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)
-    return 0
