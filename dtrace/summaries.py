@@ -141,7 +141,20 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
     gpus = int(options.summary_gpus or 1)
     if gpus < 1:
         raise UsageError("summary_gpus must be >= 1")
-    div = iters * gpus
+    parts = _summary_rows(g)
+    out: dict[str, pd.DataFrame] = {}
+    key = {"rank": np.int32(g.rank), "device": np.int32(-1)}
+    if parts:
+        out.update(_kernel_tables(pd.concat(parts, ignore_index=True), key, options, iters, gpus))
+    if MEM_SUM in g.files:
+        out["memops"] = _memop_table(out["kernels"], key, iters, gpus)
+    if NVTX_PROJ in g.files:
+        out["nvtx_ranges"] = _nvtx_rows(nvtx_projection(g.files[NVTX_PROJ]), key)
+    return out
+
+
+def _summary_rows(g: SummaryGroup) -> list[pd.DataFrame]:
+    """The kernel and memory-operation summary rows of a group, each with its ``kind``."""
     parts = []
     if KERN_SUM in g.files:
         k = kernel_summary(g.files[KERN_SUM])
@@ -151,82 +164,89 @@ def group_tables(g: SummaryGroup, options: Options) -> dict[str, pd.DataFrame]:
         m = memop_summary(g.files[MEM_SUM])
         m["kind"] = np.where(m["name"].astype(str).str.contains("memset", case=False), "memset", "memcpy")
         parts.append(m)
-    out: dict[str, pd.DataFrame] = {}
-    key = {"rank": np.int32(g.rank), "device": np.int32(-1)}
-    if parts:
-        per = pd.concat(parts, ignore_index=True)
-        names = per["name"].astype(str).tolist()
-        kinds = per["kind"].tolist()
-        cats = categorize_names(names, kinds, compat=options.compat, fmt="nsys")
-        classifier = classifier_for(options)
-        cls = classifier.classify(names, kinds, cats)
-        total = float(per["total_ns"].sum()) or 1.0
-        n_all = max(int(per["count"].sum()), 1)
-        kern = pd.DataFrame(
-            {
-                **key,
-                "name": np.asarray(names, dtype=object),
-                "category": np.asarray(cats, object),
-                "kind": np.asarray(kinds, object),
-                "class": np.asarray(cls, object),
-                "count": per["count"].to_numpy(np.int64),
-                "total_ns": per["total_ns"].to_numpy(np.int64),
-                "mean_ns": per["mean_ns"].to_numpy(np.float64),
-                "median_ns": per["median_ns"].to_numpy(np.float64),
-                "min_ns": per["min_ns"].round().astype("Int64"),
-                "max_ns": per["max_ns"].round().astype("Int64"),
-                "std_ns": per["std_ns"].to_numpy(np.float64),
-            }
-        )
-        out["kernels"] = (
-            _iters(_shares(kern, total, n_all), iters, gpus, div)
-            .sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
-            .reset_index(drop=True)
-        )
-        grp = kern.groupby("class", sort=True)
-        classes = pd.DataFrame(
-            {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].size()}
-        ).reset_index()
-        classes.insert(0, "rank", key["rank"])
-        classes.insert(1, "device", key["device"])
-        classes["classifier"] = classifier.label
-        classes["mean_ns"] = classes["total_ns"] / classes["count"]
-        out["classes"] = _iters(_shares(classes, total, n_all), iters, gpus, div)
-        is_nccl = classifier.is_nccl(kern["class"].to_numpy(), kern["category"].to_numpy())
-        comm = kern.loc[is_nccl]
-        comm = comm.assign(collective=[collective_label(n) for n in comm["name"]])
-        grp = comm.groupby("collective", sort=True)
-        nccl = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum()}).reset_index()
-        nccl.insert(0, "rank", key["rank"])
-        nccl.insert(1, "device", key["device"])
-        nccl["mean_ns"] = nccl["total_ns"] / nccl["count"] if len(nccl) else np.empty(0)
-        out["nccl"] = _iters(_shares(nccl, total, n_all), iters, gpus, div).drop(columns=["count_share"])
-    if MEM_SUM in g.files:
-        from .readers.nsys_csv import memop_direction
+    return parts
 
-        m = out["kernels"].loc[out["kernels"]["kind"].isin(["memcpy", "memset"])]
-        op = np.array([memop_direction(n) for n in m["name"]], dtype=object)  # one per distinct operation
-        frame = m.assign(op=op, min_v=m["min_ns"].astype("float64"), max_v=m["max_ns"].astype("float64"))
-        grp = frame.groupby("op", sort=True)
-        mem = pd.DataFrame(
-            {
-                "count": grp["count"].sum(),
-                "total_ns": grp["total_ns"].sum(),
-                "min_ns": grp["min_v"].min().round().astype("Int64"),
-                "max_ns": grp["max_v"].max().round().astype("Int64"),
-            }
-        ).reset_index()
-        mem.insert(0, "rank", key["rank"])
-        mem.insert(1, "device", key["device"])
-        mem["mean_ns"] = mem["total_ns"] / mem["count"]
-        mem["bytes"] = pd.array([pd.NA] * len(mem), dtype="Int64")  # summaries state no sizes
-        mem["bandwidth_bytes_per_s"] = np.nan
-        out["memops"] = _iters(_shares(mem, float(out["kernels"]["total_ns"].sum()) or 1.0, 1), iters, gpus, div).drop(
-            columns=["count_share"]
-        )
-    if NVTX_PROJ in g.files:
-        out["nvtx_ranges"] = _nvtx_rows(nvtx_projection(g.files[NVTX_PROJ]), key)
+
+def _kernel_tables(
+    per: pd.DataFrame, key: dict[str, np.int32], options: Options, iters: int, gpus: int
+) -> dict[str, pd.DataFrame]:
+    """The kernels, classes and nccl rows of a group's summary rows (``per``)."""
+    div = iters * gpus
+    out: dict[str, pd.DataFrame] = {}
+    names = per["name"].astype(str).tolist()
+    kinds = per["kind"].tolist()
+    cats = categorize_names(names, kinds, compat=options.compat, fmt="nsys")
+    classifier = classifier_for(options)
+    cls = classifier.classify(names, kinds, cats)
+    total = float(per["total_ns"].sum()) or 1.0
+    n_all = max(int(per["count"].sum()), 1)
+    kern = pd.DataFrame(
+        {
+            **key,
+            "name": np.asarray(names, dtype=object),
+            "category": np.asarray(cats, object),
+            "kind": np.asarray(kinds, object),
+            "class": np.asarray(cls, object),
+            "count": per["count"].to_numpy(np.int64),
+            "total_ns": per["total_ns"].to_numpy(np.int64),
+            "mean_ns": per["mean_ns"].to_numpy(np.float64),
+            "median_ns": per["median_ns"].to_numpy(np.float64),
+            "min_ns": per["min_ns"].round().astype("Int64"),
+            "max_ns": per["max_ns"].round().astype("Int64"),
+            "std_ns": per["std_ns"].to_numpy(np.float64),
+        }
+    )
+    out["kernels"] = (
+        _iters(_shares(kern, total, n_all), iters, gpus, div)
+        .sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+        .reset_index(drop=True)
+    )
+    grp = kern.groupby("class", sort=True)
+    classes = pd.DataFrame(
+        {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].size()}
+    ).reset_index()
+    classes.insert(0, "rank", key["rank"])
+    classes.insert(1, "device", key["device"])
+    classes["classifier"] = classifier.label
+    classes["mean_ns"] = classes["total_ns"] / classes["count"]
+    out["classes"] = _iters(_shares(classes, total, n_all), iters, gpus, div)
+    is_nccl = classifier.is_nccl(kern["class"].to_numpy(), kern["category"].to_numpy())
+    comm = kern.loc[is_nccl]
+    comm = comm.assign(collective=[collective_label(n) for n in comm["name"]])
+    grp = comm.groupby("collective", sort=True)
+    nccl = pd.DataFrame({"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum()}).reset_index()
+    nccl.insert(0, "rank", key["rank"])
+    nccl.insert(1, "device", key["device"])
+    nccl["mean_ns"] = nccl["total_ns"] / nccl["count"] if len(nccl) else np.empty(0)
+    out["nccl"] = _iters(_shares(nccl, total, n_all), iters, gpus, div).drop(columns=["count_share"])
     return out
+
+
+def _memop_table(kernels: pd.DataFrame, key: dict[str, np.int32], iters: int, gpus: int) -> pd.DataFrame:
+    """The memops rows of a group: its memory operations (of ``kernels``) by direction."""
+    from .readers.nsys_csv import memop_direction
+
+    div = iters * gpus
+    m = kernels.loc[kernels["kind"].isin(["memcpy", "memset"])]
+    op = np.array([memop_direction(n) for n in m["name"]], dtype=object)  # one per distinct operation
+    frame = m.assign(op=op, min_v=m["min_ns"].astype("float64"), max_v=m["max_ns"].astype("float64"))
+    grp = frame.groupby("op", sort=True)
+    mem = pd.DataFrame(
+        {
+            "count": grp["count"].sum(),
+            "total_ns": grp["total_ns"].sum(),
+            "min_ns": grp["min_v"].min().round().astype("Int64"),
+            "max_ns": grp["max_v"].max().round().astype("Int64"),
+        }
+    ).reset_index()
+    mem.insert(0, "rank", key["rank"])
+    mem.insert(1, "device", key["device"])
+    mem["mean_ns"] = mem["total_ns"] / mem["count"]
+    mem["bytes"] = pd.array([pd.NA] * len(mem), dtype="Int64")  # summaries state no sizes
+    mem["bandwidth_bytes_per_s"] = np.nan
+    return _iters(_shares(mem, float(kernels["total_ns"].sum()) or 1.0, 1), iters, gpus, div).drop(
+        columns=["count_share"]
+    )
 
 
 def _shares(df: pd.DataFrame, total: float, n_all: int) -> pd.DataFrame:
@@ -334,32 +354,39 @@ def add_summaries(
                     add.setdefault(t, []).append(df)
                 fed = sorted(rows)
                 n_parts += 1
-        for report, path in sorted(g.files.items()):
-            err = (
-                g.error
-                if g.error and (g.error.startswith(path) or len(g.files) == 1)
-                else (f"{path}: report {os.path.basename(g.prefix)} failed: {g.error}" if g.error else None)
-            )
-            entries.append(
-                {
-                    "path": path,
-                    "format": FORMAT,
-                    "report": report,
-                    "summary": True,
-                    "status": "error" if g.error else ("skipped" if g.skipped else "ok"),
-                    "error": err if g.error else g.skipped,
-                    "error_type": "InputError" if g.error else None,
-                    "ranks": [[g.rank, -1]] if not (g.error or g.skipped) else [],
-                    "tables": fed,
-                    "absent_tables": dict(ABSENT) if not (g.error or g.skipped) else {},
-                    "size": os.path.getsize(path),
-                    "mtime_ns": os.stat(path).st_mtime_ns,
-                    "fingerprint": "",
-                    "cached": False,
-                    "events": 0,
-                }
-            )
+        entries += _group_entries(g, fed)
     return _merge(tables, add), entries, n_parts
+
+
+def _group_entries(g: SummaryGroup, fed: list[str]) -> list[dict[str, Any]]:
+    """The manifest entry of each file of a summary group (``fed``: the tables it added rows to)."""
+    out: list[dict[str, Any]] = []
+    for report, path in sorted(g.files.items()):
+        err = (
+            g.error
+            if g.error and (g.error.startswith(path) or len(g.files) == 1)
+            else (f"{path}: report {os.path.basename(g.prefix)} failed: {g.error}" if g.error else None)
+        )
+        out.append(
+            {
+                "path": path,
+                "format": FORMAT,
+                "report": report,
+                "summary": True,
+                "status": "error" if g.error else ("skipped" if g.skipped else "ok"),
+                "error": err if g.error else g.skipped,
+                "error_type": "InputError" if g.error else None,
+                "ranks": [[g.rank, -1]] if not (g.error or g.skipped) else [],
+                "tables": fed,
+                "absent_tables": dict(ABSENT) if not (g.error or g.skipped) else {},
+                "size": os.path.getsize(path),
+                "mtime_ns": os.stat(path).st_mtime_ns,
+                "fingerprint": "",
+                "cached": False,
+                "events": 0,
+            }
+        )
+    return out
 
 
 def note_summaries(manifest: dict[str, Any], entries: list[dict[str, Any]], n_parts: int) -> None:

@@ -33,8 +33,6 @@ ALLOWED: set[str] = {
     "dtrace/plan.py:glob_files",  # complexity 19
     "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
     "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
-    "dtrace/summaries.py:add_summaries",  # complexity 20
-    "dtrace/summaries.py:group_tables",  # 90 lines
     "dtrace/tile.py:_Source._measure",  # complexity 18
     "dtrace/tile.py:tile_trace",  # complexity 17
 }
