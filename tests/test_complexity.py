@@ -31,8 +31,6 @@ ALLOWED: set[str] = {
     "dtrace/partition.py:analyze_partition",  # complexity 29
     "dtrace/plan.py:expand_inputs",  # complexity 29
     "dtrace/plan.py:glob_files",  # complexity 19
-    "dtrace/readers/_stats_csv.py:find_header",  # complexity 16
-    "dtrace/readers/_stats_csv.py:read_report",  # complexity 23
     "dtrace/tile.py:_Source._measure",  # complexity 18
     "dtrace/tile.py:tile_trace",  # complexity 17
 }

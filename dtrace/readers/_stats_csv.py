@@ -188,18 +188,25 @@ def find_header(lines: list[str], path: str = "") -> Header | None:
             cells = next(csv.reader([line]))
         except (csv.Error, StopIteration):
             continue
-        canon = [_canon(c) for c in cells]
-        cols = [c for c, _ in canon]
-        have = set(cols)
-        matches = [r for r, req in REQUIRED.items() if set(req) <= have]
-        if not matches:
-            continue
-        if MEM_SUM in matches and KERN_SUM in matches:  # same shape: "Operation" vs "Name" decides
-            raw = [re.sub(r"[^a-z]", "", c.lower()) for c in cells]
-            matches = [MEM_SUM] if "operation" in raw else [KERN_SUM]
-        report = hint if hint in matches else matches[0]
-        return Header(report, i, cols, [s for _, s in canon], cells)
+        header = _header_of(cells, i, hint)
+        if header is not None:
+            return header
     return None
+
+
+def _header_of(cells: list[str], i: int, hint: str | None) -> Header | None:
+    """The header of line ``i`` (its ``cells``) if it holds all key columns of a report."""
+    canon = [_canon(c) for c in cells]
+    cols = [c for c, _ in canon]
+    have = set(cols)
+    matches = [r for r, req in REQUIRED.items() if set(req) <= have]
+    if not matches:
+        return None
+    if MEM_SUM in matches and KERN_SUM in matches:  # same shape: "Operation" vs "Name" decides
+        raw = [re.sub(r"[^a-z]", "", c.lower()) for c in cells]
+        matches = [MEM_SUM] if "operation" in raw else [KERN_SUM]
+    report = hint if hint in matches else matches[0]
+    return Header(report, i, cols, [s for _, s in canon], cells)
 
 
 def sniff(path: str, head: bytes) -> Header | None:
@@ -233,20 +240,8 @@ def read_report(path: str, expect: str | None = None) -> tuple[str, pd.DataFrame
     hdr = find_header(lines, path)
     expect = expect or report_of_name(path)
     if hdr is None or (expect and hdr.report != expect):
-        skipped = next((ln.strip() for ln in lines if ln.strip().upper().startswith("SKIPPED")), None)
-        if skipped:
-            raise InputError(path, f"nsys stats wrote no data: {skipped}")
-        if expect:
-            raise InputError(path, _missing(expect, lines))
-        raise InputError(path, f"not an nsys stats CSV (no header with the key columns of {', '.join(REQUIRED)})")
-    body = "\n".join(lines[hdr.line + 1 :])
-    try:
-        rows = [r for r in csv.reader(io.StringIO(body)) if any(c.strip() for c in r)]
-    except csv.Error as exc:  # a field over csv.field_size_limit() (128 KiB), a NUL byte
-        raise InputError(path, f"cannot read the CSV below its header (line {hdr.line + 1}): {exc}") from None
-    width = len(hdr.columns)
-    rows = [r[:width] + [""] * (width - len(r)) for r in rows]
-    cols = list(zip(*rows)) if rows else [() for _ in range(width)]
+        raise InputError(path, _why_no_header(lines, expect))
+    cols = _body_columns(path, lines, hdr)
     out: dict[str, object] = {}
     for j, (col, scale) in enumerate(zip(hdr.columns, hdr.scales)):
         if not col or col in out:
@@ -257,6 +252,30 @@ def read_report(path: str, expect: str | None = None) -> tuple[str, pd.DataFrame
             continue
         out[col] = _numbers(vals, scale, path, hdr.raw[j], hdr.line)
     return hdr.report, pd.DataFrame(out)
+
+
+def _why_no_header(lines: list[str], expect: str | None) -> str:
+    """Why a file has no header of the report expected: nsys skipped it, a key column is
+    missing (``expect`` given), or it is no nsys stats CSV."""
+    skipped = next((ln.strip() for ln in lines if ln.strip().upper().startswith("SKIPPED")), None)
+    if skipped:
+        return f"nsys stats wrote no data: {skipped}"
+    if expect:
+        return _missing(expect, lines)
+    return f"not an nsys stats CSV (no header with the key columns of {', '.join(REQUIRED)})"
+
+
+def _body_columns(path: str, lines: list[str], hdr: Header) -> list[tuple[str, ...]]:
+    """The cells below the header, column by column (blank rows left out, each row cut or padded
+    to the header's width)."""
+    body = "\n".join(lines[hdr.line + 1 :])
+    try:
+        rows = [r for r in csv.reader(io.StringIO(body)) if any(c.strip() for c in r)]
+    except csv.Error as exc:  # a field over csv.field_size_limit() (128 KiB), a NUL byte
+        raise InputError(path, f"cannot read the CSV below its header (line {hdr.line + 1}): {exc}") from None
+    width = len(hdr.columns)
+    rows = [r[:width] + [""] * (width - len(r)) for r in rows]
+    return list(zip(*rows)) if rows else [() for _ in range(width)]
 
 
 def _numbers(vals: np.ndarray, scale: float, path: str, column: str, header_line: int) -> np.ndarray:
