@@ -75,21 +75,7 @@ class Spec:
 def _spec(entry: Mapping[str, Any], origin: str) -> Spec:
     where = f"{origin}: entry {entry.get('gpu', '?')!r}"
     if "max_achievable_tflops" in entry or "mem_bw_gbps" in entry:  # a TraceLens GPU arch file
-        matrix: dict[str, float] = {}
-        vector: dict[str, float] = {}
-        for key, val in (entry.get("max_achievable_tflops") or {}).items():
-            unit, _, prec = str(key).partition("_")
-            (matrix if unit == "matrix" else vector)[prec] = float(val)
-        bw = entry.get("mem_bw_gbps")
-        return Spec(
-            str(entry.get("gpu") or entry.get("name") or "user spec"),
-            float(bw) / 1000 if bw else None,
-            matrix,
-            vector,
-            str(entry.get("source", "TraceLens GPU arch file")),
-            origin,
-            dict(entry.get("match") or {}),
-        )
+        return _tracelens_spec(entry, origin)
     try:
         hbm = entry.get("hbm_tbps")
         return Spec(
@@ -105,6 +91,26 @@ def _spec(entry: Mapping[str, Any], origin: str) -> Spec:
         raise UsageError(
             f"{where}: expected 'gpu', 'hbm_tbps', 'matrix_tflops'/'vector_tflops' numbers ({exc})"
         ) from None
+
+
+def _tracelens_spec(entry: Mapping[str, Any], origin: str) -> Spec:
+    """The spec of an entry of a TraceLens GPU arch file (``max_achievable_tflops`` by
+    ``matrix_<precision>``/``vector_<precision>``, ``mem_bw_gbps``)."""
+    matrix: dict[str, float] = {}
+    vector: dict[str, float] = {}
+    for key, val in (entry.get("max_achievable_tflops") or {}).items():
+        unit, _, prec = str(key).partition("_")
+        (matrix if unit == "matrix" else vector)[prec] = float(val)
+    bw = entry.get("mem_bw_gbps")
+    return Spec(
+        str(entry.get("gpu") or entry.get("name") or "user spec"),
+        float(bw) / 1000 if bw else None,
+        matrix,
+        vector,
+        str(entry.get("source", "TraceLens GPU arch file")),
+        origin,
+        dict(entry.get("match") or {}),
+    )
 
 
 @functools.lru_cache(maxsize=1)
