@@ -239,24 +239,13 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     end = ev["end_ns"].to_numpy(I64)[gi]
     corr = ev["correlation"].to_numpy(I64)[gi]
 
-    # launch time: the host runtime call with the same correlation id in the same part
     hk = kind_codes(host["kind"]) if len(host) else np.empty(0, np.int8)
-    hcorr = host["correlation"].to_numpy(I64)
-    is_launch = (hk == KINDS.index("runtime")) & (hcorr >= 0)
-    lpart = host["part"].to_numpy(I64)[is_launch]
-    lidx = first_match((lpart, hcorr[is_launch]), (gpart, corr))
-    lstart = host["start_ns"].to_numpy(I64)[is_launch]
-    lend = host["end_ns"].to_numpy(I64)[is_launch]
-    launch = np.where(lidx >= 0, lstart[np.maximum(lidx, 0)] if lstart.size else 0, -1).astype(I64)
-    launch_end = np.where(lidx >= 0, lend[np.maximum(lidx, 0)] if lend.size else 0, -1).astype(I64)
+    launch, launch_end = _launch_times(host, hk, gpart, corr)
 
     keep = launch >= 0 if options.linked_only else None
     fmt = parts["format"].astype(str).to_numpy(object)
     if options.compat == "tracelens" and len(gi):
-        float_fmt = np.isin(fmt, FLOAT_US_FORMATS)[gpart]
-        if float_fmt.any():
-            base = parts["base_ns"].to_numpy(I64)[gpart]
-            end = np.where(float_fmt, float_us_end(start, end, base), end)
+        end = _tracelens_ends(parts, fmt, gpart, start, end)
 
     gpu = pd.DataFrame(
         {
@@ -283,26 +272,11 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
     rocm = rocm_parts(host, hk, gpu, n_parts)
     mtia = mtia_parts(host, hk, n_parts)
     if options.compat != "tracelens" and len(gpu):
-        gp = gpu["part"].to_numpy(I64)
-        stream_key, _ = dense_codes(gp, gpu["stream"].to_numpy(I64))
-        s, e = gpu["start_ns"].to_numpy(I64), gpu["end_ns"].to_numpy(I64)
-        # CUDA kernels may overlap each other on a stream (programmatic dependent launch)
-        pdl = ~rocm[gp] & (gpu["kind"].cat.codes.to_numpy() == GPU_KINDS.index("kernel"))
-        new_end, _, _ = clip_stream_overlaps(s, e, stream_key, keep=pdl)
-        new_end = np.where(mtia[gp], e, new_end)  # DMA requests run beside the kernels that issued them
-        cut = e - new_end
-        clipped = count_by(gp[cut > 0], n_parts)
-        clipped_ns = sum_by(gp, cut, n_parts)
-        gpu["end_ns"] = new_end
+        clipped, clipped_ns = _clip_overlaps(gpu, rocm, mtia, n_parts)
     gpu["category"] = _categories(gpu, fmt, options)
 
     gpu_ann = _gpu_annotations(ev, kc, device, part, p_dev)
-    steps = find_steps(host, gpu_ann, options.step_pattern, parts)
-    gpu["step"] = assign_steps(gpu, steps)
-    if options.step is not None:
-        gpu = gpu.loc[gpu["step"].to_numpy() == options.step].reset_index(drop=True)
-        steps = steps.loc[steps["step"].to_numpy() == options.step].reset_index(drop=True)
-    gpu["name"] = gpu["name"].cat.remove_unused_categories()
+    gpu, steps = _with_steps(gpu, host, gpu_ann, parts, options)
 
     parts["rocm"] = rocm
     parts["mtia"] = mtia
@@ -321,6 +295,65 @@ def prepare(events: pd.DataFrame, side: Mapping[str, pd.DataFrame], parts: pd.Da
         options=options,
         side={**side, **on_gpu},
     )
+
+
+def _with_steps(
+    gpu: pd.DataFrame, host: pd.DataFrame, gpu_ann: pd.DataFrame, parts: pd.DataFrame, options: Options
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The GPU events with their step (only the chosen step's, with ``options.step``) and the
+    steps found."""
+    steps = find_steps(host, gpu_ann, options.step_pattern, parts)
+    gpu["step"] = assign_steps(gpu, steps)
+    if options.step is not None:
+        gpu = gpu.loc[gpu["step"].to_numpy() == options.step].reset_index(drop=True)
+        steps = steps.loc[steps["step"].to_numpy() == options.step].reset_index(drop=True)
+    gpu["name"] = gpu["name"].cat.remove_unused_categories()
+    return gpu, steps
+
+
+def _launch_times(
+    host: pd.DataFrame, hk: np.ndarray, gpart: np.ndarray, corr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each GPU event's launch: the host runtime call with the same correlation
+    id in the same part (-1 without one); ``hk``: the host events' kind codes."""
+    hcorr = host["correlation"].to_numpy(I64)
+    is_launch = (hk == KINDS.index("runtime")) & (hcorr >= 0)
+    lpart = host["part"].to_numpy(I64)[is_launch]
+    lidx = first_match((lpart, hcorr[is_launch]), (gpart, corr))
+    lstart = host["start_ns"].to_numpy(I64)[is_launch]
+    lend = host["end_ns"].to_numpy(I64)[is_launch]
+    launch = np.where(lidx >= 0, lstart[np.maximum(lidx, 0)] if lstart.size else 0, -1).astype(I64)
+    launch_end = np.where(lidx >= 0, lend[np.maximum(lidx, 0)] if lend.size else 0, -1).astype(I64)
+    return launch, launch_end
+
+
+def _tracelens_ends(
+    parts: pd.DataFrame, fmt: np.ndarray, gpart: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """GPU events' ends as TraceLens computes them from float microseconds (formats that state
+    times so); the others' unchanged."""
+    float_fmt = np.isin(fmt, FLOAT_US_FORMATS)[gpart]
+    if not float_fmt.any():
+        return end
+    base = parts["base_ns"].to_numpy(I64)[gpart]
+    return np.where(float_fmt, float_us_end(start, end, base), end)
+
+
+def _clip_overlaps(
+    gpu: pd.DataFrame, rocm: np.ndarray, mtia: np.ndarray, n_parts: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Clip the GPU events that overlap the next one on their stream (in ``gpu``, in place); the
+    events clipped and the ns cut, per part."""
+    gp = gpu["part"].to_numpy(I64)
+    stream_key, _ = dense_codes(gp, gpu["stream"].to_numpy(I64))
+    s, e = gpu["start_ns"].to_numpy(I64), gpu["end_ns"].to_numpy(I64)
+    # CUDA kernels may overlap each other on a stream (programmatic dependent launch)
+    pdl = ~rocm[gp] & (gpu["kind"].cat.codes.to_numpy() == GPU_KINDS.index("kernel"))
+    new_end, _, _ = clip_stream_overlaps(s, e, stream_key, keep=pdl)
+    new_end = np.where(mtia[gp], e, new_end)  # DMA requests run beside the kernels that issued them
+    cut = e - new_end
+    gpu["end_ns"] = new_end
+    return count_by(gp[cut > 0], n_parts), sum_by(gp, cut, n_parts)
 
 
 ROCM_RUNTIME_PREFIX = "hip"

@@ -23,7 +23,6 @@ ALLOWED: set[str] = {
     "dtrace/readers/kineto.py:_collective_table",  # complexity 17
     "dtrace/readers/kineto.py:read_kineto",  # complexity 23, 109 lines
     # modules outside that round's split (the package root's pipeline modules, nsys stats CSV)
-    "dtrace/batch.py:prepare",  # complexity 16, 103 lines
     "dtrace/categories.py:categorize_names",  # complexity 17
     "dtrace/options.py:Options.__post_init__",  # complexity 28
     "dtrace/part_loader.py:_from_results",  # complexity 26
