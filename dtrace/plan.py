@@ -78,23 +78,45 @@ def expand_inputs(
         if is_url(item):
             found.extend(_expand_url(item, infos))
         elif os.path.isdir(item):
-            # a folder that cannot be listed (permissions, I/O error) becomes an input of its own
-            for root, dirs, files in os.walk(item, onerror=lambda err: found.append(err.filename)):
-                if "manifest.json" in files and _is_results_folder(root):
-                    pruned.append(os.path.abspath(root))
-                    dirs[:] = []
-                    continue
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for f in sorted(files):
-                    if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith(".") and f not in NOT_TRACES:
-                        found.append(os.path.join(root, f))
+            _search_folder(item, found, pruned)
         elif os.path.exists(item):
             found.append(item)
         else:
-            matches = sorted(glob_files(item))
-            if not matches:
-                raise UsageError(f"no such file, directory or glob match: {item}")
-            found.extend(m for m in matches if not os.path.isdir(m))
+            found.extend(_glob_item(item))
+    out = _unique(found, excl)
+    if skipped is not None:
+        skipped.extend(f"{d}: skipped, a results folder of dtrace (its manifest.json)" for d in pruned)
+    if not out:
+        why = f"; skipped dtrace's own results in {', '.join(pruned)}" if pruned else ""
+        raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)}){why}")
+    return sorted(out)
+
+
+def _search_folder(item: str, found: list[str], pruned: list[str]) -> None:
+    """Add the trace files below folder ``item`` to ``found`` (sorted, hidden ones left out) and
+    the results folders of dtrace found there (left out with everything below) to ``pruned``."""
+    # a folder that cannot be listed (permissions, I/O error) becomes an input of its own
+    for root, dirs, files in os.walk(item, onerror=lambda err: found.append(err.filename)):
+        if "manifest.json" in files and _is_results_folder(root):
+            pruned.append(os.path.abspath(root))
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith(".") and f not in NOT_TRACES:
+                found.append(os.path.join(root, f))
+
+
+def _glob_item(item: str) -> list[str]:
+    """What glob ``item`` matches, folders left out; a usage error when it matches nothing."""
+    matches = sorted(glob_files(item))
+    if not matches:
+        raise UsageError(f"no such file, directory or glob match: {item}")
+    return [m for m in matches if not os.path.isdir(m)]
+
+
+def _unique(found: list[str], excl: list[str]) -> list[str]:
+    """The normalised paths, each once (first seen first), those under an excluded folder left out."""
     out = []
     seen = set()
     for f in found:
@@ -103,12 +125,7 @@ def expand_inputs(
             continue
         seen.add(a)
         out.append(a)
-    if skipped is not None:
-        skipped.extend(f"{d}: skipped, a results folder of dtrace (its manifest.json)" for d in pruned)
-    if not out:
-        why = f"; skipped dtrace's own results in {', '.join(pruned)}" if pruned else ""
-        raise UsageError(f"no trace files found in {list(inputs)} (looked for {', '.join(TRACE_SUFFIXES)}){why}")
-    return sorted(out)
+    return out
 
 
 def _expand_url(url: str, infos: dict[str, ObjectInfo] | None) -> list[str]:
@@ -156,16 +173,7 @@ def glob_files(pattern: str) -> list[str]:
             continue
         seen: set[tuple[int, int]] = set()
         for folder, dirs, files in os.walk(root, followlinks=True):
-            keep = []
-            for d in sorted(dirs):
-                try:
-                    st = os.stat(os.path.join(folder, d))
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in seen or (d.startswith(".") and not dotted):
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-                keep.append(d)
+            keep = _unvisited(folder, dirs, seen, dotted)
             dirs[:] = keep
             rel = os.path.relpath(folder, root)
             prefix = [] if rel == os.curdir else rel.split(os.sep)
@@ -173,6 +181,22 @@ def glob_files(pattern: str) -> list[str]:
                 if _match(rest, [*prefix, name]):
                     out.append(os.path.join(base, *prefix, name) if base else os.path.join(*prefix, name))
     return out
+
+
+def _unvisited(folder: str, dirs: list[str], seen: set[tuple[int, int]], dotted: bool) -> list[str]:
+    """The sub-folders of ``folder`` to enter (sorted): each real folder once (``seen``, updated),
+    hidden ones only when the pattern spells the dot (``dotted``)."""
+    keep = []
+    for d in sorted(dirs):
+        try:
+            st = os.stat(os.path.join(folder, d))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen or (d.startswith(".") and not dotted):
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        keep.append(d)
+    return keep
 
 
 def _match(pattern: list[str], parts: list[str]) -> bool:
