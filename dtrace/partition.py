@@ -140,35 +140,94 @@ def analyze_partition(
     fresh = [a for a in own if a not in kept]
     res = PartitionResult(partition.index)
     groups = partition.store_groups()
-    keys: list[str | None] = resultstore.keys(groups, options, kept) if store is not None else [None] * len(groups)
+    keys = _store_keys(groups, options, kept, store)
     hit, stored = _load_groups(store if reuse else None, groups, keys, kept, res.notes)
     missed = [i for i in range(len(groups)) if i not in hit]
-    todo = [p for i in missed for p in groups[i]]
-    done = [p for i in hit for p in groups[i]]
+    todo, done = _parts_of(groups, missed), _parts_of(groups, hit)
     pieces: list[_Grouped] = [stored] if stored is not None else []
-    computed = None
-    if todo:
-        tables, res.errors, res.failed_tables = _run(todo, options, list(ANALYSES), own)
-        computed = _Grouped.cut(tables, [groups[i] for i in missed], missed)
+    computed = _compute(res, todo, [groups[i] for i in missed], missed, options, own)
+    if computed is not None:
         pieces.append(computed)
     if fresh and done:  # stored groups still need the analyses that are never stored
-        tables, errors, failed = _run(done, options, [], fresh)
-        res.errors.update({k: v for k, v in errors.items() if k not in res.errors})
-        res.failed_tables = {**failed, **res.failed_tables}
-        pieces.append(_Grouped.cut(tables, [groups[i] for i in hit], hit))
+        pieces.append(_run_never_stored(res, done, [groups[i] for i in hit], hit, options, fresh))
     res.tables = _assemble(pieces)
+    _note_reuse(res, done, todo)
+    if store is not None and computed is not None:
+        _store_computed(store, computed, keys, groups, missed, kept, res)
+    return res
+
+
+def _note_reuse(res: PartitionResult, done: list[PartSpec], todo: list[PartSpec]) -> None:
+    """Whether the whole partition was loaded, and the inputs whose results all were."""
     res.reused = bool(done) and not todo
     res.reused_paths = {p.path for p in done} - {p.path for p in todo} - set(res.errors)
-    if store is not None and computed is not None and not any(a.table in res.failed_tables for a in kept):
+
+
+def _store_computed(
+    store: str,
+    computed: _Grouped,
+    keys: list[str | None],
+    groups: Sequence[Sequence[PartSpec]],
+    missed: list[int],
+    kept: list[Analysis],
+    res: PartitionResult,
+) -> None:
+    """Store the computed groups' tables, unless an analysis whose tables are stored failed."""
+    if not any(a.table in res.failed_tables for a in kept):
         _save_groups(store, computed, [keys[i] for i in missed], [groups[i] for i in missed], kept, res)
-    return res
+
+
+def _store_keys(
+    groups: Sequence[Sequence[PartSpec]], options: Options, kept: list[Analysis], store: str | None
+) -> list[str | None]:
+    """Each group's key in the result store (None for every group without a store)."""
+    if store is None:
+        return [None] * len(groups)
+    return list(resultstore.keys(groups, options, kept))
+
+
+def _compute(
+    res: PartitionResult,
+    todo: list[PartSpec],
+    groups: list[Sequence[PartSpec]],
+    missed: list[int],
+    options: Options,
+    own: list[Analysis],
+) -> _Grouped | None:
+    """Run every analysis on the parts whose tables were not stored (None when there are none);
+    their errors go to ``res``."""
+    if not todo:
+        return None
+    tables, res.errors, res.failed_tables = _run(todo, options, list(ANALYSES), own)
+    return _Grouped.cut(tables, groups, missed)
+
+
+def _parts_of(groups: Sequence[Sequence[PartSpec]], which: list[int]) -> list[PartSpec]:
+    """The parts of the groups at these indices, in order."""
+    return [p for i in which for p in groups[i]]
+
+
+def _run_never_stored(
+    res: PartitionResult,
+    done: list[PartSpec],
+    groups: list[Sequence[PartSpec]],
+    hit: list[int],
+    options: Options,
+    fresh: list[Analysis],
+) -> _Grouped:
+    """Run the analyses that are never stored on the parts whose other tables were loaded; their
+    errors join ``res``'s (the first one found per input stays)."""
+    tables, errors, failed = _run(done, options, [], fresh)
+    res.errors.update({k: v for k, v in errors.items() if k not in res.errors})
+    res.failed_tables = {**failed, **res.failed_tables}
+    return _Grouped.cut(tables, groups, hit)
 
 
 def _save_groups(
     store: str,
     computed: _Grouped,
     keys: list[str | None],
-    groups: list[tuple[PartSpec, ...]],
+    groups: Sequence[Sequence[PartSpec]],
     kept: list[Analysis],
     res: PartitionResult,
 ) -> None:
@@ -217,7 +276,7 @@ class _Grouped:
 
 def _load_groups(
     store: str | None,
-    groups: list[tuple[PartSpec, ...]],
+    groups: Sequence[Sequence[PartSpec]],
     keys: list[str | None],
     kept: list[Analysis],
     notes: list[str],
