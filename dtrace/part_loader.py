@@ -8,7 +8,7 @@ ops``: no Dask, no results written. A results directory is resolved through its 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .api import make_options
 from .batch import Batch, prepare_part
@@ -17,6 +17,9 @@ from .errors import InputError, UsageError
 from .options import Options
 from .plan import expand_inputs, part_spec, rank_from_filename, session_window
 from .remote import is_url
+
+if TYPE_CHECKING:
+    from .cache import FileRecord
 
 
 def is_results_dir(path: str) -> bool:
@@ -70,8 +73,28 @@ def _from_file(
 def _from_results(path: str, rank: int | None, device: int | None, options: Options, cache: str | None) -> Batch:
     """The part of ``rank``/``device`` from the ingest cache of the results ``path`` (``cache``,
     default ``OUT/cache``: never the folder the manifest names), else its trace file."""
-    from .cache import lookup, read_part_tables
-    from .results import cache_of, load
+    from .cache import lookup
+    from .results import cache_of
+
+    r, d, inp = _chosen_input(path, rank, device)
+    reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
+    cache_dir = cache or cache_of(path)
+    rec = lookup(cache_dir, inp["path"], verify=False)[0] if reachable else None
+    if rec is not None and rec.fingerprint == inp.get("fingerprint"):
+        cached = _from_cached(rec, r, d, options)
+        if cached is not None:
+            return cached
+    if not reachable:
+        raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {cache_dir}")
+    found = _from_file(inp["path"], r, d, options)
+    assert found is not None
+    return found
+
+
+def _chosen_input(path: str, rank: int | None, device: int | None) -> tuple[int, int, dict[str, Any]]:
+    """``(rank, device, manifest entry)`` of the analysed input of ``rank`` (default: the
+    lowest) and ``device`` (default: its lowest) in the results ``path``; a usage error if none."""
+    from .results import load
 
     m = load(path).manifest
     ok = [(r, d, i) for i in m.get("inputs", []) if i.get("status") == "ok" for r, d in i.get("ranks", [])]
@@ -86,32 +109,30 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
             + (f" device {device}" if device is not None else "")
             + f"; ranks: {_span(ranks)}"
         )
-    r, d, inp = sorted(hits, key=lambda h: h[1])[0]
-    reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
-    cache_dir = cache or cache_of(path)
-    rec = lookup(cache_dir, inp["path"], verify=False)[0] if reachable else None
-    if rec is not None and rec.fingerprint == inp.get("fingerprint"):
-        part = next((p for p in rec.parts if p.device == d), None)
-        if part is not None:
-            tables = read_part_tables(part_spec(rec, part, r))
-            side = {k: t.to_pandas() for k, t in tables.side.items()}
-            return prepare_part(
-                tables.events.to_pandas(),
-                side.pop("collectives"),
-                side.pop("memcpy"),
-                side=side,
-                rank=r,
-                device=d,
-                fmt=rec.format,
-                options=options,
-                base_ns=int((rec.meta or {}).get("base_time_ns") or 0),
-                session_ns=session_window(rec.meta),
-            )
-    if not reachable:
-        raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {cache_dir}")
-    found = _from_file(inp["path"], r, d, options)
-    assert found is not None
-    return found
+    return sorted(hits, key=lambda h: h[1])[0]
+
+
+def _from_cached(rec: FileRecord, r: int, d: int, options: Options) -> Batch | None:
+    """The batch of device ``d``'s part of a cached record (as rank ``r``); None if it has none."""
+    from .cache import read_part_tables
+
+    part = next((p for p in rec.parts if p.device == d), None)
+    if part is None:
+        return None
+    tables = read_part_tables(part_spec(rec, part, r))
+    side = {k: t.to_pandas() for k, t in tables.side.items()}
+    return prepare_part(
+        tables.events.to_pandas(),
+        side.pop("collectives"),
+        side.pop("memcpy"),
+        side=side,
+        rank=r,
+        device=d,
+        fmt=rec.format,
+        options=options,
+        base_ns=int((rec.meta or {}).get("base_time_ns") or 0),
+        session_ns=session_window(rec.meta),
+    )
 
 
 def _span(ranks: list[int]) -> str:
