@@ -136,33 +136,53 @@ class _Source:
         self._measure(typed)
 
     def _measure(self, typed: list[_Event]) -> None:
-        lo, hi = math.inf, -math.inf
-        id_max = dict.fromkeys(ID_ARGS, -1)
-        flow_max = -1
-        steps: list[int] = []
-        for e in typed:
-            ts = e.ts
-            if isinstance(ts, (int, float)):
-                dur = e.dur if isinstance(e.dur, (int, float)) and e.dur > 0 else 0
-                lo, hi = min(lo, ts), max(hi, ts + dur)
-            if isinstance(e.id, int):
-                flow_max = max(flow_max, e.id)
-            a = e.args
-            if isinstance(a, dict):
-                for k in ID_ARGS:
-                    v = a.get(k)
-                    if isinstance(v, int) and v > id_max[k]:
-                        id_max[k] = v
-            if isinstance(e.name, str) and e.name.startswith("ProfilerStep#"):
-                m = _STEP.match(e.name)
-                if m:
-                    steps.append(int(m.group(1)))
-        span = (hi - lo) if lo != math.inf else 0
+        span = _time_span(typed)
         self.period_us = int(math.ceil(span)) + max(1, int(math.ceil(span * 0.001)))
+        id_max, flow_max = _id_maxima(typed)
         self.id_span = {k: v + 1 for k, v in id_max.items() if v >= 0}
         if flow_max >= 0:
             self.id_span["id"] = flow_max + 1
+        steps = _step_numbers(typed)
         self.step_span = (max(steps) - min(steps) + 1) if steps else 0
+
+
+def _time_span(typed: list[_Event]) -> float:
+    """Microseconds from the first event's start to the last one's end (0 without timed events)."""
+    lo, hi = math.inf, -math.inf
+    for e in typed:
+        ts = e.ts
+        if isinstance(ts, (int, float)):
+            dur = e.dur if isinstance(e.dur, (int, float)) and e.dur > 0 else 0
+            lo, hi = min(lo, ts), max(hi, ts + dur)
+    return (hi - lo) if lo != math.inf else 0
+
+
+def _id_maxima(typed: list[_Event]) -> tuple[dict[str, int], int]:
+    """The largest value of each of :data:`ID_ARGS` in the events' args, and of the flow ids
+    (-1 where there is none)."""
+    id_max = dict.fromkeys(ID_ARGS, -1)
+    flow_max = -1
+    for e in typed:
+        if isinstance(e.id, int):
+            flow_max = max(flow_max, e.id)
+        a = e.args
+        if isinstance(a, dict):
+            for k in ID_ARGS:
+                v = a.get(k)
+                if isinstance(v, int) and v > id_max[k]:
+                    id_max[k] = v
+    return id_max, flow_max
+
+
+def _step_numbers(typed: list[_Event]) -> list[int]:
+    """The numbers of the ``ProfilerStep#N`` events."""
+    steps: list[int] = []
+    for e in typed:
+        if isinstance(e.name, str) and e.name.startswith("ProfilerStep#"):
+            m = _STEP.match(e.name)
+            if m:
+                steps.append(int(m.group(1)))
+    return steps
 
 
 @functools.lru_cache(maxsize=2)
@@ -233,6 +253,22 @@ def _open(dst: str, gz: bool) -> BinaryIO:
     return open(dst, "wb", buffering=1 << 20)
 
 
+def _set_distributed_info(
+    head: dict[str, bytes], tail: dict[str, bytes], rank: int | None, world_size: int | None
+) -> None:
+    """Set ``rank`` and ``world_size`` (those given) in the trace's ``distributedInfo`` (where it
+    is, after the events or before them; added before them when the source has none)."""
+    where = tail if "distributedInfo" in tail else head
+    info = msgspec.json.decode(where["distributedInfo"]) if "distributedInfo" in where else {}
+    if not isinstance(info, dict):
+        info = {}
+    if rank is not None:
+        info["rank"] = int(rank)
+    if world_size is not None:
+        info["world_size"] = int(world_size)
+    where["distributedInfo"] = msgspec.json.encode(info)
+
+
 def tile_trace(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -292,15 +328,7 @@ def tile_trace(
     head = {k: bytes(v) for k, v in source.head.items()}
     tail = {k: bytes(v) for k, v in source.tail.items()}
     if rank is not None or world_size is not None:
-        where = tail if "distributedInfo" in tail else head
-        info = msgspec.json.decode(where["distributedInfo"]) if "distributedInfo" in where else {}
-        if not isinstance(info, dict):
-            info = {}
-        if rank is not None:
-            info["rank"] = int(rank)
-        if world_size is not None:
-            info["world_size"] = int(world_size)
-        where["distributedInfo"] = msgspec.json.encode(info)
+        _set_distributed_info(head, tail, rank, world_size)
     rng = np.random.default_rng([seed, 0 if rank is None else int(rank) + 1])
 
     n_out = json_bytes = 0
