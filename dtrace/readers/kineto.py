@@ -276,38 +276,16 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     if None in args:
         args = [_NO_ARGS if a is None else a for a in args]
     corr = _int_column(list(map(_A_CORR, args)), -1)
-    ext = _int_column(list(map(_A_EXT, args)), _I64_MIN)  # "External id", else old "external id"
-    if (ext == _I64_MIN).any():
-        ext = np.where(ext == _I64_MIN, _int_column(list(map(_A_EXT_OLD, args)), -1), ext)
+    ext = _external_ids(args)
     seq = _int_column(list(map(_A_SEQ, args)), -1)
     pid = _ints(list(map(_PID, xs)), ids)
     tid = _ints(list(map(_TID, xs)), ids)
-    is_gpu = np.isin(kinds, _GPU_CODES)
-    device = np.full(n, -1, np.int64)
-    stream = np.full(n, -1, np.int64)
-    gpu_rows = np.flatnonzero(is_gpu)
-    if gpu_rows.size:  # device/stream only matter on the (few) GPU events
-        gargs = [args[i] for i in gpu_rows.tolist()]
-        dev_arg = _int_column(list(map(_A_DEV, gargs)), -2)
-        str_arg = _int_column(list(map(_A_STREAM, gargs)), -2)
-        device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
-        stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
+    device, stream = _device_stream(kinds, args, pid, tid)
     base = c.n
-    kernel_rows = np.flatnonzero(kinds == KIND_CODES["kernel"]).tolist()
-    colls = list(map(_A_COLL, map(args.__getitem__, kernel_rows))) if kernel_rows else []
-    for i, coll in zip(kernel_rows, colls):
-        if coll is not None:
-            c.coll_rows.append((base + i, args[i], xs[i].name))
-    c.coll_ops += _collective_ops(kinds, args, base)
+    _add_collective_rows(c, kinds, args, xs, base)
     names = pa.array(list(map(_NAME, xs)), _DICT_TYPE)  # dictionary-encoded as it is built
     c.op_args.add(kinds, args, base, names)
-    is_set = kinds == KIND_CODES["memset"]
-    for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
-        a = args[i]
-        if a.direction is not None and a.kind is None:  # an MTIA DMA request
-            c.mem_rows.append((base + i, xs[i].name, a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
-            continue
-        c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
+    _add_memcpy_rows(c, kinds, args, xs, base)
     c.names.append(names)
     for key, arr in (
         ("device", device),
@@ -323,6 +301,53 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     ):
         c.cols[key].append(arr)
     c.n += n
+
+
+def _external_ids(args: list[Args]) -> np.ndarray:
+    """The events' ``External id`` (else the old ``external id``; -1 without either)."""
+    ext = _int_column(list(map(_A_EXT, args)), _I64_MIN)  # "External id", else old "external id"
+    if (ext == _I64_MIN).any():
+        ext = np.where(ext == _I64_MIN, _int_column(list(map(_A_EXT_OLD, args)), -1), ext)
+    return ext
+
+
+def _device_stream(
+    kinds: np.ndarray, args: list[Args], pid: np.ndarray, tid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Device and stream of each event: the GPU events' ``device``/``stream`` args (else their
+    pid/tid); -1 on host events."""
+    n = len(kinds)
+    device = np.full(n, -1, np.int64)
+    stream = np.full(n, -1, np.int64)
+    gpu_rows = np.flatnonzero(np.isin(kinds, _GPU_CODES))
+    if gpu_rows.size:  # device/stream only matter on the (few) GPU events
+        gargs = [args[i] for i in gpu_rows.tolist()]
+        dev_arg = _int_column(list(map(_A_DEV, gargs)), -2)
+        str_arg = _int_column(list(map(_A_STREAM, gargs)), -2)
+        device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
+        stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
+    return device, stream
+
+
+def _add_collective_rows(c: _Columns, kinds: np.ndarray, args: list[Args], xs: list[Event], base: int) -> None:
+    """Note the chunk's collective kernels (their args) and the host ops that launch collectives."""
+    kernel_rows = np.flatnonzero(kinds == KIND_CODES["kernel"]).tolist()
+    colls = list(map(_A_COLL, map(args.__getitem__, kernel_rows))) if kernel_rows else []
+    for i, coll in zip(kernel_rows, colls):
+        if coll is not None:
+            c.coll_rows.append((base + i, args[i], xs[i].name))
+    c.coll_ops += _collective_ops(kinds, args, base)
+
+
+def _add_memcpy_rows(c: _Columns, kinds: np.ndarray, args: list[Args], xs: list[Event], base: int) -> None:
+    """Note the chunk's memory copies and sets (bytes, direction), in event order."""
+    is_set = kinds == KIND_CODES["memset"]
+    for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
+        a = args[i]
+        if a.direction is not None and a.kind is None:  # an MTIA DMA request
+            c.mem_rows.append((base + i, xs[i].name, a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
+            continue
+        c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
 
 
 def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) -> np.ndarray:
@@ -403,7 +428,6 @@ def read_kineto(
         _add_chunk(chunk, c, ids, path)
         _add_memory(chunk, memory, ids)
     meta: Meta = trace.meta
-    generator = meta.otherData.get("generator") if isinstance(meta.otherData, dict) else None
     base_ns = _origin(meta.baseTimeNanoseconds, path)
     # each column's blocks are dropped as soon as they are joined: the peak holds one column twice, not all
     cols = {
@@ -431,10 +455,35 @@ def read_kineto(
         coll_rows, coll_ops = _kept_rows(coll_rows, kept), _kept_rows(coll_ops, kept)
     n = len(cols["kind"])
     kinds = cols["kind"]
+    device = cols["device"].astype(np.int32)
+    table = _event_table(cols, names, device, base_ns, path)
+    del cols
+
+    gpu_mask = np.isin(kinds, gpu_codes)
+    devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
+    dist = meta.distributedInfo
+    rank_hint = dist.rank if dist is not None and dist.rank is not None else None
+    file_meta = _file_meta(meta, trace.fingerprint, base_ns, n, dropped)
+    if not devices:
+        if dropped and n_gpu:
+            raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
+        raise _no_gpu_activity(path, n, c.categories, c.unread)
+    coll = _collective_table(
+        sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
+    )
+    side = {"collectives": coll, "memcpy": mem, "op_args": op_args}
+    parts = _device_parts(table, device, devices, side, _memory_tables(memory, base_ns, devices), meta)
+    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
+
+
+def _event_table(
+    cols: dict[str, np.ndarray], names: pa.ChunkedArray, device: np.ndarray, base_ns: int, path: str
+) -> pa.Table:
+    """The validated events table of the joined columns (times in µs from ``base_ns``)."""
+    n = len(cols["kind"])
     start_ns = us_to_ns(cols["start"]) + base_ns
     end_ns = start_ns + us_to_ns(cols["dur"])
-    device = cols["device"].astype(np.int32)
-    kind_arr = pa.DictionaryArray.from_arrays(pa.array(kinds.astype(np.int32)), KIND_DICT)
+    kind_arr = pa.DictionaryArray.from_arrays(pa.array(cols["kind"].astype(np.int32)), KIND_DICT)
     columns = {
         "rank": np.full(n, -1, np.int32),
         "device": device,
@@ -450,32 +499,36 @@ def read_kineto(
         "seq": cols["seq"],
     }
     table = pa.table(columns)
-    table = validate_events(table, path)
-    del columns, cols
+    return validate_events(table, path)
 
-    gpu_mask = np.isin(kinds, gpu_codes)
-    devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
+
+def _file_meta(meta: Meta, fingerprint: Any, base_ns: int, n: int, dropped: dict[str, int]) -> dict[str, Any]:
+    """The trace file's ``meta``: world size, time origin, events kept and dropped, devices, generator."""
+    generator = meta.otherData.get("generator") if isinstance(meta.otherData, dict) else None
     dist = meta.distributedInfo
-    rank_hint = dist.rank if dist is not None and dist.rank is not None else None
-    file_meta = {
+    return {
         "world_size": dist.world_size if dist is not None else None,
         "base_time_ns": base_ns,
         "events": n,
         "dropped_events": dropped,
-        "fingerprint": trace.fingerprint,
+        "fingerprint": fingerprint,
         "device_names": [d.get("name") for d in (meta.deviceProperties or []) if isinstance(d, dict)],
         "generator": generator if isinstance(generator, str) else None,  # what wrote the file (otherData)
     }
-    if not devices:
-        if dropped and n_gpu:
-            raise ImplausibleTimes(path, f"all {n_gpu} GPU events have implausible times ({dropped_summary(dropped)})")
-        raise _no_gpu_activity(path, n, c.categories, c.unread)
-    coll = _collective_table(
-        sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
-    )
+
+
+def _device_parts(
+    table: pa.Table,
+    device: np.ndarray,
+    devices: list[int],
+    side: dict[str, pa.Table],
+    mem_by_device: dict[int, dict[str, pa.Table]],
+    meta: Meta,
+) -> list[Part]:
+    """One part per GPU device: its events and the host's (the whole table for one device), and
+    the rows of ``side`` (collectives, memcpy, op_args) of those events."""
     parts = []
     host = device == -1
-    mem_by_device = _memory_tables(memory, base_ns, devices)
     for idx, dev in enumerate(devices):
         rows = np.flatnonzero(host | (device == dev))
         if len(devices) == 1:
@@ -487,17 +540,17 @@ def read_kineto(
             Part(
                 device=int(dev),
                 events=sub,
-                collectives=_remap(coll, remap),
-                memcpy=_remap(mem, remap),
+                collectives=_remap(side["collectives"], remap),
+                memcpy=_remap(side["memcpy"], remap),
                 local_index=idx,
                 side={
                     **mem_by_device.get(int(dev), {}),
-                    "op_args": _remap(op_args, remap),
+                    "op_args": _remap(side["op_args"], remap),
                     "devices": device_table(meta.deviceProperties, int(dev)),
                 },
             )
         )
-    return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
+    return parts
 
 
 def _origin(base: int | None, path: str) -> int:
@@ -546,6 +599,21 @@ def _group_ranks(ranks: Any) -> tuple[str, int]:
     return ("" if ranks is None else str(ranks)), -1
 
 
+def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, int]:
+    """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``)."""
+    key = tuple(ranks) if isinstance(ranks, list) else ranks
+    try:
+        return groups[key]
+    except (KeyError, TypeError):  # TypeError: a list of unhashable items; no memo then
+        ranks_txt, n_ranks = _group_ranks(ranks)
+        if not isinstance(key, (list, dict)):
+            try:
+                groups[key] = (ranks_txt, n_ranks)
+            except TypeError:
+                pass
+        return ranks_txt, n_ranks
+
+
 def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
     out: dict[str, list[Any]] = {f.name: [] for f in COLLECTIVE_SCHEMA}
     groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
@@ -555,17 +623,7 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
         out_n = _as_int(_raw(a.out_nelems))
         dtype = _raw(a.dtype)
         dtype = str(dtype) if dtype is not None else ""
-        ranks = _raw(a.pg_ranks)
-        key = tuple(ranks) if isinstance(ranks, list) else ranks
-        try:
-            ranks_txt, n_ranks = groups[key]
-        except (KeyError, TypeError):  # TypeError: a list of unhashable items; no memo then
-            ranks_txt, n_ranks = _group_ranks(ranks)
-            if not isinstance(key, (list, dict)):
-                try:
-                    groups[key] = (ranks_txt, n_ranks)
-                except TypeError:
-                    pass
+        ranks_txt, n_ranks = _memo_group(groups, _raw(a.pg_ranks))
         size = _as_int(_raw(a.group_size))
         if size < 0 and n_ranks >= 0:
             size = n_ranks
