@@ -135,6 +135,12 @@ class Options:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_whole_numbers()
+        self._check_types()
+        self._check_values()
+
+    def _check_whole_numbers(self) -> None:
+        """Each of :data:`WHOLE` is an int in its range (or None where optional); stored as int."""
         for name, (lo, hi, optional) in WHOLE.items():
             v = getattr(self, name)
             if v is None and optional:
@@ -144,6 +150,9 @@ class Options:
                     f"{name} must be a whole number from {lo:,} to {hi:,}{' or None' if optional else ''}, not {v!r}"
                 )
             object.__setattr__(self, name, int(v))
+
+    def _check_types(self) -> None:
+        """The flags are bools, the names strs, ``step_pattern`` a regular expression, ``extra`` a dict."""
         if not isinstance(self.linked_only, bool):
             raise UsageError(f"linked_only must be True or False, not {self.linked_only!r}")
         if self.hist_log is not None and not isinstance(self.hist_log, bool):
@@ -157,6 +166,9 @@ class Options:
             raise UsageError(f"step_pattern {self.step_pattern!r} is not a regular expression: {exc}") from None
         if not isinstance(self.extra, dict):
             raise UsageError(f"extra must be a dict, not {type(self.extra).__name__}")
+
+    def _check_values(self) -> None:
+        """The choices are known ones and the numbers consistent with each other."""
         if self.compat not in COMPAT:
             raise UsageError(f"unknown compat mode {self.compat!r}; valid: {', '.join(COMPAT)}")
         if self.rank_by not in RANK_BY:
