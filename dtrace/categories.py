@@ -60,26 +60,32 @@ def categorize_names(
     """
     if compat not in _MODES:
         raise ValueError(f"unknown compat mode {compat!r}; valid: {', '.join(_MODES)}")
-    p = {**PATTERNS, **(patterns or {})}
-    comm = re.compile(p["comm"], re.I)
-    extra = re.compile(p["comm_extra"], re.I)
-    copyk = re.compile(p["memcpy_kernel"], re.I)
-    jaxmem = re.compile(p["jax_memcpy"], re.I)
-    out = []
-    tl = compat == "tracelens"
-    for name, kind in zip(names, kinds):
-        name = name or ""
-        if comm.search(name) or (not tl and extra.search(name)):
-            out.append("comm")
-        elif fmt == "jax" and tl:
-            out.append("memcpy" if jaxmem.search(name) else "compute")
-        elif kind == "memcpy" or (copyk.search(name) and not (tl and fmt == "rocprofv3")):
-            out.append("memcpy")
-        elif kind == "memset":
-            out.append("compute" if tl else "memset")
-        else:
-            out.append("compute")
-    return out
+    rules = _Rules({**PATTERNS, **(patterns or {})}, compat == "tracelens", fmt)
+    return [rules.category(name or "", kind) for name, kind in zip(names, kinds)]
+
+
+class _Rules:
+    """The category rules of one mode and format, their patterns compiled once."""
+
+    def __init__(self, p: dict[str, str], tl: bool, fmt: str) -> None:
+        self.comm = re.compile(p["comm"], re.I)
+        self.extra = re.compile(p["comm_extra"], re.I)
+        self.copyk = re.compile(p["memcpy_kernel"], re.I)
+        self.jaxmem = re.compile(p["jax_memcpy"], re.I)
+        self.tl, self.fmt = tl, fmt
+
+    def category(self, name: str, kind: str) -> str:
+        """The category of one (name, kind) pair."""
+        tl = self.tl
+        if self.comm.search(name) or (not tl and self.extra.search(name)):
+            return "comm"
+        if self.fmt == "jax" and tl:
+            return "memcpy" if self.jaxmem.search(name) else "compute"
+        if kind == "memcpy" or (self.copyk.search(name) and not (tl and self.fmt == "rocprofv3")):
+            return "memcpy"
+        if kind == "memset":
+            return "compute" if tl else "memset"
+        return "compute"
 
 
 def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
