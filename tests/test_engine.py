@@ -7,9 +7,9 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 import dtrace
-from conftest import ROOT
 from dtrace.engine import ClusterSpec, Engine, TaskFailure
 from dtrace.layout import plan_partitions
 from dtrace.options import Options

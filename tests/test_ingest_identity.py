@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import shared
 from rawtrace import to_ns
 
-from conftest import shared
 from dtrace.readers.kineto import read_kineto
 
 # SPEC: category (lower-cased) -> kind; every other category is "other"
