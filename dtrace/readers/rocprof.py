@@ -106,19 +106,6 @@ class _Dispatch(msgspec.Struct, gc=False, frozen=True):
     stream_id: _Handle | None = None
 
 
-class _Copy(msgspec.Struct, gc=False, frozen=True):
-    kind: Int = 0
-    operation: Int = 0
-    thread_id: Int = 0
-    correlation_id: _Corr = _NO_CORR
-    start_timestamp: Int = 0
-    end_timestamp: Int = 0
-    dst_agent_id: _Handle = _NO_HANDLE
-    src_agent_id: _Handle = _NO_HANDLE
-    bytes: Int = 0
-    stream_id: _Handle | None = None
-
-
 class _Api(msgspec.Struct, gc=False, frozen=True):
     kind: Int = 0
     operation: Int = 0
@@ -126,6 +113,15 @@ class _Api(msgspec.Struct, gc=False, frozen=True):
     correlation_id: _Corr = _NO_CORR
     start_timestamp: Int = 0
     end_timestamp: Int = 0
+
+
+class _Copy(_Api, gc=False, frozen=True):
+    """A memory copy record: an API record's fields, then the copy's own."""
+
+    dst_agent_id: _Handle = _NO_HANDLE
+    src_agent_id: _Handle = _NO_HANDLE
+    bytes: Int = 0
+    stream_id: _Handle | None = None
 
 
 class _Buffers(msgspec.Struct, gc=False, frozen=True):
