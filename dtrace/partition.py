@@ -23,6 +23,7 @@ from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
 from .cache import FileRecord, ingest_many, read_part_tables, shared_files
+from .engine import release_memory
 from .errors import DtraceError, InputError
 from .intervals import AxisOverflow
 from .layout import PartitionSpec
@@ -40,7 +41,10 @@ def ingest_files(
     reader_options: dict[str, Any] | None = None,
 ) -> list[FileRecord]:
     """Parse (or reuse from the cache) each input of one ingest task."""
-    return ingest_many(list(paths), cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options)
+    try:
+        return ingest_many(list(paths), cache_dir, fmt=fmt, reuse=reuse, reader_options=reader_options)
+    finally:
+        release_memory()
 
 
 # -- loading ---------------------------------------------------------------------------------

@@ -95,6 +95,8 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
         dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
+        pools = set(eng.client.run(_arrow_pool).values())
+        assert pools == {_expected_pool()}  # the workers dtrace starts allocate Arrow memory from jemalloc
         assert eng.map(abs, [-1, 2]) == [1, 2]
         (run_dir,) = os.listdir(tmp)
         assert run_dir.startswith("dtrace-dask-") and dirs and all(d.startswith(str(tmp / run_dir)) for d in dirs)
@@ -194,3 +196,49 @@ def test_a_local_cluster_gets_back_a_worker_whose_nanny_gave_up():
             time.sleep(0.05)
         assert [w.status.name for w in eng._cluster.workers.values()] == ["running"]
     assert dask.config.get("distributed.deploy.lost-worker-timeout") == before
+
+
+def _arrow_pool():
+    import pyarrow
+
+    return pyarrow.default_memory_pool().backend_name
+
+
+def _expected_pool():
+    import pyarrow
+
+    try:
+        pyarrow.jemalloc_memory_pool()
+    except NotImplementedError:
+        return pyarrow.default_memory_pool().backend_name
+    return "jemalloc"
+
+
+def test_in_process_run_allocates_from_jemalloc_and_puts_the_pool_back(tmp_path):
+    """Arrow's default mimalloc pool keeps what reading freed under the analyses (bench/RESULTS.md,
+    Memory): dtrace's own tasks use jemalloc, and the caller's process gets its pool back."""
+    seen = []
+
+    def pool_seen(batch):
+        seen.append(_arrow_pool())
+        return batch.parts[["rank", "device"]]
+
+    before = _arrow_pool()
+    dtrace.analyze(
+        EXAMPLES,
+        str(tmp_path / "o"),
+        scheduler="sync",
+        analyses=[dtrace.Analysis("pool", pool_seen, {"rank": "int32", "device": "int32"})],
+    )
+    assert seen and set(seen) == {_expected_pool()}
+    assert _arrow_pool() == before
+
+
+def test_a_pool_the_user_chose_is_left_alone(monkeypatch):
+    from dtrace import engine
+
+    monkeypatch.setattr(engine, "_USER_POOL", "system")  # what ARROW_DEFAULT_MEMORY_POOL said when dtrace started
+    assert engine.worker_env() == {}
+    before = _arrow_pool()
+    with Engine(ClusterSpec(scheduler="sync")):
+        assert _arrow_pool() == before
