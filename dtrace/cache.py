@@ -46,7 +46,7 @@ import tempfile
 import threading
 import traceback
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -538,8 +538,10 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
         name = os.path.basename(path)
         try:
             pf = _parquet_file(path, dict(spec.checksums or ()).get(name))
-            if kind in groups:  # a pack: this part's row group
-                out[kind] = pf.read_row_group(groups[kind], use_threads=False)
+            if kind in groups:  # a pack: this part's row group (read with its neighbours by read_parts_tables)
+                read = getattr(_OPEN, "rows", None) or {}
+                got = read.get((path, groups[kind]))
+                out[kind] = got if got is not None else pf.read_row_group(groups[kind], use_threads=False)
             else:
                 out[kind] = pf.read(use_threads=False)
         except (OSError, pa.ArrowException) as exc:
@@ -553,6 +555,52 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
                 f"its cached {name} is damaged ({msg}); run again (it will be parsed again) or pass --no-cache",
             ) from None
     return PartTables(out.pop("events"), {k: out[k] if k in out else empty_side(k) for k in SIDE_SCHEMAS})
+
+
+def read_parts_tables(specs: Sequence[Any]) -> list[PartTables]:
+    """:func:`read_part_tables` of each part, the row groups a pack file holds for them read
+    in one call per file (a partition of a thousand small ranks reads a few dozen times, not four
+    thousand). A file that does not read whole is left to :func:`read_part_tables`, whose error
+    names the input."""
+    with shared_files():
+        outer = getattr(_OPEN, "rows", None)
+        _OPEN.rows = {} if outer is None else outer
+        try:
+            for path, (want, wanted) in _pack_groups(specs).items():
+                _read_groups(path, want, sorted(wanted), _OPEN.rows)
+            return [read_part_tables(s) for s in specs]
+        finally:
+            _OPEN.rows = outer
+
+
+def _pack_groups(specs: Sequence[Any]) -> dict[str, tuple[str | None, set[int]]]:
+    """Each pack file the parts read → (its fingerprint, the row groups they need)."""
+    out: dict[str, tuple[str | None, set[int]]] = {}
+    for s in specs:
+        paths = {"events": s.events, "collectives": s.collectives, "memcpy": s.memcpy, **dict(s.side)}
+        checksums = dict(s.checksums or ())
+        for kind, group in dict(getattr(s, "groups", ()) or ()).items():
+            path = paths.get(kind)
+            if path is not None:
+                out.setdefault(path, (checksums.get(os.path.basename(path)), set()))[1].add(group)
+    return out
+
+
+def _read_groups(path: str, want: str | None, wanted: list[int], rows: dict[tuple[str, int], pa.Table]) -> None:
+    """Row groups ``wanted`` of a pack file read in one call, one table each into ``rows``;
+    nothing when the file does not read (the part that reads it reports it)."""
+    if len(wanted) < 2:
+        return
+    try:
+        pf = _parquet_file(path, want)
+        whole = pf.read_row_groups(wanted, use_threads=False)
+        sizes = [pf.metadata.row_group(g).num_rows for g in wanted]
+    except (OSError, pa.ArrowException, IndexError):
+        return
+    start = 0
+    for g, n in zip(wanted, sizes):
+        rows[(path, g)] = whole.slice(start, n)
+        start += n
 
 
 def _drop_file(path: str) -> None:

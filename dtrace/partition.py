@@ -22,7 +22,7 @@ import pyarrow as pa
 from . import resultstore
 from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from .batch import PART_COLUMNS, Batch, prepare
-from .cache import FileRecord, ingest_many, read_part_tables, shared_files
+from .cache import FileRecord, ingest_many, read_parts_tables
 from .engine import release_memory
 from .errors import DtraceError, InputError
 from .intervals import AxisOverflow
@@ -99,8 +99,7 @@ def _with_part(tables: list[pa.Table], row: bool) -> pd.DataFrame:
 
 def load_tables(specs: Sequence[PartSpec]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The cached tables of the parts of one partition, concatenated (see :func:`concat_parts`)."""
-    with shared_files():  # the parts of a pack: its files read once
-        return concat_parts([read_part_tables(s) for s in specs])
+    return concat_parts(read_parts_tables(specs))
 
 
 def load_batch(specs: Sequence[PartSpec], options: Options) -> Batch:

@@ -117,6 +117,45 @@ def test_pack_file_damaged_after_its_check_fails_its_parts_once(job, tmp_path):
     assert hit is None and "events.parquet is missing or unreadable; parsing again" in note
 
 
+def test_parts_of_a_pack_are_read_in_one_call_per_file(job, tmp_path, monkeypatch):
+    """A partition's parts in one pack: each pack file's row groups are read together (not a read
+    per part and table), and each part gets exactly the tables it gets read alone."""
+    import pyarrow.parquet as pq
+
+    paths, _ = job
+    recs = cache.ingest_many(paths, str(tmp_path / "cache"))
+    specs = [part_spec(r, p, i) for i, r in enumerate(recs) for p in r.parts]
+    alone = [cache.read_part_tables(s) for s in specs]
+    calls = {"one": 0, "many": 0}
+    one, many = pq.ParquetFile.read_row_group, pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_group", lambda *a, **k: calls.__setitem__("one", calls["one"] + 1) or one(*a, **k)
+    )
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_groups", lambda *a, **k: calls.__setitem__("many", calls["many"] + 1) or many(*a, **k)
+    )
+    together = cache.read_parts_tables(specs)
+    files = {os.path.join(s.events) for s in specs} | {
+        p for s in specs for p in (s.collectives, s.memcpy, *dict(s.side).values())
+    }
+    assert calls == {"one": 0, "many": len(files)}
+    for a, b in zip(alone, together):
+        assert a.events.equals(b.events) and a.side.keys() == b.side.keys()
+        assert all(a.side[k].equals(b.side[k]) for k in a.side)
+
+
+def test_a_damaged_pack_file_read_together_still_names_the_input(job, tmp_path):
+    paths, _ = job
+    recs = cache.ingest_many(paths, str(tmp_path / "cache"))
+    specs = [part_spec(r, p, i) for i, r in enumerate(recs) for p in r.parts]
+    with open(specs[0].events, "r+b") as f:
+        f.seek(100)
+        f.write(b"\0" * 16)
+    with pytest.raises(InputError, match="damaged") as exc:
+        cache.read_parts_tables(specs)
+    assert recs[0].path in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_pack_folder_replaced_by_a_link_is_not_followed(job, tmp_path):
     paths, want = job
     c = str(tmp_path / "cache")
