@@ -538,10 +538,8 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
         name = os.path.basename(path)
         try:
             pf = _parquet_file(path, dict(spec.checksums or ()).get(name))
-            if kind in groups:  # a pack: this part's row group (read with its neighbours by read_parts_tables)
-                read = getattr(_OPEN, "rows", None) or {}
-                got = read.get((path, groups[kind]))
-                out[kind] = got if got is not None else pf.read_row_group(groups[kind], use_threads=False)
+            if kind in groups:  # a pack: this part's row group
+                out[kind] = _row_group(pf, path, groups[kind])
             else:
                 out[kind] = pf.read(use_threads=False)
         except (OSError, pa.ArrowException) as exc:
@@ -555,6 +553,12 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
                 f"its cached {name} is damaged ({msg}); run again (it will be parsed again) or pass --no-cache",
             ) from None
     return PartTables(out.pop("events"), {k: out[k] if k in out else empty_side(k) for k in SIDE_SCHEMAS})
+
+
+def _row_group(pf: pq.ParquetFile, path: str, group: int) -> pa.Table:
+    """Row group ``group`` of a pack file: read with its neighbours by :func:`read_parts_tables`, or now."""
+    got = (getattr(_OPEN, "rows", None) or {}).get((path, group))
+    return got if got is not None else pf.read_row_group(group, use_threads=False)
 
 
 def read_parts_tables(specs: Sequence[Any]) -> list[PartTables]:
