@@ -584,3 +584,19 @@ def test_docstring_examples_run():
     for mod in (seg_mod, wi, __import__("dtrace.cli.timeline", fromlist=["x"])):
         failed, attempted = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert failed == 0 and attempted > 0, mod.__name__
+
+
+def test_grouped_running_maximum_equals_pandas_cummax():
+    """The replay's per-run running maximum (a doubling scan) against pandas' group-by cummax on
+    random runs with NaN and -inf, which it replaced."""
+    from dtrace.reduce.whatif import _grouped_cummax
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(0, 80))
+        v = rng.normal(size=n)
+        v[rng.random(n) < 0.1] = -np.inf
+        v[rng.random(n) < 0.1] = np.nan
+        run_id = np.cumsum(np.r_[True, rng.random(max(n - 1, 0)) < 0.3][:n])
+        want = pd.Series(v).groupby(run_id, sort=False).cummax().to_numpy(np.float64)
+        assert np.array_equal(_grouped_cummax(v, run_id), want, equal_nan=True)

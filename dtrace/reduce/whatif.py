@@ -169,7 +169,26 @@ def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
 
 
 def _grouped_cummax(values: np.ndarray, run_id: np.ndarray) -> np.ndarray:
-    return pd.Series(values).groupby(run_id, sort=False).cummax().to_numpy(np.float64)
+    """Running maximum of ``values`` within each run of equal ``run_id`` (runs contiguous), NaN
+    skipped (NaN where the value is NaN, as pandas' ``cummax``).
+
+    A doubling scan (log2 of the longest run steps of whole-array operations): the replay calls
+    this once per level on a handful of values, where a pandas group-by costs ~0.5 ms a call.
+
+    Examples
+    --------
+    >>> _grouped_cummax(np.array([1.0, 3.0, 2.0, 5.0, np.nan, 4.0]), np.array([1, 1, 1, 2, 2, 2])).tolist()
+    [1.0, 3.0, 3.0, 5.0, nan, 5.0]
+    """
+    nan = np.isnan(values)
+    out = np.where(nan, -np.inf, values).astype(np.float64)
+    d = 1
+    while d < len(out):
+        prev = np.where(run_id[d:] == run_id[:-d], out[:-d], -np.inf)
+        np.maximum(out[d:], prev, out=out[d:])
+        d *= 2
+    out[nan] = np.nan
+    return out
 
 
 def _levels(
