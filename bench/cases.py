@@ -34,7 +34,7 @@ def _one_core() -> None:
 
 def _warm_worker() -> None:
     import dtrace.analyses  # noqa: F401
-    import dtrace.partition  # noqa: F401
+    import dtrace.execution.tasks  # noqa: F401
     import dtrace.readers.kineto  # noqa: F401
 
 
@@ -176,8 +176,8 @@ def case_profile(a: dict) -> dict:
     import dtrace
     import dtrace.analyses as an
     import dtrace.api as api
-    import dtrace.cache as cache
-    import dtrace.partition as partition
+    import dtrace.execution.tasks as partition
+    import dtrace.ingest.cache as cache
     import dtrace.readers._chrome as chrome
     import dtrace.readers._io as io_
     import dtrace.readers.kineto as kineto
@@ -233,10 +233,10 @@ def case_core(a: dict) -> dict:
     """
     t = time.perf_counter()
     import dtrace.analyses as an
-    from dtrace.cache import ingest
+    from dtrace.execution.tasks import load_batch
+    from dtrace.ingest.cache import ingest
+    from dtrace.ingest.ranks import resolve_ranks
     from dtrace.options import Options
-    from dtrace.partition import load_batch
-    from dtrace.plan import resolve_ranks
 
     imp = time.perf_counter() - t
     _one_core()

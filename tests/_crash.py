@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 
-from dtrace import partition
+from dtrace.execution import tasks as partition
 from dtrace.readers import _io
 
 PRELOAD = os.path.abspath(__file__)

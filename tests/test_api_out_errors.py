@@ -11,8 +11,8 @@ import pytest
 from test_bad_input import GOOD, write
 
 import dtrace
-from dtrace import partition
 from dtrace.errors import DtraceError
+from dtrace.execution import tasks as partition
 
 
 @pytest.fixture

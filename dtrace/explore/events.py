@@ -2,7 +2,7 @@
 
 :func:`events` opens the cached events of a finished analysis (or ingests inputs) and returns
 a lazy Dask DataFrame with the same partitions the built-in analyses use: whole (rank, device)
-parts, batched by rank (:mod:`dtrace.layout`), indexed by ``rank`` with known divisions. Run
+parts, batched by rank (:mod:`dtrace.partitions.layout`), indexed by ``rank`` with known divisions. Run
 ``map_partitions``, ``groupby`` or ``.compute()`` on it with any Dask scheduler or cluster.
 
 Columns (:data:`EVENT_COLUMNS`):
@@ -35,10 +35,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .constants import GPU_KINDS, KINDS
-from .errors import UsageError
-from .layout import TARGET_EVENTS, PartitionSpec, plan_partitions
-from .plan import PartSpec, part_spec
+from ..core.constants import GPU_KINDS, KINDS
+from ..errors import UsageError
+from ..ingest.ranks import PartSpec, part_spec
+from ..partitions.layout import TARGET_EVENTS, PartitionSpec, plan_partitions
 
 EVENT_COLUMNS: dict[str, str] = {
     "device": "int32",
@@ -149,7 +149,7 @@ def events(
             raise UsageError(f"unknown event columns {unknown}; columns: {', '.join(EVENT_COLUMNS)}")
     path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
     if path is not None and os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json")):
-        from .results import cache_of, load
+        from ..results import cache_of, load
 
         manifest = load(path).manifest
         specs = part_specs(manifest, cache or cache_of(path))
@@ -177,7 +177,7 @@ def events(
 
 def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """The events of one partition as the public event frame (the task :func:`events` maps)."""
-    from .partition import load_tables, parts_frame
+    from ..execution.tasks import load_tables, parts_frame
 
     ev, _ = load_tables(partition.parts)
     return event_frame(ev, parts_frame(partition.parts), columns)
@@ -203,7 +203,7 @@ def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, 
     (``OUT/cache``, :func:`dtrace.results.cache_of`; never the manifest's ``cache`` field) —
     only the ``wanted`` ones if given (only their inputs' cache entries are opened). Raises
     :class:`UsageError` when an input's cached events are gone or no longer those analysed."""
-    from .cache import lookup
+    from ..ingest.cache import lookup
 
     specs: list[PartSpec] = []
     for item in manifest.get("inputs", []):
@@ -245,10 +245,10 @@ def recompute(
     --------
     >>> h = recompute("run42/results", ["gap_histogram"], hist_log=True)   # doctest: +SKIP
     """
-    from .analyses import ANALYSES, run_analyses
-    from .api import make_options
-    from .partition import load_batch
-    from .results import cache_of, load
+    from ..analyses import ANALYSES, run_analyses
+    from ..api import make_options
+    from ..execution.tasks import load_batch
+    from ..results import cache_of, load
 
     known = {a.table for a in ANALYSES}
     unknown = sorted(set(tables) - known)
@@ -287,11 +287,12 @@ def _specs_of_inputs(
     rank_by: str = "auto",
     progress: Any = False,
 ) -> list[PartSpec]:
-    from .cache import check_cache_dir
-    from .engine import ClusterSpec, Engine
-    from .layout import content_size, ingest_batches
-    from .partition import ingest_files
-    from .plan import expand_inputs, resolve_ranks
+    from ..execution.engine import ClusterSpec, Engine
+    from ..execution.tasks import ingest_files
+    from ..ingest.cache import check_cache_dir
+    from ..ingest.inputs import expand_inputs
+    from ..ingest.ranks import resolve_ranks
+    from ..partitions.layout import content_size, ingest_batches
 
     if cache is None:
         cache = tempfile.mkdtemp(prefix="dtrace-events-")

@@ -37,15 +37,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ._version import __version__
-from .analyses import Analysis
-from .cache import _NOFOLLOW, fingerprint_bytes, read_file
-from .dtypes import conform, dtype_is
-from .hardware import spec_identity
+from .._version import __version__
+from ..analyses import Analysis
+from ..core.dtypes import conform, dtype_is
+from ..core.records import StoredTable, StoreEntry, convert
+from ..ingest.cache import _NOFOLLOW, fingerprint_bytes, read_file
+from ..ingest.ranks import PartSpec
+from ..knowledge.hardware import spec_identity
+from ..options import Options
 from .layout import PartitionSpec
-from .options import Options
-from .plan import PartSpec
-from .records import StoredTable, StoreEntry, convert
 
 STORE_VERSION = 1
 ENTRY = "entry.json"
@@ -344,7 +344,7 @@ def _classmap_identity(options: Options) -> Any:
 
 
 def key(parts: PartitionSpec | Sequence[PartSpec], options: Options, analyses: Sequence[Analysis]) -> str | None:
-    """The store key of the results of some parts (a store group, :func:`dtrace.layout.store_groups`);
+    """The store key of the results of some parts (a store group, :func:`dtrace.partitions.layout.store_groups`);
     None when they cannot be keyed (a class map object that is neither a file nor JSON-able, an
     analysis that depends on a value that cannot be hashed: pass only the :func:`reusable` ones)."""
     return keys([parts.parts if isinstance(parts, PartitionSpec) else parts], options, analyses)[0]

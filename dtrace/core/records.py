@@ -3,9 +3,9 @@
 - :class:`Manifest` (with :class:`InputRecord`, :class:`InputPart`, :class:`PartitionRecord`):
   a results folder's ``manifest.json`` (:mod:`dtrace.results`);
 - :class:`StoreEntry` (with :class:`StoredTable`): a result store entry's ``entry.json``
-  (:mod:`dtrace.resultstore`);
+  (:mod:`dtrace.partitions.store`);
 - :class:`SourceFile` (with :class:`CachedInput`, :class:`CachedPart`): an ingest cache entry's
-  ``source.json``, as :mod:`dtrace.cache` writes it (its checks still live in
+  ``source.json``, as :mod:`dtrace.ingest.cache` writes it (its checks still live in
   ``cache._parse_source``; these records are the typed shape to move them to).
 
 Every field a manifest may lack has a default, so a record reads older or hand-written files
@@ -22,7 +22,7 @@ Examples
 True
 >>> convert({"tables": ["breakdown"], "inputs": [{"path": "a", "size": "big"}]}, Manifest)
 Traceback (most recent call last):
-dtrace.records.RecordError: inputs[0].size is a str, expected an int
+dtrace.core.records.RecordError: inputs[0].size is a str, expected an int
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class StoredTable(msgspec.Struct, kw_only=True):
 
 
 class StoreEntry(msgspec.Struct, kw_only=True):
-    """A result store entry's ``entry.json``, written last (:func:`dtrace.resultstore.save`).
+    """A result store entry's ``entry.json``, written last (:func:`dtrace.partitions.store.save`).
 
     The fields are written in this order: readers tell dtrace's own outputs among the inputs by
     their first bytes (``dtrace.readers._io.own_output``).
@@ -185,7 +185,7 @@ class SourceFile(msgspec.Struct, kw_only=True):
     --------
     >>> convert({"cache_version": "1", "record": {}, "record_fingerprint": ""}, SourceFile)
     Traceback (most recent call last):
-    dtrace.records.RecordError: cache_version is a str, expected an int
+    dtrace.core.records.RecordError: cache_version is a str, expected an int
     """
 
     cache_version: int
@@ -205,10 +205,10 @@ def convert(obj: object, record: type[T]) -> T:
     --------
     >>> convert({"tables": {"rows": 1, "fingerprint": "x"}}, StoreEntry)
     Traceback (most recent call last):
-    dtrace.records.RecordError: tables[...] is a int, expected a dict
+    dtrace.core.records.RecordError: tables[...] is a int, expected a dict
     >>> convert([1], StoreEntry)
     Traceback (most recent call last):
-    dtrace.records.RecordError: the document is a JSON list, not an object
+    dtrace.core.records.RecordError: the document is a JSON list, not an object
     """
     try:
         return msgspec.convert(obj, record, strict=True)

@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .api import make_options
-from .batch import Batch, prepare_part
-from .calltree import Tree
-from .errors import InputError, UsageError
-from .options import Options
-from .plan import expand_inputs, part_spec, rank_from_filename, session_window
-from .remote import is_url
+from ..analyses.batch import Batch, prepare_part
+from ..api import make_options
+from ..calltree import Tree
+from ..errors import InputError, UsageError
+from ..ingest.inputs import expand_inputs
+from ..ingest.ranks import part_spec, rank_from_filename, session_window
+from ..ingest.remote import is_url
+from ..options import Options
 
 if TYPE_CHECKING:
-    from .cache import FileRecord
+    from ..ingest.cache import FileRecord
 
 
 def is_results_dir(path: str) -> bool:
@@ -32,10 +33,10 @@ def _from_file(
     path: str, rank: int | None, device: int | None, options: Options, want_rank: int | None = None
 ) -> Batch | None:
     """Read ``path`` and build the part of ``device``; None if the file is not ``want_rank``."""
-    from .readers import detect
+    from ..readers import detect
 
     if is_url(path):  # a quick view of one object: read a local copy
-        from .remote import local_copy
+        from ..ingest.remote import local_copy
 
         with local_copy(path) as local:
             tf = detect(local).read(local)
@@ -73,8 +74,8 @@ def _from_file(
 def _from_results(path: str, rank: int | None, device: int | None, options: Options, cache: str | None) -> Batch:
     """The part of ``rank``/``device`` from the ingest cache of the results ``path`` (``cache``,
     default ``OUT/cache``: never the folder the manifest names), else its trace file."""
-    from .cache import lookup
-    from .results import cache_of
+    from ..ingest.cache import lookup
+    from ..results import cache_of
 
     r, d, inp = _chosen_input(path, rank, device)
     reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
@@ -94,7 +95,7 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
 def _chosen_input(path: str, rank: int | None, device: int | None) -> tuple[int, int, dict[str, Any]]:
     """``(rank, device, manifest entry)`` of the analysed input of ``rank`` (default: the
     lowest) and ``device`` (default: its lowest) in the results ``path``; a usage error if none."""
-    from .results import load
+    from ..results import load
 
     m = load(path).manifest
     ok = [(r, d, i) for i in m.get("inputs", []) if i.get("status") == "ok" for r, d in i.get("ranks", [])]
@@ -114,7 +115,7 @@ def _chosen_input(path: str, rank: int | None, device: int | None) -> tuple[int,
 
 def _from_cached(rec: FileRecord, r: int, d: int, options: Options) -> Batch | None:
     """The batch of device ``d``'s part of a cached record (as rank ``r``); None if it has none."""
-    from .cache import read_part_tables
+    from ..ingest.cache import read_part_tables
 
     part = next((p for p in rec.parts if p.device == d), None)
     if part is None:
@@ -147,7 +148,7 @@ def load_part(
     options: Options | None = None,
     cache: str | None = None,
 ) -> Batch:
-    """The :class:`~dtrace.batch.Batch` of one (rank, device) of ``trace``.
+    """The :class:`~dtrace.analyses.batch.Batch` of one (rank, device) of ``trace``.
 
     ``trace`` is a trace file, a directory or glob of traces (``rank`` picks one; the file
     name's ``rank<N>`` is tried first, then each file's own rank), or a results directory (its
@@ -187,7 +188,7 @@ def tree(
     ----------
     trace
         A trace file, a directory or glob of traces, a results directory, or an already
-        prepared :class:`~dtrace.batch.Batch`.
+        prepared :class:`~dtrace.analyses.batch.Batch`.
     rank, device
         Which rank (required when ``trace`` holds several) and which GPU (default: the first).
     python

@@ -80,7 +80,7 @@ def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> 
     >>> fifo = os.path.join(tempfile.mkdtemp(), "manifest.json"); os.mkfifo(fifo)
     >>> open_regular(fifo)
     Traceback (most recent call last):
-    dtrace.fileio.NotRegularError: [Errno 22] is a FIFO (named pipe), not a regular file: refused without reading it: '...manifest.json'
+    dtrace.core.fileio.NotRegularError: [Errno 22] is a FIFO (named pipe), not a regular file: refused without reading it: '...manifest.json'
     """
     why = refusal(path, follow_links=follow_links)
     if why is not None:

@@ -2,7 +2,7 @@
 
 Layout: ``CACHE/<key>/`` per source file (``key`` from its absolute path) with
 ``events-p<index>-d<device>.parquet``, ``collectives-...``, ``memcpy-...`` (one per part), a
-file per further side table of :data:`~dtrace.schema.SIDE_SCHEMAS` the part has rows in, and
+file per further side table of :data:`~dtrace.core.schema.SIDE_SCHEMAS` the part has rows in, and
 ``source.json`` (path, size, mtime, fingerprint, format, parts, rank hint, the side tables
 registered when it was written, the fingerprint of every cached file, and a fingerprint of the
 record itself). ``source.json`` is written last and atomically, so an entry is either complete
@@ -21,7 +21,7 @@ target) and the entry is written anew. An entry whose file still fails to decode
 events are loaded (a file forged to match its fingerprint) fails its input once, and is
 dropped so that the next run parses the input again.
 
-An input on an object store (a URL, :mod:`dtrace.remote`) is keyed by its URL and reused while
+An input on an object store (a URL, :mod:`dtrace.ingest.remote`) is keyed by its URL and reused while
 the store states the same size and identity (version id, generation or ETag, recorded as
 ``identity``): the object is neither downloaded nor fingerprinted again. Where the store states
 no identity, its content's fingerprint decides, as for a local file. A parse downloads the
@@ -63,13 +63,13 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
     _ISAL_ERRORS = ()
 
-from .errors import DtraceError, InputError, NoGPUActivity, OwnOutput
-from .fileio import atomic_write_bytes, read_regular
-from .readers import detect, get_reader, head_of, refuse_own_output
-from .readers._io import file_fingerprint
-from .readers.base import PartTables
+from ..core.fileio import atomic_write_bytes, read_regular
+from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
+from ..errors import DtraceError, InputError, NoGPUActivity, OwnOutput
+from ..readers import detect, get_reader, head_of, refuse_own_output
+from ..readers._io import file_fingerprint
+from ..readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
-from .schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 
 CACHE_VERSION = 6
 PACK_MIN_INPUTS = 8
@@ -179,7 +179,7 @@ def check_cache_dir(cache_dir: str) -> None:
 # -- reading ---------------------------------------------------------------------------------
 def read_file(path: str) -> bytes:
     """The bytes of a regular file, never through a symbolic link; a FIFO or a device is refused
-    without blocking (:func:`dtrace.fileio.read_regular`)."""
+    without blocking (:func:`dtrace.core.fileio.read_regular`)."""
     return read_regular(path, follow_links=False)
 
 

@@ -47,8 +47,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import UsageError
-from .fileio import read_regular
+from ..core.fileio import read_regular
+from ..errors import UsageError
 
 OTHER = "other"
 MAX_CLASSMAP_BYTES = 64 << 20
@@ -200,7 +200,7 @@ def nsys_memop_name(name: str, kind: str) -> str:
         return name
     if kind == "memset":
         return "[CUDA memset]"
-    from .constants import copy_kind
+    from ..core.constants import copy_kind
 
     direction = _NSYS_COPY.get(copy_kind(name))
     return f"[CUDA memcpy {direction}]" if direction else "[CUDA memcpy]"

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
-from .errors import InputError, UsageError
+from ..errors import InputError, UsageError
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
 _GLOB = re.compile(r"[*?\[]")

@@ -12,7 +12,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .groups import unique_inverse
+from ..vector.groups import unique_inverse
 
 CATEGORIES = ("compute", "comm", "memcpy", "memset")
 

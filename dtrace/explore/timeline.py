@@ -36,12 +36,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._version import __version__
-from .batch import Batch, prepare_part
-from .errors import ResultsError, UsageError
-from .fileio import open_regular
-from .options import Options
-from .results import Results, cache_of, load
+from .._version import __version__
+from ..analyses.batch import Batch, prepare_part
+from ..core.fileio import open_regular
+from ..errors import ResultsError, UsageError
+from ..options import Options
+from ..results import Results, cache_of, load
 
 KEYS = ["rank", "device"]
 ROLES = ("straggler", "peer", "slowest", "fastest", "median")
@@ -86,11 +86,11 @@ def read_parts(
     ``windows`` maps a part to ``(lo, hi)`` ns on that part's own clock: only events that
     overlap it are kept (side-table rows are renumbered to match). The events come from
     ``cache`` (default ``OUT/cache``; never from where the manifest says). Nothing of any other
-    part is read (:func:`dtrace.event_frame.part_specs` opens only their inputs' cache entries).
+    part is read (:func:`dtrace.explore.events.part_specs` opens only their inputs' cache entries).
     Raises :class:`UsageError` when a part is not in the results or its cached events are gone.
     """
-    from .cache import read_part_tables
-    from .event_frame import part_specs
+    from ..ingest.cache import read_part_tables
+    from .events import part_specs
 
     if cache is None:
         if results.path is None:
@@ -794,7 +794,7 @@ def timeline(
     >>> trace = dtrace.timeline("run42/results")                              # doctest: +SKIP
     >>> [t["role"] for t in trace["otherData"]["tracks"]]                     # doctest: +SKIP
     ['straggler', 'fastest', 'median']
-    >>> from dtrace.timeline_export import encode                             # doctest: +SKIP
+    >>> from dtrace.explore.timeline import encode                             # doctest: +SKIP
     >>> open("slow-step.json.gz", "wb").write(encode(trace, "slow-step.json.gz"))   # doctest: +SKIP
     """
     res = results if isinstance(results, Results) else load(results)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..errors import InputError
 from .constants import GPU_KINDS, KIND_CODES, KINDS
-from .errors import InputError
 
 __all__ = [
     "KINDS",
@@ -32,7 +32,7 @@ __all__ = [
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 KIND_DICT = pa.array(list(KINDS), pa.string())
-"""The dictionary of the event table's ``kind`` column (codes: :data:`~dtrace.constants.KIND_CODES`)."""
+"""The dictionary of the event table's ``kind`` column (codes: :data:`~dtrace.core.constants.KIND_CODES`)."""
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -129,7 +129,7 @@ SIDE_SCHEMAS: dict[str, pa.Schema] = {
 A side table keyed by ``row`` (its first column) describes events of the part's event table (the
 event at that row); one without ``row`` holds records of its own (instant events, counters). Adding
 a side table is one schema and one line here: the cache stores it beside the events, the
-partition's :class:`~dtrace.batch.Batch` carries it (``batch.side[name]``) with a ``part`` column.
+partition's :class:`~dtrace.analyses.batch.Batch` carries it (``batch.side[name]``) with a ``part`` column.
 """
 
 

@@ -117,9 +117,9 @@ UP_TO_DATE_MAX_BYTES = 4 << 30
 """Inputs are fingerprinted on the client to tell a finished run is up to date only up to this
 total size (a larger job checks its inputs in the ingest tasks, on the workers)."""
 DIFF_LEVELS = ("breakdown", "class", "kernel", "op")
-"""Levels :func:`dtrace.diff.diff` compares two runs at."""
+"""Levels :func:`dtrace.explore.diff.diff` compares two runs at."""
 DIFF_PER = ("gpu", "job")
-"""How :func:`dtrace.diff.diff` normalises times: per GPU (mean over parts) or for the whole job."""
+"""How :func:`dtrace.explore.diff.diff` normalises times: per GPU (mean over parts) or for the whole job."""
 DEFAULT_SPEEDUP = 1.2
 """How many times as fast a what-if makes the kernel classes it speeds up, unless told."""
 SPEEDUP_RANGE = (1e-3, 1e3)
@@ -146,4 +146,4 @@ FAULT_KINDS: dict[str, str] = {
     "gpu": "the rank's GPU runs its matrix products (GEMMs) (1 + slow) times as long at the same shapes "
     "(a slow GPU: clocks, power, thermals); the traces record op shapes",
 }
-"""Faults :mod:`dtrace.synth` can inject into a simulated job, with their effect."""
+"""Faults :mod:`dtrace.generate.synth` can inject into a simulated job, with their effect."""

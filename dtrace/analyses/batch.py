@@ -31,7 +31,7 @@ Columns (all frames are plain pandas; names and kinds are categoricals; never mu
     the readers' side tables with ``part`` (``row`` is the event's row within its part), limited
     to the GPU events kept.
 ``side``
-    every side table of :data:`~dtrace.schema.SIDE_SCHEMAS` by name (``collectives`` and
+    every side table of :data:`~dtrace.core.schema.SIDE_SCHEMAS` by name (``collectives`` and
     ``memcpy`` as above; the others whole, with ``part``): :meth:`Batch.side_table`.
 
 :meth:`Batch.derived` keeps views that several analyses derive alike (computed once per batch).
@@ -71,12 +71,12 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 import pandas as pd
 
-from .categories import CATEGORIES, categorize
-from .constants import GPU_KINDS, KINDS
-from .dtypes import empty_frame
-from .groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
-from .intervals import clip_stream_overlaps
-from .options import Options
+from ..core.constants import GPU_KINDS, KINDS
+from ..core.dtypes import empty_frame
+from ..knowledge.categories import CATEGORIES, categorize
+from ..options import Options
+from ..vector.groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
+from ..vector.intervals import clip_stream_overlaps
 
 FLOAT_US_FORMATS = ("kineto", "jax")
 PART_COLUMNS = {"part": "int32", "rank": "int32", "device": "int32", "format": "object", "base_ns": "int64"}
@@ -120,7 +120,7 @@ class Batch:
     def side_table(self, name: str) -> pd.DataFrame:
         """The side table ``name`` of every part (its columns, then ``part``), empty with those columns
         if no part has it."""
-        from .schema import SIDE_SCHEMAS
+        from ..core.schema import SIDE_SCHEMAS
 
         if name in self.side:
             return self.side[name]
@@ -164,7 +164,7 @@ def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray |
     ends round to that grid. TraceLens mode reproduces this. The float ``ts``/``dur`` are
     recovered exactly from the ns values (integer part and fraction converted separately).
     """
-    from .schema import us_to_ns
+    from ..core.schema import us_to_ns
 
     rel = start_ns - base_ns
     dur = end_ns - start_ns
@@ -174,7 +174,7 @@ def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray |
 
 
 def kind_codes(kind: pd.Series) -> np.ndarray:
-    """Index into :data:`dtrace.schema.KINDS` of each event's kind (compares categories, not strings)."""
+    """Index into :data:`dtrace.core.schema.KINDS` of each event's kind (compares categories, not strings)."""
     if isinstance(kind.dtype, pd.CategoricalDtype):
         lut = np.array(
             [KINDS.index(str(c)) if str(c) in KINDS else KINDS.index("other") for c in kind.cat.categories]

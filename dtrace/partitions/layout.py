@@ -1,18 +1,22 @@
-"""How parts are laid out in partitions: whole ranks, batched to a target number of events.
+"""How the parts of a job are laid out for analysis: store groups, partitions, ingest batches.
 
-A partition holds whole (rank, device) parts: consecutive ranks (in rank order) are batched
-until the partition reaches ``target_events``, so hundreds of small ranks share a partition and a
-large rank stands alone. The analysis runs one task per partition (:mod:`dtrace.engine`), and
-:func:`dtrace.events` gives the same partitions as one Dask DataFrame: every device of a rank lands
-in the same partition, so the ranks are its divisions.
+Every unit holds whole ranks (all the devices of a rank together), in rank order:
 
-Partitions are made of *store groups* (:func:`store_groups`): whole ranks in rank order, batched
-to at most :data:`GROUP_EVENTS` events. The groups depend only on the parts (never on the
-number of workers, which decides how many groups a partition holds), and results are stored per
-group, so stored results are found again whatever the size of the cluster.
-
-Ingest is batched the same way, by file size: :func:`ingest_batches` groups small files into one
-task (large files stand alone) while keeping enough tasks to feed every worker.
+- a *store group* (:func:`store_groups`) is whole ranks batched to at most :data:`GROUP_EVENTS`
+  events (a larger rank stands alone). The groups depend on the parts alone, never on the number
+  of workers, and results are stored per group (:mod:`dtrace.partitions.store`), so a run on
+  another cluster size finds the results a previous run stored;
+- a *partition* (:func:`plan_partitions`, :class:`PartitionSpec`) is whole store groups batched
+  to the partition's share of the job's events: enough partitions to keep each under
+  ``target_events`` (:data:`TARGET_EVENTS` by default) and, when there is work enough
+  (:data:`MIN_EVENTS` each), at least one per worker, in whole rounds of the workers. Hundreds of
+  small ranks share a partition; a store group larger than a share stands alone. The analysis
+  runs one task per partition (:func:`dtrace.execution.tasks.analyze_partition`), and
+  :func:`dtrace.events` on a results folder gives the partitions that analysis used as one Dask
+  DataFrame whose divisions are ranks;
+- an *ingest batch* (:func:`ingest_batches`) is consecutive input files, in input order, of
+  about :data:`TARGET_INGEST_BYTES` of content (:func:`content_size`), fewer bytes when that
+  keeps about four tasks per worker; a large file stands alone.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import stat
 from dataclasses import dataclass
 from typing import Sequence
 
-from .plan import PartSpec
-from .remote import ObjectInfo, is_url
+from ..ingest.ranks import PartSpec
+from ..ingest.remote import ObjectInfo, is_url
 
 TARGET_EVENTS = 600_000
 """Default largest events per partition: the analyses hold ~1 KB per event at their peak, so a

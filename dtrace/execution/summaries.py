@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .categories import categorize_names
-from .classify import classifier_for, collective_label
-from .dtypes import NI64, as_declared
-from .errors import DtraceError, UsageError
-from .options import Options
-from .plan import rank_from_filename
-from .readers._io import read_head
-from .readers._stats_csv import (
+from ..core.dtypes import NI64, as_declared
+from ..errors import DtraceError, UsageError
+from ..ingest.ranks import rank_from_filename
+from ..knowledge.categories import categorize_names
+from ..knowledge.classify import classifier_for, collective_label
+from ..options import Options
+from ..readers._io import read_head
+from ..readers._stats_csv import (
     GPU_TRACE,
     KERN_SUM,
     MEM_SUM,
@@ -224,7 +224,7 @@ def _kernel_tables(
 
 def _memop_table(kernels: pd.DataFrame, key: dict[str, np.int32], iters: int, gpus: int) -> pd.DataFrame:
     """The memops rows of a group: its memory operations (of ``kernels``) by direction."""
-    from .readers.nsys_csv import memop_direction
+    from ..readers.nsys_csv import memop_direction
 
     div = iters * gpus
     m = kernels.loc[kernels["kind"].isin(["memcpy", "memset"])]
@@ -264,7 +264,7 @@ def _iters(df: pd.DataFrame, iters: int, gpus: int, div: int) -> pd.DataFrame:
 
 
 def _nvtx_rows(proj: pd.DataFrame, key: dict[str, Any]) -> pd.DataFrame:
-    from .analyses.breakdown import VALUE_COLUMNS
+    from ..analyses.breakdown import VALUE_COLUMNS
 
     dur = proj["proj_dur_ns"].to_numpy(np.float64)
     has = ~np.isnan(dur)

@@ -1,7 +1,7 @@
 """What a family model returns (:class:`Estimate`) and the registry every family adds its ops to.
 
 A model is a function ``OpArgs -> Estimate`` registered for op names with
-:func:`register`; it raises :class:`~dtrace.opmodel._args.NotModelled` with the reason when the
+:func:`register`; it raises :class:`~dtrace.knowledge.opmodel._args.NotModelled` with the reason when the
 recorded arguments are not what it reads. Each op name has a *priority* that decides which op
 of a nested stack is the modelled one (docs/semantics.md, "Op performance model"):
 

@@ -30,11 +30,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .constants import DIFF_LEVELS as LEVELS
-from .constants import DIFF_PER as PER
-from .dtypes import empty_frame
-from .errors import UsageError
-from .results import Results
+from ..core.constants import DIFF_LEVELS as LEVELS
+from ..core.constants import DIFF_PER as PER
+from ..core.dtypes import empty_frame
+from ..errors import UsageError
+from ..results import Results
 
 COLUMNS = (
     "level",

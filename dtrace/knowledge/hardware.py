@@ -32,9 +32,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import UsageError
+from ..errors import UsageError
 
-BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpus.json")
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gpus.json")
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 
 

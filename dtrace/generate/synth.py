@@ -64,13 +64,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .constants import FAULT_KINDS, SPEEDUP_RANGE
-from .constants import SYNTH_MAX_JOB_KERNELS as MAX_JOB_KERNELS
-from .constants import SYNTH_MAX_KERNELS_PER_RANK as MAX_KERNELS_PER_RANK
-from .constants import SYNTH_MAX_RANKS as MAX_RANKS
-from .constants import SYNTH_MAX_TILE as MAX_TILE
-from .errors import UsageError
-from .fileio import atomic_write_bytes
+from ..core.constants import FAULT_KINDS, SPEEDUP_RANGE
+from ..core.constants import SYNTH_MAX_JOB_KERNELS as MAX_JOB_KERNELS
+from ..core.constants import SYNTH_MAX_KERNELS_PER_RANK as MAX_KERNELS_PER_RANK
+from ..core.constants import SYNTH_MAX_RANKS as MAX_RANKS
+from ..core.constants import SYNTH_MAX_TILE as MAX_TILE
+from ..core.fileio import atomic_write_bytes
+from ..errors import UsageError
 
 T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the epoch)
 MAX_SLOW = 100.0
@@ -354,7 +354,7 @@ def _op_speedups(ops: Sequence[_Op], speedup: Mapping[str, float]) -> dict[_Op, 
     """``{op: factor}`` for the GPU ops whose dtrace class (built-in classifier) is sped up."""
     if not speedup:
         return {}
-    from .classify import load_classmap
+    from ..knowledge.classify import load_classmap
 
     gpu_ops = sorted({o for o in ops if o.kind in ("kernel", "memcpy", "memset")}, key=lambda o: (o.name, o.kind))
     classes = load_classmap(None).classify([o.name for o in gpu_ops], [o.kind for o in gpu_ops])
@@ -1067,7 +1067,7 @@ def _ground_truth(
     steps, seed, gpus_per_host, streams, tp, dp), then what the job drew."""
     n_compute = sum(1 for o in job.ops if o.kind == "kernel")
     return {
-        "generator": "dtrace.synth",
+        "generator": "dtrace.generate.synth",
         **settings,
         "layers": job.layers,
         "kernels_per_step": n_compute,
@@ -1097,7 +1097,7 @@ def from_trace(
 ) -> dict[str, Any]:
     """A job built from a real trace: ``tile`` copies in time, replicated to ``ranks`` ranks.
 
-    Each rank's file is the source tiled ``tile`` times (:func:`dtrace.tile.tile_trace`) with
+    Each rank's file is the source tiled ``tile`` times (:func:`dtrace.generate.tile.tile_trace`) with
     ``distributedInfo`` rewritten to that rank and every GPU event shortened by a random fraction
     below ``jitter`` (seeded per rank), so ranks differ like real ones. For benchmarks: the
     bytes per event are those of the real trace. Writes ``ground_truth.json`` (no faults).
@@ -1125,7 +1125,7 @@ def from_trace(
         for r in range(ranks)
     ]
     truth = {
-        "generator": "dtrace.tile",
+        "generator": "dtrace.generate.tile",
         "source": os.path.abspath(os.fspath(source)),
         "tile": tile,
         "ranks": ranks,

@@ -1,12 +1,15 @@
-"""The Dask layer: the only module that talks to Dask.
+"""Where tasks run: the only module that talks to a Dask scheduler (clients, clusters, futures).
 
-Two phases, mapped over picklable module-level functions:
+:meth:`Engine.map` runs a picklable module-level function over small items, in-process or on a
+cluster. The API maps two phases with it, the functions of :mod:`dtrace.execution.tasks`:
 
 1. ingest: one task per batch of input files (paths travel, not bytes; workers read the
-   files) → small :class:`~dtrace.cache.FileRecord` objects;
-2. analyse: one task per partition of whole (rank, device) parts → small tables.
+   files) → small :class:`~dtrace.ingest.cache.FileRecord` objects;
+2. analyse: one task per partition of whole ranks → small tables per store group.
 
-The client then runs the reduce on those small frames. Where the work runs:
+The client then runs the reduce on those small frames. (:func:`dtrace.events` builds a Dask
+DataFrame of its own, with ``dask.dataframe.from_map``, and runs on whatever scheduler the user
+computes it with.) Where the work runs, decided by :meth:`Engine.start` from the estimated work:
 
 - ``scheduler=None`` (the default, "auto"): in-process when the job is small — one task, one
   core, or less time saved by spreading the estimated work over ``n`` cores (``work × (1 −
@@ -21,13 +24,14 @@ cluster's scratch space (Dask's worker folders) is a folder of the run under the
 folder (``TMPDIR``), removed when the engine closes.
 
 A task that fails — a bug, or a worker process killed on every attempt (out of memory, a crash
-in a native library) — never loses the run: its item is split (a batch of files into single
-files, a partition into halves) and the pieces run again; a piece that still fails is reported
-as a :class:`TaskFailure` for its inputs alone. A worker's death fails every task it held, the
-innocent ones too, so a piece that failed that way is first run once more alone on the cluster;
-a result lost after its task finished (the worker holding it died) takes the same path. A local
-cluster keeps its workers: a slow restart is waited for, a nanny that gave up is replaced
-(:func:`_keep_workers`), so a run never waits on a cluster without workers. Progress: a bar on a
+in a native library) — never loses the run: its item is split by the caller's ``split`` (the
+API splits a batch of files into single files, a partition into halves) and the pieces run
+again; an item that cannot be split is reported as a :class:`TaskFailure` for its inputs alone.
+A worker's death fails every task it held, the innocent ones too, so an item that cannot be
+split and failed that way is first run once more alone on the cluster; a result lost after its
+task finished (the worker holding it died) takes the same path. A local cluster keeps its
+workers: a slow restart is waited for, a nanny that gave up is replaced (:func:`_keep_workers`),
+so a run never waits on a cluster without workers. Progress, when asked for: a bar on a
 terminal, a log line every :data:`LOG_EVERY_S` seconds otherwise.
 """
 
@@ -46,8 +50,8 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
-from .errors import DtraceError, UsageError
-from .fileio import read_regular
+from ..core.fileio import read_regular
+from ..errors import DtraceError, UsageError
 
 if TYPE_CHECKING:  # distributed is imported only when a cluster runs
     from distributed import Future

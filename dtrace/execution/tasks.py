@@ -1,11 +1,11 @@
 """One partition's work, as plain functions the Dask layer maps over (no Dask here).
 
-A partition is a list of whole (rank, device) parts (:class:`~dtrace.layout.PartitionSpec`):
+A partition is a list of whole (rank, device) parts (:class:`~dtrace.partitions.layout.PartitionSpec`):
 :func:`load_tables` reads their cached event and side tables into one frame each (a ``part``
 column says whose rows they are), :func:`analyze_partition` prepares the
-:class:`~dtrace.batch.Batch` and runs every analysis over all parts at once, reusing the
+:class:`~dtrace.analyses.batch.Batch` and runs every analysis over all parts at once, reusing the
 partition's stored result tables when its events and the settings are unchanged
-(:mod:`dtrace.resultstore`). :func:`ingest_files` parses (or reuses) a batch of inputs.
+(:mod:`dtrace.partitions.store`). :func:`ingest_files` parses (or reuses) a batch of inputs.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import resultstore
-from .analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
-from .batch import PART_COLUMNS, Batch, prepare
-from .cache import FileRecord, ingest_many, read_part_tables, shared_files
-from .errors import DtraceError, InputError
-from .intervals import AxisOverflow
-from .layout import PartitionSpec
-from .options import Options
-from .plan import PartSpec
-from .readers.base import PartTables
-from .schema import SIDE_SCHEMAS
+from ..analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
+from ..analyses.batch import PART_COLUMNS, Batch, prepare
+from ..core.schema import SIDE_SCHEMAS
+from ..errors import DtraceError, InputError
+from ..ingest.cache import FileRecord, ingest_many, read_part_tables, shared_files
+from ..ingest.ranks import PartSpec
+from ..options import Options
+from ..partitions import store as resultstore
+from ..partitions.layout import PartitionSpec
+from ..readers.base import PartTables
+from ..vector.intervals import AxisOverflow
 
 
 def ingest_files(
@@ -130,7 +130,7 @@ def analyze_partition(
     that fails fails its own table only (:attr:`PartitionResult.failed_tables`).
 
     The result tables are stored under ``store`` per store group of the partition, keyed by
-    the group's parts, the settings and the analyses (:func:`dtrace.resultstore.key`);
+    the group's parts, the settings and the analyses (:func:`dtrace.partitions.store.key`);
     re-analysing unchanged inputs with the same settings loads them instead of recomputing
     (``reuse=False`` forces the computation). The groups that are not stored are analysed
     together, in one batch.

@@ -40,10 +40,10 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
-from .errors import InputError, UsageError
-from .fileio import atomic_write
-from .readers._io import GZIP_MAGIC, _gzip, open_regular
-from .units import format_size
+from ..core.fileio import atomic_write
+from ..core.units import format_size
+from ..errors import InputError, UsageError
+from ..readers._io import GZIP_MAGIC, _gzip, open_regular
 
 ID_ARGS = (
     "correlation",
