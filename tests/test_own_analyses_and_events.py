@@ -60,16 +60,16 @@ def test_own_analysis_is_run_stored_and_written(tmp_path, monkeypatch):
     assert res.manifest["analyses"] == ["kernel_count"]
     # stored like a built-in: other options recompute the built-ins, this table comes from the store
     # only when its code and the settings are unchanged
-    import dtrace.execution.tasks as partition
+    from dtrace.execution import tasks
 
     calls = []
-    real = partition.run_own_analyses
+    real = tasks.run_own_analyses
 
     def spy(batch, analyses):
         calls.append([a.table for a in analyses])
         return real(batch, analyses)
 
-    monkeypatch.setattr(partition, "run_own_analyses", spy)
+    monkeypatch.setattr(tasks, "run_own_analyses", spy)
     again = dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2)  # new settings: recomputed
     assert calls and "kernel_count" in calls[-1]
     calls.clear()

@@ -143,7 +143,7 @@ def test_rank_per_device_files_numbered_by_process_index():
 def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypatch):
     """Same inputs + same options: the per-part result frames are reused, not recomputed;
     other options recompute from the Parquet events (still without parsing JSON)."""
-    from dtrace.execution import tasks as partition
+    from dtrace.execution import tasks
 
     src = shared("kineto", "hta-2rank")
     out = tmp_path / "out"
@@ -153,7 +153,7 @@ def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypat
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(partition, "run_analyses", boom)
+    monkeypatch.setattr(tasks, "run_analyses", boom)
     again = dtrace.analyze(src, str(out), scheduler="sync")
     assert again.errors == [] and all(i["results_reused"] for i in again.manifest["inputs"])
     for t in first.table_names:
