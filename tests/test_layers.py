@@ -17,10 +17,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINT = "from importlinter.cli import lint_imports; raise SystemExit(lint_imports(no_cache=True))"
 
-if sys.version_info >= (3, 11):
+try:
     import tomllib
-else:  # pragma: no cover - Python 3.10
-    tomllib = pytest.importorskip("tomli")
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    tomllib = None
 
 
 def _lint(root):
@@ -29,6 +29,8 @@ def _lint(root):
 
 
 def _contracts(pyproject_text):
+    if tomllib is None:  # pragma: no cover - Python 3.10
+        pytest.skip("reading pyproject.toml takes tomllib (Python 3.11)")
     return tomllib.loads(pyproject_text)["tool"]["importlinter"]["contracts"]
 
 
