@@ -1,4 +1,4 @@
-"""One partition's work, as plain functions the Dask layer maps over (no Dask here).
+"""The tasks of a run: plain module-level functions the engine maps over (no Dask here).
 
 A partition is a list of whole (rank, device) parts (:class:`~dtrace.partitions.layout.PartitionSpec`):
 :func:`load_tables` reads their cached event and side tables into one frame each (a ``part``
