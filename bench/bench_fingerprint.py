@@ -9,7 +9,7 @@ Usage::
    read and hashed the way dtrace fingerprints an input (:func:`dtrace.readers._io.file_fingerprint`:
    128-bit xxh3 over 4 MiB reads); beside it, reading alone, xxh3-128 of bytes in memory, and
    sha256 (what the cache recorded before) for scale.
-2. **"Up to date".** The 256-rank job of ``bench/run.py`` (``dtrace.synth``: 8 steps, ~150
+2. **"Up to date".** The 256-rank job of ``bench/run.py`` (``dtrace.generate.synth``: 8 steps, ~150
    kernels per step, gzip; built under ``bench/out/inputs/job256`` if missing) is analysed once;
    then an unchanged re-run returns the previous results after fingerprinting every input and
    every results table (:func:`dtrace.api.up_to_date`). Timed: that check alone, the whole
@@ -91,7 +91,7 @@ def job_inputs(ranks: int) -> list[str]:
     d = os.path.join(HERE, "out", "inputs", f"job{ranks}")
     files = sorted(glob.glob(os.path.join(d, "rank-*.json.gz")))
     if len(files) != ranks:
-        from dtrace.synth import generate
+        from dtrace.generate.synth import generate
 
         print(f"generating a {ranks}-rank job in {d} ...", flush=True)
         shutil.rmtree(d, ignore_errors=True)
@@ -104,8 +104,8 @@ def up_to_date_cost(ranks: int, repeat: int) -> dict:
     import dtrace
     from dtrace import api
     from dtrace.analyses import ANALYSES
+    from dtrace.ingest.inputs import DEFAULT_MAX_INPUT_SIZE, expand_inputs, parse_size, refuse_irregular
     from dtrace.options import Options
-    from dtrace.plan import DEFAULT_MAX_INPUT_SIZE, expand_inputs, parse_size, refuse_irregular
     from dtrace.results import intact, load
 
     files = job_inputs(ranks)

@@ -1,6 +1,6 @@
 """Benchmark: host → GPU tree build time and memory on a ≥ 1 M-event tiled trace.
 
-Not a test. Tiles a real shared Kineto trace in time (:func:`dtrace.tile.tile_trace`) into a
+Not a test. Tiles a real shared Kineto trace in time (:func:`dtrace.generate.tile.tile_trace`) into a
 temporary file of at least ``--min-events`` events, reads it once, then times
 :meth:`dtrace.calltree.Tree.from_part` (median of ``--repeat`` runs, default and with
 ``python_function`` events) and the per-op table, and reports the peak memory the build
@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     from dtrace.prepare import prepare
 
     from dtrace.calltree import Tree
+    from dtrace.generate.tile import tile_trace
     from dtrace.options import Options
     from dtrace.readers import detect
-    from dtrace.tile import tile_trace
 
     src = os.path.abspath(args.source)
     if not os.path.exists(src):

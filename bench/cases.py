@@ -34,7 +34,7 @@ def _one_core() -> None:
 
 def _warm_worker() -> None:
     import dtrace.analyses  # noqa: F401
-    import dtrace.partition  # noqa: F401
+    import dtrace.execution.tasks  # noqa: F401
     import dtrace.readers.kineto  # noqa: F401
 
 
@@ -176,11 +176,11 @@ def case_profile(a: dict) -> dict:
     import dtrace
     import dtrace.analyses as an
     import dtrace.api as api
-    import dtrace.cache as cache
-    import dtrace.partition as partition
+    import dtrace.ingest.cache as cache
     import dtrace.readers._chrome as chrome
     import dtrace.readers._io as io_
     import dtrace.readers.kineto as kineto
+    from dtrace.execution import tasks
 
     _one_core()
     times: dict[str, float] = {}
@@ -202,9 +202,9 @@ def case_profile(a: dict) -> dict:
     cache.parquet_bytes = timed("cache: encode Parquet", cache.parquet_bytes)
     cache._atomic_write_bytes = timed("cache: write files", cache._atomic_write_bytes)
     cache.ingest = timed("ingest: total", cache.ingest)
-    partition.ingest = cache.ingest
-    partition.load_tables = timed("analyse: load Parquet → pandas", partition.load_tables)
-    partition.prepare = timed("analyse: prepare", partition.prepare)
+    tasks.ingest = cache.ingest
+    tasks.load_tables = timed("analyse: load Parquet → pandas", tasks.load_tables)
+    tasks.prepare = timed("analyse: prepare", tasks.prepare)
     an.conform = timed("analyse: conform outputs", an.conform)
     an.ANALYSES[:] = [dataclasses.replace(x, func=timed(f"analysis: {x.table}", x.func)) for x in an.ANALYSES]
     api.run_reducers = timed("reduce (client)", api.run_reducers)
@@ -233,10 +233,10 @@ def case_core(a: dict) -> dict:
     """
     t = time.perf_counter()
     import dtrace.analyses as an
-    from dtrace.cache import ingest
+    from dtrace.execution.tasks import load_batch
+    from dtrace.ingest.cache import ingest
+    from dtrace.ingest.ranks import resolve_ranks
     from dtrace.options import Options
-    from dtrace.partition import load_batch
-    from dtrace.plan import resolve_ranks
 
     imp = time.perf_counter() - t
     _one_core()

@@ -1,6 +1,6 @@
 """Ingest speed of the Kineto reader: JSON bytes -> event columns, old code against new, one core.
 
-``python bench/ingest.py`` tiles a real shared trace in time (:func:`dtrace.tile.tile_trace`,
+``python bench/ingest.py`` tiles a real shared trace in time (:func:`dtrace.generate.tile.tile_trace`,
 default ``kineto/single/mi300_resnet_rccl_rank0.json.gz`` to >= 300 MB of JSON) and runs, each
 in a fresh interpreter with the libraries' thread pools at one thread, interleaved and
 ``--repeat`` times (median reported):
@@ -184,7 +184,7 @@ def extract_baseline(rev: str, dest: str) -> str:
 
 
 def build_input(out: str, source: str, min_mb: float) -> tuple[str, int, int]:
-    from dtrace.tile import tile_trace
+    from dtrace.generate.tile import tile_trace
 
     os.makedirs(out, exist_ok=True)
     name = os.path.basename(source).split(".")[0]

@@ -8,10 +8,10 @@ Usage::
 
 It builds its inputs under ``bench/out/inputs`` (kept between runs; nothing is committed):
 
-- ``big.json`` / ``big.json.gz``: a real shared trace tiled in time (:func:`dtrace.tile.tile_trace`)
+- ``big.json`` / ``big.json.gz``: a real shared trace tiled in time (:func:`dtrace.generate.tile.tile_trace`)
   to at least 300 MB of JSON and 1 M events;
 - ``ranks16/``: the same trace replicated to 16 ranks with perturbed GPU durations (gzip);
-- ``job256/``: a 256-rank training job from :func:`dtrace.synth.generate` (or, without it,
+- ``job256/``: a 256-rank training job from :func:`dtrace.generate.synth.generate` (or, without it,
   16 small tiled ranks replicated to 256).
 
 Each case runs ``--repeat`` times, every run in a fresh interpreter (``bench/cases.py``, HTA in
@@ -92,7 +92,7 @@ def _write_manifest(path: str, params: dict[str, Any], info: dict[str, Any]) -> 
 
 def build_big(out: str, source: str, min_mb: float, min_events: int) -> tuple[Input, Input]:
     """One trace tiled in time to >= min_mb of JSON and >= min_events, as .json and .json.gz."""
-    from dtrace.tile import tile_trace
+    from dtrace.generate.tile import tile_trace
 
     params = {"source": source, "min_mb": min_mb, "min_events": min_events, "v": 2}
     man = os.path.join(out, "big.manifest.json")
@@ -115,7 +115,7 @@ def build_big(out: str, source: str, min_mb: float, min_events: int) -> tuple[In
 
 def build_ranks(out: str, source: str, ranks: int, times: int) -> Input:
     """``source`` ×times replicated to ``ranks`` ranks, GPU durations perturbed per rank."""
-    from dtrace.tile import tile_trace
+    from dtrace.generate.tile import tile_trace
 
     d = os.path.join(out, f"ranks{ranks}")
     params = {"source": source, "ranks": ranks, "times": times, "v": 2}
@@ -159,7 +159,7 @@ def build_ranks(out: str, source: str, ranks: int, times: int) -> Input:
 
 
 def build_job(out: str, ranks: int, steps: int, kernels_per_step: int, fallback: str) -> Input:
-    """A generated ``ranks``-rank job (dtrace.synth), or tiled replicas without it."""
+    """A generated ``ranks``-rank job (dtrace.generate.synth), or tiled replicas without it."""
     d = os.path.join(out, f"job{ranks}")
     params = {"ranks": ranks, "steps": steps, "kernels_per_step": kernels_per_step, "v": 2}
     man = os.path.join(out, f"job{ranks}.manifest.json")
@@ -167,16 +167,16 @@ def build_job(out: str, ranks: int, steps: int, kernels_per_step: int, fallback:
     if m is None:
         shutil.rmtree(d, ignore_errors=True)
         try:
-            from dtrace.synth import generate
+            from dtrace.generate.synth import generate
         except ImportError:
             generate = None
         if generate is not None:
-            print(f"  generating a {ranks}-rank job with dtrace.synth ...", flush=True)
+            print(f"  generating a {ranks}-rank job with dtrace.generate.synth ...", flush=True)
             truth = generate(d, ranks=ranks, steps=steps, kernels_per_step=kernels_per_step, seed=11, gzip=True)
             paths = [os.path.join(d, f) for f in truth["files"]]
-            how = f"dtrace.synth: {ranks} ranks, {steps} steps, ~{kernels_per_step} kernels/step, gzip"
+            how = f"dtrace.generate.synth: {ranks} ranks, {steps} steps, ~{kernels_per_step} kernels/step, gzip"
         else:
-            from dtrace.tile import tile_trace
+            from dtrace.generate.tile import tile_trace
 
             print(f"  building a {ranks}-rank job by tiling {os.path.basename(fallback)} ...", flush=True)
             os.makedirs(d)

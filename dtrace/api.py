@@ -11,33 +11,26 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from . import resultstore
 from ._version import __version__
 from .analyses import ANALYSES, Analysis
-from .cache import FileRecord, check_cache_dir, lookup
-from .classify import load_classmap
-from .constants import UP_TO_DATE_MAX_BYTES
-from .dtypes import empty_frame
-from .engine import ClusterSpec, Engine, TaskFailure, local_workers
+from .core.constants import UP_TO_DATE_MAX_BYTES
+from .core.dtypes import empty_frame
 from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
-from .hardware import load_specs
-from .layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
+from .execution.engine import ClusterSpec, Engine, TaskFailure, local_workers
+from .execution.summaries import SummaryGroup, add_summaries, note_summaries, split_summaries
+from .execution.tasks import PartitionResult, analyze_partition, ingest_files
+from .ingest.cache import FileRecord, check_cache_dir, lookup
+from .ingest.inputs import DEFAULT_MAX_INPUT_SIZE, expand_inputs, parse_size, refuse_irregular
+from .ingest.ranks import PartSpec, explicit_ranks, resolve_ranks
+from .ingest.remote import ObjectInfo, is_url, norm
+from .knowledge.classify import load_classmap
+from .knowledge.hardware import load_specs
 from .options import Options
-from .partition import PartitionResult, analyze_partition, ingest_files
-from .plan import (
-    DEFAULT_MAX_INPUT_SIZE,
-    PartSpec,
-    expand_inputs,
-    explicit_ranks,
-    parse_size,
-    refuse_irregular,
-    resolve_ranks,
-)
+from .partitions import store as resultstore
+from .partitions.layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
 from .reduce import run_reducers
 from .reduce.stragglers import check_method
-from .remote import ObjectInfo, is_url, norm
 from .results import Results, check_results_dir, write_results
-from .summaries import SummaryGroup, add_summaries, note_summaries, split_summaries
 
 PARSE_BYTES_PER_S = 80e6
 """Rough single-core speed of parsing and analysing an input, to estimate a job's work before
@@ -148,7 +141,7 @@ def analyze(
     dtrace.errors.OutputError
         ``out`` cannot hold results (a file, ``out/manifest.json`` a folder, read-only, no
         space), said in one line before any work.
-    dtrace.cache.CacheError
+    dtrace.ingest.cache.CacheError
         The cache folder is a file, a symbolic link, or cannot be written.
 
     Examples
@@ -311,11 +304,11 @@ def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -
     The previous results at ``out`` (if any) are copied into a local staging folder, the analysis
     runs against that folder as usual (so an up-to-date run returns them without any work), and
     new results are uploaded: the old manifest removed first, the tables, then the new manifest
-    (:func:`dtrace.remote.upload_results`). The ingest cache is local, ``cache`` or
-    :func:`dtrace.remote.default_cache` (a cluster run passes a shared ``cache``). The returned
+    (:func:`dtrace.ingest.remote.upload_results`). The ingest cache is local, ``cache`` or
+    :func:`dtrace.ingest.remote.default_cache` (a cluster run passes a shared ``cache``). The returned
     tables are in memory; the staging folder is removed.
     """
-    from .remote import RemoteError, check_writable, default_cache, download_results, upload_results
+    from .ingest.remote import RemoteError, check_writable, default_cache, download_results, upload_results
     from .results import in_memory
 
     staging = tempfile.mkdtemp(prefix="dtrace-out-")

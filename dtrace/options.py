@@ -104,7 +104,7 @@ class Options:
         Bins of the per-part time series (``queue_timeline``, ``memory_timeline``,
         ``memcpy_timeline``) over the part's timeline window.
     gpu_spec
-        Hardware peaks that override or add to the bundled GPU table (:mod:`dtrace.hardware`):
+        Hardware peaks that override or add to the bundled GPU table (:mod:`dtrace.knowledge.hardware`):
         a JSON spec file's path, or its content (a dict); "max achievable" figures may replace
         datasheet peaks. Only the cross-rank roofline reads it.
     """
@@ -131,7 +131,7 @@ class Options:
     launch_rows: int | None = 100
     queue_limit: int | None = None
     timeline_bins: int = 100
-    gpu_spec: Any = None  # a GPU spec file (path) or its content: peaks for the roofline (dtrace.hardware)
+    gpu_spec: Any = None  # a GPU spec file (path) or its content: peaks for the roofline (dtrace.knowledge.hardware)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

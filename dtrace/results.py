@@ -44,11 +44,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from .core.fileio import open_regular, read_regular
+from .core.records import Manifest, RecordError, convert
 from .errors import OutputError, ResultsError, UsageError
-from .fileio import open_regular, read_regular
+from .ingest.remote import is_url
 from .options import Options
-from .records import Manifest, RecordError, convert
-from .remote import is_url
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -82,7 +82,7 @@ class Results:
     # -- access -------------------------------------------------------------------------
     @property
     def record(self) -> Manifest:
-        """The manifest as a typed :class:`~dtrace.records.Manifest` (fields dtrace does not
+        """The manifest as a typed :class:`~dtrace.core.records.Manifest` (fields dtrace does not
         declare there stay in :attr:`manifest` only). Values are taken as they are written
         (a NumPy number as the number)."""
         plain = msgspec.to_builtins(self.manifest, enc_hook=_plain)
@@ -157,7 +157,7 @@ def _plain(v: object) -> object:
 
 def cache_of(out: str | os.PathLike[str]) -> str:
     """The ingest cache of the results folder ``out``: ``OUT/cache``, always (for results on an
-    object store, the local cache of :func:`dtrace.remote.default_cache`).
+    object store, the local cache of :func:`dtrace.ingest.remote.default_cache`).
 
     The manifest's ``cache`` field only records where the run's cache was; it is never read as a
     path (a hand-edited or copied manifest could point anywhere). The cache of a run made with
@@ -169,7 +169,7 @@ def cache_of(out: str | os.PathLike[str]) -> str:
     'run42/results/cache'
     """
     if is_url(os.fspath(out)):  # results on an object store: a local cache of their own
-        from .remote import default_cache  # noqa: PLC0415
+        from .ingest.remote import default_cache  # noqa: PLC0415
 
         return default_cache(os.fspath(out))
     return os.path.join(os.fspath(out), CACHE)
@@ -449,7 +449,7 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
 
 
 def check_manifest(manifest: object, where: str, *, written: bool = True) -> Manifest:
-    """The typed manifest (:class:`~dtrace.records.Manifest`) of a JSON value read from ``where``,
+    """The typed manifest (:class:`~dtrace.core.records.Manifest`) of a JSON value read from ``where``,
     checked (it may have been edited by hand); a wrong field raises a one-line ResultsError.
     A ``written`` manifest lists its tables (one of a run kept in memory need not).
 
@@ -504,7 +504,7 @@ def load_remote(url: str) -> Results:
     import shutil  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
-    from .remote import download_results  # noqa: PLC0415
+    from .ingest.remote import download_results  # noqa: PLC0415
 
     local = tempfile.mkdtemp(prefix="dtrace-results-")
     try:

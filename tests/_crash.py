@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import signal
 
-from dtrace import partition
+from dtrace.execution import tasks
 from dtrace.readers import _io
 
 PRELOAD = os.path.abspath(__file__)
 _open_regular = _io.open_regular
-_read_part_tables = partition.read_part_tables
+_read_part_tables = tasks.read_part_tables
 
 
 def crash_reading(path: str | os.PathLike[str]) -> None:
@@ -53,4 +53,4 @@ def _crashing_read_part_tables(spec):
 def dask_setup(worker: object) -> None:
     """Called by Dask when a worker loads this module as a preload (never in the test process)."""
     _io.open_regular = _crashing_open
-    partition.read_part_tables = _crashing_read_part_tables
+    tasks.read_part_tables = _crashing_read_part_tables

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from dtrace.analyses import run_analyses
-from dtrace.batch import prepare
+from dtrace.analyses.batch import prepare
+from dtrace.execution.tasks import concat_parts
 from dtrace.options import Options
-from dtrace.partition import concat_parts
 from dtrace.readers import detect
 from dtrace.reduce import ORDER
 

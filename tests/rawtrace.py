@@ -119,7 +119,7 @@ def gaps_by_loop(gpu: pd.DataFrame, kernel_wait_ns: int = 30_000) -> pd.DataFram
 
 
 def union_len(s, e) -> int:
-    """Length of the union of intervals, by a plain sweep (independent of dtrace.intervals)."""
+    """Length of the union of intervals, by a plain sweep (independent of dtrace.vector.intervals)."""
     if not len(s):
         return 0
     o = np.argsort(s, kind="stable")

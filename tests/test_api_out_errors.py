@@ -11,8 +11,8 @@ import pytest
 from test_bad_input import GOOD, write
 
 import dtrace
-from dtrace import partition
 from dtrace.errors import DtraceError
+from dtrace.execution import tasks
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def trace(tmp_path, monkeypatch):
     def no_work(*a, **k):
         raise AssertionError("an input was read before the results folder was checked")
 
-    monkeypatch.setattr(partition, "ingest_many", no_work)  # what an ingest task calls
+    monkeypatch.setattr(tasks, "ingest_many", no_work)  # what an ingest task calls
     return path
 
 

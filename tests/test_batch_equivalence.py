@@ -22,9 +22,9 @@ from oracle.analyses import run_part_analyses as oracle_run
 from oracle.prepare import prepare as oracle_prepare
 
 from dtrace.analyses import ANALYSES, run_analyses
-from dtrace.batch import prepare
+from dtrace.analyses.batch import prepare
+from dtrace.execution.tasks import concat_parts
 from dtrace.options import Options
-from dtrace.partition import concat_parts
 from dtrace.readers import detect
 
 ORACLE_TABLES = {a.table for a in ORACLE}
@@ -182,7 +182,7 @@ def test_jax_and_nsys_in_one_batch(kineto_parts):
 
 
 def test_generated_job_in_one_batch(tmp_path):
-    from dtrace.synth import generate
+    from dtrace.generate.synth import generate
 
     generate(str(tmp_path), ranks=16, steps=3, seed=3, faults=["compute:rank=5:slow=0.2"])
     parts = []

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 import dtrace
-from dtrace import cache
 from dtrace.errors import InputError
-from dtrace.plan import part_spec
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
+from dtrace.ingest import cache
+from dtrace.ingest.ranks import part_spec
 
 RANKS = 12  # more than cache.PACK_MIN_INPUTS: one task of them is packed
 

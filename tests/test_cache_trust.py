@@ -22,7 +22,7 @@ import xxhash
 
 import dtrace
 from dtrace.cli.main import main
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 N_RANKS = 3
 

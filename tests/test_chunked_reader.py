@@ -10,8 +10,8 @@ import pyarrow as pa
 from conftest import shared
 
 import dtrace.readers._io as io_
+from dtrace.generate.tile import tile_trace
 from dtrace.readers.kineto import read_kineto
-from dtrace.tile import tile_trace
 
 
 def _same(a, b) -> bool:

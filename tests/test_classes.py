@@ -11,13 +11,13 @@ from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
+from dtrace.analyses.batch import prepare_part as prepare
 from dtrace.api import make_options
-from dtrace.batch import prepare_part as prepare
-from dtrace.classify import BuiltinClassifier, RegexMap, SubstringMap, load_classmap
 from dtrace.cli.main import main
+from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 from dtrace.errors import UsageError
+from dtrace.knowledge.classify import BuiltinClassifier, RegexMap, SubstringMap, load_classmap
 from dtrace.options import Options
-from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 MAPS = {"vllm": ("classmaps", "vllm_engine_model.json"), "sglang": ("classmaps", "sglang_engine_model.json")}
 TRACES = [

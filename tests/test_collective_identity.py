@@ -15,7 +15,7 @@ import pytest
 from conftest import shared
 
 import dtrace
-from dtrace.classify import BuiltinClassifier, collective_label
+from dtrace.knowledge.classify import BuiltinClassifier, collective_label
 from dtrace.readers._collective_args import _enclosing
 from dtrace.readers.kineto import read_kineto
 

@@ -4,9 +4,9 @@ import pandas as pd
 import pyarrow as pa
 
 from dtrace.analyses import ANALYSES, run_analyses
-from dtrace.batch import prepare_part as prepare
+from dtrace.analyses.batch import prepare_part as prepare
+from dtrace.core.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 from dtrace.options import Options
-from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA
 
 
 def empty_part():
@@ -68,7 +68,7 @@ def test_every_analysis_on_gpu_only_partition():
             "external_id": [-1, -1],
         }
     )
-    from dtrace.schema import validate_events
+    from dtrace.core.schema import validate_events
 
     ev = validate_events(t).to_pandas()
     part = prepare(

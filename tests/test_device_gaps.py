@@ -18,9 +18,9 @@ from test_gaps import tables as stream_tables
 
 import dtrace
 from dtrace.analyses import run_analyses
-from dtrace.batch import prepare
+from dtrace.analyses.batch import prepare
+from dtrace.execution.tasks import concat_parts
 from dtrace.options import Options
-from dtrace.partition import concat_parts
 from dtrace.readers import detect
 
 CAUSES = ("host_wait", "kernel_wait", "other")

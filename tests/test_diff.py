@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from dtrace.cli.main import main
-from dtrace.diff import COLUMNS, diff, diff_totals, level_totals, missing_levels, n_parts
 from dtrace.errors import UsageError
+from dtrace.explore.diff import COLUMNS, diff, diff_totals, level_totals, missing_levels, n_parts
 from dtrace.results import Results, load, write_results
 
 

@@ -27,7 +27,7 @@ from distributed import Client
 
 import dtrace
 from dtrace.errors import ResultsError
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 pytestmark = pytest.mark.slow
 

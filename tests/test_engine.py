@@ -10,10 +10,10 @@ import pytest
 from conftest import ROOT
 
 import dtrace
-from dtrace.engine import ClusterSpec, Engine, TaskFailure
-from dtrace.layout import plan_partitions
+from dtrace.execution.engine import ClusterSpec, Engine, TaskFailure
+from dtrace.execution.tasks import analyze_partition, ingest_files
 from dtrace.options import Options
-from dtrace.partition import analyze_partition, ingest_files
+from dtrace.partitions.layout import plan_partitions
 
 EXAMPLES = os.path.join(ROOT, "examples", "traces")
 
@@ -38,7 +38,7 @@ def test_small_job_runs_in_process_by_default(tmp_path):
 
 def test_task_payloads_are_small(tmp_path):
     """What travels to a worker is paths and options; what comes back is small frames."""
-    from dtrace.plan import resolve_ranks
+    from dtrace.ingest.ranks import resolve_ranks
 
     files = [os.path.join(EXAMPLES, f) for f in sorted(os.listdir(EXAMPLES)) if f.endswith(".json.gz")]
     recs = ingest_files(files, str(tmp_path))
@@ -235,10 +235,10 @@ def test_in_process_run_allocates_from_jemalloc_and_puts_the_pool_back(tmp_path)
 
 
 def test_a_pool_the_user_chose_is_left_alone(monkeypatch):
-    from dtrace import engine
+    from dtrace.core import memory
 
-    monkeypatch.setattr(engine, "_USER_POOL", "system")  # what ARROW_DEFAULT_MEMORY_POOL said when dtrace started
-    assert engine.worker_env() == {}
+    monkeypatch.setattr(memory, "_USER_POOL", "system")  # what ARROW_DEFAULT_MEMORY_POOL said when dtrace started
+    assert memory.worker_env() == {}
     before = _arrow_pool()
     with Engine(ClusterSpec(scheduler="sync")):
         assert _arrow_pool() == before

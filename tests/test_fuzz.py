@@ -531,7 +531,7 @@ N_OUT_CASES = int(os.environ.get("DTRACE_FUZZ_OUT_CASES", "40"))
 
 @pytest.fixture(scope="module")
 def small_out(tmp_path_factory):
-    from dtrace.synth import generate
+    from dtrace.generate.synth import generate
 
     d = tmp_path_factory.mktemp("fuzz-out")
     generate(str(d / "job"), ranks=2, steps=2, seed=1, kernels_per_step=8)
@@ -564,7 +564,7 @@ def _edit_json(path, rng, fingerprint=False) -> str:
     value = rng.choice(ODD_JSON)
     _set(root, field, value)
     if fingerprint and rng.random() < 0.8:  # a record that passes its fingerprint check: only the field checks stand
-        from dtrace.cache import _record_fingerprint
+        from dtrace.ingest.cache import _record_fingerprint
 
         doc["record_fingerprint"] = _record_fingerprint(doc["record"])
     with open(path, "w") as f:

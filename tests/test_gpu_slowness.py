@@ -4,8 +4,8 @@ GEMMs slower at equal shapes (``--fault gpu:rank=R:slow=X``), and fault-free one
 import pytest
 from _synthjobs import NEED, per_rank_tables
 
-from dtrace import synth
 from dtrace.cli.main import main as cli
+from dtrace.generate import synth
 from dtrace.options import Options
 from dtrace.reduce import ORDER
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from dtrace.errors import UsageError
-from dtrace.hardware import load_specs, match_device, read_spec_file
+from dtrace.knowledge.hardware import load_specs, match_device, read_spec_file
 
 GIB = 2**30
 

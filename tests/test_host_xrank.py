@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import dtrace
+from dtrace.generate.synth import generate
 from dtrace.reduce.host_xrank import launch_stats_xrank, memory_xrank
-from dtrace.synth import generate
 
 
 def _stats(rank: int, stream: int, launches: int, cpu_mean: int, delay_mean: int, **kw) -> dict:

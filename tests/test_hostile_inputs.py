@@ -23,7 +23,7 @@ from test_implausible_times import GOOD, TRACE_HEADER, csv_row, write_kineto
 
 import dtrace
 from dtrace.errors import InputTooLarge, NotRegularFile, UsageError
-from dtrace.plan import parse_size
+from dtrace.ingest.inputs import parse_size
 from dtrace.readers import detect
 from dtrace.readers._io import Content
 from dtrace.readers.kineto import read_kineto

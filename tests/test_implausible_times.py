@@ -18,6 +18,7 @@ import pytest
 from synth_formats import write_jax_trace, write_nsys_sqlite
 
 import dtrace
+from dtrace.core.schema import DROP_END, DROP_LONG, DROP_NEGATIVE, DROP_START
 from dtrace.errors import ImplausibleTimes, InputError
 from dtrace.readers import detect
 from dtrace.readers.jax import read_jax
@@ -25,7 +26,6 @@ from dtrace.readers.kineto import read_kineto
 from dtrace.readers.nsys import read_nsys
 from dtrace.readers.nsys_csv import read_nsys_csv
 from dtrace.render.summary import summary
-from dtrace.schema import DROP_END, DROP_LONG, DROP_NEGATIVE, DROP_START
 
 I64_MAX = 2**63 - 1
 DAY_US = 86_400 * 10**6

@@ -16,7 +16,7 @@ from test_nsys_csv import KERN_NEW, MEM_NEW, NVTX, write
 
 import dtrace
 from dtrace.analyses import ANALYSES, as_declared, conform
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 NULLABLE = {  # table: columns that hold NA where the inputs state nothing
     "collectives": ("seq", "bytes", "step"),

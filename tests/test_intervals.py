@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dtrace.analyses.breakdown import breakdown_values
-from dtrace.intervals import clip_stream_overlaps, measure, overlap, union
+from dtrace.vector.intervals import clip_stream_overlaps, measure, overlap, union
 
 
 def brute(starts, ends, horizon):

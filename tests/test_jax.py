@@ -63,7 +63,7 @@ def raw_stream_events(path):
 def part_tables(tf, compat):
     """breakdown, streams and kernels of every part of a read file (no Dask, no other analyses)."""
     from dtrace.analyses import run_analyses
-    from dtrace.batch import prepare_part as prepare
+    from dtrace.analyses.batch import prepare_part as prepare
     from dtrace.options import Options
 
     out = {}

@@ -14,10 +14,10 @@ from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
-from dtrace.batch import prepare_part as prepare
+from dtrace.analyses.batch import prepare_part as prepare
 from dtrace.cli.main import main
+from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 from dtrace.options import Options
-from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 A100 = ("kineto", "single", "a100_nccl_collectives.json.gz")
 

@@ -16,8 +16,8 @@ from _crash import PRELOAD, crash_analysing, crash_reading
 
 import dtrace
 from dtrace.cli.main import main
-from dtrace.layout import content_size, ingest_batches
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
+from dtrace.partitions.layout import content_size, ingest_batches
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import pytest
 from conftest import shared
 
 import dtrace
+from dtrace.core.schema import us_to_ns, validate_events
 from dtrace.readers.kineto import read_kineto
-from dtrace.schema import us_to_ns, validate_events
 
 
 def kernel(name, ts, dur, dev, stream, corr, **args):

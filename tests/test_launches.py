@@ -8,13 +8,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from dtrace.analyses.batch import prepare_part
 from dtrace.analyses.launches import DELAY_EDGES_NS, launch_histogram, launch_stats, launches
 from dtrace.analyses.memops import memcpy_timeline
 from dtrace.analyses.memory import memory, memory_timeline
 from dtrace.analyses.queues import queue_timeline, queues
-from dtrace.batch import prepare_part
+from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, MEMORY_SCHEMA, side_table, validate_events
 from dtrace.options import Options
-from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA, MEMORY_SCHEMA, side_table, validate_events
 
 H = dict(device=-1, stream=-1, pid=1, tid=1, external_id=-1)  # a host event of thread 1
 G = dict(device=0, pid=0, external_id=-1)  # a GPU event

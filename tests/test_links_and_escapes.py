@@ -17,7 +17,7 @@ from test_bad_input import GOOD
 
 import dtrace
 from dtrace.cli.main import main
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 #: A DCS query (ESC P ... ESC \), a carriage return that hides what came before, a DEL.

@@ -10,9 +10,9 @@ from conftest import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform
-from dtrace.batch import prepare_part as prepare
+from dtrace.analyses.batch import prepare_part as prepare
+from dtrace.core.schema import COLLECTIVE_SCHEMA
 from dtrace.options import Options
-from dtrace.schema import COLLECTIVE_SCHEMA
 
 DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "PtoP": "P2P"}
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import dtrace
-from dtrace.diff import diff
+from dtrace.explore.diff import diff
 from dtrace.render.compare import category_csv, compare
 from dtrace.render.html import SECTIONS, report
 from dtrace.render.summary import summary, summary_document
@@ -40,7 +40,7 @@ MISSING = (
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    from dtrace import synth
+    from dtrace.generate import synth
 
     d = tmp_path_factory.mktemp("na")
     synth.generate(d / "traces", ranks=16, steps=2, seed=3, kernels_per_step=12, faults=["compute:rank=5:slow=0.3"])

@@ -19,12 +19,12 @@ import time
 import pytest
 
 import dtrace
-import dtrace.engine
+import dtrace.execution.engine
 from dtrace.cli.main import main
 from dtrace.errors import DtraceError
-from dtrace.plan import expand_inputs
-from dtrace.synth import generate
-from dtrace.tile import tile_trace
+from dtrace.generate.synth import generate
+from dtrace.generate.tile import tile_trace
+from dtrace.ingest.inputs import expand_inputs
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def one_line(capsys, code, want_code, *needles) -> str:
 def entry_of(out, rank: int) -> str:
     """The cache entry folder of the input of ``rank``."""
     (item,) = [i for i in dtrace.load(out).manifest["inputs"] if i["ranks"][0][0] == rank]
-    from dtrace.cache import entry_dir
+    from dtrace.ingest.cache import entry_dir
 
     return entry_dir(os.path.join(out, "cache"), item["path"])
 
@@ -181,7 +181,7 @@ def test_scheduler_file_that_cannot_be_used(analysed, tmp_path, capsys, content,
 
 @pytest.mark.timeout(60)
 def test_scheduler_that_does_not_answer(analysed, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(dtrace.engine, "CONNECT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(dtrace.execution.engine, "CONNECT_TIMEOUT_S", 1.0)
     f = tmp_path / "scheduler.json"
     f.write_text(json.dumps({"address": "tcp://127.0.0.1:9"}))  # the discard port: nothing listens
     argv = ["analyze", str(analysed / "job"), "-o", str(tmp_path / "out"), "--scheduler-file", str(f)]

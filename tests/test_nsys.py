@@ -271,8 +271,8 @@ def test_every_registered_reader_output_follows_the_schema(tmp_path):
     from test_rocpd import make_rocpd
     from test_rocprof import make_rocprof
 
+    from dtrace.core.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
     from dtrace.readers import readers
-    from dtrace.schema import COLLECTIVE_SCHEMA, EVENT_SCHEMA, MEMCPY_SCHEMA, validate_events
 
     write_jax_trace(str(tmp_path / "s.trace.json.gz"), n_gpus=1, steps=1)
     (tmp_path / "s_cuda_gpu_trace.csv").write_text(

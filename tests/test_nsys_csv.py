@@ -157,7 +157,7 @@ def test_analyze_cli_on_csvs_and_a_bad_csv(tmp_path, capsys):
 
 def _breakdown(tf, part):
     from dtrace.analyses import run_analyses
-    from dtrace.batch import prepare_part as prepare
+    from dtrace.analyses.batch import prepare_part as prepare
     from dtrace.options import Options
 
     p = prepare(

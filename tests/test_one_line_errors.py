@@ -21,10 +21,10 @@ import pytest
 from conftest import shared
 
 import dtrace
-from dtrace.cache import _record_fingerprint
 from dtrace.cli.main import main
 from dtrace.errors import DtraceError
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
+from dtrace.ingest.cache import _record_fingerprint
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_forged_cache_record(analysed, out, capsys, field, value):
     """A record edited and given a matching fingerprint: its values are checked too; the entry is
     parsed again (a note), never read into a traceback."""
     (item,) = [i for i in dtrace.load(out).manifest["inputs"] if i["ranks"][0][0] == 0]
-    from dtrace.cache import entry_dir
+    from dtrace.ingest.cache import entry_dir
 
     src = os.path.join(entry_dir(os.path.join(out, "cache"), item["path"]), "source.json")
     with open(src) as f:

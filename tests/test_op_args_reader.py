@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from conftest import ROOT, shared
 
-from dtrace import cache, opmodel
+from dtrace.core.schema import ARGS_SEP
+from dtrace.execution.tasks import load_batch
+from dtrace.ingest import cache
+from dtrace.ingest.ranks import part_spec
+from dtrace.knowledge import opmodel
 from dtrace.options import Options
-from dtrace.partition import load_batch
-from dtrace.plan import part_spec
 from dtrace.readers import kineto
-from dtrace.schema import ARGS_SEP
 
 H200 = os.path.join(ROOT, "tests", "data", "h200", "ops_rank0.pt.trace.json.gz")
 

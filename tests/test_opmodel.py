@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from dtrace.opmodel import estimate, family, is_backward, priority
-from dtrace.opmodel.attention import causal_pairs
+from dtrace.knowledge.opmodel import estimate, family, is_backward, priority
+from dtrace.knowledge.opmodel.attention import causal_pairs
 
 BF, F32, HALF, LONG = "c10::BFloat16", "float", "c10::Half", "long int"
 FP8 = "c10::Float8_e4m3fn"

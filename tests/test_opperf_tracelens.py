@@ -20,7 +20,7 @@ import pytest
 from conftest import shared
 
 import dtrace
-from dtrace import opmodel
+from dtrace.knowledge import opmodel
 
 MIB = 2**20
 CONV_BWD_TYPES = json.dumps(

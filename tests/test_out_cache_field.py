@@ -18,7 +18,7 @@ import pytest
 import dtrace
 from dtrace.cli.main import main
 from dtrace.errors import UsageError
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 
 def tree_hash(root: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ import pytest
 
 import dtrace
 from dtrace.cli.main import main
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ from rawtrace import to_ns
 
 import dtrace
 from dtrace.analyses import run_analyses
-from dtrace.batch import prepare, prepare_part
+from dtrace.analyses.batch import prepare, prepare_part
+from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 from dtrace.options import Options
 from dtrace.readers import detect
-from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 
 def _events(rows, launch_name):

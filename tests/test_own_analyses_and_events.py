@@ -60,16 +60,16 @@ def test_own_analysis_is_run_stored_and_written(tmp_path, monkeypatch):
     assert res.manifest["analyses"] == ["kernel_count"]
     # stored like a built-in: other options recompute the built-ins, this table comes from the store
     # only when its code and the settings are unchanged
-    import dtrace.partition as partition
+    from dtrace.execution import tasks
 
     calls = []
-    real = partition.run_own_analyses
+    real = tasks.run_own_analyses
 
     def spy(batch, analyses):
         calls.append([a.table for a in analyses])
         return real(batch, analyses)
 
-    monkeypatch.setattr(partition, "run_own_analyses", spy)
+    monkeypatch.setattr(tasks, "run_own_analyses", spy)
     again = dtrace.analyze(EXAMPLES, out, analyses=[COUNT], iters=2)  # new settings: recomputed
     assert calls and "kernel_count" in calls[-1]
     calls.clear()
@@ -94,7 +94,7 @@ def test_changed_analysis_code_is_not_served_from_the_store(tmp_path):
 
 def test_own_analysis_runs_in_batches_of_many_parts(tmp_path):
     """Many ranks in one partition: the function sees them all at once, keyed by rank."""
-    from dtrace import synth
+    from dtrace.generate import synth
 
     synth.generate(tmp_path / "job", ranks=16, steps=2, seed=5)
     res = dtrace.analyze(str(tmp_path / "job"), tmp_path / "out", analyses=[COUNT], scheduler="sync")
@@ -202,10 +202,10 @@ def test_events_of_a_results_directory(tmp_path):
     ev = dtrace.events(out)
     assert ev.npartitions == len(res.manifest["partitions"]) == 2
     assert ev.known_divisions and tuple(ev.divisions) == (0, 1, 1)
-    assert list(ev.columns) == list(dtrace.event_frame.EVENT_COLUMNS)
+    assert list(ev.columns) == list(dtrace.explore.events.EVENT_COLUMNS)
     df = ev.compute()
     assert df.index.name == "rank" and str(df.index.dtype) == "int32"
-    for col, want in dtrace.event_frame.EVENT_COLUMNS.items():
+    for col, want in dtrace.explore.events.EVENT_COLUMNS.items():
         assert str(df[col].dtype) == want, col
     assert len(df) == sum(i["events"] for i in res.manifest["inputs"])
     # GPU events per rank equal the breakdown's count, and kernel counts the kernels table's
@@ -392,7 +392,7 @@ def test_analysis_identity_is_the_same_in_every_process(tmp_path):
         "def func(batch, k=(1, 'x')):\n"
         "    return (NAMES, WEIGHTS, Limits.low, Limits().high(), k)\n"
     )
-    code = "import myanalysis, dtrace.resultstore as r; print(r.function_identity(myanalysis.func))"
+    code = "import myanalysis, dtrace.partitions.store as r; print(r.function_identity(myanalysis.func))"
     digests = {
         subprocess.run(
             [sys.executable, "-c", code],

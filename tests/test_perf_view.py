@@ -16,13 +16,13 @@ import pytest
 from conftest import ROOT, shared
 
 import dtrace
-from dtrace import synth
 from dtrace.cli.main import main as cli
+from dtrace.core.units import sig3
+from dtrace.generate import synth
 from dtrace.render.context import Context
 from dtrace.render.html import report
 from dtrace.render.opperf import MAX_MARKS, NO_SHAPES, ranges, section_perf
 from dtrace.render.page import page
-from dtrace.units import sig3
 
 H200 = os.path.join(ROOT, "tests", "data", "h200", "ops_rank0.pt.trace.json.gz")
 MEASURED = os.path.join(ROOT, "examples", "gpu_spec_h200_measured.json")

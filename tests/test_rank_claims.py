@@ -10,9 +10,9 @@ import pytest
 from test_implausible_times import GOOD, TRACE_HEADER, csv_row, kernel, write_kineto
 
 import dtrace
-from dtrace.cache import FileRecord, PartRecord
 from dtrace.errors import UsageError
-from dtrace.plan import resolve_ranks
+from dtrace.ingest.cache import FileRecord, PartRecord
+from dtrace.ingest.ranks import resolve_ranks
 
 
 def status(res) -> dict[str, dict]:

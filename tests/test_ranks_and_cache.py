@@ -73,7 +73,7 @@ def test_cache_records_provenance(tmp_path):
         with open(i["path"], "rb") as f:
             assert i["fingerprint"] == xxhash.xxh3_128_hexdigest(f.read())
         assert i["size"] == os.path.getsize(i["path"])
-    from dtrace.cache import lookup, verify
+    from dtrace.ingest.cache import lookup, verify
 
     rec, note = lookup(res.manifest["cache"], res.manifest["inputs"][0]["path"])
     assert rec is not None and note is None and verify(rec)
@@ -124,8 +124,8 @@ def test_steps_table_matches_profiler_step_windows():
 
 def test_rank_per_device_files_numbered_by_process_index():
     """Two JAX host files (8 GPUs each) named by process index take ranks 0-7 and 8-15."""
-    from dtrace.cache import FileRecord, PartRecord
-    from dtrace.plan import resolve_ranks
+    from dtrace.ingest.cache import FileRecord, PartRecord
+    from dtrace.ingest.ranks import resolve_ranks
 
     def rec(path, hint):
         parts = [
@@ -143,7 +143,7 @@ def test_rank_per_device_files_numbered_by_process_index():
 def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypatch):
     """Same inputs + same options: the per-part result frames are reused, not recomputed;
     other options recompute from the Parquet events (still without parsing JSON)."""
-    from dtrace import partition
+    from dtrace.execution import tasks
 
     src = shared("kineto", "hta-2rank")
     out = tmp_path / "out"
@@ -153,7 +153,7 @@ def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypat
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(partition, "run_analyses", boom)
+    monkeypatch.setattr(tasks, "run_analyses", boom)
     again = dtrace.analyze(src, str(out), scheduler="sync")
     assert again.errors == [] and all(i["results_reused"] for i in again.manifest["inputs"])
     for t in first.table_names:

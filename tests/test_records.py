@@ -1,4 +1,4 @@
-"""The typed records of the JSON files dtrace writes (dtrace/records.py): every file an analysis
+"""The typed records of the JSON files dtrace writes (dtrace/core/records.py): every file an analysis
 writes reads back as its record, field for field as a plain reading of the JSON says, and a
 wrong field is named in one line."""
 
@@ -9,9 +9,7 @@ import os
 import pytest
 
 import dtrace
-from dtrace.cache import _record_fingerprint
-from dtrace.readers._io import own_output
-from dtrace.records import (
+from dtrace.core.records import (
     CachedInput,
     Manifest,
     RecordError,
@@ -19,6 +17,8 @@ from dtrace.records import (
     StoreEntry,
     convert,
 )
+from dtrace.ingest.cache import _record_fingerprint
+from dtrace.readers._io import own_output
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACE = os.path.join(ROOT, "tests", "data", "h200", "host_rank0.pt.trace.json.gz")

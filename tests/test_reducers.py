@@ -11,9 +11,9 @@ import shutil
 import pytest
 from _synthjobs import per_rank_tables
 
-from dtrace import synth
 from dtrace.analyses import ANALYSES
 from dtrace.errors import UsageError
+from dtrace.generate import synth
 from dtrace.options import Options
 from dtrace.reduce import DECLARED, ORDER, REDUCERS, Reducer, reducer_order
 

@@ -32,9 +32,9 @@ import pytest
 from conftest import ROOT, TRACES
 from rawtrace import to_ns
 
+from dtrace.analyses.batch import prepare_part
 from dtrace.analyses.launches import Series, launch_stats, launches, linked
 from dtrace.analyses.queues import queues
-from dtrace.batch import prepare_part
 from dtrace.options import Options
 from dtrace.readers import detect
 

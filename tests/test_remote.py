@@ -1,6 +1,6 @@
 """Traces on object stores: a 16-rank job read from s3:// on a real S3-compatible server (moto's
 standalone server on 127.0.0.1, behind a proxy that counts requests and misbehaves on purpose),
-through s3fs; the retry and error rules of dtrace.remote on any fsspec file system."""
+through s3fs; the retry and error rules of dtrace.ingest.remote on any fsspec file system."""
 
 import os
 import shutil
@@ -14,8 +14,8 @@ pytest.importorskip("moto.server")
 from _s3server import S3Server  # noqa: E402
 
 import dtrace  # noqa: E402
-from dtrace import remote  # noqa: E402
-from dtrace.synth import generate  # noqa: E402
+from dtrace.generate.synth import generate  # noqa: E402
+from dtrace.ingest import remote  # noqa: E402
 
 BUCKET = "traces"
 N_RANKS = 16

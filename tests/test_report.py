@@ -21,7 +21,7 @@ from conftest import ROOT, shared
 
 import dtrace
 import dtrace.cli.report
-import dtrace.diff
+import dtrace.explore.diff
 import dtrace.render.charts
 import dtrace.render.compare
 import dtrace.render.html
@@ -148,7 +148,7 @@ def two_rank(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def job64(tmp_path_factory):
-    from dtrace import synth
+    from dtrace.generate import synth
 
     d = tmp_path_factory.mktemp("job64")
     truth = synth.generate(
@@ -641,7 +641,7 @@ def test_compare_two_runs(two_rank, tmp_path):
 
 
 def test_compare_with_regex_classmap(two_rank):
-    from dtrace.classify import load_classmap
+    from dtrace.knowledge.classify import load_classmap
 
     path = shared("classmaps", "vllm_engine_model.json")
     clf = load_classmap(path, "vllm", "llama")
@@ -728,7 +728,7 @@ def test_docstring_examples_run():
         dtrace.render.text,
         dtrace.render.sections,
         dtrace.render.compare,
-        dtrace.diff,
+        dtrace.explore.diff,
         dtrace.cli.report,
     ):
         failed, attempted = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -354,7 +354,7 @@ def test_bad_rocprof_inputs(tmp_path):
 
 def test_memory_copy_only_counts_as_memcpy_in_compat():
     """Copy kernels are memory operations by default but kernels in TraceLens's rocprof timeline."""
-    from dtrace.categories import categorize_names
+    from dtrace.knowledge.categories import categorize_names
 
     names = ["__amd_rocclr_copyBuffer", "__amd_rocclr_fillBufferAligned", "MEMORY_COPY_HOST_TO_DEVICE"]
     kinds = ["kernel", "kernel", "memcpy"]

@@ -1,4 +1,4 @@
-"""Side tables beyond collectives and memcpy (dtrace.schema.SIDE_SCHEMAS): a format that has one
+"""Side tables beyond collectives and memcpy (dtrace.core.schema.SIDE_SCHEMAS): a format that has one
 fills it in its parts; the cache stores it (only when it has rows) and verifies it like the
 others; a partition's Batch carries it with a ``part`` column; an entry written when other side
 tables were registered is parsed again. A probe side table is registered for these tests only."""
@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dtrace import cache, schema
-from dtrace.partition import load_batch
-from dtrace.plan import part_spec
+from dtrace.core import schema
+from dtrace.execution.tasks import load_batch
+from dtrace.ingest import cache
+from dtrace.ingest.ranks import part_spec
 from dtrace.readers import detect
 from dtrace.readers.base import Part, TraceFile
 

@@ -31,9 +31,9 @@ import pytest
 from _stall import preload_env, release, stall
 
 import dtrace
-from dtrace.engine import ClusterSpec, Engine
 from dtrace.errors import UsageError
-from dtrace.synth import generate
+from dtrace.execution.engine import ClusterSpec, Engine
+from dtrace.generate.synth import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 SBATCH = ROOT / "jobs" / "slurm" / "dtrace.sbatch"
@@ -386,7 +386,7 @@ def test_cluster_without_dask_jobqueue_is_a_clear_error(monkeypatch, job4, tmp_p
 def test_jobqueue_pbs_job_script_carries_the_settings():
     """No PBS here: check the job script dask-jobqueue would submit for ``--cluster pbs``."""
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dtrace[jobqueue]')")
-    from dtrace.engine import _jobqueue_cluster
+    from dtrace.execution.engine import _jobqueue_cluster
 
     opts = {
         "cores": 4,

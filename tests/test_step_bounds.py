@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 from _synthjobs import per_rank_tables
 
-from dtrace import synth
 from dtrace.analyses import critical_path as cp
 from dtrace.analyses import run_analyses
-from dtrace.batch import prepare_part
+from dtrace.analyses.batch import prepare_part
+from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
+from dtrace.generate import synth
 from dtrace.options import CUDA_QUEUE_LIMIT, Options
 from dtrace.readers import detect
-from dtrace.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
 
 H200 = os.path.join(os.path.dirname(__file__), "data", "h200")
 CATS = [f"{c}_ns" for c in cp.CATEGORIES]

@@ -1,7 +1,7 @@
 """Stored results do not depend on the size of the cluster (issue 19, item 7).
 
 Partitions are cut into more pieces for more workers, but results are stored per *store group*
-(whole ranks, a fixed number of events, :func:`dtrace.layout.store_groups`), so a run on any
+(whole ranks, a fixed number of events, :func:`dtrace.partitions.layout.store_groups`), so a run on any
 number of workers finds what another stored. The job is the issue's (8 ranks of 200k events,
 partitions of at most 600k), scaled down a hundredfold: 8 ranks of 1,920 events, groups and the
 least events worth a partition of its own 1,000, partitions of at most 6,000.
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 import dtrace
-import dtrace.layout as layout
-from dtrace import synth
+import dtrace.partitions.layout as layout
+from dtrace.generate import synth
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_results_stored_on_one_worker_are_reused_on_any_number(tmp_path, scaled)
 
 
 def test_store_groups_do_not_depend_on_the_workers(scaled):
-    from dtrace.plan import PartSpec
+    from dtrace.ingest.ranks import PartSpec
 
     specs = [
         PartSpec(rank=r, device=0, path=f"r{r}", format="kineto", events="", collectives="", memcpy="", n_events=2_000)

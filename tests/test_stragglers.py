@@ -1,4 +1,4 @@
-"""Straggler detection on generated 64-rank jobs with injected faults (ground truth from dtrace.synth)."""
+"""Straggler detection on generated 64-rank jobs with injected faults (ground truth from dtrace.generate.synth)."""
 
 import json
 import os
@@ -10,10 +10,10 @@ import pytest
 from _synthjobs import per_rank_tables, reduce
 
 import dtrace
-from dtrace import synth
 from dtrace.api import make_options
 from dtrace.cli.main import main as cli
 from dtrace.errors import UsageError
+from dtrace.generate import synth
 from dtrace.options import Options
 from dtrace.reduce.stragglers import METHODS, reduce_stragglers
 from dtrace.render.summary import summary

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import shared
 
-from dtrace import synth
 from dtrace.cli.main import main as cli
 from dtrace.errors import UsageError
+from dtrace.generate import synth
 from dtrace.readers import detect
 
 SMALL = dict(steps=2, kernels_per_step=30)
@@ -337,7 +337,7 @@ def test_from_trace_tiles_and_replicates(tmp_path, capsys):
     assert cli(["synth", str(out), "--from-trace", src, "--tile", "2", "--ranks", "2"]) == 0
     assert "tiled 2x" in capsys.readouterr().out
     truth = json.loads((out / "ground_truth.json").read_text())
-    assert truth["generator"] == "dtrace.tile" and truth["ranks"] == 2 and truth["stragglers"] == []
+    assert truth["generator"] == "dtrace.generate.tile" and truth["ranks"] == 2 and truth["stragglers"] == []
     for r in range(2):
         path = str(out / f"rank-{r}.json.gz")
         tf = detect(path).read(path)

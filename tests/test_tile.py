@@ -1,4 +1,4 @@
-"""dtrace.tile: tiling a real trace in time and replicating it across ranks (bench inputs)."""
+"""dtrace.generate.tile: tiling a real trace in time and replicating it across ranks (bench inputs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from conftest import shared
 
 import dtrace
 from dtrace.errors import InputError, UsageError
-from dtrace.tile import tile_trace
+from dtrace.generate.tile import tile_trace
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 

@@ -20,12 +20,12 @@ import pytest
 from conftest import ROOT
 
 import dtrace
-from dtrace import synth
-from dtrace import timeline_export as tx
+from dtrace.analyses.batch import prepare_part as prepare
 from dtrace.analyses.breakdown import breakdown
-from dtrace.batch import prepare_part as prepare
 from dtrace.cli.main import main as cli
 from dtrace.errors import DtraceError, UsageError
+from dtrace.explore import timeline as tx
+from dtrace.generate import synth
 from dtrace.options import Options
 from dtrace.readers import detect
 from dtrace.render.context import Context
@@ -235,7 +235,7 @@ def test_collectives_line_up_across_hosts(job16):
 def test_only_the_chosen_parts_are_read(job16, monkeypatch):
     _, res = job16
     read = []
-    real_table, real_file = tx.pq.read_table, dtrace.cache.read_file
+    real_table, real_file = tx.pq.read_table, dtrace.ingest.cache.read_file
 
     def spy_table(path, *a, **kw):
         read.append(os.fspath(getattr(path, "name", path)))  # a path, or a file opened by open_regular
@@ -246,14 +246,16 @@ def test_only_the_chosen_parts_are_read(job16, monkeypatch):
         return real_file(path)
 
     monkeypatch.setattr(tx.pq, "read_table", spy_table)
-    monkeypatch.setattr(dtrace.cache, "read_file", spy_file)
+    monkeypatch.setattr(dtrace.ingest.cache, "read_file", spy_file)
     trace = tx.timeline(res, ranks=[5, 13])
     cache = res.manifest["cache"]
     events = [p for p in read if p.startswith(cache)]
     tables = [p for p in events if p.endswith(".parquet")]
     assert len(tables) == 2 * 3  # events, collectives and memcpy of each chosen part, nothing else
     assert len(events) - len(tables) == 2  # and the two entries' source.json
-    chosen = {dtrace.cache.entry_dir(cache, i["path"]) for i in res.manifest["inputs"] if i["ranks"][0][0] in (5, 13)}
+    chosen = {
+        dtrace.ingest.cache.entry_dir(cache, i["path"]) for i in res.manifest["inputs"] if i["ranks"][0][0] in (5, 13)
+    }
     assert {os.path.dirname(p) for p in events} == chosen
     assert [p for p in read if not p.startswith(cache)] == [os.path.join(res.path, "collectives.parquet")]
     assert [t["rank"] for t in trace["otherData"]["tracks"]] == [5, 13]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import dtrace
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 
 def test_a_flow_arrow_reaches_the_straggler(tmp_path):

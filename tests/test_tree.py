@@ -356,7 +356,7 @@ def _part(host_rows, gpu_rows, device=0):
         gpu_rows, columns=["row", "stream", "kind", "name", "start_ns", "end_ns", "correlation", "external_id"]
     )
     gpu["name"] = gpu["name"].astype("category")
-    from dtrace.batch import Batch
+    from dtrace.analyses.batch import Batch
 
     empty = pd.DataFrame()
     parts = pd.DataFrame({"part": [0], "rank": [3], "device": [device], "format": ["kineto"], "base_ns": [0]})
@@ -487,7 +487,7 @@ def test_empty_tree():
 
 def test_step_selection_keeps_the_step_ops():
     from dtrace.analyses.ops import ops
-    from dtrace.part_loader import load_part
+    from dtrace.explore.tree import load_part
 
     path = shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
     _, events = raw(path)

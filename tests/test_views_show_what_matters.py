@@ -21,7 +21,7 @@ import pytest
 
 import dtrace
 from dtrace.cli.main import main
-from dtrace.synth import generate
+from dtrace.generate.synth import generate
 
 STRAGGLER = 19
 

@@ -15,11 +15,11 @@ import pytest
 from _synthjobs import per_rank_tables
 
 import dtrace
-from dtrace import synth
 from dtrace.analyses import segments as seg_mod
-from dtrace.classify import load_classmap
 from dtrace.cli.main import main as cli
 from dtrace.errors import DtraceError, UsageError
+from dtrace.generate import synth
+from dtrace.knowledge.classify import load_classmap
 from dtrace.options import Options
 from dtrace.reduce import ORDER
 from dtrace.reduce import whatif as wi

@@ -1,6 +1,6 @@
 """Per-partition analyses: pure functions ``Batch -> small DataFrame``, one per results table.
 
-A :class:`~dtrace.batch.Batch` holds any number of (rank, device) parts; every analysis
+A :class:`~dtrace.analyses.batch.Batch` holds any number of (rank, device) parts; every analysis
 computes all of them in one vectorised pass and returns rows keyed by ``rank`` and ``device``.
 Each is registered with its declared output columns and dtypes; :func:`run_analyses` conforms
 every output to its declaration, and a contract test runs all of them on an empty partition
@@ -19,8 +19,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..dtypes import (  # noqa: F401
+from ..core.dtypes import (  # noqa: F401
     BOOL,
     DTYPES,
     F64,
@@ -47,6 +46,7 @@ from . import ops as _ops
 from . import queues as _queues
 from . import ranges as _ranges
 from . import segments as _seg
+from .batch import Batch
 
 _KEYS = {"rank": I32, "device": I32}
 #: the statistics of the idle gaps of a stream (``gaps``) or a device (``device_gaps``)
@@ -76,7 +76,7 @@ class Analysis:
         Name of the results table (a Parquet file in OUT, ``results.<table>``).
     func
         ``func(batch) -> DataFrame``: a pure module-level function of a
-        :class:`~dtrace.batch.Batch` (any number of parts), with ``rank`` and ``device`` columns.
+        :class:`~dtrace.analyses.batch.Batch` (any number of parts), with ``rank`` and ``device`` columns.
     columns
         Declared output columns and dtypes (``"int64"``, ``"int32"``, ``"Int64"`` (nullable: ``NA``
         for a missing value), ``"float64"``, ``"bool"``, ``"object"`` for text); extra columns are

@@ -8,7 +8,7 @@ With ``∪X`` the union of the intervals of category X (all streams pooled):
 memset (memset is already ``compute`` in TraceLens mode).
 
 Notes on the algorithm: every group (a part, a (part, stream) or a (part, step)) is laid side by
-side on one :class:`~dtrace.intervals.Axis`, so each union, overlap and measure is one numpy pass
+side on one :class:`~dtrace.vector.intervals.Axis`, so each union, overlap and measure is one numpy pass
 over all groups at once, with the lengths of each group summed back by position.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..groups import I64, count_by, dense_codes, first_match, max_by, min_by, unique_first
-from ..intervals import Axis, measure, measure_by, merge, overlap, overlap_by, union
+from ..vector.groups import I64, count_by, dense_codes, first_match, max_by, min_by, unique_first
+from ..vector.intervals import Axis, measure, measure_by, merge, overlap, overlap_by, union
+from .batch import Batch
 
 VALUE_COLUMNS = (
     "computation_ns",

@@ -21,9 +21,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from ..batch import Batch
-from ..dtypes import empty_frame, missing_if_negative
-from ..groups import I64, cumcount, dense_codes, first_match, unique_inverse
+from ..core.dtypes import empty_frame, missing_if_negative
+from ..vector.groups import I64, cumcount, dense_codes, first_match, unique_inverse
+from .batch import Batch
 
 # kernel name → collective (case-insensitive re.search, first match wins)
 OP_PATTERNS: tuple[tuple[str, str], ...] = (

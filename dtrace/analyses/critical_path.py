@@ -62,7 +62,7 @@ once (host-bound starts per part, releases per thread, outermost host events per
 round costs a few vectorised passes over the unfinished chains and the number of rounds is the
 largest number of hops of any one step (a handful for a GPU-bound step, one per
 synchronisation otherwise). GPU intervals are measured with the prefix-sum coverage of
-:mod:`dtrace.intervals` on one axis of all parts. See ``docs/semantics.md``, "What bounds
+:mod:`dtrace.vector.intervals` on one axis of all parts. See ``docs/semantics.md``, "What bounds
 each step".
 """
 
@@ -75,11 +75,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch, kind_codes
-from ..constants import KINDS
-from ..dtypes import empty_frame, missing_if_negative
-from ..groups import I64, count_by, dense_codes, first_match, max_by, min_by, sum_by
-from ..intervals import Axis, AxisOverflow, coverage, union
+from ..core.constants import KINDS
+from ..core.dtypes import empty_frame, missing_if_negative
+from ..vector.groups import I64, count_by, dense_codes, first_match, max_by, min_by, sum_by
+from ..vector.intervals import Axis, AxisOverflow, coverage, union
+from .batch import Batch, kind_codes
 from .queues import part_queue_limits
 from .segments import cummax_by, last_at_or_before
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..dtypes import empty_frame
-from ..groups import (
+from ..core.dtypes import empty_frame
+from ..options import LOG_SPAN
+from ..vector.groups import (
     I64,
     count_by,
     dense_codes,
@@ -53,7 +53,7 @@ from ..groups import (
     unique_first,
     unique_inverse,
 )
-from ..options import LOG_SPAN
+from .batch import Batch
 
 GAP_COLUMNS = [
     "rank",

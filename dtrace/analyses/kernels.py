@@ -9,9 +9,9 @@ distinct name of each part, never a string per event. Counts and totals are ``bi
 duration), which leaves each pair's durations as a sorted run whose ends and middle are read by
 index; the standard deviation is the sample one (``ddof=1``, as ``nsys stats`` and the GPU
 Kernel Analyzer report it; 0 for a single event). The class of each distinct name comes from
-:mod:`dtrace.classify`, once per name.
+:mod:`dtrace.knowledge.classify`, once per name.
 
-Per-iteration figures divide by :meth:`dtrace.batch.Batch.iterations`: the ``iters`` option when
+Per-iteration figures divide by :meth:`dtrace.analyses.batch.Batch.iterations`: the ``iters`` option when
 given, else the number of steps found in the part (one with a step filter), else 1.
 """
 
@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..classify import Classifier, classifier_for, collective_label
-from ..dtypes import empty_frame
-from ..groups import I64, dense_codes, first_match, string_rank, sum_by
+from ..core.dtypes import empty_frame
+from ..knowledge.classify import Classifier, classifier_for, collective_label
+from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by
+from .batch import Batch
 
 KERNEL_COLUMNS = [
     "rank",
@@ -225,7 +225,7 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     """The ``nccl`` table: communication kernels per (rank, device, collective).
 
     The collective is the GPU Performance Analyser's label (``AllGather``, ``SendRecv``, ...:
-    see :func:`dtrace.classify.collective_label`). Rows are the kernels of class ``nccl`` under
+    see :func:`dtrace.knowledge.classify.collective_label`). Rows are the kernels of class ``nccl`` under
     a substring map, otherwise the kernels of category ``comm``.
     """
     if not len(batch.gpu):

@@ -1,7 +1,7 @@
 """Launch statistics: every GPU event linked to its launch call (see docs/semantics.md, "Launches").
 
 A GPU event (kernel, memcpy, memset) is *linked* when a host runtime call of its part carries its
-correlation id (``launch_ns`` ≥ 0 in :attr:`~dtrace.batch.Batch.gpu`): that call launched it —
+correlation id (``launch_ns`` ≥ 0 in :attr:`~dtrace.analyses.batch.Batch.gpu`): that call launched it —
 ``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaGraphLaunch`` (all kernels of the graph),
 ``cudaMemcpyAsync``, ``hipLaunchKernel``, ... Per linked event, as HTA's
 ``get_cuda_kernel_launch_stats`` defines them:
@@ -32,9 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch, kind_codes
-from ..constants import KINDS
-from ..groups import (
+from ..core.constants import KINDS
+from ..vector.groups import (
     I64,
     count_by,
     cumcount,
@@ -45,7 +44,8 @@ from ..groups import (
     sum_by,
     unique_first,
 )
-from ..intervals import Axis
+from ..vector.intervals import Axis
+from .batch import Batch, kind_codes
 from .timeline import window
 
 LAUNCH_COLUMNS = [
@@ -183,7 +183,7 @@ class Series:
 
     Each linked event adds a launch point (+1, at its call's start) and a start point (-1, at its
     GPU start). Every stream's times are laid on one line (:attr:`axis`, a
-    :class:`~dtrace.intervals.Axis` that also spans its GPU events and its part's timeline
+    :class:`~dtrace.vector.intervals.Axis` that also spans its GPU events and its part's timeline
     window), so one stable sort of ``2 × time + (start)`` orders all points by (stream, time), the
     launches before the starts at equal times (in event order), and one cumulative sum gives every
     length: each stream's points add up to 0, so the sum is back at 0 where the next stream
@@ -269,7 +269,7 @@ def _ratio(x: np.ndarray, cutoff: int) -> np.ndarray:
 
 def _launch_names(batch: Batch, part: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """The name of each event's launch call (the first runtime call of its part with its correlation
-    id, as :func:`dtrace.batch.prepare` links them)."""
+    id, as :func:`dtrace.analyses.batch.prepare` links them)."""
     if not part.size:
         return np.array([], object)
     h = batch.host

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..dtypes import missing_if_negative
-from ..groups import I64, count_by, dense_codes, first_match, string_rank, sum_by, unique_first
-from ..intervals import Axis, union
+from ..core.dtypes import missing_if_negative
+from ..vector.groups import I64, count_by, dense_codes, first_match, string_rank, sum_by, unique_first
+from ..vector.intervals import Axis, union
+from .batch import Batch
 from .timeline import bin_steps, spread, window
 
 MEMOP_COLUMNS = [

@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch, assign_steps, kind_codes
-from ..constants import KINDS
-from ..groups import I64, count_by, max_by, sum_by, unique_first
-from ..intervals import Axis
+from ..core.constants import KINDS
+from ..vector.groups import I64, count_by, max_by, sum_by, unique_first
+from ..vector.intervals import Axis
+from .batch import Batch, assign_steps, kind_codes
 from .timeline import bin_steps, window
 
 MEMORY_COLUMNS = [

@@ -4,7 +4,7 @@ part (docs/semantics.md, "Op performance model").
 **Which op owns a GPU event.** Every GPU event linked to a launch has a launcher (the first
 ``cpu_op`` above its launch call, else the launch call itself: :mod:`dtrace.calltree`). Its
 *modelled op* is the outermost ``cpu_op`` above the launcher (the launcher included) whose name
-has a model of priority ``MODEL`` (:mod:`dtrace.opmodel`); failing that, the outermost
+has a model of priority ``MODEL`` (:mod:`dtrace.knowledge.opmodel`); failing that, the outermost
 ``WRAPPER`` (``aten::linear``, ``aten::matmul``, ``aten::scaled_dot_product_attention``); failing
 that, the launcher itself, an op without a model. So ``aten::layer_norm`` owns the kernels of
 the ``aten::native_layer_norm`` inside it, ``aten::addmm`` those of ``aten::linear``, and every
@@ -30,13 +30,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import opmodel
-from ..batch import Batch
 from ..calltree import build as B
 from ..calltree.model import CPU_OP, Tree
-from ..dtypes import empty_frame
-from ..groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
-from ..schema import ARGS_SEP
+from ..core.dtypes import empty_frame
+from ..core.schema import ARGS_SEP
+from ..knowledge import opmodel
+from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
+from .batch import Batch
 
 COLUMNS = {
     "rank": "int32",

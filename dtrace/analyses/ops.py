@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
 from ..calltree.model import Tree
-from ..groups import I64, max_by, min_by
+from ..vector.groups import I64, max_by, min_by
+from .batch import Batch
 
 COLUMNS = {
     "rank": "int32",

@@ -30,11 +30,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch, kind_codes
-from ..constants import KINDS
-from ..groups import I64, count_by, max_by, min_by, quantiles_by, sum_by
-from ..intervals import Axis, complement, coverage, intersect, union
+from ..core.constants import KINDS
 from ..options import CUDA_QUEUE_LIMIT
+from ..vector.groups import I64, count_by, max_by, min_by, quantiles_by, sum_by
+from ..vector.intervals import Axis, complement, coverage, intersect, union
+from .batch import Batch, kind_codes
 from .launches import Linked, Series, linked, series
 from .timeline import bin_steps, spread, window
 
@@ -160,7 +160,7 @@ class Starved:
 
     The empty intervals come from the series; the stream's busy time is the union of its GPU
     events (linked or not) on the series' axis; "empty and idle" is their intersection with the
-    complement of that union (:func:`~dtrace.intervals.intersect`, no sort of the two together).
+    complement of that union (:func:`~dtrace.vector.intervals.intersect`, no sort of the two together).
     """
 
     def __init__(self, batch: Batch, lk: Linked, s: Series) -> None:

@@ -19,7 +19,7 @@ One row per (rank, device, range name), summed over the name's instances:
   inside each projected window (all streams, whoever launched the work), summed.
 
 Notes on the algorithm (vectorised over all parts and threads at once): each launching thread
-(part, pid, tid) gets its own stretch of one :class:`~dtrace.intervals.Axis`, so owned events
+(part, pid, tid) gets its own stretch of one :class:`~dtrace.vector.intervals.Axis`, so owned events
 are contiguous once events are sorted by their launch time on that axis, and each range's owned
 set is an index interval found with ``searchsorted``; counts and durations come from prefix
 sums, the projected span from ``minimum.reduceat``/``maximum.reduceat`` over the interleaved
@@ -33,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..groups import I64, shared_codes, string_rank
-from ..intervals import Axis, Union, coverage, difference, merge, union
+from ..vector.groups import I64, shared_codes, string_rank
+from ..vector.intervals import Axis, Union, coverage, difference, merge, union
+from .batch import Batch
 from .breakdown import VALUE_COLUMNS, category_masks
 
 RANGE_COLUMNS = [
@@ -108,7 +108,7 @@ def _span_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.nda
 
 def _launch_threads(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Launch time, pid and tid of each GPU event (-1 where its launch is unknown)."""
-    from ..groups import first_match
+    from ..vector.groups import first_match
 
     g, h = batch.gpu, batch.host
     n = len(g)

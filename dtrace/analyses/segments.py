@@ -41,7 +41,7 @@ joint ``lexsort`` of data and queries (:func:`last_at_or_before`), so no group/t
 fit a single int64; a union's coverage ``|U ∩ (-inf, t]|`` is a grouped prefix sum read at
 that index. The core, :func:`segment_rows`, takes a frame of GPU events with ``part``,
 ``rank`` and ``device`` columns (many parts at once); :func:`segments` runs it on a
-:class:`~dtrace.batch.Batch`.
+:class:`~dtrace.analyses.batch.Batch`.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch
-from ..classify import Classifier, classifier_for
-from ..dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative
+from ..knowledge.classify import Classifier, classifier_for
+from .batch import Batch
 
 GATE_TOL_NS = 20_000
 """A work period starting at most this long after a collective ended waited for it."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..batch import Batch, assign_steps
-from ..groups import I64, max_by, min_by
+from ..vector.groups import I64, max_by, min_by
+from .batch import Batch, assign_steps
 
 _BIG = np.iinfo(np.int64).max
 

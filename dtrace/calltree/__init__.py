@@ -7,7 +7,7 @@
 - :mod:`.printer`: the text views, down and up;
 
 Opening one (rank, device) of a trace, of traces or of results as a tree (:func:`dtrace.tree`)
-is :mod:`dtrace.part_loader`, a layer above: the tree itself reads no file.
+is :mod:`dtrace.explore.tree`, a layer above: the tree itself reads no file.
 
 The package is named ``calltree`` rather than ``tree`` because ``dtrace.tree`` is the API
 function; a subpackage of the same name would be shadowed by it.

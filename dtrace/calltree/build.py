@@ -40,8 +40,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..groups import I64, dense_codes, first_match, unique_inverse
-from ..intervals import Axis, AxisOverflow
+from ..vector.groups import I64, dense_codes, first_match, unique_inverse
+from ..vector.intervals import Axis, AxisOverflow
 
 
 def thread_groups(part: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The :class:`Tree`: host events nested by time, launches linked to their GPU events.
 
-A tree is built from a :class:`~dtrace.batch.Batch` (its ``host`` and ``gpu`` frames): for one
+A tree is built from a :class:`~dtrace.analyses.batch.Batch` (its ``host`` and ``gpu`` frames): for one
 (rank, device) it is the tree users query; for a partition of many parts it is a forest whose
 nodes carry their ``part``, and :meth:`Tree.ops_by_part` gives the per-op table of every part
 at once. A single tree and answers the Trace2Tree questions: which node has this (external id,
@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..groups import dense_codes, string_rank, unique, unique_first, unique_inverse
+from ..vector.groups import dense_codes, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
 """Host event kinds that form the tree (``python`` joins them with ``python=True``)."""
-from ..constants import GPU_KINDS  # noqa: E402
+from ..core.constants import GPU_KINDS  # noqa: E402
 
 KINDS = ("cpu_op", "annotation", "runtime", "python", "kernel", "memcpy", "memset")
 _K = {k: i for i, k in enumerate(KINDS)}
@@ -147,7 +147,7 @@ class Tree:
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def from_batch(cls, batch: Any, *, python: bool = False) -> "Tree":
-        """Build the tree (forest, for several parts) of a :class:`~dtrace.batch.Batch`.
+        """Build the tree (forest, for several parts) of a :class:`~dtrace.analyses.batch.Batch`.
 
         Parameters
         ----------
@@ -205,7 +205,7 @@ class Tree:
 
     @classmethod
     def of_batch(cls, batch: Any) -> "Tree":
-        """The tree of a :class:`~dtrace.batch.Batch`, built once per batch and shared by the
+        """The tree of a :class:`~dtrace.analyses.batch.Batch`, built once per batch and shared by the
         analyses that read it (``ops``, ``op_perf``): kept in ``batch.meta["tree"]``."""
         tree = batch.meta.get("tree") if isinstance(getattr(batch, "meta", None), dict) else None
         if tree is None:

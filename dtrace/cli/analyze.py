@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..constants import DEFAULT_MAX_INPUT_SIZE
+from ..core.constants import DEFAULT_MAX_INPUT_SIZE
 from ..errors import UsageError
 from ..render.escape import printable
 from . import uptodate

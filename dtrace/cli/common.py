@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, Callable, Iterator
 
-from ..constants import OUTPUT_FORMATS
+from ..core.constants import OUTPUT_FORMATS
+from ..core.fileio import atomic_write
 from ..errors import InputError, OutputError, UsageError
-from ..fileio import atomic_write
 from ..options import (
     COMPAT,
     CUDA_QUEUE_LIMIT,
@@ -396,7 +396,7 @@ def reading(path: str) -> Iterator[None]:
     The quick views (``tree``, ``ops``) read one trace in-process, without the engine that
     records such failures per input.
     """
-    from ..cache import UNDECODABLE, undecodable
+    from ..ingest.cache import UNDECODABLE, undecodable
 
     try:
         yield
@@ -474,7 +474,7 @@ def select_rank(df: Any, rank: int, where: str) -> Any:
 
 # -- writing ---------------------------------------------------------------------------------
 def write_output(path: str, write: Callable[[str], None]) -> None:
-    """Write an output file atomically (:func:`dtrace.fileio.atomic_write`): ``write(tmp)`` fills a
+    """Write an output file atomically (:func:`dtrace.core.fileio.atomic_write`): ``write(tmp)`` fills a
     temporary file beside ``path``, which is then renamed into place. Only a regular file (or a
     new one) is replaced that way: a symbolic link, a FIFO or a device (``-o /dev/stdout``,
     ``-o /dev/null``) is written through once the content is whole, and stays what it is.

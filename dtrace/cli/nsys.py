@@ -70,10 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _inputs_from_files(paths: list[str], args: argparse.Namespace) -> StatsConfig:
+    from ..execution.summaries import summary_report
+    from ..ingest.inputs import expand_inputs
     from ..nsysstats.config import StatsConfig, StatsInput
-    from ..plan import expand_inputs
     from ..readers._stats_csv import KERN_SUM, MEM_SUM, NVTX_PROJ, report_prefix
-    from ..summaries import summary_report
 
     files = expand_inputs(paths)
     groups: dict[str, dict[str, str]] = {}

@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _tables(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The op tables of the input, the roofline recomputed with ``--gpu-spec`` for a results directory."""
-    from ..part_loader import is_results_dir
+    from ..explore.tree import is_results_dir
     from .quick import load_input
 
     kwargs = analysis_kwargs(args)

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..constants import DIFF_LEVELS, DIFF_PER
+from ..core.constants import DIFF_LEVELS, DIFF_PER
 from ..errors import UsageError
 from ..render.escape import printable, to_csv
 from .common import (
@@ -162,7 +162,7 @@ def run_report(args: argparse.Namespace) -> int:
     res = load(args.out)
     rebin = {k: getattr(args, k) for k in HIST_OPTIONS if getattr(args, k) is not None}
     if rebin:  # the histograms with other bins, from the cached events
-        from ..event_frame import recompute
+        from ..explore.events import recompute
 
         names = [t for t in ("gap_histogram", "device_gap_histogram") if t in res.table_names]
         res = Results(recompute(args.out, names, cache=args.cache, **rebin), res.manifest, res.path)
@@ -212,7 +212,7 @@ def parse_wall_times(specs: list[str], labels: list[str], paths: list[str]) -> d
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ..classify import load_classmap
+    from ..knowledge.classify import load_classmap
     from ..render.compare import category_csv, compare, run_labels
     from ..results import load
 
@@ -233,7 +233,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from ..diff import diff, missing_levels
+    from ..explore.diff import diff, missing_levels
     from ..render.text import render
     from ..results import load
 

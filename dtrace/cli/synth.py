@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 
-from ..constants import (
+from ..core.constants import (
     FAULT_KINDS,
     SPEEDUP_RANGE,
     SYNTH_MAX_KERNELS_PER_RANK,
@@ -109,7 +109,7 @@ def _speedups(items: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import synth
+    from ..generate import synth
 
     t0 = time.perf_counter()
     if args.from_trace:

@@ -1,7 +1,7 @@
 """``dtrace timeline OUT -o slow-step.json.gz`` and ``dtrace whatif OUT``.
 
 ``timeline`` exports the slowest step (or a chosen step or window) of a few ranks as one
-Chrome / Perfetto trace with the host clock offsets removed (:mod:`dtrace.timeline_export`);
+Chrome / Perfetto trace with the host clock offsets removed (:mod:`dtrace.explore.timeline`);
 ``whatif`` prints the estimated step time if the stragglers ran at the median rank's speed, a
 kernel class were faster, or communication were hidden (:mod:`dtrace.reduce.whatif`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
+from ..core.constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
 from ..errors import UsageError
 from .common import ID, INT32_MAX, add_output_format, number, real, write_bytes
 
@@ -145,8 +145,8 @@ def parse_classes(items: list[str] | None, speedup: float) -> dict[str, float] |
 
 
 def run_timeline(args: argparse.Namespace) -> int:
+    from ..explore.timeline import encode, timeline
     from ..results import load
-    from ..timeline_export import encode, timeline
 
     res = load(args.out)
     trace = timeline(

@@ -96,8 +96,8 @@ def _pick(tree: Tree, args: argparse.Namespace) -> int:
 
 def run_tree(args: argparse.Namespace) -> int:
     from ..calltree import Tree
-    from ..part_loader import load_part
-    from ..units import fmt_time
+    from ..core.units import fmt_time
+    from ..explore.tree import load_part
 
     with reading(args.trace):
         part = load_part(args.trace, rank=args.rank, device=args.device, options=Options(), cache=args.cache)
@@ -124,7 +124,7 @@ def run_tree(args: argparse.Namespace) -> int:
 
 def run_ops(args: argparse.Namespace) -> int:
     from ..calltree import Tree
-    from ..part_loader import is_results_dir, load_part
+    from ..explore.tree import is_results_dir, load_part
     from ..render.text import render
 
     if is_results_dir(args.x):

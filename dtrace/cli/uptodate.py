@@ -32,13 +32,13 @@ from typing import Any
 import xxhash
 
 from .._version import __version__
-from ..constants import UP_TO_DATE_MAX_BYTES
+from ..core.constants import UP_TO_DATE_MAX_BYTES
+from ..core.fileio import atomic_write_bytes, read_regular
 from ..errors import DtraceError
-from ..fileio import atomic_write_bytes, read_regular
+from ..ingest.inputs import expand_inputs, parse_size, refuse_irregular
+from ..ingest.remote import is_url
 from ..options import Options
-from ..plan import expand_inputs, parse_size, refuse_irregular
 from ..readers._io import file_fingerprint
-from ..remote import is_url
 from ..render.headline import headline
 from .common import analysis_kwargs
 
@@ -128,7 +128,7 @@ def answer(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
 
 def _cache_usable(cache: str) -> bool:
     """The ingest cache folder exists as a folder (not a link) that can be written (what
-    :func:`dtrace.cache.check_cache_dir` would otherwise create or refuse)."""
+    :func:`dtrace.ingest.cache.check_cache_dir` would otherwise create or refuse)."""
     try:
         st = os.lstat(cache)
     except OSError:
@@ -138,7 +138,7 @@ def _cache_usable(cache: str) -> bool:
 
 def _inputs_unchanged(manifest: dict[str, Any], files: list[str]) -> bool:
     """:func:`dtrace.api.up_to_date`'s checks of the inputs: the same paths, sizes and mtimes,
-    at most :data:`~dtrace.constants.UP_TO_DATE_MAX_BYTES` in all, then the same fingerprints."""
+    at most :data:`~dtrace.core.constants.UP_TO_DATE_MAX_BYTES` in all, then the same fingerprints."""
     items = manifest.get("inputs")
     if not isinstance(manifest.get("run_key"), str) or not isinstance(items, list) or manifest.get("n_failed"):
         return False

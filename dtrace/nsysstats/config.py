@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from ..core.fileio import open_regular, read_regular
 from ..errors import UsageError
-from ..fileio import open_regular, read_regular
 
 
 @dataclass(frozen=True)

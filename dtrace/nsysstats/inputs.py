@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..classify import Classifier, SubstringMap, load_classmap
 from ..errors import UsageError
+from ..knowledge.classify import Classifier, SubstringMap, load_classmap
 from ..readers._stats_csv import kernel_summary, memop_summary, nvtx_projection
 from .config import StatsConfig, StatsInput, is_config, load_config
 from .report import StatsReport, build_report

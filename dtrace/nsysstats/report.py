@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..categories import categorize_names
-from ..classify import Classifier, collective_label
-from ..dtypes import empty_frame
+from ..core.dtypes import empty_frame
+from ..knowledge.categories import categorize_names
+from ..knowledge.classify import Classifier, collective_label
 
 
 @dataclass
@@ -146,7 +146,7 @@ def build_report(
     nvtx_tag
         The name of the NVTX range that marks one iteration.
     classifier
-        Kernel classes (a ``kernel_to_class_map`` :class:`~dtrace.classify.SubstringMap`, or
+        Kernel classes (a ``kernel_to_class_map`` :class:`~dtrace.knowledge.classify.SubstringMap`, or
         the built-in classifier).
     """
     if iters < 1 or gpus < 1:

@@ -1,15 +1,21 @@
-"""Trace readers: one module per format, registered in :data:`READERS`.
+"""Trace readers: one module per format, each with a ``READER`` listed once in :func:`readers`.
 
-A reader is a module-level object with
+A reader (the :class:`~dtrace.readers.base.Reader` protocol) is the module-level ``READER`` of its
+format's module, with
 
 - ``name``: the format's name as users write it (``--format``);
 - ``guess_can_open(path, head) -> bool``: look at the content's first bytes (``head``, already
-  gunzipped) and, only if that is not decisive, at the suffix;
-- ``read(path, **options) -> TraceFile``: parse the whole file into one :class:`Part` per
-  (device) it holds, each with an event table following :mod:`dtrace.schema`.
+  gunzipped) and, only if that is not decisive, at the suffix; :func:`detect` asks the readers
+  in the order of :func:`readers`;
+- ``read(path, **options) -> TraceFile``: parse the file into one :class:`Part` per device it
+  holds (a JAX or Nsight Systems file one per GPU), each with an event table following
+  :mod:`dtrace.core.schema` and its side tables (``collectives``, ``memcpy`` and any further
+  table of :data:`~dtrace.core.schema.SIDE_SCHEMAS`).
 
-Readers know nothing about Dask, caching or ranks across files: they report what the file
-says (``rank_hint``) and the planner decides.
+A reader always reads a local file: an input on an object store reaches it as the worker's
+private copy (:mod:`dtrace.ingest.remote`). Readers know nothing about Dask, caching or ranks
+across files: they report what the file says (``rank_hint``, ``rank_per_device``, ``meta``) and
+:mod:`dtrace.ingest.ranks` decides.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ __all__ = ["Part", "Reader", "TraceFile", "detect", "get_reader", "head_of", "re
 
 
 def __getattr__(name: str) -> Any:
-    """``Part``, ``Reader``, ``TraceFile`` from :mod:`.base`, imported when first asked for: the
-    input planner imports this package for ``_io`` alone and must not pay for pyarrow (an
-    up-to-date ``dtrace analyze`` imports neither pyarrow nor pandas)."""
+    """``Part``, ``Reader``, ``TraceFile`` from :mod:`.base`, imported when first asked for: input
+    expansion (:mod:`dtrace.ingest.inputs`) imports this package for ``_io`` alone and must not pay
+    for pyarrow (an up-to-date ``dtrace analyze`` imports neither pyarrow nor pandas)."""
     if name in ("Part", "Reader", "TraceFile"):
         from . import base  # noqa: PLC0415
 

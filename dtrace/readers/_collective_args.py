@@ -13,7 +13,7 @@ correlation to launches (a hash lookup), launches to ops by an as-of join on the
 start time (the latest op started at or before the launch), then a containment check. Only
 launches that are not inside the latest-started op (an inner op already ended) walk back through
 that thread's earlier ops, so the Python loop runs over those few kernels only. Only kernels whose
-name is a communication kernel's (:data:`dtrace.categories.PATTERNS`) inherit: a collective op may
+name is a communication kernel's (:data:`dtrace.knowledge.categories.PATTERNS`) inherit: a collective op may
 also launch copies or memsets of its buffers, which stay what they are.
 """
 
@@ -28,7 +28,7 @@ import pyarrow as pa
 
 def _comm_names(names: Sequence[str]) -> np.ndarray:
     """Which of the distinct kernel ``names`` are communication kernels (default rules)."""
-    from ..categories import categorize_names
+    from ..knowledge.categories import categorize_names
 
     return np.array([c == "comm" for c in categorize_names(names, ["kernel"] * len(names))], bool)
 
@@ -90,7 +90,7 @@ def inherit_collective_args(
     Parameters
     ----------
     events
-        The event table (:data:`dtrace.schema.EVENT_SCHEMA`).
+        The event table (:data:`dtrace.core.schema.EVENT_SCHEMA`).
     with_args
         ``(row, args, name)`` of the kernels that carry collective args themselves (they keep theirs).
     records

@@ -17,10 +17,10 @@ import zlib
 
 import xxhash
 
+from ..core.fileio import NotRegularError
+from ..core.fileio import open_regular as _open_regular
+from ..core.units import format_size
 from ..errors import InputTooLarge, NotRegularFile
-from ..fileio import NotRegularError
-from ..fileio import open_regular as _open_regular
-from ..units import format_size
 
 _gzip: types.ModuleType  # isal's igzip or the stdlib's gzip: the same GzipFile API
 try:  # isal's gzip is ~1.7x faster than zlib's; fall back silently to the stdlib
@@ -39,7 +39,7 @@ the reader's peak memory ~80 MB lower on a 300 MB trace than 16 MiB (``bench/ing
 
 def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
     """Open the input ``path`` for binary reading if it is a regular file
-    (:func:`dtrace.fileio.open_regular`); raise :class:`NotRegularFile` naming it otherwise."""
+    (:func:`dtrace.core.fileio.open_regular`); raise :class:`NotRegularFile` naming it otherwise."""
     try:
         return _open_regular(path)
     except NotRegularError as exc:

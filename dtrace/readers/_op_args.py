@@ -2,19 +2,19 @@
 
 ``op_args``: the arguments ``record_shapes=True`` records on a ``cpu_op`` (``Input Dims``,
 ``Input type``, ``Input Strides``, ``Concrete Inputs``), kept for the ops the performance model
-has a formula for (:func:`dtrace.opmodel.priority` ``MODEL``: the only ones whose arguments are
+has a formula for (:func:`dtrace.knowledge.opmodel.priority` ``MODEL``: the only ones whose arguments are
 read; a training step records shapes on many more — views, ``empty``, wrappers — and keeping
 those cost the reader 10 % for nothing). The reader's ``Args`` struct decodes them
 as ``msgspec.Raw`` — the JSON text is only delimited, never turned into Python lists — and
 :class:`OpArgsBuffer` copies the texts of each block's host ops out with C-level ``map`` calls
-(no Python code per event), the four texts of an op joined by :data:`~dtrace.schema.ARGS_SEP`
+(no Python code per event), the four texts of an op joined by :data:`~dtrace.core.schema.ARGS_SEP`
 into one dictionary-encoded column: a training step repeats the same few hundred combinations,
 so the column holds a small dictionary and int32 codes. The op model parses each distinct
-combination once (:mod:`dtrace.opmodel`).
+combination once (:mod:`dtrace.knowledge.opmodel`).
 
 ``devices``: the part's GPU as ``deviceProperties`` describes it (name, vendor, compute
 capability, multiprocessors, memory), one row, for matching the hardware peaks
-(:mod:`dtrace.hardware`).
+(:mod:`dtrace.knowledge.hardware`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import opmodel
-from ..constants import KIND_CODES
-from ..schema import ARGS_SEP, DEVICE_SCHEMA, OP_ARGS_SCHEMA
+from ..core.constants import KIND_CODES
+from ..core.schema import ARGS_SEP, DEVICE_SCHEMA, OP_ARGS_SCHEMA
+from ..knowledge import opmodel
 
 NO_RAW = msgspec.Raw()
 """The default of an absent ``msgspec.Raw`` argument (its text is empty)."""
@@ -55,7 +55,7 @@ class OpArgsBuffer:
         ``kinds`` are the block's kind codes, ``args`` its decoded ``args`` structs, ``base``
         the row of its first event in the file's event table and ``names`` its event names
         (dictionary-encoded: the model's op names are looked up once per distinct name). The
-        four texts of each op are joined by :data:`~dtrace.schema.ARGS_SEP` in one ``b"".join``
+        four texts of each op are joined by :data:`~dtrace.core.schema.ARGS_SEP` in one ``b"".join``
         (no bytes object per event).
         """
         modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)

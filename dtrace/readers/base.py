@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
-from ..schema import SIDE_SCHEMAS, empty_side
+from ..core.schema import SIDE_SCHEMAS, empty_side
 
 
 class PartTables(NamedTuple):
@@ -23,7 +23,7 @@ class Part:
     """The events of one device of one trace file (host events included), with its side tables.
 
     ``collectives`` and ``memcpy`` are the side tables every reader fills; ``side`` holds any
-    further ones of :data:`dtrace.schema.SIDE_SCHEMAS` the format has (absent ones are empty).
+    further ones of :data:`dtrace.core.schema.SIDE_SCHEMAS` the format has (absent ones are empty).
     """
 
     device: int
@@ -38,7 +38,7 @@ class Part:
         given = {"collectives": self.collectives, "memcpy": self.memcpy, **self.side}
         unknown = sorted(set(given) - set(SIDE_SCHEMAS))
         if unknown:
-            raise KeyError(f"side tables {unknown} are not registered in dtrace.schema.SIDE_SCHEMAS")
+            raise KeyError(f"side tables {unknown} are not registered in dtrace.core.schema.SIDE_SCHEMAS")
         return {k: given[k] if k in given else empty_side(k) for k in SIDE_SCHEMAS}
 
     def tables(self) -> PartTables:

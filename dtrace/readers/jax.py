@@ -26,7 +26,7 @@ events (``$...``) are ``python``, the rest ``cpu_op``. Collectives are NCCL/RCCL
 type comes from ``hlo_op`` (``all-gather-start.3`` → ``all_gather``) or, when args are
 stripped, from the kernel name (``ncclDevKernel_AllGather_RING_LL`` → ``all_gather``).
 Timestamps are float µs from the profile start and become int64 ns with
-:func:`dtrace.schema.us_to_ns` (start and duration converted separately).
+:func:`dtrace.core.schema.us_to_ns` (start and duration converted separately).
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..constants import KIND_CODES, copy_kind, kernel_collective
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (
+from ..core.constants import KIND_CODES, copy_kind, kernel_collective
+from ..core.schema import (
     COLLECTIVE_SCHEMA,
     KIND_DICT,
     MEMCPY_SCHEMA,
@@ -54,6 +53,7 @@ from ..schema import (
     us_to_ns,
     validate_events,
 )
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._ids import StableIds
 from .base import Part, TraceFile
@@ -160,7 +160,7 @@ class _Columns:
 
 
 def _drop_implausible(c: _Columns, source: str) -> None:
-    """Drop the events with implausible times (:func:`dtrace.schema.implausible_times`) from
+    """Drop the events with implausible times (:func:`dtrace.core.schema.implausible_times`) from
     the buffers, counting them by reason and by line."""
     ts, dur = _cat(c.ts, np.float64), _cat(c.dur, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning

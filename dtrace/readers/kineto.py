@@ -23,9 +23,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ..constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (
+from ..core.constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
+from ..core.schema import (
     COLLECTIVE_SCHEMA,
     DTYPE_BYTES,
     KIND_DICT,
@@ -38,6 +37,7 @@ from ..schema import (
     us_to_ns,
     validate_events,
 )
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._chrome import MAX_EVENT, ChromeTrace
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
@@ -409,7 +409,7 @@ def read_kineto(
     """Read one Kineto trace into one :class:`Part` per GPU device.
 
     Events with implausible times are dropped and counted by reason in
-    ``meta["dropped_events"]`` (:func:`dtrace.schema.implausible_times`); ``max_input_size``
+    ``meta["dropped_events"]`` (:func:`dtrace.core.schema.implausible_times`); ``max_input_size``
     limits the decompressed content and ``max_event_size`` one event's JSON text.
     """
     trace = ChromeTrace(

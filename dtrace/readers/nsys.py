@@ -35,10 +35,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..constants import COMM_KERNEL, KIND_CODES, kernel_collective
-from ..dtypes import empty_frame
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (
+from ..core.constants import COMM_KERNEL, KIND_CODES, kernel_collective
+from ..core.dtypes import empty_frame
+from ..core.schema import (
     COLLECTIVE_SCHEMA,
     KIND_DICT,
     MEMCPY_SCHEMA,
@@ -49,6 +48,7 @@ from ..schema import (
     side_table,
     validate_events,
 )
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
 from ._sqlite import ReadOnlyDb
 from .base import Part, TraceFile
@@ -268,7 +268,7 @@ def _ints(s: pd.Series, default: int = -1) -> np.ndarray:
 
 def _times(s: pd.Series, bad: int) -> np.ndarray:
     """An int64 time column; a value int64 cannot hold (a REAL ``1e30``, NaN) becomes ``bad``
-    (int64 min for starts, max for ends), which :func:`dtrace.schema.implausible_times` then
+    (int64 min for starts, max for ends), which :func:`dtrace.core.schema.implausible_times` then
     drops: never a wrapped or clipped time, never a numpy warning."""
     v = pd.to_numeric(s, errors="coerce")
     if v.dtype.kind in "iu":

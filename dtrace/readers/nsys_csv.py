@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..constants import COMM_KERNEL, KIND_CODES, copy_kind, kernel_collective
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (
+from ..core.constants import COMM_KERNEL, KIND_CODES, copy_kind, kernel_collective
+from ..core.schema import (
     COLLECTIVE_SCHEMA,
     KIND_DICT,
     MEMCPY_SCHEMA,
@@ -33,6 +32,7 @@ from ..schema import (
     side_table,
     validate_events,
 )
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._io import check_size, file_fingerprint, open_regular
 from ._stats_csv import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
 from .base import Part, TraceFile

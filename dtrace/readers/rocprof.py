@@ -38,9 +38,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from ..constants import COMM_KERNEL, KIND_CODES, kernel_collective
-from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ..schema import (
+from ..core.constants import COMM_KERNEL, KIND_CODES, kernel_collective
+from ..core.schema import (
     COLLECTIVE_SCHEMA,
     KIND_DICT,
     MEMCPY_SCHEMA,
@@ -49,6 +48,7 @@ from ..schema import (
     side_table,
     validate_events,
 )
+from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._io import read_content
 from .base import Part, TraceFile
 

@@ -7,7 +7,7 @@ other reducers) and the tables it makes with their declared columns (``produces`
 order (:data:`ORDER`) is derived from those declarations (a reducer runs after every other
 reducer that makes a table it reads) and checked when this module is imported: a cycle or a
 table that nothing makes is an error. The declared columns are cast by the same
-:func:`~dtrace.dtypes.conform` as the per-part tables. Adding a reducer is one module and one
+:func:`~dtrace.core.dtypes.conform` as the per-part tables. Adding a reducer is one module and one
 entry in :data:`REDUCERS`.
 """
 
@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..analyses import ANALYSES
 from ..analyses import opperf as _op_columns
-from ..dtypes import conform
+from ..core.dtypes import conform
 from ..errors import UsageError
 from ..options import Options
 from . import collectives as _coll

@@ -51,7 +51,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative
 from ..options import Options
 
 MATCH_METHODS = ("seq", "order", "stream")

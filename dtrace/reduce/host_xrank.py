@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..dtypes import conform, empty_frame
+from ..core.dtypes import conform, empty_frame
 from ..options import Options
 
 Tables = dict[str, pd.DataFrame]

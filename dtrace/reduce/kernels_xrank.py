@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..dtypes import NI64, as_declared, conform, empty_frame
+from ..core.dtypes import NI64, as_declared, conform, empty_frame
 from ..options import Options
 
 #: totals over the parts where a kernel (or class) ran, and the parts that spent the most and least on it

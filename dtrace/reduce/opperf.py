@@ -2,7 +2,7 @@
 performance model", "Hardware peaks", "Ranks and stragglers").
 
 From the per-partition ``op_perf`` and ``devices`` tables (:mod:`dtrace.analyses.opperf`) and
-the GPU peaks (:mod:`dtrace.hardware`, with the ``gpu_spec`` option's entries first):
+the GPU peaks (:mod:`dtrace.knowledge.hardware`, with the ``gpu_spec`` option's entries first):
 
 ``devices``
     gains ``gpu`` (the matched entry of the GPU table, ``""`` if none) and ``gpu_note`` (why
@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.opperf import str_column
-from ..dtypes import conform, empty_frame
-from ..groups import I64, dense_codes, first_match, unique_first
-from ..hardware import Spec, load_specs, match_device
+from ..core.dtypes import conform, empty_frame
+from ..knowledge.hardware import Spec, load_specs, match_device
 from ..options import Options
+from ..vector.groups import I64, dense_codes, first_match, unique_first
 from .ranks import robust_z
 
 Tables = dict[str, pd.DataFrame]

@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..dtypes import conform, empty_frame
+from ..core.dtypes import conform, empty_frame
 from ..options import Options
 
 Tables = dict[str, pd.DataFrame]

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..dtypes import empty_frame
+from ..core.dtypes import empty_frame
 from ..options import Options
 
 KEYS = ["rank", "device"]

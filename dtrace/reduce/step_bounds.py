@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.critical_path import CATEGORIES
-from ..dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative
 from ..options import Options
 
 COLUMNS: dict[str, object] = {

@@ -63,10 +63,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ..dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative
+from ..core.units import fmt_time
 from ..errors import UsageError
 from ..options import Options
-from ..units import fmt_time
 from .ranks import robust_z
 
 KEYS = ["rank", "device"]

@@ -70,11 +70,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..classify import OTHER as _BUILTIN_LEFTOVER
-from ..classify import REGEX_LEFTOVER, SUBSTRING_LEFTOVER
-from ..constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
-from ..dtypes import empty_frame, missing_if_negative
+from ..core.constants import DEFAULT_SPEEDUP, SPEEDUP_RANGE
+from ..core.dtypes import empty_frame, missing_if_negative
 from ..errors import DtraceError
+from ..knowledge.classify import OTHER as _BUILTIN_LEFTOVER
+from ..knowledge.classify import REGEX_LEFTOVER, SUBSTRING_LEFTOVER
 from ..options import Options
 
 KEYS = ["rank", "device"]

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.critical_path import CATEGORIES
-from ..units import fmt_time
+from ..core.units import fmt_time
 from . import charts as ch
 from .context import Context
 from .page import note, table

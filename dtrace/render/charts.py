@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..units import fmt_bytes, fmt_num, fmt_pct, fmt_time, sig3, time_unit  # noqa: F401 - charts' formatters
+from ..core.units import fmt_bytes, fmt_num, fmt_pct, fmt_time, sig3, time_unit  # noqa: F401 - charts' formatters
 from .text import distinct_names
 
 #: Colours of the breakdown components, used by every report.

@@ -1,7 +1,7 @@
 """Several runs side by side (gputrc2graph's "analyze multiple profiles"), as one HTML page.
 
 Every run's kernels fall into the same categories: with a class map (a
-:class:`~dtrace.classify.Classifier`, e.g. the vLLM ``{engine: {model: {regex: category}}}``
+:class:`~dtrace.knowledge.classify.Classifier`, e.g. the vLLM ``{engine: {model: {regex: category}}}``
 file) all runs are classified again by it; without one, each run's ``kernels.class`` (else
 ``kernels.category``) is used. Values are means per GPU ((rank, device) part), so runs of
 different sizes compare.
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..diff import diff as diff_runs
-from ..diff import n_parts
-from ..dtypes import empty_frame
+from ..core.dtypes import empty_frame
+from ..explore.diff import diff as diff_runs
+from ..explore.diff import n_parts
 from ..results import Results
 from . import charts as ch
 from .escape import to_csv
@@ -148,7 +148,7 @@ def compare(
         ``{label: seconds}``: each run's elapsed time measured without the profiler; adds the
         ``non-GPU`` segments.
     classifier
-        A :class:`~dtrace.classify.Classifier` applied to every run's kernel names (default:
+        A :class:`~dtrace.knowledge.classify.Classifier` applied to every run's kernel names (default:
         each run's own classes).
     title
         Page title.

@@ -69,7 +69,7 @@ class Context:
         """One colour per kernel class (and category) for every chart of the report
         (:func:`~dtrace.render.charts.class_colors`), names ranked by their GPU time."""
         if "_colors" not in self.__dict__:
-            from ..diff import class_source
+            from ..explore.diff import class_source
             from .charts import class_colors
 
             names: list[str] = []

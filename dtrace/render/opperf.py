@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..core.units import fmt_pct, fmt_time, sig3
 from ..reduce.opperf import ARG_KEYS, MIN_GPU_SLOWDOWN
 from ..results import Results
-from ..units import fmt_pct, fmt_time, sig3
 from . import charts as ch
 from .context import Context
 from .escape import printable

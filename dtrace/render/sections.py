@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..diff import class_source
+from ..explore.diff import class_source
 from . import charts as ch
 from .context import Context
 from .page import cards, na, note, table

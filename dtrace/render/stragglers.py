@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..core.units import fmt_time
 from ..results import Results
-from ..units import fmt_time
 from .escape import printable
 from .text import flags, render
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.schema import dropped_summary
 from ..results import Results
-from ..schema import dropped_summary
 from .escape import markdown_cell, printable, prose
 from .headline import headline
 from .text import flags, render

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pandas as pd
 
-from ..constants import OUTPUT_FORMATS as FORMATS
-from ..units import TIME_UNITS, pick_unit
+from ..core.constants import OUTPUT_FORMATS as FORMATS
+from ..core.units import TIME_UNITS, pick_unit
 from .escape import markdown_cell, printable, to_csv
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.units import fmt_time, time_unit
 from ..options import Options
 from ..reduce.kernels_xrank import pool
 from ..results import Results
-from ..units import fmt_time, time_unit
 from .escape import prose
 from .text import distinct_names, render
 

@@ -31,7 +31,7 @@ def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int) -> np.n
     ends round to that grid. TraceLens mode reproduces this. The float ``ts``/``dur`` are
     recovered exactly from the ns values (integer part and fraction converted separately).
     """
-    from dtrace.schema import us_to_ns
+    from dtrace.core.schema import us_to_ns
 
     rel = start_ns - base_ns
     dur = end_ns - start_ns

@@ -8,7 +8,7 @@ Counts and totals are ``bincount`` s over the codes; the median, min and max com
 ``lexsort`` by (code, duration), which leaves each name's durations as a sorted run whose
 ends and middle are read by index; the standard deviation is the sample one (``ddof=1``, as
 ``nsys stats`` and the GPU Kernel Analyzer report it; 0 for a single event). The class of each
-distinct name comes from :mod:`dtrace.classify`.
+distinct name comes from :mod:`dtrace.knowledge.classify`.
 
 Per-iteration figures divide by :func:`iterations`: the ``iters`` option when given, else the
 number of steps found in the part (one with a step filter), else 1.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dtrace.classify import Classifier, classifier_for, collective_label
+from dtrace.knowledge.classify import Classifier, classifier_for, collective_label
 from ..prepare import PartData
 
 KERNEL_COLUMNS = ["rank", "device", "name", "category", "kind", "class", "count", "total_ns", "mean_ns",
@@ -165,7 +165,7 @@ def nccl_stats(part: PartData) -> pd.DataFrame:
     """The ``nccl`` table: communication kernels per (rank, device, collective).
 
     The collective is the GPU Performance Analyser's label (``AllGather``, ``SendRecv``, ...:
-    see :func:`dtrace.classify.collective_label`). Rows are the kernels of class ``nccl`` under
+    see :func:`dtrace.knowledge.classify.collective_label`). Rows are the kernels of class ``nccl`` under
     a substring map, otherwise the kernels of category ``comm``.
     """
     if not len(part.gpu):
