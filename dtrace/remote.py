@@ -71,7 +71,7 @@ def is_url(path: Any) -> bool:
     return m is not None and m.group(1).lower() != "file"
 
 
-def norm(path: Any) -> str:
+def norm(path: str | os.PathLike[str]) -> str:
     """An input's canonical name: a URL as given, a local path made absolute."""
     p = os.fspath(path)
     if is_url(p):
@@ -106,7 +106,8 @@ def _fs(url: str) -> tuple[Any, str]:
             "(s3fs for s3://, gcsfs for gs://, adlfs for abfs://)"
         ) from None
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url)
+        return fs, path
     except ImportError as exc:
         raise UsageError(f"{url}: this protocol needs a package that is not installed ({exc})") from None
     except ValueError as exc:
@@ -187,7 +188,8 @@ def _object_info(url: str, info: dict[str, Any]) -> ObjectInfo:
 
 
 def _url(fs: Any, path: str) -> str:
-    return fs.unstrip_protocol(path)
+    url: str = fs.unstrip_protocol(path)  # fsspec is untyped
+    return url
 
 
 def stat(url: str) -> ObjectInfo:
@@ -196,7 +198,7 @@ def stat(url: str) -> ObjectInfo:
 
     def info() -> dict[str, Any]:
         fs.invalidate_cache(path)
-        got = fs.info(path)
+        got: dict[str, Any] = fs.info(path)  # fsspec is untyped
         if got.get("type") == "directory":
             raise IsADirectoryError(f"{url} is a folder, not an object")
         return got
