@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import InputError, UsageError
+from .records import Manifest, convert
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
 _GLOB = re.compile(r"[*?\[]")
@@ -313,11 +314,10 @@ def download_results(url: str, local: str) -> bool:
         raise
     with open(os.path.join(local, MANIFEST), "rb") as f:
         try:
-            tables = json.load(f).get("tables") or []
-        except (ValueError, AttributeError):
+            tables = convert(json.load(f), Manifest).tables  # names checked: files of the folder
+        except (ValueError, RecursionError):
             return True  # the loader says what is wrong with it
     for name in tables:
-        if isinstance(name, str) and name.isidentifier():
-            file = f"{name}.parquet"
-            retry(functools.partial(fs.get_file, join(base, file), os.path.join(local, file)), url, f"read {file}")
+        file = f"{name}.parquet"
+        retry(functools.partial(fs.get_file, join(base, file), os.path.join(local, file)), url, f"read {file}")
     return True
