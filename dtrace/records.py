@@ -79,6 +79,7 @@ class InputRecord(msgspec.Struct, kw_only=True):
     identity: str | None = None  # of an object on an object store (version, generation or ETag)
     notes: list[str] = []
     dropped_events: dict[str, Int64] = {}
+    summary: bool = False  # a file of ``nsys stats`` summaries (``dtrace nsys-stats``): no events cached
 
 
 class PartitionRecord(msgspec.Struct, kw_only=True):
