@@ -7,17 +7,20 @@ import json
 import os
 
 import pytest
+import xxhash
 
 import dtrace
+from dtrace.cli.main import main
 from dtrace.core.records import (
     CachedInput,
     Manifest,
     RecordError,
     SourceFile,
+    StoredSummary,
     StoreEntry,
     convert,
 )
-from dtrace.ingest.cache import _record_fingerprint
+from dtrace.ingest.cache import CACHE_VERSION, _record_fingerprint, lookup
 from dtrace.readers._io import own_output
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +90,97 @@ def test_cache_sources_read_back(out):
     assert [(p.device, p.n_events, p.events) for p in rec.parts] == [
         (p["device"], p["n_events"], p["events"]) for p in raw["record"]["parts"]
     ]
+
+
+def test_a_cache_hit_is_its_source_json(out):
+    """What the cache hands ingest on a hit is what source.json says, field for field."""
+    (src,) = glob.glob(os.path.join(out, "cache", "*", "source.json"))
+    with open(src) as f:
+        raw = json.load(f)["record"]
+    rec, note = lookup(os.path.join(out, "cache"), TRACE)
+    assert note is None and rec is not None and rec.cached
+    assert (rec.path, rec.format, rec.size, rec.mtime_ns, rec.fingerprint) == (
+        raw["path"],
+        raw["format"],
+        raw["size"],
+        raw["mtime_ns"],
+        raw["fingerprint"],
+    )
+    assert (rec.rank_hint, rec.rank_per_device, rec.meta, rec.identity) == (
+        raw["rank_hint"],
+        raw["rank_per_device"],
+        raw["meta"],
+        raw["identity"],
+    )
+    entry = os.path.dirname(src)
+    for part, want in zip(rec.parts, raw["parts"], strict=True):
+        assert (part.device, part.local_index, part.n_events, part.checksums) == (
+            want["device"],
+            want["local_index"],
+            want["n_events"],
+            want["checksums"],
+        )
+        assert [part.events, part.collectives, part.memcpy] == [
+            os.path.join(entry, want[k]) for k in ("events", "collectives", "memcpy")
+        ]
+        assert part.side == {k: os.path.join(entry, v) for k, v in want["side"].items()}
+
+
+def _copy_with_source(out, tmp_path, edit):
+    """A copy of ``out``'s cache whose one source.json is edited (its fingerprint made to match)."""
+    import shutil
+
+    cache = str(tmp_path / "cache")
+    shutil.copytree(os.path.join(out, "cache"), cache)
+    (src,) = glob.glob(os.path.join(cache, "*", "source.json"))
+    with open(src) as f:
+        doc = json.load(f)
+    edit(doc)
+    if isinstance(doc.get("record"), dict):
+        doc["record_fingerprint"] = xxhash.xxh3_128_hexdigest(json.dumps(doc["record"], sort_keys=True).encode())
+    with open(src, "w") as f:
+        json.dump(doc, f)
+    return cache
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda d: d["record"]["parts"][0].update(device="0"), "record.parts[0].device is a str, expected an int"),
+        (lambda d: d["record"]["parts"][0].update(pack="../x"), "record.parts[0].pack is '../x'"),
+        (lambda d: d["record"]["meta"].update(n_devices=0), "record.meta.n_devices is 0"),
+        (lambda d: d["record"].pop("size"), "record.size is missing"),
+        (lambda d: d.update(record=[]), "record is a list, expected a dict"),
+    ],
+)
+def test_a_damaged_source_json_is_a_miss_naming_the_field(out, tmp_path, edit, named):
+    hit, note = lookup(_copy_with_source(out, tmp_path, edit), TRACE)
+    assert hit is None and named in note and note.endswith("; parsing again") and "\n" not in note
+
+
+def test_a_source_json_of_another_cache_version_is_a_silent_miss(out, tmp_path):
+    """Another dtrace's entry, whatever its shape: parsed again without a note."""
+    cache = _copy_with_source(out, tmp_path, lambda d: d.update(cache_version=CACHE_VERSION + 1, record=[]))
+    assert lookup(cache, TRACE) == (None, None)
+
+
+def test_the_stored_summary_reads_back(tmp_path, capsys):
+    """``dtrace analyze`` keeps its summary in OUT/summary.json, of the manifest's bytes."""
+    out = str(tmp_path / "out")
+    assert main(["analyze", TRACE, "-o", out, "--sync", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    with open(os.path.join(out, "summary.json"), "rb") as f:
+        raw = json.loads(f.read())
+    with open(os.path.join(out, "manifest.json"), "rb") as f:
+        manifest_fp = xxhash.xxh3_128_hexdigest(f.read())
+    s = convert(raw, StoredSummary)
+    assert (s.version, s.manifest, s.material, s.output) == (
+        raw["version"],
+        manifest_fp,
+        raw["material"],
+        raw["output"],
+    )
+    assert list(s.output) == ["table"] and s.output["table"] in printed
 
 
 @pytest.mark.parametrize(

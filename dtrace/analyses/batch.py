@@ -66,7 +66,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -115,7 +115,7 @@ class Batch:
         be a pure function of the batch, and ``key`` name it (``"module.view"``)."""
         if key not in self._derived:
             self._derived[key] = fn(self)
-        return self._derived[key]
+        return cast(T, self._derived[key])  # what fn computed: ``key`` names it
 
     def side_table(self, name: str) -> pd.DataFrame:
         """The side table ``name`` of every part (its columns, then ``part``), empty with those columns
@@ -153,7 +153,7 @@ class Batch:
         """Per part, the divisor of per-iteration figures: ``iters``, else steps found, else 1."""
         if self.options.iters:
             return np.full(self.n_parts, int(self.options.iters), I64)
-        return np.maximum(self.parts["steps"].to_numpy(I64), 1)
+        return cast(np.ndarray, np.maximum(self.parts["steps"].to_numpy(I64), 1))
 
 
 def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray | int) -> np.ndarray:

@@ -16,6 +16,7 @@ enough to send to the client.
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -94,9 +95,9 @@ def _side_column(
         codes = cat.cat.codes.to_numpy()
         codes = np.where(codes < 0, len(labels) - 1, codes)
         vals = labels[np.append(codes, len(labels) - 1)[pos]]
-        return vals.astype(dtype)
+        return cast(np.ndarray, vals.astype(dtype))
     arr = np.append(col.to_numpy(), default)
-    return arr[pos].astype(dtype)
+    return cast(np.ndarray, arr[pos].astype(dtype))
 
 
 def comm_kernels(batch: Batch) -> pd.DataFrame:

@@ -36,6 +36,8 @@ outside the bounds are left out of the histogram (the gap tables keep every gap)
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -256,7 +258,7 @@ def hist_edges(gap_ns: np.ndarray, lo: int | None, hi: int | None, bins: int, lo
             return np.empty(0)
         lo = int(gap_ns.min()) if lo is None else lo
         hi = int(gap_ns.max()) if hi is None else hi
-    return _edges(np.array([lo], np.float64), np.array([hi], np.float64), bins, log)[0]
+    return cast(np.ndarray, _edges(np.array([lo], np.float64), np.array([hi], np.float64), bins, log)[0])
 
 
 def _edges(lo: np.ndarray, hi: np.ndarray, bins: int, log: bool | None) -> np.ndarray:

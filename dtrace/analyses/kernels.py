@@ -17,6 +17,8 @@ given, else the number of steps found in the part (one with a step filter), else
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -141,7 +143,9 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
 def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
     """The string values of a categorical column at ``rows`` (no string built per event)."""
     cat = col.array
-    return np.asarray(cat.categories, dtype=object).astype(str).astype(object)[np.asarray(cat.codes)[rows]]
+    return cast(
+        np.ndarray, np.asarray(cat.categories, dtype=object).astype(str).astype(object)[np.asarray(cat.codes)[rows]]
+    )
 
 
 def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarray:

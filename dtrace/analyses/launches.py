@@ -28,6 +28,7 @@ streams of a partition are computed in one pass: dense group codes, grouped sums
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -120,19 +121,19 @@ class Linked:
 
     @property
     def cpu(self) -> np.ndarray:
-        return self.launch_end - self.launch
+        return cast(np.ndarray, self.launch_end - self.launch)
 
     @property
     def gpu(self) -> np.ndarray:
-        return self.end - self.start
+        return cast(np.ndarray, self.end - self.start)
 
     @property
     def raw_delay(self) -> np.ndarray:
-        return self.start - self.launch_end
+        return cast(np.ndarray, self.start - self.launch_end)
 
     @property
     def delay(self) -> np.ndarray:
-        return np.maximum(self.raw_delay, 0)
+        return cast(np.ndarray, np.maximum(self.raw_delay, 0))
 
     def streams(self) -> np.ndarray:
         """The codes of the streams with linked events, in code order (part, then stream)."""

@@ -27,6 +27,8 @@ on one axis for all streams), intersected with the union of the part's host even
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -195,7 +197,9 @@ class Starved:
         p = self.gpart[self.group[piece]]
         lo = np.maximum(a, self.start[piece])
         hi = np.maximum(np.minimum(b, self.end[piece]), lo)
-        return coverage(self.host, self.axis.place(hi, p)) - coverage(self.host, self.axis.place(lo, p))
+        return cast(
+            np.ndarray, coverage(self.host, self.axis.place(hi, p)) - coverage(self.host, self.axis.place(lo, p))
+        )
 
     def total(self, n_groups: int) -> np.ndarray:
         """Starved time per stream."""

@@ -30,6 +30,8 @@ comm − compute, memory − compute − comm): ``|X ∩ [a, b]| = cov_X(b) − 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -77,7 +79,7 @@ def window_breakdown(
     x_mem = difference(mem, merge(comp, comm))
 
     def cov(u: Union) -> np.ndarray:
-        return (coverage(u, w_end) - coverage(u, w_start)).astype(np.int64)
+        return cast(np.ndarray, (coverage(u, w_end) - coverage(u, w_start)).astype(np.int64))
 
     c, xc, xm = cov(comp), cov(x_comm), cov(x_mem)
     total = (w_end - w_start).astype(np.int64)

@@ -46,6 +46,8 @@ that index. The core, :func:`segment_rows`, takes a frame of GPU events with ``p
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -141,8 +143,8 @@ def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     span = int(v.max()) - lo + 1
     if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
         off = gi * span
-        return np.maximum.accumulate(v - lo + off) - off + lo
-    return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64)
+        return cast(np.ndarray, np.maximum.accumulate(v - lo + off) - off + lo)
+    return cast(np.ndarray, pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64))
 
 
 def _labels(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -316,7 +318,7 @@ def _ready_points(
     runmax = cummax_by(w_part[o], w_e[o])
     j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
     ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
-    return np.maximum(np.minimum(ready, start_all[k]), k_chain_start)
+    return cast(np.ndarray, np.maximum(np.minimum(ready, start_all[k]), k_chain_start))
 
 
 def _gates(
@@ -496,7 +498,7 @@ def _host_waits(
     node_part = c_part[ch]
     upto = t - wait
     since = np.where(nk == 0, w_start[ch], t_prev)
-    return np.maximum(_coverage(hu, node_part, upto) - _coverage(hu, node_part, since), 0)
+    return cast(np.ndarray, np.maximum(_coverage(hu, node_part, upto) - _coverage(hu, node_part, since), 0))
 
 
 def segments(batch: Batch) -> pd.DataFrame:

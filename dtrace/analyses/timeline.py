@@ -11,6 +11,8 @@ number of bins. All series of a part share its bins, so they line up in a chart.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -47,7 +49,7 @@ def _window(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
 
 def bin_of(t: np.ndarray, part: np.ndarray, lo: np.ndarray, width: np.ndarray, bins: int) -> np.ndarray:
     """The bin of each time ``t`` of ``part`` (clipped to the window's bins)."""
-    return np.clip((np.asarray(t, I64) - lo[part]) // width[part], 0, bins - 1)
+    return cast(np.ndarray, np.clip((np.asarray(t, I64) - lo[part]) // width[part], 0, bins - 1))
 
 
 def bin_steps(batch: Batch, part: np.ndarray, bins: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ events by start. GPU nodes carry ``pid = device`` and ``tid = stream``, as Perfe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -66,7 +66,7 @@ def _union_names(host: pd.Series | None, gpu: pd.Series | None, order: np.ndarra
 
 def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     if name in df.columns:
-        return df[name].to_numpy(np.int64)
+        return cast(np.ndarray, df[name].to_numpy(np.int64))
     return np.full(len(df), default, np.int64)
 
 

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         body, manifest = quick
         uptodate.print_answer(args, body, manifest)
         say(f"results: {args.out}", args.fmt)
-        return 0 if manifest.get("n_parts", 0) else 2
+        return 0 if manifest.n_parts else 2
     res = _analyze(args)
     empty = _empty_step(res, args.step)
     if empty == "all":
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         )
     body = _print_summary(args, res)
     if not res.errors and res.path is not None:
-        uptodate.remember(args, res.manifest, body)
+        uptodate.remember(args, res.record, body)
     if empty:
         say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
     say(f"results: {args.out}", args.fmt)

@@ -113,7 +113,7 @@ def load_input(path: str, kwargs: dict[str, Any], input_format: str | None = Non
 
     if os.path.isdir(path) and os.path.lexists(os.path.join(path, MANIFEST)):
         res = load(path)
-        used = res.manifest.get("options", {})
+        used = res.record.options
         default = Options()
         for key, val in kwargs.items():
             if val == getattr(default, key, None) or key not in used:

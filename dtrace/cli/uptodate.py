@@ -25,15 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import stat
-from typing import Any
 
+import msgspec
 import xxhash
 
 from .._version import __version__
 from ..core.constants import UP_TO_DATE_MAX_BYTES
 from ..core.fileio import atomic_write_bytes, read_regular
+from ..core.records import Manifest, StoredSummary, convert
 from ..errors import DtraceError
 from ..ingest.inputs import expand_inputs, parse_size, refuse_irregular
 from ..ingest.remote import is_url
@@ -45,7 +45,6 @@ from .common import analysis_kwargs
 SUMMARY = "summary.json"
 """The stored summary of a results folder (``OUT/summary.json``)."""
 SUMMARY_VERSION = 1
-_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -87,19 +86,19 @@ def _material(args: argparse.Namespace) -> str | None:
     return json.dumps(doc, sort_keys=True, default=str)
 
 
-def _stored(out: str) -> tuple[dict[str, Any], bytes] | None:
+def _stored(out: str) -> tuple[StoredSummary, bytes] | None:
     """The stored summary of ``out`` and the manifest's bytes, or None."""
     try:
-        doc = json.loads(read_regular(os.path.join(out, SUMMARY), follow_links=False))
+        summary = convert(json.loads(read_regular(os.path.join(out, SUMMARY), follow_links=False)), StoredSummary)
         raw = read_regular(os.path.join(out, "manifest.json"), follow_links=False)
-    except (OSError, ValueError, DtraceError):
+    except (OSError, ValueError, RecursionError, DtraceError):
         return None
-    if not isinstance(doc, dict) or doc.get("manifest") != xxhash.xxh3_128_hexdigest(raw):
+    if summary.manifest != xxhash.xxh3_128_hexdigest(raw):
         return None
-    return doc, raw
+    return summary, raw
 
 
-def answer(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+def answer(args: argparse.Namespace) -> tuple[str, Manifest] | None:
     """The summary ``dtrace analyze`` prints below its first line, and the manifest (marked
     ``up_to_date``), when the results in ``args.out`` are up to date; else None."""
     material = _material(args)
@@ -108,21 +107,21 @@ def answer(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
     found = _stored(args.out)
     if found is None:
         return None
-    doc, raw = found
-    body = (doc.get("output") or {}).get(args.fmt) if isinstance(doc.get("output"), dict) else None
-    if doc.get("material") != material or not isinstance(body, str):
+    summary, raw = found
+    body = summary.output.get(args.fmt)
+    if summary.material != material or body is None:
         return None
     try:
-        manifest = json.loads(raw)
+        manifest = convert(json.loads(raw), Manifest)
         if not _cache_usable(args.cache or os.path.join(args.out, "cache")) or not os.access(args.out, os.W_OK):
             return None
         skipped: list[str] = []
         files, refused = refuse_irregular(expand_inputs(args.inputs, exclude=[args.out], skipped=skipped))
         if refused or skipped or not _inputs_unchanged(manifest, files) or not _tables_intact(args.out, manifest):
             return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, DtraceError):
+    except (OSError, ValueError, RecursionError, DtraceError):
         return None
-    manifest["up_to_date"] = True
+    manifest.up_to_date = True
     return body, manifest
 
 
@@ -136,13 +135,12 @@ def _cache_usable(cache: str) -> bool:
     return stat.S_ISDIR(st.st_mode) and os.access(cache, os.W_OK | os.X_OK)
 
 
-def _inputs_unchanged(manifest: dict[str, Any], files: list[str]) -> bool:
+def _inputs_unchanged(manifest: Manifest, files: list[str]) -> bool:
     """:func:`dtrace.api.up_to_date`'s checks of the inputs: the same paths, sizes and mtimes,
     at most :data:`~dtrace.core.constants.UP_TO_DATE_MAX_BYTES` in all, then the same fingerprints."""
-    items = manifest.get("inputs")
-    if not isinstance(manifest.get("run_key"), str) or not isinstance(items, list) or manifest.get("n_failed"):
+    if manifest.run_key is None or manifest.n_failed:
         return False
-    before = {(i["path"], i["size"], i["mtime_ns"]): i["fingerprint"] for i in items}
+    before = {(i.path, i.size, i.mtime_ns): i.fingerprint for i in manifest.inputs}
     now = {}
     for f in files:
         st = os.stat(f)
@@ -152,25 +150,24 @@ def _inputs_unchanged(manifest: dict[str, Any], files: list[str]) -> bool:
     return all(file_fingerprint(path) == before[(path, size, mtime)] for path, size, mtime in now)
 
 
-def _tables_intact(out: str, manifest: dict[str, Any]) -> bool:
-    """Every table the manifest lists is in ``out`` (never through a link) with its recorded bytes."""
-    names, fps = manifest.get("tables"), manifest.get("table_fingerprints")
-    if not isinstance(names, list) or not isinstance(fps, dict) or set(names) != set(fps):
+def _tables_intact(out: str, manifest: Manifest) -> bool:
+    """Every table the manifest lists is in ``out`` (never through a link) with its recorded bytes
+    (table names are identifiers, :data:`~dtrace.core.records.TableName`: a file of ``out``)."""
+    fps = manifest.table_fingerprints
+    if fps is None or set(manifest.tables) != set(fps):
         return False
-    for name in names:
-        if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
-            return False
+    for name in manifest.tables:
         data = read_regular(os.path.join(out, f"{name}.parquet"), follow_links=False)
         if xxhash.xxh3_128_hexdigest(data) != fps[name]:
             return False
     return True
 
 
-def remember(args: argparse.Namespace, manifest: dict[str, Any], body: str) -> None:
+def remember(args: argparse.Namespace, manifest: Manifest, body: str) -> None:
     """Keep ``body`` (the summary below its first line, as printed in ``args.fmt``) for the next
     up-to-date run, when these results can be up to date then. Best effort: a folder that cannot
     take the file only loses the fast path."""
-    if not isinstance(manifest.get("run_key"), str) or manifest.get("n_failed") or manifest.get("failed_tables"):
+    if manifest.run_key is None or manifest.n_failed or manifest.failed_tables:
         return
     material = _material(args)
     if material is None:
@@ -179,20 +176,20 @@ def remember(args: argparse.Namespace, manifest: dict[str, Any], body: str) -> N
         raw = read_regular(os.path.join(args.out, "manifest.json"), follow_links=False)
     except (OSError, DtraceError):
         return
-    fp = xxhash.xxh3_128_hexdigest(raw)
     found = _stored(args.out)
-    output: dict[str, str] = {}
-    if found is not None and found[0].get("material") == material and isinstance(found[0].get("output"), dict):
-        output = {k: v for k, v in found[0]["output"].items() if isinstance(k, str) and isinstance(v, str)}
+    output = dict(found[0].output) if found is not None and found[0].material == material else {}
     output[args.fmt] = body
-    doc = {"version": SUMMARY_VERSION, "manifest": fp, "material": material, "output": output}
+    summary = StoredSummary(
+        version=SUMMARY_VERSION, manifest=xxhash.xxh3_128_hexdigest(raw), material=material, output=output
+    )
     try:
-        atomic_write_bytes(os.path.join(args.out, SUMMARY), json.dumps(doc, ensure_ascii=False).encode())
+        data = json.dumps(msgspec.to_builtins(summary), ensure_ascii=False).encode()
+        atomic_write_bytes(os.path.join(args.out, SUMMARY), data)
     except OSError:
         pass
 
 
-def print_answer(args: argparse.Namespace, body: str, manifest: dict[str, Any]) -> None:
+def print_answer(args: argparse.Namespace, body: str, manifest: Manifest) -> None:
     """Print an up-to-date run's summary exactly as :func:`dtrace.cli.analyze.run` does."""
     import sys  # noqa: PLC0415
 

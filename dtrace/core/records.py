@@ -4,9 +4,10 @@
   a results folder's ``manifest.json`` (:mod:`dtrace.results`);
 - :class:`StoreEntry` (with :class:`StoredTable`): a result store entry's ``entry.json``
   (:mod:`dtrace.partitions.store`);
-- :class:`SourceFile` (with :class:`CachedInput`, :class:`CachedPart`): an ingest cache entry's
-  ``source.json``, as :mod:`dtrace.ingest.cache` writes it (its checks still live in
-  ``cache._parse_source``; these records are the typed shape to move them to).
+- :class:`SourceFile` (with :class:`CachedInput`, :class:`CachedPart`, :class:`InputMeta`): an
+  ingest cache entry's ``source.json`` (:mod:`dtrace.ingest.cache`, which adds the checks that need its
+  registry of side tables: a part's file names, checksums and row groups);
+- :class:`StoredSummary`: a results folder's ``summary.json`` (:mod:`dtrace.cli.uptodate`).
 
 Every field a manifest may lack has a default, so a record reads older or hand-written files
 the way the code always did; fields dtrace does not declare here are ignored (the manifest
@@ -78,6 +79,7 @@ class InputRecord(msgspec.Struct, kw_only=True):
     identity: str | None = None  # of an object on an object store (version, generation or ETag)
     notes: list[str] = []
     dropped_events: dict[str, Int64] = {}
+    summary: bool = False  # a file of ``nsys stats`` summaries (``dtrace nsys-stats``): no events cached
 
 
 class PartitionRecord(msgspec.Struct, kw_only=True):
@@ -144,6 +146,8 @@ class StoreEntry(msgspec.Struct, kw_only=True):
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Count32 = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 Count64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+#: A pack folder of the ingest cache (``pack-<24 hex digits>``), or "" for an entry's own files.
+PackName = Annotated[str, msgspec.Meta(pattern=r"^(pack-[0-9a-f]{24})?$")]
 
 
 class CachedPart(msgspec.Struct, kw_only=True):
@@ -157,7 +161,9 @@ class CachedPart(msgspec.Struct, kw_only=True):
     collectives: str
     memcpy: str
     checksums: dict[str, str]  # file name -> xxh3 of its bytes
-    side: dict[str, str] = {}  # further side table -> its file (tables with rows only)
+    side: dict[str, str]  # further side table -> its file (tables with rows only)
+    pack: PackName = ""  # the pack folder holding the files (beside the entries), "" for the entry's own
+    groups: dict[str, Count32] = {}  # in a pack: table -> its row group for this part
 
 
 class CachedInput(msgspec.Struct, kw_only=True):
@@ -176,10 +182,36 @@ class CachedInput(msgspec.Struct, kw_only=True):
     side_tables: list[str] = []
 
 
-class SourceFile(msgspec.Struct, kw_only=True):
+class InputMeta(msgspec.Struct, kw_only=True):
+    """The values of a cached input's ``meta`` that dtrace reads back (the planner and the
+    manifest: time origin, event and device counts, dropped events by reason). ``meta`` itself
+    stays the reader's JSON object (its other keys are the reader's own); this record checks it:
+    ``convert(record.meta, InputMeta, at="record.meta")``.
+
+    Examples
+    --------
+    >>> convert({"n_devices": 0, "hostname": "a"}, InputMeta, at="meta")
+    Traceback (most recent call last):
+    dtrace.core.records.RecordError: meta.n_devices is 0: expected `int` >= 1
+    """
+
+    base_time_ns: Int64 | None = None
+    events: Count64 | None = None
+    n_devices: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    dropped_events: dict[str, Count64] | None = None
+
+
+class SourceVersion(msgspec.Struct, kw_only=True):
+    """What every ``source.json`` starts with, whatever dtrace wrote it: the cache's version
+    (an entry of another version is another dtrace's, parsed again without a word)."""
+
+    cache_version: int
+
+
+class SourceFile(SourceVersion, kw_only=True):
     """An ingest cache entry's ``source.json``. ``record`` stays the JSON object: its fingerprint
     is that of the object as written (``cache._record_fingerprint``); once it matches, the
-    record is converted: ``convert(source.record, CachedInput)``.
+    record is converted: ``convert(source.record, CachedInput, at="record")``.
 
     Examples
     --------
@@ -188,9 +220,19 @@ class SourceFile(msgspec.Struct, kw_only=True):
     dtrace.core.records.RecordError: cache_version is a str, expected an int
     """
 
-    cache_version: int
     record: dict[str, Any]
     record_fingerprint: str
+
+
+class StoredSummary(msgspec.Struct, kw_only=True):
+    """A results folder's ``summary.json``: what ``dtrace analyze`` printed for these results,
+    by output format, kept for a later run whose results are up to date (:mod:`dtrace.cli.uptodate`).
+    """
+
+    version: int
+    manifest: str  # the xxh3 fingerprint of the manifest.json the summary is of
+    material: str  # what the summary depends on besides the manifest and the inputs
+    output: dict[str, str] = {}  # output format -> the summary below its first line
 
 
 _EXPECTED = re.compile(r"Expected `([^`]+)`(?:, got `([^`]+)`)?(.*)")
@@ -198,8 +240,10 @@ _MISSING = re.compile(r"Object missing required field `([^`]+)`")
 _JSON_TYPES = {"array": "list", "object": "dict", "null": "None", "number": "float", "StoredTable": "dict"}
 
 
-def convert(obj: object, record: type[T]) -> T:
+def convert(obj: object, record: type[T], *, at: str = "") -> T:
     """``obj`` (a value from ``json.loads``) as a ``record``; raises :class:`RecordError`.
+
+    ``at``: where ``obj`` sits in its document (``record.meta``), the start of every path named.
 
     Examples
     --------
@@ -209,17 +253,24 @@ def convert(obj: object, record: type[T]) -> T:
     >>> convert([1], StoreEntry)
     Traceback (most recent call last):
     dtrace.core.records.RecordError: the document is a JSON list, not an object
+    >>> convert({"parts": [{"device": "0"}]}, CachedInput, at="record")
+    Traceback (most recent call last):
+    dtrace.core.records.RecordError: record.parts[0].device is a str, expected an int
+    >>> convert([], CachedInput, at="record")
+    Traceback (most recent call last):
+    dtrace.core.records.RecordError: record is a list, expected a dict
     """
     try:
         return msgspec.convert(obj, record, strict=True)
     except msgspec.ValidationError as exc:
-        raise _explain(str(exc), obj) from None
+        raise _explain(str(exc), obj, at) from None
 
 
-def _explain(message: str, obj: object) -> RecordError:
+def _explain(message: str, obj: object, at: str) -> RecordError:
     """msgspec's message (``Expected `int`, got `str` - at `$.inputs[0].size```) in dtrace's words."""
-    text, _, at = message.partition(" - at `")
-    path, value = _located(at, obj)
+    text, _, where = message.partition(" - at `")
+    path, value = _located(where, obj)
+    path = f"{at}.{path}" if at and path and not path.startswith("[") else at + path
     missing = _MISSING.fullmatch(text)
     if missing:
         field = f"{path}.{missing[1]}" if path else missing[1]
@@ -249,7 +300,7 @@ def _wrong_value(text: str, path: str, value: Any) -> RecordError:
         article = "an" if want[0] in "aeiou" else "a"
         return RecordError(f"{path} is a {got}, expected {article} {want}", path, value)
     shown = "a value" if value is _UNKNOWN else repr(value)
-    if expected and expected[1] == "int":
+    if expected and expected[1] == "int" and isinstance(value, int) and not -(2**63) <= value < 2**63:
         return RecordError(f"{path} is {shown}, beyond a 64-bit integer", path, value)
     return RecordError(f"{path} is {shown}: {text[0].lower()}{text[1:]}", path, value)
 
@@ -264,6 +315,7 @@ def _kind(v: object) -> str:
 __all__ = [
     "CachedInput",
     "CachedPart",
+    "InputMeta",
     "InputPart",
     "InputRecord",
     "Int64",
@@ -271,7 +323,9 @@ __all__ = [
     "PartitionRecord",
     "RecordError",
     "SourceFile",
+    "SourceVersion",
     "StoreEntry",
+    "StoredSummary",
     "StoredTable",
     "TableName",
     "convert",

@@ -8,7 +8,7 @@ Every reader returns, per (rank, device), an Arrow table with at least the colum
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -180,7 +180,7 @@ def us_to_ns(t: np.ndarray) -> np.ndarray:
     """
     t = np.asarray(t, dtype=np.float64)
     whole = np.floor(t)
-    return whole.astype(np.int64) * 1000 + np.rint((t - whole) * 1000.0).astype(np.int64)
+    return cast(np.ndarray, whole.astype(np.int64) * 1000 + np.rint((t - whole) * 1000.0).astype(np.int64))
 
 
 TIME_MIN_NS = 0

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import GPU_KINDS, KINDS
+from ..core.records import Manifest, PartitionRecord
 from ..errors import UsageError
 from ..ingest.ranks import PartSpec, part_spec
 from ..partitions.layout import TARGET_EVENTS, PartitionSpec, plan_partitions
@@ -151,12 +152,12 @@ def events(
     if path is not None and os.path.isdir(path) and os.path.lexists(os.path.join(path, "manifest.json")):
         from ..results import cache_of, load
 
-        manifest = load(path).manifest
+        manifest = load(path).record
         specs = part_specs(manifest, cache or cache_of(path))
         partitions = (
             plan_partitions(specs, partition_events)
             if partition_events
-            else _analysis_layout(specs, manifest.get("partitions"))
+            else _analysis_layout(specs, manifest.partitions)
         )
     else:
         specs = _specs_of_inputs(source, cache, **kwargs)
@@ -183,12 +184,12 @@ def load_events(partition: PartitionSpec, columns: Sequence[str] | None = None) 
     return event_frame(ev, parts_frame(partition.parts), columns)
 
 
-def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
+def _analysis_layout(specs: list[PartSpec], layout: list[PartitionRecord]) -> list[PartitionSpec]:
     """The partitions an analysis used (``manifest["partitions"]``: first and last rank of each),
-    else a fresh plan."""
-    if not isinstance(layout, list) or not all(isinstance(p, dict) and len(p.get("ranks", ())) == 2 for p in layout):
+    else (none recorded) a fresh plan."""
+    if not layout:
         return plan_partitions(specs)
-    bounds = np.sort(np.array([int(p["ranks"][0]) for p in layout], np.int64))
+    bounds = np.sort(np.array([p.ranks[0] for p in layout], np.int64))
     ordered = sorted(specs, key=lambda s: (s.rank, s.device))
     # each part goes to the last partition starting at or before its rank
     which = np.maximum(np.searchsorted(bounds, [s.rank for s in ordered], side="right") - 1, 0)
@@ -198,7 +199,7 @@ def _analysis_layout(specs: list[PartSpec], layout: Any) -> list[PartitionSpec]:
     return [PartitionSpec(k, tuple(g)) for k, (_, g) in enumerate(sorted(groups.items()))]
 
 
-def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
+def part_specs(manifest: Manifest, cache_dir: str, wanted: set[tuple[int, int]] | None = None) -> list[PartSpec]:
     """The cached parts (rank, device) a finished analysis analysed, read from ``cache_dir``
     (``OUT/cache``, :func:`dtrace.results.cache_of`; never the manifest's ``cache`` field) —
     only the ``wanted`` ones if given (only their inputs' cache entries are opened). Raises
@@ -206,25 +207,21 @@ def part_specs(manifest: dict[str, Any], cache_dir: str, wanted: set[tuple[int, 
     from ..ingest.cache import lookup
 
     specs: list[PartSpec] = []
-    for item in manifest.get("inputs", []):
-        if item.get("status") != "ok" or item.get("summary"):
+    for item in manifest.inputs:
+        if item.status != "ok" or item.summary:
             continue
-        where = {
-            p["local_index"]: p
-            for p in item.get("parts", [])
-            if wanted is None or (int(p["rank"]), int(p["device"])) in wanted
-        }
+        where = {p.local_index: p for p in item.parts if wanted is None or (p.rank, p.device) in wanted}
         if not where:
             continue
-        rec, _ = lookup(cache_dir, item["path"], verify=False)
-        if rec is None or rec.fingerprint != item.get("fingerprint"):
+        rec, _ = lookup(cache_dir, item.path, verify=False)
+        if rec is None or rec.fingerprint != item.fingerprint:
             raise UsageError(
-                f"{item['path']}: its cached events are gone from {cache_dir} or changed since the analysis; "
+                f"{item.path}: its cached events are gone from {cache_dir} or changed since the analysis; "
                 f"run dtrace analyze again{_elsewhere(manifest, cache_dir)}"
             )
         for p in rec.parts:
             if p.local_index in where:
-                specs.append(part_spec(rec, p, int(where[p.local_index]["rank"])))
+                specs.append(part_spec(rec, p, where[p.local_index].rank))
     return specs
 
 
@@ -255,23 +252,23 @@ def recompute(
     if unknown:
         raise UsageError(f"cannot recompute {unknown}: not per-partition tables; tables: {', '.join(sorted(known))}")
     path = os.fspath(out)
-    manifest = load(path).manifest
-    used = manifest.get("options") or {}
+    manifest = load(path).record
+    used = manifest.options
     opts = make_options(**{**{k: used[k] for k in _KEPT_OPTIONS if k in used}, **options})
     specs = part_specs(manifest, cache or cache_of(path))
     parts: dict[str, list[pd.DataFrame]] = {t: [] for t in tables}
-    for p in _analysis_layout(specs, manifest.get("partitions")):
+    for p in _analysis_layout(specs, manifest.partitions):
         got = run_analyses(load_batch(p.parts, opts), only=set(tables))
         for t in tables:
             parts[t].append(got[t])
     return {t: pd.concat(f, ignore_index=True) if f else pd.DataFrame() for t, f in parts.items()}
 
 
-def _elsewhere(manifest: dict[str, Any], cache_dir: str) -> str:
+def _elsewhere(manifest: Manifest, cache_dir: str) -> str:
     """A hint when the analysis recorded another cache folder (``--cache DIR``): the field is
     shown, never followed."""
-    used = manifest.get("cache")
-    if not isinstance(used, str) or os.path.abspath(used) == os.path.abspath(cache_dir):
+    used = manifest.cache
+    if used is None or os.path.abspath(used) == os.path.abspath(cache_dir):
         return ""
     return f" (its manifest says it used the cache {used}: pass that folder as cache= / --cache to read it)"
 

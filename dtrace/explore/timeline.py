@@ -97,7 +97,7 @@ def read_parts(
             raise UsageError("results held in memory: give the cache folder of their events (cache=DIR)")
         cache = cache_of(results.path)
     wanted = {(int(k[0]), int(k[1])) for k in parts}
-    specs = {(s.rank, s.device): s for s in part_specs(results.manifest, cache, wanted)}
+    specs = {(s.rank, s.device): s for s in part_specs(results.record, cache, wanted)}
     out = {}
     for key in sorted(wanted):
         if key not in specs:
@@ -167,7 +167,7 @@ def parse_window(text: str) -> tuple[int, int]:
 
 
 def _offsets(res: Results, parts: pd.DataFrame) -> pd.DataFrame:
-    gph = int((res.manifest.get("options") or {}).get("gpus_per_host", 8) or 0)
+    gph = int(res.record.options.get("gpus_per_host", 8) or 0)
     out = parts[KEYS].copy()
     out["host"] = out["rank"].to_numpy(np.int64) // gph if gph > 0 else out["rank"].to_numpy(np.int64)
     out["offset_ns"] = np.zeros(len(out), np.int64)
@@ -313,7 +313,7 @@ def _group_members(results: Results, rank: int) -> set[int]:
     if "collectives" not in results.table_names:
         return set()
     path = os.path.join(results.path, "collectives.parquet") if results.path else None
-    run_id = results.manifest.get("run_id")
+    run_id = results.record.run_id
     if path and os.path.exists(path):
         mine = _read_rows(path, [rank], run_id, columns=["group", "rank"])
         groups = sorted(set(mine["group"].dropna().astype(str)))
@@ -340,7 +340,7 @@ def _span(values: Sequence[int]) -> str:
 
 
 def _options(results: Results) -> Options:
-    o = results.manifest.get("options") or {}
+    o = results.record.options
     keep = {k: o[k] for k in ("compat", "linked_only", "step_pattern") if k in o}
     return Options.from_kwargs(**keep)
 
@@ -357,7 +357,7 @@ def _collective_rows(results: Results, parts: pd.DataFrame) -> pd.DataFrame:
     ranks = sorted(int(r) for r in parts["rank"].unique())
     path = os.path.join(results.path, "collectives.parquet") if results.path else None
     if path and os.path.exists(path):
-        rows = _read_rows(path, ranks, results.manifest.get("run_id"))
+        rows = _read_rows(path, ranks, results.record.run_id)
     else:
         rows = results.collectives
         rows = rows.loc[rows["rank"].isin(ranks)]

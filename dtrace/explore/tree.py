@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..analyses.batch import Batch, prepare_part
 from ..api import make_options
 from ..calltree import Tree
+from ..core.records import InputRecord
 from ..errors import InputError, UsageError
 from ..ingest.inputs import expand_inputs
 from ..ingest.ranks import part_spec, rank_from_filename, session_window
@@ -78,27 +79,27 @@ def _from_results(path: str, rank: int | None, device: int | None, options: Opti
     from ..results import cache_of
 
     r, d, inp = _chosen_input(path, rank, device)
-    reachable = is_url(inp["path"]) or os.path.exists(inp["path"])
+    reachable = is_url(inp.path) or os.path.exists(inp.path)
     cache_dir = cache or cache_of(path)
-    rec = lookup(cache_dir, inp["path"], verify=False)[0] if reachable else None
-    if rec is not None and rec.fingerprint == inp.get("fingerprint"):
+    rec = lookup(cache_dir, inp.path, verify=False)[0] if reachable else None
+    if rec is not None and rec.fingerprint == inp.fingerprint:
         cached = _from_cached(rec, r, d, options)
         if cached is not None:
             return cached
     if not reachable:
-        raise InputError(inp["path"], f"the trace of rank {r} is gone and not in the cache {cache_dir}")
-    found = _from_file(inp["path"], r, d, options)
+        raise InputError(inp.path, f"the trace of rank {r} is gone and not in the cache {cache_dir}")
+    found = _from_file(inp.path, r, d, options)
     assert found is not None
     return found
 
 
-def _chosen_input(path: str, rank: int | None, device: int | None) -> tuple[int, int, dict[str, Any]]:
+def _chosen_input(path: str, rank: int | None, device: int | None) -> tuple[int, int, InputRecord]:
     """``(rank, device, manifest entry)`` of the analysed input of ``rank`` (default: the
     lowest) and ``device`` (default: its lowest) in the results ``path``; a usage error if none."""
     from ..results import load
 
-    m = load(path).manifest
-    ok = [(r, d, i) for i in m.get("inputs", []) if i.get("status") == "ok" for r, d in i.get("ranks", [])]
+    m = load(path).record
+    ok = [(r, d, i) for i in m.inputs if i.status == "ok" for r, d in i.ranks]
     if not ok:
         raise UsageError(f"{path}: the results list no analysed input")
     ranks = sorted({r for r, _, _ in ok})

@@ -48,9 +48,10 @@ import traceback
 import zlib
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
@@ -64,6 +65,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
     _ISAL_ERRORS = ()
 
 from ..core.fileio import atomic_write_bytes, read_regular
+from ..core.records import CachedInput, CachedPart, InputMeta, SourceFile, SourceVersion, convert
 from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 from ..errors import DtraceError, InputError, NoGPUActivity, OwnOutput
 from ..readers import detect, get_reader, head_of, refuse_own_output
@@ -81,7 +83,6 @@ _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
 _PART_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})-p\d{1,6}-d-?\d{1,9}\.parquet$")
 _PACK_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})\.parquet$")
-_PACK_DIR = re.compile(r"^pack-[0-9a-f]{24}$")
 _ALWAYS = ("events", "collectives", "memcpy")  # written for every part; other side tables when not empty
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -103,6 +104,38 @@ class PartRecord:
         """Every side table's cached file by name (``collectives``, ``memcpy``, then the others)."""
         return {"collectives": self.collectives, "memcpy": self.memcpy, **self.side}
 
+    def to_cached(self) -> CachedPart:
+        """This part as ``source.json`` keeps it: its files by name only."""
+        return CachedPart(
+            device=self.device,
+            local_index=self.local_index,
+            n_events=self.n_events,
+            events=os.path.basename(self.events),
+            collectives=os.path.basename(self.collectives),
+            memcpy=os.path.basename(self.memcpy),
+            checksums=self.checksums,
+            side={k: os.path.basename(v) for k, v in self.side.items()},
+            pack=self.pack,
+            groups=self.groups,
+        )
+
+    @classmethod
+    def from_cached(cls, p: CachedPart, d: str) -> PartRecord:
+        """A part of cache entry ``d`` (its files in ``d``, or in its pack: a folder beside it)."""
+        where = os.path.join(os.path.dirname(d), p.pack) if p.pack else d
+        return cls(
+            device=p.device,
+            local_index=p.local_index,
+            n_events=p.n_events,
+            checksums=p.checksums,
+            events=os.path.join(where, p.events),
+            collectives=os.path.join(where, p.collectives),
+            memcpy=os.path.join(where, p.memcpy),
+            side={k: os.path.join(where, v) for k, v in p.side.items()},
+            pack=p.pack,
+            groups=p.groups if p.pack else {},
+        )
+
 
 @dataclass
 class FileRecord:
@@ -123,16 +156,39 @@ class FileRecord:
     notes: list[str] = field(default_factory=list)
     identity: str = ""  # an object's identity on its store (remote inputs; "" for local files)
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        for p in d["parts"]:  # names only: an entry never points outside its folder
-            for k in _ALWAYS:
-                p[k] = os.path.basename(p[k])
-            p["side"] = {k: os.path.basename(v) for k, v in p["side"].items()}
-        d["side_tables"] = sorted(SIDE_SCHEMAS)
-        for k in ("error", "error_type", "cached", "notes"):
-            d.pop(k)
-        return d
+    def to_cached(self) -> CachedInput:
+        """The record ``source.json`` keeps of this input: its parts name their files only (an
+        entry never points outside its folder), and the side tables registered now."""
+        return CachedInput(
+            path=self.path,
+            format=self.format,
+            size=self.size,
+            mtime_ns=self.mtime_ns,
+            fingerprint=self.fingerprint,
+            parts=[p.to_cached() for p in self.parts],
+            rank_per_device=self.rank_per_device,
+            meta=self.meta,
+            rank_hint=self.rank_hint,
+            identity=self.identity,
+            side_tables=sorted(SIDE_SCHEMAS),
+        )
+
+    @classmethod
+    def from_cached(cls, r: CachedInput, d: str) -> FileRecord:
+        """The record of cache entry ``d`` from its ``source.json`` (the files of its parts in
+        ``d``, or in their pack beside it)."""
+        return cls(
+            path=r.path,
+            format=r.format,
+            size=r.size,
+            mtime_ns=r.mtime_ns,
+            fingerprint=r.fingerprint,
+            parts=[PartRecord.from_cached(p, d) for p in r.parts],
+            rank_hint=r.rank_hint,
+            rank_per_device=r.rank_per_device,
+            meta=r.meta,
+            identity=r.identity or "",
+        )
 
 
 class CacheError(DtraceError):
@@ -234,7 +290,7 @@ def _read_entry(d: str, apath: str) -> tuple[FileRecord, dict[str, str]] | str |
         rec, sums = _parse_source(raw, d)
     except _OtherVersion:
         return None  # written by another dtrace: an ordinary re-parse
-    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         return f"cache entry {d} is damaged ({_one_line(exc)}); parsing again"
     if rec.path != apath:
         return f"cache entry {d} belongs to another input; parsing again"
@@ -372,153 +428,46 @@ def _record_fingerprint(record: Any) -> str:
 
 
 def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
-    """A strictly validated record from ``source.json`` (raises ValueError/TypeError/KeyError)."""
-    r = _check_envelope(json.loads(raw))
-    _check_record_fields(r)
+    """The record of cache entry ``d`` from its ``source.json``, strictly validated, and its files'
+    checksums (raises ValueError, :class:`~dtrace.core.records.RecordError` included, or
+    :class:`_OtherVersion`)."""
+    r = convert(_record_of(json.loads(raw)), CachedInput, at="record")
+    convert(r.meta, InputMeta, at="record.meta")  # the values the planner and the manifest read
     sums: dict[str, str] = {}
-    parts = []
-    for p in r["parts"]:
-        part, cs = _parse_part(p, d)
-        sums.update(cs)
-        parts.append(part)
-    _check_meta(r["meta"])
-    rec = FileRecord(
-        path=r["path"],
-        format=r["format"],
-        size=r["size"],
-        mtime_ns=r["mtime_ns"],
-        fingerprint=r["fingerprint"],
-        parts=parts,
-        rank_hint=r.get("rank_hint"),
-        rank_per_device=r["rank_per_device"],
-        meta=r["meta"],
-        identity=str(r.get("identity") or ""),
-    )
-    return rec, sums
+    for i, p in enumerate(r.parts):
+        _check_part(p, f"record.parts[{i}]")
+        sums.update(p.checksums)
+    return FileRecord.from_cached(r, d), sums
 
 
-def _check_envelope(doc: Any) -> dict[str, Any]:
-    """The record of a ``source.json`` document of this cache version, matching its fingerprint."""
-    if not isinstance(doc, dict):
-        raise TypeError(f"a JSON {type(doc).__name__}, not an object")
-    version = doc["cache_version"]
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise TypeError("field 'cache_version' is not an int")
-    if version != CACHE_VERSION:
+def _record_of(doc: object) -> dict[str, Any]:
+    """The record of a ``source.json`` document of this cache version and of the side tables
+    registered now, matching its fingerprint."""
+    if convert(doc, SourceVersion).cache_version != CACHE_VERSION:
         raise _OtherVersion()
-    r = doc["record"]
-    if not isinstance(r, dict):
-        raise TypeError("field 'record' is not an object")
-    if doc["record_fingerprint"] != _record_fingerprint(r):
+    source = convert(doc, SourceFile)
+    if source.record_fingerprint != _record_fingerprint(source.record):
         raise ValueError("the record does not match its fingerprint")
-    return r
-
-
-_RECORD_FIELDS = {
-    "path": str,
-    "format": str,
-    "size": int,
-    "mtime_ns": int,
-    "fingerprint": str,
-    "parts": list,
-    "rank_per_device": bool,
-    "meta": dict,
-}
-
-
-def _check_record_fields(r: dict[str, Any]) -> None:
-    """The record's fields have their types, and it lists the side tables registered now."""
-    for k, t in _RECORD_FIELDS.items():
-        if not isinstance(r.get(k), t) or isinstance(r.get(k), bool) != (t is bool):
-            raise TypeError(f"field {k!r} is not {t.__name__}")
-    if r.get("rank_hint") is not None and (not isinstance(r["rank_hint"], int) or isinstance(r["rank_hint"], bool)):
-        raise TypeError("field 'rank_hint' is not an int")
-    if r.get("side_tables") != sorted(SIDE_SCHEMAS):
+    if source.record.get("side_tables") != sorted(SIDE_SCHEMAS):
         raise _OtherVersion()  # written when other side tables were registered: parse again
+    return source.record
 
 
-def _parse_part(p: Any, d: str) -> tuple[PartRecord, dict[str, str]]:
-    """One part of the record (its files in entry folder ``d``, or in its pack beside it), and
-    its files' checksums."""
-    if not isinstance(p, dict):
-        raise TypeError("a part is not an object")
-    side = p.get("side")
-    if not isinstance(side, dict) or not set(side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
-        raise ValueError("part field 'side' is not an object of side tables")
-    names = {**{k: p[k] for k in _ALWAYS}, **side}
-    pack, groups = _part_pack(p, names)
-    where = os.path.join(os.path.dirname(d), pack) if pack else d  # a pack: a folder beside the entries
-    cs = _part_checksums(p, names)
-    for k, (lo, hi) in _PART_INTS.items():
-        if not isinstance(p.get(k), int) or isinstance(p.get(k), bool) or not lo <= p[k] <= hi:
-            raise TypeError(f"part field {k!r} is not an int from {lo} to {hi}")
-    part = PartRecord(
-        device=p["device"],
-        local_index=p["local_index"],
-        n_events=p["n_events"],
-        checksums=dict(cs),
-        events=os.path.join(where, names["events"]),
-        collectives=os.path.join(where, names["collectives"]),
-        memcpy=os.path.join(where, names["memcpy"]),
-        side={k: os.path.join(where, v) for k, v in side.items()},
-        pack=pack,
-        groups=dict(groups) if pack else {},
-    )
-    return part, cs
-
-
-def _part_pack(p: dict[str, Any], names: dict[str, Any]) -> tuple[str, dict[str, int]]:
-    """A part's pack folder ("" for the entry's own files) and its row group per table; the
-    file name of each table checked (a pack's or an entry's)."""
-    pack, groups = p.get("pack", ""), p.get("groups", {})
-    if pack and (not isinstance(pack, str) or not _PACK_DIR.match(pack)):
-        raise ValueError(f"invalid pack name {pack!r}")
-    if not isinstance(groups, dict) or (
-        pack
-        and (
-            set(groups) != set(names)
-            or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**31 for g in groups.values())
-        )
-    ):
-        raise ValueError("part field 'groups' is not a row group per table")
-    for k, name in names.items():
-        _check_file_name(k, name, pack)
-    return pack, groups
-
-
-def _check_file_name(table: str, name: Any, pack: str) -> None:
-    """A part's file of ``table`` is named as dtrace names it (in a pack, or in an entry)."""
-    m = (_PACK_FILE if pack else _PART_FILE).match(name) if isinstance(name, str) else None
-    if m is None or m.group(1) != table:
-        raise ValueError(f"invalid part file name {name!r}")
-
-
-def _part_checksums(p: dict[str, Any], names: dict[str, Any]) -> dict[str, str]:
-    """A part's checksum of each of its files (one per file, each a str)."""
-    cs = p.get("checksums")
-    if not isinstance(cs, dict) or set(cs) != set(names.values()) or not all(isinstance(v, str) for v in cs.values()):
-        raise ValueError("part checksums missing")
-    return cs
-
-
-_PART_INTS = {"device": (_I32_MIN, _I32_MAX), "local_index": (0, _I32_MAX), "n_events": (0, 2**63 - 1)}
-#: The record's ``meta`` values that are read back, and their ranges (None allowed for all).
-_META_INTS = {"base_time_ns": (-(2**63), 2**63 - 1), "events": (0, 2**63 - 1), "n_devices": (1, _I32_MAX)}
-
-
-def _check_meta(meta: dict[str, Any]) -> None:
-    """The ``meta`` values the planner and the manifest read (the time origin, event and device
-    counts, dropped events by reason) must have their types and ranges (raises TypeError)."""
-    for k, (lo, hi) in _META_INTS.items():
-        v = meta.get(k)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
-            raise TypeError(f"meta field {k!r} is not an int from {lo} to {hi}")
-    dropped = meta.get("dropped_events")
-    if dropped is not None and (
-        not isinstance(dropped, dict)
-        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63 for n in dropped.values())
-    ):
-        raise TypeError("meta field 'dropped_events' is not counts by reason")
+def _check_part(p: CachedPart, at: str) -> None:
+    """What a part's record says of its files, beyond the types :class:`CachedPart` checks: its
+    side tables are registered ones, each file is named as dtrace names it (in its pack, or in its
+    entry), a checksum per file, and in a pack a row group per table."""
+    if not set(p.side) <= set(SIDE_SCHEMAS) - set(_ALWAYS):
+        raise ValueError(f"{at}.side names a table that is not a side table")
+    names = {"events": p.events, "collectives": p.collectives, "memcpy": p.memcpy, **p.side}
+    for table, name in names.items():
+        m = (_PACK_FILE if p.pack else _PART_FILE).match(name)
+        if m is None or m.group(1) != table:
+            raise ValueError(f"invalid part file name {name!r}")
+    if set(p.checksums) != set(names.values()):
+        raise ValueError(f"{at}.checksums is not one per file of the part")
+    if p.pack and set(p.groups) != set(names):
+        raise ValueError(f"{at}.groups is not a row group per table")
 
 
 def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTables:
@@ -815,9 +764,10 @@ def _write_entry(rec: FileRecord, tf: Any, cache_dir: str) -> None:
 
 def _write_source(rec: FileRecord, d: str) -> None:
     """Write the entry's ``source.json`` (last: until then the entry is absent)."""
-    record = json.loads(json.dumps(rec.to_json(), default=str))  # as it will be read back
-    payload = {"cache_version": CACHE_VERSION, "record": record, "record_fingerprint": _record_fingerprint(record)}
-    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(payload, indent=1).encode())
+    # as it will be read back (a reader's meta value that JSON has no type for is written as text)
+    record = json.loads(json.dumps(msgspec.to_builtins(rec.to_cached(), enc_hook=str)))
+    source = SourceFile(cache_version=CACHE_VERSION, record=record, record_fingerprint=_record_fingerprint(record))
+    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(msgspec.to_builtins(source), indent=1).encode())
 
 
 def ingest_many(

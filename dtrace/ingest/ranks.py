@@ -13,7 +13,7 @@ import numbers
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RankError, UsageError
 from .remote import norm
@@ -79,7 +79,7 @@ def part_spec(record: FileRecord, part: PartRecord, rank: int) -> PartSpec:
     )
 
 
-def session_window(meta: dict | None) -> tuple[int, int]:
+def session_window(meta: dict[str, Any] | None) -> tuple[int, int]:
     """The profiling session ``(start_ns, end_ns)`` a reader recorded (``meta["session_ns"]``), else ``(-1, -1)``.
 
     Examples

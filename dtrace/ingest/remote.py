@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
+from ..core.records import Manifest, convert
 from ..errors import InputError, UsageError
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*)://")
@@ -71,7 +72,7 @@ def is_url(path: Any) -> bool:
     return m is not None and m.group(1).lower() != "file"
 
 
-def norm(path: Any) -> str:
+def norm(path: str | os.PathLike[str]) -> str:
     """An input's canonical name: a URL as given, a local path made absolute."""
     p = os.fspath(path)
     if is_url(p):
@@ -106,7 +107,8 @@ def _fs(url: str) -> tuple[Any, str]:
             "(s3fs for s3://, gcsfs for gs://, adlfs for abfs://)"
         ) from None
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url)
+        return fs, path
     except ImportError as exc:
         raise UsageError(f"{url}: this protocol needs a package that is not installed ({exc})") from None
     except ValueError as exc:
@@ -187,7 +189,8 @@ def _object_info(url: str, info: dict[str, Any]) -> ObjectInfo:
 
 
 def _url(fs: Any, path: str) -> str:
-    return fs.unstrip_protocol(path)
+    url: str = fs.unstrip_protocol(path)  # fsspec is untyped
+    return url
 
 
 def stat(url: str) -> ObjectInfo:
@@ -196,7 +199,7 @@ def stat(url: str) -> ObjectInfo:
 
     def info() -> dict[str, Any]:
         fs.invalidate_cache(path)
-        got = fs.info(path)
+        got: dict[str, Any] = fs.info(path)  # fsspec is untyped
         if got.get("type") == "directory":
             raise IsADirectoryError(f"{url} is a folder, not an object")
         return got
@@ -311,11 +314,10 @@ def download_results(url: str, local: str) -> bool:
         raise
     with open(os.path.join(local, MANIFEST), "rb") as f:
         try:
-            tables = json.load(f).get("tables") or []
-        except (ValueError, AttributeError):
+            tables = convert(json.load(f), Manifest).tables  # names checked: files of the folder
+        except (ValueError, RecursionError):
             return True  # the loader says what is wrong with it
     for name in tables:
-        if isinstance(name, str) and name.isidentifier():
-            file = f"{name}.parquet"
-            retry(functools.partial(fs.get_file, join(base, file), os.path.join(local, file)), url, f"read {file}")
+        file = f"{name}.parquet"
+        retry(functools.partial(fs.get_file, join(base, file), os.path.join(local, file)), url, f"read {file}")
     return True

@@ -7,7 +7,7 @@ name (``categorize_names``), never per event.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, cast
 
 import numpy as np
 import pandas as pd
@@ -88,7 +88,14 @@ class _Rules:
         return "compute"
 
 
-def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
+def categorize(
+    names: pd.Series,
+    kinds: pd.Series,
+    *,
+    compat: str = "default",
+    fmt: str = "kineto",
+    patterns: dict[str, str] | None = None,
+) -> np.ndarray:
     """Category of each event: classify distinct (name, kind) pairs, then broadcast codes."""
     if len(names) == 0:
         return np.empty(0, dtype=object)
@@ -101,6 +108,8 @@ def categorize(names: pd.Series, kinds: pd.Series, **kw) -> np.ndarray:
     cats = categorize_names(
         [str(x) for x in np.asarray(nuniq, dtype=object)[upair // nk]],
         [str(x) for x in np.asarray(kuniq, dtype=object)[upair % nk]],
-        **kw,
+        compat=compat,
+        fmt=fmt,
+        patterns=patterns,
     )
-    return np.asarray(cats, dtype=object)[inv.reshape(-1)]
+    return cast(np.ndarray, np.asarray(cats, dtype=object)[inv.reshape(-1)])

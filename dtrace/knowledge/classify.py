@@ -43,7 +43,7 @@ import functools
 import json
 import os
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import numpy as np
 
@@ -261,7 +261,7 @@ class Classifier(abc.ABC):
 
     def is_nccl(self, classes: np.ndarray, categories: np.ndarray) -> np.ndarray:
         """Which rows belong in the per-collective (NCCL) table."""
-        return np.asarray(categories, dtype=object) == "comm"
+        return cast(np.ndarray, np.asarray(categories, dtype=object) == "comm")
 
 
 class BuiltinClassifier(Classifier):
@@ -325,7 +325,7 @@ class SubstringMap(Classifier):
         return SUBSTRING_LEFTOVER
 
     def is_nccl(self, classes: np.ndarray, categories: np.ndarray) -> np.ndarray:
-        return np.asarray(classes, dtype=object) == SUBSTRING_NCCL
+        return cast(np.ndarray, np.asarray(classes, dtype=object) == SUBSTRING_NCCL)
 
 
 class RegexMap(Classifier):

@@ -42,8 +42,9 @@ from typing import Any, Generator, Iterator
 import msgspec
 import numpy as np
 
+from ..core.units import format_size
 from ..errors import InputError, InputTooLarge
-from ._io import BLOCK, Content, format_size, open_regular
+from ._io import BLOCK, Content, open_regular
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
@@ -79,7 +80,9 @@ def _content_size_hint(path: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _decoders(event_type: Any, meta_type: Any) -> tuple[Any, Any, Any]:
+def _decoders(
+    event_type: Any, meta_type: Any
+) -> tuple[msgspec.json.Decoder[list[Any]], msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
     """Decoders of a list of events, of the top-level keys, and of a whole document (the keys
     and ``traceEvents``), built once per event/meta type."""
     doc = msgspec.defstruct(
@@ -87,7 +90,7 @@ def _decoders(event_type: Any, meta_type: Any) -> tuple[Any, Any, Any]:
     )
     return (
         msgspec.json.Decoder(list[event_type]),
-        msgspec.json.Decoder(meta_type),  # type: ignore[valid-type]
+        msgspec.json.Decoder(meta_type),
         msgspec.json.Decoder(doc),
     )
 

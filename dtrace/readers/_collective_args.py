@@ -19,7 +19,7 @@ also launch copies or memsets of its buffers, which stay what they are.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,7 @@ def _enclosing(
 
 
 def _column(events: pa.Table, name: str) -> np.ndarray:
-    return events.column(name).to_numpy()
+    return cast(np.ndarray, events.column(name).to_numpy())
 
 
 def inherit_collective_args(

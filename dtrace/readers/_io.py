@@ -14,6 +14,7 @@ import re
 import stat
 import types
 import zlib
+from typing import TYPE_CHECKING
 
 import xxhash
 
@@ -21,6 +22,9 @@ from ..core.fileio import NotRegularError
 from ..core.fileio import open_regular as _open_regular
 from ..core.units import format_size
 from ..errors import InputTooLarge, NotRegularFile
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 _gzip: types.ModuleType  # isal's igzip or the stdlib's gzip: the same GzipFile API
 try:  # isal's gzip is ~1.7x faster than zlib's; fall back silently to the stdlib
@@ -65,7 +69,8 @@ def read_head(path: str | os.PathLike[str], n: int = 4096) -> bytes:
         f.seek(0)
         try:
             with _gzip.GzipFile(fileobj=f, mode="rb") as g:
-                return g.read(n)
+                head: bytes = g.read(n)  # _gzip is a module chosen at run time: untyped to mypy
+                return head
         except (OSError, EOFError, zlib.error):
             return b""
 
@@ -113,7 +118,7 @@ class HashingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b: WriteableBuffer) -> int:
         n = self._f.readinto(b)
         if n:
             self.hash.update(memoryview(b)[:n])

@@ -31,6 +31,7 @@ import io
 import os
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -290,7 +291,7 @@ def _numbers(vals: np.ndarray, scale: float, path: str, column: str, header_line
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(path, f"column {column!r} has a non-numeric value {vals[i]!r} (line {header_line + 2 + i})")
     with np.errstate(over="ignore"):  # 1e308 MB is inf: the callers check ranges, never a warning
-        return num.to_numpy(np.float64) * scale
+        return cast(np.ndarray, num.to_numpy(np.float64) * scale)
 
 
 def _missing(report: str, lines: list[str]) -> str:

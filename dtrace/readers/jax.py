@@ -639,10 +639,10 @@ def _side_rows(
     name_dict: list[str],
     codes: np.ndarray,
     extra: dict[int, tuple[str | None, str | None, str | None]],
-) -> tuple[dict[str, list], dict[str, list]]:
+) -> tuple[dict[str, list[object]], dict[str, list[object]]]:
     comm_name = np.array([bool(_COMM_RE.search(s)) for s in name_dict], bool)
-    coll: dict[str, list] = {f.name: [] for f in COLLECTIVE_SCHEMA}
-    mem: dict[str, list] = {f.name: [] for f in MEMCPY_SCHEMA}
+    coll: dict[str, list[object]] = {f.name: [] for f in COLLECTIVE_SCHEMA}
+    mem: dict[str, list[object]] = {f.name: [] for f in MEMCPY_SCHEMA}
     if not len(gpu_rows):
         return coll, mem
     k = kinds[gpu_rows]
@@ -670,7 +670,7 @@ def _side_rows(
     return coll, mem
 
 
-def _side_table(cols: dict[str, list], rows: np.ndarray, schema: pa.Schema) -> pa.Table:
+def _side_table(cols: dict[str, list[object]], rows: np.ndarray, schema: pa.Schema) -> pa.Table:
     """The side-table rows whose event is in ``rows``, renumbered to the part's rows."""
     old = np.asarray(cols["row"], np.int64)
     pos = np.searchsorted(rows, old)

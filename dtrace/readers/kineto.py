@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -206,7 +206,7 @@ def _int_column(values: list[Any], default: int) -> np.ndarray:
         return np.fromiter((_num(v, default) for v in values), np.int64, len(values))
     if arr.null_count:
         arr = arr.fill_null(default)
-    return arr.to_numpy(zero_copy_only=False)
+    return cast(np.ndarray, arr.to_numpy(zero_copy_only=False))
 
 
 def _ints(values: list[Any], ids: StableIds) -> np.ndarray:
@@ -243,7 +243,7 @@ def _kind_codes(enc: pa.DictionaryArray, unread: Counter[str] | None = None) -> 
     if unread is not None and (lut[:-1] == KIND_CODES["other"]).any():
         counts = np.bincount(idx, minlength=len(lut))
         unread.update({u: int(counts[i]) for i, u in enumerate(uniq) if lut[i] == KIND_CODES["other"] and counts[i]})
-    return lut[idx]
+    return cast(np.ndarray, lut[idx])
 
 
 def _floats(xs: list[Event], get: Any, field: str, path: str) -> np.ndarray:
@@ -359,7 +359,7 @@ def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) ->
     idx = cats.indices.fill_null(-1).to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(idx == uniq.index(MTIA_DEVICE))
     dma = np.fromiter((xs[i].name == MTIA_DMA for i in rows.tolist()), bool, len(rows))
-    out = kinds.copy()
+    out: np.ndarray = kinds.copy()
     out[rows[dma]] = KIND_CODES["memcpy"]
     return out
 

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -272,7 +272,7 @@ def _times(s: pd.Series, bad: int) -> np.ndarray:
     drops: never a wrapped or clipped time, never a numpy warning."""
     v = pd.to_numeric(s, errors="coerce")
     if v.dtype.kind in "iu":
-        return v.to_numpy(np.int64)
+        return cast(np.ndarray, v.to_numpy(np.int64))
     f = v.to_numpy(np.float64)
     ok = np.abs(f) < 2.0**62  # False for NaN
     return np.where(ok, np.where(ok, f, 0).astype(np.int64), bad)

@@ -46,7 +46,7 @@ of ranks matched.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import pandas as pd
@@ -418,7 +418,7 @@ def _number_by_first_start(inst: np.ndarray, start: np.ndarray) -> np.ndarray:
     first = pd.Series(start).groupby(inst).min()
     renum = np.empty(len(first), np.int64)
     renum[first.index.to_numpy()[np.argsort(first.to_numpy(), kind="stable")]] = np.arange(len(first))
-    return renum[inst]
+    return cast(np.ndarray, renum[inst])
 
 
 def _instance_stats(per: pd.DataFrame) -> pd.DataFrame:

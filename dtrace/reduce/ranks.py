@@ -22,7 +22,7 @@ MAD, the scale used, min, max and the rank with the max.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import pandas as pd
@@ -101,7 +101,7 @@ def rank_metrics(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     idx = pd.MultiIndex.from_frame(out[KEYS])
 
     def per_rank(series: pd.Series, fill: float = 0) -> np.ndarray:
-        return series.reindex(idx).fillna(fill).to_numpy()
+        return cast(np.ndarray, series.reindex(idx).fillna(fill).to_numpy())
 
     step_ns, n_steps = _step_columns(out, tables.get("steps"), per_rank)
     out.insert(2, "step_ns", step_ns)

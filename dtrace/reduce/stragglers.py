@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import pandas as pd
@@ -292,7 +292,7 @@ def own_lag(rows: pd.DataFrame, every: pd.DataFrame) -> np.ndarray:
     lead = np.full(len(rows), np.nan)
     lead[hit["i"].to_numpy()] = (hit["t"] - hit["released"]).to_numpy(np.float64)
     med = pd.Series(lead).groupby(rows["collective"].to_numpy()).transform("median").to_numpy()
-    return lead - med
+    return cast(np.ndarray, lead - med)
 
 
 def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[np.ndarray, pd.DataFrame]:
@@ -557,7 +557,8 @@ class _Evidence:
         """The compared process groups containing (rank, device)."""
         if self._members is None or key not in self._members.index:
             return []
-        return self._members.loc[[key], "group"].tolist()
+        groups: list[str] = self._members.loc[[key], "group"].tolist()  # pandas is untyped here
+        return groups
 
     def classes(self, key: tuple[int, int]) -> pd.DataFrame | None:
         if self._cls is None or key not in self._cls.index:
@@ -699,7 +700,7 @@ def _strengths(ranks: pd.DataFrame) -> _PerSignal:
     """Each signal's strength ``max(0, z) / Z_FLAG``: 1 at the flagging threshold."""
 
     def strength(z_column: str) -> np.ndarray:
-        return np.maximum(ranks[z_column].to_numpy(), 0) / Z_FLAG
+        return cast(np.ndarray, np.maximum(ranks[z_column].to_numpy(), 0) / Z_FLAG)
 
     return _PerSignal(
         strength("last_z"),

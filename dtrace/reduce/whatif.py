@@ -65,7 +65,7 @@ changed overlap between compute and communication kernels sharing the GPU, are n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -440,11 +440,10 @@ def _row_chains(coll: pd.DataFrame, chains: pd.DataFrame) -> np.ndarray:
     if not len(coll):
         return np.zeros(0, np.int64)
     ck = pd.MultiIndex.from_frame(chains)
-    return ck.get_indexer(
-        pd.MultiIndex.from_arrays(
-            [coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64), coll["step"].to_numpy(np.int64)]
-        )
+    rows = pd.MultiIndex.from_arrays(
+        [coll["rank"].to_numpy(np.int64), coll["device"].to_numpy(np.int64), coll["step"].to_numpy(np.int64)]
     )
+    return cast(np.ndarray, ck.get_indexer(rows))
 
 
 def _tied_steps(
@@ -570,7 +569,7 @@ def median_work(g: Graph, parts: pd.DataFrame | None, phi: np.ndarray) -> np.nda
     node_keys = pd.MultiIndex.from_frame(g.chains[KEYS].iloc[g.chain].astype(np.int64))
     mine = node_keys.isin(pd.MultiIndex.from_frame(parts[KEYS].astype(np.int64)))
     ok = mine & (own > 0)
-    out = phi.copy()
+    out: np.ndarray = phi.copy()
     out[ok] = med_w[ok] / own[ok]
     return out
 
@@ -645,7 +644,7 @@ def replay(
             zr[ir] = last[g.inst[ir]] + transfer[g.inst[ir]] + g.rho[ir]
             ok = ir[chain_of_row[ir]]
             np.maximum.at(comm_end, g.row_chain[ok], zr[ok])
-    return np.maximum(tn[g.end_node], comm_end) - tn[g.first]
+    return cast(np.ndarray, np.maximum(tn[g.end_node], comm_end) - tn[g.first])
 
 
 def observed_span(g: Graph) -> np.ndarray:
@@ -656,7 +655,7 @@ def observed_span(g: Graph) -> np.ndarray:
         comm_end = np.full(len(end), NEG)
         np.maximum.at(comm_end, g.row_chain[ok], g.end[ok])
         end = np.maximum(end, comm_end)
-    return end - g.t[g.first]
+    return cast(np.ndarray, end - g.t[g.first])
 
 
 # -- scenarios -------------------------------------------------------------------------------

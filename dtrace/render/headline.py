@@ -3,32 +3,27 @@ up-to-date run prints it without loading a table)."""
 
 from __future__ import annotations
 
-from typing import Any
+from ..core.records import Manifest
 
 
-def headline(manifest: dict[str, Any]) -> str:
+def headline(m: Manifest) -> str:
     """The first line of the summary: inputs, parts, failures, run time (or that the results
-    are up to date).
+    are up to date). A count not recorded (``dtrace nsys-stats``) reads 0.
 
     Examples
     --------
-    >>> headline({"n_inputs": 2, "n_parts": 2, "n_failed": 0, "seconds": 1.5, "workers": 2})
+    >>> headline(Manifest(n_inputs=2, n_parts=2, n_failed=0, seconds=1.5, workers=2))
     'dtrace: 2 inputs, 2 (rank, device) parts, 0 failed, 1.50 s on 2 worker(s)\\n'
     """
-    m = manifest
-
-    def count(key: str) -> Any:  # absent or null (not recorded): 0
-        return m.get(key) or 0
-
-    created = "?" if m.get("created") is None else m["created"]
-    if m.get("up_to_date"):
+    n_inputs, n_parts = m.n_inputs or 0, m.n_parts or 0
+    if m.up_to_date:
         return (
-            f"dtrace: {count('n_inputs')} inputs, {count('n_parts')} (rank, device) parts: results up to "
-            f"date (inputs, settings and dtrace unchanged since the run of {created}; "
+            f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts: results up to "
+            f"date (inputs, settings and dtrace unchanged since the run of {'?' if m.created is None else m.created}; "
             "--recompute or --no-cache analyses again)\n"
         )
-    workers = 1 if m.get("workers") is None else m["workers"]
+    workers = 1 if m.workers is None else m.workers
     return (
-        f"dtrace: {count('n_inputs')} inputs, {count('n_parts')} (rank, device) parts, "
-        f"{count('n_failed')} failed, {count('seconds'):.2f} s on {workers} worker(s)\n"
+        f"dtrace: {n_inputs} inputs, {n_parts} (rank, device) parts, "
+        f"{m.n_failed or 0} failed, {m.seconds or 0:.2f} s on {workers} worker(s)\n"
     )

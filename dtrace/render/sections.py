@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
+from ..core.records import InputRecord
 from ..explore.diff import class_source
 from . import charts as ch
 from .context import Context
@@ -32,8 +33,8 @@ GAP_CAUSES = (
 
 def section_summary(ctx: Context) -> str:
     """Job summary: key figures as cards, failed inputs, run details and the inputs."""
-    inputs = ctx.results.manifest.get("inputs", [])
-    failed = [i for i in inputs if i.get("status") == "error"]
+    inputs = ctx.results.record.inputs
+    failed = [i for i in inputs if i.status == "error"]
     items: list = [("inputs analysed", f"{len(inputs) - len(failed):,} of {len(inputs):,}", len(failed) > 0)]
     bd, _ = ctx.get("breakdown", ("rank", "total_ns"))
     items += _breakdown_cards(bd) + _step_cards(ctx) + _straggler_cards(ctx) + _kernel_cards(ctx)
@@ -89,9 +90,9 @@ def _kernel_cards(ctx: Context) -> list:
     ]
 
 
-def _failed_inputs(bad: list) -> str:
+def _failed_inputs(bad: list[InputRecord]) -> str:
     """The first 30 failed inputs with their errors."""
-    lines = "".join(f"<li><code>{escape(str(i.get('error') or i.get('path')))}</code></li>" for i in bad[:30])
+    lines = "".join(f"<li><code>{escape(str(i.error or i.path))}</code></li>" for i in bad[:30])
     more = f"<li>… and {len(bad) - 30} more</li>" if len(bad) > 30 else ""
     return f"<h3>Failed inputs ({len(bad)})</h3><ul>{lines}{more}</ul>"
 
@@ -99,15 +100,15 @@ def _failed_inputs(bad: list) -> str:
 def _run_details(ctx: Context) -> str:
     """Where the results are, when and how they were made, the tables and the options set."""
     r = ctx.results
-    m = r.manifest
+    m = r.record
     info = [
         ("results", str(r.path or "(in memory)")),
-        ("created", str(m.get("created", "–"))),
-        ("dtrace", str(m.get("dtrace_version", __version__))),
-        ("analysis time", f"{m.get('seconds', 0)} s on {m.get('workers', 1)} worker(s)"),
+        ("created", "–" if m.created is None else m.created),
+        ("dtrace", __version__ if m.dtrace_version is None else m.dtrace_version),
+        ("analysis time", f"{m.seconds or 0} s on {1 if m.workers is None else m.workers} worker(s)"),
         ("tables", ", ".join(sorted(ctx.names)) or "none"),
     ]
-    opts = m.get("options") or {}
+    opts = m.options
     set_opts = {k_: v for k_, v in opts.items() if v not in (None, False, {}, "") and k_ != "extra"}
     if set_opts:
         info.append(("options", ", ".join(f"{k_}={v}" for k_, v in set_opts.items())))
@@ -115,12 +116,11 @@ def _run_details(ctx: Context) -> str:
     return f'<details><summary>Run details</summary><table class="data">{rows}</table></details>'
 
 
-def _inputs_table(inputs: list) -> str:
+def _inputs_table(inputs: list[InputRecord]) -> str:
     """The inputs (the failed ones first when there are more than 64)."""
-    df = pd.DataFrame(inputs)
-    cols = [c for c in ("path", "format", "status", "events", "error") if c in df.columns]
-    if "error" in df.columns:
-        df["error"] = df["error"].fillna("")
+    cols = ["path", "format", "status", "events", "error"]
+    df = pd.DataFrame({c: [getattr(i, c) for i in inputs] for c in cols})
+    df["error"] = df["error"].fillna("")
     shown = df if len(df) <= 64 else pd.concat([df[df["status"] == "error"], df[df["status"] != "error"]]).head(64)
     kinds = {"events": "num"}
     return (

@@ -24,7 +24,7 @@ BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exp
 
 def header(results: Results) -> str:
     """The first line: inputs, parts, failures, run time (:func:`~dtrace.render.headline.headline`)."""
-    return headline(results.manifest)
+    return headline(results.record)
 
 
 def _breakdown(results: Results) -> pd.DataFrame:

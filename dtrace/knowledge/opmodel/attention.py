@@ -24,6 +24,8 @@ counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._args import NotModelled, OpArgs
 from .base import MATRIX, Estimate, register
 
@@ -60,7 +62,13 @@ def _dims(a: OpArgs, i: int, layout: str) -> tuple[int, int, int, int]:
 
 
 def _attention(
-    a: OpArgs, q_at: int, layout: str, causal: bool, backward: bool, bottom_right: bool = False, seqs=None
+    a: OpArgs,
+    q_at: int,
+    layout: str,
+    causal: bool,
+    backward: bool,
+    bottom_right: bool = False,
+    seqs: tuple[int, int, int, int] | None = None,
 ) -> Estimate:
     b, hq, nq, dqk = _dims(a, q_at, layout)
     bk, hkv, nkv, dk = _dims(a, q_at + 1, layout)
@@ -91,7 +99,9 @@ def _pairs(nq: int, nkv: int, causal: bool, bottom_right: bool) -> float:
     return float(causal_pairs(nq, nkv, bottom_right) if causal else nq * nkv)
 
 
-def _model(q_at: int, layout: str, causal_at: int, backward: bool, mask_type: bool = False, bottom_right: bool = False):
+def _model(
+    q_at: int, layout: str, causal_at: int, backward: bool, mask_type: bool = False, bottom_right: bool = False
+) -> Callable[[OpArgs], Estimate]:
     def model(a: OpArgs) -> Estimate:
         if mask_type:  # xformers' custom_mask_type: 0 none, 1 causal from the top left, 2 from the bottom right
             kind = a.integer(causal_at, 0)
@@ -101,7 +111,7 @@ def _model(q_at: int, layout: str, causal_at: int, backward: bool, mask_type: bo
     return model
 
 
-def _varlen(q_at: int, cu_at: int, max_at: int, causal_at: int, backward: bool):
+def _varlen(q_at: int, cu_at: int, max_at: int, causal_at: int, backward: bool) -> Callable[[OpArgs], Estimate]:
     def model(a: OpArgs) -> Estimate:
         seqs = (a.numel(cu_at) - 1, a.numel(cu_at + 1) - 1, a.integer(max_at, 0), a.integer(max_at + 1, 0))
         if min(seqs) < 1:

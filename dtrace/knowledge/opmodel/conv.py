@@ -21,6 +21,7 @@ nothing.
 from __future__ import annotations
 
 from math import prod
+from typing import TypedDict
 
 from ._args import NotModelled, OpArgs
 from .base import MATRIX, Estimate, register
@@ -66,14 +67,25 @@ def output_shape(
     return (x[0], c_out, *sp)
 
 
-def _geometry(a: OpArgs, x_at: int, w_at: int, first: int) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
+class _Geometry(TypedDict):
+    """A convolution's parameters besides its shapes (:func:`output_shape`'s keyword arguments)."""
+
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    transposed: bool
+    output_padding: list[int]
+    groups: int
+
+
+def _geometry(a: OpArgs, x_at: int, w_at: int, first: int) -> tuple[tuple[int, ...], tuple[int, ...], _Geometry]:
     """Shapes of x and w and the parameters stride, padding, dilation, transposed, output
     padding, groups recorded from position ``first`` on."""
     x, w = a.shape(x_at), a.shape(w_at)
     nd = len(x) - 2
     if nd < 1 or len(w) != len(x):
         raise NotModelled(f"{a.name}: input {list(x)} and weight {list(w)}")
-    geo = {
+    geo: _Geometry = {
         "stride": _per_dim(a.ints(first), nd, 1),
         "padding": _per_dim(a.ints(first + 1), nd, 0),
         "dilation": _per_dim(a.ints(first + 2), nd, 1),
@@ -84,7 +96,7 @@ def _geometry(a: OpArgs, x_at: int, w_at: int, first: int) -> tuple[tuple[int, .
     return x, w, geo
 
 
-def _params(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], geo: dict) -> str:
+def _params(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], geo: _Geometry) -> str:
     sp = "x".join(map(str, x[2:]))
     k = "x".join(map(str, w[2:]))
     text = f"N={x[0]} C={x[1]}->{y[1]} {sp} kernel {k}"

@@ -32,7 +32,9 @@ from ._args import NotModelled, OpArgs
 from .base import VECTOR, Estimate, register
 
 
-def norm_forward(e: int, c: float, bpe_in: float, bpe_out: float, affine: bool, bias: bool, training: bool) -> tuple:
+def norm_forward(
+    e: int, c: float, bpe_in: float, bpe_out: float, affine: bool, bias: bool, training: bool
+) -> tuple[float, float]:
     """(FLOPs, bytes) of a normalisation forward (TraceLens's formula, the module docs).
 
     Examples
@@ -47,7 +49,7 @@ def norm_forward(e: int, c: float, bpe_in: float, bpe_out: float, affine: bool, 
 
 def norm_backward(
     e: int, c: float, bpe_in: float, bpe_out: float, affine: bool, bias: bool, training: bool, grad_input: bool
-) -> tuple:
+) -> tuple[float, float]:
     """(FLOPs, bytes) of a normalisation backward (the module docs).
 
     Examples
@@ -72,7 +74,7 @@ def _normalized(a: OpArgs, at: int) -> int:
     return prod(v)
 
 
-def _est(a: OpArgs, x_at: int, fb: tuple, params: str) -> Estimate:
+def _est(a: OpArgs, x_at: int, fb: tuple[float, float], params: str) -> Estimate:
     return Estimate(float(fb[0]), float(fb[1]), VECTOR, a.precision(x_at), params)
 
 
