@@ -114,6 +114,17 @@ def read_regular(path: str | os.PathLike[str], *, follow_links: bool = True, lim
     return data
 
 
+def real_folder(path: str) -> None:
+    """Make ``path`` a real folder (created if needed): anything else there — a symbolic link, a
+    file, a FIFO, a socket — is removed first, never followed nor opened."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.makedirs(path, exist_ok=True)
+
+
 def default_mode() -> int:
     """The mode a plain ``open`` gives a new file (``0o666`` less the umask)."""
     mask = os.umask(0)

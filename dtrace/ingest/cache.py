@@ -64,7 +64,7 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
     _ISAL_ERRORS = ()
 
-from ..core.fileio import atomic_write_bytes, read_regular
+from ..core.fileio import atomic_write_bytes, read_regular, real_folder
 from ..core.records import CachedInput, CachedPart, InputMeta, SourceFile, SourceVersion, convert
 from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 from ..errors import DtraceError, InputError, NoGPUActivity, OwnOutput
@@ -635,12 +635,7 @@ def _fresh_entry(d: str) -> None:
     """Make ``d`` a real folder without a ``source.json``: until the new one is written, the entry
     is absent. Anything else there (a symbolic link, a file, a FIFO, a socket) is removed — never
     followed, never opened."""
-    try:
-        if not stat.S_ISDIR(os.lstat(d).st_mode):
-            os.unlink(d)
-    except FileNotFoundError:
-        pass
-    os.makedirs(d, exist_ok=True)
+    real_folder(d)
     src = os.path.join(d, SOURCE)
     _remove_folder(src)
     try:

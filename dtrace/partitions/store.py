@@ -40,6 +40,7 @@ import pyarrow as pa
 from .._version import __version__
 from ..analyses import Analysis
 from ..core.dtypes import conform, dtype_is
+from ..core.fileio import real_folder
 from ..core.records import StoredTable, StoreEntry, convert
 from ..ingest.cache import _NOFOLLOW, fingerprint_bytes, read_file
 from ..ingest.ranks import PartSpec
@@ -65,12 +66,7 @@ def open_store(cache_dir: str) -> str | None:
     folder elsewhere."""
     d = store_dir(cache_dir)
     try:
-        try:
-            if not stat.S_ISDIR(os.lstat(d).st_mode):
-                os.unlink(d)
-        except FileNotFoundError:
-            pass
-        os.makedirs(d, exist_ok=True)
+        real_folder(d)
         return d if stat.S_ISDIR(os.lstat(d).st_mode) else None
     except OSError:
         return None
