@@ -23,7 +23,7 @@ from dtrace.readers import _io
 
 PRELOAD = os.path.abspath(__file__)
 _open_regular = _io.open_regular
-_read_part_tables = tasks.read_part_tables
+_read_parts_tables = tasks.read_parts_tables
 
 
 def crash_reading(path: str | os.PathLike[str]) -> None:
@@ -44,13 +44,13 @@ def _crashing_open(path: str | os.PathLike[str]):
     return _open_regular(path)
 
 
-def _crashing_read_part_tables(spec):
-    if os.path.exists(spec.path + ".crash-analysis"):
+def _crashing_read_parts_tables(specs):
+    if any(os.path.exists(s.path + ".crash-analysis") for s in specs):
         _die()
-    return _read_part_tables(spec)
+    return _read_parts_tables(specs)
 
 
 def dask_setup(worker: object) -> None:
     """Called by Dask when a worker loads this module as a preload (never in the test process)."""
     _io.open_regular = _crashing_open
-    tasks.read_part_tables = _crashing_read_part_tables
+    tasks.read_parts_tables = _crashing_read_parts_tables
