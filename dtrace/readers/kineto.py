@@ -376,6 +376,8 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
     for k, default in _ARG_DEFAULTS.items():
         if default != _NOVAL:
             col[k] = np.where(col[k] == _NOVAL, default, col[k])
+    if (col["name"] < 0).any():  # no "name": the struct's default, ""
+        col["name"] = np.where(col["name"] < 0, _code(scanner, ""), col["name"]).astype(np.int32)
     aux = b.aux
     decoded: dict[int, Args] = {}
     if not b.fallback:
