@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from .. import opmodel
 from ..constants import KIND_CODES
 from ..schema import ARGS_SEP, DEVICE_SCHEMA, OP_ARGS_SCHEMA
+from ._scanned import join_spans
 
 NO_RAW = msgspec.Raw()
 """The default of an absent ``msgspec.Raw`` argument (its text is empty)."""
@@ -92,7 +93,7 @@ class OpArgsBuffer:
         decoded: dict[int, Any],
     ) -> None:
         """:meth:`add` for a block the compiled scanner read (:mod:`._scanned`): the texts are
-        gathered from the block ``text`` with numpy, no Python per event.
+        gathered from the block ``text`` by the extension's ``join_spans``, no Python per event.
 
         ``spans`` holds ``(row, field, start, end)``: the byte span in ``text`` of argument
         ``field`` (the index in :data:`FIELDS`) of the block's event ``row``; ``decoded`` the
@@ -126,15 +127,10 @@ class OpArgsBuffer:
         if not has.any():
             return
         lengths = (ends[has] - starts[has]).ravel()
-        seg_end = np.cumsum(lengths + 1)  # every text followed by the separator
-        data = np.full(int(seg_end[-1]), _SEP[0], np.uint8)
-        total = int(lengths.sum())
-        if total:
-            within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            data[np.repeat(seg_end - lengths - 1, lengths) + within] = source[
-                np.repeat(starts[has].ravel(), lengths) + within
-            ]
-        offsets = np.r_[0, seg_end[len(FIELDS) - 1 :: len(FIELDS)]].astype(np.int64)
+        pairs = np.stack([starts[has].ravel(), ends[has].ravel()], axis=1)
+        assert join_spans is not None  # a scanned block: the extension is built
+        data = join_spans(source, np.ascontiguousarray(pairs, np.int64), _SEP[0])  # every text, then the separator
+        offsets = np.r_[0, np.cumsum(lengths + 1)[len(FIELDS) - 1 :: len(FIELDS)]].astype(np.int64)
         arr = pa.LargeBinaryArray.from_buffers(
             pa.large_binary(), int(has.sum()), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
         )

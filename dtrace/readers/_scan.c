@@ -231,6 +231,33 @@ static const char *parse_number(const char *p, const char *end, Num *o) {
     return p;
 }
 
+static inline int isdigit_(char c) { return c >= '0' && c <= '9'; }
+
+/* the end of the JSON number at p (its grammar only), NULL if not one */
+static const char *skip_number(const char *p, const char *end) {
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && isdigit_(*p)) p++;
+    } else {
+        return NULL;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !isdigit_(*p)) return NULL;
+        while (p < end && isdigit_(*p)) p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !isdigit_(*p)) return NULL;
+        while (p < end && isdigit_(*p)) p++;
+    }
+    return p;
+}
+
 /* skip one JSON value; NULL if not valid JSON (or too deep) */
 static const char *skip_value(const char *p, const char *end, int depth, int *flags) {
     if (p >= end) return NULL;
@@ -277,10 +304,8 @@ static const char *skip_value(const char *p, const char *end, int depth, int *fl
             return (end - p >= 5 && memcmp(p, "false", 5) == 0) ? p + 5 : NULL;
         case 'n':
             return (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
-        default: {
-            Num num;
-            return parse_number(p, end, &num);
-        }
+        default:
+            return skip_number(p, end);
     }
 }
 
@@ -872,6 +897,42 @@ static PyObject *Scanner_get_codes(Scanner *s, void *c) {
     return s->codes;
 }
 
+/* join_spans(buffer, spans, sep) -> bytes: buffer[a:b] + sep for each (a, b) of spans (int64 pairs) */
+static PyObject *join_spans(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer text, spans;
+    int sep;
+    if (!PyArg_ParseTuple(args, "y*y*i", &text, &spans, &sep)) return NULL;
+    PyObject *out = NULL;
+    const int64_t *sp = spans.buf;
+    Py_ssize_t k = spans.len / 16, total = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (sp[2 * i] < 0 || sp[2 * i + 1] < sp[2 * i] || sp[2 * i + 1] > text.len) {
+            PyErr_SetString(PyExc_ValueError, "a span outside the buffer");
+            goto done;
+        }
+        total += sp[2 * i + 1] - sp[2 * i] + 1;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *o = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        Py_ssize_t n = sp[2 * i + 1] - sp[2 * i];
+        memcpy(o, (const char *)text.buf + sp[2 * i], (size_t)n);
+        o += n;
+        *o++ = (char)sep;
+    }
+done:
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&spans);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"join_spans", join_spans, METH_VARARGS, "join_spans(buffer, spans, sep) -> the spans' bytes, each followed by sep"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_O,
      "scan(text) -> None or a tuple of columns: the events of a JSON array of Kineto events"},
@@ -896,7 +957,7 @@ static PyTypeObject ScannerType = {
     .tp_getset = Scanner_getset,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Compiled scanner of Kineto events", -1, NULL, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Compiled scanner of Kineto events", -1, module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
     init_tables();

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
@@ -361,12 +362,27 @@ def _code(scanner: Any, s: str) -> int:
     return int(code)
 
 
-def _dict_array(codes: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
+class _Interned:
+    """The scanner's interned strings as an Arrow array too (rebuilt as the list doubles), so a
+    block's dictionary is a ``take`` of its codes rather than a Python list of its strings."""
+
+    def __init__(self) -> None:
+        self.arrow = pa.array([], pa.string())
+
+    def values(self, codes: pa.Array, strings: list[str]) -> pa.Array:
+        """The strings of ``codes`` (distinct codes, no nulls), as an Arrow string array."""
+        if len(codes) and len(strings) > len(self.arrow) and len(strings) >= 2 * len(self.arrow):
+            self.arrow = pa.array(strings, pa.string())
+        if not len(codes) or pc.max(codes).as_py() < len(self.arrow):
+            return self.arrow.take(codes)
+        return pa.array([strings[k] for k in codes.to_pylist()], pa.string())
+
+
+def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.DictionaryArray:
     """Codes (-1: null) as the dictionary array ``pa.array(values, _DICT_TYPE)`` builds: the
     distinct values in order of first occurrence."""
     enc = pa.array(codes, pa.int32(), mask=codes < 0).dictionary_encode()
-    values = [strings[k] for k in enc.dictionary.to_pylist()]
-    return pa.DictionaryArray.from_arrays(enc.indices, pa.array(values, pa.string()))
+    return pa.DictionaryArray.from_arrays(enc.indices, interned.values(enc.dictionary, strings))
 
 
 def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
@@ -413,7 +429,13 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
 
 
 def _add_scanned(
-    b: Scanned, c: _Columns, ids: StableIds, path: str, scanner: Any, memory: list[dict[str, np.ndarray]]
+    b: Scanned,
+    c: _Columns,
+    ids: StableIds,
+    path: str,
+    scanner: Any,
+    interned: _Interned,
+    memory: list[dict[str, np.ndarray]],
 ) -> None:
     """:func:`_add_chunk` and :func:`_add_memory` for a block the compiled scanner read: the same
     columns and side rows from the scanner's columns (numpy/Arrow on whole columns; Python only
@@ -421,8 +443,8 @@ def _add_scanned(
     col, decoded, aux = _scanned_columns(b, scanner)
     strings = scanner.strings
     if len(col["cat"]):
-        cats = _dict_array(col["cat"], strings)
-        names = _dict_array(col["name"], strings)
+        cats = _dict_array(col["cat"], strings, interned)
+        names = _dict_array(col["name"], strings, interned)
         name_seq = _CodeNames(col["name"], strings)
         kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, name_seq)
         c.categories.update(cats.dictionary.to_pylist())
@@ -609,10 +631,11 @@ def read_kineto(
     )
     ids = StableIds()
     c = _Columns()
+    interned = _Interned()
     memory: list[dict[str, np.ndarray]] = []
     for chunk in trace.chunks():
         if isinstance(chunk, Scanned):
-            _add_scanned(chunk, c, ids, path, scanner, memory)
+            _add_scanned(chunk, c, ids, path, scanner, interned, memory)
         else:
             _add_chunk(chunk, c, ids, path)
             _add_memory(chunk, memory, ids)
