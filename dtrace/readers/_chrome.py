@@ -598,7 +598,7 @@ class Scanned:
 
     def __init__(self, got: tuple[Any, ...], text: memoryview) -> None:
         self.n: int = got[0]
-        self.cols: tuple[bytes, ...] = got[1:-2]
+        self.cols: tuple[bytearray, ...] = got[1:-2]
         fb = np.frombuffer(got[-2], np.int64).reshape(-1, 3)
         self.fb_recs = fb[:, 0]
         self.fb_spans = fb[:, 1:]

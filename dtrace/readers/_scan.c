@@ -24,6 +24,8 @@
 enum { C_CAT, C_NAME, C_PID, C_TID, C_FLAGS, C_TS, C_DUR, C_CORR, C_EXT, C_EXT_OLD, C_SEQ, C_DEV, C_STREAM, N_COLS };
 static const int col_size[N_COLS] = {4, 4, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8};
 enum { F_PID_STR = 1, F_TID_STR = 2 };
+/* an integer argument absent or null: the value the pure path gives it (kineto._ARG_DEFAULTS) */
+static const int64_t arg_default[N_COLS] = {0, 0, 0, 0, 0, 0, 0, -1, INT64_MIN, -1, -1, -2, -2};
 enum { AUX_DIMS, AUX_TYPE, AUX_STRIDES, AUX_CONCRETE, AUX_KIND };
 
 typedef struct {
@@ -593,7 +595,7 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
             if (col >= 0) {
                 int64_t v = NOVAL;
                 p = int_arg(p, end, &v, fallback, flags);
-                if (p) SET(col, int64_t, v);
+                if (p) SET(col, int64_t, v == NOVAL ? arg_default[col] : v);
             } else if (aux == AUX_KIND) {
                 if (*p == '"') {
                     int f = 0;
@@ -657,7 +659,7 @@ static const char *parse_event(Scanner *s, const char *base, const char *p, cons
     SET(C_TID, int64_t, -1);
     SET(C_TS, double, NAN);
     SET(C_DUR, double, NAN);
-    for (int c = C_CORR; c <= C_STREAM; c++) SET(c, int64_t, NOVAL);
+    for (int c = C_CORR; c <= C_STREAM; c++) SET(c, int64_t, arg_default[c]);
     if (*p != '{') { /* not an object: msgspec names the problem */
         p = skip_value(p, end, 1, &flags);
         if (!p) return NULL;
@@ -848,7 +850,8 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
     PyObject *out = PyTuple_New(N_COLS + 3);
     if (!out) return NULL;
     PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(n));
-    for (int c = 0; c < N_COLS; c++) PyTuple_SET_ITEM(out, c + 1, PyBytes_FromStringAndSize(s->cols[c].p, s->cols[c].n));
+    for (int c = 0; c < N_COLS; c++) /* bytearrays: numpy views of them are writable */
+        PyTuple_SET_ITEM(out, c + 1, PyByteArray_FromStringAndSize(s->cols[c].p, s->cols[c].n));
     PyTuple_SET_ITEM(out, N_COLS + 1, PyBytes_FromStringAndSize(s->fb.p, s->fb.n));
     PyTuple_SET_ITEM(out, N_COLS + 2, PyBytes_FromStringAndSize(s->aux.p, s->aux.n));
     for (int i = 0; i < N_COLS + 3; i++)

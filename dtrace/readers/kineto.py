@@ -329,7 +329,8 @@ _SCAN_COLS = (
     ("device", np.int64),
     ("stream", np.int64),
 )
-# the integer arguments and their value when absent, null or unreadable (as _int_column reads them)
+# the integer arguments and their value when absent, null or unreadable (as _int_column reads
+# them; the scanner writes the same, _scan.c's arg_default)
 _ARG_DEFAULTS = {
     "correlation": -1,
     "external_id": _I64_MIN,
@@ -338,7 +339,6 @@ _ARG_DEFAULTS = {
     "device": -2,
     "stream": -2,
 }
-_NOVAL = _I64_MIN  # the scanner's "absent or null"
 _PID_STR, _TID_STR = 1, 2  # flags: the pid / tid is a string (its code)
 _AUX_KIND = 4  # the scanner's field number of args.kind
 
@@ -381,24 +381,21 @@ class _Interned:
 def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.DictionaryArray:
     """Codes (-1: null) as the dictionary array ``pa.array(values, _DICT_TYPE)`` builds: the
     distinct values in order of first occurrence."""
-    enc = pa.array(codes, pa.int32(), mask=codes < 0).dictionary_encode()
+    null = codes < 0
+    enc = pa.array(codes, pa.int32(), mask=null if null.any() else None).dictionary_encode()
     return pa.DictionaryArray.from_arrays(enc.indices, interned.values(enc.dictionary, strings))
 
 
 def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
     """The block's columns (complete events only), the args of its complete events msgspec
     decoded (by row) and its argument-text spans (rows renumbered to the columns')."""
-    col = {k: np.frombuffer(v, t) for (k, t), v in zip(_SCAN_COLS, b.cols)}
-    for k, default in _ARG_DEFAULTS.items():
-        if default != _NOVAL:
-            col[k] = np.where(col[k] == _NOVAL, default, col[k])
+    col = {k: np.frombuffer(v, t) for (k, t), v in zip(_SCAN_COLS, b.cols)}  # writable views of bytearrays
     if (col["name"] < 0).any():  # no "name": the struct's default, ""
         col["name"] = np.where(col["name"] < 0, _code(scanner, ""), col["name"]).astype(np.int32)
     aux = b.aux
     decoded: dict[int, Args] = {}
     if not b.fallback:
         return col, decoded, aux
-    col = {k: v if v.flags.writeable else v.copy() for k, v in col.items()}
     is_x = np.fromiter((e.ph == "X" for e in b.fallback), bool, len(b.fallback))
     drop = b.fb_recs[~is_x]
     xs = [e for e, x in zip(b.fallback, is_x.tolist()) if x]
