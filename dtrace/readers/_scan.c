@@ -212,7 +212,7 @@ static const char *parse_number(const char *p, const char *end, Num *o) {
     if (!dropped && m <= ((uint64_t)1 << 53) && e10 >= -22 && e10 <= 22) {
         double d = (double)m;
         d = e10 < 0 ? d / pow10tab[-e10] : d * pow10tab[e10];
-        o->dval = neg ? -d : d;
+        o->dval = neg && !(is_int && m == 0) ? -d : d; /* the integer -0 is 0, as msgspec reads it */
         o->float_ok = 1;
     } else if (is_int && !dropped) {
         double d = (double)m; /* one correctly rounded conversion */
