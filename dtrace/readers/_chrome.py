@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import InputError, InputTooLarge
 from ._io import BLOCK, Content, format_size, open_regular
+from ._scanned import join_spans
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
@@ -515,9 +516,8 @@ class ChromeTrace:
     def _decode_fallback(self, block: Scanned) -> bool:
         """Decode the events the scanner left to msgspec (their byte spans, in one call); False
         if they do not decode alone (never expected: the scanner checked their JSON)."""
-        text = block.text
-        spans = block.fb_spans.tolist()
-        joined = b"[" + b",".join([bytes(text[a:b]) for a, b in spans]) + b"]"
+        assert join_spans is not None  # a scanned block: the extension is built
+        joined = b"[" + join_spans(block.text, np.ascontiguousarray(block.fb_spans), _COMMA)[:-1] + b"]"
         try:
             block.fallback = self._events_decoder.decode(joined)
         except msgspec.DecodeError:

@@ -494,7 +494,7 @@ class _ScannedArgs:
 
     def __init__(self, decoded: dict[int, Args], aux: np.ndarray, text: memoryview, kinds: np.ndarray) -> None:
         self.decoded, self.text = decoded, text
-        copies = np.isin(kinds, (KIND_CODES["memcpy"], KIND_CODES["memset"]))
+        copies = (kinds == KIND_CODES["memcpy"]) | (kinds == KIND_CODES["memset"])
         kind = aux[(aux[:, 1] == _AUX_KIND) & copies[aux[:, 0]]] if len(aux) and copies.any() else aux[:0]
         self.kind = {int(r): (int(a), int(z)) for r, a, z in kind[:, [0, 2, 3]].tolist()} if len(kind) else {}
 
