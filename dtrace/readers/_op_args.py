@@ -115,7 +115,7 @@ class OpArgsBuffer:
         at = np.searchsorted(rows, wanted[:, 0])
         starts[at, wanted[:, 1]] = wanted[:, 2]
         ends[at, wanted[:, 1]] = wanted[:, 3]
-        own = [(i, decoded[r]) for i, r in enumerate(rows.tolist()) if r in decoded] if decoded else []
+        own = sorted((int(np.searchsorted(rows, r)), a) for r, a in decoded.items() if selected[r])
         if own:  # the few events msgspec decoded: their texts appended after the block's
             extra = [bytes(t) for _, a in own for t in _GET_ALL(a)]
             own_len = np.array([len(t) for t in extra], np.int64).reshape(-1, len(FIELDS))

@@ -26,7 +26,7 @@ static const int col_size[N_COLS] = {4, 4, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8};
 enum { F_PID_STR = 1, F_TID_STR = 2 };
 /* an integer argument absent or null: the value the pure path gives it (kineto._ARG_DEFAULTS) */
 static const int64_t arg_default[N_COLS] = {0, 0, 0, 0, 0, 0, 0, -1, INT64_MIN, -1, -1, -2, -2};
-enum { AUX_DIMS, AUX_TYPE, AUX_STRIDES, AUX_CONCRETE, AUX_KIND };
+enum { AUX_DIMS, AUX_TYPE, AUX_STRIDES, AUX_CONCRETE, AUX_KIND, AUX_BYTES }; /* AUX_BYTES: (value, 0) */
 
 typedef struct {
     char *p;
@@ -556,7 +556,8 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
                     else if (KEYIS("size")) rare = 1;
                     break;
                 case 5:
-                    if (KEYIS("bytes") || KEYIS("dtype") || KEYIS("Bytes")) rare = 1;
+                    if (KEYIS("bytes")) aux = AUX_BYTES, bit = 1 << 11;
+                    else if (KEYIS("dtype") || KEYIS("Bytes")) rare = 1;
                     break;
                 case 6:
                     if (KEYIS("stream")) col = C_STREAM, bit = 1 << 0;
@@ -612,6 +613,13 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
                 } else {
                     *fallback = 1;
                     p = skip_value(p, end, 2, flags);
+                }
+            } else if (aux == AUX_BYTES) { /* a copy's size: an int64 here, anything else msgspec's */
+                int64_t v = NOVAL;
+                p = int_arg(p, end, &v, fallback, flags);
+                if (p && v != NOVAL && aux_add(s, rec, AUX_BYTES, v, 0) < 0) {
+                    *err = 1;
+                    return NULL;
                 }
             } else if (aux >= 0) {
                 const char *v = p;
@@ -931,7 +939,54 @@ done:
     return out;
 }
 
+/* first_codes(codes, n) -> (local, dictionary): int32 codes (< n; negative: null) renumbered in
+ * order of first occurrence (nulls stay -1), and the codes in that order */
+static PyObject *first_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer codes;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*n", &codes, &n)) return NULL;
+    PyObject *local = NULL, *dict = NULL, *out = NULL;
+    Py_ssize_t k = codes.len / 4, m = 0;
+    int32_t *seen = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    local = PyByteArray_FromStringAndSize(NULL, k * 4);
+    dict = PyByteArray_FromStringAndSize(NULL, (n < k ? n : k) * 4);
+    if (!seen || !local || !dict) {
+        if (!seen) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) seen[i] = -1;
+    const int32_t *c = codes.buf;
+    int32_t *l = (int32_t *)PyByteArray_AS_STRING(local), *d = (int32_t *)PyByteArray_AS_STRING(dict);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int32_t x = c[i];
+        if (x < 0) {
+            l[i] = -1;
+            continue;
+        }
+        if (x >= n) {
+            PyErr_SetString(PyExc_ValueError, "a code beyond the strings");
+            goto done;
+        }
+        if (seen[x] < 0) {
+            seen[x] = (int32_t)m;
+            d[m++] = x;
+        }
+        l[i] = seen[x];
+    }
+    if (PyByteArray_Resize(dict, m * 4) < 0) goto done;
+    out = PyTuple_Pack(2, local, dict);
+done:
+    PyMem_Free(seen);
+    Py_XDECREF(local);
+    Py_XDECREF(dict);
+    PyBuffer_Release(&codes);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"first_codes", first_codes, METH_VARARGS,
+     "first_codes(codes, n) -> (local, dictionary): int32 codes renumbered in order of first occurrence"},
     {"join_spans", join_spans, METH_VARARGS, "join_spans(buffer, spans, sep) -> the spans' bytes, each followed by sep"},
     {NULL, NULL, 0, NULL},
 };

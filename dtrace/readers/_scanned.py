@@ -22,10 +22,10 @@ import os
 from typing import Any
 
 try:
-    from ._scan import Scanner, join_spans
+    from ._scan import Scanner, first_codes, join_spans
 except ImportError:  # no C compiler when the package was installed: the pure path
     Scanner = None  # type: ignore[assignment,misc]
-    join_spans = None  # type: ignore[assignment]
+    first_codes = join_spans = None  # type: ignore[assignment]
 
 AVAILABLE = Scanner is not None
 """The compiled scanner is built and importable."""

@@ -11,6 +11,10 @@ Meta's MTIA accelerator writes Kineto traces too (HTA reads them): its device ac
 category ``mtia_ccp_events`` (``dma_request`` events are memory copies with ``direction`` and
 ``size``, every other event a kernel), launched by ``runFunction`` calls in ``mtia_runtime`` that
 share the kernel's ``correlation``; the device is the events' pid (``MTIA 9``).
+
+Two paths give the same tables: the pure one (msgspec structs, :func:`_add_chunk`) and, where the
+optional extension is built, the compiled scanner's (:mod:`._scanned`, :func:`_add_scanned`),
+which hands what it does not decode itself back to the pure code (``DTRACE_PURE_SCAN=1``: pure).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from ._chrome import MAX_EVENT, ChromeTrace, Scanned
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
 from ._op_args import NO_RAW, OpArgsBuffer, device_table
-from ._scanned import new_scanner
+from ._scanned import first_codes, new_scanner
 from .base import Part, TraceFile
 
 NAME = "kineto"
@@ -340,7 +344,8 @@ _ARG_DEFAULTS = {
     "stream": -2,
 }
 _PID_STR, _TID_STR = 1, 2  # flags: the pid / tid is a string (its code)
-_AUX_KIND = 4  # the scanner's field number of args.kind
+_AUX_KIND, _AUX_BYTES = 4, 5  # the scanner's field numbers of args.kind and args.bytes
+_IS_GPU = np.isin(np.arange(len(KIND_CODES)), _GPU_CODES)  # by kind code
 
 
 class _CodeNames:
@@ -381,9 +386,14 @@ class _Interned:
 def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.DictionaryArray:
     """Codes (-1: null) as the dictionary array ``pa.array(values, _DICT_TYPE)`` builds: the
     distinct values in order of first occurrence."""
-    null = codes < 0
-    enc = pa.array(codes, pa.int32(), mask=null if null.any() else None).dictionary_encode()
-    return pa.DictionaryArray.from_arrays(enc.indices, interned.values(enc.dictionary, strings))
+    assert first_codes is not None  # a scanned block: the extension is built
+    local, dictionary = first_codes(codes, len(strings))
+    indices = np.frombuffer(local, np.int32)
+    null = indices < 0
+    return pa.DictionaryArray.from_arrays(
+        pa.array(indices, pa.int32(), mask=null if null.any() else None),
+        interned.values(pa.array(np.frombuffer(dictionary, np.int32)), strings),
+    )
 
 
 def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
@@ -455,7 +465,7 @@ def _add_scanned(
         n = len(kinds)
         device = np.full(n, -1, np.int64)
         stream = np.full(n, -1, np.int64)
-        gpu_rows = np.flatnonzero(np.isin(kinds, _GPU_CODES))
+        gpu_rows = np.flatnonzero(_IS_GPU[kinds])
         if gpu_rows.size:
             dev_arg, str_arg = col["device"][gpu_rows], col["stream"][gpu_rows]
             device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
@@ -490,20 +500,27 @@ def _scanned_ids(values: np.ndarray, is_str: np.ndarray, strings: list[str], ids
 
 class _ScannedArgs:
     """The ``args`` of a scanned block's memory copies and sets, by row: those msgspec decoded,
-    else only ``kind`` (from its span; the other fields a copy reads send an event to msgspec)."""
+    else only ``kind`` and ``bytes`` (from the scanner; the other fields a copy reads send an
+    event to msgspec)."""
 
     def __init__(self, decoded: dict[int, Args], aux: np.ndarray, text: memoryview, kinds: np.ndarray) -> None:
         self.decoded, self.text = decoded, text
         copies = (kinds == KIND_CODES["memcpy"]) | (kinds == KIND_CODES["memset"])
-        kind = aux[(aux[:, 1] == _AUX_KIND) & copies[aux[:, 0]]] if len(aux) and copies.any() else aux[:0]
-        self.kind = {int(r): (int(a), int(z)) for r, a, z in kind[:, [0, 2, 3]].tolist()} if len(kind) else {}
+        mine = aux[copies[aux[:, 0]]] if len(aux) and copies.any() else aux[:0]
+        kind = mine[mine[:, 1] == _AUX_KIND]
+        nbytes = mine[mine[:, 1] == _AUX_BYTES]
+        self.kind = dict(zip(kind[:, 0].tolist(), zip(kind[:, 2].tolist(), kind[:, 3].tolist())))
+        self.nbytes = dict(zip(nbytes[:, 0].tolist(), nbytes[:, 2].tolist()))
 
     def __getitem__(self, i: int) -> Args:
         got = self.decoded.get(i)
         if got is not None:
             return got
-        span = self.kind.get(i)
-        return _NO_ARGS if span is None else Args(kind=bytes(self.text[span[0] : span[1]]).decode())
+        span, nbytes = self.kind.get(i), self.nbytes.get(i)
+        if span is None and nbytes is None:
+            return _NO_ARGS
+        kind = None if span is None else bytes(self.text[span[0] : span[1]]).decode()
+        return Args(kind=kind, nbytes=nbytes)
 
 
 def _external_ids(args: list[Args]) -> np.ndarray:
