@@ -19,7 +19,7 @@
 #include <math.h>
 
 #define NOVAL INT64_MIN /* an integer argument absent or null */
-#define MAX_DEPTH 256   /* deeper values: the block goes to msgspec */
+#define MAX_DEPTH 200 /* deeper values: the block goes to msgspec (whose own limit is deeper) */
 
 enum { C_CAT, C_NAME, C_PID, C_TID, C_FLAGS, C_TS, C_DUR, C_CORR, C_EXT, C_EXT_OLD, C_SEQ, C_DEV, C_STREAM, N_COLS };
 static const int col_size[N_COLS] = {4, 4, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8};
