@@ -587,7 +587,7 @@ class ChromeTrace:
 class Scanned:
     """A block of events as the compiled scanner returned it (see :mod:`._scanned`).
 
-    ``cols`` are its per-record columns (bytes, one record per complete event and per event
+    ``cols`` are its per-record columns (bytearrays, one record per complete event and per event
     left to msgspec, in file order), ``fb_recs``/``fb_spans`` the records and byte spans of
     the events left to msgspec and ``fallback`` those events decoded, ``aux`` the
     (record, field, start, end) spans of argument texts, ``text`` the block (a view of the
