@@ -10,7 +10,10 @@ in a fresh interpreter with the libraries' thread pools at one thread, interleav
   pays before it builds a column;
 - ``old reader``: :func:`read_kineto` of the ``--baseline`` git revision (its ``dtrace`` package
   extracted with ``git archive`` into a scratch folder and imported under another name);
-- ``new reader``: :func:`read_kineto` of this checkout;
+- ``new reader, pure``: :func:`read_kineto` of this checkout on its pure-Python path
+  (``DTRACE_PURE_SCAN=1``: msgspec structs);
+- ``new reader``: :func:`read_kineto` of this checkout with the compiled scanner
+  (``dtrace/readers/_scan.c``; the same as the pure row where the extension is not built);
 - with ``--hta``: ``dtrace.analyze`` cold, old (``--baseline``) and new (empty cache, sync scheduler, one core; what
   ``bench/run.py``'s ``cold`` case runs) and HTA 0.5.0 (``bench/peer_hta.py``: parse +
   temporal breakdown) on the same file, the whole process measured from outside (wall time and
@@ -18,8 +21,9 @@ in a fresh interpreter with the libraries' thread pools at one thread, interleav
 
 MB/s per core is JSON bytes per CPU second of the reading alone (``time.process_time`` inside
 the child: imports excluded, and on a loaded shared machine CPU time is what the load disturbs
-least); the wall-clock figure is given too. The children's tables are compared: the old and the
-new reader must give identical parts (every events and side table), or the script fails.
+least); the wall-clock figure is given too. The children's tables are compared: the old reader
+and the new one on both paths must give identical parts (every events and side table), or the
+script fails.
 """
 
 from __future__ import annotations
@@ -65,6 +69,13 @@ def _digest(tf: Any) -> str:
     return h.hexdigest()
 
 
+def _env(kind: str) -> dict[str, str]:
+    """The child's environment: one thread; the pure path forced for ``pure``, the scanner allowed otherwise."""
+    from run import ONE_THREAD
+
+    return {**ONE_THREAD, "DTRACE_PURE_SCAN": "1" if kind == "pure" else ""}
+
+
 def child(a: argparse.Namespace) -> None:
     """One measurement in this fresh interpreter; prints one JSON line."""
     _one_core()
@@ -89,6 +100,8 @@ def child(a: argparse.Namespace) -> None:
     elif a.child == "profile":
         out = profile(a.path)
     else:
+        if a.child == "pure":
+            os.environ["DTRACE_PURE_SCAN"] = "1"
         if a.child == "old":
             sys.path.insert(0, a.old_root)
             from dtrace_base.readers.kineto import read_kineto  # type: ignore[import-not-found]
@@ -139,10 +152,20 @@ def profile(path: str) -> dict[str, Any]:
         return timed("columns from the structs (_add_chunk)", add_chunk)(*args)
 
     _chrome.ChromeTrace.chunks = chunks_marked  # type: ignore[method-assign]
-    _chrome.ChromeTrace._decode_events = timed("msgspec decode", _chrome.ChromeTrace._decode_events)  # type: ignore[method-assign]
+    _chrome.ChromeTrace._decode_events = timed(
+        "decode (scanner, msgspec for what it leaves)", _chrome.ChromeTrace._decode_events
+    )  # type: ignore[method-assign]
     _io.Content.readinto = timed("read + hash bytes", _io.Content.readinto)  # type: ignore[method-assign]
     kineto._add_chunk = add_chunk_marked
     kineto._add_memory = timed("memory events (_add_memory)", kineto._add_memory)
+    add_scanned = kineto._add_scanned
+
+    def add_scanned_marked(*args: Any) -> Any:
+        if mark["yielded"]:
+            spent["free the previous block"] = spent.get("free the previous block", 0.0) + clock() - mark["yielded"]
+        return timed("columns from the scanned block (_add_scanned)", add_scanned)(*args)
+
+    kineto._add_scanned = add_scanned_marked
     t = clock()
     kineto.read_kineto(path)
     total = clock() - t
@@ -214,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--write", nargs="?", const=os.path.join(HERE, "RESULTS.md"), help="put the report into this results file"
     )
-    ap.add_argument("--child", choices=("floor", "old", "new", "profile"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("floor", "old", "new", "pure", "profile"), help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--old-root", help=argparse.SUPPRESS)
     ap.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
@@ -231,21 +254,27 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[float] = []
     try:
         old_root = extract_baseline(a.baseline, scratch)
-        rows: dict[str, list[Any]] = {"decode floor": [], "old reader": [], "new reader": []}
-        digests: dict[str, set[str]] = {"old": set(), "new": set()}
-        for kind in ("old", "new"):  # one untimed run of each reader hashes its tables
+        labels = {"floor": "decode floor", "old": "old reader", "pure": "new reader, pure", "new": "new reader"}
+        rows: dict[str, list[Any]] = {label: [] for label in labels.values()}
+        digests: dict[str, str] = {}
+        for kind in ("old", "pure", "new"):  # one untimed run of each reader hashes its tables
             cmd = [sys.executable, __file__, "--child", kind, "--path", path, "--old-root", old_root, "--digest"]
-            digests[kind].add(measure(cmd, env=ONE_THREAD).out["digest"])
+            digests[kind] = measure(cmd, env=_env(kind)).out["digest"]
         for _ in range(a.repeat):
-            for label, kind in (("decode floor", "floor"), ("old reader", "old"), ("new reader", "new")):
+            for kind, label in labels.items():
                 cmd = [sys.executable, __file__, "--child", kind, "--path", path, "--old-root", old_root]
-                rows[label].append(measure(cmd, env=ONE_THREAD))
+                rows[label].append(measure(cmd, env=_env(kind)))
                 loads.append(os.getloadavg()[0])
-        if digests["old"] != digests["new"]:
-            print(f"DIFFERENT TABLES: old {digests['old']} new {digests['new']}", file=sys.stderr)
+        if len(set(digests.values())) != 1:
+            print(f"DIFFERENT TABLES: {digests}", file=sys.stderr)
             return 1
+        from dtrace.readers import _scanned
+
         say(f"- input: {os.path.relpath(path, ROOT)} ({json_bytes / MB:.0f} MB JSON, {events:,} events)")
-        say(f"- tables: old and new reader identical (digest {next(iter(digests['new']))[:16]})")
+        say(
+            "- tables: old reader, new reader pure and with the scanner identical "
+            f"(digest {digests['new'][:16]}); compiled scanner built: {'yes' if _scanned.AVAILABLE else 'NO'}"
+        )
         say()
         say("| what | MB/s per core (CPU) | CPU s | wall s | peak RSS MB |")
         say("|---|---:|---:|---:|---:|")
@@ -258,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
             say(f"| {label} | {json_bytes / MB / cpu:.0f} | {cpu:.2f} | {wall:.2f} | {rss / MB:.0f} |")
         say()
         say(f"- new reader vs old: {med['old reader'] / med['new reader']:.2f}x less CPU per byte")
+        say(f"- compiled scanner vs pure path: {med['new reader, pure'] / med['new reader']:.2f}x less CPU per byte")
         cmd = [sys.executable, __file__, "--child", "profile", "--path", path]
         prof = measure(cmd, env=ONE_THREAD).out
         say()
-        say(f"New reader, phases (CPU s, one profiled run; {events:,} events):")
+        say(f"New reader with the scanner, phases (CPU s, one profiled run; {events:,} events):")
         say()
         say("| phase | CPU s | ns per event |")
         say("|---|---:|---:|")

@@ -45,6 +45,7 @@ import numpy as np
 from ..core.units import format_size
 from ..errors import InputError, InputTooLarge
 from ._io import BLOCK, Content, open_regular
+from ._scanned import join_spans
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
@@ -222,6 +223,13 @@ class ChromeTrace:
         the values live. Their text is valid until the reader moves on to the next block (the
         buffer is overwritten in place, never resized); read them before.
 
+    scanner
+        A compiled scanner (``dtrace.readers._scan.Scanner``, see :mod:`._scanned`) or None.
+        With one, each block is first offered to it: the chunks are then :class:`Scanned`
+        blocks (columns, and the few events it left to msgspec decoded as ``event_type``),
+        or a list of events where it gave the block back. Small documents go through the
+        chunked path too.
+
     After iterating, :attr:`meta` holds the decoded top-level object (keys before and after
     the events merged) and :attr:`fingerprint` the hash of the file's bytes.
     """
@@ -236,8 +244,10 @@ class ChromeTrace:
         max_event: int = MAX_EVENT,
         max_size: int | None = None,
         raw_fields: bool = False,
+        scanner: Any = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.scanner = scanner
         self.raw_fields = raw_fields
         self.block = block
         self.max_event = max_event
@@ -249,8 +259,8 @@ class ChromeTrace:
         self.bytes_read = 0
 
     # -- public -------------------------------------------------------------------------
-    def chunks(self) -> Iterator[list[Any]]:
-        whole = self._whole() if self.max_event >= WHOLE_MAX else None
+    def chunks(self) -> Iterator[Any]:
+        whole = self._whole() if self.max_event >= WHOLE_MAX and self.scanner is None else None
         if whole is not None:
             if whole:
                 yield whole
@@ -442,7 +452,8 @@ class ChromeTrace:
     def _try_decode(self, buf: bytearray, lo: int, end: int) -> list[Any] | None:
         try:
             with memoryview(buf) as mv, mv[lo:end] as text:
-                return self._decode_events(text)
+                events: list[Any] = self._decode_events(text)
+                return events
         except msgspec.ValidationError as exc:
             raise InputError(self.path, _validation(exc)) from None
         except msgspec.DecodeError:
@@ -494,8 +505,28 @@ class ChromeTrace:
         except msgspec.DecodeError as exc:
             raise InputError(self.path, f"invalid JSON in {where}: {exc}") from None
 
-    def _decode_events(self, text: bytes | memoryview) -> list[Any]:
+    def _decode_events(self, text: bytes | memoryview) -> Any:
+        """The events of ``text`` (a JSON array): a list of ``event_type``, or with a scanner a
+        :class:`Scanned` block. Raises msgspec's errors as the pure decoder does."""
+        if self.scanner is not None:
+            got = self.scanner.scan(text)
+            if got is not None:
+                block = Scanned(got, memoryview(text))
+                if not block.fb_spans.size or self._decode_fallback(block):
+                    return block
+                # the spans did not decode alone: the whole block goes through msgspec
         return self._events_decoder.decode(memoryview(text) if self.raw_fields else text)
+
+    def _decode_fallback(self, block: Scanned) -> bool:
+        """Decode the events the scanner left to msgspec (their byte spans, in one call); False
+        if they do not decode alone (never expected: the scanner checked their JSON)."""
+        assert join_spans is not None  # a scanned block: the extension is built
+        joined = b"[" + join_spans(block.text, np.ascontiguousarray(block.fb_spans), _COMMA)[:-1] + b"]"
+        try:
+            block.fallback = self._events_decoder.decode(joined)
+        except msgspec.DecodeError:
+            return False
+        return True
 
     def _cut(self, buf: bytearray, lo: int, hi: int) -> tuple[list[Any], int] | None:
         """Decode the events of ``buf[lo:hi]`` before its last confirmed boundary.
@@ -555,6 +586,29 @@ class ChromeTrace:
         if last_error is not None:
             raise InputError(self.path, f"invalid JSON in traceEvents: {last_error}")
         raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
+
+
+class Scanned:
+    """A block of events as the compiled scanner returned it (see :mod:`._scanned`).
+
+    ``cols`` are its per-record columns (bytearrays, one record per complete event and per event
+    left to msgspec, in file order), ``fb_recs``/``fb_spans`` the records and byte spans of
+    the events left to msgspec and ``fallback`` those events decoded, ``aux`` the
+    (record, field, start, end) spans of argument texts, ``text`` the block (a view of the
+    read buffer: valid until the next block is read).
+    """
+
+    __slots__ = ("n", "cols", "fb_recs", "fb_spans", "aux", "text", "fallback")
+
+    def __init__(self, got: tuple[Any, ...], text: memoryview) -> None:
+        self.n: int = got[0]
+        self.cols: tuple[bytearray, ...] = got[1:-2]
+        fb = np.frombuffer(got[-2], np.int64).reshape(-1, 3)
+        self.fb_recs = fb[:, 0]
+        self.fb_spans = fb[:, 1:]
+        self.aux = np.frombuffer(got[-1], np.int64).reshape(-1, 4)
+        self.text = text
+        self.fallback: list[Any] = []
 
 
 def _validation(exc: msgspec.ValidationError) -> str:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from ..core.constants import KIND_CODES
 from ..core.schema import ARGS_SEP, DEVICE_SCHEMA, OP_ARGS_SCHEMA
 from ..knowledge import opmodel
+from ._scanned import join_spans
 
 NO_RAW = msgspec.Raw()
 """The default of an absent ``msgspec.Raw`` argument (its text is empty)."""
@@ -81,6 +82,60 @@ class OpArgsBuffer:
         )
         self.rows.append(rows[has].astype(np.int64) + base)
         self.texts.append(arr if has.all() else arr.filter(pa.array(has)))
+
+    def add_spans(
+        self,
+        kinds: np.ndarray,
+        base: int,
+        names: pa.DictionaryArray,
+        text: memoryview,
+        spans: np.ndarray,
+        decoded: dict[int, Any],
+    ) -> None:
+        """:meth:`add` for a block the compiled scanner read (:mod:`._scanned`): the texts are
+        gathered from the block ``text`` by the extension's ``join_spans``, no Python per event.
+
+        ``spans`` holds ``(row, field, start, end)``: the byte span in ``text`` of argument
+        ``field`` (the index in :data:`FIELDS`) of the block's event ``row``; ``decoded`` the
+        ``args`` of the events msgspec decoded instead (by row), whose texts are taken from them.
+        """
+        modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
+        if not modelled.any():
+            return
+        idx = names.indices.to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
+        if not rows.size:
+            return
+        source = np.frombuffer(text, np.uint8)
+        starts = np.zeros((len(rows), len(FIELDS)), np.int64)
+        ends = np.zeros_like(starts)
+        selected = np.zeros(len(kinds), bool)
+        selected[rows] = True
+        wanted = spans[selected[spans[:, 0]] & (spans[:, 1] < len(FIELDS))] if len(spans) else spans
+        at = np.searchsorted(rows, wanted[:, 0])
+        starts[at, wanted[:, 1]] = wanted[:, 2]
+        ends[at, wanted[:, 1]] = wanted[:, 3]
+        own = sorted((int(np.searchsorted(rows, r)), a) for r, a in decoded.items() if selected[r])
+        if own:  # the few events msgspec decoded: their texts appended after the block's
+            extra = [bytes(t) for _, a in own for t in _GET_ALL(a)]
+            own_len = np.array([len(t) for t in extra], np.int64).reshape(-1, len(FIELDS))
+            at_extra = len(source) + np.cumsum(own_len.ravel()).reshape(own_len.shape) - own_len
+            source = np.concatenate([source, np.frombuffer(b"".join(extra), np.uint8)])
+            pos = [i for i, _ in own]
+            starts[pos], ends[pos] = at_extra, at_extra + own_len
+        has = ends[:, 0] > starts[:, 0]  # "Input Dims" recorded (not empty)
+        if not has.any():
+            return
+        lengths = (ends[has] - starts[has]).ravel()
+        pairs = np.stack([starts[has].ravel(), ends[has].ravel()], axis=1)
+        assert join_spans is not None  # a scanned block: the extension is built
+        data = join_spans(source, np.ascontiguousarray(pairs, np.int64), _SEP[0])  # every text, then the separator
+        offsets = np.r_[0, np.cumsum(lengths + 1)[len(FIELDS) - 1 :: len(FIELDS)]].astype(np.int64)
+        arr = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), int(has.sum()), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        self.rows.append(rows[has].astype(np.int64) + base)
+        self.texts.append(arr)
 
     def table(self, kept: np.ndarray | None) -> pa.Table:
         """The ``op_args`` side table; ``kept`` (sorted rows of the events kept, None: all)

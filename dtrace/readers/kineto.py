@@ -11,17 +11,22 @@ Meta's MTIA accelerator writes Kineto traces too (HTA reads them): its device ac
 category ``mtia_ccp_events`` (``dma_request`` events are memory copies with ``direction`` and
 ``size``, every other event a kernel), launched by ``runFunction`` calls in ``mtia_runtime`` that
 share the kernel's ``correlation``; the device is the events' pid (``MTIA 9``).
+
+Two paths give the same tables: the pure one (msgspec structs, :func:`_add_chunk`) and, where the
+optional extension is built, the compiled scanner's (:mod:`._scanned`, :func:`_add_scanned`),
+which hands what it does not decode itself back to the pure code (``DTRACE_PURE_SCAN=1``: pure).
 """
 
 from __future__ import annotations
 
 import operator
 from collections import Counter
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core.constants import GPU_KINDS, KIND_CODES, MEMSET, copy_kind, normalize_collective
 from ..core.schema import (
@@ -38,13 +43,22 @@ from ..core.schema import (
     validate_events,
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
-from ._chrome import MAX_EVENT, ChromeTrace
+from ._chrome import MAX_EVENT, ChromeTrace, Scanned
 from ._collective_args import inherit_collective_args
 from ._ids import StableIds
 from ._op_args import NO_RAW, OpArgsBuffer, device_table
+from ._scanned import first_codes, new_scanner
 from .base import Part, TraceFile
 
 NAME = "kineto"
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class _ByRow(Protocol[_T_co]):
+    """A block's values by row (a list, or a lookup of the few rows read)."""
+
+    def __getitem__(self, i: int, /) -> _T_co: ...
+
 
 # category (lower-cased) -> schema kind
 CATEGORY_KIND = {
@@ -172,7 +186,7 @@ class _Columns:
         self.names: list[pa.Array] = []
         self.coll_rows: list[tuple[int, Args, str]] = []
         self.coll_ops: list[tuple[int, Args]] = []  # host ops with collective args (record_param_comms)
-        self.mem_rows: list[tuple[int, str, float | None, str | None]] = []
+        self.mem_rows: list[tuple[int, str, int | float | str | None, str | None]] = []
         self.categories: set[str | None] = set()  # every category seen (to name what an MTIA trace lacks)
         self.op_args = OpArgsBuffer()
         self.unread: Counter[str] = Counter()  # events of categories read as "other", by category
@@ -246,13 +260,17 @@ def _kind_codes(enc: pa.DictionaryArray, unread: Counter[str] | None = None) -> 
     return cast(np.ndarray, lut[idx])
 
 
-def _floats(xs: list[Event], get: Any, field: str, path: str) -> np.ndarray:
+def _floats(xs: list[Event], get: Any, field: str, names: _ByRow[str], path: str) -> np.ndarray:
     """A float64 column; a missing value (``None``, read as NaN; JSON has no NaN) is an error."""
-    out = np.fromiter(map(get, xs), np.float64, len(xs))
+    return _no_missing(np.fromiter(map(get, xs), np.float64, len(xs)), field, names, path)
+
+
+def _no_missing(out: np.ndarray, field: str, names: _ByRow[str], path: str) -> np.ndarray:
+    """``out``, a float64 column of complete events; a NaN (a missing value) is an error naming the event."""
     missing = np.isnan(out)
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
-        raise InputError(path, f"a complete ('X') event has no {field!r}: {xs[i].name!r}")
+        raise InputError(path, f"a complete ('X') event has no {field!r}: {names[i]!r}")
     return out
 
 
@@ -266,12 +284,12 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     xs = [e for e in events if e.ph == "X"]
     if not xs:
         return
-    n = len(xs)
+    name_list = list(map(_NAME, xs))
     cats = pa.array(list(map(_CAT, xs)), _DICT_TYPE)
-    kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, xs)
+    kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, name_list)
     c.categories.update(cats.dictionary.to_pylist())
-    start = _floats(xs, _TS, "ts", path)
-    d = _floats(xs, _DUR, "dur", path)
+    start = _floats(xs, _TS, "ts", name_list, path)
+    d = _floats(xs, _DUR, "dur", name_list, path)
     args = list(map(_ARGS, xs))
     if None in args:
         args = [_NO_ARGS if a is None else a for a in args]
@@ -282,25 +300,227 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     tid = _ints(list(map(_TID, xs)), ids)
     device, stream = _device_stream(kinds, args, pid, tid)
     base = c.n
-    _add_collective_rows(c, kinds, args, xs, base)
-    names = pa.array(list(map(_NAME, xs)), _DICT_TYPE)  # dictionary-encoded as it is built
+    _add_collective_rows(c, kinds, args, name_list, base)
+    names = pa.array(name_list, _DICT_TYPE)  # dictionary-encoded as it is built
     c.op_args.add(kinds, args, base, names)
-    _add_memcpy_rows(c, kinds, args, xs, base)
+    _add_memcpy_rows(c, kinds, args, name_list, base)
+    _append_columns(c, names, device, stream, pid, tid, kinds, start, d, corr, ext, seq)
+
+
+def _append_columns(c: _Columns, names: pa.DictionaryArray, *arrays: np.ndarray) -> None:
+    """Append one block's columns (in :class:`_Columns` order from ``device``) and names."""
     c.names.append(names)
-    for key, arr in (
-        ("device", device),
-        ("stream", stream),
-        ("pid", pid),
-        ("tid", tid),
-        ("kind", kinds),
-        ("start", start),
-        ("dur", d),
-        ("correlation", corr),
-        ("external_id", ext),
-        ("seq", seq),
+    for key, arr in zip(
+        ("device", "stream", "pid", "tid", "kind", "start", "dur", "correlation", "external_id", "seq"), arrays
     ):
         c.cols[key].append(arr)
-    c.n += n
+    c.n += len(names)
+
+
+# -- blocks read by the compiled scanner (see _scanned) -------------------------------------
+_SCAN_COLS = (
+    ("cat", np.int32),
+    ("name", np.int32),
+    ("pid", np.int64),
+    ("tid", np.int64),
+    ("flags", np.uint8),
+    ("ts", np.float64),
+    ("dur", np.float64),
+    ("correlation", np.int64),
+    ("external_id", np.int64),
+    ("external_id_old", np.int64),
+    ("seq_number", np.int64),
+    ("device", np.int64),
+    ("stream", np.int64),
+)
+# the integer arguments and their value when absent, null or unreadable (as _int_column reads
+# them; the scanner writes the same, _scan.c's arg_default)
+_ARG_DEFAULTS = {
+    "correlation": -1,
+    "external_id": _I64_MIN,
+    "external_id_old": -1,
+    "seq_number": -1,
+    "device": -2,
+    "stream": -2,
+}
+_PID_STR, _TID_STR = 1, 2  # flags: the pid / tid is a string (its code)
+_AUX_KIND, _AUX_BYTES = 4, 5  # the scanner's field numbers of args.kind and args.bytes
+_IS_GPU = np.isin(np.arange(len(KIND_CODES)), _GPU_CODES)  # by kind code
+
+
+class _CodeNames:
+    """The names of a block's events, looked up by row from their codes (for the few rows read)."""
+
+    def __init__(self, codes: np.ndarray, strings: list[str]) -> None:
+        self.codes, self.strings = codes, strings
+
+    def __getitem__(self, i: int) -> str:
+        return self.strings[int(self.codes[i])]
+
+
+def _code(scanner: Any, s: str) -> int:
+    """The scanner's code of ``s`` (interned now if new)."""
+    code = scanner.codes.get(s)
+    if code is None:
+        code = scanner.codes[s] = len(scanner.strings)
+        scanner.strings.append(s)
+    return int(code)
+
+
+class _Interned:
+    """The scanner's interned strings as an Arrow array too (rebuilt as the list doubles), so a
+    block's dictionary is a ``take`` of its codes rather than a Python list of its strings."""
+
+    def __init__(self) -> None:
+        self.arrow = pa.array([], pa.string())
+
+    def values(self, codes: pa.Array, strings: list[str]) -> pa.Array:
+        """The strings of ``codes`` (distinct codes, no nulls), as an Arrow string array."""
+        if len(codes) and len(strings) > len(self.arrow) and len(strings) >= 2 * len(self.arrow):
+            self.arrow = pa.array(strings, pa.string())
+        if not len(codes) or pc.max(codes).as_py() < len(self.arrow):
+            return self.arrow.take(codes)
+        return pa.array([strings[k] for k in codes.to_pylist()], pa.string())
+
+
+def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.DictionaryArray:
+    """Codes (-1: null) as the dictionary array ``pa.array(values, _DICT_TYPE)`` builds: the
+    distinct values in order of first occurrence."""
+    assert first_codes is not None  # a scanned block: the extension is built
+    local, dictionary = first_codes(codes, len(strings))
+    indices = np.frombuffer(local, np.int32)
+    null = indices < 0
+    return pa.DictionaryArray.from_arrays(
+        pa.array(indices, pa.int32(), mask=null if null.any() else None),
+        interned.values(pa.array(np.frombuffer(dictionary, np.int32)), strings),
+    )
+
+
+def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
+    """The block's columns (complete events only), the args of its complete events msgspec
+    decoded (by row) and its argument-text spans (rows renumbered to the columns')."""
+    col = {k: np.frombuffer(v, t) for (k, t), v in zip(_SCAN_COLS, b.cols)}  # writable views of bytearrays
+    if (col["name"] < 0).any():  # no "name": the struct's default, ""
+        col["name"] = np.where(col["name"] < 0, _code(scanner, ""), col["name"]).astype(np.int32)
+    aux = b.aux
+    decoded: dict[int, Args] = {}
+    if not b.fallback:
+        return col, decoded, aux
+    is_x = np.fromiter((e.ph == "X" for e in b.fallback), bool, len(b.fallback))
+    drop = b.fb_recs[~is_x]
+    xs = [e for e, x in zip(b.fallback, is_x.tolist()) if x]
+    if xs:  # the few events msgspec decoded: their values, as _add_chunk reads them
+        rows = b.fb_recs[is_x]
+        col["cat"][rows] = [-1 if e.cat is None else _code(scanner, e.cat) for e in xs]
+        col["name"][rows] = [_code(scanner, e.name) for e in xs]
+        for key, flag, get in (("pid", _PID_STR, _PID), ("tid", _TID_STR, _TID)):
+            values = list(map(get, xs))
+            col[key][rows] = [_code(scanner, v) if isinstance(v, str) else _num(v) for v in values]
+            col["flags"][rows] |= np.array([isinstance(v, str) for v in values], bool) * np.uint8(flag)
+        col["ts"][rows] = np.fromiter(map(_TS, xs), np.float64, len(xs))
+        col["dur"][rows] = np.fromiter(map(_DUR, xs), np.float64, len(xs))
+        args = [_NO_ARGS if e.args is None else e.args for e in xs]
+        for k, default in _ARG_DEFAULTS.items():
+            col[k][rows] = _int_column(list(map(_get(k), args)), default)
+        decoded = dict(zip(rows.tolist(), args))
+    if len(drop):  # events that are not complete ones: not rows
+        keep = np.ones(b.n, bool)
+        keep[drop] = False
+        new_row = np.cumsum(keep) - 1
+        col = {k: v[keep] for k, v in col.items()}
+        decoded = {int(new_row[r]): a for r, a in decoded.items()}
+        if len(aux):
+            aux = aux.copy()
+            aux[:, 0] = new_row[aux[:, 0]]
+    return col, decoded, aux
+
+
+def _add_scanned(
+    b: Scanned,
+    c: _Columns,
+    ids: StableIds,
+    path: str,
+    scanner: Any,
+    interned: _Interned,
+    memory: list[dict[str, np.ndarray]],
+) -> None:
+    """:func:`_add_chunk` and :func:`_add_memory` for a block the compiled scanner read: the same
+    columns and side rows from the scanner's columns (numpy/Arrow on whole columns; Python only
+    for the events it left to msgspec)."""
+    col, decoded, aux = _scanned_columns(b, scanner)
+    strings = scanner.strings
+    if len(col["cat"]):
+        cats = _dict_array(col["cat"], strings, interned)
+        names = _dict_array(col["name"], strings, interned)
+        name_seq = _CodeNames(col["name"], strings)
+        kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, name_seq)
+        c.categories.update(cats.dictionary.to_pylist())
+        start = _no_missing(col["ts"], "ts", name_seq, path)
+        d = _no_missing(col["dur"], "dur", name_seq, path)
+        ext = col["external_id"]
+        if (ext == _I64_MIN).any():
+            ext = np.where(ext == _I64_MIN, col["external_id_old"], ext)
+        pid = _scanned_ids(col["pid"], col["flags"] & _PID_STR, strings, ids)
+        tid = _scanned_ids(col["tid"], col["flags"] & _TID_STR, strings, ids)
+        n = len(kinds)
+        device = np.full(n, -1, np.int64)
+        stream = np.full(n, -1, np.int64)
+        gpu_rows = np.flatnonzero(_IS_GPU[kinds])
+        if gpu_rows.size:
+            dev_arg, str_arg = col["device"][gpu_rows], col["stream"][gpu_rows]
+            device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
+            stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
+        base = c.n
+        if decoded:  # collective args only come with events msgspec decoded
+            for r in sorted(decoded):
+                if kinds[r] == KIND_CODES["kernel"] and decoded[r].collective is not None:
+                    c.coll_rows.append((base + r, decoded[r], name_seq[r]))
+            for r in sorted(decoded):
+                if kinds[r] == KIND_CODES["cpu_op"] and decoded[r].collective is not None:
+                    c.coll_ops.append((base + r, decoded[r]))
+        c.op_args.add_spans(kinds, base, names, b.text, aux, decoded)
+        _add_memcpy_rows(c, kinds, _ScannedArgs(decoded, aux, b.text, kinds), name_seq, base)
+        corr, seq = col["correlation"], col["seq_number"]
+        _append_columns(c, names, device, stream, pid, tid, kinds, start, d, corr, ext, seq)
+    if b.fallback:
+        _add_memory(b.fallback, memory, ids)
+
+
+def _scanned_ids(values: np.ndarray, is_str: np.ndarray, strings: list[str], ids: StableIds) -> np.ndarray:
+    """pid/tid column: the string ones (codes) mapped by ``ids``, once per distinct string."""
+    if not is_str.any():
+        return values
+    out: np.ndarray = values.copy()
+    rows = np.flatnonzero(is_str)
+    codes = values[rows]
+    uniq, inv = np.unique(codes, return_inverse=True)
+    out[rows] = np.array([ids(strings[k]) for k in uniq.tolist()], np.int64)[inv]
+    return out
+
+
+class _ScannedArgs:
+    """The ``args`` of a scanned block's memory copies and sets, by row: those msgspec decoded,
+    else only ``kind`` and ``bytes`` (from the scanner; the other fields a copy reads send an
+    event to msgspec)."""
+
+    def __init__(self, decoded: dict[int, Args], aux: np.ndarray, text: memoryview, kinds: np.ndarray) -> None:
+        self.decoded, self.text = decoded, text
+        copies = (kinds == KIND_CODES["memcpy"]) | (kinds == KIND_CODES["memset"])
+        mine = aux[copies[aux[:, 0]]] if len(aux) and copies.any() else aux[:0]
+        kind = mine[mine[:, 1] == _AUX_KIND]
+        nbytes = mine[mine[:, 1] == _AUX_BYTES]
+        self.kind = dict(zip(kind[:, 0].tolist(), zip(kind[:, 2].tolist(), kind[:, 3].tolist())))
+        self.nbytes = dict(zip(nbytes[:, 0].tolist(), nbytes[:, 2].tolist()))
+
+    def __getitem__(self, i: int) -> Args:
+        got = self.decoded.get(i)
+        if got is not None:
+            return got
+        span, nbytes = self.kind.get(i), self.nbytes.get(i)
+        if span is None and nbytes is None:
+            return _NO_ARGS
+        kind = None if span is None else bytes(self.text[span[0] : span[1]]).decode()
+        return Args(kind=kind, nbytes=nbytes)
 
 
 def _external_ids(args: list[Args]) -> np.ndarray:
@@ -329,28 +549,28 @@ def _device_stream(
     return device, stream
 
 
-def _add_collective_rows(c: _Columns, kinds: np.ndarray, args: list[Args], xs: list[Event], base: int) -> None:
+def _add_collective_rows(c: _Columns, kinds: np.ndarray, args: list[Args], names: _ByRow[str], base: int) -> None:
     """Note the chunk's collective kernels (their args) and the host ops that launch collectives."""
     kernel_rows = np.flatnonzero(kinds == KIND_CODES["kernel"]).tolist()
     colls = list(map(_A_COLL, map(args.__getitem__, kernel_rows))) if kernel_rows else []
     for i, coll in zip(kernel_rows, colls):
         if coll is not None:
-            c.coll_rows.append((base + i, args[i], xs[i].name))
+            c.coll_rows.append((base + i, args[i], names[i]))
     c.coll_ops += _collective_ops(kinds, args, base)
 
 
-def _add_memcpy_rows(c: _Columns, kinds: np.ndarray, args: list[Args], xs: list[Event], base: int) -> None:
+def _add_memcpy_rows(c: _Columns, kinds: np.ndarray, args: _ByRow[Args], names: _ByRow[str], base: int) -> None:
     """Note the chunk's memory copies and sets (bytes, direction), in event order."""
     is_set = kinds == KIND_CODES["memset"]
     for i in np.flatnonzero(is_set | (kinds == KIND_CODES["memcpy"])).tolist():  # in event order
         a = args[i]
         if a.direction is not None and a.kind is None:  # an MTIA DMA request
-            c.mem_rows.append((base + i, xs[i].name, a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
+            c.mem_rows.append((base + i, names[i], a.size, MTIA_DIRECTION.get(a.direction, a.direction)))
             continue
-        c.mem_rows.append((base + i, xs[i].name, a.nbytes, MEMSET if is_set[i] else a.kind))
+        c.mem_rows.append((base + i, names[i], a.nbytes, MEMSET if is_set[i] else a.kind))
 
 
-def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) -> np.ndarray:
+def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, names: _ByRow[str]) -> np.ndarray:
     """MTIA device events (category ``mtia_ccp_events``): ``dma_request`` is a memory copy, every
     other event a kernel. Other traces pass unchanged (one look at the chunk's distinct categories)."""
     uniq = cats.dictionary.to_pylist()
@@ -358,7 +578,7 @@ def _mtia_kinds(kinds: np.ndarray, cats: pa.DictionaryArray, xs: list[Event]) ->
         return kinds
     idx = cats.indices.fill_null(-1).to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(idx == uniq.index(MTIA_DEVICE))
-    dma = np.fromiter((xs[i].name == MTIA_DMA for i in rows.tolist()), bool, len(rows))
+    dma = np.fromiter((names[i] == MTIA_DMA for i in rows.tolist()), bool, len(rows))
     out: np.ndarray = kinds.copy()
     out[rows[dma]] = KIND_CODES["memcpy"]
     return out
@@ -412,6 +632,7 @@ def read_kineto(
     ``meta["dropped_events"]`` (:func:`dtrace.core.schema.implausible_times`); ``max_input_size``
     limits the decompressed content and ``max_event_size`` one event's JSON text.
     """
+    scanner = new_scanner()  # the compiled scanner, None: the pure path (see _scanned)
     trace = ChromeTrace(
         path,
         Event,
@@ -420,13 +641,19 @@ def read_kineto(
         max_event=max_event_size,
         max_size=max_input_size,
         raw_fields=True,  # the Raw argument texts, read while their block is processed (_op_args)
+        scanner=scanner,
     )
     ids = StableIds()
     c = _Columns()
+    interned = _Interned()
     memory: list[dict[str, np.ndarray]] = []
     for chunk in trace.chunks():
-        _add_chunk(chunk, c, ids, path)
-        _add_memory(chunk, memory, ids)
+        if isinstance(chunk, Scanned):
+            _add_scanned(chunk, c, ids, path, scanner, interned, memory)
+        else:
+            _add_chunk(chunk, c, ids, path)
+            _add_memory(chunk, memory, ids)
+        del chunk  # a view of the read buffer (scanned blocks) lives no longer than its block
     meta: Meta = trace.meta
     base_ns = _origin(meta.baseTimeNanoseconds, path)
     # each column's blocks are dropped as soon as they are joined: the peak holds one column twice, not all
@@ -646,7 +873,7 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
     return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
 
 
-def _memcpy_table(rows: list[tuple[int, str, float | None, str | None]]) -> pa.Table:
+def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | None]]) -> pa.Table:
     cache: dict[tuple[str, str | None], str] = {}
     kinds = []
     for _row, name, _b, k in rows:
