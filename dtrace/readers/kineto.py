@@ -407,31 +407,45 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
     if not b.fallback:
         return col, decoded, aux
     is_x = np.fromiter((e.ph == "X" for e in b.fallback), bool, len(b.fallback))
-    drop = b.fb_recs[~is_x]
     xs = [e for e, x in zip(b.fallback, is_x.tolist()) if x]
-    if xs:  # the few events msgspec decoded: their values, as _add_chunk reads them
-        rows = b.fb_recs[is_x]
-        col["cat"][rows] = [-1 if e.cat is None else _code(scanner, e.cat) for e in xs]
-        col["name"][rows] = [_code(scanner, e.name) for e in xs]
-        for key, flag, get in (("pid", _PID_STR, _PID), ("tid", _TID_STR, _TID)):
-            values = list(map(get, xs))
-            col[key][rows] = [_code(scanner, v) if isinstance(v, str) else _num(v) for v in values]
-            col["flags"][rows] |= np.array([isinstance(v, str) for v in values], bool) * np.uint8(flag)
-        col["ts"][rows] = np.fromiter(map(_TS, xs), np.float64, len(xs))
-        col["dur"][rows] = np.fromiter(map(_DUR, xs), np.float64, len(xs))
-        args = [_NO_ARGS if e.args is None else e.args for e in xs]
-        for k, default in _ARG_DEFAULTS.items():
-            col[k][rows] = _int_column(list(map(_get(k), args)), default)
-        decoded = dict(zip(rows.tolist(), args))
-    if len(drop):  # events that are not complete ones: not rows
-        keep = np.ones(b.n, bool)
-        keep[drop] = False
-        new_row = np.cumsum(keep) - 1
-        col = {k: v[keep] for k, v in col.items()}
-        decoded = {int(new_row[r]): a for r, a in decoded.items()}
-        if len(aux):
-            aux = aux.copy()
-            aux[:, 0] = new_row[aux[:, 0]]
+    if xs:
+        decoded = _fill_decoded(col, b.fb_recs[is_x], xs, scanner)
+    drop = b.fb_recs[~is_x]
+    if len(drop):
+        col, decoded, aux = _drop_rows(col, decoded, aux, drop, b.n)
+    return col, decoded, aux
+
+
+def _fill_decoded(col: dict[str, np.ndarray], rows: np.ndarray, xs: list[Event], scanner: Any) -> dict[int, Args]:
+    """Write the values of the complete events msgspec decoded (``xs``, at ``rows``) into the
+    scanner's columns, as :func:`_add_chunk` reads them; their args by row."""
+    col["cat"][rows] = [-1 if e.cat is None else _code(scanner, e.cat) for e in xs]
+    col["name"][rows] = [_code(scanner, e.name) for e in xs]
+    for key, flag, get in (("pid", _PID_STR, _PID), ("tid", _TID_STR, _TID)):
+        values = list(map(get, xs))
+        col[key][rows] = [_code(scanner, v) if isinstance(v, str) else _num(v) for v in values]
+        col["flags"][rows] |= np.array([isinstance(v, str) for v in values], bool) * np.uint8(flag)
+    col["ts"][rows] = np.fromiter(map(_TS, xs), np.float64, len(xs))
+    col["dur"][rows] = np.fromiter(map(_DUR, xs), np.float64, len(xs))
+    args = [_NO_ARGS if e.args is None else e.args for e in xs]
+    for k, default in _ARG_DEFAULTS.items():
+        col[k][rows] = _int_column(list(map(_get(k), args)), default)
+    return dict(zip(rows.tolist(), args))
+
+
+def _drop_rows(
+    col: dict[str, np.ndarray], decoded: dict[int, Args], aux: np.ndarray, drop: np.ndarray, n: int
+) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
+    """The columns without the rows of events that are not complete ones, the decoded args and
+    the argument-text spans renumbered to the rows kept."""
+    keep = np.ones(n, bool)
+    keep[drop] = False
+    new_row = np.cumsum(keep) - 1
+    col = {k: v[keep] for k, v in col.items()}
+    decoded = {int(new_row[r]): a for r, a in decoded.items()}
+    if len(aux):
+        aux = aux.copy()
+        aux[:, 0] = new_row[aux[:, 0]]
     return col, decoded, aux
 
 
@@ -643,30 +657,10 @@ def read_kineto(
         raw_fields=True,  # the Raw argument texts, read while their block is processed (_op_args)
         scanner=scanner,
     )
-    ids = StableIds()
-    c = _Columns()
-    interned = _Interned()
-    memory: list[dict[str, np.ndarray]] = []
-    for chunk in trace.chunks():
-        if isinstance(chunk, Scanned):
-            _add_scanned(chunk, c, ids, path, scanner, interned, memory)
-        else:
-            _add_chunk(chunk, c, ids, path)
-            _add_memory(chunk, memory, ids)
-        del chunk  # a view of the read buffer (scanned blocks) lives no longer than its block
+    c, memory = _read_blocks(trace, path, scanner)
     meta: Meta = trace.meta
     base_ns = _origin(meta.baseTimeNanoseconds, path)
-    # each column's blocks are dropped as soon as they are joined: the peak holds one column twice, not all
-    cols = {
-        k: _cat(c.cols.pop(k), np.float64 if k in ("start", "dur") else np.int8 if k == "kind" else np.int64)
-        for k in list(c.cols)
-    }
-    names = (
-        pa.chunked_array(c.names, pa.dictionary(pa.int32(), pa.string())).unify_dictionaries()
-        if c.names
-        else pa.chunked_array([], pa.dictionary(pa.int32(), pa.string()))
-    )
-    c.names = []
+    cols, names = _joined_columns(c)
     with np.errstate(over="ignore", invalid="ignore"):  # 1e308 µs * 1000 is inf: dropped, never a warning
         keep, dropped = implausible_times(cols["start"] * 1000.0 + base_ns, cols["dur"] * 1000.0, path)
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
@@ -701,6 +695,35 @@ def read_kineto(
     side = {"collectives": coll, "memcpy": mem, "op_args": op_args}
     parts = _device_parts(table, device, devices, side, _memory_tables(memory, base_ns, devices), meta)
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
+
+
+def _read_blocks(trace: ChromeTrace, path: str, scanner: Any) -> tuple[_Columns, list[dict[str, np.ndarray]]]:
+    """The columns of every block of the events array (the scanner's or msgspec's), and the
+    memory events' rows."""
+    ids = StableIds()
+    c = _Columns()
+    interned = _Interned()
+    memory: list[dict[str, np.ndarray]] = []
+    for chunk in trace.chunks():
+        if isinstance(chunk, Scanned):
+            _add_scanned(chunk, c, ids, path, scanner, interned, memory)
+        else:
+            _add_chunk(chunk, c, ids, path)
+            _add_memory(chunk, memory, ids)
+        del chunk  # a view of the read buffer (scanned blocks) lives no longer than its block
+    return c, memory
+
+
+def _joined_columns(c: _Columns) -> tuple[dict[str, np.ndarray], pa.ChunkedArray]:
+    """Each column's blocks joined, and the names (one dictionary). A column's blocks are dropped
+    as soon as they are joined: the peak holds one column twice, not all."""
+    cols = {k: _cat(c.cols.pop(k), _COLUMN_DTYPES.get(k, np.int64)) for k in list(c.cols)}
+    names = pa.chunked_array(c.names, _DICT_TYPE)
+    c.names = []
+    return cols, names.unify_dictionaries() if len(names.chunks) else names
+
+
+_COLUMN_DTYPES: dict[str, Any] = {"start": np.float64, "dur": np.float64, "kind": np.int8}
 
 
 def _event_table(
