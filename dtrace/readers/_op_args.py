@@ -59,11 +59,7 @@ class OpArgsBuffer:
         four texts of each op are joined by :data:`~dtrace.core.schema.ARGS_SEP` in one ``b"".join``
         (no bytes object per event).
         """
-        modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
-        if not modelled.any():
-            return
-        idx = names.indices.to_numpy(zero_copy_only=False)
-        rows = np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
+        rows = _modelled_rows(kinds, names)
         if not rows.size:
             return
         quads = list(map(_GET_ALL, map(args.__getitem__, rows.tolist())))  # (dims, types, strides, concrete)
@@ -99,11 +95,7 @@ class OpArgsBuffer:
         ``field`` (the index in :data:`FIELDS`) of the block's event ``row``; ``decoded`` the
         ``args`` of the events msgspec decoded instead (by row), whose texts are taken from them.
         """
-        modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
-        if not modelled.any():
-            return
-        idx = names.indices.to_numpy(zero_copy_only=False)
-        rows = np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
+        rows = _modelled_rows(kinds, names)
         if not rows.size:
             return
         source = np.frombuffer(text, np.uint8)
@@ -150,6 +142,16 @@ class OpArgsBuffer:
             rows = pos[ok].astype(np.int64)
             texts = texts.filter(pa.array(ok))
         return pa.Table.from_arrays([pa.array(rows, pa.int64()), _dictionary(texts)], schema=OP_ARGS_SCHEMA)
+
+
+def _modelled_rows(kinds: np.ndarray, names: pa.DictionaryArray) -> np.ndarray:
+    """The rows of a block's host ops whose name an op model knows (names looked up once per
+    distinct name)."""
+    modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
+    if not modelled.any():
+        return np.zeros(0, np.int64)
+    idx = names.indices.to_numpy(zero_copy_only=False)
+    return np.flatnonzero((kinds == _CPU_OP) & modelled[idx])
 
 
 def _dictionary(texts: pa.Array) -> pa.DictionaryArray:

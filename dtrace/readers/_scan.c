@@ -260,6 +260,40 @@ static const char *skip_number(const char *p, const char *end) {
     return p;
 }
 
+/* a member's key and its ':' at p (a '"' expected): the key's bytes (*k, *klen; *kf: escapes
+   or non-ASCII bytes in it) and where the value starts; NULL: invalid JSON or the end of the block */
+static const char *read_key(const char *p, const char *end, const char **k, Py_ssize_t *klen, int *kf) {
+    if (p >= end || *p != '"') return NULL;
+    *kf = 0;
+    *k = p + 1;
+    const char *q = scan_string(*k, end, kf);
+    if (!q) return NULL;
+    *klen = q - *k;
+    p = q + 1;
+    SKIP_WS(p, end);
+    if (p >= end || *p != ':') return NULL;
+    p++;
+    SKIP_WS(p, end);
+    return p < end ? p : NULL;
+}
+
+/* after a member's value at *pp: 1 and *pp at the next member (a ','), 0 and *pp past the
+   object or array (its ``close``: '}' or ']'), -1 for invalid JSON */
+static int next_member(const char **pp, const char *end, char close) {
+    const char *p = *pp;
+    SKIP_WS(p, end);
+    if (p >= end) return -1;
+    if (*p == ',') {
+        p++;
+        SKIP_WS(p, end);
+        *pp = p;
+        return 1;
+    }
+    if (*p != close) return -1;
+    *pp = p + 1;
+    return 0;
+}
+
 /* skip one JSON value; NULL if not valid JSON (or too deep) */
 static const char *skip_value(const char *p, const char *end, int depth, int *flags) {
     if (p >= end) return NULL;
@@ -278,26 +312,18 @@ static const char *skip_value(const char *p, const char *end, int depth, int *fl
             if (p < end && *p == close) return p + 1;
             for (;;) {
                 if (obj) {
-                    if (p >= end || *p != '"') return NULL;
-                    const char *q = scan_string(p + 1, end, flags);
-                    if (!q) return NULL;
-                    p = q + 1;
-                    SKIP_WS(p, end);
-                    if (p >= end || *p != ':') return NULL;
-                    p++;
-                    SKIP_WS(p, end);
+                    const char *k;
+                    Py_ssize_t klen;
+                    int kf;
+                    p = read_key(p, end, &k, &klen, &kf);
+                    if (!p) return NULL;
+                    *flags |= kf;
                 }
                 p = skip_value(p, end, depth + 1, flags);
                 if (!p) return NULL;
-                SKIP_WS(p, end);
-                if (p >= end) return NULL;
-                if (*p == ',') {
-                    p++;
-                    SKIP_WS(p, end);
-                    continue;
-                }
-                if (*p == close) return p + 1;
-                return NULL;
+                int more = next_member(&p, end, close);
+                if (more < 0) return NULL;
+                if (!more) return p;
             }
         }
         case 't':
@@ -414,53 +440,70 @@ static int aux_add(Scanner *s, Py_ssize_t rec, int field, Py_ssize_t a, Py_ssize
     return 0;
 }
 
-/* an integer argument (int | str | None): 0 ok, 1 the event goes to msgspec; NULL p: invalid */
-static const char *int_arg(const char *p, const char *end, int64_t *out, int *fallback, int *flags) {
+/* a number argument at p: *kind 0 (a number, in *num), 1 (null) or 2 (another value, skipped: the
+   event goes to msgspec); NULL: invalid JSON */
+static const char *num_arg(const char *p, const char *end, Num *num, int *kind, int *fallback, int *flags) {
     if (*p == 'n') {
-        if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
-            *out = NOVAL;
-            return p + 4;
-        }
-        return NULL;
+        *kind = 1;
+        return (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
     }
     if (*p == '-' || (*p >= '0' && *p <= '9')) {
-        Num num;
-        const char *q = parse_number(p, end, &num);
-        if (!q) return NULL;
-        if (num.is_int && num.ival != INT64_MIN) {
-            *out = num.ival;
-        } else {
-            *fallback = 1;
-        }
-        return q;
+        *kind = 0;
+        return parse_number(p, end, num);
     }
+    *kind = 2;
     *fallback = 1; /* a string ("0x7"), or a value of the wrong type: msgspec's call */
     return skip_value(p, end, 1, flags);
+}
+
+/* an integer argument (int | str | None): NOVAL for null; an event msgspec must read sets *fallback */
+static const char *int_arg(const char *p, const char *end, int64_t *out, int *fallback, int *flags) {
+    Num num;
+    int kind;
+    const char *q = num_arg(p, end, &num, &kind, fallback, flags);
+    if (q && kind == 1) *out = NOVAL;
+    if (q && kind == 0) {
+        if (num.is_int && num.ival != INT64_MIN)
+            *out = num.ival;
+        else
+            *fallback = 1;
+    }
+    return q;
+}
+
+/* a string value at p ('"'): its interned code in *out, or *fallback (escapes, or a string
+   the table does not take: msgspec's call); NULL: invalid JSON, or an error (*err) */
+static const char *str_code(Scanner *s, const char *p, const char *end, int32_t *out, int *fallback, int *err) {
+    int f = 0;
+    const char *q = scan_string(p + 1, end, &f);
+    if (!q) return NULL;
+    if (f & S_ESC) {
+        *fallback = 1;
+        return q + 1;
+    }
+    int32_t code = intern(s, p + 1, q - p - 1);
+    if (code == -1) {
+        *err = 1;
+        return NULL;
+    }
+    if (code == -2)
+        *fallback = 1;
+    else
+        *out = code;
+    return q + 1;
 }
 
 /* an id (pid/tid: int | str | None) */
 static const char *id_arg(Scanner *s, const char *p, const char *end, int64_t *out, int *is_str, int *fallback,
                           int *flags, int *err) {
     if (*p == '"') {
-        int f = 0;
-        const char *q = scan_string(p + 1, end, &f);
-        if (!q) return NULL;
-        if (f & S_ESC) {
-            *fallback = 1;
-        } else {
-            int32_t code = intern(s, p + 1, q - p - 1);
-            if (code == -1) {
-                *err = 1;
-                return NULL;
-            }
-            if (code == -2) {
-                *fallback = 1;
-            } else {
-                *out = code;
-                *is_str = 1;
-            }
+        int32_t code = -1;
+        const char *q = str_code(s, p, end, &code, fallback, err);
+        if (q && code >= 0) {
+            *out = code;
+            *is_str = 1;
         }
-        return q + 1;
+        return q;
     }
     const char *q = int_arg(p, end, out, fallback, flags);
     if (q && *out == NOVAL) *out = -1;
@@ -468,50 +511,23 @@ static const char *id_arg(Scanner *s, const char *p, const char *end, int64_t *o
 }
 
 static const char *float_arg(const char *p, const char *end, double *out, int *fallback, int *flags) {
-    if (*p == 'n') {
-        if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
-            *out = NAN;
-            return p + 4;
-        }
-        return NULL;
-    }
-    if (*p == '-' || (*p >= '0' && *p <= '9')) {
-        Num num;
-        const char *q = parse_number(p, end, &num);
-        if (!q) return NULL;
-        if (num.float_ok) {
+    Num num;
+    int kind;
+    const char *q = num_arg(p, end, &num, &kind, fallback, flags);
+    if (q && kind == 1) *out = NAN;
+    if (q && kind == 0) {
+        if (num.float_ok)
             *out = num.dval;
-        } else {
+        else
             *fallback = 1;
-        }
-        return q;
     }
-    *fallback = 1;
-    return skip_value(p, end, 1, flags);
+    return q;
 }
 
 /* a string field (str, or str | None with nullable): its code */
 static const char *str_arg(Scanner *s, const char *p, const char *end, int nullable, int32_t *out, int *fallback,
                            int *flags, int *err) {
-    if (*p == '"') {
-        int f = 0;
-        const char *q = scan_string(p + 1, end, &f);
-        if (!q) return NULL;
-        if (f & S_ESC) {
-            *fallback = 1;
-        } else {
-            int32_t code = intern(s, p + 1, q - p - 1);
-            if (code == -1) {
-                *err = 1;
-                return NULL;
-            }
-            if (code == -2)
-                *fallback = 1;
-            else
-                *out = code;
-        }
-        return q + 1;
-    }
+    if (*p == '"') return str_code(s, p, end, out, fallback, err);
     if (nullable && *p == 'n') {
         if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
             *out = -1;
@@ -533,18 +549,11 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
     SKIP_WS(p, end);
     if (p < end && *p == '}') return p + 1;
     for (;;) {
-        if (p >= end || *p != '"') return NULL;
-        int kf = 0;
-        const char *k = p + 1;
-        const char *q = scan_string(k, end, &kf);
-        if (!q) return NULL;
-        Py_ssize_t klen = q - k;
-        p = q + 1;
-        SKIP_WS(p, end);
-        if (p >= end || *p != ':') return NULL;
-        p++;
-        SKIP_WS(p, end);
-        if (p >= end) return NULL;
+        const char *k;
+        Py_ssize_t klen;
+        int kf;
+        p = read_key(p, end, &k, &klen, &kf);
+        if (!p) return NULL;
         if (kf) { /* an escaped or non-ASCII key might name a field */
             *fallback = 1;
             p = skip_value(p, end, 2, flags);
@@ -634,15 +643,9 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
             }
         }
         if (!p) return NULL;
-        SKIP_WS(p, end);
-        if (p >= end) return NULL;
-        if (*p == ',') {
-            p++;
-            SKIP_WS(p, end);
-            continue;
-        }
-        if (*p == '}') return p + 1;
-        return NULL;
+        int more = next_member(&p, end, '}');
+        if (more < 0) return NULL;
+        if (!more) return p;
     }
 }
 
@@ -681,18 +684,11 @@ static const char *parse_event(Scanner *s, const char *base, const char *p, cons
         goto done;
     }
     for (;;) {
-        if (p >= end || *p != '"') return NULL;
-        int kf = 0;
-        const char *k = p + 1;
-        const char *q = scan_string(k, end, &kf);
-        if (!q) return NULL;
-        Py_ssize_t klen = q - k;
-        p = q + 1;
-        SKIP_WS(p, end);
-        if (p >= end || *p != ':') return NULL;
-        p++;
-        SKIP_WS(p, end);
-        if (p >= end) return NULL;
+        const char *k;
+        Py_ssize_t klen;
+        int kf;
+        p = read_key(p, end, &k, &klen, &kf);
+        if (!p) return NULL;
         int field = -1;
         if (kf) {
             fallback = 1;
@@ -775,18 +771,9 @@ static const char *parse_event(Scanner *s, const char *base, const char *p, cons
                 p = skip_value(p, end, 1, &flags);
         }
         if (!p) return NULL;
-        SKIP_WS(p, end);
-        if (p >= end) return NULL;
-        if (*p == ',') {
-            p++;
-            SKIP_WS(p, end);
-            continue;
-        }
-        if (*p == '}') {
-            p++;
-            break;
-        }
-        return NULL;
+        int more = next_member(&p, end, '}');
+        if (more < 0) return NULL;
+        if (!more) break;
     }
 done:
     if (flags & (S_HIGH | S_UESC)) fallback = 1; /* UTF-8 and \u escapes outside the names: msgspec's call */
