@@ -5,9 +5,9 @@ of what reading its events had left behind; glibc keeps a task's freed pages for
 allocation. dtrace therefore makes Arrow's jemalloc pool the default while it works
 (:func:`use_jemalloc`; in the workers of the clusters it starts through :func:`worker_env`), and
 gives the C heap's free pages back after each ingest task (:func:`release_memory`). The cold run
-of a 303 MB Kineto trace peaks at ~440 MB instead of 500-550 MB (bench/RESULTS.md, "Memory"), and
-loading the cached events takes half the time. A pool the user chose with
-``ARROW_DEFAULT_MEMORY_POOL`` is left alone.
+of a 303 MB Kineto trace peaks at ~440 MB instead of 500-550 MB, and loading the cached events
+takes half the time (bench/RESULTS.md, "Memory, many ranks and the 32 × 300 MB job"). A pool
+the user chose with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone.
 """
 
 from __future__ import annotations
