@@ -26,7 +26,11 @@ from dtrace.render.page import page
 
 H200 = os.path.join(ROOT, "tests", "data", "h200", "ops_rank0.pt.trace.json.gz")
 MEASURED = os.path.join(ROOT, "examples", "gpu_spec_h200_measured.json")
-NO_DEVICE = shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
+
+
+def _no_device() -> str:
+    """A real trace without deviceProperties (skips where ../shared is missing)."""
+    return shared("kineto", "hta-2rank", "sampled_rank-0.json.gz")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,7 @@ def h200(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nodev(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("nodev") / "out")
-    return out, dtrace.analyze(NO_DEVICE, out, scheduler="sync")
+    return out, dtrace.analyze(_no_device(), out, scheduler="sync")
 
 
 def _json(capsys, argv: list[str]) -> dict:
@@ -106,7 +110,7 @@ def test_perf_gpu_spec_reroofs_a_results_directory(h200, tmp_path, capsys):
 def test_perf_trace_file_and_no_device(capsys):
     """A trace file is analysed in-process; without deviceProperties the throughput stays and the
     roofline says why it is missing."""
-    doc = _json(capsys, ["perf", NO_DEVICE, "--fmt", "json", "--top", "5"])
+    doc = _json(capsys, ["perf", _no_device(), "--fmt", "json", "--top", "5"])
     assert doc["summary"][0].startswith("rank 0: unnamed device: no roofline (the trace names no device")
     assert len(doc["ops"]) == 5 and all(o["tflops"] is not None and o["roofline_ns"] is None for o in doc["ops"])
 
