@@ -55,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="write the tiled trace here and keep it")
     args = ap.parse_args(argv)
 
-    from dtrace.prepare import prepare
-
+    from dtrace.analyses.batch import prepare_part
     from dtrace.calltree import Tree
     from dtrace.generate.tile import tile_trace
     from dtrace.options import Options
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         tf = detect(dst).read(dst)
         p = tf.parts[0]
-        part = prepare(
+        part = prepare_part(
             p.events.to_pandas(),
             p.collectives.to_pandas(),
             p.memcpy.to_pandas(),
@@ -98,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"host events {len(part.host):,}, GPU events {len(part.gpu):,}")
         for python in (False, True):
-            tree, med, best = _timed(lambda python=python: Tree.from_part(part, python=python), args.repeat)
-            _, peak = _peak_mb(lambda python=python: Tree.from_part(part, python=python))
+            tree, med, best = _timed(lambda python=python: Tree.from_batch(part, python=python), args.repeat)
+            _, peak = _peak_mb(lambda python=python: Tree.from_batch(part, python=python))
             ops, ops_med, _ = _timed(tree.ops, args.repeat)
             s = tree.stats
             print(
