@@ -341,13 +341,15 @@ _OPEN = threading.local()
 @contextmanager
 def shared_files() -> Iterator[None]:
     """Within this block, each cached file is read, fingerprinted and opened once however many
-    parts it holds (the parts of a pack; :func:`lookup` and :func:`read_part_tables`)."""
-    outer = getattr(_OPEN, "files", None)
-    _OPEN.files = {} if outer is None else outer
+    parts it holds (the parts of a pack; :func:`lookup` and :func:`read_part_tables`), and the
+    row groups :func:`read_parts_tables` read ahead are kept for the parts that take them."""
+    outer = getattr(_OPEN, "files", None), getattr(_OPEN, "rows", None)
+    if outer[0] is None:
+        _OPEN.files, _OPEN.rows = {}, {}
     try:
         yield
     finally:
-        _OPEN.files = outer
+        _OPEN.files, _OPEN.rows = outer
 
 
 def _parquet_file(path: str, want: str | None) -> pq.ParquetFile:
@@ -478,10 +480,10 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
     tables to read (the others come back empty, their files untouched; default every one).
     Raises :class:`InputError` naming the input when a file is damaged.
     """
-    paths = {"events": spec.events, "collectives": spec.collectives, "memcpy": spec.memcpy, **dict(spec.side)}
+    paths = _table_paths(spec)
     if only is not None:
         paths = {k: v for k, v in paths.items() if k == "events" or k in only}
-    groups = dict(getattr(spec, "groups", ()) or ())
+    groups = _row_groups(spec)
     out: dict[str, pa.Table] = {}
     for kind, path in paths.items():
         name = os.path.basename(path)
@@ -504,6 +506,16 @@ def read_part_tables(spec: Any, only: Collection[str] | None = None) -> PartTabl
     return PartTables(out.pop("events"), {k: out[k] if k in out else empty_side(k) for k in SIDE_SCHEMAS})
 
 
+def _table_paths(spec: Any) -> dict[str, str]:
+    """Each table of a part → the cached file holding it."""
+    return {"events": spec.events, "collectives": spec.collectives, "memcpy": spec.memcpy, **dict(spec.side)}
+
+
+def _row_groups(spec: Any) -> dict[str, int]:
+    """Each table of a part in a pack → its row group there (empty: the part's own files)."""
+    return dict(getattr(spec, "groups", ()) or ())
+
+
 def _row_group(pf: pq.ParquetFile, path: str, group: int) -> pa.Table:
     """Row group ``group`` of a pack file: read with its neighbours by :func:`read_parts_tables`, or now."""
     got = (getattr(_OPEN, "rows", None) or {}).get((path, group))
@@ -516,23 +528,18 @@ def read_parts_tables(specs: Sequence[Any]) -> list[PartTables]:
     thousand). A file that does not read whole is left to :func:`read_part_tables`, whose error
     names the input."""
     with shared_files():
-        outer = getattr(_OPEN, "rows", None)
-        _OPEN.rows = {} if outer is None else outer
-        try:
-            for path, (want, wanted) in _pack_groups(specs).items():
-                _read_groups(path, want, sorted(wanted), _OPEN.rows)
-            return [read_part_tables(s) for s in specs]
-        finally:
-            _OPEN.rows = outer
+        for path, (want, wanted) in _pack_groups(specs).items():
+            _read_groups(path, want, sorted(wanted), _OPEN.rows)
+        return [read_part_tables(s) for s in specs]
 
 
 def _pack_groups(specs: Sequence[Any]) -> dict[str, tuple[str | None, set[int]]]:
     """Each pack file the parts read → (its fingerprint, the row groups they need)."""
     out: dict[str, tuple[str | None, set[int]]] = {}
     for s in specs:
-        paths = {"events": s.events, "collectives": s.collectives, "memcpy": s.memcpy, **dict(s.side)}
+        paths = _table_paths(s)
         checksums = dict(s.checksums or ())
-        for kind, group in dict(getattr(s, "groups", ()) or ()).items():
+        for kind, group in _row_groups(s).items():
             path = paths.get(kind)
             if path is not None:
                 out.setdefault(path, (checksums.get(os.path.basename(path)), set()))[1].add(group)
