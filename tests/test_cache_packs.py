@@ -135,9 +135,7 @@ def test_parts_of_a_pack_are_read_in_one_call_per_file(job, tmp_path, monkeypatc
         pq.ParquetFile, "read_row_groups", lambda *a, **k: calls.__setitem__("many", calls["many"] + 1) or many(*a, **k)
     )
     together = cache.read_parts_tables(specs)
-    files = {os.path.join(s.events) for s in specs} | {
-        p for s in specs for p in (s.collectives, s.memcpy, *dict(s.side).values())
-    }
+    files = {s.events for s in specs} | {p for s in specs for p in (s.collectives, s.memcpy, *dict(s.side).values())}
     assert calls == {"one": 0, "many": len(files)}
     for a, b in zip(alone, together):
         assert a.events.equals(b.events) and a.side.keys() == b.side.keys()

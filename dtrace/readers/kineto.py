@@ -476,14 +476,8 @@ def _add_scanned(
             ext = np.where(ext == _I64_MIN, col["external_id_old"], ext)
         pid = _scanned_ids(col["pid"], col["flags"] & _PID_STR, strings, ids)
         tid = _scanned_ids(col["tid"], col["flags"] & _TID_STR, strings, ids)
-        n = len(kinds)
-        device = np.full(n, -1, np.int64)
-        stream = np.full(n, -1, np.int64)
         gpu_rows = np.flatnonzero(_IS_GPU[kinds])
-        if gpu_rows.size:
-            dev_arg, str_arg = col["device"][gpu_rows], col["stream"][gpu_rows]
-            device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
-            stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
+        device, stream = _gpu_places(len(kinds), gpu_rows, col["device"][gpu_rows], col["stream"][gpu_rows], pid, tid)
         base = c.n
         if decoded:  # collective args only come with events msgspec decoded
             for r in sorted(decoded):
@@ -550,16 +544,22 @@ def _device_stream(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Device and stream of each event: the GPU events' ``device``/``stream`` args (else their
     pid/tid); -1 on host events."""
-    n = len(kinds)
+    gpu_rows = np.flatnonzero(_IS_GPU[kinds])
+    gargs = [args[i] for i in gpu_rows.tolist()]  # device/stream only matter on the (few) GPU events
+    dev_arg = _int_column(list(map(_A_DEV, gargs)), -2)
+    str_arg = _int_column(list(map(_A_STREAM, gargs)), -2)
+    return _gpu_places(len(kinds), gpu_rows, dev_arg, str_arg, pid, tid)
+
+
+def _gpu_places(
+    n: int, gpu_rows: np.ndarray, dev_arg: np.ndarray, str_arg: np.ndarray, pid: np.ndarray, tid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Device and stream columns of ``n`` events: at ``gpu_rows`` the ``device``/``stream`` args
+    (-2: absent or unreadable, then pid/tid), -1 elsewhere."""
     device = np.full(n, -1, np.int64)
     stream = np.full(n, -1, np.int64)
-    gpu_rows = np.flatnonzero(np.isin(kinds, _GPU_CODES))
-    if gpu_rows.size:  # device/stream only matter on the (few) GPU events
-        gargs = [args[i] for i in gpu_rows.tolist()]
-        dev_arg = _int_column(list(map(_A_DEV, gargs)), -2)
-        str_arg = _int_column(list(map(_A_STREAM, gargs)), -2)
-        device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
-        stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
+    device[gpu_rows] = np.where(dev_arg >= -1, dev_arg, pid[gpu_rows])
+    stream[gpu_rows] = np.where(str_arg >= -1, str_arg, tid[gpu_rows])
     return device, stream
 
 
