@@ -260,6 +260,11 @@ static const char *skip_number(const char *p, const char *end) {
     return p;
 }
 
+/* past the literal lit (n bytes: true, false, null) at p; NULL: not that literal */
+static inline const char *after_literal(const char *p, const char *end, const char *lit, Py_ssize_t n) {
+    return (end - p >= n && memcmp(p, lit, (size_t)n) == 0) ? p + n : NULL;
+}
+
 /* a member's key and its ':' at p (a '"' expected): the key's bytes (*k, *klen; *kf: escapes
    or non-ASCII bytes in it) and where the value starts; NULL: invalid JSON or the end of the block */
 static const char *read_key(const char *p, const char *end, const char **k, Py_ssize_t *klen, int *kf) {
@@ -327,11 +332,11 @@ static const char *skip_value(const char *p, const char *end, int depth, int *fl
             }
         }
         case 't':
-            return (end - p >= 4 && memcmp(p, "true", 4) == 0) ? p + 4 : NULL;
+            return after_literal(p, end, "true", 4);
         case 'f':
-            return (end - p >= 5 && memcmp(p, "false", 5) == 0) ? p + 5 : NULL;
+            return after_literal(p, end, "false", 5);
         case 'n':
-            return (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
+            return after_literal(p, end, "null", 4);
         default:
             return skip_number(p, end);
     }
@@ -445,7 +450,7 @@ static int aux_add(Scanner *s, Py_ssize_t rec, int field, Py_ssize_t a, Py_ssize
 static const char *num_arg(const char *p, const char *end, Num *num, int *kind, int *fallback, int *flags) {
     if (*p == 'n') {
         *kind = 1;
-        return (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
+        return after_literal(p, end, "null", 4);
     }
     if (*p == '-' || (*p >= '0' && *p <= '9')) {
         *kind = 0;
@@ -529,11 +534,9 @@ static const char *str_arg(Scanner *s, const char *p, const char *end, int nulla
                            int *flags, int *err) {
     if (*p == '"') return str_code(s, p, end, out, fallback, err);
     if (nullable && *p == 'n') {
-        if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
-            *out = -1;
-            return p + 4;
-        }
-        return NULL;
+        p = after_literal(p, end, "null", 4);
+        if (p) *out = -1;
+        return p;
     }
     *fallback = 1;
     return skip_value(p, end, 1, flags);
@@ -618,7 +621,7 @@ static const char *parse_args(Scanner *s, const char *base, const char *p, const
                     }
                     p = e + 1;
                 } else if (*p == 'n') {
-                    p = (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
+                    p = after_literal(p, end, "null", 4);
                 } else {
                     *fallback = 1;
                     p = skip_value(p, end, 2, flags);
@@ -761,7 +764,7 @@ static const char *parse_event(Scanner *s, const char *base, const char *p, cons
                 if (*p == '{') {
                     p = parse_args(s, base, p, end, rec, &fallback, &flags, err);
                 } else if (*p == 'n') {
-                    p = (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
+                    p = after_literal(p, end, "null", 4);
                 } else {
                     fallback = 1;
                     p = skip_value(p, end, 1, &flags);
