@@ -96,6 +96,25 @@ def _decoders(
     )
 
 
+def _last_byte(buf: bytearray, lo: int, end: int) -> int | None:
+    """The last byte of ``buf[lo:end]`` that is not JSON whitespace (None if there is none),
+    looked for in steps from the end (no copy of the text before it).
+
+    Examples
+    --------
+    >>> _last_byte(bytearray(b"[{} \\n ]"), 1, 6), _last_byte(bytearray(b"[  ]"), 1, 3)
+    (125, None)
+    """
+    step = 256
+    while end > lo:
+        part = bytes(buf[max(lo, end - step) : end]).rstrip(_WS)
+        if part:
+            return part[-1]
+        end -= step
+        step = min(step * 16, _WS_STEP)
+    return None
+
+
 def _problem(exc: Exception) -> str:
     if isinstance(exc, (EOFError,)) or "end-of-stream" in str(exc) or "truncated" in str(exc).lower():
         return "truncated or corrupt gzip stream (the file ended early)"
@@ -404,7 +423,7 @@ class ChromeTrace:
                     continue
             w.fill("an event", 1)  # buf[lo] is the '[' before it
         # the content ended: the last events and the keys after the array
-        events, tail = self._last(bytes(w.buf[w.lo + 1 : w.hi]))
+        events, tail = self._last(w.buf, w.lo, w.hi)
         if events:
             yield events
         return tail
@@ -561,23 +580,26 @@ class ChromeTrace:
             del rev
         return None
 
-    def _last(self, text: bytes) -> tuple[list[Any], bytes]:
-        """Split the final text into the last events and the text after the array."""
-        if not text.strip(_WS):
+    def _last(self, buf: bytearray, lo: int, hi: int) -> tuple[list[Any], bytes]:
+        """Split the final text ``buf[lo:hi]`` (``buf[lo]`` is the ``[`` before the last events)
+        into the last events and the text after the array. The events are decoded in place, as
+        :meth:`_cut` does: no copy of the final block, which is the whole content of a small file."""
+        if skip_ws(buf, lo + 1, hi) == hi:
             raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
-        i = len(text)
+        i = hi
         # keep the message, not the exception: its traceback holds this frame (and through it the
         # read buffer), a reference cycle that only the cyclic GC would free
         last_error: str | None = None
         for _ in range(_MAX_TRIES):
-            i = text.rfind(b"]", 0, i)
+            i = buf.rfind(b"]", lo + 1, i)
             if i < 0:
                 break
-            body = text[:i].rstrip(_WS)
-            if body and not body.endswith(b"}"):
+            before = _last_byte(buf, lo + 1, i)
+            if before is not None and before != 0x7D:  # '}': only an event may end the array
                 continue
             try:
-                return self._decode_events(b"[" + body + b"]"), text[i + 1 :]
+                with memoryview(buf) as mv, mv[lo : i + 1] as text:
+                    return self._decode_events(text), bytes(buf[i + 1 : hi])
             except msgspec.ValidationError as exc:
                 raise InputError(self.path, _validation(exc)) from None
             except msgspec.DecodeError as exc:
