@@ -215,15 +215,15 @@ def report(results: list[Result], env: dict[str, Any], capacity: float, path: st
         "",
         "## Phases (seconds inside `dtrace.analyze`, median run; from `manifest.json`)",
         "",
-        "| job | run | plan | start | ingest | analyse | stop | reduce | partitions | parts |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| job | run | plan | start | ingest | analyse | reduce | partitions | parts |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if r.tool != "dtrace" or not r.manifests or r.mode == "again":
             continue
         ph = {
             k: statistics.median(m["phases"].get(k, 0.0) for m in r.manifests)
-            for k in ("plan", "start", "ingest", "analyse", "stop", "reduce")
+            for k in ("plan", "start", "ingest", "analyse", "reduce")
         }
         m = r.manifests[-1]
         lines.append(

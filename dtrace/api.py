@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import pandas as pd
 
@@ -40,6 +40,8 @@ PARSE_FILE_S = 0.012
 """Rough fixed cost of one input (open, fingerprint, decode set-up, cache entry, its part's analyses)."""
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
+
+T = TypeVar("T")
 
 
 def make_options(**options: Any) -> Options:
@@ -191,8 +193,12 @@ def analyze(
         infos=found.infos,
         skipped_notes=found.skipped,
     )
-    n_workers, mode = _run_on_engine(run, spec, tmp_cache)
-    tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode)
+    tables, manifest = _run_on_engine(
+        run,
+        spec,
+        tmp_cache,
+        lambda n_workers, mode: _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode),
+    )
     if out is not None:
         return write_results(out, tables, manifest)
     return Results(tables, manifest, None)
@@ -248,9 +254,9 @@ def _cache_dir(cache: str | None, out: str | None) -> tuple[str, str | None]:
     return cache, tmp_cache
 
 
-def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None) -> tuple[int, str]:
-    """Plan, start the engine, ingest and analyse; the engine's workers and mode. The temporary
-    cache (if any) is removed however it ends."""
+def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None, finish: Callable[[int, str], T]) -> T:
+    """Plan, start the engine, ingest and analyse, then ``finish(workers, mode)`` (the reduce)
+    while the workers stop. The temporary cache (if any) is removed however it ends."""
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
@@ -258,12 +264,13 @@ def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None) -> tuple
             engine.start(work, tasks)
             run.phase("start")
             run.execute(engine)
-            n_workers = engine.n_workers
+            n_workers, mode = engine.n_workers, engine.mode
+            engine.stop_in_background()
+            done = finish(n_workers, mode)
     finally:
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
-    run.phase("stop")
-    return n_workers, engine.mode
+    return done
 
 
 def _reduce_and_record(

@@ -45,6 +45,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -189,6 +190,7 @@ class Engine:
         self._config: Any = None  # dask settings held while a local cluster runs
         self.mode = "in-process"
         self._pool: Any = None  # Arrow's default pool before this engine (core.memory)
+        self._stopping: threading.Thread | None = None  # see stop_in_background
 
     def __enter__(self) -> "Engine":
         self._pool = use_jemalloc()
@@ -260,7 +262,15 @@ class Engine:
             self._watch = _keep_workers(self._cluster)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop_in_background(self) -> None:
+        """Start stopping the workers and the cluster in a thread, so that the client's own work
+        after the last task (the reduce) overlaps it; :meth:`__exit__` waits for it."""
+        if self.client is None and self._cluster is None:
+            return
+        self._stopping = threading.Thread(target=self._stop_cluster, name="dtrace-engine-stop", daemon=True)
+        self._stopping.start()
+
+    def _stop_cluster(self) -> None:
         if self._watch is not None:
             with contextlib.suppress(Exception):
                 self._cluster.loop.add_callback(self._watch.stop)
@@ -272,6 +282,13 @@ class Engine:
             with contextlib.suppress(Exception):
                 self._cluster.close()
         self.client = self._cluster = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stopping is not None:
+            self._stopping.join()
+            self._stopping = None
+        else:
+            self._stop_cluster()
         if self._config is not None:
             self._config.__exit__(None, None, None)  # dask's settings as they were
             self._config = None
