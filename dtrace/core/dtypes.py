@@ -109,11 +109,20 @@ def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str, strict: bo
     dtypes = dict(zip(df.columns, df.dtypes))  # one lookup per column, not a Series each
     if all(str(dtypes[c]) == want or (want == STR and dtype_is(dtypes[c], want)) for c, want in columns.items()):
         return df
-    out = {
-        c: as_declared(df[c], columns[c], f"{table}.{c}", strict) if c in columns else df[c].to_numpy()
-        for c in df.columns
-    }
+    out = {c: _declared(df[c], dtypes[c], columns.get(c), f"{table}.{c}", strict) for c in df.columns}
     return pd.DataFrame(out, columns=list(df.columns))
+
+
+def _declared(col: pd.Series, dtype: Any, want: str | None, name: str, strict: bool) -> Any:
+    """A column of :func:`conform`'s new frame. A text column that is already a pandas string
+    column keeps its array (through NumPy objects it would be inferred back to the same string
+    dtype, a conversion of every value); an object one goes through NumPy as before (the frame
+    infers its dtype), and a column of no declared dtype too."""
+    if want is None:
+        return col.to_numpy()
+    if want == STR and not (isinstance(dtype, np.dtype) and dtype.kind == "O") and dtype_is(dtype, STR):
+        return col.array
+    return as_declared(col, want, name, strict)
 
 
 def missing_if_negative(values: np.ndarray) -> pd.api.extensions.ExtensionArray:
