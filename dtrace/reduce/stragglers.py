@@ -300,10 +300,12 @@ def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[
     empty = pd.DataFrame({"rank": [], "device": [], "class": [], "slowdown": [], "ref_ns": [], "own_ns": []})
     if kernels is None or not len(kernels) or "median_ns" not in kernels.columns:
         return np.ones(n), empty
-    k = kernels
+    # only the columns used here: every row filter below copies each column it keeps
+    k = kernels[[c for c in ("rank", "device", "name", "category", "class", "count", "median_ns") if c in kernels]]
     cat = k["category"].astype(str).to_numpy() if "category" in k.columns else np.full(len(k), "compute")
-    names = k["name"].astype(str)
-    keep = (cat == "compute") & ~names.str.contains("nccl|rccl", case=False, regex=True).to_numpy()
+    codes, names = pd.factorize(k["name"].astype(str))  # the name test once per distinct name
+    comm = pd.Series(names).str.contains("nccl|rccl", case=False, regex=True).to_numpy(bool)
+    keep = (cat == "compute") & ~comm[codes]
     k = k.loc[keep]
     if not len(k):
         return np.ones(n), empty
