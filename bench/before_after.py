@@ -26,13 +26,19 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from run import adopt_orphans, reap_orphans  # noqa: E402
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system of the process and every process it waited
     for: Dask's nannies and workers) of one command."""
+    adopt_orphans()
+    reap_orphans()
     t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    reap_orphans()  # the workers' process server (if any) outlives the client briefly: its CPU too
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ...: {p.stderr[-1500:]}")
     r2 = resource.getrusage(resource.RUSAGE_CHILDREN)

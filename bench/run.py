@@ -231,14 +231,46 @@ class Run:
     out: dict[str, Any]
 
 
+def adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    A local cluster's workers may fork from a process server (dtrace's CLI starts one) instead of
+    being the client's children: when the client exits, that server is re-parented here instead
+    of to init, and reaping it (:func:`reap_orphans`) adds its CPU time and its workers' (which it
+    reaped) to this process's ``RUSAGE_CHILDREN``, as spawned workers' time always was."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_orphans(timeout: float = 10.0) -> None:
+    """Wait for the orphans re-parented here (see :func:`adopt_orphans`) to exit."""
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            time.sleep(0.01)
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600, parse: bool = True) -> Run:
     """Run ``cmd`` and measure it from outside (wall, CPU, memory).
 
     With ``parse`` the last line of its stdout is the case's JSON report (``seconds``, ...);
     without, the command is a plain CLI run and ``out`` holds its stdout and stderr.
     """
+    import resource
+
     import psutil
 
+    adopt_orphans()
+    reap_orphans()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
@@ -272,6 +304,8 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
             time.sleep(0.05)
         wall = time.perf_counter() - t
         p.returncode = os.waitstatus_to_exitcode(status)
+        reap_orphans()  # a process server of the workers outlives the client briefly
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")
@@ -281,7 +315,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
     result = json.loads(stdout.strip().splitlines()[-1]) if parse else {"stdout": stdout, "stderr": stderr}
     return Run(
         wall_s=wall,
-        cpu_s=ru.ru_utime + ru.ru_stime,
+        cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         work_s=float(result.get("seconds", wall)),
         work_cpu_s=float(result.get("cpu_s", "nan")),
         maxrss=ru.ru_maxrss * 1024,

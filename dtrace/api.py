@@ -16,7 +16,7 @@ from .analyses import ANALYSES, Analysis
 from .core.constants import UP_TO_DATE_MAX_BYTES
 from .core.dtypes import empty_frame
 from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
-from .execution.engine import ClusterSpec, Engine, TaskFailure, local_workers
+from .execution.engine import ClusterSpec, Engine, TaskFailure, estimated_work, local_workers
 from .execution.summaries import SummaryGroup, add_summaries, note_summaries, split_summaries
 from .execution.tasks import PartitionResult, analyze_partition, ingest_files
 from .ingest.cache import FileRecord, check_cache_dir, lookup
@@ -32,12 +32,6 @@ from .reduce import run_reducers
 from .reduce.stragglers import check_method
 from .results import Results, check_results_dir, write_results
 
-PARSE_BYTES_PER_S = 80e6
-"""Rough single-core speed of parsing and analysing an input, to estimate a job's work before
-choosing where to run it (fitted on the cold in-process runs of bench/many_ranks.py: Kineto
-ranks of 0.28 and 1.8 MB took 15 and 34 worker-ms each, ingest and analysis together)."""
-PARSE_FILE_S = 0.012
-"""Rough fixed cost of one input (open, fingerprint, decode set-up, cache entry, its part's analyses)."""
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
 
@@ -534,7 +528,7 @@ class _Run:
             else None
             for f in self.files
         ]
-        parse = sum(s / PARSE_BYTES_PER_S + PARSE_FILE_S for s, h in zip(self._sizes, hits) if h is None)
+        parse = estimated_work([s for s, h in zip(self._sizes, hits) if h is None])
         hashing = sum(h.size for h in hits if h is not None) / HASH_BYTES_PER_S
         tasks = len(ingest_batches(self.files, self._sizes, workers))
         if parse:

@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT
 
 import dtrace
+from dtrace.core.memory import _jemalloc
 from dtrace.execution.engine import ClusterSpec, Engine, TaskFailure
 from dtrace.execution.tasks import analyze_partition, ingest_files
 from dtrace.options import Options
@@ -242,3 +243,45 @@ def test_a_pool_the_user_chose_is_left_alone(monkeypatch):
     before = _arrow_pool()
     with Engine(ClusterSpec(scheduler="sync")):
         assert _arrow_pool() == before
+
+
+_PRESTART = """
+import json, os, sys
+from dtrace.execution.engine import ClusterSpec, Engine, prestart_workers, wants_cluster
+
+def where(_):
+    import pyarrow
+    return [os.getppid(), "dtrace.execution.tasks" in sys.modules, pyarrow.default_memory_pool().backend_name]
+
+if __name__ == "__main__":
+    from multiprocessing import forkserver
+    small = prestart_workers(ClusterSpec(workers=2), 0.5, 8)  # auto, too little work: no server
+    sync = prestart_workers(ClusterSpec(scheduler="sync", workers=2), 100.0, 8)
+    started = prestart_workers(ClusterSpec(workers=2), 100.0, 8)
+    with Engine(ClusterSpec(scheduler="local", workers=2)) as e:
+        e.start(100.0, 8)
+        got = e.map(where, [0, 1, 2, 3])
+    print(json.dumps({"small": small, "sync": sync, "started": started, "server": forkserver._forkserver._forkserver_pid,
+                      "me": os.getpid(), "workers": got}))
+"""
+
+
+def test_prestarted_workers_fork_from_a_server_with_dtrace_imported(tmp_path):
+    """The CLI's process server: local workers fork from it with dtrace's tasks imported and the
+    workers' Arrow pool; never for a job the auto rule runs in-process, nor for --sync. (A fresh
+    interpreter: the server lives as long as the process that started it.)"""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "prestart.py"
+    script.write_text(_PRESTART)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (got["small"], got["sync"], got["started"]) == (False, False, True)
+    assert got["server"] not in (None, got["me"])
+    jemalloc = _jemalloc() is not None and "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
+    for ppid, imported, pool in got["workers"]:
+        assert ppid == got["server"] and imported
+        assert pool == "jemalloc" or not jemalloc

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import DEFAULT_MAX_INPUT_SIZE
-from ..errors import UsageError
+from ..errors import DtraceError, UsageError
 from ..render.escape import printable
 from . import uptodate
 from .common import (
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         uptodate.print_answer(args, body, manifest)
         say(f"results: {args.out}", args.fmt)
         return 0 if manifest.n_parts else 2
+    _prestart_workers(args)
     res = _analyze(args)
     empty = _empty_step(res, args.step)
     if empty == "all":
@@ -124,6 +125,32 @@ def run(args: argparse.Namespace) -> int:
     if not res.record.n_parts:
         return 2
     return 1 if res.errors else 0
+
+
+def _prestart_workers(args: argparse.Namespace) -> None:
+    """Launch the process server of a local cluster's workers before importing pandas, when the
+    inputs (local files, none cached or all) call for a local cluster: the workers' imports then
+    overlap this process's (:func:`dtrace.execution.engine.prestart_workers`)."""
+    from ..execution.engine import ClusterSpec, estimated_work, local_workers, prestart_workers
+    from ..ingest.inputs import expand_inputs, refuse_irregular
+    from ..ingest.remote import is_url
+    from ..partitions.layout import content_size, ingest_batches
+
+    try:
+        spec = ClusterSpec(
+            scheduler="sync" if args.sync else args.scheduler,
+            scheduler_file=args.scheduler_file,
+            workers=args.workers,
+            cluster=args.cluster,
+        )
+        inputs = [args.inputs] if isinstance(args.inputs, str) else list(args.inputs)
+        if any(is_url(i) for i in inputs) or spec.scheduler_file or spec.cluster or spec.scheduler == "sync":
+            return
+        files, _ = refuse_irregular(expand_inputs(inputs, exclude=[args.out]))
+        sizes = [content_size(f) for f in files]
+        prestart_workers(spec, estimated_work(sizes), len(ingest_batches(files, sizes, local_workers(spec))))
+    except (DtraceError, OSError):
+        return  # the run itself reports what is wrong
 
 
 def _analyze(args: argparse.Namespace) -> Any:

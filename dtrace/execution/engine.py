@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
 from ..core.fileio import read_regular
-from ..core.memory import restore_pool, use_jemalloc, worker_env
+from ..core.memory import ARROW_POOL, restore_pool, use_jemalloc, worker_env
 from ..errors import DtraceError, UsageError
 
 if TYPE_CHECKING:  # distributed is imported only when a cluster runs
@@ -62,6 +62,14 @@ JOBQUEUE_CLUSTERS = ("slurm", "pbs")
 CLUSTER_COST_S = 2.5
 """What a local cluster costs (start, workers importing dtrace, stop; measured ~2.3 s on 2 cores):
 ``scheduler=None`` starts one only when spreading the work saves more than this."""
+PARSE_BYTES_PER_S = 80e6
+"""Rough single-core speed of parsing and analysing an input, to estimate a job's work before
+choosing where to run it (fitted on the cold in-process runs of bench/many_ranks.py: Kineto
+ranks of 0.28 and 1.8 MB took 15 and 34 worker-ms each, ingest and analysis together)."""
+PARSE_FILE_S = 0.012
+"""Rough fixed cost of one input (open, fingerprint, decode set-up, cache entry, its part's analyses)."""
+WORKER_MODULES = ("distributed", "dtrace.execution.tasks")
+"""What a local cluster's worker imports before its first task (see :func:`prestart_workers`)."""
 LOG_EVERY_S = 10.0
 CONNECT_TIMEOUT_S = 30.0
 """How long to try to reach a running scheduler (``scheduler=ADDR``, ``scheduler_file=``)."""
@@ -174,6 +182,81 @@ def local_workers(spec: ClusterSpec) -> int:
     return spec.workers or max(1, os.cpu_count() or 1)
 
 
+def wants_cluster(spec: ClusterSpec, work_s: float, tasks: int) -> bool:
+    """Whether :meth:`Engine.start` starts (or joins) a cluster for this much work: always but
+    for ``"sync"`` when the spec names one, else when spreading the work over the local cores saves
+    more than :data:`CLUSTER_COST_S` (see the module docstring)."""
+    if spec.scheduler == "sync":
+        return False
+    if not spec.auto:
+        return True
+    n = local_workers(spec)
+    return not (tasks <= 1 or n <= 1 or work_s * (1 - 1 / n) <= CLUSTER_COST_S)
+
+
+def estimated_work(sizes: Sequence[int]) -> float:
+    """Seconds of one core to parse and analyse inputs of these content sizes (bytes), none cached."""
+    return sum(sizes) / PARSE_BYTES_PER_S + len(sizes) * PARSE_FILE_S
+
+
+_prestarted: tuple[tuple[str, str | None], ...] | None = None
+"""The environment :func:`prestart_workers` gave the process server the workers fork from (None:
+no server). A cluster started in another environment spawns its workers as usual."""
+
+
+def _server_env() -> tuple[tuple[str, str | None], ...]:
+    """What a worker process must find in its environment when it starts (imports pyarrow)."""
+    env = {ARROW_POOL: os.environ.get(ARROW_POOL), **worker_env()}
+    return tuple(sorted(env.items()))
+
+
+def _forked_workers() -> bool:
+    """Whether a local cluster started now forks its workers from the prestarted server."""
+    return _prestarted is not None and _prestarted == _server_env()
+
+
+def prestart_workers(spec: ClusterSpec, work_s: float, tasks: int) -> bool:
+    """Launch the server process that a local cluster's workers will fork from, if the spec and
+    the estimated work call for a local cluster (:func:`wants_cluster`).
+
+    It imports Dask's worker and dtrace's tasks (:data:`WORKER_MODULES`) at once, in its own
+    process, while the caller goes on (the CLI imports pandas and plans meanwhile); each worker
+    then forks from it with everything imported instead of starting an interpreter and importing
+    it all again (~1 s per worker). The server gets the workers' environment (Arrow's pool, see
+    :func:`~dtrace.core.memory.worker_env`) when it starts: it holds for everything forked from it.
+    Where the platform has no ``forkserver`` this does nothing and workers are spawned as usual.
+    Returns whether the server runs.
+    """
+    global _prestarted
+    if _prestarted is not None:
+        return _forked_workers()
+    local = spec.scheduler in (None, "local") and not spec.scheduler_file and not spec.cluster
+    if not local or not wants_cluster(spec, work_s, tasks):
+        return False
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
+    env = worker_env()
+    saved = {k: os.environ.get(k) for k in env}
+    want = _server_env()
+    os.environ.update(env)  # the server's environment is this process's when it starts
+    try:
+        forkserver.ensure_running()
+    except OSError:
+        return False
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    _prestarted = want
+    return True
+
+
 class Engine:
     """Maps functions over items, in-process or on a Dask cluster; use as a context manager.
 
@@ -199,10 +282,7 @@ class Engine:
     def start(self, work_s: float = float("inf"), tasks: int = 2) -> "Engine":
         """Start what the spec and the estimated work (seconds on one core, ``tasks`` tasks) call for."""
         s = self.spec
-        if s.scheduler == "sync":
-            return self
-        n = local_workers(s)
-        if s.auto and (tasks <= 1 or n <= 1 or work_s * (1 - 1 / n) <= CLUSTER_COST_S):
+        if not wants_cluster(s, work_s, tasks):
             return self
         from distributed import Client, LocalCluster
 
@@ -244,6 +324,7 @@ class Engine:
             self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": "1 day"})
             with dask.config.set(
                 {
+                    **({"distributed.worker.multiprocessing-method": "forkserver"} if _forked_workers() else {}),
                     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                     **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in worker_env().items()},
                     "temporary-directory": self._scratch,
