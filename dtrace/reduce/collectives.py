@@ -133,18 +133,19 @@ def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     [0, 1, 0, 1]
     """
     n = len(rows)
-    group = rows["group"].astype(object).to_numpy()
-    has_group = group != ""
+    # text keys as codes (a bijection per column: the same groups, found in the same order)
+    group, groups = _codes(rows["group"])
+    has_group = (groups != "")[group]
     seq = rows["seq"].to_numpy(np.int64, na_value=-1)
     has_seq = has_group & (seq >= 0)
     method = np.where(has_seq, 0, np.where(has_group, 1, 2)).astype(np.int8)
-    stream_label = "stream " + rows["stream"].astype(str).to_numpy(object)
     keys = pd.DataFrame(
         {
             "m": method,
-            "g": np.where(method < 2, group, stream_label),
-            "gr": np.where(method < 2, rows["group_ranks"].astype(object).to_numpy(), ""),
-            "op": np.where(method == 1, rows["op"].astype(object).to_numpy(), ""),
+            # a group for methods 0 and 1, the stream for method 2 (``m`` is part of every key)
+            "g": np.where(method < 2, group, rows["stream"].to_numpy(np.int64)),
+            "gr": np.where(method < 2, _codes(rows["group_ranks"])[0], -1),
+            "op": np.where(method == 1, _codes(rows["op"])[0], -1),
             "i": np.where(
                 method == 0, seq, np.where(method == 1, rows["order_op"].to_numpy(), rows["order_stream"].to_numpy())
             ),
@@ -158,6 +159,20 @@ def match_instances(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     order = np.empty(len(first), np.int64)
     order[np.argsort(first.to_numpy(), kind="stable")] = np.arange(len(first))
     return (order[ids] if n else np.zeros(0, np.int64)), method
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of a text column in order of appearance (a missing value is a value of its own) and
+    the distinct values as objects.
+
+    Examples
+    --------
+    >>> c, u = _codes(pd.Series(["b", "", "b", None]))
+    >>> c.tolist(), u.tolist()
+    ([0, 1, 0, 2], ['b', '', nan])
+    """
+    codes, uniques = pd.factorize(col, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
 
 
 def estimate_offsets(inst: np.ndarray, host: np.ndarray, end_ns: np.ndarray, *, rounds: int = 3) -> np.ndarray:
