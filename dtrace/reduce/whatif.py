@@ -64,6 +64,7 @@ changed overlap between compute and communication kernels sharing the GPU, are n
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -152,6 +153,19 @@ class Graph:
     chains: pd.DataFrame  # rank, device, step
     class_rows: pd.DataFrame  # node, rank, device, class, ns (the class time of each node's interval)
     kind: np.ndarray  # per node: start, ready, gate or end
+
+    # keys every scenario looks its factors up by: built once per graph
+    @functools.cached_property
+    def node_keys(self) -> pd.MultiIndex:
+        """(rank, device) of every node."""
+        return pd.MultiIndex.from_frame(self.chains[KEYS].iloc[self.chain].astype(np.int64))
+
+    @functools.cached_property
+    def class_keys(self) -> tuple[pd.MultiIndex, pd.MultiIndex]:
+        """(rank, device, class) of every class row, and (rank, device, :data:`OTHER`)."""
+        c = self.class_rows
+        other = np.full(len(c), OTHER, object)
+        return pd.MultiIndex.from_frame(c[KEYS + ["class"]]), pd.MultiIndex.from_arrays([c["rank"], c["device"], other])
 
 
 def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
@@ -536,8 +550,9 @@ def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
         return phi
     c = g.class_rows
     f = factors.drop_duplicates(KEYS + ["class"], keep="last").set_index(KEYS + ["class"])["factor"]
-    fac = f.reindex(pd.MultiIndex.from_frame(c[KEYS + ["class"]])).to_numpy(np.float64)
-    star = f.reindex(pd.MultiIndex.from_arrays([c["rank"], c["device"], np.full(len(c), OTHER, object)]))
+    own_class, other_class = g.class_keys
+    fac = f.reindex(own_class).to_numpy(np.float64)
+    star = f.reindex(other_class)
     fac = np.where(np.isnan(fac), star.fillna(1.0).to_numpy(np.float64), fac)
     ns = c["class_ns"].to_numpy(np.float64)
     node = c["node"].to_numpy(np.int64)
@@ -566,8 +581,7 @@ def median_work(g: Graph, parts: pd.DataFrame | None, phi: np.ndarray) -> np.nda
     once = per.drop_duplicates(["chain", "k"])
     med = once.groupby(["step", "total", "k"], sort=False)["own"].median()
     med_w = med.reindex(pd.MultiIndex.from_frame(per[["step", "total", "k"]])).to_numpy(np.float64)
-    node_keys = pd.MultiIndex.from_frame(g.chains[KEYS].iloc[g.chain].astype(np.int64))
-    mine = node_keys.isin(pd.MultiIndex.from_frame(parts[KEYS].astype(np.int64)))
+    mine = g.node_keys.isin(pd.MultiIndex.from_frame(parts[KEYS].astype(np.int64)))
     ok = mine & (own > 0)
     out: np.ndarray = phi.copy()
     out[ok] = med_w[ok] / own[ok]
@@ -580,8 +594,7 @@ def host_factors(g: Graph, host: pd.DataFrame | None) -> tuple[np.ndarray, np.nd
     if host is None or not len(host):
         return psi_node, psi_row
     f = host.drop_duplicates(KEYS, keep="last").set_index(KEYS)["factor"].astype(np.float64)
-    node_keys = pd.MultiIndex.from_frame(g.chains[KEYS].iloc[g.chain].astype(np.int64))
-    psi_node = f.reindex(node_keys).fillna(1.0).to_numpy(np.float64)
+    psi_node = f.reindex(g.node_keys).fillna(1.0).to_numpy(np.float64)
     if len(g.start):
         psi_row = f.reindex(pd.MultiIndex.from_frame(g.row_keys)).fillna(1.0).to_numpy(np.float64)
     return psi_node, psi_row
