@@ -134,7 +134,7 @@ def _prestart_workers(args: argparse.Namespace) -> None:
     from ..execution.engine import ClusterSpec, estimated_work, local_workers, prestart_workers
     from ..ingest.inputs import expand_inputs, refuse_irregular
     from ..ingest.remote import is_url
-    from ..partitions.layout import content_size, ingest_batches
+    from ..partitions.layout import guessed_size, ingest_batches
 
     try:
         spec = ClusterSpec(
@@ -147,7 +147,7 @@ def _prestart_workers(args: argparse.Namespace) -> None:
         if any(is_url(i) for i in inputs) or spec.scheduler_file or spec.cluster or spec.scheduler == "sync":
             return
         files, _ = refuse_irregular(expand_inputs(inputs, exclude=[args.out]))
-        sizes = [content_size(f) for f in files]
+        sizes = [guessed_size(f) for f in files]
         prestart_workers(spec, estimated_work(sizes), len(ingest_batches(files, sizes, local_workers(spec))))
     except (DtraceError, OSError):
         return  # the run itself reports what is wrong
