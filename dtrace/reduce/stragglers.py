@@ -389,12 +389,16 @@ def _links(
     gm = cls.groupby(["op", "b", "n", "g"], sort=True)["t"].median()
     ref = pd.Series(_loo_medians(gm.to_numpy(), gm.index.droplevel("g").factorize()[0]), index=gm.index)
     cls["r"] = cls["t"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(cls[["op", "b", "n", "g"]])).to_numpy()
+    # the group keys (long texts: the group's rank list) as codes in their sorted order from here on
+    gcode, keys = pd.factorize(cls["g"], sort=True)
+    keys = np.asarray(keys, dtype=object)
+    cls["g"] = gcode
     gs = cls.groupby("g")["r"].median()
     gdesc = cls.groupby("g").agg(op=("op", lambda s: ", ".join(sorted(set(s)))), instances=("r", "size"))
     group_slow = pd.DataFrame(
         {
-            "group": [g.split("|", 1)[0] for g in gs.index],
-            "key": gs.index,
+            "group": [g.split("|", 1)[0] for g in keys[gs.index]],
+            "key": keys[gs.index],
             "op": gdesc["op"].reindex(gs.index).to_numpy(),
             "ratio": np.exp(gs.to_numpy()),
             "instances": gdesc["instances"].reindex(gs.index).to_numpy(),
@@ -402,7 +406,7 @@ def _links(
     )
     # membership: which ranks took part in the compared groups
     ck = coll.loc[coll["collective"].isin(cls["c"].unique())]
-    key_of = pd.Series(cls["g"].to_numpy(), index=cls["c"].to_numpy())
+    key_of = pd.Series(gcode, index=cls["c"].to_numpy())
     key_of = key_of[~key_of.index.duplicated()]
     mem = pd.DataFrame(
         {
@@ -427,7 +431,10 @@ def _links(
     other_max = mem.groupby(KEYS)["other"].max()
     excess = excess_s.reindex(idx).fillna(0).to_numpy()
     margin = excess - other_max.reindex(idx).fillna(-np.inf).to_numpy()
-    membership = mem[KEYS + ["key"]].rename(columns={"key": "group"})
+    membership = pd.DataFrame(
+        {"rank": mem["rank"].to_numpy(), "device": mem["device"].to_numpy(), "group": keys[mem["key"].to_numpy()]},
+        index=mem.index,
+    )
     return excess, margin, group_slow, membership
 
 
