@@ -515,32 +515,20 @@ def _class_rows(nodes: pd.DataFrame) -> pd.DataFrame:
     """(node, rank, device, class, class_ns) of every class slot of every node with time, the
     rest of each node's time as :data:`OTHER`."""
     slots = [int(c[6:]) for c in nodes.columns if c.startswith("class_") and c[6:].isdigit()]
-    node_ids = np.arange(len(nodes))
+    node_ids, rank, device = np.arange(len(nodes)), nodes["rank"].to_numpy(), nodes["device"].to_numpy()
+
+    def slot(names: np.ndarray | str, ns: np.ndarray) -> pd.DataFrame:
+        keep = ns > 0  # only slots with time: no text of the others is copied
+        cls = names[keep] if isinstance(names, np.ndarray) else names
+        return pd.DataFrame(
+            {"node": node_ids[keep], "rank": rank[keep], "device": device[keep], "class": cls, "class_ns": ns[keep]}
+        )
+
     parts = [
-        pd.DataFrame(
-            {
-                "node": node_ids,
-                "rank": nodes["rank"].to_numpy(),
-                "device": nodes["device"].to_numpy(),
-                "class": nodes[f"class_{i}"].astype(str).to_numpy(object),
-                "class_ns": nodes[f"class_{i}_ns"].to_numpy(np.int64),
-            }
-        )
-        for i in slots
+        slot(nodes[f"class_{i}"].astype(str).to_numpy(object), nodes[f"class_{i}_ns"].to_numpy(np.int64)) for i in slots
     ]
-    parts.append(
-        pd.DataFrame(
-            {
-                "node": node_ids,
-                "rank": nodes["rank"].to_numpy(),
-                "device": nodes["device"].to_numpy(),
-                "class": OTHER,
-                "class_ns": nodes["other_class_ns"].to_numpy(np.int64),
-            }
-        )
-    )
-    cls = pd.concat(parts, ignore_index=True)
-    return cls.loc[cls["class_ns"].to_numpy() > 0].reset_index(drop=True)
+    parts.append(slot(OTHER, nodes["other_class_ns"].to_numpy(np.int64)))
+    return pd.concat(parts, ignore_index=True)
 
 
 def node_factors(g: Graph, factors: pd.DataFrame) -> np.ndarray:
