@@ -769,7 +769,8 @@ def _write_source(rec: FileRecord, d: str) -> None:
     # as it will be read back (a reader's meta value that JSON has no type for is written as text)
     record = json.loads(json.dumps(msgspec.to_builtins(rec.to_cached(), enc_hook=str)))
     source = SourceFile(cache_version=CACHE_VERSION, record=record, record_fingerprint=_record_fingerprint(record))
-    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(msgspec.to_builtins(source), indent=1).encode())
+    # compact: Python's JSON encoder indents only in pure Python, at several times the cost
+    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(msgspec.to_builtins(source)).encode())
 
 
 def ingest_many(

@@ -26,11 +26,21 @@ import pandas as pd
 import pyarrow as pa
 
 
-def _comm_names(names: Sequence[str]) -> np.ndarray:
-    """Which of the distinct kernel ``names`` are communication kernels (default rules)."""
-    from ..knowledge.categories import categorize_names
+_COMM: dict[str, bool] = {}  # kernel name -> a communication kernel's (the process's inputs share their names)
+_COMM_MAX = 1 << 16  # names remembered at most (then forgotten all at once)
 
-    return np.array([c == "comm" for c in categorize_names(names, ["kernel"] * len(names))], bool)
+
+def _comm_names(names: Sequence[str]) -> np.ndarray:
+    """Which of the distinct kernel ``names`` are communication kernels (default rules; each
+    name classified once per process)."""
+    new = [n for n in dict.fromkeys(names) if n not in _COMM]
+    if new:
+        from ..knowledge.categories import categorize_names
+
+        if len(_COMM) + len(new) > _COMM_MAX:
+            _COMM.clear()
+        _COMM.update(zip(new, (c == "comm" for c in categorize_names(new, ["kernel"] * len(new)))))
+    return np.fromiter(map(_COMM.__getitem__, names), bool, len(names))
 
 
 def _enclosing(
@@ -120,7 +130,10 @@ def inherit_collective_args(
     else:
         ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
         uniq = list(uniq)
-    comm = _comm_names([str(u) for u in uniq])[ncodes]
+    used = np.unique(ncodes)  # the names of these kernels, not every name of the trace
+    is_comm = np.zeros(len(uniq), bool)
+    is_comm[used] = _comm_names([str(uniq[i]) for i in used.tolist()])
+    comm = is_comm[ncodes]
     krows, ncodes = krows[comm], ncodes[comm]
     if not len(krows):
         return []

@@ -208,12 +208,21 @@ def _num(v: Any, default: int = -1) -> int:
     return v if _I64_MIN <= v <= _I64_MAX else default
 
 
+_FEW = 256  # values converted one by one rather than by Arrow
+
+
 def _int_column(values: list[Any], default: int) -> np.ndarray:
     """int64 column of integer-or-None values (``None`` → ``default``), vectorised.
 
-    The common case (ints and ``None``) is converted by Arrow in C; values written as strings
-    (``"0x7"``) or beyond int64 take the per-value path of :func:`_num`.
+    The common case (ints and ``None``) is converted by Arrow in C (a few values, by numpy: the
+    same numbers without Arrow's fixed cost); values written as strings (``"0x7"``) or beyond
+    int64 take the per-value path of :func:`_num`.
     """
+    if len(values) <= _FEW and all(v is None or type(v) is int for v in values):
+        try:
+            return np.fromiter((default if v is None else v for v in values), np.int64, len(values))
+        except OverflowError:  # beyond int64: the per-value path below
+            pass
     try:
         arr = pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
@@ -346,6 +355,8 @@ _ARG_DEFAULTS = {
 _PID_STR, _TID_STR = 1, 2  # flags: the pid / tid is a string (its code)
 _AUX_KIND, _AUX_BYTES = 4, 5  # the scanner's field numbers of args.kind and args.bytes
 _IS_GPU = np.isin(np.arange(len(KIND_CODES)), _GPU_CODES)  # by kind code
+_DEVICE_OP_CODES = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
+_IS_DEVICE_OP = np.isin(np.arange(len(KIND_CODES)), _DEVICE_OP_CODES)  # kernels, copies and sets, by kind code
 
 
 class _CodeNames:
@@ -666,8 +677,7 @@ def read_kineto(
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
     mem = _memcpy_table(c.mem_rows)
     op_args = c.op_args.table(None if keep is None else np.flatnonzero(keep))
-    gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
-    n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
+    n_gpu = int(np.count_nonzero(_IS_DEVICE_OP[cols["kind"]]))
     if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
         names = names.filter(pa.array(keep))
@@ -680,7 +690,7 @@ def read_kineto(
     table = _event_table(cols, names, device, base_ns, path)
     del cols
 
-    gpu_mask = np.isin(kinds, gpu_codes)
+    gpu_mask = _IS_DEVICE_OP[kinds]
     devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
     dist = meta.distributedInfo
     rank_hint = dist.rank if dist is not None and dist.rank is not None else None
@@ -849,8 +859,22 @@ def _group_ranks(ranks: Any) -> tuple[str, int]:
     return ("" if ranks is None else str(ranks)), -1
 
 
+_GROUPS: dict[str, tuple[str, int]] = {}
+""":func:`_group_ranks` of the rank lists written as text seen in this process (every rank of a
+job repeats its groups' lists: a 4,096-rank group is parsed and written once, not per input)."""
+_GROUPS_MAX = 1 << 12
+
+
 def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, int]:
-    """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``)."""
+    """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``; a
+    list written as text once per process)."""
+    if type(ranks) is str:  # a text equals only the same text: remembered across inputs
+        got = _GROUPS.get(ranks)
+        if got is None:
+            if len(_GROUPS) >= _GROUPS_MAX:
+                _GROUPS.clear()
+            got = _GROUPS[ranks] = _group_ranks(ranks)
+        return got
     key = tuple(ranks) if isinstance(ranks, list) else ranks
     try:
         return groups[key]
@@ -893,7 +917,10 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
         out["out_nelems"].append(out_n)
         out["dtype"].append(dtype)
         out["bytes"].append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
-    return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
+    return pa.Table.from_arrays([pa.array(out[k], t) for k, t in _COLLECTIVE_TYPES], schema=COLLECTIVE_SCHEMA)
+
+
+_COLLECTIVE_TYPES = [(f.name, f.type) for f in COLLECTIVE_SCHEMA]
 
 
 def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | None]]) -> pa.Table:
@@ -904,13 +931,15 @@ def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | Non
         if key not in cache:
             cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
         kinds.append(cache[key])
-    return pa.table(
-        {
-            "row": pa.array([r[0] for r in rows], pa.int64()),
-            "copy_kind": pa.array(kinds, pa.string()).dictionary_encode(),
-            "bytes": pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
-        }
-    ).cast(MEMCPY_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.array([r[0] for r in rows], pa.int64()),
+            pa.array(kinds, pa.string()).dictionary_encode(),  # int32 codes: the schema's type
+            pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
+        ],
+        schema=MEMCPY_SCHEMA,
+    )
+
 
 
 # -- the allocator's memory events ------------------------------------------------------------
