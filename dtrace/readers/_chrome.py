@@ -152,6 +152,7 @@ class _Window:
         self.block = block
         self.limit = limit
         self.buf = bytearray(min(block, first))  # small files never pay for a full block
+        self.sized = first != _FIRST_BLOCK  # sized to the whole content: grown only once full
         self.lo = self.hi = 0
         self.offset = 0  # content offset of buf[0]
         self.eof = False
@@ -171,7 +172,7 @@ class _Window:
                 f"{what} is larger than the limit of {format_size(self.limit)} (at content byte {self.offset + start})",
             )
         full = self.hi == len(buf)
-        if full or len(buf) < self.block:
+        if full or (len(buf) < self.block and not self.sized):
             # grow: up to the block size as the file turns out large, beyond it only when one item
             # is larger than the buffer. A new buffer, never an in-place resize: a frame still
             # holding a view of the old one (a profiler sampling this thread, a traceback) would
@@ -415,7 +416,8 @@ class ChromeTrace:
                     continue
             w.fill("an event", 1)  # buf[lo] is the '[' before it
         # the content ended: the last events and the keys after the array
-        events, tail = self._last(bytes(w.buf[w.lo + 1 : w.hi]))
+        got = self._last_in_place(w)
+        events, tail = got if got is not None else self._last(bytes(w.buf[w.lo + 1 : w.hi]))
         if events:
             yield events
         return tail
@@ -571,6 +573,24 @@ class ChromeTrace:
                 return events, j
             del rev
         return None
+
+    def _last_in_place(self, w: _Window) -> tuple[list[Any], bytes] | None:
+        """:meth:`_last` of the common ending, an event's ``}`` right before the last ``]``:
+        the events are decoded where they lie (``buf[lo]`` is the ``[``), no copy of the text.
+        None for any other ending, or text that does not decode: :meth:`_last` then reads it
+        (and names what is wrong)."""
+        buf, lo, hi = w.buf, w.lo, w.hi
+        i = buf.rfind(b"]", lo + 1, hi)
+        if i < lo + 2 or buf[i - 1] != 0x7D:  # '}'
+            return None
+        try:
+            with memoryview(buf) as mv, mv[lo : i + 1] as text:
+                events = self._decode_events(text)
+        except msgspec.ValidationError as exc:
+            raise InputError(self.path, _validation(exc)) from None
+        except msgspec.DecodeError:
+            return None
+        return events, bytes(buf[i + 1 : hi])
 
     def _last(self, text: bytes) -> tuple[list[Any], bytes]:
         """Split the final text into the last events and the text after the array."""

@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-
 _COMM: dict[str, bool] = {}  # kernel name -> a communication kernel's (the process's inputs share their names)
 _COMM_MAX = 1 << 16  # names remembered at most (then forgotten all at once)
 

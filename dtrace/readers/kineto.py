@@ -403,8 +403,16 @@ def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> p
     null = indices < 0
     return pa.DictionaryArray.from_arrays(
         pa.array(indices, pa.int32(), mask=null if null.any() else None),
-        interned.values(pa.array(np.frombuffer(dictionary, np.int32)), strings),
+        _dict_values(np.frombuffer(dictionary, np.int32), strings, interned),
     )
+
+
+def _dict_values(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.Array:
+    """The strings of ``codes`` (distinct, no nulls): a small dictionary directly (no Arrow
+    array of every interned string, no compute call), a large one by :class:`_Interned`."""
+    if len(codes) <= _FEW:
+        return pa.array([strings[k] for k in codes.tolist()], pa.string())
+    return interned.values(pa.array(codes), strings)
 
 
 def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
@@ -833,10 +841,6 @@ def _remap(side: pa.Table, rows: np.ndarray | None) -> pa.Table:
     return out.set_column(0, "row", pa.array(pos[keep].astype(np.int64)))
 
 
-def _raw(v: Any) -> Any:
-    return v
-
-
 def _as_int(v: Any, default: int = -1) -> int:
     """``v`` as an int64 value; ``default`` (not stated) for anything else, a number beyond int64
     (a sequence number of 2^70) included."""
@@ -889,35 +893,49 @@ def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, in
 
 
 def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
-    out: dict[str, list[Any]] = {f.name: [] for f in COLLECTIVE_SCHEMA}
+    """The ``collectives`` side table of the kernels ``rows`` (``(row, args, name)``), column by
+    column: each field pulled out of every row's args in one C-level ``map``, and the texts
+    (collective, dtype, rank list) converted once per distinct value."""
+    args = list(map(_ARGS_OF_ROW, rows))
+    in_n = _as_ints(list(map(_A_IN, args)))
+    out_n = _as_ints(list(map(_A_OUT, args)))
+    dtypes = ["" if d is None else str(d) for d in map(_A_DTYPE, args)]
     groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
-    names: dict[str, str] = {}
-    for row, a, _name in rows:
-        in_n = _as_int(_raw(a.in_nelems))
-        out_n = _as_int(_raw(a.out_nelems))
-        dtype = _raw(a.dtype)
-        dtype = str(dtype) if dtype is not None else ""
-        ranks_txt, n_ranks = _memo_group(groups, _raw(a.pg_ranks))
-        size = _as_int(_raw(a.group_size))
-        if size < 0 and n_ranks >= 0:
-            size = n_ranks
-        width = DTYPE_BYTES.get(dtype.lower().replace("c10::", ""), 0)
-        nel = max(in_n, out_n)
-        coll = a.collective or ""
-        if coll not in names:
-            names[coll] = normalize_collective(coll)
-        out["row"].append(row)
-        out["collective"].append(names[coll])
-        pg = _raw(a.pg_name)
-        out["group"].append("" if pg is None else str(pg))
-        out["group_ranks"].append(ranks_txt)
-        out["group_size"].append(size)
-        out["seq"].append(_as_int(_raw(a.seq)))
-        out["in_nelems"].append(in_n)
-        out["out_nelems"].append(out_n)
-        out["dtype"].append(dtype)
-        out["bytes"].append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
+    ranks = [_memo_group(groups, r) for r in map(_A_RANKS, args)]
+    sizes = _as_ints(list(map(_A_SIZE, args)))
+    sizes = [n if size < 0 and n >= 0 else size for size, (_txt, n) in zip(sizes, ranks)]
+    widths = {d: DTYPE_BYTES.get(d.lower().replace("c10::", ""), 0) for d in set(dtypes)}
+    names = {c: normalize_collective(c) for c in {a.collective or "" for a in args}}
+    nbytes = []
+    for i, o, d in zip(in_n, out_n, dtypes):
+        nel, width = max(i, o), widths[d]
+        nbytes.append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
+    out = {
+        "row": [r[0] for r in rows],
+        "collective": [names[a.collective or ""] for a in args],
+        "group": ["" if pg is None else str(pg) for pg in map(_A_PG, args)],
+        "group_ranks": [txt for txt, _n in ranks],
+        "group_size": sizes,
+        "seq": _as_ints(list(map(_A_SEQ_C, args))),
+        "in_nelems": in_n,
+        "out_nelems": out_n,
+        "dtype": dtypes,
+        "bytes": nbytes,
+    }
     return pa.Table.from_arrays([pa.array(out[k], t) for k, t in _COLLECTIVE_TYPES], schema=COLLECTIVE_SCHEMA)
+
+
+_ARGS_OF_ROW = operator.itemgetter(1)
+_A_IN, _A_OUT, _A_DTYPE, _A_RANKS, _A_SIZE, _A_PG, _A_SEQ_C = (
+    _get(k) for k in ("in_nelems", "out_nelems", "dtype", "pg_ranks", "group_size", "pg_name", "seq")
+)
+
+
+def _as_ints(values: list[Any]) -> list[int]:
+    """:func:`_as_int` of each value (ints within int64, the usual case, as they are)."""
+    if all(type(v) is int and -(2**63) <= v < 2**63 for v in values):
+        return values
+    return [_as_int(v) for v in values]
 
 
 _COLLECTIVE_TYPES = [(f.name, f.type) for f in COLLECTIVE_SCHEMA]
@@ -939,7 +957,6 @@ def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | Non
         ],
         schema=MEMCPY_SCHEMA,
     )
-
 
 
 # -- the allocator's memory events ------------------------------------------------------------
