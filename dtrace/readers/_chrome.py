@@ -57,6 +57,7 @@ _SHORT_WS = 4096  # whitespace runs longer than this are measured with numpy ...
 _WS_STEP = 1 << 20  # ... this many bytes at a time
 _MAX_TRIES = 64
 _FIRST_BLOCK = 1 << 16
+_SHORT_TAIL = 64  # whitespace between the last event and the array's ']' looked through in place
 MAX_EVENT = 16 << 20
 """Default limit of one event's JSON text (and of the JSON before or after the events array)."""
 WHOLE_MAX = 8 << 20
@@ -575,13 +576,16 @@ class ChromeTrace:
         return None
 
     def _last_in_place(self, w: _Window) -> tuple[list[Any], bytes] | None:
-        """:meth:`_last` of the common ending, an event's ``}`` right before the last ``]``:
-        the events are decoded where they lie (``buf[lo]`` is the ``[``), no copy of the text.
-        None for any other ending, or text that does not decode: :meth:`_last` then reads it
-        (and names what is wrong)."""
+        """:meth:`_last` of the common ending, an event's ``}`` before the last ``]`` (a little
+        whitespace between): the events are decoded where they lie (``buf[lo]`` is the ``[``),
+        no copy of the text. None for any other ending, or text that does not decode:
+        :meth:`_last` then reads it (and names what is wrong)."""
         buf, lo, hi = w.buf, w.lo, w.hi
         i = buf.rfind(b"]", lo + 1, hi)
-        if i < lo + 2 or buf[i - 1] != 0x7D:  # '}'
+        j = i - 1
+        while j > lo and i - j <= _SHORT_TAIL and buf[j] in _WS:
+            j -= 1
+        if i < 0 or j <= lo or buf[j] != 0x7D:  # '}'
             return None
         try:
             with memoryview(buf) as mv, mv[lo : i + 1] as text:

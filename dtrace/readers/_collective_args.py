@@ -118,17 +118,21 @@ def inherit_collective_args(
     kinds = np.array([labels.index(k) if k in labels else -1 for k in ("kernel", "runtime")])
     correlation = _column(events, "correlation")
     krows = np.flatnonzero((codes == kinds[0]) & (correlation >= 0))
-    krows = krows[~np.isin(krows, np.fromiter((r for r, _a, _n in with_args), np.int64, len(with_args)))]
+    krows = krows[~np.isin(krows, np.array([r[0] for r in with_args], np.int64))]
     if not len(krows):
         return []
     # only communication kernels inherit: decide that first, once per distinct name, so the search
     # below never runs for the (many) compute kernels
-    knames = events.column("name").take(pa.array(krows)).combine_chunks()
-    if isinstance(knames, pa.DictionaryArray):
-        uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
+    names = events.column("name").combine_chunks()
+    if isinstance(names, pa.DictionaryArray) and not names.indices.null_count:  # the kernels' codes, no take
+        uniq, ncodes = names.dictionary.to_pylist(), names.indices.to_numpy()[krows]
     else:
-        ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
-        uniq = list(uniq)
+        knames = names.take(pa.array(krows))
+        if isinstance(knames, pa.DictionaryArray):
+            uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
+        else:
+            ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
+            uniq = list(uniq)
     used = np.unique(ncodes)  # the names of these kernels, not every name of the trace
     is_comm = np.zeros(len(uniq), bool)
     is_comm[used] = _comm_names([str(uniq[i]) for i in used.tolist()])

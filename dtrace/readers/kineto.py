@@ -209,6 +209,9 @@ def _num(v: Any, default: int = -1) -> int:
 
 
 _FEW = 256  # values converted one by one rather than by Arrow
+_NONE = type(None)
+_INT = {int}
+_INT_OR_NONE = frozenset({int, _NONE})
 
 
 def _int_column(values: list[Any], default: int) -> np.ndarray:
@@ -218,11 +221,13 @@ def _int_column(values: list[Any], default: int) -> np.ndarray:
     same numbers without Arrow's fixed cost); values written as strings (``"0x7"``) or beyond
     int64 take the per-value path of :func:`_num`.
     """
-    if len(values) <= _FEW and all(v is None or type(v) is int for v in values):
-        try:
-            return np.fromiter((default if v is None else v for v in values), np.int64, len(values))
-        except OverflowError:  # beyond int64: the per-value path below
-            pass
+    if len(values) <= _FEW:
+        types = set(map(type, values))
+        if types <= _INT_OR_NONE:
+            try:
+                return np.array([default if v is None else v for v in values] if _NONE in types else values, np.int64)
+            except OverflowError:  # beyond int64: the per-value path below
+                pass
     try:
         arr = pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
@@ -425,7 +430,7 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
     decoded: dict[int, Args] = {}
     if not b.fallback:
         return col, decoded, aux
-    is_x = np.fromiter((e.ph == "X" for e in b.fallback), bool, len(b.fallback))
+    is_x = np.array(list(map(_PH, b.fallback))) == "X"
     xs = [e for e, x in zip(b.fallback, is_x.tolist()) if x]
     if xs:
         decoded = _fill_decoded(col, b.fb_recs[is_x], xs, scanner)
@@ -438,10 +443,13 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
 def _fill_decoded(col: dict[str, np.ndarray], rows: np.ndarray, xs: list[Event], scanner: Any) -> dict[int, Args]:
     """Write the values of the complete events msgspec decoded (``xs``, at ``rows``) into the
     scanner's columns, as :func:`_add_chunk` reads them; their args by row."""
-    col["cat"][rows] = [-1 if e.cat is None else _code(scanner, e.cat) for e in xs]
-    col["name"][rows] = [_code(scanner, e.name) for e in xs]
+    col["cat"][rows] = _codes(scanner, list(map(_CAT, xs)))
+    col["name"][rows] = _codes(scanner, list(map(_NAME, xs)))
     for key, flag, get in (("pid", _PID_STR, _PID), ("tid", _TID_STR, _TID)):
         values = list(map(get, xs))
+        if set(map(type, values)) <= _INT_OR_NONE:  # the usual ids: no string to intern, no flag to set
+            col[key][rows] = _int_column(values, -1)
+            continue
         col[key][rows] = [_code(scanner, v) if isinstance(v, str) else _num(v) for v in values]
         col["flags"][rows] |= np.array([isinstance(v, str) for v in values], bool) * np.uint8(flag)
     col["ts"][rows] = np.fromiter(map(_TS, xs), np.float64, len(xs))
@@ -450,6 +458,15 @@ def _fill_decoded(col: dict[str, np.ndarray], rows: np.ndarray, xs: list[Event],
     for k, default in _ARG_DEFAULTS.items():
         col[k][rows] = _int_column(list(map(_get(k), args)), default)
     return dict(zip(rows.tolist(), args))
+
+
+def _codes(scanner: Any, values: list[str | None]) -> list[int]:
+    """The scanner's code of each string (interned in order of first occurrence if new; None: -1)."""
+    codes = scanner.codes
+    for v in dict.fromkeys(values):
+        if v is not None and v not in codes:
+            _code(scanner, v)
+    return [-1 if v is None else codes[v] for v in values]
 
 
 def _drop_rows(
@@ -933,7 +950,7 @@ _A_IN, _A_OUT, _A_DTYPE, _A_RANKS, _A_SIZE, _A_PG, _A_SEQ_C = (
 
 def _as_ints(values: list[Any]) -> list[int]:
     """:func:`_as_int` of each value (ints within int64, the usual case, as they are)."""
-    if all(type(v) is int and -(2**63) <= v < 2**63 for v in values):
+    if not values or (set(map(type, values)) == _INT and min(values) >= _I64_MIN and max(values) <= _I64_MAX):
         return values
     return [_as_int(v) for v in values]
 
