@@ -57,7 +57,6 @@ _SHORT_WS = 4096  # whitespace runs longer than this are measured with numpy ...
 _WS_STEP = 1 << 20  # ... this many bytes at a time
 _MAX_TRIES = 64
 _FIRST_BLOCK = 1 << 16
-_SHORT_TAIL = 64  # whitespace between the last event and the array's ']' looked through in place
 MAX_EVENT = 16 << 20
 """Default limit of one event's JSON text (and of the JSON before or after the events array)."""
 WHOLE_MAX = 8 << 20
@@ -417,8 +416,7 @@ class ChromeTrace:
                     continue
             w.fill("an event", 1)  # buf[lo] is the '[' before it
         # the content ended: the last events and the keys after the array
-        got = self._last_in_place(w)
-        events, tail = got if got is not None else self._last(bytes(w.buf[w.lo + 1 : w.hi]))
+        events, tail = self._last(bytes(w.buf[w.lo + 1 : w.hi]))
         if events:
             yield events
         return tail
@@ -574,27 +572,6 @@ class ChromeTrace:
                 return events, j
             del rev
         return None
-
-    def _last_in_place(self, w: _Window) -> tuple[list[Any], bytes] | None:
-        """:meth:`_last` of the common ending, an event's ``}`` before the last ``]`` (a little
-        whitespace between): the events are decoded where they lie (``buf[lo]`` is the ``[``),
-        no copy of the text. None for any other ending, or text that does not decode:
-        :meth:`_last` then reads it (and names what is wrong)."""
-        buf, lo, hi = w.buf, w.lo, w.hi
-        i = buf.rfind(b"]", lo + 1, hi)
-        j = i - 1
-        while j > lo and i - j <= _SHORT_TAIL and buf[j] in _WS:
-            j -= 1
-        if i < 0 or j <= lo or buf[j] != 0x7D:  # '}'
-            return None
-        try:
-            with memoryview(buf) as mv, mv[lo : i + 1] as text:
-                events = self._decode_events(text)
-        except msgspec.ValidationError as exc:
-            raise InputError(self.path, _validation(exc)) from None
-        except msgspec.DecodeError:
-            return None
-        return events, bytes(buf[i + 1 : hi])
 
     def _last(self, text: bytes) -> tuple[list[Any], bytes]:
         """Split the final text into the last events and the text after the array."""
