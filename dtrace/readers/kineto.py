@@ -958,14 +958,23 @@ def _as_ints(values: list[Any]) -> list[int]:
 _COLLECTIVE_TYPES = [(f.name, f.type) for f in COLLECTIVE_SCHEMA]
 
 
+_COPY_KINDS: dict[tuple[str, str | None], str] = {}
+"""The copy kind of each (name, kind argument) pair seen in this process (the ranks of a job
+repeat the same few copies: their names are matched once, not once per input)."""
+_COPY_KINDS_MAX = 1 << 12
+
+
 def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | None]]) -> pa.Table:
-    cache: dict[tuple[str, str | None], str] = {}
+    cache = _COPY_KINDS
     kinds = []
     for _row, name, _b, k in rows:
         key = (name, k)
-        if key not in cache:
-            cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
-        kinds.append(cache[key])
+        got = cache.get(key)
+        if got is None:
+            if len(cache) >= _COPY_KINDS_MAX:
+                cache.clear()
+            got = cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
+        kinds.append(got)
     return pa.Table.from_arrays(
         [
             pa.array([r[0] for r in rows], pa.int64()),
