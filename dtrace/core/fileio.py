@@ -210,10 +210,15 @@ def write_through(path: str, write: Callable[[str], None]) -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes, *, mode: int | None = None, prefix: str = ".tmp-") -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`): through the temporary
+    file's own descriptor (no second open by name; a cache writes one per input)."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with open(fd, "wb") as f:
             f.write(data)
-
-    atomic_write(path, write, mode=mode, prefix=prefix)
+            os.fchmod(f.fileno(), default_mode() if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise

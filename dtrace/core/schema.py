@@ -133,9 +133,16 @@ partition's :class:`~dtrace.analyses.batch.Batch` carries it (``batch.side[name]
 """
 
 
+_EMPTY: dict[str, tuple[pa.Schema, pa.Table]] = {}  # name -> (its schema, its empty table): tables are immutable
+
+
 def empty_side(name: str) -> pa.Table:
-    """The empty side table ``name`` (an unknown name is a KeyError)."""
-    return SIDE_SCHEMAS[name].empty_table()
+    """The empty side table ``name`` (an unknown name is a KeyError), made once per schema."""
+    schema = SIDE_SCHEMAS[name]
+    got = _EMPTY.get(name)
+    if got is None or got[0] is not schema:
+        got = _EMPTY[name] = (schema, schema.empty_table())
+    return got[1]
 
 
 DTYPE_BYTES = {
@@ -265,20 +272,18 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
     Raises :class:`InputError` naming ``source`` for a missing column, a column of the wrong
     type, an unknown kind, or an event that ends before it starts.
     """
-    missing = [f.name for f in EVENT_SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise InputError(source, f"event table lacks the columns {missing}")
-    cols = []
-    for field in EVENT_SCHEMA:
-        col = table.column(field.name)
-        if col.type != field.type:
-            try:
-                col = col.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise InputError(source, f"column {field.name!r} is {col.type}, expected {field.type}: {exc}") from None
-        cols.append(col)
-    extra = [n for n in table.column_names if n not in EVENT_SCHEMA.names]
-    out = pa.Table.from_arrays(cols + [table.column(n) for n in extra], names=EVENT_SCHEMA.names + extra)
+    have = table.column_names
+    schema = table.schema
+    if (
+        have[: len(_EVENT_NAMES)] == _EVENT_NAMES
+        and schema.types[: len(_EVENT_NAMES)] == _EVENT_TYPES
+        and len(set(have)) == len(have)
+        and schema.metadata is None
+        and all(f.nullable for f in schema)
+    ):
+        out = table  # already the exact columns and types, first and in order (what the readers build)
+    else:
+        out = _conformed(table, have, source)
     if out.num_rows:
         kinds = out.column("kind").combine_chunks().dictionary.to_pylist()
         unknown = sorted(set(kinds) - set(KINDS))
@@ -293,6 +298,29 @@ def validate_events(table: pa.Table, source: str = "<events>") -> pa.Table:
                 source, f"{bad.size} events have a negative duration (first: {name!r} at row {int(bad[0])})"
             )
     return out
+
+
+_EVENT_NAMES = EVENT_SCHEMA.names
+_EVENT_TYPES = EVENT_SCHEMA.types
+
+
+def _conformed(table: pa.Table, have: list[str], source: str) -> pa.Table:
+    """``table`` with the columns of :data:`EVENT_SCHEMA` first, in order and cast to their types."""
+    names = set(have)
+    missing = [f.name for f in EVENT_SCHEMA if f.name not in names]
+    if missing:
+        raise InputError(source, f"event table lacks the columns {missing}")
+    cols = []
+    for field in EVENT_SCHEMA:
+        col = table.column(field.name)
+        if col.type != field.type:
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InputError(source, f"column {field.name!r} is {col.type}, expected {field.type}: {exc}") from None
+        cols.append(col)
+    extra = [n for n in have if n not in EVENT_SCHEMA.names]
+    return pa.Table.from_arrays(cols + [table.column(n) for n in extra], names=EVENT_SCHEMA.names + extra)
 
 
 def side_table(schema: pa.Schema, columns: Mapping[str, Collection[Any]]) -> pa.Table:

@@ -638,10 +638,15 @@ def _remove_folder(path: str) -> None:
         pass
 
 
-def _fresh_entry(d: str) -> None:
+def _fresh_entry(d: str) -> bool:
     """Make ``d`` a real folder without a ``source.json``: until the new one is written, the entry
     is absent. Anything else there (a symbolic link, a file, a FIFO, a socket) is removed — never
-    followed, never opened."""
+    followed, never opened. True when the folder was created now (so it is empty)."""
+    try:
+        os.mkdir(d)  # the usual case, a new entry: nothing there to look at or remove
+        return True
+    except OSError:
+        pass
     real_folder(d)
     src = os.path.join(d, SOURCE)
     _remove_folder(src)
@@ -649,6 +654,7 @@ def _fresh_entry(d: str) -> None:
         os.unlink(src)
     except FileNotFoundError:
         pass
+    return False
 
 
 def ingest(
@@ -764,12 +770,18 @@ def _write_entry(rec: FileRecord, tf: Any, cache_dir: str) -> None:
     _write_source(rec, d)
 
 
-def _write_source(rec: FileRecord, d: str) -> None:
-    """Write the entry's ``source.json`` (last: until then the entry is absent)."""
+def _write_source(rec: FileRecord, d: str, *, new: bool = False) -> None:
+    """Write the entry's ``source.json`` (last: until then the entry is absent); ``new``: the
+    entry's folder was created now, so nothing is there to remove first."""
     # as it will be read back (a reader's meta value that JSON has no type for is written as text)
     record = json.loads(json.dumps(msgspec.to_builtins(rec.to_cached(), enc_hook=str)))
     source = SourceFile(cache_version=CACHE_VERSION, record=record, record_fingerprint=_record_fingerprint(record))
-    _atomic_write_bytes(os.path.join(d, SOURCE), json.dumps(msgspec.to_builtins(source), indent=1).encode())
+    # compact: Python's JSON encoder indents only in pure Python, at several times the cost
+    data = json.dumps(msgspec.to_builtins(source)).encode()
+    if new:
+        atomic_write_bytes(os.path.join(d, SOURCE), data, mode=0o600)
+    else:
+        _atomic_write_bytes(os.path.join(d, SOURCE), data)
 
 
 def ingest_many(
@@ -828,8 +840,7 @@ def _write_pack(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> None:
         for pr in rec.parts:
             pr.checksums = {f"{k}.parquet": sums[f"{k}.parquet"] for k in pr.groups}
         e = entry_dir(cache_dir, rec.path)
-        _fresh_entry(e)
-        _write_source(rec, e)
+        _write_source(rec, e, new=_fresh_entry(e))
 
 
 def _packable(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> list[tuple[FileRecord, Any]]:

@@ -165,12 +165,13 @@ class _Window:
     ``limit`` bytes of them: then :class:`InputTooLarge` names ``what`` is too large.
     """
 
-    def __init__(self, content: Content, path: str, block: int, limit: int) -> None:
+    def __init__(self, content: Content, path: str, block: int, limit: int, first: int = _FIRST_BLOCK) -> None:
         self.content = content
         self.path = path
         self.block = block
         self.limit = limit
-        self.buf = bytearray(min(block, _FIRST_BLOCK))  # small files never pay for a full block
+        self.buf = bytearray(min(block, first))  # small files never pay for a full block
+        self.sized = first != _FIRST_BLOCK  # sized to the whole content: grown only once full
         self.lo = self.hi = 0
         self.offset = 0  # content offset of buf[0]
         self.eof = False
@@ -190,7 +191,7 @@ class _Window:
                 f"{what} is larger than the limit of {format_size(self.limit)} (at content byte {self.offset + start})",
             )
         full = self.hi == len(buf)
-        if full or len(buf) < self.block:
+        if full or (len(buf) < self.block and not self.sized):
             # grow: up to the block size as the file turns out large, beyond it only when one item
             # is larger than the buffer. A new buffer, never an in-place resize: a frame still
             # holding a view of the old one (a profiler sampling this thread, a traceback) would
@@ -286,7 +287,7 @@ class ChromeTrace:
             return
         with Content(self.path, max_size=self.max_size) as content:
             try:
-                yield from self._chunks(_Window(content, self.path, self.block, self.max_event))
+                yield from self._chunks(_Window(content, self.path, self.block, self.max_event, self._first_block()))
                 content.finish()
             except (EOFError, zlib.error, OSError) as exc:
                 raise InputError(self.path, _problem(exc)) from None
@@ -295,6 +296,17 @@ class ChromeTrace:
             self.fingerprint = content.fingerprint
 
     # -- internals ----------------------------------------------------------------------
+    def _first_block(self) -> int:
+        """The window's first buffer: with a scanner, a document smaller than a block and than
+        the event limit is read whole into it (one block, one scan: a small rank's trace pays
+        the per-block work once; no limit can be reached inside it), else :data:`_FIRST_BLOCK`."""
+        if self.scanner is None:
+            return _FIRST_BLOCK
+        expect = _content_size_hint(self.path)
+        if expect is None or not _FIRST_BLOCK < expect + 1 < min(self.block, self.max_event):
+            return _FIRST_BLOCK
+        return expect + 1  # one byte more: the read that returns nothing sees the end
+
     def _whole(self) -> list[Any] | None:
         """All events of a small document in one decode, or None (too large, or not decodable
         in one piece: the chunked path then reads it and names the problem)."""

@@ -25,12 +25,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+_COMM: dict[str, bool] = {}  # kernel name -> a communication kernel's (the process's inputs share their names)
+_COMM_MAX = 1 << 16  # names remembered at most (then forgotten all at once)
+
 
 def _comm_names(names: Sequence[str]) -> np.ndarray:
-    """Which of the distinct kernel ``names`` are communication kernels (default rules)."""
-    from ..knowledge.categories import categorize_names
+    """Which of the distinct kernel ``names`` are communication kernels (default rules; each
+    name classified once per process)."""
+    new = [n for n in dict.fromkeys(names) if n not in _COMM]
+    if new:
+        from ..knowledge.categories import categorize_names
 
-    return np.array([c == "comm" for c in categorize_names(names, ["kernel"] * len(names))], bool)
+        if len(_COMM) + len(new) > _COMM_MAX:
+            _COMM.clear()
+        _COMM.update(zip(new, (c == "comm" for c in categorize_names(new, ["kernel"] * len(new)))))
+    return np.fromiter(map(_COMM.__getitem__, names), bool, len(names))
 
 
 def _enclosing(
@@ -109,18 +118,25 @@ def inherit_collective_args(
     kinds = np.array([labels.index(k) if k in labels else -1 for k in ("kernel", "runtime")])
     correlation = _column(events, "correlation")
     krows = np.flatnonzero((codes == kinds[0]) & (correlation >= 0))
-    krows = krows[~np.isin(krows, np.fromiter((r for r, _a, _n in with_args), np.int64, len(with_args)))]
+    krows = krows[~np.isin(krows, np.array([r[0] for r in with_args], np.int64))]
     if not len(krows):
         return []
     # only communication kernels inherit: decide that first, once per distinct name, so the search
     # below never runs for the (many) compute kernels
-    knames = events.column("name").take(pa.array(krows)).combine_chunks()
-    if isinstance(knames, pa.DictionaryArray):
-        uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
+    names = events.column("name").combine_chunks()
+    if isinstance(names, pa.DictionaryArray) and not names.indices.null_count:  # the kernels' codes, no take
+        uniq, ncodes = names.dictionary.to_pylist(), names.indices.to_numpy()[krows]
     else:
-        ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
-        uniq = list(uniq)
-    comm = _comm_names([str(u) for u in uniq])[ncodes]
+        knames = names.take(pa.array(krows))
+        if isinstance(knames, pa.DictionaryArray):
+            uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
+        else:
+            ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
+            uniq = list(uniq)
+    used = np.unique(ncodes)  # the names of these kernels, not every name of the trace
+    is_comm = np.zeros(len(uniq), bool)
+    is_comm[used] = _comm_names([str(uniq[i]) for i in used.tolist()])
+    comm = is_comm[ncodes]
     krows, ncodes = krows[comm], ncodes[comm]
     if not len(krows):
         return []

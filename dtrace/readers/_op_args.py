@@ -176,25 +176,44 @@ def vendor_of(name: str, warp_size: Any) -> str:
     return ""
 
 
+_DEVICES: dict[tuple[int, bytes], pa.Table] = {}  # (device, its entry as JSON) -> its table
+_DEVICES_MAX = 1 << 10
+
+
 def device_table(properties: list[Any] | None, device: int) -> pa.Table:
     """The ``devices`` side table of one part: the ``deviceProperties`` entry whose ``id`` is
-    ``device`` (empty if the trace does not describe it)."""
+    ``device`` (empty if the trace does not describe it). The ranks of a job describe the same
+    few GPUs: each distinct entry becomes a table once per process (tables are immutable)."""
     for d in properties or []:
         if not isinstance(d, dict) or d.get("id") != device:
             continue
-        name = str(d.get("name") or "")
-        major, minor = d.get("computeMajor"), d.get("computeMinor")
-        cap = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
-        sms = d.get("numSms")
-        mem = d.get("totalGlobalMem")
-        return pa.table(
-            {
-                "device": pa.array([device], pa.int32()),
-                "name": pa.array([name]).dictionary_encode(),
-                "vendor": pa.array([vendor_of(name, d.get("warpSize"))]).dictionary_encode(),
-                "capability": pa.array([cap]).dictionary_encode(),
-                "sms": pa.array([sms if isinstance(sms, int) else -1], pa.int32()),
-                "memory_bytes": pa.array([mem if isinstance(mem, int) else -1], pa.int64()),
-            }
-        ).cast(DEVICE_SCHEMA)
+        try:
+            key = (device, msgspec.json.encode(d))
+        except (TypeError, ValueError, msgspec.EncodeError):
+            return _device_table(d, device)
+        got = _DEVICES.get(key)
+        if got is None:
+            if len(_DEVICES) >= _DEVICES_MAX:
+                _DEVICES.clear()
+            got = _DEVICES[key] = _device_table(d, device)
+        return got
     return DEVICE_SCHEMA.empty_table()
+
+
+def _device_table(d: dict[str, Any], device: int) -> pa.Table:
+    """The ``devices`` table of the ``deviceProperties`` entry ``d`` of ``device``."""
+    name = str(d.get("name") or "")
+    major, minor = d.get("computeMajor"), d.get("computeMinor")
+    cap = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
+    sms = d.get("numSms")
+    mem = d.get("totalGlobalMem")
+    return pa.table(
+        {
+            "device": pa.array([device], pa.int32()),
+            "name": pa.array([name]).dictionary_encode(),
+            "vendor": pa.array([vendor_of(name, d.get("warpSize"))]).dictionary_encode(),
+            "capability": pa.array([cap]).dictionary_encode(),
+            "sms": pa.array([sms if isinstance(sms, int) else -1], pa.int32()),
+            "memory_bytes": pa.array([mem if isinstance(mem, int) else -1], pa.int64()),
+        }
+    ).cast(DEVICE_SCHEMA)

@@ -208,12 +208,26 @@ def _num(v: Any, default: int = -1) -> int:
     return v if _I64_MIN <= v <= _I64_MAX else default
 
 
+_FEW = 256  # values converted one by one rather than by Arrow
+_NONE = type(None)
+_INT = {int}
+_INT_OR_NONE = frozenset({int, _NONE})
+
+
 def _int_column(values: list[Any], default: int) -> np.ndarray:
     """int64 column of integer-or-None values (``None`` → ``default``), vectorised.
 
-    The common case (ints and ``None``) is converted by Arrow in C; values written as strings
-    (``"0x7"``) or beyond int64 take the per-value path of :func:`_num`.
+    The common case (ints and ``None``) is converted by Arrow in C (a few values, by numpy: the
+    same numbers without Arrow's fixed cost); values written as strings (``"0x7"``) or beyond
+    int64 take the per-value path of :func:`_num`.
     """
+    if len(values) <= _FEW:
+        types = set(map(type, values))
+        if types <= _INT_OR_NONE:
+            try:
+                return np.array([default if v is None else v for v in values] if _NONE in types else values, np.int64)
+            except OverflowError:  # beyond int64: the per-value path below
+                pass
     try:
         arr = pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
@@ -346,6 +360,8 @@ _ARG_DEFAULTS = {
 _PID_STR, _TID_STR = 1, 2  # flags: the pid / tid is a string (its code)
 _AUX_KIND, _AUX_BYTES = 4, 5  # the scanner's field numbers of args.kind and args.bytes
 _IS_GPU = np.isin(np.arange(len(KIND_CODES)), _GPU_CODES)  # by kind code
+_DEVICE_OP_CODES = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
+_IS_DEVICE_OP = np.isin(np.arange(len(KIND_CODES)), _DEVICE_OP_CODES)  # kernels, copies and sets, by kind code
 
 
 class _CodeNames:
@@ -392,8 +408,16 @@ def _dict_array(codes: np.ndarray, strings: list[str], interned: _Interned) -> p
     null = indices < 0
     return pa.DictionaryArray.from_arrays(
         pa.array(indices, pa.int32(), mask=null if null.any() else None),
-        interned.values(pa.array(np.frombuffer(dictionary, np.int32)), strings),
+        _dict_values(np.frombuffer(dictionary, np.int32), strings, interned),
     )
+
+
+def _dict_values(codes: np.ndarray, strings: list[str], interned: _Interned) -> pa.Array:
+    """The strings of ``codes`` (distinct, no nulls): a small dictionary directly (no Arrow
+    array of every interned string, no compute call), a large one by :class:`_Interned`."""
+    if len(codes) <= _FEW:
+        return pa.array([strings[k] for k in codes.tolist()], pa.string())
+    return interned.values(pa.array(codes), strings)
 
 
 def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], dict[int, Args], np.ndarray]:
@@ -406,7 +430,7 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
     decoded: dict[int, Args] = {}
     if not b.fallback:
         return col, decoded, aux
-    is_x = np.fromiter((e.ph == "X" for e in b.fallback), bool, len(b.fallback))
+    is_x = np.array(list(map(_PH, b.fallback))) == "X"
     xs = [e for e, x in zip(b.fallback, is_x.tolist()) if x]
     if xs:
         decoded = _fill_decoded(col, b.fb_recs[is_x], xs, scanner)
@@ -419,10 +443,13 @@ def _scanned_columns(b: Scanned, scanner: Any) -> tuple[dict[str, np.ndarray], d
 def _fill_decoded(col: dict[str, np.ndarray], rows: np.ndarray, xs: list[Event], scanner: Any) -> dict[int, Args]:
     """Write the values of the complete events msgspec decoded (``xs``, at ``rows``) into the
     scanner's columns, as :func:`_add_chunk` reads them; their args by row."""
-    col["cat"][rows] = [-1 if e.cat is None else _code(scanner, e.cat) for e in xs]
-    col["name"][rows] = [_code(scanner, e.name) for e in xs]
+    col["cat"][rows] = _codes(scanner, list(map(_CAT, xs)))
+    col["name"][rows] = _codes(scanner, list(map(_NAME, xs)))
     for key, flag, get in (("pid", _PID_STR, _PID), ("tid", _TID_STR, _TID)):
         values = list(map(get, xs))
+        if set(map(type, values)) <= _INT_OR_NONE:  # the usual ids: no string to intern, no flag to set
+            col[key][rows] = _int_column(values, -1)
+            continue
         col[key][rows] = [_code(scanner, v) if isinstance(v, str) else _num(v) for v in values]
         col["flags"][rows] |= np.array([isinstance(v, str) for v in values], bool) * np.uint8(flag)
     col["ts"][rows] = np.fromiter(map(_TS, xs), np.float64, len(xs))
@@ -431,6 +458,15 @@ def _fill_decoded(col: dict[str, np.ndarray], rows: np.ndarray, xs: list[Event],
     for k, default in _ARG_DEFAULTS.items():
         col[k][rows] = _int_column(list(map(_get(k), args)), default)
     return dict(zip(rows.tolist(), args))
+
+
+def _codes(scanner: Any, values: list[str | None]) -> list[int]:
+    """The scanner's code of each string (interned in order of first occurrence if new; None: -1)."""
+    codes = scanner.codes
+    for v in dict.fromkeys(values):
+        if v is not None and v not in codes:
+            _code(scanner, v)
+    return [-1 if v is None else codes[v] for v in values]
 
 
 def _drop_rows(
@@ -666,8 +702,7 @@ def read_kineto(
     coll_rows, coll_ops = c.coll_rows, c.coll_ops
     mem = _memcpy_table(c.mem_rows)
     op_args = c.op_args.table(None if keep is None else np.flatnonzero(keep))
-    gpu_codes = [KIND_CODES["kernel"], KIND_CODES["memcpy"], KIND_CODES["memset"]]
-    n_gpu = int(np.isin(cols["kind"], gpu_codes).sum())
+    n_gpu = int(np.count_nonzero(_IS_DEVICE_OP[cols["kind"]]))
     if keep is not None:
         cols = {k: v[keep] for k, v in cols.items()}
         names = names.filter(pa.array(keep))
@@ -680,7 +715,7 @@ def read_kineto(
     table = _event_table(cols, names, device, base_ns, path)
     del cols
 
-    gpu_mask = np.isin(kinds, gpu_codes)
+    gpu_mask = _IS_DEVICE_OP[kinds]
     devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
     dist = meta.distributedInfo
     rank_hint = dist.rank if dist is not None and dist.rank is not None else None
@@ -823,10 +858,6 @@ def _remap(side: pa.Table, rows: np.ndarray | None) -> pa.Table:
     return out.set_column(0, "row", pa.array(pos[keep].astype(np.int64)))
 
 
-def _raw(v: Any) -> Any:
-    return v
-
-
 def _as_int(v: Any, default: int = -1) -> int:
     """``v`` as an int64 value; ``default`` (not stated) for anything else, a number beyond int64
     (a sequence number of 2^70) included."""
@@ -849,8 +880,22 @@ def _group_ranks(ranks: Any) -> tuple[str, int]:
     return ("" if ranks is None else str(ranks)), -1
 
 
+_GROUPS: dict[str, tuple[str, int]] = {}
+""":func:`_group_ranks` of the rank lists written as text seen in this process (every rank of a
+job repeats its groups' lists: a 4,096-rank group is parsed and written once, not per input)."""
+_GROUPS_MAX = 1 << 12
+
+
 def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, int]:
-    """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``)."""
+    """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``; a
+    list written as text once per process)."""
+    if type(ranks) is str:  # a text equals only the same text: remembered across inputs
+        got = _GROUPS.get(ranks)
+        if got is None:
+            if len(_GROUPS) >= _GROUPS_MAX:
+                _GROUPS.clear()
+            got = _GROUPS[ranks] = _group_ranks(ranks)
+        return got
     key = tuple(ranks) if isinstance(ranks, list) else ranks
     try:
         return groups[key]
@@ -865,52 +910,79 @@ def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, in
 
 
 def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
-    out: dict[str, list[Any]] = {f.name: [] for f in COLLECTIVE_SCHEMA}
+    """The ``collectives`` side table of the kernels ``rows`` (``(row, args, name)``), column by
+    column: each field pulled out of every row's args in one C-level ``map``, and the texts
+    (collective, dtype, rank list) converted once per distinct value."""
+    args = list(map(_ARGS_OF_ROW, rows))
+    in_n = _as_ints(list(map(_A_IN, args)))
+    out_n = _as_ints(list(map(_A_OUT, args)))
+    dtypes = ["" if d is None else str(d) for d in map(_A_DTYPE, args)]
     groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
-    names: dict[str, str] = {}
-    for row, a, _name in rows:
-        in_n = _as_int(_raw(a.in_nelems))
-        out_n = _as_int(_raw(a.out_nelems))
-        dtype = _raw(a.dtype)
-        dtype = str(dtype) if dtype is not None else ""
-        ranks_txt, n_ranks = _memo_group(groups, _raw(a.pg_ranks))
-        size = _as_int(_raw(a.group_size))
-        if size < 0 and n_ranks >= 0:
-            size = n_ranks
-        width = DTYPE_BYTES.get(dtype.lower().replace("c10::", ""), 0)
-        nel = max(in_n, out_n)
-        coll = a.collective or ""
-        if coll not in names:
-            names[coll] = normalize_collective(coll)
-        out["row"].append(row)
-        out["collective"].append(names[coll])
-        pg = _raw(a.pg_name)
-        out["group"].append("" if pg is None else str(pg))
-        out["group_ranks"].append(ranks_txt)
-        out["group_size"].append(size)
-        out["seq"].append(_as_int(_raw(a.seq)))
-        out["in_nelems"].append(in_n)
-        out["out_nelems"].append(out_n)
-        out["dtype"].append(dtype)
-        out["bytes"].append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
-    return pa.table({k: pa.array(v, COLLECTIVE_SCHEMA.field(k).type) for k, v in out.items()})
+    ranks = [_memo_group(groups, r) for r in map(_A_RANKS, args)]
+    sizes = _as_ints(list(map(_A_SIZE, args)))
+    sizes = [n if size < 0 and n >= 0 else size for size, (_txt, n) in zip(sizes, ranks)]
+    widths = {d: DTYPE_BYTES.get(d.lower().replace("c10::", ""), 0) for d in set(dtypes)}
+    names = {c: normalize_collective(c) for c in {a.collective or "" for a in args}}
+    nbytes = []
+    for i, o, d in zip(in_n, out_n, dtypes):
+        nel, width = max(i, o), widths[d]
+        nbytes.append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
+    out = {
+        "row": [r[0] for r in rows],
+        "collective": [names[a.collective or ""] for a in args],
+        "group": ["" if pg is None else str(pg) for pg in map(_A_PG, args)],
+        "group_ranks": [txt for txt, _n in ranks],
+        "group_size": sizes,
+        "seq": _as_ints(list(map(_A_SEQ_C, args))),
+        "in_nelems": in_n,
+        "out_nelems": out_n,
+        "dtype": dtypes,
+        "bytes": nbytes,
+    }
+    return pa.Table.from_arrays([pa.array(out[k], t) for k, t in _COLLECTIVE_TYPES], schema=COLLECTIVE_SCHEMA)
+
+
+_ARGS_OF_ROW = operator.itemgetter(1)
+_A_IN, _A_OUT, _A_DTYPE, _A_RANKS, _A_SIZE, _A_PG, _A_SEQ_C = (
+    _get(k) for k in ("in_nelems", "out_nelems", "dtype", "pg_ranks", "group_size", "pg_name", "seq")
+)
+
+
+def _as_ints(values: list[Any]) -> list[int]:
+    """:func:`_as_int` of each value (ints within int64, the usual case, as they are)."""
+    if not values or (set(map(type, values)) == _INT and min(values) >= _I64_MIN and max(values) <= _I64_MAX):
+        return values
+    return [_as_int(v) for v in values]
+
+
+_COLLECTIVE_TYPES = [(f.name, f.type) for f in COLLECTIVE_SCHEMA]
+
+
+_COPY_KINDS: dict[tuple[str, str | None], str] = {}
+"""The copy kind of each (name, kind argument) pair seen in this process (the ranks of a job
+repeat the same few copies: their names are matched once, not once per input)."""
+_COPY_KINDS_MAX = 1 << 12
 
 
 def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | None]]) -> pa.Table:
-    cache: dict[tuple[str, str | None], str] = {}
+    cache = _COPY_KINDS
     kinds = []
     for _row, name, _b, k in rows:
         key = (name, k)
-        if key not in cache:
-            cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
-        kinds.append(cache[key])
-    return pa.table(
-        {
-            "row": pa.array([r[0] for r in rows], pa.int64()),
-            "copy_kind": pa.array(kinds, pa.string()).dictionary_encode(),
-            "bytes": pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
-        }
-    ).cast(MEMCPY_SCHEMA)
+        got = cache.get(key)
+        if got is None:
+            if len(cache) >= _COPY_KINDS_MAX:
+                cache.clear()
+            got = cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
+        kinds.append(got)
+    return pa.Table.from_arrays(
+        [
+            pa.array([r[0] for r in rows], pa.int64()),
+            pa.array(kinds, pa.string()).dictionary_encode(),  # int32 codes: the schema's type
+            pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
+        ],
+        schema=MEMCPY_SCHEMA,
+    )
 
 
 # -- the allocator's memory events ------------------------------------------------------------
