@@ -140,6 +140,12 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     return out, classifier
 
 
+def _per_collective_name(batch: Batch) -> tuple[pd.DataFrame, Classifier]:
+    """:func:`per_name` by collective without the duration statistics, once per batch (the
+    ``classes`` and ``nccl`` tables share it: never mutate it)."""
+    return batch.derived("kernels.per_collective_name", lambda b: per_name(b, full=False, by_collective=True))
+
+
 def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
     """The string values of a categorical column at ``rows`` (no string built per event)."""
     cat = col.array
@@ -219,7 +225,7 @@ def class_stats(batch: Batch) -> pd.DataFrame:
     number of distinct kernel names, shares and per-iteration figures."""
     if not len(batch.gpu):
         return empty_frame(CLASS_COLUMNS)
-    per, classifier = per_name(batch, full=False, by_collective=True)
+    per, classifier = _per_collective_name(batch)
     out, _ = _grouped(per, "class", per["class"].to_numpy(object))
     out["classifier"] = classifier.label
     return _finish(out, batch, "class", CLASS_COLUMNS)
@@ -234,7 +240,7 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     """
     if not len(batch.gpu):
         return empty_frame(NCCL_COLUMNS)
-    per, classifier = per_name(batch, full=False, by_collective=True)
+    per, classifier = _per_collective_name(batch)
     per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
         return empty_frame(NCCL_COLUMNS)
