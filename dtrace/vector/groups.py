@@ -76,19 +76,37 @@ def dense_codes(*keys: np.ndarray, compact: bool = True) -> tuple[np.ndarray, in
     """
     if not keys or keys[0].size == 0:
         return np.zeros(0 if not keys else keys[0].size, I64), 0
-    code = np.zeros(keys[0].size, I64)
+    size = keys[0].size
+    code = np.zeros(size, I64)
     n = 1
     for k in keys:
-        kc, uniq = pd.factorize(np.asarray(k), sort=True)
-        code = code * max(len(uniq), 1) + kc.astype(I64)
-        n *= max(len(uniq), 1)
+        kc, m = _key_codes(np.asarray(k))
+        code = code * m + kc
+        n *= m
         if n > (1 << 40):  # keep the product small: re-densify before it could overflow
             uniq, code = unique_inverse(code)
             n = int(uniq.size)
     if not compact:
         return code, n
+    if n <= max(4 * size, 1 << 16):  # codes in a small range: rank them by a table, no sort
+        seen = np.zeros(n, bool)
+        seen[code] = True
+        rank = np.cumsum(seen, dtype=I64) - 1
+        return rank[code], int(rank[-1]) + 1
     uniq, inv = unique_inverse(code)
     return inv, int(uniq.size)
+
+
+def _key_codes(k: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes of one key ordered like its values, and their number (an upper bound where they
+    have gaps): an integer key in a small range is its offset from the smallest value (no hash,
+    no sort), any other key its rank among the distinct values."""
+    if (k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8)) and k.size:
+        lo, hi = int(k.min()), int(k.max())
+        if hi - lo < max(2 * k.size, 1 << 16):
+            return k.astype(I64) - lo, hi - lo + 1
+    kc, uniq = pd.factorize(k, sort=True)
+    return kc.astype(I64), max(len(uniq), 1)
 
 
 def shared_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
