@@ -41,7 +41,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from ..core.dtypes import empty_frame
+from ..core.dtypes import empty_frame, text_column, text_values
 from ..options import LOG_SPAN
 from ..vector.groups import (
     I64,
@@ -391,13 +391,14 @@ def transitions(batch: Batch) -> pd.DataFrame:
     std = pd.Series(v).groupby(group, sort=False).std(ddof=1).fillna(0.0).to_numpy(np.float64)
     p, st, pc, nc = (k[starts] for k in keys)
     rank = string_rank(cats)
+    text = text_values(cats)
     order = np.lexsort((rank[nc], rank[pc], st, -total, p))
     return pd.DataFrame(
         {
             **batch.keys(p[order]),
             "stream": st[order],
-            "prev_name": cats[pc[order]],
-            "next_name": cats[nc[order]],
+            "prev_name": text_column(text, pc[order]),
+            "next_name": text_column(text, nc[order]),
             "count": count[order],
             "total_ns": total[order],
             "mean_ns": (total / count)[order],

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame
 from ..knowledge.classify import Classifier, classifier_for, collective_label
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by
+from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first
 from .batch import Batch
 
 KERNEL_COLUMNS = [
@@ -113,9 +113,16 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
     classifier = classifier_for(batch.options)
     coll = clabels[ccodes[first]] if k else np.empty(0, object)
-    cls = np.asarray(
-        classifier.classify(name, kind, category, collectives=coll if by_collective else None), dtype=object
+    # each distinct (name, kind, category, collective) classified once, not once per part
+    triple, _ = dense_codes(
+        *(np.asarray(c.array.codes, I64)[first] for c in (g["name"], g["kind"], g["category"])), ccodes[first]
     )
+    one = unique_first(triple)[1]
+    cls = np.asarray(
+        classifier.classify(name[one], kind[one], category[one], collectives=coll[one] if by_collective else None),
+        dtype=object,
+    )
+    cls = cls[triple]  # dense codes: the distinct tuples are 0..m-1, in order
     out = pd.DataFrame(
         {
             "part": part[first],
