@@ -53,6 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
+from ..vector.groups import dense_codes
 from .batch import Batch
 
 GATE_TOL_NS = 20_000
@@ -109,6 +110,14 @@ def last_at_or_before(
         return np.full(nq, -1, np.int64)
     g = np.concatenate([np.asarray(data_group, np.int64), np.asarray(query_group, np.int64)])
     v = np.concatenate([np.asarray(data_value, np.int64), np.asarray(query_value, np.int64)])
+    code, n_groups = dense_codes(g)
+    lo, span = int(v.min()), int(v.max()) - int(v.min()) + 1
+    if span * max(n_groups, 1) < (1 << 62):  # (group, value) as one int64 key: one sort of the data
+        key = code * span + (v - lo)
+        od = np.argsort(key[:nd], kind="stable")  # equal keys in data order: the latest is last
+        j = np.searchsorted(key[:nd][od], key[nd:], side="left" if strict else "right") - 1
+        jj = od[np.maximum(j, 0)]
+        return np.where((j >= 0) & (code[jj] == code[nd:]), jj, -1).astype(np.int64)
     is_q = np.r_[np.zeros(nd, bool), np.ones(nq, bool)]
     # on equal values a data item sorts before the query (<=) or after it (<)
     tie = np.where(is_q, 0 if strict else 1, 1 if strict else 0)

@@ -70,6 +70,16 @@ def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     return np.full(len(df), default, np.int64)
 
 
+_HOST_COLUMNS = ("part", "kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation", "external_id", "seq", "row")
+_GPU_COLUMNS = ("part", "kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "external_id", "row")
+
+
+def _rows(df: pd.DataFrame, rows: np.ndarray, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The ``columns`` of ``df`` the tree reads (those it has) at positions ``rows``: a copy of
+    a few columns, not of the whole frame."""
+    return df[[c for c in columns if c in df.columns]].take(rows)
+
+
 class Tree:
     """Host → GPU call tree of one (rank, device) — or the forest of many parts.
 
@@ -167,7 +177,7 @@ class Tree:
             else np.empty(0, np.int64)
         )
         keep = np.flatnonzero(hk >= 0)
-        h = host.iloc[keep] if keep.size != len(host) else host
+        h = _rows(host, keep, _HOST_COLUMNS) if keep.size != len(host) else host
         hk = hk[keep]
         hpart = _col(h, "part", 0)
         hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
@@ -175,7 +185,7 @@ class Tree:
         order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
         gpart = _col(gpu, "part", 0)
         gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
-        g = gpu.iloc[gorder]
+        g = _rows(gpu, gorder, _GPU_COLUMNS)
         gpart = gpart[gorder]
         gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
         hcorr = _col(h, "correlation")[order]
