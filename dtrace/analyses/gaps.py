@@ -46,6 +46,7 @@ from ..options import LOG_SPAN
 from ..vector.groups import (
     I64,
     count_by,
+    cummax_by,
     dense_codes,
     max_by,
     min_by,
@@ -130,7 +131,7 @@ def _find_gaps(batch: Batch, device: bool) -> pd.DataFrame:
         order = np.lexsort((end, start, stream, part))
         key = dense_codes(part, stream)[0][order]
     s, e = start[order], end[order]
-    runmax = pd.Series(e).groupby(key, sort=False).cummax().to_numpy()
+    runmax = cummax_by(key, e)
     n = len(s)
     pos = np.arange(n)
     record = np.maximum.accumulate(np.where(e == runmax, pos, 0))  # last event that set the busy end

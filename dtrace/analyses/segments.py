@@ -53,7 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
-from ..vector.groups import dense_codes
+from ..vector.groups import cummax_by, dense_codes  # noqa: F401 - cummax_by: critical_path reads it here
 from .batch import Batch
 
 GATE_TOL_NS = 20_000
@@ -133,27 +133,6 @@ def last_at_or_before(
     qmask = is_q[order]
     out[order[qmask] - nd] = found[qmask]
     return out
-
-
-def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
-
-    Examples
-    --------
-    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
-    [5, 5, 7, 1, 2]
-    """
-    n = len(values)
-    if not n:
-        return np.zeros(0, np.int64)
-    v = np.asarray(values, np.int64)
-    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
-    lo = int(v.min())
-    span = int(v.max()) - lo + 1
-    if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
-        off = gi * span
-        return cast(np.ndarray, np.maximum.accumulate(v - lo + off) - off + lo)
-    return cast(np.ndarray, pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64))
 
 
 def _labels(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:

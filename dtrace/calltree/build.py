@@ -38,9 +38,8 @@ maximum / new-segment formulation, with the running maximum reset per group).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ..vector.groups import I64, dense_codes, first_match, unique_inverse
+from ..vector.groups import I64, cummax_by, dense_codes, first_match, unique_inverse
 from ..vector.intervals import Axis, AxisOverflow
 
 
@@ -178,7 +177,7 @@ def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_group
     order = np.lexsort((start, group))
     g = group[order]
     s = start[order]
-    run = pd.Series(end[order]).groupby(g, sort=False).cummax().to_numpy()
+    run = cummax_by(g, end[order])
     new = np.empty(g.size, bool)
     new[0] = True
     new[1:] = (g[1:] != g[:-1]) | (s[1:] > run[:-1])

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from ..core.dtypes import text_column
 from ..vector.groups import dense_codes, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
@@ -528,23 +529,24 @@ class Tree:
         sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], n_keys)
         sub_k = np.bincount(oc_u, minlength=n_keys).astype(np.int64)
         first = uids[unique_first(key_of)[1]]
-        names = self.names[self._name_codes[first]].astype(object)
+        code = self._name_codes[first]
         part = self.part[first]
-        out = pd.DataFrame(
+        # names ranked and built once per distinct name, after ordering (no string per row before)
+        order = np.lexsort((self.kind[first], string_rank(self.names)[code], -sub, part))
+        first = first[order]
+        return pd.DataFrame(
             {
-                "part": part,
-                "op": names,
+                "part": part[order],
+                "op": text_column(self.names, code[order]),
                 "launcher_kind": self.launcher_kind(first),
-                "count": count,
-                "host_ns": host,
-                "gpu_direct_ns": direct,
-                "gpu_subtree_ns": sub,
-                "kernels": kernels,
-                "subtree_kernels": sub_k,
+                "count": count[order],
+                "host_ns": host[order],
+                "gpu_direct_ns": direct[order],
+                "gpu_subtree_ns": sub[order],
+                "kernels": kernels[order],
+                "subtree_kernels": sub_k[order],
             }
         )
-        order = np.lexsort((self.kind[first], string_rank(names), -sub, part))
-        return out.iloc[order].reset_index(drop=True)
 
     # -- forward / backward ---------------------------------------------------------------
     @property

@@ -173,6 +173,27 @@ def cumcount(codes: np.ndarray) -> np.ndarray:
     return out
 
 
+def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
+
+    Examples
+    --------
+    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
+    [5, 5, 7, 1, 2]
+    """
+    n = len(values)
+    if not n:
+        return np.zeros(0, I64)
+    v = np.asarray(values, I64)
+    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
+        off = gi * span
+        return np.maximum.accumulate(v - lo + off) - off + lo
+    return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(I64)
+
+
 def run_bounds(sorted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive) of each run of equal values in a sorted array."""
     n = sorted_codes.size
