@@ -73,9 +73,19 @@ import pandas as pd
 
 from ..core.constants import GPU_KINDS, KINDS
 from ..core.dtypes import empty_frame
-from ..knowledge.categories import CATEGORIES, categorize
+from ..knowledge.categories import CATEGORIES, categorize_names
 from ..options import Options
-from ..vector.groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
+from ..vector.groups import (
+    I64,
+    count_by,
+    cumcount,
+    dense_codes,
+    first_match,
+    shared_codes,
+    sum_by,
+    unique,
+    unique_inverse,
+)
 from ..vector.intervals import clip_stream_overlaps
 
 FLOAT_US_FORMATS = ("kineto", "jax")
@@ -186,10 +196,6 @@ def kind_codes(kind: pd.Series) -> np.ndarray:
     uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
     lut = np.array([KINDS.index(u) if u in KINDS else KINDS.index("other") for u in uniq], np.int8)
     return lut[inv.reshape(-1)] if len(uniq) else np.empty(0, np.int8)
-
-
-def _category_column(values: np.ndarray, categories: tuple[str, ...] | list[str]) -> pd.Categorical:
-    return pd.Categorical(values, categories=list(categories))
 
 
 def _names(col: pd.Series) -> pd.Series:
@@ -430,15 +436,31 @@ def _gpu_annotations(
 
 
 def _categories(gpu: pd.DataFrame, fmt: np.ndarray, options: Options) -> pd.Categorical:
-    """GPU category of each event: distinct (name, kind) pairs classified once per input format."""
+    """GPU category of each event: distinct (name, kind) pairs classified once per input format,
+    their category codes broadcast to the events (no string per event)."""
     n = len(gpu)
-    out = np.empty(n, dtype=object)
+    codes = np.full(n, -1, np.int8)
     if n:
-        gfmt = fmt[gpu["part"].to_numpy(I64)]
-        for f in pd.unique(gfmt):  # a loop over the (one or two) formats of the partition
-            sel = gfmt == f
-            out[sel] = categorize(gpu["name"][sel], gpu["kind"][sel], compat=options.compat, fmt=str(f))
-    return _category_column(out, CATEGORIES)
+        name, kind = gpu["name"].array, gpu["kind"].array
+        # a missing name is classified as the text "nan", as a factorized NaN is
+        name_labels = np.append(np.asarray(name.categories, dtype=object), np.nan)
+        kind_labels = np.asarray(kind.categories, dtype=object)
+        ncode = np.asarray(name.codes, I64)
+        pair = np.where(ncode < 0, len(name_labels) - 1, ncode) * len(kind_labels) + np.asarray(kind.codes, I64)
+        index = {c: i for i, c in enumerate(CATEGORIES)}
+        fcode, formats = pd.factorize(fmt)  # per part
+        gfmt = fcode[gpu["part"].to_numpy(I64)]
+        for i, f in enumerate(formats):  # a loop over the (one or two) formats of the partition
+            rows = np.flatnonzero(gfmt == i)
+            upair, inv = unique_inverse(pair[rows])
+            cats = categorize_names(
+                [str(x) for x in name_labels[upair // len(kind_labels)]],
+                [str(x) for x in kind_labels[upair % len(kind_labels)]],
+                compat=options.compat,
+                fmt=str(f),
+            )
+            codes[rows] = np.array([index.get(c, -1) for c in cats], np.int8)[inv]
+    return pd.Categorical.from_codes(codes, categories=list(CATEGORIES))
 
 
 def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, parts: pd.DataFrame) -> pd.DataFrame:
