@@ -22,9 +22,9 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from ..core.dtypes import empty_frame
+from ..core.dtypes import empty_frame, text_column
 from ..knowledge.classify import Classifier, classifier_for, collective_label
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first
+from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique, unique_first
 from .batch import Batch
 
 KERNEL_COLUMNS = [
@@ -209,22 +209,30 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
 
 
 def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """Sum count and total over (part, ``values``) of per-name rows."""
-    frame = pd.DataFrame(
+    """Sum count and total over (part, ``values``) of per-name rows, and count the distinct names
+    of each group; rows in (part, value) order."""
+    part = per["part"].to_numpy(I64)
+    vcode, distinct = pd.factorize(np.asarray(values, dtype=object))
+    distinct = np.asarray(distinct, dtype=object)
+    group, n = dense_codes(part, string_rank(distinct)[vcode] if len(vcode) else vcode.astype(I64))
+    name_code, _ = pd.factorize(per["name"].to_numpy(object))
+    width = max(int(name_code.max(initial=0)) + 1, 1)
+    pairs = unique(group * width + name_code)  # distinct (group, name)
+    first = unique_first(group)[1]
+    count = sum_by(group, per["count"].to_numpy(I64), n)
+    total = sum_by(group, per["total_ns"].to_numpy(I64), n)
+    kernels = np.bincount(pairs // width, minlength=n).astype(I64) if n else np.zeros(0, I64)
+    out = pd.DataFrame(
         {
-            "part": per["part"].to_numpy(I64),
-            key: values,
-            "name": per["name"].to_numpy(object),
-            "count": per["count"].to_numpy(I64),
-            "total_ns": per["total_ns"].to_numpy(I64),
+            "part": part[first],
+            key: text_column(distinct, vcode[first]),
+            "count": count,
+            "total_ns": total,
+            "kernels": kernels,
         }
     )
-    grp = frame.groupby(["part", key], sort=True)
-    out = pd.DataFrame(
-        {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].nunique()}
-    ).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
-    return out, out["kernels"].to_numpy(I64)
+    return out, kernels
 
 
 def class_stats(batch: Batch) -> pd.DataFrame:
