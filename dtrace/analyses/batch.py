@@ -81,6 +81,7 @@ from ..vector.groups import (
     cumcount,
     dense_codes,
     first_match,
+    lexsort_ints,
     shared_codes,
     sum_by,
     unique,
@@ -479,7 +480,7 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, 
     if out is None:
         return empty_frame(STEP_COLUMNS)
     p = out["part"].to_numpy(I64)
-    order = np.lexsort((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
+    order = lexsort_ints((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
     out = out.iloc[order].reset_index(drop=True)
     p = out["part"].to_numpy(I64)
     step = out["step"].to_numpy(I64).copy()

@@ -77,7 +77,7 @@ import pandas as pd
 
 from ..core.constants import KINDS
 from ..core.dtypes import empty_frame, missing_if_negative
-from ..vector.groups import I64, count_by, dense_codes, first_match, max_by, min_by, sum_by
+from ..vector.groups import I64, count_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
 from ..vector.intervals import Axis, AxisOverflow, coverage, union
 from .batch import Batch, kind_codes
 from .queues import part_queue_limits
@@ -139,7 +139,7 @@ class Lookup:
 
     def __init__(self, group: np.ndarray, time: np.ndarray, n_groups: int) -> None:
         group, time = np.asarray(group, I64), np.asarray(time, I64)
-        self.order = np.lexsort((time, group))
+        self.order = lexsort_ints((time, group))
         self.group, self.time = group[self.order], time[self.order]
         self.lo, self.hi = _span_by(self.group, self.time, n_groups)
         try:
@@ -201,7 +201,7 @@ def _blocks(
     if not rows.size:
         z = np.zeros(0, I64)
         return blk, z, z, z, z
-    o = rows[np.lexsort((-end[rows], start[rows], thread[rows]))]
+    o = rows[lexsort_ints((-end[rows], start[rows], thread[rows]))]
     th, s = thread[o], start[o]
     run = cummax_by(th, end[o])
     first = np.r_[True, th[1:] != th[:-1]]
@@ -335,7 +335,7 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     host.rel_row, host.rel_gpu, host.rel_sync = xr[host.rel.order], x_gpu[host.rel.order], x_sync[host.rel.order]
 
     # host-bound starts: an event after every earlier event of its part ended, launched after that
-    o = np.lexsort((ge, gs, gp))
+    o = lexsort_ints((ge, gs, gp))
     op, os_ = gp[o], gs[o]
     run = cummax_by(op, ge[o])
     first = np.r_[True, op[1:] != op[:-1]] if o.size else np.zeros(0, bool)
@@ -619,7 +619,7 @@ def _chains(
         cnt = count_by(tcode, tn)
         first_of = np.zeros(tn, I64)
         first_of[tcode] = np.arange(tcode.size)
-        order = np.lexsort((-cnt, hp_[first_of]))
+        order = lexsort_ints((-cnt, hp_[first_of]))
         best_part = hp_[first_of[order]]
         keep = np.r_[True, best_part[1:] != best_part[:-1]]
         main[best_part[keep]] = lt_[first_of[order[keep]]]
@@ -710,7 +710,7 @@ def _top_names(
         first = np.full(m, 0, I64)
         first[code] = np.arange(code.size)
         cc, nn = c[first], name[first]
-        o = np.lexsort((nn, -tot, cc))
+        o = lexsort_ints((nn, -tot, cc))
         win = o[np.r_[True, cc[o][1:] != cc[o][:-1]]]
         out_name[cc[win]] = labels[nn[win]].astype(str)
         out_ns[cc[win]] = tot[win]

@@ -48,6 +48,7 @@ from ..vector.groups import (
     count_by,
     cummax_by,
     dense_codes,
+    lexsort_ints,
     max_by,
     min_by,
     shared_codes,
@@ -125,10 +126,10 @@ def _find_gaps(batch: Batch, device: bool) -> pd.DataFrame:
     start = g["start_ns"].to_numpy(I64)
     end = g["end_ns"].to_numpy(I64)
     if device:
-        order = np.lexsort((end, start, part))
+        order = lexsort_ints((end, start, part))
         key = part[order]
     else:
-        order = np.lexsort((end, start, stream, part))
+        order = lexsort_ints((end, start, stream, part))
         key = dense_codes(part, stream)[0][order]
     s, e = start[order], end[order]
     runmax = cummax_by(key, e)
@@ -377,7 +378,7 @@ def transitions(batch: Batch) -> pd.DataFrame:
     nxt = codes[gaps["next"].to_numpy()].astype(I64)
     gap = gaps["gap_ns"].to_numpy(I64)
     # groups in (part, stream, prev, next) order, each group's gaps in table order (stable sort)
-    srt = np.lexsort((nxt, prev, stream, part))
+    srt = lexsort_ints((nxt, prev, stream, part))
     keys = (part[srt], stream[srt], prev[srt], nxt[srt])
     new = np.zeros(srt.size, bool)
     new[0] = True
@@ -393,7 +394,7 @@ def transitions(batch: Batch) -> pd.DataFrame:
     p, st, pc, nc = (k[starts] for k in keys)
     rank = string_rank(cats)
     text = text_values(cats)
-    order = np.lexsort((rank[nc], rank[pc], st, -total, p))
+    order = lexsort_ints((rank[nc], rank[pc], st, -total, p))
     return pd.DataFrame(
         {
             **batch.keys(p[order]),

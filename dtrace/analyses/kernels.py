@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, text_column
 from ..knowledge.classify import Classifier, classifier_for, collective_label
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique, unique_first
+from ..vector.groups import I64, dense_codes, first_match, lexsort_ints, string_rank, sum_by, unique, unique_first
 from .batch import Batch
 
 KERNEL_COLUMNS = [
@@ -166,7 +166,7 @@ def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarra
     span = int(dur.max()) + 1 if len(dur) else 1
     if len(dur) and int(dur.min()) >= 0 and (int(codes.max()) + 1) * span < 2**62:
         return np.argsort(codes * span + dur)
-    return np.lexsort((dur, codes))
+    return lexsort_ints((dur, codes))
 
 
 def _shares_and_iters(out: pd.DataFrame, batch: Batch) -> pd.DataFrame:
@@ -192,7 +192,7 @@ def _finish(out: pd.DataFrame, batch: Batch, key: str, columns: list[str]) -> pd
     out = _shares_and_iters(out, batch)
     for col, v in reversed(list(batch.keys(p).items())):
         out.insert(0, col, v)
-    order = np.lexsort((string_rank(out[key].to_numpy(object)), -out["total_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(out[key].to_numpy(object)), -out["total_ns"].to_numpy(I64), p))
     return out.iloc[order][columns].reset_index(drop=True)
 
 

@@ -35,7 +35,16 @@ from ..calltree.model import CPU_OP, Tree
 from ..core.dtypes import empty_frame
 from ..core.schema import ARGS_SEP
 from ..knowledge import opmodel
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
+from ..vector.groups import (
+    I64,
+    dense_codes,
+    first_match,
+    lexsort_ints,
+    string_rank,
+    sum_by,
+    unique_first,
+    unique_inverse,
+)
 from .batch import Batch
 
 COLUMNS = {
@@ -192,7 +201,7 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     cols.update(cols_m)
     text.update(text_m)
     op_rank = string_rank(tree.names)[name_code[first]] if len(tree.names) else np.zeros(len(first), I64)
-    order = np.lexsort((op_rank, -cols["gpu_ns"], part[first]))
+    order = lexsort_ints((op_rank, -cols["gpu_ns"], part[first]))
     cols.update(batch.keys(part[first]))
     out = {c: (str_column(text[c][0][order], text[c][1]) if c in text else cols[c][order]) for c in COLUMNS}
     return pd.DataFrame(out)

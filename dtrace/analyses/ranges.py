@@ -35,7 +35,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from ..vector.groups import I64, shared_codes, string_rank
+from ..vector.groups import I64, lexsort_ints, shared_codes, string_rank
 from ..vector.intervals import Axis, Union, coverage, difference, merge, union
 from .batch import Batch
 from .breakdown import VALUE_COLUMNS, category_masks
@@ -248,7 +248,7 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     keys = batch.keys(p)
     out.insert(0, "device", keys["device"])
     out.insert(0, "rank", keys["rank"])
-    order = np.lexsort((string_rank(out["name"].to_numpy(object)), -out["proj_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(out["name"].to_numpy(object)), -out["proj_ns"].to_numpy(I64), p))
     return out.iloc[order][RANGE_COLUMNS].reset_index(drop=True)
 
 

@@ -53,7 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
-from ..vector.groups import cummax_by, dense_codes  # noqa: F401 - cummax_by: critical_path reads it here
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints  # noqa: F401 - cummax_by: critical_path reads it here
 from .batch import Batch
 
 GATE_TOL_NS = 20_000
@@ -121,7 +121,7 @@ def last_at_or_before(
     is_q = np.r_[np.zeros(nd, bool), np.ones(nq, bool)]
     # on equal values a data item sorts before the query (<=) or after it (<)
     tie = np.where(is_q, 0 if strict else 1, 1 if strict else 0)
-    order = np.lexsort((np.arange(nd + nq), tie, v, g))
+    order = lexsort_ints((np.arange(nd + nq), tie, v, g))
     gs = g[order]
     new_group = np.r_[True, gs[1:] != gs[:-1]]
     pos = np.arange(nd + nq)
@@ -157,7 +157,7 @@ def _unions(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.n
     if not len(start):
         z = np.zeros(0, np.int64)
         return z, z, z, z, z
-    order = np.lexsort((start, group))
+    order = lexsort_ints((start, group))
     g, s, e = group[order], start[order], end[order]
     run = cummax_by(g, e)
     first_in_group = np.r_[True, g[1:] != g[:-1]]
@@ -302,7 +302,7 @@ def _ready_points(
     launch order), within its chain's start and its own start."""
     key_all = np.where(launch_all >= 0, launch_all, start_all)
     w_part = part_all[w]
-    o = np.lexsort((key_all[w], w_part))
+    o = lexsort_ints((key_all[w], w_part))
     runmax = cummax_by(w_part[o], w_e[o])
     j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
     ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
@@ -364,7 +364,7 @@ def _nodes(
     last_t = np.full(n_chains, np.iinfo(np.int64).min)
     np.maximum.at(last_t, ch, t)
     t = np.where(nk == 3, last_t[ch], t)
-    o = np.lexsort((nk, t, ch))
+    o = lexsort_ints((nk, t, ch))
     return ch[o], t[o], nk[o], comm[o], pe[o]
 
 
@@ -422,7 +422,7 @@ def _class_columns(
     pos_rows = cls_ns > 0
     ni, cls_ns, cls_code = ni[pos_rows], cls_ns[pos_rows], pc_cls[pi[pos_rows]]
     # the node's CLASS_SLOTS largest classes, the rest summed
-    o2 = np.lexsort((cls_code, -cls_ns, ni))
+    o2 = lexsort_ints((cls_code, -cls_ns, ni))
     ni, cls_ns, cls_code = ni[o2], cls_ns[o2], cls_code[o2]
     rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
     cnames = np.asarray(cnames, dtype=object)
@@ -462,7 +462,7 @@ def _host_waits(
     n_parts = int(max(part.max(initial=-1), c_part.max(initial=-1))) + 1
     if not part.size:
         return np.zeros(len(t), np.int64)
-    o = np.lexsort((end, start, part))
+    o = lexsort_ints((end, start, part))
     p, s, e, lo = part[o], start[o], end[o], launch[o]
     run = cummax_by(p, e)
     first = np.r_[True, p[1:] != p[:-1]]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..vector.groups import I64, cummax_by, dense_codes, first_match, unique_inverse
+from ..vector.groups import I64, cummax_by, dense_codes, first_match, lexsort_ints, unique_inverse
 from ..vector.intervals import Axis, AxisOverflow
 
 
@@ -56,8 +56,8 @@ def preorder(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         _, g = unique_inverse(group)
         key = Axis(g, start, int(g.max()) + 1).place(start, g)
     except AxisOverflow:
-        return np.lexsort((-(end - start), start, group))
-    return np.lexsort((-(end - start), key))
+        return lexsort_ints((-(end - start), start, group))
+    return lexsort_ints((-(end - start), key))
 
 
 def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
@@ -174,7 +174,7 @@ def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_group
     out = np.zeros(n_groups, I64)
     if group.size == 0:
         return out
-    order = np.lexsort((start, group))
+    order = lexsort_ints((start, group))
     g = group[order]
     s = start[order]
     run = cummax_by(g, end[order])

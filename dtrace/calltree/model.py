@@ -19,7 +19,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..core.dtypes import text_column
-from ..vector.groups import dense_codes, string_rank, unique, unique_first, unique_inverse
+from ..vector.groups import dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
@@ -185,7 +185,7 @@ class Tree:
         hpid, htid = _col(h, "pid"), _col(h, "tid")
         order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
         gpart = _col(gpu, "part", 0)
-        gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
+        gorder = lexsort_ints((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
         g = _rows(gpu, gorder, _GPU_COLUMNS)
         gpart = gpart[gorder]
         gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
@@ -348,7 +348,7 @@ class Tree:
         u = self._check(uid)
         if self._children is None:  # all nodes grouped by parent, each group by start (host first for ties)
             has_p = np.flatnonzero(self.parent >= 0)
-            order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
+            order = has_p[lexsort_ints((has_p, self.start_ns[has_p], self.parent[has_p]))]
             self._children = order, np.searchsorted(self.parent[order], np.arange(self.size + 1))
         order, ptr = self._children
         return order[ptr[u] : ptr[u + 1]]
@@ -374,7 +374,7 @@ class Tree:
         uids = np.concatenate([host, gpu])
         key_owner = np.concatenate([host, self.parent[gpu]])
         key_is_gpu = np.concatenate([np.zeros(host.size, np.int8), np.ones(gpu.size, np.int8)])
-        return uids[np.lexsort((self.start_ns[uids], key_is_gpu, key_owner))]
+        return uids[lexsort_ints((self.start_ns[uids], key_is_gpu, key_owner))]
 
     def _gpu_under(self, host_uids: np.ndarray) -> np.ndarray:
         """GPU nodes whose launch is one of ``host_uids``."""
@@ -532,7 +532,7 @@ class Tree:
         code = self._name_codes[first]
         part = self.part[first]
         # names ranked and built once per distinct name, after ordering (no string per row before)
-        order = np.lexsort((self.kind[first], string_rank(self.names)[code], -sub, part))
+        order = lexsort_ints((self.kind[first], string_rank(self.names)[code], -sub, part))
         first = first[order]
         return pd.DataFrame(
             {
