@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..vector.groups import I64, cummax_by, dense_codes, first_match, lexsort_ints, unique_inverse
+from ..vector.groups import I64, cummax_by, dense_codes, first_match, lexsort_ints
 from ..vector.intervals import Axis, AxisOverflow
 
 
@@ -53,7 +53,7 @@ def preorder(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     if group.size == 0:
         return np.empty(0, I64)
     try:  # (group, start) as one key: each group's starts on its own stretch of one line
-        _, g = unique_inverse(group)
+        g, _ = dense_codes(group)
         key = Axis(g, start, int(g.max()) + 1).place(start, g)
     except AxisOverflow:
         return lexsort_ints((-(end - start), start, group))
@@ -125,7 +125,8 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     """Node indices per depth, ``levels[k]`` holding the nodes of depth ``k`` in index order."""
     if depth.size == 0:
         return []
-    order = np.argsort(depth, kind="stable")
+    small = depth.astype(np.int16) if int(depth.max()) < (1 << 15) and int(depth.min()) >= 0 else depth
+    order = np.argsort(small, kind="stable")  # stable: a radix sort for 16-bit depths
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
     return [order[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
 

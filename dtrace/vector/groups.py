@@ -138,10 +138,10 @@ def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
 
 
 def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
-    """``np.lexsort(keys)`` (the last key primary, ties in input order) for integer keys: one
-    stable argsort of a single int64 key built from them where their ranges multiply below
-    2**62 (several times faster than ``np.lexsort`` on data not already in order), else
-    ``np.lexsort``. The same permutation either way.
+    """``np.lexsort(keys)`` (the last key primary, ties in input order) for integer keys, the same
+    permutation several times faster on data not already in order: the leading keys whose ranges
+    multiply below 2**62 become one int64 key sorted by one stable argsort; the remaining keys
+    order only the runs of equal leading keys (``np.lexsort`` on those rows alone).
 
     Examples
     --------
@@ -152,14 +152,28 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
     if not ks or not ks[0].size or any(k.dtype.kind not in "iub" or k.dtype == np.uint64 for k in ks):
         return np.lexsort(ks)
     combined = np.zeros(ks[0].size, I64)
-    total = 1
+    total, used = 1, 0
     for k in reversed(ks):  # the primary key first
         lo, hi = int(k.min()), int(k.max())
+        if total * (hi - lo + 1) >= 1 << 62:
+            break
         total *= hi - lo + 1
-        if total >= 1 << 62:
-            return np.lexsort(ks)
         combined = combined * (hi - lo + 1) + (k.astype(I64) - lo)
-    return np.argsort(combined, kind="stable")
+        used += 1
+    if not used:
+        return np.lexsort(ks)
+    order = np.argsort(combined, kind="stable")
+    rest = ks[: len(ks) - used]
+    if rest:
+        c = combined[order]
+        tie = np.zeros(c.size, bool)
+        tie[1:] = c[1:] == c[:-1]
+        tie[:-1] |= tie[1:]
+        pos = np.flatnonzero(tie)  # the runs of equal leading keys, in place
+        if pos.size:
+            sub = order[pos]
+            order[pos] = sub[np.lexsort([k[sub] for k in rest] + [combined[sub]])]
+    return order
 
 
 def string_rank(values: np.ndarray) -> np.ndarray:
