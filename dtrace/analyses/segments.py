@@ -53,7 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
-from ..vector.groups import cummax_by, dense_codes, lexsort_ints  # noqa: F401 - cummax_by: critical_path reads it here
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints, unique, unique_first, unique_inverse  # noqa: F401 - cummax_by: critical_path reads it here
 from .batch import Batch
 
 GATE_TOL_NS = 20_000
@@ -250,7 +250,7 @@ def segment_rows(
     has_comm = comm >= 0
     cidx = np.maximum(comm, 0)
     launched = has_comm & (launch_all[cidx] >= 0)
-    _pu, p_first = np.unique(part_all, return_index=True)
+    _pu, p_first = unique_first(part_all)
     p_idx = np.searchsorted(_pu, c_part[ch])
     stream_all = gpu["stream"].to_numpy(np.int64)
     cols: dict[str, object] = {
@@ -278,8 +278,8 @@ def _chains(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each kept event's chain (one per part and step; -1: not kept), and each chain's part,
     step and first start."""
-    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
-    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
+    step_u, step_c = unique_inverse(step_all[keep])
+    chain_u, chain_codes = unique_inverse(part_all[keep] * len(step_u) + step_c)
     chain_all = np.full(len(keep), -1, np.int64)
     chain_all[keep] = chain_codes
     c_part = chain_u // len(step_u)
@@ -379,7 +379,7 @@ def _work_classes(
     category) once (``names``, ``kinds``, ``cats``: each event's code and the labels)."""
     (name_code, name_lab), (kind_code, kind_lab), (cat_code, cat_lab) = names, kinds, cats
     trip = (name_code[w] * (len(kind_lab) + 1) + kind_code[w]) * (len(cat_lab) + 1) + cat_code[w]
-    tuniq, tcode = np.unique(trip, return_inverse=True)
+    tuniq, tcode = unique_inverse(trip)
     t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
     t_kind = tuniq // (len(cat_lab) + 1) % (len(kind_lab) + 1)
     t_cat = tuniq % (len(cat_lab) + 1)
@@ -409,7 +409,7 @@ def _class_columns(
     n_cls = max(len(cnames), 1)
     cgroup = w_chain * n_cls + ccode
     cu = _unions(cgroup, w_s, w_e)
-    pairs = np.unique(cu[0]) if len(cu[0]) else np.zeros(0, np.int64)
+    pairs = unique(cu[0]) if len(cu[0]) else np.zeros(0, np.int64)
     pc_chain, pc_cls = pairs // n_cls, pairs % n_cls
     per_chain = np.bincount(pc_chain, minlength=n_chains)
     chain_pair0 = np.r_[0, np.cumsum(per_chain)[:-1]]

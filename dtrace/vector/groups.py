@@ -23,8 +23,25 @@ def unique(x: np.ndarray) -> np.ndarray:
     >>> unique(np.array([3, 1, 3, 2])).tolist()
     [1, 2, 3]
     """
-    s = np.sort(np.asarray(x))
+    x = np.asarray(x)
+    seen = _seen(x)
+    if seen is not None:  # integers in a small range: a table of the values present, no sort
+        return (np.flatnonzero(seen[0]) + seen[1]).astype(x.dtype)
+    s = np.sort(x)
     return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
+
+
+def _seen(x: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """For integers in a range below a few times their number: which values of the range occur
+    (a bool table from the smallest value) and that smallest value; else None."""
+    if not x.size or x.ndim != 1 or not (x.dtype.kind in "iu" and x.dtype != np.uint64):
+        return None
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo >= max(4 * x.size, 1 << 16):
+        return None
+    seen = np.zeros(hi - lo + 1, bool)
+    seen[x.astype(I64) - lo] = True
+    return seen, lo
 
 
 def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +70,10 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([1, 2, 3], [2, 0, 2, 1])
     """
     x = np.asarray(x)
+    seen = _seen(x)
+    if seen is not None:  # integers in a small range: ranks from a table of the values present
+        rank = np.cumsum(seen[0], dtype=I64) - 1
+        return (np.flatnonzero(seen[0]) + seen[1]).astype(x.dtype), rank[x.astype(I64) - seen[1]]
     order = np.argsort(x, kind="stable")
     s = x[order]
     m = np.r_[True, s[1:] != s[:-1]] if s.size else np.zeros(0, bool)
