@@ -77,11 +77,11 @@ import pandas as pd
 
 from ..core.constants import KINDS
 from ..core.dtypes import empty_frame, missing_if_negative
-from ..vector.groups import I64, count_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
+from ..vector.groups import I64, count_by, cummax_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
 from ..vector.intervals import Axis, AxisOverflow, coverage, union
 from .batch import Batch, kind_codes
 from .queues import part_queue_limits
-from .segments import cummax_by, last_at_or_before
+from .segments import last_at_or_before
 
 CATEGORIES = ("host", "compute", "comm", "memcpy", "sync", "other")
 """What the critical path waited on, in the order of the ``*_ns`` columns."""

@@ -17,8 +17,6 @@ given, else the number of steps found in the part (one with a step filter), else
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import pandas as pd
 
@@ -108,34 +106,38 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     d = dur[srt]
     total = np.add.reduceat(d, starts) if k else np.empty(0, I64)  # int64: exact
     first = srt[starts]  # one event of each pair (kind and category follow from the name)
-    kind = labels(g["kind"], first)
-    category = labels(g["category"], first)
-    name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
+    ncode = np.asarray(names.codes, I64)[first]
+    kcode = np.asarray(g["kind"].array.codes, I64)[first]
+    ccode = np.asarray(g["category"].array.codes, I64)[first]
+    kind_lab, cat_lab = _texts(g["kind"]), _texts(g["category"])
     classifier = classifier_for(batch.options)
-    coll = clabels[ccodes[first]] if k else np.empty(0, object)
     # each distinct (name, kind, category, collective) classified once, not once per part
-    triple, _ = dense_codes(
-        *(np.asarray(c.array.codes, I64)[first] for c in (g["name"], g["kind"], g["category"])), ccodes[first]
-    )
+    triple, _ = dense_codes(ncode, kcode, ccode, ccodes[first])
     one = unique_first(triple)[1]
     cls = np.asarray(
-        classifier.classify(name[one], kind[one], category[one], collectives=coll[one] if by_collective else None),
+        classifier.classify(
+            cats[ncode[one]],
+            kind_lab[kcode[one]],
+            cat_lab[ccode[one]],
+            collectives=clabels[ccodes[first][one]] if by_collective else None,
+        ),
         dtype=object,
     )
-    cls = cls[triple]  # dense codes: the distinct tuples are 0..m-1, in order
+    # the text columns built once per distinct value (dense codes: the distinct tuples are 0..m-1)
     out = pd.DataFrame(
         {
             "part": part[first],
-            "name": name.astype(object),
-            "category": category.astype(object),
-            "kind": kind.astype(object),
-            "class": cls,
+            "name": text_column(cats, ncode),
+            "category": text_column(cat_lab, ccode),
+            "kind": text_column(kind_lab, kcode),
+            "class": text_column(cls, triple),
             "count": count,
             "total_ns": total.astype(I64),
+            "_rank": string_rank(cats)[ncode] if k else np.zeros(0, I64),  # the order of the names
         }
     )
     if by_collective:
-        out["collective"] = coll
+        out["collective"] = text_column(clabels, ccodes[first])
     if full:
         mean = total / count
         out["mean_ns"] = mean
@@ -153,12 +155,9 @@ def _per_collective_name(batch: Batch) -> tuple[pd.DataFrame, Classifier]:
     return batch.derived("kernels.per_collective_name", lambda b: per_name(b, full=False, by_collective=True))
 
 
-def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """The string values of a categorical column at ``rows`` (no string built per event)."""
-    cat = col.array
-    return cast(
-        np.ndarray, np.asarray(cat.categories, dtype=object).astype(str).astype(object)[np.asarray(cat.codes)[rows]]
-    )
+def _texts(col: pd.Series) -> np.ndarray:
+    """The categories of a categorical column as text (objects)."""
+    return np.asarray(col.array.categories, dtype=object).astype(str).astype(object)
 
 
 def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -192,7 +191,8 @@ def _finish(out: pd.DataFrame, batch: Batch, key: str, columns: list[str]) -> pd
     out = _shares_and_iters(out, batch)
     for col, v in reversed(list(batch.keys(p).items())):
         out.insert(0, col, v)
-    order = lexsort_ints((string_rank(out[key].to_numpy(object)), -out["total_ns"].to_numpy(I64), p))
+    rank = out["_rank"].to_numpy(I64) if "_rank" in out.columns else string_rank(out[key].to_numpy(object))
+    order = lexsort_ints((rank, -out["total_ns"].to_numpy(I64), p))
     return out.iloc[order][columns].reset_index(drop=True)
 
 
@@ -226,6 +226,7 @@ def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFr
         {
             "part": part[first],
             key: text_column(distinct, vcode[first]),
+            "_rank": string_rank(distinct)[vcode[first]] if n else np.zeros(0, I64),
             "count": count,
             "total_ns": total,
             "kernels": kernels,

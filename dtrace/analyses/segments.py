@@ -53,7 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
-from ..vector.groups import cummax_by, dense_codes, lexsort_ints, unique, unique_first, unique_inverse  # noqa: F401 - cummax_by: critical_path reads it here
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints, unique, unique_first, unique_inverse
 from .batch import Batch
 
 GATE_TOL_NS = 20_000

@@ -374,7 +374,7 @@ class Tree:
         uids = np.concatenate([host, gpu])
         key_owner = np.concatenate([host, self.parent[gpu]])
         key_is_gpu = np.concatenate([np.zeros(host.size, np.int8), np.ones(gpu.size, np.int8)])
-        return uids[lexsort_ints((self.start_ns[uids], key_is_gpu, key_owner))]
+        return uids[np.lexsort((self.start_ns[uids], key_is_gpu, key_owner))]
 
     def _gpu_under(self, host_uids: np.ndarray) -> np.ndarray:
         """GPU nodes whose launch is one of ``host_uids``."""

@@ -8,6 +8,8 @@ vectorised pass, never a Python loop over groups or rows.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -171,7 +173,7 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
     """
     ks = [np.asarray(k) for k in keys]
     if not ks or not ks[0].size or any(k.dtype.kind not in "iub" or k.dtype == np.uint64 for k in ks):
-        return np.lexsort(ks)
+        return cast(np.ndarray, np.lexsort(ks))
     combined = np.zeros(ks[0].size, I64)
     total, used = 1, 0
     for k in reversed(ks):  # the primary key first
@@ -182,7 +184,7 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
         combined = combined * (hi - lo + 1) + (k.astype(I64) - lo)
         used += 1
     if not used:
-        return np.lexsort(ks)
+        return cast(np.ndarray, np.lexsort(ks))
     order = np.argsort(combined, kind="stable")
     rest = ks[: len(ks) - used]
     if rest:
@@ -250,8 +252,8 @@ def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     span = int(v.max()) - lo + 1
     if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
         off = gi * span
-        return np.maximum.accumulate(v - lo + off) - off + lo
-    return pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(I64)
+        return cast(np.ndarray, np.maximum.accumulate(v - lo + off) - off + lo)
+    return cast(np.ndarray, pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(I64))
 
 
 def run_bounds(sorted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
