@@ -167,6 +167,25 @@ class Batch:
         return cast(np.ndarray, np.maximum(self.parts["steps"].to_numpy(I64), 1))
 
 
+def launch_rows(batch: Batch) -> np.ndarray:
+    """Per GPU event, the position in ``batch.host`` of its launch: the first runtime call with its
+    correlation id in its part (-1 without one). Computed once per batch (several analyses
+    follow the link)."""
+    return batch.derived("batch.launch_rows", _launch_rows)
+
+
+def _launch_rows(batch: Batch) -> np.ndarray:
+    g, h = batch.gpu, batch.host
+    if not len(g) or not len(h):
+        return np.full(len(g), -1, I64)
+    hcorr = h["correlation"].to_numpy(I64)
+    rt = np.flatnonzero((kind_codes(h["kind"]) == KINDS.index("runtime")) & (hcorr >= 0))
+    idx = first_match(
+        (h["part"].to_numpy(I64)[rt], hcorr[rt]), (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64))
+    )
+    return np.where(idx >= 0, rt[np.maximum(idx, 0)] if rt.size else -1, -1).astype(I64)
+
+
 def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray | int) -> np.ndarray:
     """End times as a float-µs tool computes them: ``ts + dur`` in float64, then to ns.
 

@@ -79,7 +79,7 @@ from ..core.constants import KINDS
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..vector.groups import I64, count_by, cummax_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
 from ..vector.intervals import Axis, AxisOverflow, coverage, union
-from .batch import Batch, kind_codes
+from .batch import Batch, kind_codes, launch_rows
 from .queues import part_queue_limits
 from .segments import last_at_or_before
 
@@ -325,9 +325,7 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     g, n_parts = batch.gpu, batch.n_parts
     gp = g["part"].to_numpy(I64)
     gs, ge = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
-    hcorr = batch.host["correlation"].to_numpy(I64)
-    rt = np.flatnonzero((host.kind == KINDS.index("runtime")) & (hcorr >= 0))
-    lrow = _take(rt, first_match((host.part[rt], hcorr[rt]), (gp, g["correlation"].to_numpy(I64))), -1)
+    lrow = launch_rows(batch)
     l_start, l_end = _take(host.start, lrow, -1), _take(host.end, lrow, -1)
 
     xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, part_queue_limits(batch))
