@@ -56,6 +56,12 @@ def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([1, 2, 3], [1, 3, 0])
     """
     x = np.asarray(x)
+    seen = _seen(x) if x.size > 1 and (x[1:] < x[:-1]).any() else None  # a sorted x sorts in one pass
+    if seen is not None:  # integers in a small range, out of order: the least index per value, no sort
+        first = np.full(seen[0].size, x.size, I64)
+        np.minimum.at(first, x.astype(I64) - seen[1], np.arange(x.size, dtype=I64))
+        present = np.flatnonzero(seen[0])
+        return (present + seen[1]).astype(x.dtype), first[present]
     order = np.argsort(x, kind="stable")
     s = x[order]
     m = np.r_[True, s[1:] != s[:-1]] if s.size else np.zeros(0, bool)
