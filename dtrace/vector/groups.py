@@ -146,6 +146,26 @@ def shared_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
     return codes[:n], codes[n:]
 
 
+def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One int64 key per row of two tables of integer key columns (equal tuples, equal keys;
+    ordered like the tuples), each column offset by the least value of both tables: no sort,
+    no hash. None where the columns are not integers or their ranges multiply past 2**62."""
+    lkey, rkey = np.zeros(left[0].size, I64), np.zeros(right[0].size, I64)
+    total = 1
+    for a, b in zip(left, right):
+        a, b = np.asarray(a), np.asarray(b)
+        if any(k.dtype.kind not in "iub" or k.dtype == np.uint64 for k in (a, b)):
+            return None
+        lo = min(int(a.min()), int(b.min()))
+        span = max(int(a.max()), int(b.max())) - lo + 1
+        total *= span
+        if total >= 1 << 62:
+            return None
+        lkey = lkey * span + (a.astype(I64) - lo)
+        rkey = rkey * span + (b.astype(I64) - lo)
+    return lkey, rkey
+
+
 def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
     """For each row of ``right``, the index of the first row of ``left`` with equal keys, or -1.
 
@@ -159,7 +179,8 @@ def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
         return np.empty(0, I64)
     if left[0].size == 0:
         return np.full(right[0].size, -1, I64)
-    lc, rc = shared_codes(left, right)
+    both = _joint_keys(left, right)
+    lc, rc = both if both is not None else shared_codes(left, right)
     uniq, first = unique_first(lc)
     j = np.searchsorted(uniq, rc)
     jj = np.minimum(j, uniq.size - 1)
