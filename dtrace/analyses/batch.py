@@ -81,6 +81,7 @@ from ..vector.groups import (
     cumcount,
     dense_codes,
     first_match,
+    joint_keys,
     lexsort_ints,
     shared_codes,
     sum_by,
@@ -573,7 +574,8 @@ def assign_steps(gpu: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     e = steps["end_ns"].to_numpy(I64)
     # windows are sorted by (part, start): find, per event, the last window of its part starting
     # at or before it — a search on (part, time) pairs ranked together
-    wkey, tkey = shared_codes((sp, s), (gp, t))
+    joint = joint_keys((sp, s), (gp, t))
+    wkey, tkey = joint if joint is not None else shared_codes((sp, s), (gp, t))
     j = np.searchsorted(wkey, tkey, side="right") - 1
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (sp[jj] == gp) & (t < e[jj])
@@ -584,7 +586,9 @@ def _side_rows(side: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]) -> pd.Da
     """The side-table rows of the kept GPU events."""
     if not len(side):
         return side
-    a, b = shared_codes((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), kept)
+    keys = (side["part"].to_numpy(I64), side["row"].to_numpy(I64))
+    joint = joint_keys(keys, kept) if len(kept[0]) else None
+    a, b = joint if joint is not None else shared_codes(keys, kept)
     return side.loc[np.isin(a, b)].reset_index(drop=True)
 
 

@@ -146,10 +146,17 @@ def shared_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
     return codes[:n], codes[n:]
 
 
-def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+def joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
     """One int64 key per row of two tables of integer key columns (equal tuples, equal keys;
-    ordered like the tuples), each column offset by the least value of both tables: no sort,
-    no hash. None where the columns are not integers or their ranges multiply past 2**62."""
+    ordered like the tuples, but not dense: see :func:`shared_codes`), each column offset by the
+    least value of both tables: no sort, no hash. None where a column is not of integers or
+    their ranges multiply past 2**62.
+
+    Examples
+    --------
+    >>> [k.tolist() for k in joint_keys((np.array([0, 1]), np.array([5, 7])), (np.array([1]), np.array([7])))]
+    [[0, 5], [5]]
+    """
     lkey, rkey = np.zeros(left[0].size, I64), np.zeros(right[0].size, I64)
     total = 1
     for a, b in zip(left, right):
@@ -179,7 +186,7 @@ def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
         return np.empty(0, I64)
     if left[0].size == 0:
         return np.full(right[0].size, -1, I64)
-    both = _joint_keys(left, right)
+    both = joint_keys(left, right)
     lc, rc = both if both is not None else shared_codes(left, right)
     uniq, first = unique_first(lc)
     j = np.searchsorted(uniq, rc)
