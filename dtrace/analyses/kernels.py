@@ -17,6 +17,8 @@ given, else the number of steps found in the part (one with a step filter), else
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -191,7 +193,7 @@ def _finish(out: pd.DataFrame, batch: Batch, key: str, columns: list[str]) -> pd
     out = _shares_and_iters(out, batch)
     for col, v in reversed(list(batch.keys(p).items())):
         out.insert(0, col, v)
-    rank = out["_rank"].to_numpy(I64) if "_rank" in out.columns else string_rank(out[key].to_numpy(object))
+    rank = out["_rank"].to_numpy(I64) if "_rank" in out.columns else string_rank(out[key].array)
     order = lexsort_ints((rank, -out["total_ns"].to_numpy(I64), p))
     return out.iloc[order][columns].reset_index(drop=True)
 
@@ -208,14 +210,14 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
     return _finish(per, batch, "name", KERNEL_COLUMNS)
 
 
-def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+def _grouped(per: pd.DataFrame, key: str, values: Any) -> tuple[pd.DataFrame, np.ndarray]:
     """Sum count and total over (part, ``values``) of per-name rows, and count the distinct names
     of each group; rows in (part, value) order."""
     part = per["part"].to_numpy(I64)
-    vcode, distinct = pd.factorize(np.asarray(values, dtype=object))
+    vcode, distinct = pd.factorize(values)  # a text column's values: hashed by Arrow, no objects
     distinct = np.asarray(distinct, dtype=object)
     group, n = dense_codes(part, string_rank(distinct)[vcode] if len(vcode) else vcode.astype(I64))
-    name_code, _ = pd.factorize(per["name"].to_numpy(object))
+    name_code, _ = pd.factorize(per["name"].array)
     width = max(int(name_code.max(initial=0)) + 1, 1)
     pairs = unique(group * width + name_code)  # distinct (group, name)
     first = unique_first(group)[1]
@@ -242,7 +244,7 @@ def class_stats(batch: Batch) -> pd.DataFrame:
     if not len(batch.gpu):
         return empty_frame(CLASS_COLUMNS)
     per, classifier = _per_collective_name(batch)
-    out, _ = _grouped(per, "class", per["class"].to_numpy(object))
+    out, _ = _grouped(per, "class", per["class"].array)
     out["classifier"] = classifier.label
     return _finish(out, batch, "class", CLASS_COLUMNS)
 

@@ -109,7 +109,7 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
             "total_per_iter_ns": out["sum"].to_numpy(np.float64) / it,
         }
     )
-    order = lexsort_ints((string_rank(res["op"].to_numpy(object)), -res["total_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(res["op"].array), -res["total_ns"].to_numpy(I64), p))
     return res.iloc[order].reset_index(drop=True)
 
 

@@ -242,7 +242,7 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     keys = batch.keys(p)
     out.insert(0, "device", keys["device"])
     out.insert(0, "rank", keys["rank"])
-    order = lexsort_ints((string_rank(out["name"].to_numpy(object)), -out["proj_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(out["name"].array), -out["proj_ns"].to_numpy(I64), p))
     return out.iloc[order][RANGE_COLUMNS].reset_index(drop=True)
 
 

@@ -8,7 +8,7 @@ vectorised pass, never a Python loop over groups or rows.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -233,16 +233,20 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
     return order
 
 
-def string_rank(values: np.ndarray) -> np.ndarray:
+def string_rank(values: Any) -> np.ndarray:
     """Rank of each value in string order (equal strings, equal ranks): sorts the distinct
-    values only, so a column of a few names over millions of rows costs one hash pass.
+    values only, so a column of a few names over millions of rows costs one hash pass (of the
+    Arrow strings themselves for a pandas text column's array, without a Python string each).
 
     Examples
     --------
     >>> string_rank(np.array(["b", "a", "b", "c"], dtype=object)).tolist()
     [1, 0, 1, 2]
+    >>> string_rank(pd.array(["b", "a", "b"], dtype="str")).tolist()
+    [1, 0, 1]
     """
-    codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+    text = isinstance(values, pd.api.extensions.ExtensionArray) and isinstance(values.dtype, pd.StringDtype)
+    codes, uniq = pd.factorize(values if text else np.asarray(values, dtype=object), use_na_sentinel=False)
     order = np.argsort(np.asarray(uniq, dtype=object).astype(str), kind="stable")
     rank = np.empty(order.size, I64)
     rank[order] = np.arange(order.size)
