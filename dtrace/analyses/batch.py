@@ -73,9 +73,21 @@ import pandas as pd
 
 from ..core.constants import GPU_KINDS, KINDS
 from ..core.dtypes import empty_frame
-from ..knowledge.categories import CATEGORIES, categorize
+from ..knowledge.categories import CATEGORIES, categorize_names
 from ..options import Options
-from ..vector.groups import I64, count_by, cumcount, dense_codes, first_match, shared_codes, sum_by, unique
+from ..vector.groups import (
+    I64,
+    count_by,
+    cumcount,
+    dense_codes,
+    first_match,
+    joint_keys,
+    lexsort_ints,
+    shared_codes,
+    sum_by,
+    unique,
+    unique_inverse,
+)
 from ..vector.intervals import clip_stream_overlaps
 
 FLOAT_US_FORMATS = ("kineto", "jax")
@@ -156,6 +168,25 @@ class Batch:
         return cast(np.ndarray, np.maximum(self.parts["steps"].to_numpy(I64), 1))
 
 
+def launch_rows(batch: Batch) -> np.ndarray:
+    """Per GPU event, the position in ``batch.host`` of its launch: the first runtime call with its
+    correlation id in its part (-1 without one). Computed once per batch (several analyses
+    follow the link)."""
+    return batch.derived("batch.launch_rows", _launch_rows)
+
+
+def _launch_rows(batch: Batch) -> np.ndarray:
+    g, h = batch.gpu, batch.host
+    if not len(g) or not len(h):
+        return np.full(len(g), -1, I64)
+    hcorr = h["correlation"].to_numpy(I64)
+    rt = np.flatnonzero((kind_codes(h["kind"]) == KINDS.index("runtime")) & (hcorr >= 0))
+    idx = first_match(
+        (h["part"].to_numpy(I64)[rt], hcorr[rt]), (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64))
+    )
+    return np.where(idx >= 0, rt[np.maximum(idx, 0)] if rt.size else -1, -1).astype(I64)
+
+
 def float_us_end(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: np.ndarray | int) -> np.ndarray:
     """End times as a float-µs tool computes them: ``ts + dur`` in float64, then to ns.
 
@@ -186,10 +217,6 @@ def kind_codes(kind: pd.Series) -> np.ndarray:
     uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
     lut = np.array([KINDS.index(u) if u in KINDS else KINDS.index("other") for u in uniq], np.int8)
     return lut[inv.reshape(-1)] if len(uniq) else np.empty(0, np.int8)
-
-
-def _category_column(values: np.ndarray, categories: tuple[str, ...] | list[str]) -> pd.Categorical:
-    return pd.Categorical(values, categories=list(categories))
 
 
 def _names(col: pd.Series) -> pd.Series:
@@ -430,15 +457,31 @@ def _gpu_annotations(
 
 
 def _categories(gpu: pd.DataFrame, fmt: np.ndarray, options: Options) -> pd.Categorical:
-    """GPU category of each event: distinct (name, kind) pairs classified once per input format."""
+    """GPU category of each event: distinct (name, kind) pairs classified once per input format,
+    their category codes broadcast to the events (no string per event)."""
     n = len(gpu)
-    out = np.empty(n, dtype=object)
+    codes = np.full(n, -1, np.int8)
     if n:
-        gfmt = fmt[gpu["part"].to_numpy(I64)]
-        for f in pd.unique(gfmt):  # a loop over the (one or two) formats of the partition
-            sel = gfmt == f
-            out[sel] = categorize(gpu["name"][sel], gpu["kind"][sel], compat=options.compat, fmt=str(f))
-    return _category_column(out, CATEGORIES)
+        name, kind = gpu["name"].array, gpu["kind"].array
+        # a missing name is classified as the text "nan", as a factorized NaN is
+        name_labels = np.append(np.asarray(name.categories, dtype=object), np.nan)
+        kind_labels = np.asarray(kind.categories, dtype=object)
+        ncode = np.asarray(name.codes, I64)
+        pair = np.where(ncode < 0, len(name_labels) - 1, ncode) * len(kind_labels) + np.asarray(kind.codes, I64)
+        index = {c: i for i, c in enumerate(CATEGORIES)}
+        fcode, formats = pd.factorize(fmt)  # per part
+        gfmt = fcode[gpu["part"].to_numpy(I64)]
+        for i, f in enumerate(formats):  # a loop over the (one or two) formats of the partition
+            rows = np.flatnonzero(gfmt == i)
+            upair, inv = unique_inverse(pair[rows])
+            cats = categorize_names(
+                [str(x) for x in name_labels[upair // len(kind_labels)]],
+                [str(x) for x in kind_labels[upair % len(kind_labels)]],
+                compat=options.compat,
+                fmt=str(f),
+            )
+            codes[rows] = np.array([index.get(c, -1) for c in cats], np.int8)[inv]
+    return pd.Categorical.from_codes(codes, categories=list(CATEGORIES))
 
 
 def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, parts: pd.DataFrame) -> pd.DataFrame:
@@ -457,7 +500,7 @@ def find_steps(host: pd.DataFrame, gpu_annotations: pd.DataFrame, pattern: str, 
     if out is None:
         return empty_frame(STEP_COLUMNS)
     p = out["part"].to_numpy(I64)
-    order = np.lexsort((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
+    order = lexsort_ints((out["start_ns"].to_numpy(I64), p))  # stable: time order within each part
     out = out.iloc[order].reset_index(drop=True)
     p = out["part"].to_numpy(I64)
     step = out["step"].to_numpy(I64).copy()
@@ -531,7 +574,8 @@ def assign_steps(gpu: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     e = steps["end_ns"].to_numpy(I64)
     # windows are sorted by (part, start): find, per event, the last window of its part starting
     # at or before it — a search on (part, time) pairs ranked together
-    wkey, tkey = shared_codes((sp, s), (gp, t))
+    joint = joint_keys((sp, s), (gp, t))
+    wkey, tkey = joint if joint is not None else shared_codes((sp, s), (gp, t))
     j = np.searchsorted(wkey, tkey, side="right") - 1
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (sp[jj] == gp) & (t < e[jj])
@@ -542,7 +586,9 @@ def _side_rows(side: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]) -> pd.Da
     """The side-table rows of the kept GPU events."""
     if not len(side):
         return side
-    a, b = shared_codes((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), kept)
+    keys = (side["part"].to_numpy(I64), side["row"].to_numpy(I64))
+    joint = joint_keys(keys, kept) if len(kept[0]) else None
+    a, b = joint if joint is not None else shared_codes(keys, kept)
     return side.loc[np.isin(a, b)].reset_index(drop=True)
 
 

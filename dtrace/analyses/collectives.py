@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
-from ..vector.groups import I64, cumcount, dense_codes, first_match, unique_inverse
+from ..vector.groups import I64, cumcount, dense_codes, first_match, lexsort_ints, unique_inverse
 from .batch import Batch
 
 # kernel name → collective (case-insensitive re.search, first match wins)
@@ -112,7 +112,7 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
     part = g["part"].to_numpy(I64)[idx]
     start = g["start_ns"].to_numpy(I64)[idx]
     stream = g["stream"].to_numpy(I64)[idx]
-    o = np.lexsort((stream, start, part))
+    o = lexsort_ints((stream, start, part))
     idx, part, start, stream = idx[o], part[o], start[o], stream[o]
     names = g["name"].array  # classify each distinct comm name once
     used, inv = unique_inverse(np.asarray(names.codes)[idx])

@@ -77,11 +77,11 @@ import pandas as pd
 
 from ..core.constants import KINDS
 from ..core.dtypes import empty_frame, missing_if_negative
-from ..vector.groups import I64, count_by, dense_codes, first_match, max_by, min_by, sum_by
+from ..vector.groups import I64, count_by, cummax_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
 from ..vector.intervals import Axis, AxisOverflow, coverage, union
-from .batch import Batch, kind_codes
+from .batch import Batch, kind_codes, launch_rows
 from .queues import part_queue_limits
-from .segments import cummax_by, last_at_or_before
+from .segments import last_at_or_before
 
 CATEGORIES = ("host", "compute", "comm", "memcpy", "sync", "other")
 """What the critical path waited on, in the order of the ``*_ns`` columns."""
@@ -139,7 +139,7 @@ class Lookup:
 
     def __init__(self, group: np.ndarray, time: np.ndarray, n_groups: int) -> None:
         group, time = np.asarray(group, I64), np.asarray(time, I64)
-        self.order = np.lexsort((time, group))
+        self.order = lexsort_ints((time, group))
         self.group, self.time = group[self.order], time[self.order]
         self.lo, self.hi = _span_by(self.group, self.time, n_groups)
         try:
@@ -201,7 +201,7 @@ def _blocks(
     if not rows.size:
         z = np.zeros(0, I64)
         return blk, z, z, z, z
-    o = rows[np.lexsort((-end[rows], start[rows], thread[rows]))]
+    o = rows[lexsort_ints((-end[rows], start[rows], thread[rows]))]
     th, s = thread[o], start[o]
     run = cummax_by(th, end[o])
     first = np.r_[True, th[1:] != th[:-1]]
@@ -325,9 +325,7 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     g, n_parts = batch.gpu, batch.n_parts
     gp = g["part"].to_numpy(I64)
     gs, ge = g["start_ns"].to_numpy(I64), g["end_ns"].to_numpy(I64)
-    hcorr = batch.host["correlation"].to_numpy(I64)
-    rt = np.flatnonzero((host.kind == KINDS.index("runtime")) & (hcorr >= 0))
-    lrow = _take(rt, first_match((host.part[rt], hcorr[rt]), (gp, g["correlation"].to_numpy(I64))), -1)
+    lrow = launch_rows(batch)
     l_start, l_end = _take(host.start, lrow, -1), _take(host.end, lrow, -1)
 
     xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, part_queue_limits(batch))
@@ -335,7 +333,7 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     host.rel_row, host.rel_gpu, host.rel_sync = xr[host.rel.order], x_gpu[host.rel.order], x_sync[host.rel.order]
 
     # host-bound starts: an event after every earlier event of its part ended, launched after that
-    o = np.lexsort((ge, gs, gp))
+    o = lexsort_ints((ge, gs, gp))
     op, os_ = gp[o], gs[o]
     run = cummax_by(op, ge[o])
     first = np.r_[True, op[1:] != op[:-1]] if o.size else np.zeros(0, bool)
@@ -619,7 +617,7 @@ def _chains(
         cnt = count_by(tcode, tn)
         first_of = np.zeros(tn, I64)
         first_of[tcode] = np.arange(tcode.size)
-        order = np.lexsort((-cnt, hp_[first_of]))
+        order = lexsort_ints((-cnt, hp_[first_of]))
         best_part = hp_[first_of[order]]
         keep = np.r_[True, best_part[1:] != best_part[:-1]]
         main[best_part[keep]] = lt_[first_of[order[keep]]]
@@ -710,7 +708,7 @@ def _top_names(
         first = np.full(m, 0, I64)
         first[code] = np.arange(code.size)
         cc, nn = c[first], name[first]
-        o = np.lexsort((nn, -tot, cc))
+        o = lexsort_ints((nn, -tot, cc))
         win = o[np.r_[True, cc[o][1:] != cc[o][:-1]]]
         out_name[cc[win]] = labels[nn[win]].astype(str)
         out_ns[cc[win]] = tot[win]

@@ -41,12 +41,14 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from ..core.dtypes import empty_frame
+from ..core.dtypes import empty_frame, text_column, text_values
 from ..options import LOG_SPAN
 from ..vector.groups import (
     I64,
     count_by,
+    cummax_by,
     dense_codes,
+    lexsort_ints,
     max_by,
     min_by,
     shared_codes,
@@ -100,8 +102,13 @@ def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
 
     Stream gaps by default; ``device=True`` sweeps each part's streams pooled (device gaps;
     ``stream`` is then the stream of the event that ends the gap). ``prev`` and ``next`` index
-    into ``batch.gpu`` (positional). Pure: reads ``batch`` only.
+    into ``batch.gpu`` (positional). Pure: reads ``batch`` only; computed once per batch and kind
+    (the gap tables, histograms and transitions share it: never mutate it).
     """
+    return batch.derived("gaps.device" if device else "gaps.stream", lambda b: _find_gaps(b, device))
+
+
+def _find_gaps(batch: Batch, device: bool) -> pd.DataFrame:
     g = batch.gpu
     cols = {
         "part": "int64",
@@ -119,13 +126,13 @@ def find_gaps(batch: Batch, *, device: bool = False) -> pd.DataFrame:
     start = g["start_ns"].to_numpy(I64)
     end = g["end_ns"].to_numpy(I64)
     if device:
-        order = np.lexsort((end, start, part))
+        order = lexsort_ints((end, start, part))
         key = part[order]
     else:
-        order = np.lexsort((end, start, stream, part))
+        order = lexsort_ints((end, start, stream, part))
         key = dense_codes(part, stream)[0][order]
     s, e = start[order], end[order]
-    runmax = pd.Series(e).groupby(key, sort=False).cummax().to_numpy()
+    runmax = cummax_by(key, e)
     n = len(s)
     pos = np.arange(n)
     record = np.maximum.accumulate(np.where(e == runmax, pos, 0))  # last event that set the busy end
@@ -365,41 +372,40 @@ def transitions(batch: Batch) -> pd.DataFrame:
     names = batch.gpu["name"].array
     codes = np.asarray(names.codes)
     cats = np.asarray(names.categories, dtype=object)
-    frame = pd.DataFrame(
-        {
-            "part": gaps["part"].to_numpy(I64),
-            "stream": gaps["stream"].to_numpy(I64),
-            "p": codes[gaps["prev"].to_numpy()],
-            "n": codes[gaps["next"].to_numpy()],
-            "gap": gaps["gap_ns"].to_numpy(I64),
-        }
-    )
-    grp = frame.groupby(["part", "stream", "p", "n"], sort=True)["gap"]
-    out = grp.agg(["size", "sum", "mean", "min", "max"]).reset_index()
-    out["std"] = grp.std(ddof=1).fillna(0.0).to_numpy()
-    p = out["part"].to_numpy(I64)
-    res = pd.DataFrame(
-        {
-            **batch.keys(p),
-            "stream": out["stream"].to_numpy(I64),
-            "prev_name": cats[out["p"].to_numpy()],
-            "next_name": cats[out["n"].to_numpy()],
-            "count": out["size"].to_numpy(I64),
-            "total_ns": out["sum"].to_numpy(I64),
-            "mean_ns": out["mean"].to_numpy(np.float64),
-            "min_ns": out["min"].to_numpy(I64),
-            "max_ns": out["max"].to_numpy(I64),
-            "std_ns": out["std"].to_numpy(np.float64),
-        }
-    )
+    part = gaps["part"].to_numpy(I64)
+    stream = gaps["stream"].to_numpy(I64)
+    prev = codes[gaps["prev"].to_numpy()].astype(I64)
+    nxt = codes[gaps["next"].to_numpy()].astype(I64)
+    gap = gaps["gap_ns"].to_numpy(I64)
+    # groups in (part, stream, prev, next) order, each group's gaps in table order (stable sort)
+    srt = lexsort_ints((nxt, prev, stream, part))
+    keys = (part[srt], stream[srt], prev[srt], nxt[srt])
+    new = np.zeros(srt.size, bool)
+    new[0] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    v = gap[srt]
+    count = np.diff(np.append(starts, srt.size)).astype(I64)
+    total = np.add.reduceat(v, starts).astype(I64)
+    # pandas' grouped sample std (its running-update formula: the same floats as before)
+    std = pd.Series(v).groupby(group, sort=False).std(ddof=1).fillna(0.0).to_numpy(np.float64)
+    p, st, pc, nc = (k[starts] for k in keys)
     rank = string_rank(cats)
-    order = np.lexsort(
-        (
-            rank[out["n"].to_numpy()],
-            rank[out["p"].to_numpy()],
-            res["stream"].to_numpy(),
-            -res["total_ns"].to_numpy(I64),
-            p,
-        )
+    text = text_values(cats)
+    order = lexsort_ints((rank[nc], rank[pc], st, -total, p))
+    return pd.DataFrame(
+        {
+            **batch.keys(p[order]),
+            "stream": st[order],
+            "prev_name": text_column(text, pc[order]),
+            "next_name": text_column(text, nc[order]),
+            "count": count[order],
+            "total_ns": total[order],
+            "mean_ns": (total / count)[order],
+            "min_ns": np.minimum.reduceat(v, starts)[order].astype(I64),
+            "max_ns": np.maximum.reduceat(v, starts)[order].astype(I64),
+            "std_ns": std[order],
+        }
     )
-    return res.iloc[order].reset_index(drop=True)

@@ -17,14 +17,14 @@ given, else the number of steps found in the part (one with a step filter), else
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..core.dtypes import empty_frame
+from ..core.dtypes import empty_frame, text_column
 from ..knowledge.classify import Classifier, classifier_for, collective_label
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by
+from ..vector.groups import I64, dense_codes, first_match, lexsort_ints, string_rank, sum_by, unique, unique_first
 from .batch import Batch
 
 KERNEL_COLUMNS = [
@@ -108,27 +108,38 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     d = dur[srt]
     total = np.add.reduceat(d, starts) if k else np.empty(0, I64)  # int64: exact
     first = srt[starts]  # one event of each pair (kind and category follow from the name)
-    kind = labels(g["kind"], first)
-    category = labels(g["category"], first)
-    name = cats[np.asarray(names.codes)[first]] if k else np.empty(0, object)
+    ncode = np.asarray(names.codes, I64)[first]
+    kcode = np.asarray(g["kind"].array.codes, I64)[first]
+    ccode = np.asarray(g["category"].array.codes, I64)[first]
+    kind_lab, cat_lab = _texts(g["kind"]), _texts(g["category"])
     classifier = classifier_for(batch.options)
-    coll = clabels[ccodes[first]] if k else np.empty(0, object)
+    # each distinct (name, kind, category, collective) classified once, not once per part
+    triple, _ = dense_codes(ncode, kcode, ccode, ccodes[first])
+    one = unique_first(triple)[1]
     cls = np.asarray(
-        classifier.classify(name, kind, category, collectives=coll if by_collective else None), dtype=object
+        classifier.classify(
+            cats[ncode[one]],
+            kind_lab[kcode[one]],
+            cat_lab[ccode[one]],
+            collectives=clabels[ccodes[first][one]] if by_collective else None,
+        ),
+        dtype=object,
     )
+    # the text columns built once per distinct value (dense codes: the distinct tuples are 0..m-1)
     out = pd.DataFrame(
         {
             "part": part[first],
-            "name": name.astype(object),
-            "category": category.astype(object),
-            "kind": kind.astype(object),
-            "class": cls,
+            "name": text_column(cats, ncode),
+            "category": text_column(cat_lab, ccode),
+            "kind": text_column(kind_lab, kcode),
+            "class": text_column(cls, triple),
             "count": count,
             "total_ns": total.astype(I64),
+            "_rank": string_rank(cats)[ncode] if k else np.zeros(0, I64),  # the order of the names
         }
     )
     if by_collective:
-        out["collective"] = coll
+        out["collective"] = text_column(clabels, ccodes[first])
     if full:
         mean = total / count
         out["mean_ns"] = mean
@@ -140,12 +151,15 @@ def per_name(batch: Batch, full: bool, by_collective: bool = False) -> tuple[pd.
     return out, classifier
 
 
-def labels(col: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """The string values of a categorical column at ``rows`` (no string built per event)."""
-    cat = col.array
-    return cast(
-        np.ndarray, np.asarray(cat.categories, dtype=object).astype(str).astype(object)[np.asarray(cat.codes)[rows]]
-    )
+def _per_collective_name(batch: Batch) -> tuple[pd.DataFrame, Classifier]:
+    """:func:`per_name` by collective without the duration statistics, once per batch (the
+    ``classes`` and ``nccl`` tables share it: never mutate it)."""
+    return batch.derived("kernels.per_collective_name", lambda b: per_name(b, full=False, by_collective=True))
+
+
+def _texts(col: pd.Series) -> np.ndarray:
+    """The categories of a categorical column as text (objects)."""
+    return np.asarray(col.array.categories, dtype=object).astype(str).astype(object)
 
 
 def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -153,7 +167,7 @@ def _sort_by_code_then_duration(codes: np.ndarray, dur: np.ndarray) -> np.ndarra
     span = int(dur.max()) + 1 if len(dur) else 1
     if len(dur) and int(dur.min()) >= 0 and (int(codes.max()) + 1) * span < 2**62:
         return np.argsort(codes * span + dur)
-    return np.lexsort((dur, codes))
+    return lexsort_ints((dur, codes))
 
 
 def _shares_and_iters(out: pd.DataFrame, batch: Batch) -> pd.DataFrame:
@@ -179,7 +193,8 @@ def _finish(out: pd.DataFrame, batch: Batch, key: str, columns: list[str]) -> pd
     out = _shares_and_iters(out, batch)
     for col, v in reversed(list(batch.keys(p).items())):
         out.insert(0, col, v)
-    order = np.lexsort((string_rank(out[key].to_numpy(object)), -out["total_ns"].to_numpy(I64), p))
+    rank = out["_rank"].to_numpy(I64) if "_rank" in out.columns else string_rank(out[key].array)
+    order = lexsort_ints((rank, -out["total_ns"].to_numpy(I64), p))
     return out.iloc[order][columns].reset_index(drop=True)
 
 
@@ -195,23 +210,32 @@ def kernel_stats(batch: Batch) -> pd.DataFrame:
     return _finish(per, batch, "name", KERNEL_COLUMNS)
 
 
-def _grouped(per: pd.DataFrame, key: str, values: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """Sum count and total over (part, ``values``) of per-name rows."""
-    frame = pd.DataFrame(
+def _grouped(per: pd.DataFrame, key: str, values: Any) -> tuple[pd.DataFrame, np.ndarray]:
+    """Sum count and total over (part, ``values``) of per-name rows, and count the distinct names
+    of each group; rows in (part, value) order."""
+    part = per["part"].to_numpy(I64)
+    vcode, distinct = pd.factorize(values)  # a text column's values: hashed by Arrow, no objects
+    distinct = np.asarray(distinct, dtype=object)
+    group, n = dense_codes(part, string_rank(distinct)[vcode] if len(vcode) else vcode.astype(I64))
+    name_code, _ = pd.factorize(per["name"].array)
+    width = max(int(name_code.max(initial=0)) + 1, 1)
+    pairs = unique(group * width + name_code)  # distinct (group, name)
+    first = unique_first(group)[1]
+    count = sum_by(group, per["count"].to_numpy(I64), n)
+    total = sum_by(group, per["total_ns"].to_numpy(I64), n)
+    kernels = np.bincount(pairs // width, minlength=n).astype(I64) if n else np.zeros(0, I64)
+    out = pd.DataFrame(
         {
-            "part": per["part"].to_numpy(I64),
-            key: values,
-            "name": per["name"].to_numpy(object),
-            "count": per["count"].to_numpy(I64),
-            "total_ns": per["total_ns"].to_numpy(I64),
+            "part": part[first],
+            key: text_column(distinct, vcode[first]),
+            "_rank": string_rank(distinct)[vcode[first]] if n else np.zeros(0, I64),
+            "count": count,
+            "total_ns": total,
+            "kernels": kernels,
         }
     )
-    grp = frame.groupby(["part", key], sort=True)
-    out = pd.DataFrame(
-        {"count": grp["count"].sum(), "total_ns": grp["total_ns"].sum(), "kernels": grp["name"].nunique()}
-    ).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
-    return out, out["kernels"].to_numpy(I64)
+    return out, kernels
 
 
 def class_stats(batch: Batch) -> pd.DataFrame:
@@ -219,8 +243,8 @@ def class_stats(batch: Batch) -> pd.DataFrame:
     number of distinct kernel names, shares and per-iteration figures."""
     if not len(batch.gpu):
         return empty_frame(CLASS_COLUMNS)
-    per, classifier = per_name(batch, full=False, by_collective=True)
-    out, _ = _grouped(per, "class", per["class"].to_numpy(object))
+    per, classifier = _per_collective_name(batch)
+    out, _ = _grouped(per, "class", per["class"].array)
     out["classifier"] = classifier.label
     return _finish(out, batch, "class", CLASS_COLUMNS)
 
@@ -234,7 +258,7 @@ def nccl_stats(batch: Batch) -> pd.DataFrame:
     """
     if not len(batch.gpu):
         return empty_frame(NCCL_COLUMNS)
-    per, classifier = per_name(batch, full=False, by_collective=True)
+    per, classifier = _per_collective_name(batch)
     per = per.loc[classifier.is_nccl(per["class"].to_numpy(), per["category"].to_numpy())]
     if not len(per):
         return empty_frame(NCCL_COLUMNS)

@@ -40,6 +40,7 @@ from ..vector.groups import (
     cumcount,
     dense_codes,
     first_match,
+    lexsort_ints,
     max_by,
     quantiles_by,
     sum_by,
@@ -231,9 +232,9 @@ def launches(batch: Batch) -> pd.DataFrame:
         # the worst outliers of each part: by how many times its cut-off the call or the delay is
         score = np.maximum(_ratio(cpu, o.launch_runtime_cutoff_ns), _ratio(delay, o.launch_delay_cutoff_ns))
         cand = np.flatnonzero(rt_out | dl_out)
-        cand = cand[np.lexsort((-score[cand], lk.part[cand]))]
+        cand = cand[lexsort_ints((-score[cand], lk.part[cand]))]
         sel = cand[cumcount(lk.part[cand]) < o.launch_rows] if cand.size else cand
-    sel = sel[np.lexsort((sel, lk.start[sel], lk.part[sel]))]
+    sel = sel[lexsort_ints((sel, lk.start[sel], lk.part[sel]))]
     g = batch.gpu
     grow = lk.rows[sel]
     part = lk.part[sel]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.dtypes import missing_if_negative
-from ..vector.groups import I64, count_by, dense_codes, first_match, string_rank, sum_by, unique_first
+from ..vector.groups import I64, count_by, dense_codes, first_match, lexsort_ints, string_rank, sum_by, unique_first
 from ..vector.intervals import Axis, union
 from .batch import Batch
 from .timeline import bin_steps, spread, window
@@ -109,7 +109,7 @@ def memop_stats(batch: Batch) -> pd.DataFrame:
             "total_per_iter_ns": out["sum"].to_numpy(np.float64) / it,
         }
     )
-    order = np.lexsort((string_rank(res["op"].to_numpy(object)), -res["total_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(res["op"].array), -res["total_ns"].to_numpy(I64), p))
     return res.iloc[order].reset_index(drop=True)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import KINDS
-from ..vector.groups import I64, count_by, max_by, sum_by, unique_first
+from ..vector.groups import I64, count_by, lexsort_ints, max_by, sum_by, unique_first
 from ..vector.intervals import Axis
 from .batch import Batch, assign_steps, kind_codes
 from .timeline import bin_steps, window
@@ -65,7 +65,7 @@ def _events(batch: Batch) -> pd.DataFrame:
     m = batch.side_table("memory")
     if not len(m):
         return m
-    order = np.lexsort((np.arange(len(m)), m["time_ns"].to_numpy(I64), m["part"].to_numpy(I64)))
+    order = lexsort_ints((np.arange(len(m)), m["time_ns"].to_numpy(I64), m["part"].to_numpy(I64)))
     return m.iloc[order].reset_index(drop=True)
 
 
@@ -132,7 +132,7 @@ def _op_at(batch: Batch, parts: np.ndarray, pid: np.ndarray, tid: np.ndarray, t:
     if not rows.size:
         return out
     # the latest start per query, then the first row holding it
-    order = rows[np.lexsort((rows, -hs[rows], qi[rows]))]
+    order = rows[lexsort_ints((rows, -hs[rows], qi[rows]))]
     _, k = unique_first(qi[order])
     best = order[k]
     names = h["name"]

@@ -25,6 +25,9 @@ once per partition. The hardware roofline is added across ranks, where the peaks
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import msgspec
 import numpy as np
 import pandas as pd
@@ -35,7 +38,16 @@ from ..calltree.model import CPU_OP, Tree
 from ..core.dtypes import empty_frame
 from ..core.schema import ARGS_SEP
 from ..knowledge import opmodel
-from ..vector.groups import I64, dense_codes, first_match, string_rank, sum_by, unique_first, unique_inverse
+from ..vector.groups import (
+    I64,
+    dense_codes,
+    first_match,
+    lexsort_ints,
+    string_rank,
+    sum_by,
+    unique_first,
+    unique_inverse,
+)
 from .batch import Batch
 
 COLUMNS = {
@@ -192,7 +204,7 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     cols.update(cols_m)
     text.update(text_m)
     op_rank = string_rank(tree.names)[name_code[first]] if len(tree.names) else np.zeros(len(first), I64)
-    order = np.lexsort((op_rank, -cols["gpu_ns"], part[first]))
+    order = lexsort_ints((op_rank, -cols["gpu_ns"], part[first]))
     cols.update(batch.keys(part[first]))
     out = {c: (str_column(text[c][0][order], text[c][1]) if c in text else cols[c][order]) for c in COLUMNS}
     return pd.DataFrame(out)
@@ -222,15 +234,7 @@ def _models(
         c = codes[first]
         return [str(values[i]) if i >= 0 else "" for i in c.tolist()]
 
-    rows = []
-    for op, d, t, c in zip(at("op"), at("shapes"), at("dtypes"), at("args")):
-        fam = opmodel.family(op)
-        e = opmodel.estimate(op, d, t, c) if fam else "no model for this op"
-        back = opmodel.is_backward(op)
-        if isinstance(e, str):
-            rows.append((fam or UNMODELLED, back, False, np.nan, np.nan, "", "", "", e))
-        else:
-            rows.append((fam, back, True, e.flops, e.bytes, e.unit, e.precision, e.params, ""))
+    rows = [_model_row(*combo_texts) for combo_texts in zip(at("op"), at("shapes"), at("dtypes"), at("args"))]
     names = ["family", "backward", "modelled", "flops", "bytes", "unit", "precision", "params", "note"]
     per = list(zip(*rows)) if rows else [()] * len(names)
     cols: dict[str, np.ndarray] = {}
@@ -243,6 +247,19 @@ def _models(
             arr = np.array(vals, dtype=kind)
             cols[name] = arr[combo] if len(arr) else arr
     return cols, texts
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _model_row(op: str, d: str, t: str, c: str) -> tuple[Any, ...]:
+    """The model's values of one distinct (op, shapes, dtypes, args): family, backward, modelled,
+    flops, bytes, unit, precision, params, note. Kept per process (a pure function of the texts;
+    the parts of a job repeat the same ops)."""
+    fam = opmodel.family(op)
+    e = opmodel.estimate(op, d, t, c) if fam else "no model for this op"
+    back = opmodel.is_backward(op)
+    if isinstance(e, str):
+        return (fam or UNMODELLED, back, False, np.nan, np.nan, "", "", "", e)
+    return (fam, back, True, e.flops, e.bytes, e.unit, e.precision, e.params, "")
 
 
 def devices(batch: Batch) -> pd.DataFrame:

@@ -35,9 +35,9 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from ..vector.groups import I64, shared_codes, string_rank
+from ..vector.groups import I64, lexsort_ints, shared_codes, string_rank
 from ..vector.intervals import Axis, Union, coverage, difference, merge, union
-from .batch import Batch
+from .batch import Batch, launch_rows
 from .breakdown import VALUE_COLUMNS, category_masks
 
 RANGE_COLUMNS = [
@@ -110,22 +110,16 @@ def _span_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.nda
 
 def _launch_threads(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Launch time, pid and tid of each GPU event (-1 where its launch is unknown)."""
-    from ..vector.groups import first_match
-
     g, h = batch.gpu, batch.host
     n = len(g)
     pid = np.full(n, -1, I64)
     tid = np.full(n, -1, I64)
     launch = g["launch_ns"].to_numpy(I64) if n else np.empty(0, I64)
     if n and len(h):
-        rt = (h["kind"] == "runtime").to_numpy(bool) & (h["correlation"].to_numpy(I64) >= 0)
-        idx = first_match(
-            (h["part"].to_numpy(I64)[rt], h["correlation"].to_numpy(I64)[rt]),
-            (g["part"].to_numpy(I64), g["correlation"].to_numpy(I64)),
-        )
+        idx = launch_rows(batch)
         ok = (idx >= 0) & (launch >= 0)
-        pid[ok] = h["pid"].to_numpy(I64)[rt][idx[ok]]
-        tid[ok] = h["tid"].to_numpy(I64)[rt][idx[ok]]
+        pid[ok] = h["pid"].to_numpy(I64)[idx[ok]]
+        tid[ok] = h["tid"].to_numpy(I64)[idx[ok]]
         launch = np.where(ok, launch, -1)
     return launch, pid, tid
 
@@ -248,7 +242,7 @@ def range_stats(batch: Batch) -> pd.DataFrame:
     keys = batch.keys(p)
     out.insert(0, "device", keys["device"])
     out.insert(0, "rank", keys["rank"])
-    order = np.lexsort((string_rank(out["name"].to_numpy(object)), -out["proj_ns"].to_numpy(I64), p))
+    order = lexsort_ints((string_rank(out["name"].array), -out["proj_ns"].to_numpy(I64), p))
     return out.iloc[order][RANGE_COLUMNS].reset_index(drop=True)
 
 

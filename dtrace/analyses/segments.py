@@ -53,6 +53,7 @@ import pandas as pd
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..knowledge.classify import Classifier, classifier_for
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints, unique, unique_first, unique_inverse
 from .batch import Batch
 
 GATE_TOL_NS = 20_000
@@ -109,10 +110,18 @@ def last_at_or_before(
         return np.full(nq, -1, np.int64)
     g = np.concatenate([np.asarray(data_group, np.int64), np.asarray(query_group, np.int64)])
     v = np.concatenate([np.asarray(data_value, np.int64), np.asarray(query_value, np.int64)])
+    code, n_groups = dense_codes(g)
+    lo, span = int(v.min()), int(v.max()) - int(v.min()) + 1
+    if span * max(n_groups, 1) < (1 << 62):  # (group, value) as one int64 key: one sort of the data
+        key = code * span + (v - lo)
+        od = np.argsort(key[:nd], kind="stable")  # equal keys in data order: the latest is last
+        j = np.searchsorted(key[:nd][od], key[nd:], side="left" if strict else "right") - 1
+        jj = od[np.maximum(j, 0)]
+        return np.where((j >= 0) & (code[jj] == code[nd:]), jj, -1).astype(np.int64)
     is_q = np.r_[np.zeros(nd, bool), np.ones(nq, bool)]
     # on equal values a data item sorts before the query (<=) or after it (<)
     tie = np.where(is_q, 0 if strict else 1, 1 if strict else 0)
-    order = np.lexsort((np.arange(nd + nq), tie, v, g))
+    order = lexsort_ints((np.arange(nd + nq), tie, v, g))
     gs = g[order]
     new_group = np.r_[True, gs[1:] != gs[:-1]]
     pos = np.arange(nd + nq)
@@ -124,27 +133,6 @@ def last_at_or_before(
     qmask = is_q[order]
     out[order[qmask] - nd] = found[qmask]
     return out
-
-
-def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
-
-    Examples
-    --------
-    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
-    [5, 5, 7, 1, 2]
-    """
-    n = len(values)
-    if not n:
-        return np.zeros(0, np.int64)
-    v = np.asarray(values, np.int64)
-    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
-    lo = int(v.min())
-    span = int(v.max()) - lo + 1
-    if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
-        off = gi * span
-        return cast(np.ndarray, np.maximum.accumulate(v - lo + off) - off + lo)
-    return cast(np.ndarray, pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(np.int64))
 
 
 def _labels(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +157,7 @@ def _unions(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.n
     if not len(start):
         z = np.zeros(0, np.int64)
         return z, z, z, z, z
-    order = np.lexsort((start, group))
+    order = lexsort_ints((start, group))
     g, s, e = group[order], start[order], end[order]
     run = cummax_by(g, e)
     first_in_group = np.r_[True, g[1:] != g[:-1]]
@@ -262,7 +250,7 @@ def segment_rows(
     has_comm = comm >= 0
     cidx = np.maximum(comm, 0)
     launched = has_comm & (launch_all[cidx] >= 0)
-    _pu, p_first = np.unique(part_all, return_index=True)
+    _pu, p_first = unique_first(part_all)
     p_idx = np.searchsorted(_pu, c_part[ch])
     stream_all = gpu["stream"].to_numpy(np.int64)
     cols: dict[str, object] = {
@@ -290,8 +278,8 @@ def _chains(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each kept event's chain (one per part and step; -1: not kept), and each chain's part,
     step and first start."""
-    step_u, step_c = np.unique(step_all[keep], return_inverse=True)
-    chain_u, chain_codes = np.unique(part_all[keep] * len(step_u) + step_c, return_inverse=True)
+    step_u, step_c = unique_inverse(step_all[keep])
+    chain_u, chain_codes = unique_inverse(part_all[keep] * len(step_u) + step_c)
     chain_all = np.full(len(keep), -1, np.int64)
     chain_all[keep] = chain_codes
     c_part = chain_u // len(step_u)
@@ -314,7 +302,7 @@ def _ready_points(
     launch order), within its chain's start and its own start."""
     key_all = np.where(launch_all >= 0, launch_all, start_all)
     w_part = part_all[w]
-    o = np.lexsort((key_all[w], w_part))
+    o = lexsort_ints((key_all[w], w_part))
     runmax = cummax_by(w_part[o], w_e[o])
     j = last_at_or_before(w_part[o], key_all[w][o], part_all[k], key_all[k], strict=True)
     ready = np.where(j >= 0, runmax[np.maximum(j, 0)] if len(runmax) else 0, np.iinfo(np.int64).min)
@@ -376,7 +364,7 @@ def _nodes(
     last_t = np.full(n_chains, np.iinfo(np.int64).min)
     np.maximum.at(last_t, ch, t)
     t = np.where(nk == 3, last_t[ch], t)
-    o = np.lexsort((nk, t, ch))
+    o = lexsort_ints((nk, t, ch))
     return ch[o], t[o], nk[o], comm[o], pe[o]
 
 
@@ -391,7 +379,7 @@ def _work_classes(
     category) once (``names``, ``kinds``, ``cats``: each event's code and the labels)."""
     (name_code, name_lab), (kind_code, kind_lab), (cat_code, cat_lab) = names, kinds, cats
     trip = (name_code[w] * (len(kind_lab) + 1) + kind_code[w]) * (len(cat_lab) + 1) + cat_code[w]
-    tuniq, tcode = np.unique(trip, return_inverse=True)
+    tuniq, tcode = unique_inverse(trip)
     t_name = tuniq // ((len(kind_lab) + 1) * (len(cat_lab) + 1))
     t_kind = tuniq // (len(cat_lab) + 1) % (len(kind_lab) + 1)
     t_cat = tuniq % (len(cat_lab) + 1)
@@ -421,7 +409,7 @@ def _class_columns(
     n_cls = max(len(cnames), 1)
     cgroup = w_chain * n_cls + ccode
     cu = _unions(cgroup, w_s, w_e)
-    pairs = np.unique(cu[0]) if len(cu[0]) else np.zeros(0, np.int64)
+    pairs = unique(cu[0]) if len(cu[0]) else np.zeros(0, np.int64)
     pc_chain, pc_cls = pairs // n_cls, pairs % n_cls
     per_chain = np.bincount(pc_chain, minlength=n_chains)
     chain_pair0 = np.r_[0, np.cumsum(per_chain)[:-1]]
@@ -434,7 +422,7 @@ def _class_columns(
     pos_rows = cls_ns > 0
     ni, cls_ns, cls_code = ni[pos_rows], cls_ns[pos_rows], pc_cls[pi[pos_rows]]
     # the node's CLASS_SLOTS largest classes, the rest summed
-    o2 = np.lexsort((cls_code, -cls_ns, ni))
+    o2 = lexsort_ints((cls_code, -cls_ns, ni))
     ni, cls_ns, cls_code = ni[o2], cls_ns[o2], cls_code[o2]
     rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
     cnames = np.asarray(cnames, dtype=object)
@@ -474,7 +462,7 @@ def _host_waits(
     n_parts = int(max(part.max(initial=-1), c_part.max(initial=-1))) + 1
     if not part.size:
         return np.zeros(len(t), np.int64)
-    o = np.lexsort((end, start, part))
+    o = lexsort_ints((end, start, part))
     p, s, e, lo = part[o], start[o], end[o], launch[o]
     run = cummax_by(p, e)
     first = np.r_[True, p[1:] != p[:-1]]

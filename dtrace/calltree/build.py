@@ -38,9 +38,8 @@ maximum / new-segment formulation, with the running maximum reset per group).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ..vector.groups import I64, dense_codes, first_match, unique_inverse
+from ..vector.groups import I64, cummax_by, dense_codes, first_match, lexsort_ints
 from ..vector.intervals import Axis, AxisOverflow
 
 
@@ -54,11 +53,11 @@ def preorder(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     if group.size == 0:
         return np.empty(0, I64)
     try:  # (group, start) as one key: each group's starts on its own stretch of one line
-        _, g = unique_inverse(group)
+        g, _ = dense_codes(group)
         key = Axis(g, start, int(g.max()) + 1).place(start, g)
     except AxisOverflow:
-        return np.lexsort((-(end - start), start, group))
-    return np.lexsort((-(end - start), key))
+        return lexsort_ints((-(end - start), start, group))
+    return lexsort_ints((-(end - start), key))
 
 
 def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
@@ -126,7 +125,8 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     """Node indices per depth, ``levels[k]`` holding the nodes of depth ``k`` in index order."""
     if depth.size == 0:
         return []
-    order = np.argsort(depth, kind="stable")
+    small = depth.astype(np.int16) if int(depth.max()) < (1 << 15) and int(depth.min()) >= 0 else depth
+    order = np.argsort(small, kind="stable")  # stable: a radix sort for 16-bit depths
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
     return [order[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
 
@@ -175,10 +175,10 @@ def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_group
     out = np.zeros(n_groups, I64)
     if group.size == 0:
         return out
-    order = np.lexsort((start, group))
+    order = lexsort_ints((start, group))
     g = group[order]
     s = start[order]
-    run = pd.Series(end[order]).groupby(g, sort=False).cummax().to_numpy()
+    run = cummax_by(g, end[order])
     new = np.empty(g.size, bool)
     new[0] = True
     new[1:] = (g[1:] != g[:-1]) | (s[1:] > run[:-1])

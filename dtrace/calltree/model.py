@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..vector.groups import dense_codes, string_rank, unique, unique_first, unique_inverse
+from ..core.dtypes import text_column
+from ..vector.groups import dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
@@ -68,6 +69,16 @@ def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     if name in df.columns:
         return cast(np.ndarray, df[name].to_numpy(np.int64))
     return np.full(len(df), default, np.int64)
+
+
+_HOST_COLUMNS = ("part", "kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation", "external_id", "seq", "row")
+_GPU_COLUMNS = ("part", "kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "external_id", "row")
+
+
+def _rows(df: pd.DataFrame, rows: np.ndarray, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The ``columns`` of ``df`` the tree reads (those it has) at positions ``rows``: a copy of
+    a few columns, not of the whole frame."""
+    return df[[c for c in columns if c in df.columns]].take(rows)
 
 
 class Tree:
@@ -167,15 +178,15 @@ class Tree:
             else np.empty(0, np.int64)
         )
         keep = np.flatnonzero(hk >= 0)
-        h = host.iloc[keep] if keep.size != len(host) else host
+        h = _rows(host, keep, _HOST_COLUMNS) if keep.size != len(host) else host
         hk = hk[keep]
         hpart = _col(h, "part", 0)
         hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
         hpid, htid = _col(h, "pid"), _col(h, "tid")
         order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
         gpart = _col(gpu, "part", 0)
-        gorder = np.lexsort((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
-        g = gpu.iloc[gorder]
+        gorder = lexsort_ints((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
+        g = _rows(gpu, gorder, _GPU_COLUMNS)
         gpart = gpart[gorder]
         gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
         hcorr = _col(h, "correlation")[order]
@@ -337,7 +348,7 @@ class Tree:
         u = self._check(uid)
         if self._children is None:  # all nodes grouped by parent, each group by start (host first for ties)
             has_p = np.flatnonzero(self.parent >= 0)
-            order = has_p[np.lexsort((has_p, self.start_ns[has_p], self.parent[has_p]))]
+            order = has_p[lexsort_ints((has_p, self.start_ns[has_p], self.parent[has_p]))]
             self._children = order, np.searchsorted(self.parent[order], np.arange(self.size + 1))
         order, ptr = self._children
         return order[ptr[u] : ptr[u + 1]]
@@ -518,23 +529,24 @@ class Tree:
         sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], n_keys)
         sub_k = np.bincount(oc_u, minlength=n_keys).astype(np.int64)
         first = uids[unique_first(key_of)[1]]
-        names = self.names[self._name_codes[first]].astype(object)
+        code = self._name_codes[first]
         part = self.part[first]
-        out = pd.DataFrame(
+        # names ranked and built once per distinct name, after ordering (no string per row before)
+        order = lexsort_ints((self.kind[first], string_rank(self.names)[code], -sub, part))
+        first = first[order]
+        return pd.DataFrame(
             {
-                "part": part,
-                "op": names,
+                "part": part[order],
+                "op": text_column(self.names, code[order]),
                 "launcher_kind": self.launcher_kind(first),
-                "count": count,
-                "host_ns": host,
-                "gpu_direct_ns": direct,
-                "gpu_subtree_ns": sub,
-                "kernels": kernels,
-                "subtree_kernels": sub_k,
+                "count": count[order],
+                "host_ns": host[order],
+                "gpu_direct_ns": direct[order],
+                "gpu_subtree_ns": sub[order],
+                "kernels": kernels[order],
+                "subtree_kernels": sub_k[order],
             }
         )
-        order = np.lexsort((self.kind[first], string_rank(names), -sub, part))
-        return out.iloc[order].reset_index(drop=True)
 
     # -- forward / backward ---------------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 I64, I32, STR, F64, BOOL = "int64", "int32", "object", "float64", "bool"
 NI64 = "Int64"
@@ -123,6 +124,38 @@ def _declared(col: pd.Series, dtype: Any, want: str | None, name: str, strict: b
     if want == STR and not (isinstance(dtype, np.dtype) and dtype.kind == "O") and dtype_is(dtype, STR):
         return col.array
     return as_declared(col, want, name, strict)
+
+
+#: the dtype pandas gives a column of Python strings (``str``: Arrow-backed, NaN for missing)
+_TEXT = pd.Series(np.array(["a"], dtype=object)).dtype
+
+
+def text_column(values: Any, codes: np.ndarray) -> Any:
+    """``values[codes]`` (numpy's indexing) as the text column pandas makes of Python strings
+    (``str``), built by one Arrow take from the distinct ``values`` (Python strings, or an Arrow
+    array of them from :func:`text_values`) instead of one string per row. Values that are not
+    all strings come back as objects (``values[codes]``), for pandas to infer as before.
+
+    Examples
+    --------
+    >>> pd.Series(text_column(np.array(["a", "bc"], dtype=object), np.array([1, 0, 1]))).tolist()
+    ['bc', 'a', 'bc']
+    """
+    vals = values if isinstance(values, pa.Array) else text_values(values)
+    codes = np.asarray(codes, np.int64)
+    if not isinstance(vals, pa.Array) or not codes.size:  # pandas infers: no rows make an object column
+        return np.asarray(vals if not isinstance(vals, pa.Array) else vals.to_pylist(), dtype=object)[codes]
+    codes = np.where(codes < 0, codes + len(vals), codes)  # as numpy indexes: -1 is the last value
+    return pd.array(vals.take(pa.array(codes)), dtype=_TEXT)
+
+
+def text_values(values: Any) -> Any:
+    """Distinct Python strings as the Arrow array :func:`text_column` takes from (the type pandas
+    stores its ``str`` columns in); values that are not all strings stay an object array."""
+    obj = np.asarray(values, dtype=object)
+    if pd.api.types.infer_dtype(obj, skipna=False) not in ("string", "empty"):
+        return obj
+    return pa.array(obj, pa.large_string())
 
 
 def missing_if_negative(values: np.ndarray) -> pd.api.extensions.ExtensionArray:

@@ -6,6 +6,7 @@ name (``categorize_names``), never per event.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, cast
 
@@ -60,8 +61,23 @@ def categorize_names(
     """
     if compat not in _MODES:
         raise ValueError(f"unknown compat mode {compat!r}; valid: {', '.join(_MODES)}")
-    rules = _Rules({**PATTERNS, **(patterns or {})}, compat == "tracelens", fmt)
-    return [rules.category(name or "", kind) for name, kind in zip(names, kinds)]
+    if patterns:
+        rules = _Rules({**PATTERNS, **patterns}, compat == "tracelens", fmt)
+        return [rules.category(name or "", kind) for name, kind in zip(names, kinds)]
+    return [_category(name or "", kind, compat == "tracelens", fmt) for name, kind in zip(names, kinds)]
+
+
+@functools.lru_cache(maxsize=16)
+def _rules(tl: bool, fmt: str) -> "_Rules":
+    """The built-in rules of one mode and format (compiled once per process)."""
+    return _Rules(dict(PATTERNS), tl, fmt)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _category(name: str, kind: str, tl: bool, fmt: str) -> str:
+    """The built-in category of one (name, kind) pair, kept per process (the parts of a job
+    repeat the same names)."""
+    return _rules(tl, fmt).category(name, kind)
 
 
 class _Rules:

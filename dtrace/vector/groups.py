@@ -8,6 +8,8 @@ vectorised pass, never a Python loop over groups or rows.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 import pandas as pd
 
@@ -23,8 +25,25 @@ def unique(x: np.ndarray) -> np.ndarray:
     >>> unique(np.array([3, 1, 3, 2])).tolist()
     [1, 2, 3]
     """
-    s = np.sort(np.asarray(x))
+    x = np.asarray(x)
+    seen = _seen(x)
+    if seen is not None:  # integers in a small range: a table of the values present, no sort
+        return (np.flatnonzero(seen[0]) + seen[1]).astype(x.dtype)
+    s = np.sort(x)
     return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
+
+
+def _seen(x: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """For integers in a range below a few times their number: which values of the range occur
+    (a bool table from the smallest value) and that smallest value; else None."""
+    if not x.size or x.ndim != 1 or not (x.dtype.kind in "iu" and x.dtype != np.uint64):
+        return None
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo >= max(4 * x.size, 1 << 16):
+        return None
+    seen = np.zeros(hi - lo + 1, bool)
+    seen[x.astype(I64) - lo] = True
+    return seen, lo
 
 
 def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -37,6 +56,12 @@ def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([1, 2, 3], [1, 3, 0])
     """
     x = np.asarray(x)
+    seen = _seen(x) if x.size > 1 and (x[1:] < x[:-1]).any() else None  # a sorted x sorts in one pass
+    if seen is not None:  # integers in a small range, out of order: the least index per value, no sort
+        first = np.full(seen[0].size, x.size, I64)
+        np.minimum.at(first, x.astype(I64) - seen[1], np.arange(x.size, dtype=I64))
+        present = np.flatnonzero(seen[0])
+        return (present + seen[1]).astype(x.dtype), first[present]
     order = np.argsort(x, kind="stable")
     s = x[order]
     m = np.r_[True, s[1:] != s[:-1]] if s.size else np.zeros(0, bool)
@@ -53,6 +78,10 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([1, 2, 3], [2, 0, 2, 1])
     """
     x = np.asarray(x)
+    seen = _seen(x)
+    if seen is not None:  # integers in a small range: ranks from a table of the values present
+        rank = np.cumsum(seen[0], dtype=I64) - 1
+        return (np.flatnonzero(seen[0]) + seen[1]).astype(x.dtype), rank[x.astype(I64) - seen[1]]
     order = np.argsort(x, kind="stable")
     s = x[order]
     m = np.r_[True, s[1:] != s[:-1]] if s.size else np.zeros(0, bool)
@@ -76,19 +105,37 @@ def dense_codes(*keys: np.ndarray, compact: bool = True) -> tuple[np.ndarray, in
     """
     if not keys or keys[0].size == 0:
         return np.zeros(0 if not keys else keys[0].size, I64), 0
-    code = np.zeros(keys[0].size, I64)
+    size = keys[0].size
+    code = np.zeros(size, I64)
     n = 1
     for k in keys:
-        kc, uniq = pd.factorize(np.asarray(k), sort=True)
-        code = code * max(len(uniq), 1) + kc.astype(I64)
-        n *= max(len(uniq), 1)
+        kc, m = _key_codes(np.asarray(k))
+        code = code * m + kc
+        n *= m
         if n > (1 << 40):  # keep the product small: re-densify before it could overflow
             uniq, code = unique_inverse(code)
             n = int(uniq.size)
     if not compact:
         return code, n
+    if n <= max(4 * size, 1 << 16):  # codes in a small range: rank them by a table, no sort
+        seen = np.zeros(n, bool)
+        seen[code] = True
+        rank = np.cumsum(seen, dtype=I64) - 1
+        return rank[code], int(rank[-1]) + 1
     uniq, inv = unique_inverse(code)
     return inv, int(uniq.size)
+
+
+def _key_codes(k: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes of one key ordered like its values, and their number (an upper bound where they
+    have gaps): an integer key in a small range is its offset from the smallest value (no hash,
+    no sort), any other key its rank among the distinct values."""
+    if (k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8)) and k.size:
+        lo, hi = int(k.min()), int(k.max())
+        if hi - lo < max(2 * k.size, 1 << 16):
+            return k.astype(I64) - lo, hi - lo + 1
+    kc, uniq = pd.factorize(k, sort=True)
+    return kc.astype(I64), max(len(uniq), 1)
 
 
 def shared_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +144,33 @@ def shared_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) ->
     both = tuple(np.concatenate([np.asarray(a), np.asarray(b)]) for a, b in zip(left, right))
     codes, _ = dense_codes(*both)
     return codes[:n], codes[n:]
+
+
+def joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """One int64 key per row of two tables of integer key columns (equal tuples, equal keys;
+    ordered like the tuples, but not dense: see :func:`shared_codes`), each column offset by the
+    least value of both tables: no sort, no hash. None where a column is not of integers or
+    their ranges multiply past 2**62.
+
+    Examples
+    --------
+    >>> [k.tolist() for k in joint_keys((np.array([0, 1]), np.array([5, 7])), (np.array([1]), np.array([7])))]
+    [[0, 5], [5]]
+    """
+    lkey, rkey = np.zeros(left[0].size, I64), np.zeros(right[0].size, I64)
+    total = 1
+    for a, b in zip(left, right):
+        a, b = np.asarray(a), np.asarray(b)
+        if any(k.dtype.kind not in "iub" or k.dtype == np.uint64 for k in (a, b)):
+            return None
+        lo = min(int(a.min()), int(b.min()))
+        span = max(int(a.max()), int(b.max())) - lo + 1
+        total *= span
+        if total >= 1 << 62:
+            return None
+        lkey = lkey * span + (a.astype(I64) - lo)
+        rkey = rkey * span + (b.astype(I64) - lo)
+    return lkey, rkey
 
 
 def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -112,23 +186,67 @@ def first_match(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
         return np.empty(0, I64)
     if left[0].size == 0:
         return np.full(right[0].size, -1, I64)
-    lc, rc = shared_codes(left, right)
+    both = joint_keys(left, right)
+    lc, rc = both if both is not None else shared_codes(left, right)
     uniq, first = unique_first(lc)
     j = np.searchsorted(uniq, rc)
     jj = np.minimum(j, uniq.size - 1)
     return np.where(uniq[jj] == rc, first[jj], -1).astype(I64)
 
 
-def string_rank(values: np.ndarray) -> np.ndarray:
+def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key primary, ties in input order) for integer keys, the same
+    permutation several times faster on data not already in order: the leading keys whose ranges
+    multiply below 2**62 become one int64 key sorted by one stable argsort; the remaining keys
+    order only the runs of equal leading keys (``np.lexsort`` on those rows alone).
+
+    Examples
+    --------
+    >>> lexsort_ints((np.array([3, 1, 2, 1]), np.array([0, 1, 0, 0]))).tolist()
+    [3, 2, 0, 1]
+    """
+    ks = [np.asarray(k) for k in keys]
+    if not ks or not ks[0].size or any(k.dtype.kind not in "iub" or k.dtype == np.uint64 for k in ks):
+        return cast(np.ndarray, np.lexsort(ks))
+    combined = np.zeros(ks[0].size, I64)
+    total, used = 1, 0
+    for k in reversed(ks):  # the primary key first
+        lo, hi = int(k.min()), int(k.max())
+        if total * (hi - lo + 1) >= 1 << 62:
+            break
+        total *= hi - lo + 1
+        combined = combined * (hi - lo + 1) + (k.astype(I64) - lo)
+        used += 1
+    if not used:
+        return cast(np.ndarray, np.lexsort(ks))
+    order = np.argsort(combined, kind="stable")
+    rest = ks[: len(ks) - used]
+    if rest:
+        c = combined[order]
+        tie = np.zeros(c.size, bool)
+        tie[1:] = c[1:] == c[:-1]
+        tie[:-1] |= tie[1:]
+        pos = np.flatnonzero(tie)  # the runs of equal leading keys, in place
+        if pos.size:
+            sub = order[pos]
+            order[pos] = sub[np.lexsort([k[sub] for k in rest] + [combined[sub]])]
+    return order
+
+
+def string_rank(values: Any) -> np.ndarray:
     """Rank of each value in string order (equal strings, equal ranks): sorts the distinct
-    values only, so a column of a few names over millions of rows costs one hash pass.
+    values only, so a column of a few names over millions of rows costs one hash pass (of the
+    Arrow strings themselves for a pandas text column's array, without a Python string each).
 
     Examples
     --------
     >>> string_rank(np.array(["b", "a", "b", "c"], dtype=object)).tolist()
     [1, 0, 1, 2]
+    >>> string_rank(pd.array(["b", "a", "b"], dtype="str")).tolist()
+    [1, 0, 1]
     """
-    codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+    text = isinstance(values, pd.api.extensions.ExtensionArray) and isinstance(values.dtype, pd.StringDtype)
+    codes, uniq = pd.factorize(values if text else np.asarray(values, dtype=object), use_na_sentinel=False)
     order = np.argsort(np.asarray(uniq, dtype=object).astype(str), kind="stable")
     rank = np.empty(order.size, I64)
     rank[order] = np.arange(order.size)
@@ -153,6 +271,27 @@ def cumcount(codes: np.ndarray) -> np.ndarray:
     out = np.empty(n, I64)
     out[order] = np.arange(n) - run_start
     return out
+
+
+def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new value of ``group`` (sorted by group).
+
+    Examples
+    --------
+    >>> cummax_by(np.array([0, 0, 0, 1, 1]), np.array([5, 3, 7, 1, 2])).tolist()
+    [5, 5, 7, 1, 2]
+    """
+    n = len(values)
+    if not n:
+        return np.zeros(0, I64)
+    v = np.asarray(values, I64)
+    gi = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if (int(gi[-1]) + 1) * span < 2**62:  # one accumulate over group-offset values
+        off = gi * span
+        return cast(np.ndarray, np.maximum.accumulate(v - lo + off) - off + lo)
+    return cast(np.ndarray, pd.Series(v).groupby(gi, sort=False).cummax().to_numpy(I64))
 
 
 def run_bounds(sorted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -216,12 +216,10 @@ def difference(a: Union, b: Union) -> Union:
     """
     if a[0].size == 0 or b[0].size == 0:
         return a
-    pts = np.sort(np.concatenate([a[0], a[1], b[0], b[1]]))
-    pts = pts[np.r_[True, pts[1:] != pts[:-1]]]
-    lo, hi = pts[:-1], pts[1:]
-    mid = lo + (hi - lo) // 2
-    keep = inside(a, mid) & ~inside(b, mid)
-    return union(lo[keep], hi[keep])
+    # a cut by the gaps of b (b's complement on the whole line), pieces that touch merged
+    big = np.iinfo(np.int64).max
+    gaps = (np.concatenate(([-big - 1], b[1])), np.concatenate((b[0], [big])))
+    return union(*intersect(a, gaps))
 
 
 def intersect(a: Union, b: Union) -> Union:
