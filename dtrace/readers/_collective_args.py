@@ -91,6 +91,19 @@ def _column(events: pa.Table, name: str) -> np.ndarray:
     return cast(np.ndarray, events.column(name).to_numpy())
 
 
+def _name_codes(events: pa.Table, rows: np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """The distinct names and the name code of each of ``rows`` (from the table's dictionary
+    without a take where its names are dictionary-encoded without nulls)."""
+    names = events.column("name").combine_chunks()
+    if isinstance(names, pa.DictionaryArray) and not names.indices.null_count:
+        return names.dictionary.to_pylist(), names.indices.to_numpy()[rows]
+    picked = names.take(pa.array(rows))
+    if isinstance(picked, pa.DictionaryArray):
+        return picked.dictionary.to_pylist(), picked.indices.to_numpy(zero_copy_only=False)
+    codes, uniq = pd.factorize(np.asarray(picked.to_pylist(), object))
+    return list(uniq), codes
+
+
 def inherit_collective_args(
     events: pa.Table, with_args: Sequence[tuple[int, Any, str]], records: Sequence[tuple[int, Any]]
 ) -> list[tuple[int, Any, str]]:
@@ -123,16 +136,7 @@ def inherit_collective_args(
         return []
     # only communication kernels inherit: decide that first, once per distinct name, so the search
     # below never runs for the (many) compute kernels
-    names = events.column("name").combine_chunks()
-    if isinstance(names, pa.DictionaryArray) and not names.indices.null_count:  # the kernels' codes, no take
-        uniq, ncodes = names.dictionary.to_pylist(), names.indices.to_numpy()[krows]
-    else:
-        knames = names.take(pa.array(krows))
-        if isinstance(knames, pa.DictionaryArray):
-            uniq, ncodes = knames.dictionary.to_pylist(), knames.indices.to_numpy(zero_copy_only=False)
-        else:
-            ncodes, uniq = pd.factorize(np.asarray(knames.to_pylist(), object))
-            uniq = list(uniq)
+    uniq, ncodes = _name_codes(events, krows)
     used = np.unique(ncodes)  # the names of these kernels, not every name of the trace
     is_comm = np.zeros(len(uniq), bool)
     is_comm[used] = _comm_names([str(uniq[i]) for i in used.tolist()])

@@ -917,29 +917,40 @@ def _collective_table(rows: list[tuple[int, Args, str]]) -> pa.Table:
     in_n = _as_ints(list(map(_A_IN, args)))
     out_n = _as_ints(list(map(_A_OUT, args)))
     dtypes = ["" if d is None else str(d) for d in map(_A_DTYPE, args)]
-    groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
-    ranks = [_memo_group(groups, r) for r in map(_A_RANKS, args)]
-    sizes = _as_ints(list(map(_A_SIZE, args)))
-    sizes = [n if size < 0 and n >= 0 else size for size, (_txt, n) in zip(sizes, ranks)]
-    widths = {d: DTYPE_BYTES.get(d.lower().replace("c10::", ""), 0) for d in set(dtypes)}
+    rank_lists, sizes = _group_members(args)
     names = {c: normalize_collective(c) for c in {a.collective or "" for a in args}}
-    nbytes = []
-    for i, o, d in zip(in_n, out_n, dtypes):
-        nel, width = max(i, o), widths[d]
-        nbytes.append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
     out = {
         "row": [r[0] for r in rows],
         "collective": [names[a.collective or ""] for a in args],
         "group": ["" if pg is None else str(pg) for pg in map(_A_PG, args)],
-        "group_ranks": [txt for txt, _n in ranks],
+        "group_ranks": rank_lists,
         "group_size": sizes,
         "seq": _as_ints(list(map(_A_SEQ_C, args))),
         "in_nelems": in_n,
         "out_nelems": out_n,
         "dtype": dtypes,
-        "bytes": nbytes,
+        "bytes": _collective_bytes(in_n, out_n, dtypes),
     }
     return pa.Table.from_arrays([pa.array(out[k], t) for k, t in _COLLECTIVE_TYPES], schema=COLLECTIVE_SCHEMA)
+
+
+def _group_members(args: list[Args]) -> tuple[list[str], list[int]]:
+    """Each collective's rank-list text, and its group size (the length of its rank list where
+    the trace states no size); a rank list is read once per distinct value."""
+    groups: dict[Any, tuple[str, int]] = {}  # every collective of a group repeats its rank list
+    ranks = [_memo_group(groups, r) for r in map(_A_RANKS, args)]
+    sizes = _as_ints(list(map(_A_SIZE, args)))
+    return [txt for txt, _n in ranks], [n if size < 0 and n >= 0 else size for size, (_txt, n) in zip(sizes, ranks)]
+
+
+def _collective_bytes(in_n: list[int], out_n: list[int], dtypes: list[str]) -> list[int]:
+    """Bytes of each collective: its larger element count times its dtype's width (-1 unknown)."""
+    widths = {d: DTYPE_BYTES.get(d.lower().replace("c10::", ""), 0) for d in set(dtypes)}
+    nbytes = []
+    for i, o, d in zip(in_n, out_n, dtypes):
+        nel, width = max(i, o), widths[d]
+        nbytes.append(nel * width if nel >= 0 and width and nel * width < 2**63 else -1)
+    return nbytes
 
 
 _ARGS_OF_ROW = operator.itemgetter(1)
