@@ -187,15 +187,12 @@ def analyze(
         infos=found.infos,
         skipped_notes=found.skipped,
     )
-    tables, manifest = _run_on_engine(
-        run,
-        spec,
-        tmp_cache,
-        lambda n_workers, mode: _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode),
-    )
-    if out is not None:
-        return write_results(out, tables, manifest)
-    return Results(tables, manifest, None)
+
+    def finish(n_workers: int, mode: str) -> Results:  # while the workers stop
+        tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode)
+        return write_results(out, tables, manifest) if out is not None else Results(tables, manifest, None)
+
+    return _run_on_engine(run, spec, tmp_cache, finish)
 
 
 @dataclass
@@ -249,8 +246,8 @@ def _cache_dir(cache: str | None, out: str | None) -> tuple[str, str | None]:
 
 
 def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None, finish: Callable[[int, str], T]) -> T:
-    """Plan, start the engine, ingest and analyse, then ``finish(workers, mode)`` (the reduce)
-    while the workers stop. The temporary cache (if any) is removed however it ends."""
+    """Plan, start the engine, ingest and analyse, then ``finish(workers, mode)`` (the reduce and
+    the writing of the results) while the workers stop. The temporary cache (if any) is removed however it ends."""
     try:
         with Engine(spec) as engine:
             work, tasks = run.estimate(local_workers(spec))
