@@ -129,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _prestart_workers(args: argparse.Namespace) -> None:
     """Launch the process server of a local cluster's workers before importing pandas, when the
-    inputs (local files, none cached or all) call for a local cluster: the workers' imports then
-    overlap this process's (:func:`dtrace.execution.engine.prestart_workers`)."""
+    inputs (local files, their content sizes guessed from their file sizes) call for a local
+    cluster: the workers' imports then overlap this process's
+    (:func:`dtrace.execution.engine.prestart_workers`). Anything unexpected here is left to the
+    run itself to report."""
     from ..execution.engine import ClusterSpec, estimated_work, local_workers, prestart_workers
     from ..ingest.inputs import expand_inputs, refuse_irregular
     from ..ingest.remote import is_url
@@ -150,7 +152,7 @@ def _prestart_workers(args: argparse.Namespace) -> None:
         sizes = [guessed_size(f) for f in files]
         prestart_workers(spec, estimated_work(sizes), len(ingest_batches(files, sizes, local_workers(spec))))
     except (DtraceError, OSError):
-        return  # the run itself reports what is wrong
+        return
 
 
 def _analyze(args: argparse.Namespace) -> Any:
