@@ -251,7 +251,8 @@ from dtrace.execution.engine import ClusterSpec, Engine, prestart_workers, wants
 
 def where(_):
     import pyarrow
-    return [os.getppid(), "dtrace.execution.tasks" in sys.modules, pyarrow.default_memory_pool().backend_name]
+    return [os.getppid(), "dtrace.execution.tasks" in sys.modules, pyarrow.default_memory_pool().backend_name,
+            os.environ.get("DTRACE_TEST_SET_LATER")]
 
 if __name__ == "__main__":
     from multiprocessing import forkserver
@@ -261,14 +262,19 @@ if __name__ == "__main__":
     with Engine(ClusterSpec(scheduler="local", workers=2)) as e:
         e.start(100.0, 8)
         got = e.map(where, [0, 1, 2, 3])
+    os.environ["DTRACE_TEST_SET_LATER"] = "1"  # e.g. credentials set after the server started
+    with Engine(ClusterSpec(scheduler="local", workers=2)) as e:
+        e.start(100.0, 8)
+        later = e.map(where, [0, 1])
     print(json.dumps({"small": small, "sync": sync, "started": started, "server": forkserver._forkserver._forkserver_pid,
-                      "me": os.getpid(), "workers": got}))
+                      "me": os.getpid(), "workers": got, "later": later}))
 """
 
 
 def test_prestarted_workers_fork_from_a_server_with_dtrace_imported(tmp_path):
     """The CLI's process server: local workers fork from it with dtrace's tasks imported and the
-    workers' Arrow pool; never for a job the auto rule runs in-process, nor for --sync. (A fresh
+    workers' Arrow pool; never for a job the auto rule runs in-process, nor for --sync; a cluster
+    started after the environment changed spawns its workers (they see the change). (A fresh
     interpreter: the server lives as long as the process that started it.)"""
     import json
     import subprocess
@@ -282,6 +288,8 @@ def test_prestarted_workers_fork_from_a_server_with_dtrace_imported(tmp_path):
     assert (got["small"], got["sync"], got["started"]) == (False, False, True)
     assert got["server"] not in (None, got["me"])
     jemalloc = _jemalloc() is not None and "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
-    for ppid, imported, pool in got["workers"]:
-        assert ppid == got["server"] and imported
+    for ppid, imported, pool, late in got["workers"]:
+        assert ppid == got["server"] and imported and late is None
         assert pool == "jemalloc" or not jemalloc
+    # the environment changed since the server started: the workers are spawned and see it
+    assert all(ppid != got["server"] and late == "1" for ppid, _, _, late in got["later"])

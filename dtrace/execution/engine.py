@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
 from ..core.fileio import read_regular
-from ..core.memory import ARROW_POOL, restore_pool, use_jemalloc, worker_env
+from ..core.memory import restore_pool, use_jemalloc, worker_env
 from ..errors import DtraceError, UsageError
 
 if TYPE_CHECKING:  # distributed is imported only when a cluster runs
@@ -199,15 +199,17 @@ def estimated_work(sizes: Sequence[int]) -> float:
     return sum(sizes) / PARSE_BYTES_PER_S + len(sizes) * PARSE_FILE_S
 
 
-_prestarted: tuple[tuple[str, str | None], ...] | None = None
-"""The environment :func:`prestart_workers` gave the process server the workers fork from (None:
-no server). A cluster started in another environment spawns its workers as usual."""
+_prestarted: tuple[Any, ...] | None = None
+"""The environment and import path :func:`prestart_workers` gave the process server the workers
+fork from (None: no server). A cluster started after either changed (credentials set, a pool
+chosen, a folder put on ``sys.path``) spawns its workers as usual: a forked worker would see the
+server's."""
 
 
-def _server_env() -> tuple[tuple[str, str | None], ...]:
-    """What a worker process must find in its environment when it starts (imports pyarrow)."""
-    env = {ARROW_POOL: os.environ.get(ARROW_POOL), **worker_env()}
-    return tuple(sorted(env.items()))
+def _server_env() -> tuple[Any, ...]:
+    """What a worker started now would find: the environment (with the workers' settings,
+    :func:`~dtrace.core.memory.worker_env`) and the import path."""
+    return tuple(sorted({**os.environ, **worker_env()}.items())), tuple(sys.path)
 
 
 def _forked_workers() -> bool:
