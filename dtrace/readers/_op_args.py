@@ -19,6 +19,7 @@ capability, multiprocessors, memory), one row, for matching the hardware peaks
 
 from __future__ import annotations
 
+import functools
 import operator
 from itertools import chain
 from typing import Any
@@ -176,10 +177,6 @@ def vendor_of(name: str, warp_size: Any) -> str:
     return ""
 
 
-_DEVICES: dict[tuple[int, bytes], pa.Table] = {}  # (device, its entry as JSON) -> its table
-_DEVICES_MAX = 1 << 10
-
-
 def device_table(properties: list[Any] | None, device: int) -> pa.Table:
     """The ``devices`` side table of one part: the ``deviceProperties`` entry whose ``id`` is
     ``device`` (empty if the trace does not describe it). The ranks of a job describe the same
@@ -188,16 +185,19 @@ def device_table(properties: list[Any] | None, device: int) -> pa.Table:
         if not isinstance(d, dict) or d.get("id") != device:
             continue
         try:
-            key = (device, msgspec.json.encode(d))
+            entry = msgspec.json.encode(d)
         except (TypeError, ValueError, msgspec.EncodeError):
             return _device_table(d, device)
-        got = _DEVICES.get(key)
-        if got is None:
-            if len(_DEVICES) >= _DEVICES_MAX:
-                _DEVICES.clear()
-            got = _DEVICES[key] = _device_table(d, device)
-        return got
+        if b"null" in entry:  # a NaN or an infinity encodes as null too: that entry is not cached
+            return _device_table(d, device)
+        return _device_entry_table(entry, device)
     return DEVICE_SCHEMA.empty_table()
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _device_entry_table(entry: bytes, device: int) -> pa.Table:
+    """:func:`_device_table` of a ``deviceProperties`` entry given as its JSON, once per process."""
+    return _device_table(msgspec.json.decode(entry), device)
 
 
 def _device_table(d: dict[str, Any], device: int) -> pa.Table:

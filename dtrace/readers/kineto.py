@@ -19,6 +19,7 @@ which hands what it does not decode itself back to the pure code (``DTRACE_PURE_
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import Counter
 from typing import Any, Protocol, TypeVar, cast
@@ -880,22 +881,18 @@ def _group_ranks(ranks: Any) -> tuple[str, int]:
     return ("" if ranks is None else str(ranks)), -1
 
 
-_GROUPS: dict[str, tuple[str, int]] = {}
-""":func:`_group_ranks` of the rank lists written as text seen in this process (every rank of a
-job repeats its groups' lists: a 4,096-rank group is parsed and written once, not per input)."""
-_GROUPS_MAX = 1 << 12
+@functools.lru_cache(maxsize=1 << 12)
+def _group_text(ranks: str) -> tuple[str, int]:
+    """:func:`_group_ranks` of a rank list written as text, once per process (every rank of a job
+    repeats its groups' lists: a 4,096-rank group is parsed and written once, not per input)."""
+    return _group_ranks(ranks)
 
 
 def _memo_group(groups: dict[Any, tuple[str, int]], ranks: Any) -> tuple[str, int]:
     """:func:`_group_ranks` of a collective's rank list, once per distinct list (``groups``; a
     list written as text once per process)."""
     if type(ranks) is str:  # a text equals only the same text: remembered across inputs
-        got = _GROUPS.get(ranks)
-        if got is None:
-            if len(_GROUPS) >= _GROUPS_MAX:
-                _GROUPS.clear()
-            got = _GROUPS[ranks] = _group_ranks(ranks)
-        return got
+        return _group_text(ranks)
     key = tuple(ranks) if isinstance(ranks, list) else ranks
     try:
         return groups[key]
@@ -969,27 +966,18 @@ def _as_ints(values: list[Any]) -> list[int]:
 _COLLECTIVE_TYPES = [(f.name, f.type) for f in COLLECTIVE_SCHEMA]
 
 
-_COPY_KINDS: dict[tuple[str, str | None], str] = {}
-"""The copy kind of each (name, kind argument) pair seen in this process (the ranks of a job
-repeat the same few copies: their names are matched once, not once per input)."""
-_COPY_KINDS_MAX = 1 << 12
+@functools.lru_cache(maxsize=1 << 12)
+def _copy_kind_of(name: str, kind: str | None) -> str:
+    """The copy kind of a (name, kind argument) pair, once per process (the ranks of a job repeat
+    the same few copies: their names are matched once, not once per input)."""
+    return MEMSET if kind == MEMSET else copy_kind(name, kind)
 
 
 def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | None]]) -> pa.Table:
-    cache = _COPY_KINDS
-    kinds = []
-    for _row, name, _b, k in rows:
-        key = (name, k)
-        got = cache.get(key)
-        if got is None:
-            if len(cache) >= _COPY_KINDS_MAX:
-                cache.clear()
-            got = cache[key] = MEMSET if k == MEMSET else copy_kind(name, k)
-        kinds.append(got)
     return pa.Table.from_arrays(
         [
             pa.array([r[0] for r in rows], pa.int64()),
-            pa.array(kinds, pa.string()).dictionary_encode(),  # int32 codes: the schema's type
+            pa.array([_copy_kind_of(name, k) for _row, name, _b, k in rows], pa.string()).dictionary_encode(),
             pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
         ],
         schema=MEMCPY_SCHEMA,
