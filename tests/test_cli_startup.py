@@ -135,3 +135,32 @@ def test_stored_summary_is_not_trusted_blindly(tmp_path):
         f.write(b"x")  # a damaged table: not up to date, analysed again
     text, mods = run("--linked-only")
     assert "pandas" in mods and "results up to date" not in text
+
+
+def test_the_command_leaves_without_teardown_but_finishes_what_exit_would():
+    """``dtrace`` ends with ``os._exit`` (no interpreter teardown), after what a normal exit does:
+    the other threads that are not daemons end, the ``atexit`` handlers run (in the order
+    Python runs them, last registered first) and buffered output is flushed."""
+    code = (
+        "import atexit, sys, threading, time\n"
+        "from dtrace.cli.main import leave\n"
+        "atexit.register(lambda: sys.stdout.write('first registered, run last\\n'))\n"
+        "atexit.register(lambda: sys.stdout.write('last registered, run first\\n'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), sys.stdout.write('thread done\\n'))).start()\n"
+        "sys.stdout.write('buffered, no newline')\n"
+        "leave(3)\n"
+        "sys.stdout.write('never reached')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": ""}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 3, run.stderr
+    assert run.stdout == ("buffered, no newlinethread done\nlast registered, run first\nfirst registered, run last\n")
+
+
+def test_the_command_leaves_quietly_when_its_reader_is_gone(tmp_path):
+    """``dtrace ... | head -1``: the pipe closes early; the command ends without a traceback."""
+    sh = f"{sys.executable} -m dtrace --help | head -1"
+    run = subprocess.run(
+        ["sh", "-c", sh], env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=60
+    )
+    assert run.stdout.startswith("usage: dtrace") and "Traceback" not in run.stderr, run.stderr

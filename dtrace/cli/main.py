@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 from types import ModuleType
 from typing import NoReturn
 
@@ -82,6 +85,36 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         error(args.command, f"{where}{exc.strerror or exc}")
         return 2
+
+
+def entry() -> NoReturn:
+    """The ``dtrace`` command (and ``python -m dtrace``): :func:`main`, then :func:`leave`."""
+    leave(main())
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with ``code`` once everything it promised is done, without the interpreter's
+    teardown.
+
+    The results are written and closed by then; what a normal exit would add is deallocating every
+    object and module one by one (~1,500 modules: pandas, pyarrow, dask), 0.2-0.3 s of a run that
+    takes a few seconds. Before leaving, as a normal exit would: the other threads that are not
+    daemons end, the ``atexit`` handlers run (multiprocessing's finalizers, coverage's data, Dask's
+    clean-up), and the standard streams are flushed.
+    """
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is None:  # pragma: no cover - every CPython has it; elsewhere exit as usual
+        sys.exit(code)
+    run_exit_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (dtrace ... | head) or a closed stream: nothing to flush to
+            pass
+    os._exit(code)
 
 
 def error(command: str, message: object) -> None:
