@@ -1,13 +1,14 @@
 """Packs: the small inputs of one ingest task stored together (``cache.ingest_many``).
 
-A pack is one Parquet file per table with a row group per part; every input keeps its own
-``source.json``. These tests check that a pack changes nothing the analysis sees (tables equal to
+A pack is one Parquet file per table with a row group per part, and an ``index.json`` with a
+record per input; nothing is written per input. These tests check that a pack changes nothing the analysis sees (tables equal to
 those of a run that stores each input alone), that a bad input among them fails alone, and that a
 damaged pack file is parsed again (at lookup) or fails its parts once and is removed (when it is
 found damaged while the events are read).
 """
 
 import glob
+import json
 import os
 
 import pandas as pd
@@ -51,11 +52,17 @@ def test_packed_inputs_give_the_same_tables(job, tmp_path):
     packs = {p.pack for r in recs for p in r.parts}
     assert all(r.error is None for r in recs) and len(packs) == 1 and "" not in packs
     (pack,) = packs
-    # one file per table for all the inputs, beside one source.json per input
+    # one file per table for all the inputs, and their index: no folder or file per input
     assert sorted(os.listdir(os.path.join(c, pack))) == sorted(
-        f"{k}.parquet" for k in {"events", "collectives", "memcpy"} | {k for r in recs for p in r.parts for k in p.side}
+        ["index.json"]
+        + [
+            f"{k}.parquet"
+            for k in {"events", "collectives", "memcpy"} | {k for r in recs for p in r.parts for k in p.side}
+        ]
     )
-    assert len(glob.glob(os.path.join(c, "*", "source.json"))) == RANKS
+    assert os.listdir(c) == [pack]
+    with open(os.path.join(c, pack, "index.json")) as f:
+        assert sorted(r["path"] for r in json.load(f)["records"]) == sorted(paths)
     res = dtrace.analyze(paths, cache=c, scheduler="sync")  # read back from the pack (verified)
     assert all(i["cached"] for i in res.manifest["inputs"])
     same_tables(res, want)
@@ -168,3 +175,126 @@ def test_pack_folder_replaced_by_a_link_is_not_followed(job, tmp_path):
     assert not res.errors and not any(i["cached"] for i in res.manifest["inputs"])
     assert sorted(os.listdir(elsewhere))  # the link's target untouched
     same_tables(res, want)
+
+
+def _index(c):
+    (pack,) = [n for n in os.listdir(c) if n.startswith("pack-")]
+    return os.path.join(c, pack, "index.json")
+
+
+def test_inputs_in_subfolders_are_packed_under_their_common_folder_and_found(job, tmp_path):
+    """One folder per rank (``job/rank3/trace.json.gz``): the pack is filed under ``job`` and each
+    input's lookup finds its record there, from its own folder upwards."""
+    paths, want = job
+    moved = []
+    for i, p in enumerate(paths):
+        d = tmp_path / "job" / f"rank{i}"
+        d.mkdir(parents=True)
+        moved.append(str(d / os.path.basename(p)))
+        os.link(p, moved[-1])
+    c = str(tmp_path / "cache")
+    recs = cache.ingest_many(moved, c)
+    assert all(r.error is None for r in recs)
+    (pack,) = os.listdir(c)
+    assert pack.startswith(f"pack-{cache._folder_key(str(tmp_path / 'job'))}-")
+    for p in moved:
+        hit, note = cache.lookup(c, p)
+        assert hit is not None and note is None and hit.cached
+    res = dtrace.analyze(moved, cache=c, scheduler="sync")
+    assert all(i["cached"] for i in res.manifest["inputs"])
+    same_tables(res, want)
+
+
+def test_a_changed_input_is_packed_again_and_the_stale_record_ignored(job, tmp_path):
+    paths, want = job
+    inputs = []
+    for p in paths:
+        inputs.append(str(tmp_path / os.path.basename(p)))
+        with open(p, "rb") as src, open(inputs[-1], "wb") as dst:
+            dst.write(src.read())
+    c = str(tmp_path / "cache")
+    assert all(r.error is None for r in cache.ingest_many(inputs, c))
+    first = os.listdir(c)
+    with open(paths[1], "rb") as f:  # the first input becomes a copy of the second (another trace)
+        other = f.read()
+    with open(inputs[0], "wb") as f:
+        f.write(other)
+    hit, note = cache.lookup(c, inputs[0])
+    assert hit is None and note is None  # changed size or mtime: an ordinary re-parse, nothing to report
+    recs = cache.ingest_many(inputs, c)  # the other inputs are cached; the changed one alone is parsed
+    assert [r.cached for r in recs] == [False] + [True] * (len(inputs) - 1)
+    assert len(os.listdir(c)) == 2 and set(first) < set(os.listdir(c))  # the old pack stays for the others
+    hit, note = cache.lookup(c, inputs[0])  # the new pack's record, not the stale one of the old pack
+    assert hit is not None and note is None and hit.fingerprint == recs[1].fingerprint
+
+
+def test_a_hand_edited_index_parses_its_inputs_again_with_a_note(job, tmp_path):
+    paths, want = job
+    c = str(tmp_path / "cache")
+    cache.ingest_many(paths, c)
+    index = _index(c)
+    with open(index) as f:
+        doc = json.load(f)
+    doc["records"][0]["parts"][0]["n_events"] += 1  # the records change, their fingerprint does not
+    with open(index, "w") as f:
+        json.dump(doc, f)
+    hit, note = cache.lookup(c, paths[0])
+    assert hit is None and "index is damaged (the records do not match their fingerprint); parsing again" in note
+    res = dtrace.analyze(paths, cache=c, scheduler="sync")
+    assert not res.errors and not any(i["cached"] for i in res.manifest["inputs"])
+    notes = [n for i in res.manifest["inputs"] for n in i["notes"]]
+    assert len(notes) == RANKS and all("index is damaged" in n for n in notes)
+    same_tables(res, want)
+
+
+def test_an_index_record_pointing_at_another_pack_is_refused(job, tmp_path):
+    """A record must name its own pack's files (their fingerprints are checked anyway)."""
+    paths, _ = job
+    c = str(tmp_path / "cache")
+    cache.ingest_many(paths, c)
+    index = _index(c)
+    with open(index) as f:
+        doc = json.load(f)
+    doc["records"][0]["parts"][0]["pack"] = "pack-" + "0" * 12 + "-" + "0" * 24
+    doc["records_fingerprint"] = cache._record_fingerprint(doc["records"])
+    with open(index, "w") as f:
+        json.dump(doc, f)
+    hit, note = cache.lookup(c, paths[1])
+    assert hit is None and "records[0].parts are not all in this pack" in note
+
+
+def test_an_index_of_another_cache_version_is_parsed_again_silently(job, tmp_path):
+    paths, _ = job
+    c = str(tmp_path / "cache")
+    cache.ingest_many(paths, c)
+    index = _index(c)
+    with open(index) as f:
+        doc = json.load(f)
+    doc["cache_version"] = cache.CACHE_VERSION - 1
+    with open(index, "w") as f:
+        json.dump(doc, f)
+    assert cache.lookup(c, paths[0]) == (None, None)
+
+
+def test_packing_drops_an_earlier_entry_of_its_own(job, tmp_path):
+    """An input cached alone before (a smaller task) and packed now has one record: the pack's."""
+    paths, _ = job
+    c = str(tmp_path / "cache")
+    alone = cache.ingest(paths[0], c, reuse=False)
+    entry = cache.entry_dir(c, paths[0])
+    assert alone.error is None and os.path.exists(os.path.join(entry, "source.json"))
+    cache.ingest_many(paths, c, reuse=False)
+    assert not os.path.exists(os.path.join(entry, "source.json"))
+    hit, _ = cache.lookup(c, paths[0])
+    assert hit is not None and {p.pack for p in hit.parts} != {""}
+
+
+def test_a_pack_written_after_a_lookup_in_the_same_process_is_found(job, tmp_path):
+    """The listing of the cache folder is kept per state of the folder: a new pack is seen."""
+    paths, _ = job
+    c = str(tmp_path / "cache")
+    os.makedirs(c)
+    assert cache.lookup(c, paths[0]) == (None, None)
+    cache.ingest_many(paths, c)
+    hit, note = cache.lookup(c, paths[0])
+    assert hit is not None and note is None

@@ -6,7 +6,8 @@
   (:mod:`dtrace.partitions.store`);
 - :class:`SourceFile` (with :class:`CachedInput`, :class:`CachedPart`, :class:`InputMeta`): an
   ingest cache entry's ``source.json`` (:mod:`dtrace.ingest.cache`, which adds the checks that need its
-  registry of side tables: a part's file names, checksums and row groups);
+  registry of side tables: a part's file names, checksums and row groups), and :class:`PackIndex`:
+  the ``index.json`` of a pack of small inputs, the same records for each of them;
 - :class:`StoredSummary`: a results folder's ``summary.json`` (:mod:`dtrace.cli.uptodate`).
 
 Every field a manifest may lack has a default, so a record reads older or hand-written files
@@ -146,8 +147,9 @@ class StoreEntry(msgspec.Struct, kw_only=True):
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Count32 = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 Count64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-#: A pack folder of the ingest cache (``pack-<24 hex digits>``), or "" for an entry's own files.
-PackName = Annotated[str, msgspec.Meta(pattern=r"^(pack-[0-9a-f]{24})?$")]
+#: A pack folder of the ingest cache (``pack-<12 hex digits: its folder>-<24 hex digits>``), or "" for
+#: an entry's own files.
+PackName = Annotated[str, msgspec.Meta(pattern=r"^(pack-[0-9a-f]{12}-[0-9a-f]{24})?$")]
 
 
 class CachedPart(msgspec.Struct, kw_only=True):
@@ -222,6 +224,14 @@ class SourceFile(SourceVersion, kw_only=True):
 
     record: dict[str, Any]
     record_fingerprint: str
+
+
+class PackIndex(SourceVersion, kw_only=True):
+    """A pack's ``index.json``: the record of every input whose tables the pack holds (each as
+    ``source.json`` would keep it, see :class:`SourceFile`), and the fingerprint of that list."""
+
+    records: list[dict[str, Any]]
+    records_fingerprint: str
 
 
 class StoredSummary(msgspec.Struct, kw_only=True):
@@ -320,6 +330,7 @@ __all__ = [
     "InputRecord",
     "Int64",
     "Manifest",
+    "PackIndex",
     "PartitionRecord",
     "RecordError",
     "SourceFile",

@@ -8,6 +8,14 @@ registered when it was written, the fingerprint of every cached file, and a fing
 record itself). ``source.json`` is written last and atomically, so an entry is either complete
 or absent; an entry written when other side tables were registered is parsed again.
 
+The small inputs of one ingest task are stored together instead (:func:`ingest_many`): a *pack*
+``CACHE/pack-<folder>-<hex>/`` holds one Parquet file per table (a row group per part) and an
+``index.json`` with the same record for each of its inputs, written last. No file is created per
+input (on a real file system, creating a folder and a file per input cost more CPU than parsing a
+small trace). ``<folder>`` is a key of the deepest folder that holds all the pack's inputs: an
+input is looked up in its own entry, then in the indexes of the packs filed under its folder or a
+folder above it (each listing and index read once per process while it is unchanged).
+
 Reuse is decided by content, not trust: an entry is reused only if its input still has the
 recorded size, mtime and **fingerprint** (a 128-bit xxh3 hash of the whole file, computed at
 GB/s), its record matches its own fingerprint, and every cached file reads back whole (its
@@ -34,6 +42,7 @@ so the cache is keyed by source and the rank is attached when the partition is l
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import io
 import json
@@ -46,7 +55,7 @@ import tempfile
 import threading
 import traceback
 import zlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,7 +74,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; stay importable 
     _ISAL_ERRORS = ()
 
 from ..core.fileio import atomic_write_bytes, read_regular, real_folder
-from ..core.records import CachedInput, CachedPart, InputMeta, SourceFile, SourceVersion, convert
+from ..core.records import CachedInput, CachedPart, InputMeta, PackIndex, SourceFile, SourceVersion, convert
 from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 from ..errors import DtraceError, InputError, NoGPUActivity, OwnOutput
 from ..readers import detect, get_reader, head_of, refuse_own_output
@@ -73,7 +82,7 @@ from ..readers._io import file_fingerprint
 from ..readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
 
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 PACK_MIN_INPUTS = 8
 """An ingest task of at least this many inputs stores the tables of its small inputs together
 (one *pack*, :func:`ingest_many`); fewer inputs keep one entry each with their own files."""
@@ -81,6 +90,8 @@ PACK_MAX_EVENTS = 200_000
 """Larger inputs are never packed: their own files cost little next to their parse."""
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
+INDEX = "index.json"  # a pack's records of its inputs
+_PACK_NAME = re.compile(r"^pack-([0-9a-f]{12})-[0-9a-f]{24}$")
 _PART_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})-p\d{1,6}-d-?\d{1,9}\.parquet$")
 _PACK_FILE = re.compile(r"^([a-z][a-z0-9_]{0,31})\.parquet$")
 _ALWAYS = ("events", "collectives", "memcpy")  # written for every part; other side tables when not empty
@@ -97,7 +108,7 @@ class PartRecord:
     n_events: int
     checksums: dict[str, str] = field(default_factory=dict)  # file name -> xxh3 of its bytes
     side: dict[str, str] = field(default_factory=dict)  # further side table -> its file (tables with rows only)
-    pack: str = ""  # the pack folder (``pack-<hex>``) holding the files, "" for the entry's own files
+    pack: str = ""  # the pack folder (``pack-<folder>-<hex>``) holding the files, "" for the entry's own files
     groups: dict[str, int] = field(default_factory=dict)  # in a pack: table -> its row group for this part
 
     def side_paths(self) -> dict[str, str]:
@@ -256,23 +267,38 @@ def lookup(
     when ``verify`` is set.
     """
     apath = norm(path)
+    notes: list[str] = []
+    fingerprint = functools.cache(lambda: file_fingerprint(apath))  # hashed once, however many records
+    for found in _records(cache_dir, apath):
+        if isinstance(found, str):
+            notes.append(found)
+            continue
+        rec, sums, d = found
+        same, note = _same_input(rec, apath, info, verify, fingerprint)
+        damaged = (
+            next((why for part in rec.parts if (why := _damaged_part(part, d, sums))), None)
+            if same and verify
+            else None
+        )
+        if same and damaged is None:
+            rec.cached = True
+            return rec, None
+        notes.extend(n for n in (note, damaged) if n)
+    return None, notes[0] if notes else None
+
+
+def _records(cache_dir: str, apath: str) -> Iterator[tuple[FileRecord, dict[str, str], str] | str]:
+    """The records of ``apath`` that the cache holds, with their files' checksums and their
+    folder: its own entry's, then those of the packs that may hold it (a local input); or why one
+    cannot be used."""
     d = entry_dir(cache_dir, apath)
     entry = _read_entry(d, apath)
-    if not isinstance(entry, tuple):
-        return None, entry
-    rec, sums = entry
-    same, note = _same_input(rec, apath, info, verify)
-    if not same:
-        return None, note
-    if not verify:
-        rec.cached = True
-        return rec, None
-    for part in rec.parts:
-        damaged = _damaged_part(part, d, sums)
-        if damaged is not None:
-            return None, damaged
-    rec.cached = True
-    return rec, None
+    if isinstance(entry, tuple):
+        yield (*entry, d)
+    elif entry is not None:
+        yield entry
+    if not is_url(apath):
+        yield from _packed_records(cache_dir, apath)
 
 
 def _read_entry(d: str, apath: str) -> tuple[FileRecord, dict[str, str]] | str | None:
@@ -297,9 +323,11 @@ def _read_entry(d: str, apath: str) -> tuple[FileRecord, dict[str, str]] | str |
     return rec, sums
 
 
-def _same_input(rec: FileRecord, apath: str, info: ObjectInfo | None, verify: bool) -> tuple[bool, str | None]:
+def _same_input(
+    rec: FileRecord, apath: str, info: ObjectInfo | None, verify: bool, fingerprint: Callable[[], str]
+) -> tuple[bool, str | None]:
     """Whether the input is the one ``rec`` was parsed from, and if not, a note to report (None:
-    an ordinary re-parse, nothing to report)."""
+    an ordinary re-parse, nothing to report). ``fingerprint``: the local input's, when asked."""
     if is_url(apath):
         same = _same_object(rec, apath, info, verify)
         return (True, None) if same is True else (False, same or None)
@@ -309,7 +337,7 @@ def _same_input(rec: FileRecord, apath: str, info: ObjectInfo | None, verify: bo
         return False, None
     if rec.size != st.st_size or rec.mtime_ns != st.st_mtime_ns:
         return False, None  # the input changed: an ordinary re-parse, nothing to report
-    if verify and file_fingerprint(apath) != rec.fingerprint:
+    if verify and fingerprint() != rec.fingerprint:
         return False, f"{apath}: content changed although size and mtime did not; parsing again"
     return True, None
 
@@ -433,26 +461,132 @@ def _parse_source(raw: bytes, d: str) -> tuple[FileRecord, dict[str, str]]:
     """The record of cache entry ``d`` from its ``source.json``, strictly validated, and its files'
     checksums (raises ValueError, :class:`~dtrace.core.records.RecordError` included, or
     :class:`_OtherVersion`)."""
-    r = convert(_record_of(json.loads(raw)), CachedInput, at="record")
-    convert(r.meta, InputMeta, at="record.meta")  # the values the planner and the manifest read
-    sums: dict[str, str] = {}
-    for i, p in enumerate(r.parts):
-        _check_part(p, f"record.parts[{i}]")
-        sums.update(p.checksums)
-    return FileRecord.from_cached(r, d), sums
-
-
-def _record_of(doc: object) -> dict[str, Any]:
-    """The record of a ``source.json`` document of this cache version and of the side tables
-    registered now, matching its fingerprint."""
-    if convert(doc, SourceVersion).cache_version != CACHE_VERSION:
-        raise _OtherVersion()
+    doc = json.loads(raw)
+    _check_version(doc)
     source = convert(doc, SourceFile)
     if source.record_fingerprint != _record_fingerprint(source.record):
         raise ValueError("the record does not match its fingerprint")
-    if source.record.get("side_tables") != sorted(SIDE_SCHEMAS):
-        raise _OtherVersion()  # written when other side tables were registered: parse again
-    return source.record
+    r, sums = _checked_record(source.record, "record")
+    if any(p.pack for p in r.parts):
+        raise ValueError("record.parts name a pack: an entry's parts are its own files")
+    return FileRecord.from_cached(r, d), sums
+
+
+def _check_version(doc: object) -> None:
+    """Raise :class:`_OtherVersion` for a document another version of the cache wrote."""
+    if convert(doc, SourceVersion).cache_version != CACHE_VERSION:
+        raise _OtherVersion()
+
+
+def _checked_record(record: dict[str, Any], at: str) -> tuple[CachedInput, dict[str, str]]:
+    """An input's record (at ``at`` in its document), strictly validated, and its files' checksums;
+    :class:`_OtherVersion` when it was written while other side tables were registered."""
+    if record.get("side_tables") != sorted(SIDE_SCHEMAS):
+        raise _OtherVersion()  # parse again
+    r = convert(record, CachedInput, at=at)
+    convert(r.meta, InputMeta, at=f"{at}.meta")  # the values the planner and the manifest read
+    sums: dict[str, str] = {}
+    for i, p in enumerate(r.parts):
+        _check_part(p, f"{at}.parts[{i}]")
+        sums.update(p.checksums)
+    return r, sums
+
+
+# -- packs -----------------------------------------------------------------------------------
+def _folder_key(folder: str) -> str:
+    """The key packs are filed under: of the deepest folder that holds all their inputs."""
+    return hashlib.sha1(folder.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def _folder_keys(apath: str) -> list[str]:
+    """The keys of the folders that hold ``apath``: its own, then each one above it."""
+    keys, folder = [], os.path.dirname(apath)
+    while True:
+        keys.append(_folder_key(folder))
+        above = os.path.dirname(folder)
+        if above == folder:
+            return keys
+        folder = above
+
+
+def _packed_records(cache_dir: str, apath: str) -> Iterator[tuple[FileRecord, dict[str, str], str] | str]:
+    """The records of ``apath`` in the packs filed under its folders (:func:`_records`)."""
+    try:
+        st = os.lstat(cache_dir)
+    except OSError:
+        return
+    packs = _packs_by_folder(cache_dir, (st.st_ino, st.st_mtime_ns, st.st_nlink))
+    for key in _folder_keys(apath):
+        for name in packs.get(key, ()):
+            d = os.path.join(cache_dir, name)
+            index = _read_index(d)
+            if isinstance(index, str):
+                yield index
+            elif apath in index:
+                r, sums = index[apath]
+                yield FileRecord.from_cached(r, d), dict(sums), d
+
+
+@functools.lru_cache(maxsize=8)
+def _packs_by_folder(cache_dir: str, state: tuple[int, int, int]) -> dict[str, tuple[str, ...]]:
+    """The packs of the cache folder by their folder key; listed once per ``state`` of the cache
+    folder (inode, mtime, link count: a new pack folder changes the count)."""
+    by_key: dict[str, list[str]] = {}
+    try:
+        with os.scandir(cache_dir) as entries:
+            for e in entries:
+                m = _PACK_NAME.match(e.name)
+                if m is not None:
+                    by_key.setdefault(m.group(1), []).append(e.name)
+    except OSError:
+        return {}
+    return {k: tuple(sorted(v)) for k, v in by_key.items()}
+
+
+def _read_index(d: str) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
+    """The records of pack ``d`` by input path, or why they cannot be used ({} for a pack another
+    dtrace wrote, or one still being written). The index is read once per process while the
+    same file is there; a link where the pack or its index should be is never followed."""
+    try:
+        if not stat.S_ISDIR(os.lstat(d).st_mode):
+            return f"cache pack {d} is not a folder; parsing again"
+        st = os.lstat(os.path.join(d, INDEX))
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        return f"cache pack {d} is unreadable ({exc.strerror or exc}); parsing again"
+    return _index_of(d, (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _index_of(d: str, state: tuple[int, int, int]) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
+    """:func:`_read_index` once per ``state`` (inode, size, mtime) of the index file."""
+    try:
+        raw = read_file(os.path.join(d, INDEX))
+    except OSError as exc:
+        return f"cache pack {d}: its index is unreadable ({exc.strerror or exc}); parsing again"
+    try:
+        return _parse_index(raw, os.path.basename(d))
+    except _OtherVersion:
+        return {}
+    except (ValueError, RecursionError) as exc:
+        return f"cache pack {d}: its index is damaged ({_one_line(exc)}); parsing again"
+
+
+def _parse_index(raw: bytes, name: str) -> dict[str, tuple[CachedInput, dict[str, str]]]:
+    """The records of pack ``name``'s ``index.json``, each strictly validated, by input path."""
+    doc = json.loads(raw)
+    _check_version(doc)
+    index = convert(doc, PackIndex)
+    if index.records_fingerprint != _record_fingerprint(index.records):
+        raise ValueError("the records do not match their fingerprint")
+    out = {}
+    for i, record in enumerate(index.records):
+        r, sums = _checked_record(record, f"records[{i}]")
+        if not r.parts or any(p.pack != name for p in r.parts):
+            raise ValueError(f"records[{i}].parts are not all in this pack")
+        out[r.path] = (r, sums)
+    return out
 
 
 def _check_part(p: CachedPart, at: str) -> None:
@@ -638,17 +772,18 @@ def _remove_folder(path: str) -> None:
         pass
 
 
-def _fresh_entry(d: str) -> bool:
-    """Make ``d`` a real folder without a ``source.json``: until the new one is written, the entry
-    is absent. Anything else there (a symbolic link, a file, a FIFO, a socket) is removed — never
-    followed, never opened. True when the folder was created now (so it is empty)."""
+def _fresh_entry(d: str, record: str = SOURCE) -> bool:
+    """Make ``d`` a real folder without its ``record`` file (``source.json``, or a pack's
+    ``index.json``): until the new one is written, the entry is absent. Anything else there (a
+    symbolic link, a file, a FIFO, a socket) is removed — never followed, never opened. True when
+    the folder was created now (so it is empty)."""
     try:
         os.mkdir(d)  # the usual case, a new entry: nothing there to look at or remove
         return True
     except OSError:
         pass
     real_folder(d)
-    src = os.path.join(d, SOURCE)
+    src = os.path.join(d, record)
     _remove_folder(src)
     try:
         os.unlink(src)
@@ -770,18 +905,22 @@ def _write_entry(rec: FileRecord, tf: Any, cache_dir: str) -> None:
     _write_source(rec, d)
 
 
-def _write_source(rec: FileRecord, d: str, *, new: bool = False) -> None:
-    """Write the entry's ``source.json`` (last: until then the entry is absent); ``new``: the
-    entry's folder was created now, so nothing is there to remove first."""
-    # as it will be read back (a reader's meta value that JSON has no type for is written as text)
-    record = json.loads(json.dumps(msgspec.to_builtins(rec.to_cached(), enc_hook=str)))
+def _write_source(rec: FileRecord, d: str) -> None:
+    """Write the entry's ``source.json`` (last: until then the entry is absent)."""
+    record = _as_read_back(rec.to_cached())
     source = SourceFile(cache_version=CACHE_VERSION, record=record, record_fingerprint=_record_fingerprint(record))
+    _atomic_write_bytes(os.path.join(d, SOURCE), _compact_json(source))
+
+
+def _as_read_back(value: Any) -> Any:
+    """A record as JSON will read it back (a reader's meta value that JSON has no type for is
+    written as text), so that its fingerprint is that of what is read."""
+    return json.loads(json.dumps(msgspec.to_builtins(value, enc_hook=str)))
+
+
+def _compact_json(value: Any) -> bytes:
     # compact: Python's JSON encoder indents only in pure Python, at several times the cost
-    data = json.dumps(msgspec.to_builtins(source)).encode()
-    if new:
-        atomic_write_bytes(os.path.join(d, SOURCE), data, mode=0o600)
-    else:
-        _atomic_write_bytes(os.path.join(d, SOURCE), data)
+    return json.dumps(msgspec.to_builtins(value)).encode()
 
 
 def ingest_many(
@@ -793,14 +932,16 @@ def ingest_many(
     reuse: bool = True,
 ) -> list[FileRecord]:
     """:func:`ingest` of every input of one task; with :data:`PACK_MIN_INPUTS` inputs or more, the
-    tables of the small local ones that are parsed go into one *pack*: ``CACHE/pack-<hex>/`` with
-    one Parquet file per table, a row group per part, each file fingerprinted like an entry's own.
+    tables of the small local ones that are parsed go into one *pack*: ``CACHE/pack-<folder>-<hex>/``
+    with one Parquet file per table, a row group per part, each file fingerprinted like an entry's
+    own, and ``index.json``: each input's record, as its own entry's ``source.json`` would hold it.
 
-    Each input still has its entry (``source.json``, found by its path as usual) whose parts name
-    the pack's files and their row groups, so a bad input fails alone (it has no rows in the pack)
-    and a damaged pack file makes its inputs parse again (:func:`lookup` checks every file an entry
-    uses, :func:`read_part_tables` removes a damaged one). The pack is named by its inputs' paths
-    and fingerprints: parsing the same inputs again writes the same pack.
+    An input's record names the pack's files and its row groups, so a bad input fails alone (it
+    has no rows in the pack, and no record) and a damaged pack file makes its inputs parse again
+    (:func:`lookup` checks every file a record uses, :func:`read_part_tables` removes a damaged
+    one). The pack is named by its inputs' paths and fingerprints (parsing the same inputs again
+    writes the same pack) and filed under the deepest folder that holds them all (where
+    :func:`lookup` looks for it).
     """
     if len(paths) < PACK_MIN_INPUTS:
         return [ingest(p, cache_dir, fmt=fmt, reader_options=reader_options, reuse=reuse) for p in paths]
@@ -825,9 +966,10 @@ def _write_pack(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> None:
     if not pending:
         return
     ident = json.dumps([[rec.path, rec.fingerprint] for rec, _ in pending])
-    name = "pack-" + hashlib.sha1(ident.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    folder = os.path.commonpath([os.path.dirname(rec.path) for rec, _ in pending])
+    name = f"pack-{_folder_key(folder)}-{hashlib.sha1(ident.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
     d = os.path.join(cache_dir, name)
-    _fresh_entry(d)
+    _fresh_entry(d, INDEX)
     by_kind: dict[str, list[pa.Table]] = {}
     for rec, tf in pending:
         rec.parts.extend(_pack_part(part, d, name, by_kind) for part in tf.parts)  # device ids checked by _parse
@@ -839,8 +981,11 @@ def _write_pack(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> None:
     for rec, _ in pending:
         for pr in rec.parts:
             pr.checksums = {f"{k}.parquet": sums[f"{k}.parquet"] for k in pr.groups}
-        e = entry_dir(cache_dir, rec.path)
-        _write_source(rec, e, new=_fresh_entry(e))
+    records = _as_read_back([rec.to_cached() for rec, _ in pending])
+    index = PackIndex(cache_version=CACHE_VERSION, records=records, records_fingerprint=_record_fingerprint(records))
+    _atomic_write_bytes(os.path.join(d, INDEX), _compact_json(index))
+    for rec, _ in pending:  # an entry of its own from an earlier run is stale now: the pack's record replaces it
+        _drop_entry(entry_dir(cache_dir, rec.path))
 
 
 def _packable(cache_dir: str, pending: list[tuple[FileRecord, Any]]) -> list[tuple[FileRecord, Any]]:
