@@ -16,6 +16,8 @@ from conftest import ROOT
 
 import dtrace
 from dtrace.cli.main import main
+from dtrace.generate.synth import generate
+from dtrace.ingest.cache import ingest_many
 
 EXAMPLES = os.path.join(ROOT, "examples", "traces")
 TRACES = sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".json.gz"))
@@ -42,6 +44,11 @@ def test_readme_layout_analysed_as_a_whole(tmp_path, capsys):
     shutil.copy(entry / "entry.json", misc / "stored.json")
     (record,) = [d for d in (job / "results" / "cache").iterdir() if (d / "source.json").exists()][:1]
     shutil.copy(record / "source.json", misc / "rank-3.json")
+    # a pack's index (the records of 8 small inputs ingested together)
+    generate(tmp_path / "small", ranks=8, steps=1, kernels_per_step=4, seed=1)
+    ingest_many(sorted(str(p) for p in (tmp_path / "small").iterdir()), str(tmp_path / "packed"))
+    (index,) = (tmp_path / "packed").glob("pack-*/index.json")
+    shutil.copy(index, misc / "rank-4.json")
     # a timeline in the layout of earlier versions: its generator at the end of the document
     with gzip.open(job / "traces" / "rank-7.json.gz", "rb") as f:
         doc = json.load(f)
@@ -57,12 +64,13 @@ def test_readme_layout_analysed_as_a_whole(tmp_path, capsys):
     ok = sorted(os.path.basename(i["path"]) for i in res.manifest["inputs"] if i["status"] == "ok")
     assert ok == TRACES
     skipped = {os.path.basename(i["path"]): i["error"] for i in res.manifest["inputs"] if i["status"] == "skipped"}
-    assert sorted(skipped) == ["rank-3.json", "rank-7.json.gz", "rank-8.trace.json", "stored.json"]
+    assert sorted(skipped) == ["rank-3.json", "rank-4.json", "rank-7.json.gz", "rank-8.trace.json", "stored.json"]
     assert "dtrace timeline" in skipped["rank-7.json.gz"] and "dtrace timeline" in skipped["rank-8.trace.json"]
     assert "result store" in skipped["stored.json"] and "cache record" in skipped["rank-3.json"]
+    assert "cache index" in skipped["rank-4.json"]
     folders = [n for n in res.manifest["notes"] if "results folder of dtrace" in n]
     assert sorted(n.split(":")[0] for n in folders) == sorted([str(job / "old-run"), str(job / "results")])
-    assert "skipped 6 of dtrace's own outputs" in printed
+    assert "skipped 7 of dtrace's own outputs" in printed
     for table in ("breakdown", "kernels", "steps", "stragglers"):
         pd.testing.assert_frame_equal(res[table], want[table])
     # unchanged: up to date (the skipped files are part of what is compared)

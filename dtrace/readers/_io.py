@@ -80,6 +80,7 @@ RESULTS_MANIFEST = "a dtrace results manifest"
 _OWN_OUTPUTS = [
     (re.compile(rb'^\s*\{\s*"dtrace_version"\s*:'), RESULTS_MANIFEST),
     (re.compile(rb'^\s*\{\s*"cache_version"\s*:\s*\d+\s*,\s*"record"\s*:'), "a dtrace cache record"),
+    (re.compile(rb'^\s*\{\s*"cache_version"\s*:\s*\d+\s*,\s*"records"\s*:'), "a dtrace cache index"),
     (
         re.compile(rb'^\s*\{\s*"version"\s*:\s*\d+\s*,\s*"key"\s*:\s*"[0-9a-f]{32}"\s*,\s*"tables"\s*:'),
         "an entry of dtrace's result store",
