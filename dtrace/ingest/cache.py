@@ -498,15 +498,11 @@ def _folder_key(folder: str) -> str:
     return hashlib.sha1(folder.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def _folder_keys(apath: str) -> list[str]:
-    """The keys of the folders that hold ``apath``: its own, then each one above it."""
-    keys, folder = [], os.path.dirname(apath)
-    while True:
-        keys.append(_folder_key(folder))
-        above = os.path.dirname(folder)
-        if above == folder:
-            return keys
-        folder = above
+@functools.lru_cache(maxsize=256)
+def _folder_keys(folder: str) -> tuple[str, ...]:
+    """The keys of ``folder`` and of each folder above it (once per folder: its inputs share them)."""
+    above = os.path.dirname(folder)
+    return (_folder_key(folder), *(() if above == folder else _folder_keys(above)))
 
 
 def _packed_records(cache_dir: str, apath: str) -> Iterator[tuple[FileRecord, dict[str, str], str] | str]:
@@ -516,7 +512,7 @@ def _packed_records(cache_dir: str, apath: str) -> Iterator[tuple[FileRecord, di
     except OSError:
         return
     packs = _packs_by_folder(cache_dir, (st.st_ino, st.st_mtime_ns, st.st_nlink))
-    for key in _folder_keys(apath):
+    for key in _folder_keys(os.path.dirname(apath)):
         for name in packs.get(key, ()):
             d = os.path.join(cache_dir, name)
             index = _read_index(d)
