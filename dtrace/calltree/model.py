@@ -19,7 +19,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..core.dtypes import text_column
-from ..vector.groups import dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
@@ -522,10 +522,10 @@ class Tree:
         oc = node_key[op]
         direct = B.grouped_union(oc[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], n_keys)
         kernels = np.bincount(oc[:n_direct], minlength=n_keys).astype(np.int64)
-        # an event under two same-named nested ops counts once for that name
-        size = max(self.size, 1)
-        key = unique(oc * size + gpu)
-        oc_u, gpu_u = key // size, key % size
+        # an event under two same-named nested ops counts once for that name: the inner op's
+        # pairs repeat the outer one's, so they are left out (no sort of the pairs)
+        outer = ~self._nested_in_same(uids, key_of)[np.searchsorted(uids, op)]
+        oc_u, gpu_u = oc[outer], gpu[outer]
         sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], n_keys)
         sub_k = np.bincount(oc_u, minlength=n_keys).astype(np.int64)
         first = uids[unique_first(key_of)[1]]
@@ -547,6 +547,21 @@ class Tree:
                 "subtree_kernels": sub_k[order],
             }
         )
+
+    def _nested_in_same(self, uids: np.ndarray, key_of: np.ndarray) -> np.ndarray:
+        """Whether each of the launcher nodes ``uids`` (ascending, so in preorder) is a cpu_op
+        inside another of them with the same key ``key_of`` (part, name, kind): every GPU event
+        below it is below that one too. Same-key nodes in preorder lie inside an earlier one
+        exactly when the earlier ones' subtrees, whose ends run up by key, reach past them."""
+        order = np.argsort(key_of, kind="stable")
+        k, node = key_of[order], uids[order]
+        reach = cummax_by(k, self.subtree_end[node])
+        earlier = np.empty(k.size, np.int64)
+        earlier[:1] = -1
+        earlier[1:] = np.where(k[1:] == k[:-1], reach[:-1], -1)
+        out = np.zeros(uids.size, bool)
+        out[order] = (earlier > node) & (self.kind[node] == CPU_OP)
+        return out
 
     # -- forward / backward ---------------------------------------------------------------
     @property
