@@ -43,18 +43,19 @@ def _codes(col: pd.Series, vocabulary: dict[str, int]) -> np.ndarray:
     return cats[inv] if cats.size else np.empty(0, np.int64)
 
 
-def _union_names(host: pd.Series | None, gpu: pd.Series | None, order: np.ndarray) -> pd.Categorical:
-    """One categorical of the host names (in ``order``) followed by the GPU names; codes are
-    remapped, no string is built per node."""
+def _union_names(
+    host: pd.Series | None, gpu: pd.Series | None, host_rows: np.ndarray, gpu_rows: np.ndarray
+) -> pd.Categorical:
+    """One categorical of the host names (at ``host_rows``) followed by the GPU names (at
+    ``gpu_rows``); codes are remapped, no string is built per node."""
     sides = []
-    if host is not None:
-        sides.append(
-            pd.Categorical(host).take(order)
-            if isinstance(host.dtype, pd.CategoricalDtype)
-            else pd.Categorical(np.asarray(host, dtype=object)[order])
-        )
-    if gpu is not None:
-        sides.append(pd.Categorical(gpu))
+    for col, rows in ((host, host_rows), (gpu, gpu_rows)):
+        if col is not None:
+            sides.append(
+                pd.Categorical(col).take(rows)
+                if isinstance(col.dtype, pd.CategoricalDtype)
+                else pd.Categorical(np.asarray(col, dtype=object)[rows])
+            )
     if not sides:
         return pd.Categorical(np.array([], object))
     if len(sides) == 1:
@@ -69,16 +70,6 @@ def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     if name in df.columns:
         return cast(np.ndarray, df[name].to_numpy(np.int64))
     return np.full(len(df), default, np.int64)
-
-
-_HOST_COLUMNS = ("part", "kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation", "external_id", "seq", "row")
-_GPU_COLUMNS = ("part", "kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "external_id", "row")
-
-
-def _rows(df: pd.DataFrame, rows: np.ndarray, columns: tuple[str, ...]) -> pd.DataFrame:
-    """The ``columns`` of ``df`` the tree reads (those it has) at positions ``rows``: a copy of
-    a few columns, not of the whole frame."""
-    return df[[c for c in columns if c in df.columns]].take(rows)
 
 
 class Tree:
@@ -178,22 +169,21 @@ class Tree:
             else np.empty(0, np.int64)
         )
         keep = np.flatnonzero(hk >= 0)
-        h = _rows(host, keep, _HOST_COLUMNS) if keep.size != len(host) else host
         hk = hk[keep]
-        hpart = _col(h, "part", 0)
-        hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
-        hpid, htid = _col(h, "pid"), _col(h, "tid")
+        hpart = _col(host, "part", 0)[keep]
+        hstart, hend = _col(host, "start_ns")[keep], _col(host, "end_ns")[keep]
+        hpid, htid = _col(host, "pid")[keep], _col(host, "tid")[keep]
         order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
+        hrow = keep[order]  # the host rows of the nodes: each column read is taken once, not the frame
         gpart = _col(gpu, "part", 0)
         gorder = lexsort_ints((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
-        g = _rows(gpu, gorder, _GPU_COLUMNS)
         gpart = gpart[gorder]
-        gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
-        hcorr = _col(h, "correlation")[order]
-        gcorr = _col(g, "correlation")
+        gk = _codes(gpu["kind"], _K)[gorder] if len(gpu) else np.empty(0, np.int64)
+        hcorr = _col(host, "correlation")[hrow]
+        gcorr = _col(gpu, "correlation")[gorder]
         runtime = np.where(hk[order] == RUNTIME, hcorr, -1)
         launch = B.link_by_correlation(hpart[order], runtime, gpart, gcorr)
-        names = _union_names(h["name"] if len(h) else None, g["name"] if len(g) else None, order)
+        names = _union_names(host["name"] if keep.size else None, gpu["name"] if len(gpu) else None, hrow, gorder)
         parts = batch.parts
         first = (int(parts["rank"].iloc[0]), int(parts["device"].iloc[0])) if len(parts) else (0, 0)
         return cls(
@@ -201,15 +191,15 @@ class Tree:
             device=first[1],
             kind=np.concatenate([hk[order], gk]).astype(np.int8),
             name=names,
-            pid=np.concatenate([hpid[order], _col(g, "device", first[1])]),
-            tid=np.concatenate([htid[order], _col(g, "stream")]),
-            start_ns=np.concatenate([hstart[order], _col(g, "start_ns")]),
-            end_ns=np.concatenate([hend[order], _col(g, "end_ns")]),
+            pid=np.concatenate([hpid[order], _col(gpu, "device", first[1])[gorder]]),
+            tid=np.concatenate([htid[order], _col(gpu, "stream")[gorder]]),
+            start_ns=np.concatenate([hstart[order], _col(gpu, "start_ns")[gorder]]),
+            end_ns=np.concatenate([hend[order], _col(gpu, "end_ns")[gorder]]),
             correlation=np.concatenate([hcorr, gcorr]),
-            external_id=np.concatenate([_col(h, "external_id")[order], _col(g, "external_id")]),
-            seq=np.concatenate([_col(h, "seq")[order], np.full(len(g), -1, np.int64)]),
-            row=np.concatenate([_col(h, "row")[order], _col(g, "row")]),
-            n_host=len(h),
+            external_id=np.concatenate([_col(host, "external_id")[hrow], _col(gpu, "external_id")[gorder]]),
+            seq=np.concatenate([_col(host, "seq")[hrow], np.full(gorder.size, -1, np.int64)]),
+            row=np.concatenate([_col(host, "row")[hrow], _col(gpu, "row")[gorder]]),
+            n_host=keep.size,
             gpu_launch=launch,
             part=np.concatenate([hpart[order], gpart]),
         )
