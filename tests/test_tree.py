@@ -407,6 +407,35 @@ def test_nested_same_name_ops_count_gpu_once():
     assert inst["gpu_subtree_ns"].tolist() == [70, 70] and inst["kernels"].tolist() == [0, 2]
 
 
+def test_three_nested_same_name_ops_count_each_kernel_once():
+    # A [0,100) > A [5,90) > A [8,80) > launch [10,20) -> k1 [100,150); launch [85,88) under the middle A -> k2 [160,170)
+    host = [
+        ("cpu_op", "A", 1, 1, 0, 100, -1, 1, -1),
+        ("cpu_op", "A", 1, 1, 5, 90, -1, 2, -1),
+        ("cpu_op", "A", 1, 1, 8, 80, -1, 3, -1),
+        ("runtime", "cudaLaunchKernel", 1, 1, 10, 20, 1, 3, -1),
+        ("runtime", "cudaLaunchKernel", 1, 1, 85, 88, 2, 2, -1),
+    ]
+    gpu = [(0, 7, "kernel", "k1", 100, 150, 1, 3), (1, 7, "kernel", "k2", 160, 170, 2, 2)]
+    row = Tree.from_batch(_part(host, gpu)).ops().set_index("op").loc["A"]
+    # count 3, host 100 + 85 + 72, direct: k1 (innermost A) and k2 (middle A), each kernel once in the subtree
+    cols = ["count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]
+    assert row[cols].tolist() == [3, 257, 60, 60, 2, 2]
+
+
+def test_same_name_launch_calls_outside_ops_keep_their_own_kernels():
+    # a graph launch inside a graph launch, both outside every cpu_op: each is the launcher of its
+    # own kernel (the outer one is no op above the inner one), so both kernels count in the subtree
+    host = [
+        ("runtime", "cudaGraphLaunch", 1, 1, 0, 100, 1, -1, -1),
+        ("runtime", "cudaGraphLaunch", 1, 1, 10, 20, 2, -1, -1),
+    ]
+    gpu = [(0, 7, "kernel", "k1", 200, 250, 1, -1), (1, 7, "kernel", "k2", 300, 320, 2, -1)]
+    row = Tree.from_batch(_part(host, gpu)).ops().set_index("op").loc["cudaGraphLaunch"]
+    cols = ["launcher_kind", "count", "host_ns", "gpu_direct_ns", "gpu_subtree_ns", "kernels", "subtree_kernels"]
+    assert row[cols].tolist() == ["runtime", 2, 110, 70, 70, 2, 2]
+
+
 def test_ops_xrank_and_outliers_by_hand():
     rows = [  # rank, device, op, count, host_ns, gpu_direct_ns, gpu_subtree_ns, kernels, subtree_kernels
         (0, 0, "aten::mm", 10, 50, 100, 100, 10, 10),

@@ -530,10 +530,10 @@ def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: s
     )
     if not len(frame):
         return empty
-    f = frame.loc[(frame["kind"] == kind).to_numpy(bool)]
-    if not len(f):
+    rows = np.flatnonzero((frame["kind"] == kind).to_numpy(bool))  # the columns read, not the frame, taken
+    if not rows.size:
         return empty
-    names = _names(f["name"])
+    names = _names(frame["name"].iloc[rows])
     cats = np.asarray(names.cat.categories, dtype=object)
     codes = names.cat.codes.to_numpy()
     num = np.full(len(cats) + 1, -2, I64)  # -2: no match; -1: a match without a number
@@ -547,11 +547,11 @@ def _step_matches(frame: pd.DataFrame, kind: str, rx: re.Pattern[str], source: s
         return empty
     return pd.DataFrame(
         {
-            "part": f["part"].to_numpy(I64)[sel],
+            "part": frame["part"].to_numpy(I64)[rows[sel]],
             "step": nums[sel],
             "step_name": cats[codes[sel]].astype(str).astype(object),
-            "start_ns": f["start_ns"].to_numpy(I64)[sel],
-            "end_ns": f["end_ns"].to_numpy(I64)[sel],
+            "start_ns": frame["start_ns"].to_numpy(I64)[rows[sel]],
+            "end_ns": frame["end_ns"].to_numpy(I64)[rows[sel]],
             "source": source,
         }
     )

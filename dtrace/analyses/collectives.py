@@ -16,13 +16,11 @@ enough to send to the client.
 from __future__ import annotations
 
 import re
-from typing import cast
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
-from ..core.dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative, text_column
 from ..vector.groups import I64, cumcount, dense_codes, first_match, lexsort_ints, unique_inverse
 from .batch import Batch
 
@@ -81,23 +79,33 @@ def infer_op(name: str) -> str:
 _COMPILED = tuple((re.compile(p, re.I), op) for p, op in OP_PATTERNS)
 
 
-def _side_column(
-    side: pd.DataFrame, name: str, pos: np.ndarray, default: str | int, dtype: npt.DTypeLike
-) -> np.ndarray:
-    if name not in side.columns:
-        return np.full(len(pos), default, dtype)
+def _side_column(side: pd.DataFrame | None, name: str, pos: np.ndarray, default: int) -> np.ndarray:
+    """The integer column ``name`` of ``side`` at ``pos`` (``len(side)`` or no ``side``: ``default``)."""
+    if side is None or name not in side.columns:
+        return np.full(len(pos), default, I64)
+    values: np.ndarray = np.append(side[name].to_numpy(), default)[pos]
+    return values.astype(I64)
+
+
+def _side_text(side: pd.DataFrame | None, name: str, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The text column ``name`` of ``side`` at ``pos`` (``len(side)``, a missing value or no
+    ``side``: ``""``) as distinct strings and a code per row into them (equal strings, equal
+    codes): the rows' strings are built once, by :func:`text_column`."""
+    if side is None or name not in side.columns:
+        return np.array([""], dtype=object), np.zeros(len(pos), I64)
     col = side[name]
-    if isinstance(col.dtype, pd.CategoricalDtype) or col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
-        cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-        # object arrays throughout: a fixed-width unicode array would copy every (long) group-ranks
-        # string into each row's slot
-        labels = np.array([str(c) for c in cat.cat.categories] + [default], dtype=object)
-        codes = cat.cat.codes.to_numpy()
-        codes = np.where(codes < 0, len(labels) - 1, codes)
-        vals = labels[np.append(codes, len(labels) - 1)[pos]]
-        return cast(np.ndarray, vals.astype(dtype))
-    arr = np.append(col.to_numpy(), default)
-    return cast(np.ndarray, arr[pos].astype(dtype))
+    cat = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    labels = np.array([str(c) for c in cat.cat.categories] + [""], dtype=object)
+    codes = cat.cat.codes.to_numpy().astype(I64)
+    codes = np.append(np.where(codes < 0, len(labels) - 1, codes), len(labels) - 1)[pos]
+    return _distinct(labels, codes)
+
+
+def _distinct(labels: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``labels`` without repeats, and ``codes`` into them (a few labels: one dict pass)."""
+    first: dict[str, int] = {}
+    to = np.array([first.setdefault(v, len(first)) for v in labels], I64)
+    return np.array(list(first), dtype=object), to[codes] if to.size else codes
 
 
 def comm_kernels(batch: Batch) -> pd.DataFrame:
@@ -116,43 +124,36 @@ def comm_kernels(batch: Batch) -> pd.DataFrame:
     idx, part, start, stream = idx[o], part[o], start[o], stream[o]
     names = g["name"].array  # classify each distinct comm name once
     used, inv = unique_inverse(np.asarray(names.codes)[idx])
-    inferred = np.array([infer_op(str(names.categories[c])) for c in used], dtype=object)[inv]
-    n = len(idx)
+    inferred = np.array([infer_op(str(names.categories[c])) for c in used], dtype=object)
     side = batch.collectives
     if len(side):
         side = side.drop_duplicates(["part", "row"])
         pos = first_match((side["part"].to_numpy(I64), side["row"].to_numpy(I64)), (part, g["row"].to_numpy(I64)[idx]))
         pos = np.where(pos >= 0, pos, len(side))  # len(side) selects the default
-        coll = _side_column(side, "collective", pos, "", object)
-        op = np.where(coll != "", coll, inferred)
-        group = _side_column(side, "group", pos, "", object)
-        group_ranks = _side_column(side, "group_ranks", pos, "", object)
-        group_size = _side_column(side, "group_size", pos, -1, I64)
-        seq = _side_column(side, "seq", pos, -1, I64)
-        nbytes = _side_column(side, "bytes", pos, -1, I64)
-        dtype = _side_column(side, "dtype", pos, "", object)
     else:
-        op = inferred
-        group = np.full(n, "", object)
-        group_ranks = np.full(n, "", object)
-        group_size = np.full(n, -1, I64)
-        seq = np.full(n, -1, I64)
-        nbytes = np.full(n, -1, I64)
-        dtype = np.full(n, "", object)
-    key = dense_codes(part, pd.factorize(group)[0], pd.factorize(group_ranks)[0], pd.factorize(op)[0])[0]
+        side, pos = None, np.zeros(len(idx), I64)
+    # the stated collective, else the one the kernel's name says
+    coll, coll_code = _side_text(side, "collective", pos)
+    op, op_code = _distinct(
+        np.concatenate([coll, inferred]), np.where(coll[coll_code] != "", coll_code, len(coll) + inv)
+    )
+    group, group_code = _side_text(side, "group", pos)
+    ranks, ranks_code = _side_text(side, "group_ranks", pos)
+    dtype, dtype_code = _side_text(side, "dtype", pos)
+    key = dense_codes(part, group_code, ranks_code, op_code)[0]
     return pd.DataFrame(
         {
             **batch.keys(part),
             "stream": stream,
             "start_ns": start,
             "end_ns": g["end_ns"].to_numpy(I64)[idx],
-            "op": op.astype(object),
-            "group": group,
-            "group_ranks": group_ranks,
-            "group_size": missing_if_negative(group_size),
-            "seq": missing_if_negative(seq),
-            "bytes": missing_if_negative(nbytes),
-            "dtype": dtype,
+            "op": text_column(op, op_code),
+            "group": text_column(group, group_code),
+            "group_ranks": text_column(ranks, ranks_code),
+            "group_size": missing_if_negative(_side_column(side, "group_size", pos, -1)),
+            "seq": missing_if_negative(_side_column(side, "seq", pos, -1)),
+            "bytes": missing_if_negative(_side_column(side, "bytes", pos, -1)),
+            "dtype": text_column(dtype, dtype_code),
             "step": missing_if_negative(g["step"].to_numpy(I64)[idx]),  # NA: outside every step
             "order_op": cumcount(key),
             "order_stream": cumcount(dense_codes(part, stream)[0]),

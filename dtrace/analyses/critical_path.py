@@ -77,7 +77,18 @@ import pandas as pd
 
 from ..core.constants import KINDS
 from ..core.dtypes import empty_frame, missing_if_negative
-from ..vector.groups import I64, count_by, cummax_by, dense_codes, first_match, lexsort_ints, max_by, min_by, sum_by
+from ..vector.groups import (
+    I64,
+    count_by,
+    cummax_by,
+    dense_codes,
+    first_match,
+    lexsort_ints,
+    max_by,
+    min_by,
+    sum_by,
+    unique,
+)
 from ..vector.intervals import Axis, AxisOverflow, coverage, union
 from .batch import Batch, kind_codes, launch_rows
 from .queues import part_queue_limits
@@ -548,11 +559,15 @@ def _releases(
     """
     n_parts = limits.size
     hp, hs, he = host.part, host.start, host.end
-    names = np.asarray([str(x) for x in host.name_lab], dtype=object)
-    is_sync_name = np.array([bool(SYNC_CALL.search(x)) for x in names] + [False], bool)
-    is_copy_name = np.array([bool(COPY_CALL.search(x)) for x in names] + [False], bool)
-    nc = np.where(host.name_code < 0, len(names), host.name_code)
     runtime = host.kind == KINDS.index("runtime")
+    # the names of the runtime calls (a few of the host's names) matched once each
+    n_names = len(host.name_lab)
+    nc = np.where(host.name_code < 0, n_names, host.name_code)
+    used = unique(nc[runtime & (nc < n_names)])
+    is_sync_name, is_copy_name = np.zeros(n_names + 1, bool), np.zeros(n_names + 1, bool)
+    used_names = [str(host.name_lab[i]) for i in used.tolist()]
+    is_sync_name[used] = [bool(SYNC_CALL.search(x)) for x in used_names]
+    is_copy_name[used] = [bool(COPY_CALL.search(x)) for x in used_names]
     sync_call = runtime & is_sync_name[nc]
     copy_call = runtime & is_copy_name[nc] & ~sync_call
     gpu_of = np.full(hp.size, -1, I64)  # a GPU event each launch call launched

@@ -219,23 +219,22 @@ def queue_timeline(batch: Batch) -> pd.DataFrame:
     lo, width = window(batch)
     present = lk.streams()
     gpart = lk.gpart
-    # every (stream, bin) cell of the streams with launches, its edges in trace time and on the axis
+    # the bin edges of the streams with launches, in trace time and on the axis: a cell (stream,
+    # bin) lies between two edges, and the step function is integrated once per edge
+    edge_g = np.repeat(present, bins + 1)
+    edge = lo[gpart[edge_g]] + np.tile(np.arange(bins + 1, dtype=I64), present.size) * width[gpart[edge_g]]
+    pe = s.axis.place(edge, edge_g)
     cell_g = np.repeat(present, bins)
     cell_b = np.tile(np.arange(bins, dtype=I64), present.size)
-    a = lo[gpart[cell_g]] + cell_b * width[gpart[cell_g]]
-    b = a + width[gpart[cell_g]]
-    pa, pb = s.axis.place(a, cell_g), s.axis.place(b, cell_g)
+    ca = np.arange(cell_g.size) + np.repeat(np.arange(present.size), bins)  # each cell's first edge
     # one step function serves every stream: the length is 0 between streams
     prefix = np.concatenate(([0.0], np.cumsum(s.v.astype(np.float64) * s.dur)))
-
-    def integral(x: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(s.pt, x, side="right") - 1
-        jj = np.maximum(j, 0)
-        return np.where(j >= 0, prefix[jj] + s.v[jj] * np.minimum(x - s.pt[jj], s.dur[jj]), 0.0)
-
-    mean = (integral(pb) - integral(pa)) / (pb - pa)
-    j = np.searchsorted(s.pt, pa, side="right") - 1
-    carried = np.where(j >= 0, s.v[np.maximum(j, 0)], 0)  # 0 at another stream's last point
+    j = np.searchsorted(s.pt, pe, side="right") - 1
+    jj = np.maximum(j, 0)
+    integral = np.where(j >= 0, prefix[jj] + s.v[jj] * np.minimum(pe - s.pt[jj], s.dur[jj]), 0.0)
+    mean = (integral[ca + 1] - integral[ca]) / (pe[ca + 1] - pe[ca])
+    carried = np.where(j[ca] >= 0, s.v[jj[ca]], 0)  # 0 at another stream's last point
+    a, b = edge[ca], edge[ca + 1]
     row = np.full(lk.n_groups, -1, I64)
     row[present] = np.arange(present.size) * bins  # the first cell of each stream
     peak = carried.copy()

@@ -46,12 +46,12 @@ that index. The core, :func:`segment_rows`, takes a frame of GPU events with ``p
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from ..core.dtypes import empty_frame, missing_if_negative
+from ..core.dtypes import empty_frame, missing_if_negative, text_column, text_values
 from ..knowledge.classify import Classifier, classifier_for
 from ..vector.groups import cummax_by, dense_codes, lexsort_ints, unique, unique_first, unique_inverse
 from .batch import Batch
@@ -183,6 +183,40 @@ def _coverage(u: tuple[np.ndarray, ...], group: np.ndarray, t: np.ndarray) -> np
         return np.zeros(len(t), np.int64)
     inside = np.clip(t - seg_s[jj], 0, seg_e[jj] - seg_s[jj])
     return np.where(j >= 0, prefix[jj] + inside, 0).astype(np.int64)
+
+
+def _ranked_coverage(u: tuple[np.ndarray, ...], rank: np.ndarray, t: np.ndarray, t_prev: np.ndarray) -> np.ndarray:
+    """``|U ∩ (t_prev, t]|`` for each query, ``rank`` giving the position of its group among
+    the sorted distinct groups of the union ``u`` (from :func:`_unions`, sorted by group and
+    start): the segments' (group rank, start) are already one sorted int64 key, so a binary
+    search finds every query's last segment (no sort); :func:`_coverage` where the key would
+    not fit."""
+    seg_g, seg_s = u[0], u[1]
+    if not len(rank) or not len(seg_s):
+        return np.zeros(len(rank), np.int64)
+    lo = min(int(seg_s.min()), int(t.min()), int(t_prev.min()))
+    span = max(int(seg_s.max()), int(t.max()), int(t_prev.max())) - lo + 1
+    seg_rank = np.cumsum(np.r_[False, seg_g[1:] != seg_g[:-1]])
+    if span * (int(seg_rank[-1]) + 1) >= (1 << 62):
+        groups = seg_g[np.r_[0, np.flatnonzero(seg_g[1:] != seg_g[:-1]) + 1]][rank]
+        out: np.ndarray = _coverage(u, groups, t) - _coverage(u, groups, t_prev)
+        return out
+    key = seg_rank * span + (seg_s - lo)
+    base = rank * span - lo
+    out = _covered(u, seg_rank, key, rank, base, t) - _covered(u, seg_rank, key, rank, base, t_prev)
+    return out
+
+
+def _covered(
+    u: tuple[np.ndarray, ...], seg_rank: np.ndarray, key: np.ndarray, rank: np.ndarray, base: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """:func:`_coverage` at ``t`` of queries whose group key starts at ``base``, on the sorted
+    segment key of :func:`_ranked_coverage`."""
+    seg_s, seg_e, prefix = u[1], u[2], u[3]
+    j = np.searchsorted(key, base + t, side="right") - 1
+    jj = np.maximum(j, 0)
+    inside = np.clip(t - seg_s[jj], 0, seg_e[jj] - seg_s[jj])
+    return np.where((j >= 0) & (seg_rank[jj] == rank), prefix[jj] + inside, 0).astype(np.int64)
 
 
 def segment_rows(
@@ -403,7 +437,7 @@ def _class_columns(
     t: np.ndarray,
     t_prev: np.ndarray,
     n_chains: int,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """Per-class unions and each node's class time: the node's :data:`CLASS_SLOTS` largest
     classes (``class_<i>``, ``class_<i>_ns``), the rest summed (``other_class_ns``)."""
     n_cls = max(len(cnames), 1)
@@ -417,23 +451,22 @@ def _class_columns(
     ni = np.repeat(np.arange(len(t)), reps)
     off = np.arange(len(ni)) - np.repeat(np.cumsum(reps) - reps, reps)
     pi = chain_pair0[ch[ni]] + off
-    qg = pairs[pi] if len(pairs) else np.zeros(0, np.int64)
-    cls_ns = _coverage(cu, qg, t[ni]) - _coverage(cu, qg, t_prev[ni])
+    cls_ns = _ranked_coverage(cu, pi, t[ni], t_prev[ni])
     pos_rows = cls_ns > 0
     ni, cls_ns, cls_code = ni[pos_rows], cls_ns[pos_rows], pc_cls[pi[pos_rows]]
     # the node's CLASS_SLOTS largest classes, the rest summed
     o2 = lexsort_ints((cls_code, -cls_ns, ni))
     ni, cls_ns, cls_code = ni[o2], cls_ns[o2], cls_code[o2]
     rank_in_node = np.arange(len(ni)) - np.searchsorted(ni, ni)
-    cnames = np.asarray(cnames, dtype=object)
-    cols: dict[str, np.ndarray] = {}
+    labels = text_values(np.append(np.asarray(cnames, dtype=object), ""))  # the last: no class
+    cols: dict[str, Any] = {}
     for slot in range(CLASS_SLOTS):
         m = rank_in_node == slot
-        name = np.full(len(t), "", object)
+        name = np.full(len(t), len(cnames), np.int64)
         ns = np.zeros(len(t), np.int64)
-        name[ni[m]] = cnames[cls_code[m]]
+        name[ni[m]] = cls_code[m]
         ns[ni[m]] = cls_ns[m]
-        cols[f"class_{slot + 1}"] = name
+        cols[f"class_{slot + 1}"] = text_column(labels, name)
         cols[f"class_{slot + 1}_ns"] = ns
     rest = rank_in_node >= CLASS_SLOTS
     cols["other_class_ns"] = np.bincount(ni[rest], weights=cls_ns[rest], minlength=len(t)).astype(np.int64)

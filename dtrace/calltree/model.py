@@ -19,7 +19,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..core.dtypes import text_column
-from ..vector.groups import dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
+from ..vector.groups import cummax_by, dense_codes, lexsort_ints, string_rank, unique, unique_first, unique_inverse
 from . import build as B
 
 HOST_KINDS = ("cpu_op", "annotation", "runtime")
@@ -43,18 +43,19 @@ def _codes(col: pd.Series, vocabulary: dict[str, int]) -> np.ndarray:
     return cats[inv] if cats.size else np.empty(0, np.int64)
 
 
-def _union_names(host: pd.Series | None, gpu: pd.Series | None, order: np.ndarray) -> pd.Categorical:
-    """One categorical of the host names (in ``order``) followed by the GPU names; codes are
-    remapped, no string is built per node."""
+def _union_names(
+    host: pd.Series | None, gpu: pd.Series | None, host_rows: np.ndarray, gpu_rows: np.ndarray
+) -> pd.Categorical:
+    """One categorical of the host names (at ``host_rows``) followed by the GPU names (at
+    ``gpu_rows``); codes are remapped, no string is built per node."""
     sides = []
-    if host is not None:
-        sides.append(
-            pd.Categorical(host).take(order)
-            if isinstance(host.dtype, pd.CategoricalDtype)
-            else pd.Categorical(np.asarray(host, dtype=object)[order])
-        )
-    if gpu is not None:
-        sides.append(pd.Categorical(gpu))
+    for col, rows in ((host, host_rows), (gpu, gpu_rows)):
+        if col is not None:
+            sides.append(
+                pd.Categorical(col).take(rows)
+                if isinstance(col.dtype, pd.CategoricalDtype)
+                else pd.Categorical(np.asarray(col, dtype=object)[rows])
+            )
     if not sides:
         return pd.Categorical(np.array([], object))
     if len(sides) == 1:
@@ -69,16 +70,6 @@ def _col(df: pd.DataFrame, name: str, default: int = -1) -> np.ndarray:
     if name in df.columns:
         return cast(np.ndarray, df[name].to_numpy(np.int64))
     return np.full(len(df), default, np.int64)
-
-
-_HOST_COLUMNS = ("part", "kind", "name", "pid", "tid", "start_ns", "end_ns", "correlation", "external_id", "seq", "row")
-_GPU_COLUMNS = ("part", "kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "external_id", "row")
-
-
-def _rows(df: pd.DataFrame, rows: np.ndarray, columns: tuple[str, ...]) -> pd.DataFrame:
-    """The ``columns`` of ``df`` the tree reads (those it has) at positions ``rows``: a copy of
-    a few columns, not of the whole frame."""
-    return df[[c for c in columns if c in df.columns]].take(rows)
 
 
 class Tree:
@@ -178,22 +169,21 @@ class Tree:
             else np.empty(0, np.int64)
         )
         keep = np.flatnonzero(hk >= 0)
-        h = _rows(host, keep, _HOST_COLUMNS) if keep.size != len(host) else host
         hk = hk[keep]
-        hpart = _col(h, "part", 0)
-        hstart, hend = _col(h, "start_ns"), _col(h, "end_ns")
-        hpid, htid = _col(h, "pid"), _col(h, "tid")
+        hpart = _col(host, "part", 0)[keep]
+        hstart, hend = _col(host, "start_ns")[keep], _col(host, "end_ns")[keep]
+        hpid, htid = _col(host, "pid")[keep], _col(host, "tid")[keep]
         order = B.preorder(B.thread_groups(hpart, hpid, htid), hstart, hend)
+        hrow = keep[order]  # the host rows of the nodes: each column read is taken once, not the frame
         gpart = _col(gpu, "part", 0)
         gorder = lexsort_ints((_col(gpu, "row"), _col(gpu, "start_ns"), gpart)) if len(gpu) else np.empty(0, np.int64)
-        g = _rows(gpu, gorder, _GPU_COLUMNS)
         gpart = gpart[gorder]
-        gk = _codes(g["kind"], _K) if len(g) else np.empty(0, np.int64)
-        hcorr = _col(h, "correlation")[order]
-        gcorr = _col(g, "correlation")
+        gk = _codes(gpu["kind"], _K)[gorder] if len(gpu) else np.empty(0, np.int64)
+        hcorr = _col(host, "correlation")[hrow]
+        gcorr = _col(gpu, "correlation")[gorder]
         runtime = np.where(hk[order] == RUNTIME, hcorr, -1)
         launch = B.link_by_correlation(hpart[order], runtime, gpart, gcorr)
-        names = _union_names(h["name"] if len(h) else None, g["name"] if len(g) else None, order)
+        names = _union_names(host["name"] if keep.size else None, gpu["name"] if len(gpu) else None, hrow, gorder)
         parts = batch.parts
         first = (int(parts["rank"].iloc[0]), int(parts["device"].iloc[0])) if len(parts) else (0, 0)
         return cls(
@@ -201,15 +191,15 @@ class Tree:
             device=first[1],
             kind=np.concatenate([hk[order], gk]).astype(np.int8),
             name=names,
-            pid=np.concatenate([hpid[order], _col(g, "device", first[1])]),
-            tid=np.concatenate([htid[order], _col(g, "stream")]),
-            start_ns=np.concatenate([hstart[order], _col(g, "start_ns")]),
-            end_ns=np.concatenate([hend[order], _col(g, "end_ns")]),
+            pid=np.concatenate([hpid[order], _col(gpu, "device", first[1])[gorder]]),
+            tid=np.concatenate([htid[order], _col(gpu, "stream")[gorder]]),
+            start_ns=np.concatenate([hstart[order], _col(gpu, "start_ns")[gorder]]),
+            end_ns=np.concatenate([hend[order], _col(gpu, "end_ns")[gorder]]),
             correlation=np.concatenate([hcorr, gcorr]),
-            external_id=np.concatenate([_col(h, "external_id")[order], _col(g, "external_id")]),
-            seq=np.concatenate([_col(h, "seq")[order], np.full(len(g), -1, np.int64)]),
-            row=np.concatenate([_col(h, "row")[order], _col(g, "row")]),
-            n_host=len(h),
+            external_id=np.concatenate([_col(host, "external_id")[hrow], _col(gpu, "external_id")[gorder]]),
+            seq=np.concatenate([_col(host, "seq")[hrow], np.full(gorder.size, -1, np.int64)]),
+            row=np.concatenate([_col(host, "row")[hrow], _col(gpu, "row")[gorder]]),
+            n_host=keep.size,
             gpu_launch=launch,
             part=np.concatenate([hpart[order], gpart]),
         )
@@ -522,10 +512,10 @@ class Tree:
         oc = node_key[op]
         direct = B.grouped_union(oc[:n_direct], self.start_ns[gpu[:n_direct]], self.end_ns[gpu[:n_direct]], n_keys)
         kernels = np.bincount(oc[:n_direct], minlength=n_keys).astype(np.int64)
-        # an event under two same-named nested ops counts once for that name
-        size = max(self.size, 1)
-        key = unique(oc * size + gpu)
-        oc_u, gpu_u = key // size, key % size
+        # an event under two same-named nested ops counts once for that name: the inner op's
+        # pairs repeat the outer one's, so they are left out (no sort of the pairs)
+        outer = ~self._nested_in_same(uids, key_of)[np.searchsorted(uids, op)]
+        oc_u, gpu_u = oc[outer], gpu[outer]
         sub = B.grouped_union(oc_u, self.start_ns[gpu_u], self.end_ns[gpu_u], n_keys)
         sub_k = np.bincount(oc_u, minlength=n_keys).astype(np.int64)
         first = uids[unique_first(key_of)[1]]
@@ -547,6 +537,21 @@ class Tree:
                 "subtree_kernels": sub_k[order],
             }
         )
+
+    def _nested_in_same(self, uids: np.ndarray, key_of: np.ndarray) -> np.ndarray:
+        """Whether each of the launcher nodes ``uids`` (ascending, so in preorder) is a cpu_op
+        inside another of them with the same key ``key_of`` (part, name, kind): every GPU event
+        below it is below that one too. Same-key nodes in preorder lie inside an earlier one
+        exactly when the earlier ones' subtrees, whose ends run up by key, reach past them."""
+        order = np.argsort(key_of, kind="stable")
+        k, node = key_of[order], uids[order]
+        reach = cummax_by(k, self.subtree_end[node])
+        earlier = np.empty(k.size, np.int64)
+        earlier[:1] = -1
+        earlier[1:] = np.where(k[1:] == k[:-1], reach[:-1], -1)
+        out = np.zeros(uids.size, bool)
+        out[order] = (earlier > node) & (self.kind[node] == CPU_OP)
+        return out
 
     # -- forward / backward ---------------------------------------------------------------
     @property
