@@ -196,6 +196,10 @@ def _cycle(after: Mapping[str, set[str]], done: set[str]) -> list[str]:
 ORDER: list[Reducer] = reducer_order(REDUCERS, (a.table for a in ANALYSES))
 """The reducers in their run order."""
 
+REDUCED: frozenset[str] = frozenset(t for r in REDUCERS for t in r.produces)
+"""Every table a reducer makes, the per-rank tables it replaces included (``collectives``,
+``op_perf``, ``devices``): the other tables pass through :func:`run_reducers` as they are."""
+
 DECLARED: dict[str, Mapping[str, object]] = {
     t: cols for r in REDUCERS for t, cols in r.produces.items() if cols is not None
 }
