@@ -279,7 +279,8 @@ def _reduce_and_record(
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """The run's tables, reduced across ranks, and its manifest (with the run key of a complete
     run, which a later :func:`up_to_date` compares); the per-rank tables that no reducer makes
-    are handed to ``staged`` (written in the background) before the reducers run."""
+    are handed to ``staged`` (written in the background) before the reducers run, the tables of
+    each reducer as it ends."""
     analyses = list(ANALYSES) + run.analyses
     tables = combine([r.tables for r in run.results], analyses)
     for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
@@ -287,7 +288,7 @@ def _reduce_and_record(
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
     if staged is not None:
         staged.stage({name: df for name, df in tables.items() if name not in REDUCED})
-    tables = run_reducers(tables, opts)
+    tables = run_reducers(tables, opts, on_reduced=staged.stage if staged is not None else None)
     run.phase("reduce")
     if run.reuse_results and run.store is not None:
         resultstore.prune(run.store, run.keys_used)
