@@ -28,9 +28,9 @@ from .knowledge.hardware import load_specs
 from .options import Options
 from .partitions import store as resultstore
 from .partitions.layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
-from .reduce import run_reducers
+from .reduce import REDUCED, run_reducers
 from .reduce.stragglers import check_method
-from .results import Results, check_results_dir, write_results
+from .results import Results, StagedResults, check_results_dir
 
 HASH_BYTES_PER_S = 2e9
 ANALYSIS_EVENTS_PER_S = 1e6
@@ -189,8 +189,11 @@ def analyze(
     )
 
     def finish(n_workers: int, mode: str) -> Results:  # while the workers stop
-        tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode)
-        return write_results(out, tables, manifest) if out is not None else Results(tables, manifest, None)
+        if out is None:
+            return Results(*_reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode), None)
+        with StagedResults(out) as staged:  # the tables no reducer changes are written while they run
+            tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode, staged)
+            return staged.commit(tables, manifest)
 
     return _run_on_engine(run, spec, tmp_cache, finish)
 
@@ -272,15 +275,20 @@ def _reduce_and_record(
     t0: float,
     n_workers: int,
     mode: str,
+    staged: StagedResults | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """The run's tables, reduced across ranks, and its manifest (with the run key of a complete
-    run, which a later :func:`up_to_date` compares)."""
+    run, which a later :func:`up_to_date` compares); the per-rank tables that no reducer makes
+    are handed to ``staged`` (written in the background) before the reducers run, the tables of
+    each reducer as it ends."""
     analyses = list(ANALYSES) + run.analyses
     tables = combine([r.tables for r in run.results], analyses)
     for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
         tables.pop(name, None)
     tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
-    tables = run_reducers(tables, opts)
+    if staged is not None:
+        staged.stage({name: df for name, df in tables.items() if name not in REDUCED})
+    tables = run_reducers(tables, opts, on_reduced=staged.stage if staged is not None else None)
     run.phase("reduce")
     if run.reuse_results and run.store is not None:
         resultstore.prune(run.store, run.keys_used)

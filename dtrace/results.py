@@ -29,7 +29,8 @@ import shutil
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import fields
 from typing import Any, Iterator
 
@@ -264,36 +265,107 @@ def write_results(out: str, tables: dict[str, pd.DataFrame], manifest: dict[str,
         ``out`` cannot be written (a file, read-only, disk full, a folder named
         ``manifest.json``); the previous results are left as they were.
     """
-    _prepare_out(out, tables)
-    old_manifest = os.path.join(out, MANIFEST)
-    clean_staging(out)
-    run_id = manifest.setdefault("run_id", uuid.uuid4().hex)
-    manifest["format_version"] = FORMAT_VERSION
-    manifest["tables"] = sorted(tables)
-    staging = lock = None
-    try:
-        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
-        lock = _lock(staging)
-        # Arrow converts, compresses and writes without the GIL: the tables are staged in parallel
-        with ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="dtrace-write") as pool:
-            staged = pool.map(lambda item: _stage_table(staging, item[0], item[1], run_id), tables.items())
-            fingerprints = dict(zip(tables, staged))
-        manifest["table_fingerprints"] = fingerprints
-        with open(os.path.join(staging, MANIFEST), "wb") as f:
-            f.write(_manifest_json(manifest))
-        _retire_previous(out, set(tables))
+    with StagedResults(out) as staged:
+        return staged.commit(tables, manifest)
+
+
+class StagedResults:
+    """A run's results on their way into ``out``: tables are staged as soon as they are final,
+    and :meth:`commit` puts the whole run in place (:func:`write_results` is both at once).
+
+    :meth:`stage` converts a table to Arrow in the calling thread (pandas is not read from two
+    threads) and leaves the compression and the writing, which run without the GIL, to a
+    background thread: the tables the reducers do not change are written while the reducers run
+    (``dtrace analyze``'s client is otherwise alone on the machine then). A table staged and then
+    replaced (another object under its name at :meth:`commit`) is staged again. Leaving the
+    ``with`` block without a commit removes the staging folder; nothing in ``out`` changed.
+
+    Raises
+    ------
+    ResultsError
+        ``out`` cannot hold results (at the start) or a table cannot be written (at
+        :meth:`commit`); the previous results are left as they were.
+    """
+
+    def __init__(self, out: str) -> None:
+        _prepare_out(out, {})
+        clean_staging(out)
+        self.out = out
+        self.run_id = uuid.uuid4().hex
+        self._lock: int | None = None
+        self._staged: dict[str, tuple[pd.DataFrame, Future[str]]] = {}
+        self._pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="dtrace-write")
+        try:
+            self.staging: str | None = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
+            self._lock = _lock(self.staging)
+        except OSError as exc:
+            self.close()
+            raise _write_error(out, exc) from None
+
+    def __enter__(self) -> StagedResults:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stage(self, tables: Mapping[str, pd.DataFrame], run_id: str | None = None) -> None:
+        """Start writing ``tables`` into the staging folder (tagged with ``run_id``, by default
+        :attr:`run_id`); their writes run in the background."""
+        for name, df in tables.items():
+            if not TABLE_NAME.fullmatch(name):
+                raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+            t = _arrow_table(df, run_id or self.run_id)
+            self._staged[name] = (df, self._pool.submit(_write_table, self._staging_dir(), name, t))
+
+    def commit(self, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:
+        """Stage the tables not staged yet (or replaced since), wait for every write, then replace
+        the previous results: the old manifest removed, the tables renamed into place, the new
+        manifest last."""
         for name in tables:
-            os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(out, f"{name}.parquet"))
-        os.replace(os.path.join(staging, MANIFEST), old_manifest)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise ResultsError(f"{out}: cannot write results: {exc.strerror or exc}{where}") from None
-    finally:
-        if lock is not None:
-            os.close(lock)
+            if not TABLE_NAME.fullmatch(name):
+                raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+        run_id = manifest.setdefault("run_id", self.run_id)
+        manifest["format_version"] = FORMAT_VERSION
+        manifest["tables"] = sorted(tables)
+        fresh = run_id == self.run_id  # else the manifest names its own run: every table is tagged with it
+        stale = {n: df for n, df in tables.items() if not (fresh and n in self._staged and self._staged[n][0] is df)}
+        wait([self._staged[n][1] for n in stale if n in self._staged])  # an earlier write of the same file ends first
+        staging = self._staging_dir()
+        # Arrow converts, compresses and writes without the GIL: the rest is staged in parallel
+        converted = self._pool.map(lambda item: (item[0], _arrow_table(item[1], run_id)), stale.items())
+        for name, t in list(converted):
+            self._staged[name] = (stale[name], self._pool.submit(_write_table, staging, name, t))
+        try:
+            manifest["table_fingerprints"] = {name: self._staged[name][1].result() for name in tables}
+            with open(os.path.join(staging, MANIFEST), "wb") as f:
+                f.write(_manifest_json(manifest))
+            _retire_previous(self.out, set(tables))
+            for name in tables:
+                os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(self.out, f"{name}.parquet"))
+            os.replace(os.path.join(staging, MANIFEST), os.path.join(self.out, MANIFEST))
+        except OSError as exc:
+            raise _write_error(self.out, exc) from None
+        return Results(tables, manifest, self.out)
+
+    def close(self) -> None:
+        """Wait for the writes still running, release the lock and remove the staging folder."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+        staging, self.staging = getattr(self, "staging", None), None
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    return Results(tables, manifest, out)
+
+    def _staging_dir(self) -> str:
+        if self.staging is None:
+            raise ResultsError(f"{self.out}: these results were already written or given up")
+        return self.staging
+
+
+def _write_error(out: str, exc: OSError) -> ResultsError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return ResultsError(f"{out}: cannot write results: {exc.strerror or exc}{where}")
 
 
 def _manifest_json(manifest: dict[str, Any]) -> bytes:
@@ -321,10 +393,14 @@ def _prepare_out(out: str, tables: dict[str, pd.DataFrame]) -> None:
         raise ResultsError(f"{old_manifest} is a directory, not a manifest; remove it or write the results elsewhere")
 
 
-def _stage_table(staging: str, name: str, df: pd.DataFrame, run_id: str) -> str:
-    """Write table ``name`` (tagged with the run id) into the staging folder; its fingerprint."""
+def _arrow_table(df: pd.DataFrame, run_id: str) -> pa.Table:
+    """Table ``df`` as Arrow, tagged with the run id."""
     t = pa.Table.from_pandas(df, preserve_index=False)
-    t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
+    return t.replace_schema_metadata({**(t.schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
+
+
+def _write_table(staging: str, name: str, t: pa.Table) -> str:
+    """Write table ``name`` into the staging folder; its fingerprint."""
     buf = io.BytesIO()
     pq.write_table(t, buf, compression="zstd")
     data = buf.getvalue()

@@ -252,3 +252,27 @@ def test_xrank_over_two_ranks():
     assert both["max_ns"] == rows["median_ns"].max() and both["min_ns"] == rows["median_ns"].min()
     assert both["max_rank"] == rows.loc[rows["median_ns"].idxmax(), "rank"]
     assert len(x) == per.ngroups
+
+
+def test_xrank_gpu_is_mixed_where_the_parts_ran_on_different_gpus():
+    """``op_perf_xrank.gpu``: the one GPU of a key's rows, "mixed" where they name more than one
+    (no GPU named counts as one of them), checked against a pandas group-by of the rows."""
+    from dtrace.reduce.opperf import IDENT, _xrank, row_codes
+
+    r = dtrace.analyze(
+        [
+            shared("kineto", "hta-2rank", "sampled_rank-0.json.gz"),
+            shared("kineto", "hta-2rank", "sampled_rank-1.json.gz"),
+        ],
+        scheduler="sync",
+    )
+    op = r.op_perf.reset_index(drop=True)
+    n = len(op)
+    gpu = np.where(op["rank"].to_numpy() == 1, "H100", "H200").astype(object)
+    gpu[np.arange(n) % 3 == 0] = None  # some rows name no GPU
+    op = op.assign(gpu=gpu)
+    x = _xrank(op, row_codes(op, IDENT)[0])
+    want = op.groupby(IDENT, dropna=False, sort=False)["gpu"].nunique(dropna=False).gt(1)
+    assert want.any() and not want.all()  # both cases are there
+    got = x.set_index(IDENT)["gpu"].eq("mixed")
+    assert len(got) == len(want) and got.reindex(want.index).tolist() == want.tolist()

@@ -156,3 +156,47 @@ def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
     finally:
         os.close(held)
     assert clean_staging(str(out)) == [".staging-live"] if fcntl is not None else True
+
+
+def test_staged_tables_are_those_committed(tmp_path):
+    """Tables staged before the reduce: a table replaced since is written as committed, one
+    dropped since is not written, and the fingerprints are those of the files."""
+    import xxhash
+
+    from dtrace.results import StagedResults
+
+    out = tmp_path / "out"
+    keep, replaced, dropped = small(2), small(3), small(4)
+    with StagedResults(str(out)) as staged:
+        staged.stage({"breakdown": keep, "kernels": replaced, "dropped": dropped})
+        assert not (out / MANIFEST).exists()  # nothing in place before the commit
+        res = staged.commit({"breakdown": keep, "kernels": small(5)}, {"inputs": []})
+    assert sorted(os.listdir(out)) == ["breakdown.parquet", "kernels.parquet", MANIFEST]
+    back = load(str(out))
+    assert back.table_names == ["breakdown", "kernels"] and res.manifest["run_id"] == back.manifest["run_id"]
+    pd.testing.assert_frame_equal(back.breakdown, small(2))
+    pd.testing.assert_frame_equal(back.kernels, small(5))  # the replacement, not what was staged first
+    for name in ("breakdown", "kernels"):
+        data = (out / f"{name}.parquet").read_bytes()
+        assert back.manifest["table_fingerprints"][name] == xxhash.xxh3_128_hexdigest(data)
+
+
+def test_staged_results_given_up_change_nothing(tmp_path):
+    """Leaving the staging without a commit (a reducer failed) keeps the previous results and
+    leaves no staging folder; a manifest that names its own run tags every table with it."""
+    from dtrace.results import StagedResults
+
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    with pytest.raises(RuntimeError, match="a reducer failed"):
+        with StagedResults(str(out)) as staged:
+            staged.stage({"breakdown": small(3), "kernels": small(3)})
+            raise RuntimeError("a reducer failed")
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
+    bd = small(3)
+    with StagedResults(str(out)) as staged:
+        staged.stage({"breakdown": bd})  # tagged with the staging's own run id at first
+        staged.commit({"breakdown": bd}, {"inputs": [], "run_id": "myrun"})
+    assert load(str(out)).manifest["run_id"] == "myrun"
+    pd.testing.assert_frame_equal(load(str(out)).breakdown, small(3))  # read back: tagged with myrun

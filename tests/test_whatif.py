@@ -600,3 +600,23 @@ def test_grouped_running_maximum_equals_pandas_cummax():
         run_id = np.cumsum(np.r_[True, rng.random(max(n - 1, 0)) < 0.3][:n])
         want = pd.Series(v).groupby(run_id, sort=False).cummax().to_numpy(np.float64)
         assert np.array_equal(_grouped_cummax(v, run_id), want, equal_nan=True)
+
+
+def test_replay_of_many_scenarios_is_each_scenario_replayed_alone():
+    """The replay of several scenarios at once gives, column by column, the same bits as each
+    scenario replayed alone (random work and host factors, transfers scaled or hidden)."""
+    g = wi.build_graph(_two_rank_tables())
+    rng = np.random.default_rng(3)
+    n, r = len(g.t), len(g.start)
+    phis = [np.ones(n), rng.uniform(0.5, 2.0, n), rng.uniform(0.1, 1.0, n)]
+    psis = [(np.ones(n), np.ones(r)), (rng.uniform(0, 1, n), rng.uniform(0, 1, r)), (np.ones(n), np.zeros(r))]
+    scales = [1.0, 0.0, 0.7]
+    many = wi.replay_many(
+        g,
+        np.stack(phis, axis=1),
+        np.array(scales),
+        (np.stack([p[0] for p in psis], axis=1), np.stack([p[1] for p in psis], axis=1)),
+    )
+    for j in range(3):
+        alone = wi.replay(g, phis[j], scales[j], psis[j])
+        assert many[:, j].tobytes() == alone.tobytes()

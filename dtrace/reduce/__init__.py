@@ -196,6 +196,10 @@ def _cycle(after: Mapping[str, set[str]], done: set[str]) -> list[str]:
 ORDER: list[Reducer] = reducer_order(REDUCERS, (a.table for a in ANALYSES))
 """The reducers in their run order."""
 
+REDUCED: frozenset[str] = frozenset(t for r in REDUCERS for t in r.produces)
+"""Every table a reducer makes, the per-rank tables it replaces included (``collectives``,
+``op_perf``, ``devices``): the other tables pass through :func:`run_reducers` as they are."""
+
 DECLARED: dict[str, Mapping[str, object]] = {
     t: cols for r in REDUCERS for t, cols in r.produces.items() if cols is not None
 }
@@ -203,10 +207,14 @@ DECLARED: dict[str, Mapping[str, object]] = {
 present and is not declared)."""
 
 
-def run_reducers(tables: Tables, options: Options) -> Tables:
+def run_reducers(tables: Tables, options: Options, *, on_reduced: Callable[[Tables], None] | None = None) -> Tables:
     """Every reducer in :data:`ORDER`, each seeing the tables of those before it; a declared table
-    is conformed to its columns (extra columns kept)."""
+    is conformed to its columns (extra columns kept). ``on_reduced`` gets the tables of each
+    reducer as it ends (final: no other reducer makes them), e.g. to write them meanwhile."""
     out = dict(tables)
     for r in ORDER:
-        out.update({t: conform(df, DECLARED[t], t) if t in DECLARED else df for t, df in r.func(out, options).items()})
+        made = {t: conform(df, DECLARED[t], t) if t in DECLARED else df for t, df in r.func(out, options).items()}
+        out.update(made)
+        if on_reduced is not None:
+            on_reduced(made)
     return out

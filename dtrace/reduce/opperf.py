@@ -49,7 +49,7 @@ from ..analyses.opperf import str_column
 from ..core.dtypes import conform, empty_frame
 from ..knowledge.hardware import Spec, load_specs, match_device
 from ..options import Options
-from ..vector.groups import I64, dense_codes, first_match, unique_first
+from ..vector.groups import I64, dense_codes, first_match, unique, unique_first
 from .ranks import robust_z
 
 Tables = dict[str, pd.DataFrame]
@@ -288,9 +288,10 @@ def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
         out["spread"] = np.where(med > 0, med_ns[hi_row] / med, np.nan)
     for c in ("flops", "bytes", "unit", "precision", "params"):
         out[c] = op[c].to_numpy()[first]
-    gpu_codes = pd.factorize(op["gpu"])[0]
-    pairs = np.unique(np.stack([key, gpu_codes]), axis=1)
-    n_gpus = np.bincount(pairs[0], minlength=n)
+    gpu_codes = pd.factorize(op["gpu"])[0].astype(np.int64) + 1  # 0: no GPU named
+    base = int(gpu_codes.max()) + 1
+    pairs = unique(key.astype(np.int64) * base + gpu_codes)  # the distinct (key, GPU) pairs
+    n_gpus = np.bincount(pairs // base, minlength=n)
     out["gpu"] = np.where(n_gpus > 1, "mixed", op["gpu"].to_numpy(object)[first]).astype(object)
     flops = op["flops"].to_numpy(np.float64) * count
     nbytes = op["bytes"].to_numpy(np.float64) * count

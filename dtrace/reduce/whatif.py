@@ -169,22 +169,31 @@ class Graph:
 
 
 def take(values: np.ndarray, idx: np.ndarray, fill: float | int) -> np.ndarray:
-    """``values[idx]`` where ``idx >= 0``, else ``fill`` (also when ``values`` is empty).
+    """``values[idx]`` where ``idx >= 0``, else ``fill`` (also when ``values`` is empty); rows of
+    a 2-d ``values``.
 
     Examples
     --------
     >>> take(np.array([5, 6]), np.array([1, -1]), 0).tolist()
     [6, 0]
+    >>> take(np.array([[5, 7], [6, 8]]), np.array([1, -1]), 0).tolist()
+    [[6, 8], [0, 0]]
     """
     idx = np.asarray(idx, np.int64)
     if not len(values):
-        return np.full(len(idx), fill, dtype=np.result_type(values.dtype, type(fill)))
-    return np.where(idx >= 0, values[np.maximum(idx, 0)], fill)
+        return np.full((len(idx), *values.shape[1:]), fill, dtype=np.result_type(values.dtype, type(fill)))
+    return np.where(_rows(idx >= 0, values.ndim), values[np.maximum(idx, 0)], fill)
+
+
+def _rows(mask: np.ndarray, ndim: int) -> np.ndarray:
+    """A mask of rows, shaped to select whole rows of an array of ``ndim`` dimensions."""
+    return mask if ndim == 1 else mask[:, None]
 
 
 def _grouped_cummax(values: np.ndarray, run_id: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` within each run of equal ``run_id`` (runs contiguous), NaN
-    skipped (NaN where the value is NaN, as pandas' ``cummax``).
+    skipped (NaN where the value is NaN, as pandas' ``cummax``); down each column of a 2-d
+    ``values``.
 
     A doubling scan (log2 of the longest run steps of whole-array operations): the replay calls
     this once per level on a handful of values, where a pandas group-by costs ~0.5 ms a call.
@@ -198,7 +207,7 @@ def _grouped_cummax(values: np.ndarray, run_id: np.ndarray) -> np.ndarray:
     out = np.where(nan, -np.inf, values).astype(np.float64)
     d = 1
     while d < len(out):
-        prev = np.where(run_id[d:] == run_id[:-d], out[:-d], -np.inf)
+        prev = np.where(_rows(run_id[d:] == run_id[:-d], out.ndim), out[:-d], -np.inf)
         np.maximum(out[d:], prev, out=out[d:])
         d *= 2
     out[nan] = np.nan
@@ -596,56 +605,97 @@ def replay(
 ) -> np.ndarray:
     """Replayed span (end − start) of every chain, with work scaled by ``phi`` per node,
     transfers by ``transfer_scale`` and the GPU's waits for the host by ``psi`` (per node, per
-    collectives row; :func:`host_factors`)."""
-    n = len(g.t)
-    psi_node, psi_row = psi if psi is not None else (np.ones(n), np.ones(len(g.start)))
-    cut = g.host * (1.0 - psi_node)  # host waits removed (a start node: its lead-in)
-    w = g.free - cut + g.work * phi
+    collectives row; :func:`host_factors`). One scenario of :func:`replay_many`."""
+    psi_node, psi_row = psi if psi is not None else (np.ones(len(g.t)), np.ones(len(g.start)))
+    spans = replay_many(g, phi[:, None], np.array([transfer_scale], np.float64), (psi_node[:, None], psi_row[:, None]))
+    return spans[:, 0]
+
+
+def replay_many(
+    g: Graph, phi: np.ndarray, transfer_scale: np.ndarray, psi: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """:func:`replay` of ``k`` scenarios at once: ``phi`` and ``psi`` have a column per scenario
+    (nodes × k, nodes × k and rows × k), ``transfer_scale`` a value per scenario; the spans of
+    every chain, chains × k. Each column is computed by the same operations, in the same order,
+    as one scenario alone (the same bits); the levels are walked once for all of them."""
+    n, k = phi.shape
+    psi_node, psi_row = psi
+    cut = g.host[:, None] * (1.0 - psi_node)  # host waits removed (a start node: its lead-in)
+    w = g.free[:, None] - cut + g.work[:, None] * phi
     w[g.first] = 0.0
-    lag = g.lag - g.lag_host * (1.0 - psi_row)
-    tn = np.full(n, np.nan)
-    arrive = np.full(len(g.start), np.nan)
-    zr = np.full(len(g.start), np.nan)
-    comm_end = np.full(len(g.end_node), NEG)
-    chain_of_row = g.row_chain >= 0
-    transfer = g.transfer * transfer_scale
+    state = _ReplayState(
+        tn=np.full((n, k), np.nan),
+        arrive=np.full((len(g.start), k), np.nan),
+        zr=np.full((len(g.start), k), np.nan),
+        comm_end=np.full((len(g.end_node), k), NEG),
+    )
+    lag = g.lag[:, None] - g.lag_host[:, None] * (1.0 - psi_row)
+    transfer = g.transfer[:, None] * transfer_scale[None, :]
     for v in range(len(g.node_levels)):
-        ns = g.node_levels[v]
-        if len(ns):
-            gate = g.gate_row[ns]
-            fixed = np.where(g.first[ns], g.t[ns] - cut[ns], NEG)
-            has = gate >= 0
-            fixed[has] = zr[gate[has]] + g.delay[ns][has]
-            prev_chain = np.where(g.first[ns], g.tied_prev[g.chain[ns]], -1)
-            tied = prev_chain >= 0
-            if tied.any():
-                pc = prev_chain[tied]
-                gap = g.gap[g.chain[ns][tied]]
-                fixed[tied] = np.maximum(tn[g.end_node[pc]], comm_end[pc]) + gap - np.minimum(cut[ns][tied], gap)
-            ch = g.chain[ns]
-            run_first = np.r_[True, (ch[1:] != ch[:-1]) | (ns[1:] != ns[:-1] + 1)]
-            run_id = np.cumsum(run_first)
-            ww = w[ns]
-            cw = np.cumsum(ww)
-            before = (cw - ww)[run_first]
-            wsum = cw - before[run_id - 1]
-            prev = np.where(g.first[ns] | ~run_first, NEG, tn[np.maximum(ns - 1, 0)])
-            base = prev[run_first][run_id - 1]
-            tn[ns] = wsum + np.maximum(base, _grouped_cummax(fixed - wsum, run_id))
-        rs = g.row_levels[v]
-        if len(rs):
-            rd = g.ready[rs]
-            pr = g.pred[rs]
-            a = np.maximum(take(tn, rd, NEG), take(zr, pr, NEG))
-            arrive[rs] = np.where(np.isfinite(a), a, g.start[rs]) + lag[rs]
-        ir = g.inst_row_levels[v]
-        if len(ir):
-            last = np.full(len(transfer), NEG)
-            np.maximum.at(last, g.inst[ir], arrive[ir])
-            zr[ir] = last[g.inst[ir]] + transfer[g.inst[ir]] + g.rho[ir]
-            ok = ir[chain_of_row[ir]]
-            np.maximum.at(comm_end, g.row_chain[ok], zr[ok])
-    return cast(np.ndarray, np.maximum(tn[g.end_node], comm_end) - tn[g.first])
+        if len(g.node_levels[v]):
+            _replay_nodes(g, g.node_levels[v], w, cut, state)
+        if len(g.row_levels[v]):
+            _replay_arrivals(g, g.row_levels[v], lag, state)
+        if len(g.inst_row_levels[v]):
+            _replay_instances(g, g.inst_row_levels[v], transfer, state)
+    return cast(np.ndarray, np.maximum(state.tn[g.end_node], state.comm_end) - state.tn[g.first])
+
+
+@dataclass
+class _ReplayState:
+    """The replayed times so far, a column per scenario: nodes (``tn``), the rows' arrivals and
+    ends (``zr``), and the latest collective end of each chain."""
+
+    tn: np.ndarray
+    arrive: np.ndarray
+    zr: np.ndarray
+    comm_end: np.ndarray
+
+
+def _replay_nodes(g: Graph, ns: np.ndarray, w: np.ndarray, cut: np.ndarray, st: _ReplayState) -> None:
+    """The times of the nodes ``ns`` (one level): each run of consecutive nodes of a chain is its
+    predecessor's time plus the running work, or a fixed time (a step start, a gate's collective
+    end plus its delay, a tied step's previous end plus its gap) when that is later."""
+    tn = st.tn
+    first = g.first[ns]
+    gate = g.gate_row[ns]
+    fixed = np.where(first[:, None], g.t[ns][:, None] - cut[ns], NEG)
+    has = gate >= 0
+    fixed[has] = st.zr[gate[has]] + g.delay[ns][has][:, None]
+    prev_chain = np.where(first, g.tied_prev[g.chain[ns]], -1)
+    tied = prev_chain >= 0
+    if tied.any():
+        pc = prev_chain[tied]
+        gap = g.gap[g.chain[ns][tied]][:, None]
+        fixed[tied] = np.maximum(tn[g.end_node[pc]], st.comm_end[pc]) + gap - np.minimum(cut[ns][tied], gap)
+    ch = g.chain[ns]
+    run_first = np.r_[True, (ch[1:] != ch[:-1]) | (ns[1:] != ns[:-1] + 1)]
+    run_id = np.cumsum(run_first)
+    ww = w[ns]
+    cw = np.cumsum(ww, axis=0)
+    before = (cw - ww)[run_first]
+    wsum = cw - before[run_id - 1]
+    prev = np.where((first | ~run_first)[:, None], NEG, tn[np.maximum(ns - 1, 0)])
+    base = prev[run_first][run_id - 1]
+    tn[ns] = wsum + np.maximum(base, _grouped_cummax(fixed - wsum, run_id))
+
+
+def _replay_arrivals(g: Graph, rs: np.ndarray, lag: np.ndarray, st: _ReplayState) -> None:
+    """The arrivals of the rows ``rs`` (one level): after their ready node and the previous row
+    on their stream (where neither: as in the trace), plus the lag."""
+    a = np.maximum(take(st.tn, g.ready[rs], NEG), take(st.zr, g.pred[rs], NEG))
+    st.arrive[rs] = np.where(np.isfinite(a), a, g.start[rs][:, None]) + lag[rs]
+
+
+def _replay_instances(g: Graph, ir: np.ndarray, transfer: np.ndarray, st: _ReplayState) -> None:
+    """The ends of the rows ``ir`` (their instances complete at this level): the instance's last
+    arrival plus its transfer, plus each row's residual; each chain's latest collective end."""
+    inst = g.inst[ir]
+    last = np.full(transfer.shape, NEG)
+    np.maximum.at(last, inst, st.arrive[ir])
+    st.zr[ir] = last[inst] + transfer[inst] + g.rho[ir][:, None]
+    ok = ir[g.row_chain[ir] >= 0]
+    np.maximum.at(st.comm_end, g.row_chain[ok], st.zr[ok])
 
 
 def observed_span(g: Graph) -> np.ndarray:
@@ -806,13 +856,13 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     if g is None or not len(g.t):
         return empty_frame(COLUMNS)
     obs = observed_span(g)
-    base = replay(g, np.ones(len(g.t)))
+    spans = _replay_scenarios(g, scenarios)
+    base = spans[:, 0]
     steps = g.chains["step"].to_numpy(np.int64)
     keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), bool)
     frames = []
-    for sc in scenarios:
-        phi = median_work(g, sc.median_work, node_factors(g, sc.factors))
-        est = replay(g, phi, sc.transfer_scale, host_factors(g, sc.host))
+    for j, sc in enumerate(scenarios):
+        est = spans[:, j + 1]
         frames.append(
             pd.DataFrame(
                 {
@@ -863,6 +913,25 @@ def estimate(tables: dict[str, pd.DataFrame], scenarios: list[Scenario], graph: 
     )
     out["fit_ns"] = np.rint(agg["fit_ns"]).astype(np.int64)
     return out
+
+
+def _replay_scenarios(g: Graph, scenarios: list[Scenario]) -> np.ndarray:
+    """The replayed spans of every chain (chains × 1 + scenarios): without changes, then each
+    scenario's (:func:`replay_many`: one walk of the levels for all)."""
+    ones_n, ones_r = np.ones(len(g.t)), np.ones(len(g.start))
+    phis, scales, psi_nodes, psi_rows = [ones_n], [1.0], [ones_n], [ones_r]
+    for sc in scenarios:
+        phis.append(median_work(g, sc.median_work, node_factors(g, sc.factors)))
+        scales.append(float(sc.transfer_scale))
+        psi_node, psi_row = host_factors(g, sc.host)
+        psi_nodes.append(psi_node)
+        psi_rows.append(psi_row)
+    return replay_many(
+        g,
+        np.stack(phis, axis=1),
+        np.array(scales, np.float64),
+        (np.stack(psi_nodes, axis=1), np.stack(psi_rows, axis=1)),
+    )
 
 
 def reduce_whatif(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
