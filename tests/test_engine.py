@@ -259,6 +259,7 @@ if __name__ == "__main__":
     small = prestart_workers(ClusterSpec(workers=2), 0.5, 8)  # auto, too little work: no server
     sync = prestart_workers(ClusterSpec(scheduler="sync", workers=2), 100.0, 8)
     started = prestart_workers(ClusterSpec(workers=2), 100.0, 8)
+    import dtrace.api, dtrace.cli.analyze  # what the CLI imports between the prestart and the start
     with Engine(ClusterSpec(scheduler="local", workers=2)) as e:
         e.start(100.0, 8)
         got = e.map(where, [0, 1, 2, 3])
@@ -269,6 +270,27 @@ if __name__ == "__main__":
     print(json.dumps({"small": small, "sync": sync, "started": started, "server": forkserver._forkserver._forkserver_pid,
                       "me": os.getpid(), "workers": got, "later": later}))
 """
+
+
+def test_importing_dtrace_leaves_the_environment_as_it_was():
+    """No module of dtrace changes the environment when imported (a library that sets a variable
+    at import, threadpoolctl's KMP_DUPLICATE_LIB_OK, once did): a local cluster forks its workers
+    from the prestarted server only while the environment is the one it started with."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, pkgutil, importlib, dtrace\n"
+        "before = dict(os.environ)\n"
+        "names = [m.name for m in pkgutil.walk_packages(dtrace.__path__, 'dtrace.') if m.name != 'dtrace.__main__']\n"
+        "for n in names: importlib.import_module(n)\n"
+        "changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))\n"
+        "print(len(names), changed)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    count, changed = p.stdout.split(" ", 1)
+    assert int(count) > 100 and changed.strip() == "[]"
 
 
 def test_prestarted_workers_fork_from_a_server_with_dtrace_imported(tmp_path):

@@ -50,7 +50,6 @@ from typing import Callable, cast
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from ..core.dtypes import empty_frame, missing_if_negative
 from ..options import Options
@@ -242,6 +241,11 @@ def estimate_offsets(inst: np.ndarray, host: np.ndarray, end_ns: np.ndarray, *, 
             L[np.ix_(hs, hs)] -= n / kk
             L[hs, hs] += n
         free = np.flatnonzero(np.arange(n_hosts) != ref)
+        # imported here, not at the top: importing threadpoolctl sets KMP_DUPLICATE_LIB_OK in the
+        # environment, and a local cluster started after the environment changed cannot fork its
+        # workers from the server prestarted with the old one (execution.engine.prestart_workers)
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
         with threadpool_limits(1, user_api="blas"):  # one thread: see the docstring
             sol = np.linalg.lstsq(L[np.ix_(free, free)], b[free], rcond=None)[0]
         off = np.zeros(n_hosts)
