@@ -177,9 +177,18 @@ def test_pack_folder_replaced_by_a_link_is_not_followed(job, tmp_path):
     same_tables(res, want)
 
 
-def _index(c):
+def _edited_index(paths, tmp_path, edit):
+    """A cache of ``paths`` (one pack) whose ``index.json`` was changed by ``edit(doc)``."""
+    c = str(tmp_path / "cache")
+    cache.ingest_many(paths, c)
     (pack,) = [n for n in os.listdir(c) if n.startswith("pack-")]
-    return os.path.join(c, pack, "index.json")
+    index = os.path.join(c, pack, "index.json")
+    with open(index) as f:
+        doc = json.load(f)
+    edit(doc)
+    with open(index, "w") as f:
+        json.dump(doc, f)
+    return c
 
 
 def test_inputs_in_subfolders_are_packed_under_their_common_folder_and_found(job, tmp_path):
@@ -230,14 +239,11 @@ def test_a_changed_input_is_packed_again_and_the_stale_record_ignored(job, tmp_p
 
 def test_a_hand_edited_index_parses_its_inputs_again_with_a_note(job, tmp_path):
     paths, want = job
-    c = str(tmp_path / "cache")
-    cache.ingest_many(paths, c)
-    index = _index(c)
-    with open(index) as f:
-        doc = json.load(f)
-    doc["records"][0]["parts"][0]["n_events"] += 1  # the records change, their fingerprint does not
-    with open(index, "w") as f:
-        json.dump(doc, f)
+
+    def edit(doc):  # the records change, their fingerprint does not
+        doc["records"][0]["parts"][0]["n_events"] += 1
+
+    c = _edited_index(paths, tmp_path, edit)
     hit, note = cache.lookup(c, paths[0])
     assert hit is None and "index is damaged (the records do not match their fingerprint); parsing again" in note
     res = dtrace.analyze(paths, cache=c, scheduler="sync")
@@ -250,29 +256,19 @@ def test_a_hand_edited_index_parses_its_inputs_again_with_a_note(job, tmp_path):
 def test_an_index_record_pointing_at_another_pack_is_refused(job, tmp_path):
     """A record must name its own pack's files (their fingerprints are checked anyway)."""
     paths, _ = job
-    c = str(tmp_path / "cache")
-    cache.ingest_many(paths, c)
-    index = _index(c)
-    with open(index) as f:
-        doc = json.load(f)
-    doc["records"][0]["parts"][0]["pack"] = "pack-" + "0" * 12 + "-" + "0" * 24
-    doc["records_fingerprint"] = cache._record_fingerprint(doc["records"])
-    with open(index, "w") as f:
-        json.dump(doc, f)
+
+    def edit(doc):
+        doc["records"][0]["parts"][0]["pack"] = "pack-" + "0" * 12 + "-" + "0" * 24
+        doc["records_fingerprint"] = cache._record_fingerprint(doc["records"])
+
+    c = _edited_index(paths, tmp_path, edit)
     hit, note = cache.lookup(c, paths[1])
     assert hit is None and "records[0].parts are not all in this pack" in note
 
 
 def test_an_index_of_another_cache_version_is_parsed_again_silently(job, tmp_path):
     paths, _ = job
-    c = str(tmp_path / "cache")
-    cache.ingest_many(paths, c)
-    index = _index(c)
-    with open(index) as f:
-        doc = json.load(f)
-    doc["cache_version"] = cache.CACHE_VERSION - 1
-    with open(index, "w") as f:
-        json.dump(doc, f)
+    c = _edited_index(paths, tmp_path, lambda doc: doc.update(cache_version=cache.CACHE_VERSION - 1))
     assert cache.lookup(c, paths[0]) == (None, None)
 
 
