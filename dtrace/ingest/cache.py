@@ -138,13 +138,13 @@ class PartRecord:
             device=p.device,
             local_index=p.local_index,
             n_events=p.n_events,
-            checksums=p.checksums,
+            checksums=dict(p.checksums),  # a copy: a pack's records are shared by every lookup of this process
             events=os.path.join(where, p.events),
             collectives=os.path.join(where, p.collectives),
             memcpy=os.path.join(where, p.memcpy),
             side={k: os.path.join(where, v) for k, v in p.side.items()},
             pack=p.pack,
-            groups=p.groups if p.pack else {},
+            groups=dict(p.groups) if p.pack else {},
         )
 
 
@@ -197,7 +197,7 @@ class FileRecord:
             parts=[PartRecord.from_cached(p, d) for p in r.parts],
             rank_hint=r.rank_hint,
             rank_per_device=r.rank_per_device,
-            meta=r.meta,
+            meta=dict(r.meta),
             identity=r.identity or "",
         )
 
@@ -554,7 +554,7 @@ def _read_index(d: str) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
     return _index_of(d, (st.st_ino, st.st_size, st.st_mtime_ns))
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)  # a job's inputs come in order, so do its packs: each index is read once per pass
 def _index_of(d: str, state: tuple[int, int, int]) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
     """:func:`_read_index` once per ``state`` (inode, size, mtime) of the index file."""
     try:
