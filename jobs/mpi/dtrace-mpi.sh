@@ -153,10 +153,14 @@ trap 'on_signal "time limit near (SIGUSR1)" 124' USR1
 trap 'on_signal "terminated (SIGTERM)" 143' TERM
 trap 'on_signal "interrupted (SIGINT)" 130' INT
 
+# dask-mpi's command run from -c, not -m: a nanny spawns its worker in a fresh interpreter, which
+# imports the launching process's main module again (multiprocessing's spawn); dask_mpi.cli
+# imports mpi4py, whose MPI_Init then fails in that non-MPI child (mpich 5: "PMI_Init failed")
+DASK_MPI_MAIN='import sys; from dask_mpi.cli import main; sys.argv[0] = "dask-mpi"; main()'
 log "job $JOB_ID: ${MPIEXEC[*]} -n $WORKERS dask-mpi (scheduler on rank 0, $WORKERS workers x $THREADS threads)"
 log "scheduler file $SCHEDULER_FILE; cluster log in $JOB_DIR"
 
-"${MPIEXEC[@]}" -n "$WORKERS" "$PY" -m dask_mpi.cli --scheduler-file "$SCHEDULER_FILE" \
+"${MPIEXEC[@]}" -n "$WORKERS" "$PY" -c "$DASK_MPI_MAIN" --scheduler-file "$SCHEDULER_FILE" \
   --inclusive-workers --nthreads "$THREADS" --memory-limit "$MEMORY_LIMIT" \
   --local-directory "$LOCAL_DIR" --no-dashboard ${NET[@]+"${NET[@]}"} >"$JOB_DIR/dask-mpi.log" 2>&1 </dev/null &
 MPI_PID=$!
