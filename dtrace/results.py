@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import fields
 from typing import Any, Iterator
@@ -288,7 +288,7 @@ class StagedResults:
     """
 
     def __init__(self, out: str) -> None:
-        _prepare_out(out, {})
+        _prepare_out(out)
         clean_staging(out)
         self.out = out
         self.run_id = uuid.uuid4().hex
@@ -308,22 +308,19 @@ class StagedResults:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stage(self, tables: Mapping[str, pd.DataFrame], run_id: str | None = None) -> None:
-        """Start writing ``tables`` into the staging folder (tagged with ``run_id``, by default
-        :attr:`run_id`); their writes run in the background."""
+    def stage(self, tables: Mapping[str, pd.DataFrame]) -> None:
+        """Start writing ``tables`` into the staging folder (tagged with :attr:`run_id`); their
+        writes run in the background."""
+        _check_names(tables)
         for name, df in tables.items():
-            if not TABLE_NAME.fullmatch(name):
-                raise ValueError(f"invalid table name {name!r}: table names are identifiers")
-            t = _arrow_table(df, run_id or self.run_id)
+            t = _arrow_table(df, self.run_id)
             self._staged[name] = (df, self._pool.submit(_write_table, self._staging_dir(), name, t))
 
     def commit(self, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:
         """Stage the tables not staged yet (or replaced since), wait for every write, then replace
         the previous results: the old manifest removed, the tables renamed into place, the new
         manifest last."""
-        for name in tables:
-            if not TABLE_NAME.fullmatch(name):
-                raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+        _check_names(tables)
         run_id = manifest.setdefault("run_id", self.run_id)
         manifest["format_version"] = FORMAT_VERSION
         manifest["tables"] = sorted(tables)
@@ -377,11 +374,14 @@ def _manifest_json(manifest: dict[str, Any]) -> bytes:
         return json.dumps(manifest, indent=1, default=_plain).encode()
 
 
-def _prepare_out(out: str, tables: dict[str, pd.DataFrame]) -> None:
-    """Check the table names and create ``out``; one-line errors when it cannot hold results."""
-    for name in tables:
+def _check_names(names: Iterable[str]) -> None:
+    for name in names:
         if not TABLE_NAME.fullmatch(name):
             raise ValueError(f"invalid table name {name!r}: table names are identifiers")
+
+
+def _prepare_out(out: str) -> None:
+    """Create ``out``; one-line errors when it cannot hold results."""
     try:
         os.makedirs(out, exist_ok=True)
     except FileExistsError:
