@@ -18,7 +18,7 @@ from dtrace.options import Options
 from dtrace.readers import detect
 from dtrace.reduce import ORDER
 
-NEED = {"breakdown", "steps", "kernels", "collectives"}
+NEED = {"breakdown", "steps", "kernels", "collectives", "step_bounds", "device_gaps"}
 MINE = ("collectives", "ranks", "stragglers")
 
 

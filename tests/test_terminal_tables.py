@@ -109,13 +109,14 @@ def test_signal_letters_are_explained(tmp_path, capsys):
     from dtrace.render.summary import summary
 
     text = summary(straggler_results())
-    assert "signals a,d" in text and "a = arrives last at collectives" in text and "d = slow link" in text
+    assert "signals a,d" in text and "a = its collectives start late" in text and "d = slow link" in text
+    assert "f = held the others back" in text
     out = tmp_path / "r"
     write_results(str(out), {"stragglers": straggler_results().stragglers}, {"inputs": []})
     assert main(["show", str(out), "stragglers"]) == 0
     assert "b = compute kernels slower" in capsys.readouterr().out
     html = report(straggler_results())
-    assert "a = arrives last at collectives" in html and "c = step time" in html and ">a,d<" in html
+    assert "a = its collectives start late" in html and "c = step time" in html and ">a,d<" in html
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    assert all(f"`{k}`" in readme for k in "abcd") and "signals" in readme
+    assert all(f"`{k}`" in readme for k in "abcdef") and "signals" in readme

@@ -10,6 +10,8 @@ from ..errors import UsageError
 from .common import RANK, add_output_format, add_rows, is_machine, print_json, rows_to_show, say, select_rank
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..results import Results
 
 
@@ -25,6 +27,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_rows(p)
     p.add_argument("--sort", default=None, help="sort by this column (descending)")
     p.add_argument("--rank", type=RANK, default=None, help="only this rank")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="only the rows whose COLUMN has this value, compared as text (repeatable; e.g. "
+        "--where cause=host_loader, --where flagged=True)",
+    )
     p.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
     add_output_format(p)
     p.set_defaults(func=run)
@@ -89,6 +99,8 @@ def _show_table(args: argparse.Namespace, res: Results) -> None:
     df = res.table(args.table)
     if args.rank is not None:
         df = select_rank(df, args.rank, f"table {args.table} of {args.out}")
+    for cond in args.where:
+        df = _where(df, cond, args.table)
     if args.sort:
         if args.sort not in df.columns:
             raise UsageError(f"no column {args.sort!r} in {args.table}; columns: {', '.join(df.columns)}")
@@ -104,3 +116,14 @@ def _show_table(args: argparse.Namespace, res: Results) -> None:
     )
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)
+
+
+def _where(df: pd.DataFrame, cond: str, table: str) -> pd.DataFrame:
+    """The rows of ``df`` where ``COLUMN=VALUE`` holds (the column's values compared as text)."""
+    col, sep, value = cond.partition("=")
+    col = col.strip()
+    if not sep or not col:
+        raise UsageError(f"--where {cond!r}: expected COLUMN=VALUE")
+    if col not in df.columns:
+        raise UsageError(f"--where {cond!r}: no column {col!r} in {table}; columns: {', '.join(df.columns)}")
+    return df.loc[df[col].astype(str).to_numpy() == value.strip()]

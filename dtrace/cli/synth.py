@@ -52,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="host clocks differ by up to ± this many ms (default 2)",
     )
     p.add_argument("--jitter", type=real(0, 1), default=0.02, help="relative spread of kernel durations (default 0.02)")
+    _add_noise(p)
     p.add_argument(
         "--fault",
         action="append",
@@ -95,6 +96,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _add_noise(p: argparse.ArgumentParser) -> None:
+    """``--host-noise`` and ``--host-noise-ms``: noise between ranks as real jobs have it."""
+    p.add_argument(
+        "--host-noise",
+        type=real(0, 1),
+        default=0.0,
+        metavar="P",
+        help="noise between ranks: the chance per rank and step of a host hiccup (GC, OS) (default 0)",
+    )
+    p.add_argument(
+        "--host-noise-ms",
+        type=real(0, 1000),
+        default=0.5,
+        metavar="MS",
+        help="the typical length of a host hiccup in ms (log-normal; default 0.5)",
+    )
+
+
 def _speedups(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
@@ -113,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if args.from_trace:
-        if args.fault or args.speedup or args.no_comm or args.record_shapes:
+        if args.fault or args.speedup or args.no_comm or args.record_shapes or args.host_noise:
             raise UsageError(
-                "--fault, --speedup, --no-comm and --record-shapes apply to simulated jobs, not to --from-trace"
+                "--fault, --speedup, --no-comm, --record-shapes and --host-noise apply to simulated jobs, "
+                "not to --from-trace"
             )
         truth = synth.from_trace(
             args.out,
@@ -148,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
         speedup=_speedups(args.speedup),
         comm=not args.no_comm,
         record_shapes=args.record_shapes,
+        host_noise=args.host_noise,
+        host_noise_ms=args.host_noise_ms,
     )
     faults = ", ".join(f"{f['kind']} rank {f['rank']} +{f['slow']:.0%}" for f in truth["faults"]) or "none"
     print(

@@ -145,5 +145,8 @@ FAULT_KINDS: dict[str, str] = {
     "the host before launching the optimizer",
     "gpu": "the rank's GPU runs its matrix products (GEMMs) (1 + slow) times as long at the same shapes "
     "(a slow GPU: clocks, power, thermals); the traces record op shapes",
+    "contended": "the rank's GPU is time-sliced with another process: a quarter of its compute kernels wait "
+    "for the other process's time slice (a long tail, most kernels unchanged), its compute time (1 + slow) "
+    "times as long on average",
 }
 """Faults :mod:`dtrace.generate.synth` can inject into a simulated job, with their effect."""

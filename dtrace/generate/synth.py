@@ -35,7 +35,10 @@ host calls ``.item()`` between the backward pass and the optimizer — a device-
 ``aten::item`` and a ``cudaStreamSynchronize`` that waits until the compute streams are idle —
 then works ``slow`` × the step's compute time on the host before launching the optimizer) and
 ``gpu`` (its GEMMs take ``1 + slow`` times as long at the same shapes: a slow GPU, found from op
-efficiency). The step's compute time is the sum of the base durations of its compute kernels.
+efficiency) and ``contended`` (its GPU is time-sliced with another process: each compute kernel
+waits for the other process's slice with probability :data:`CONTENDED_SHARE`, stretched by an
+exponential draw, so most kernels keep their time, a few take several times as long and the
+compute time is ``1 + slow`` times as long on average; its draws come from a generator of its own). The step's compute time is the sum of the base durations of its compute kernels.
 ``loader`` and ``sync`` add their events to their ranks only and draw no random numbers, so the
 rest of the job is drawn as without them. Any number of faults can be combined; none gives a
 healthy job.
@@ -45,6 +48,12 @@ Op shapes: with ``record_shapes=True`` (implied by a ``gpu`` fault) every GEMM's
 (``Input Dims``, ``Input type``, ``Input Strides``, ``Concrete Inputs``): bf16 matrix products of
 8,192 tokens whose shapes fit their durations (about 600 TFLOP/s, an H100 at 60 % of its peak).
 Clocks differ between hosts by up to ``clock_offset_ns`` (host 0 is the reference).
+
+Noise between ranks: besides the kernels' ``jitter`` and a small per-GPU speed, ``host_noise``
+(default 0) is the chance per rank and step of a host hiccup (Python's garbage collector, an OS
+thread, a page fault): the host pauses for a log-normal time around ``host_noise_ms`` before one
+of the step's launches, as real jobs show; it draws from a generator of its own, so the job's
+other draws stay those of the job without it.
 
 Counterfactual jobs (for checking what-if estimates): ``speedup={"gemm": 1.2}`` divides the
 duration of every GPU activity of that class (dtrace's built-in classes: ``gemm``,
@@ -76,6 +85,8 @@ T0_NS = 1_700_000_000_000_000_000  # the job's wall-clock origin (ns since the e
 MAX_SLOW = 100.0
 """The largest fault severity: a rank 101 times as slow."""
 MAX_CLOCK_OFFSET_NS = 1_000_000_000_000
+CONTENDED_SHARE = 0.25
+"""The share of a ``contended`` rank's compute kernels that wait for the other process's time slice."""
 
 
 @dataclass(frozen=True)
@@ -418,6 +429,8 @@ class _Job:
         speedup: Mapping[str, float] | None = None,
         comm: bool = True,
         record_shapes: bool = False,
+        host_noise: float = 0.0,
+        host_noise_ms: float = 0.5,
     ) -> None:
         self.R, self.steps, self.tp, self.dp = ranks, steps, tp, ranks // tp
         self.record_shapes = record_shapes
@@ -444,6 +457,11 @@ class _Job:
         self.speedup = _op_speedups(self.ops, speedup or {})
         self.comm = comm
         self.step_windows: list[tuple[np.ndarray, np.ndarray]] = []
+        # draws of their own: the contended fault and host noise leave the job's other draws as they were
+        self.contended_rng = np.random.default_rng([seed, 1])
+        self.noise_rng = np.random.default_rng([seed, 2])
+        self.host_noise, self.host_noise_ns = float(host_noise), float(host_noise_ms) * 1e6
+        self.hiccup_at = np.zeros(ranks, np.int64)
 
     def _group_ids(self, kind: str) -> np.ndarray:
         r = np.arange(self.R)
@@ -471,7 +489,10 @@ class _Job:
             step_start = h.copy()
             if self.stall_ns["loader"].any():
                 h = self._loader(step, h)
-            for op in self.ops:
+            hiccup = self._hiccups()
+            for i, op in enumerate(self.ops):
+                if hiccup is not None:
+                    h = h + np.where(self.hiccup_at == i, hiccup, 0.0)
                 if op.kind == "wait_comm" and self.stall_ns["sync"].any():
                     h = self._item(step, h, free)
                 if op.kind == "wait_comm":
@@ -560,6 +581,15 @@ class _Job:
         self.records.append(_Record(LOADER, step, h, h + stall, h, h, ranks=stall > 0))
         return h + stall
 
+    def _hiccups(self) -> np.ndarray | None:
+        """Host noise for one step: per rank, a pause (ns, 0 for most ranks) and the op it precedes."""
+        if self.host_noise <= 0:
+            return None
+        rng = self.noise_rng
+        hit = rng.random(self.R) < self.host_noise
+        self.hiccup_at = rng.integers(0, len(self.ops), self.R)
+        return np.where(hit, self.host_noise_ns * rng.lognormal(0.0, 0.5, self.R), 0.0)
+
     def _item(self, step: int, h: np.ndarray, free: dict[int, np.ndarray]) -> np.ndarray:
         """The ``sync`` fault: ``.item()`` between the backward pass and the optimizer on its ranks:
         a 4-byte device-to-host copy on the first compute stream, ``cudaStreamSynchronize`` until
@@ -589,6 +619,11 @@ class _Job:
             return d / self.speedup[op] if op in self.speedup else d
         d = op.dur_ns * self.rank_speed * self.rng.lognormal(0.0, self.jitter, R)
         d = d * (1.0 + self.slow["compute"])
+        cont = self.slow["contended"]
+        if cont.any():  # a time slice of the other process before some kernels: a long tail
+            waits = self.contended_rng.random(R) < CONTENDED_SHARE
+            stretch = self.contended_rng.exponential(1.0, R) * cont / CONTENDED_SHARE
+            d = d * np.where(waits, 1.0 + stretch, 1.0)
         if op.gemm:
             d = d * (1.0 + self.slow["gpu"])
         return d / self.speedup[op] if op in self.speedup else d
@@ -919,6 +954,8 @@ def generate(
     speedup: Mapping[str, float] | None = None,
     comm: bool = True,
     record_shapes: bool = False,
+    host_noise: float = 0.0,
+    host_noise_ms: float = 0.5,
 ) -> dict[str, Any]:
     """Write one Kineto trace per rank of a simulated training job, plus its ground truth.
 
@@ -957,6 +994,9 @@ def generate(
     record_shapes
         Record the GEMMs' arguments (``Input Dims``, ``Input type``, ...) as PyTorch's
         ``record_shapes=True`` does, for the op performance model; a ``gpu`` fault implies it.
+    host_noise, host_noise_ms
+        The chance per rank and step of a host hiccup, and its typical length in ms (module docs:
+        noise between ranks as real jobs have it; 0: none, the files as without it).
 
     Returns
     -------
@@ -972,6 +1012,7 @@ def generate(
     ([5], 8, 2)
     """
     _check_sizes(ranks, steps, gpus_per_host, streams, kernels_per_step, clock_offset_ns, jitter)
+    _check_noise(host_noise, host_noise_ms)
     tp = _default_tp(ranks, gpus_per_host) if tp is None else int(tp)
     if tp < 1 or ranks % tp:
         raise UsageError(f"tp={tp} does not divide ranks={ranks}")
@@ -996,6 +1037,8 @@ def generate(
         speedup=sp,
         comm=bool(comm),
         record_shapes=bool(record_shapes) or any(f.kind == "gpu" for f in fl),
+        host_noise=host_noise,
+        host_noise_ms=host_noise_ms,
     )
     job.run()
     writer = _Writer(job)
@@ -1052,6 +1095,13 @@ def _check_sizes(
         raise UsageError(f"jitter must be from 0 to 1 (a log-normal sigma), got {jitter!r}")
 
 
+def _check_noise(host_noise: float, host_noise_ms: float) -> None:
+    if not 0 <= host_noise <= 1:
+        raise UsageError(f"host_noise must be from 0 to 1 (a chance per rank and step), got {host_noise!r}")
+    if not 0 <= host_noise_ms <= 1_000:
+        raise UsageError(f"host_noise_ms must be from 0 to 1000, got {host_noise_ms!r}")
+
+
 def _ground_truth(
     job: _Job,
     writer: _Writer,
@@ -1081,6 +1131,7 @@ def _ground_truth(
         **({"speedup": sp} if sp else {}),
         **({"comm": False} if not job.comm else {}),
         **({"record_shapes": True} if job.record_shapes else {}),
+        **({"host_noise": job.host_noise, "host_noise_ms": job.host_noise_ns / 1e6} if job.host_noise > 0 else {}),
         "files": [f"rank-{r}{suffix}" for r in range(settings["ranks"])],
     }
 

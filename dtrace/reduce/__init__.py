@@ -117,6 +117,8 @@ REDUCERS: list[Reducer] = [
             "kernels",
             "gpu_slowness",
             "op_outliers",
+            "step_bounds",
+            "device_gaps",
         ),
         {"stragglers": _strag.OUTPUT_COLUMNS},
     ),

@@ -32,12 +32,17 @@ the GPU peaks (:mod:`dtrace.knowledge.hardware`, with the ``gpu_spec`` option's 
     achieved throughput over the modelled rows, roofline and time lost; ``unmodelled`` holds the
     ops without a model (their time, no FLOPs).
 ``gpu_slowness``
-    signal (e) of the straggler detector: per part, its modelled ops' median instance time
-    against the median part's at equal (op, arguments), over the (op, arguments) at least two
-    parts ran: ``gpu_slowdown = Σ count·own_median / Σ count·median_over_parts`` (time-weighted,
-    > 1: slower), its robust z-score, the share of the compared time in (op, arguments) where the
-    part is slower than the median part, and the op that loses it the most time. An op's time is
-    the union of its own kernels: waiting for other ranks does not enter it.
+    signal (e) of the straggler detector: per part, its modelled ops' time against the median
+    part's at equal (op, arguments), over the (op, arguments) at least two parts ran:
+    ``gpu_slowdown = Σ own time / Σ count·median_over_parts(mean instance time)`` (time-weighted:
+    every instance counts, so a GPU time-sliced with another process, whose few stretched
+    instances hold most of the lost time, reads as slow as it is; > 1: slower), its robust
+    z-score, ``median_slowdown`` (the same with each part's median instance time: a shift of every
+    instance, as a throttled GPU shows, moves both; a long tail of slow instances, as a contended
+    GPU shows, moves ``gpu_slowdown`` only), ``min_slowdown`` (the same with the fastest instance:
+    a contended GPU's fastest instances are as fast as the others'), the share of the compared time in (op, arguments)
+    where the part is slower than the median part, and the op that loses it the most time. An
+    op's time is the union of its own kernels: waiting for other ranks does not enter it.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from ..core.dtypes import conform, empty_frame
 from ..knowledge.hardware import Spec, load_specs, match_device
 from ..options import Options
 from ..vector.groups import I64, dense_codes, first_match, unique, unique_first
-from .ranks import robust_z
+from .ranks import peer_z
 
 Tables = dict[str, pd.DataFrame]
 KEYS = ["rank", "device"]
@@ -127,6 +132,8 @@ SLOW_COLUMNS = {
     "device": "int32",
     "gpu_slowdown": "float64",
     "gpu_slowdown_z": "float64",
+    "median_slowdown": "float64",
+    "min_slowdown": "float64",
     "shapes": "int64",
     "slower_share": "float64",
     "compared_ns": "int64",
@@ -364,6 +371,8 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None =
     p_rank, p_dev = parts["rank"].to_numpy(I64), parts["device"].to_numpy(I64)
     base = {
         "gpu_slowdown": np.ones(n),
+        "median_slowdown": np.ones(n),
+        "min_slowdown": np.ones(n),
         "shapes": np.zeros(n, np.int64),
         "slower_share": np.zeros(n),
         "compared_ns": np.zeros(n, np.int64),
@@ -378,19 +387,35 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None =
         shared = np.bincount(key, minlength=n_keys)[key] >= 2  # (op, arguments) at least two parts ran
         f, key = f.loc[shared], key[shared]
     if len(f) and n:
-        own_med = f["median_ns"].to_numpy(np.float64)
-        ref = pd.Series(own_med).groupby(key).transform("median").to_numpy()
         cnt = f["count"].to_numpy(np.float64)
-        ratio = np.divide(own_med, ref, out=np.ones(len(f)), where=ref > 0)
+        own_mean = f["gpu_ns"].to_numpy(np.float64) / cnt
+        own_med = f["median_ns"].to_numpy(np.float64)
+        ref = pd.Series(own_mean).groupby(key).transform("median").to_numpy()
+        ref_med = pd.Series(own_med).groupby(key).transform("median").to_numpy()
+        own_min = f["min_ns"].to_numpy(np.float64)
+        ref_min = pd.Series(own_min).groupby(key).transform("median").to_numpy()
+        ratio = np.divide(own_mean, ref, out=np.ones(len(f)), where=ref > 0)
         at = first_match((p_rank, p_dev), (f["rank"].to_numpy(I64), f["device"].to_numpy(I64)))
         ok = at >= 0
-        at, cnt, own_med, ref, ratio = at[ok], cnt[ok], own_med[ok], ref[ok], ratio[ok]
+        at, cnt, own_mean, own_med, ref, ref_med, ratio = (
+            at[ok],
+            cnt[ok],
+            own_mean[ok],
+            own_med[ok],
+            ref[ok],
+            ref_med[ok],
+            ratio[ok],
+        )
         rows = np.flatnonzero(ok)
-        own = np.bincount(at, cnt * own_med, minlength=n)
+        own = np.bincount(at, cnt * own_mean, minlength=n)
         refs = np.bincount(at, cnt * ref, minlength=n)
+        meds, ref_meds = np.bincount(at, cnt * own_med, minlength=n), np.bincount(at, cnt * ref_med, minlength=n)
         slower = np.bincount(at, np.where(ratio > 1.0, cnt * ref, 0.0), minlength=n)
-        excess = cnt * (own_med - ref)
+        excess = cnt * (own_mean - ref)
         base["gpu_slowdown"] = np.divide(own, refs, out=np.ones(n), where=refs > 0)
+        base["median_slowdown"] = np.divide(meds, ref_meds, out=np.ones(n), where=ref_meds > 0)
+        mins, ref_mins = np.bincount(at, cnt * own_min, minlength=n), np.bincount(at, cnt * ref_min, minlength=n)
+        base["min_slowdown"] = np.divide(mins, ref_mins, out=np.ones(n), where=ref_mins > 0)
         base["shapes"] = np.bincount(at, minlength=n).astype(np.int64)
         base["slower_share"] = np.divide(slower, refs, out=np.zeros(n), where=refs > 0)
         base["compared_ns"] = np.rint(refs).astype(np.int64)
@@ -408,7 +433,7 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None =
         base["worst_ratio"][worst_at[has]] = ratio[pick]
         base["worst_excess_ns"][worst_at[has]] = np.rint(excess[pick]).astype(np.int64)
     out = pd.DataFrame({"rank": p_rank.astype(np.int32), "device": p_dev.astype(np.int32), **base})
-    out.insert(3, "gpu_slowdown_z", robust_z(out["gpu_slowdown"].to_numpy(), floor=SLOWDOWN_FLOOR) if n else [])
+    out.insert(3, "gpu_slowdown_z", peer_z(out["gpu_slowdown"].to_numpy(), floor=SLOWDOWN_FLOOR) if n else [])
     return out
 
 

@@ -67,14 +67,16 @@ from ..core.dtypes import empty_frame, missing_if_negative
 from ..core.units import fmt_time
 from ..errors import UsageError
 from ..options import Options
-from .ranks import robust_z
+from . import causes
+from .ranks import peer_z, z_threshold
 
 KEYS = ["rank", "device"]
 Z_FLAG = 5.0
 MIN_SLOWDOWN = 1.03  # (b): at least 3 % slower compute kernels
 MIN_STEP_RATIO = 1.03  # (c)
 MIN_LINK_RATIO = 1.05  # (d)
-MIN_LATE_SHARE = 0.005  # (a): it alone delayed collectives by >= 0.5 % of its trace span
+HELD_FLOOR = 0.005  # (f): the scale of held_z is at least 0.5 % of the median step ...
+MIN_HELD_SHARE = 0.02  # (f): ... and a rank is flagged for holding the others >= 2 % of the step
 MIN_GPU_SLOWDOWN = 1.03  # (e): its modelled ops at least 3 % slower at equal shapes ...
 MIN_SLOWER_SHARE = 0.5  # (e): ... with most of the compared op time in slower (op, shapes)
 EXPLAIN_FRACTION = 0.5
@@ -87,6 +89,12 @@ OUTPUT_COLUMNS = {
     "device": "int32",
     "score": "float64",
     "flagged": "bool",
+    "cause": object,
+    "cause_ns": "Int64",
+    "held_ns": "int64",
+    "held_share": "float64",
+    "held_z": "float64",
+    "z_threshold": "float64",
     "evidence": object,
     "method": object,
     "signals": object,
@@ -99,12 +107,16 @@ OUTPUT_COLUMNS = {
     "late_ns": "int64",
     "collective_wait_ns": "int64",
     "compute_slowdown": "float64",
+    "compute_median_slowdown": "float64",
+    "compute_min_slowdown": "float64",
     "compute_slowdown_z": "float64",
     "step_ns": "int64",
     "step_z": "float64",
     "link_ratio": "float64",
     "link_z": "float64",
     "gpu_slowdown": "float64",
+    "gpu_median_slowdown": "float64",
+    "gpu_min_slowdown": "float64",
     "gpu_slowdown_z": "float64",
     "gpu_slower_share": "float64",
 }
@@ -140,6 +152,7 @@ class Signals:
     group_slowness: pd.DataFrame  # group, op, ratio, instances (compared groups only)
     membership: pd.DataFrame  # rank, device, group (compared groups only)
     op_outliers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    excess: causes.Excess | None = None  # per rank: critical-path time per step over the median rank's
 
 
 def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -295,45 +308,67 @@ def own_lag(rows: pd.DataFrame, every: pd.DataFrame) -> np.ndarray:
     return cast(np.ndarray, lead - med)
 
 
-def _compute_kernels(kernels: pd.DataFrame | None, idx: pd.MultiIndex) -> tuple[np.ndarray, pd.DataFrame]:
+def _compute_kernels(
+    kernels: pd.DataFrame | None, idx: pd.MultiIndex
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.DataFrame]:
+    """Signal (b): per rank, its compute kernels' time against the median rank's at equal names,
+    time-weighted (``Σ own time / Σ count·median over ranks of the mean``: every instance counts,
+    so a long tail of slow instances shows) and at the median instance (``Σ count·own median /
+    Σ count·median over ranks of the median``: a shift of every instance shows in both) and at the
+    fastest instance (the same with the minimum: a GPU whose fastest instances are as fast as the
+    others' lost its time in a tail); and the time-weighted figure per class, for the evidence."""
     n = len(idx)
     empty = pd.DataFrame({"rank": [], "device": [], "class": [], "slowdown": [], "ref_ns": [], "own_ns": []})
     if kernels is None or not len(kernels) or "median_ns" not in kernels.columns:
-        return np.ones(n), empty
+        return np.ones(n), np.ones(n), np.ones(n), empty
     # only the columns used here: every row filter below copies each column it keeps
-    k = kernels[[c for c in ("rank", "device", "name", "category", "class", "count", "median_ns") if c in kernels]]
+    cols = ("rank", "device", "name", "category", "class", "count", "total_ns", "median_ns", "min_ns")
+    k = kernels[[c for c in cols if c in kernels]]
     cat = k["category"].astype(str).to_numpy() if "category" in k.columns else np.full(len(k), "compute")
     codes, names = pd.factorize(k["name"].astype(str))  # the name test once per distinct name
     comm = pd.Series(names).str.contains("nccl|rccl", case=False, regex=True).to_numpy(bool)
-    keep = (cat == "compute") & ~comm[codes]
+    keep = (cat == "compute") & ~comm[codes] & (k["count"].to_numpy() > 0)
     k = k.loc[keep]
     if not len(k):
-        return np.ones(n), empty
+        return np.ones(n), np.ones(n), np.ones(n), empty
     ranks_per_name = k.groupby("name")["rank"].transform("nunique").to_numpy()
     k = k.loc[ranks_per_name >= 2]
     if not len(k):
-        return np.ones(n), empty
-    ref = k.groupby("name")["median_ns"].transform("median").to_numpy(np.float64)
+        return np.ones(n), np.ones(n), np.ones(n), empty
     cnt = k["count"].to_numpy(np.float64)
+    med = k["median_ns"].to_numpy(np.float64)
+    total = k["total_ns"].to_numpy(np.float64) if "total_ns" in k.columns else cnt * med
+    name = k["name"].to_numpy()
+    ref = pd.Series(total / cnt).groupby(name).transform("median").to_numpy(np.float64)
+    ref_med = pd.Series(med).groupby(name).transform("median").to_numpy(np.float64)
+    low = k["min_ns"].to_numpy(np.float64) if "min_ns" in k.columns else med
+    ref_low = pd.Series(low).groupby(name).transform("median").to_numpy(np.float64)
     f = pd.DataFrame(
         {
             "rank": k["rank"].to_numpy(),
             "device": k["device"].to_numpy(),
-            "own": cnt * k["median_ns"].to_numpy(np.float64),
+            "own": total,
             "ref": cnt * ref,
+            "own_med": cnt * med,
+            "ref_med": cnt * ref_med,
+            "own_low": cnt * low,
+            "ref_low": cnt * ref_low,
             "class": (
                 k["class"].astype(str).to_numpy() if "class" in k.columns else np.full(len(k), "compute", object)
             ),
         }
     )
-    g = f.groupby(KEYS)[["own", "ref"]].sum().reindex(idx)
-    slow = np.divide(
-        g["own"].to_numpy(), g["ref"].to_numpy(), out=np.ones(n), where=np.nan_to_num(g["ref"].to_numpy()) > 0
-    )
+    g = f.groupby(KEYS)[["own", "ref", "own_med", "ref_med", "own_low", "ref_low"]].sum().reindex(idx)
+
+    def ratio(a: str, b: str) -> np.ndarray:
+        den = g[b].to_numpy()
+        out = np.divide(g[a].to_numpy(), den, out=np.ones(n), where=np.nan_to_num(den) > 0)
+        return cast(np.ndarray, np.nan_to_num(out, nan=1.0))
+
     by_class = f.groupby(KEYS + ["class"], sort=False)[["own", "ref"]].sum().reset_index()
     by_class["slowdown"] = by_class["own"] / by_class["ref"].where(by_class["ref"] > 0)
     by_class = by_class.rename(columns={"ref": "ref_ns", "own": "own_ns"})
-    return np.nan_to_num(slow, nan=1.0), by_class
+    return ratio("own", "ref"), ratio("own_med", "ref_med"), ratio("own_low", "ref_low"), by_class
 
 
 def _loo_medians(values: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -444,7 +479,7 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
     idx = pd.MultiIndex.from_frame(keys)
     coll, inst = tables.get("collectives"), tables.get("collective_instances")
     arrival, waited_for, top_last = _arrival(coll, inst, idx)
-    slowdown, class_slow = _compute_kernels(tables.get("kernels"), idx)
+    slowdown, median_slowdown, min_slowdown, class_slow = _compute_kernels(tables.get("kernels"), idx)
     excess, margin, group_slow, membership = _links(inst, coll, idx)
     ranks = tables.get("ranks")
     if ranks is not None and len(ranks):
@@ -465,18 +500,30 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
     for k, v in arrival.items():
         frame[k] = v
     frame["compute_slowdown"] = slowdown
-    frame["compute_slowdown_z"] = robust_z(slowdown, floor=0.005)
+    frame["compute_median_slowdown"] = median_slowdown
+    frame["compute_min_slowdown"] = min_slowdown
+    frame["compute_slowdown_z"] = peer_z(slowdown, floor=0.005)
     frame["step_ns"] = step
     frame["step_ratio"] = step / step_med if step_med > 0 else np.ones(len(step))
-    frame["step_z"] = robust_z(step, floor=0.005 * step_med)
+    frame["step_z"] = peer_z(step, floor=0.005 * step_med)
+    _held_signal(frame, ranks, idx, step_med)
     frame["total_ns"] = total
     frame["idle_ns"] = idle
     frame["host_wait_ns"] = host_wait
     frame["link_excess"] = excess
     frame["link_ratio"] = np.exp(excess)
     frame["link_margin"] = margin
-    frame["link_z"] = robust_z(excess, floor=math.log(1.01))
+    frame["link_z"] = peer_z(excess, floor=math.log(1.01))
     _gpu_signal(frame, tables.get("gpu_slowness"), idx)
+    frame["gpu_slowdown_z"] = peer_z(frame["gpu_slowdown"].to_numpy(np.float64), floor=0.005)
+    steps = np.maximum(frame["steps"].to_numpy(np.float64), 1.0)
+    if np.isfinite(host_wait).all() and len(host_wait):
+        per_step = host_wait / steps
+        frame["host_wait_excess_ns"] = per_step - float(np.median(per_step))
+    gaps = tables.get("device_gaps")
+    if gaps is not None and len(gaps) and "host_wait_gaps" in gaps.columns:
+        n_gaps = gaps.groupby(KEYS)["host_wait_gaps"].sum().reindex(idx).fillna(0).to_numpy(np.float64) / steps
+        frame["host_wait_gaps_excess"] = n_gaps - float(np.median(n_gaps))
     op_out = tables.get("op_outliers")
     return Signals(
         frame,
@@ -486,7 +533,45 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
         group_slow,
         membership,
         op_out if op_out is not None else pd.DataFrame(),
+        causes.excess_per_step(tables.get("step_bounds"), idx),
     )
+
+
+def _held_signal(frame: pd.DataFrame, ranks: pd.DataFrame | None, idx: pd.MultiIndex, step_med: float) -> None:
+    """Signal (f) into ``frame``: how long the rank held the others back (module docs).
+
+    In a synchronous job every rank's step lasts as long as the slowest rank's; what differs is how
+    much of it each rank spent waiting for the others in collectives. The median rank's
+    ``collective_wait_ns`` minus the rank's own is the time it spent on its own work while the
+    others waited for it: ``held_ns`` (negative: it waited more than the median rank), per step
+    ``held_step_ns``, as a share of the median step ``held_share``, and its z-score against its
+    peers (scale at least :data:`HELD_FLOOR` of the median step).
+    """
+    n = len(idx)
+    if ranks is None or not len(ranks) or "collective_wait_ns" not in ranks.columns:
+        for col in ("held_ns", "held_step_ns", "held_share", "held_z"):
+            frame[col] = np.zeros(n)
+        frame["wait_step_ns"] = np.full(n, np.nan)
+        frame["steps"] = np.ones(n)
+        return
+    r = ranks.set_index(KEYS)
+    wait = r["collective_wait_ns"].reindex(idx).to_numpy(np.float64)
+    count = r["collectives"].reindex(idx).fillna(0).to_numpy(np.float64) if "collectives" in r else np.zeros(n)
+    steps = r["steps"].reindex(idx).fillna(0).to_numpy(np.float64) if "steps" in r else np.zeros(n)
+    steps = np.maximum(steps, 1.0)
+    joined = (count > 0) & np.isfinite(wait)
+    per_step = np.where(joined, np.nan_to_num(wait) / steps, np.nan)
+    med = float(np.nanmedian(per_step)) if joined.any() else 0.0
+    held_step = np.where(joined, med - np.nan_to_num(per_step), 0.0)
+    frame["steps"] = steps
+    frame["wait_step_ns"] = per_step
+    frame["held_step_ns"] = held_step
+    frame["held_ns"] = held_step * steps
+    frame["held_share"] = held_step / step_med if step_med > 0 else np.zeros(n)
+    z = np.zeros(n)
+    if joined.sum() >= 2:
+        z[joined] = peer_z(held_step[joined], floor=HELD_FLOOR * step_med)
+    frame["held_z"] = z
 
 
 def _gpu_signal(frame: pd.DataFrame, slow: pd.DataFrame | None, idx: pd.MultiIndex) -> None:
@@ -494,12 +579,20 @@ def _gpu_signal(frame: pd.DataFrame, slow: pd.DataFrame | None, idx: pd.MultiInd
     n = len(idx)
     cols = {
         "gpu_slowdown": 1.0,
+        "gpu_median_slowdown": 1.0,
+        "gpu_min_slowdown": 1.0,
         "gpu_slowdown_z": 0.0,
         "gpu_slower_share": 0.0,
         "gpu_worst_op": "",
         "gpu_worst_ratio": np.nan,
     }
-    src = {"gpu_slower_share": "slower_share", "gpu_worst_op": "worst_op", "gpu_worst_ratio": "worst_ratio"}
+    src = {
+        "gpu_median_slowdown": "median_slowdown",
+        "gpu_min_slowdown": "min_slowdown",
+        "gpu_slower_share": "slower_share",
+        "gpu_worst_op": "worst_op",
+        "gpu_worst_ratio": "worst_ratio",
+    }
     g = None
     if slow is not None and len(slow) and set(KEYS) <= set(slow.columns):
         g = slow.drop_duplicates(KEYS).set_index(KEYS).reindex(idx)
@@ -558,9 +651,8 @@ class _Evidence:
                 (int(r), int(d)): (str(o), float(x))
                 for r, d, o, x in best[["rank", "device", "op", "ratio"]].itertuples(index=False)
             }
-        self.median_idle = float(np.median(sig.ranks["idle_ns"])) if len(sig.ranks) else 0.0
-        hw = sig.ranks["host_wait_ns"].to_numpy(np.float64)
-        self.median_host_wait = float(np.nanmedian(hw)) if len(hw) and np.isfinite(hw).any() else float("nan")
+        w = sig.ranks["wait_step_ns"].to_numpy(np.float64)
+        self.median_wait_step = float(np.nanmedian(w)) if np.isfinite(w).any() else 0.0
 
     def members(self, key: tuple[int, int]) -> list[str]:
         """The compared process groups containing (rank, device)."""
@@ -604,18 +696,15 @@ class _Evidence:
             text += f" (all compute kernels {overall:.2f}×)"
         return text
 
-    def host(self, row: dict[str, Any]) -> str:
-        extra_idle = float(row["idle_ns"]) - self.median_idle
-        text = f"its kernels are not slower ({float(row['compute_slowdown']):.2f}× the median rank)"
-        if extra_idle > 0:
-            text += f" but its GPU idles {fmt_time(extra_idle, trim=True)} more than the median rank"
-            hw = float(row["host_wait_ns"])
-            if np.isfinite(hw) and np.isfinite(self.median_host_wait) and hw > self.median_host_wait:
-                text += (
-                    f", {fmt_time(hw - self.median_host_wait, trim=True)} more of it waiting for the host to launch work: "
-                    "the host is late (CPU contention, data loading, Python overhead)"
-                )
-        return text
+    def held(self, row: dict[str, Any], threshold: float) -> str:
+        per_step = float(row["held_step_ns"])
+        own = float(row["wait_step_ns"])
+        return (
+            f"held the others back {fmt_time(per_step, trim=True)} per step ({100 * float(row['held_share']):.1f} % of "
+            f"the median step; {fmt_time(float(row['held_ns']), trim=True)} in all): it waited "
+            f"{fmt_time(max(own, 0.0), trim=True)} per step in collectives against {fmt_time(self.median_wait_step, trim=True)} "
+            f"for the median rank (z {float(row['held_z']):+.1f}, threshold {threshold:.1f} at {len(self.sig.ranks):,} ranks)"
+        )
 
     def step(self, row: dict[str, Any]) -> str:
         return (
@@ -663,27 +752,20 @@ def _shares_slow_group(r: tuple[int, int], f: tuple[int, int], ev: _Evidence) ->
     return any(float(ev.group_ratio.get(g, 1.0)) >= 1.05 for g in common)
 
 
-def _output(
-    sig: Signals,
-    method: str,
-    score: np.ndarray,
-    flagged: np.ndarray,
-    evidence: list[str],
-    signals: list[str],
-    explained: np.ndarray,
-) -> pd.DataFrame:
-    decided = {
-        "score": score.astype(np.float64),
-        "flagged": flagged.astype(bool),
-        "evidence": evidence,
-        "method": method,
-        "signals": signals,
-        "explained_by": missing_if_negative(explained),
-    }
-    # every other output column is the signal's value, in its declared dtype
+def _output(sig: Signals, method: str, decided: dict[str, Any]) -> pd.DataFrame:
+    """The ``stragglers`` table: the method's ``decided`` columns (score, flagged, evidence, ...),
+    every other output column the signal's value in its declared dtype; sorted by score."""
+    decided = {"method": method, **decided}
+    if "explained_by" in decided:
+        decided["explained_by"] = missing_if_negative(decided["explained_by"])
+    n = len(sig.ranks)
     out = pd.DataFrame(
         {
-            name: decided[name] if name in decided else sig.ranks[name].to_numpy(dtype)
+            name: decided[name]
+            if name in decided
+            else sig.ranks[name].to_numpy(dtype)
+            if name in sig.ranks
+            else np.full(n, "" if dtype is object else 0, dtype=dtype if dtype != "Int64" else "float64")
             for name, dtype in OUTPUT_COLUMNS.items()
         }
     )
@@ -698,21 +780,21 @@ Key = tuple[int, int]  # (rank, device)
 class _PerSignal:
     """One array per signal, in the row order of :attr:`Signals.ranks` (see the module docstring)."""
 
-    arrival: np.ndarray  # (a) arrives last at collectives
+    held: np.ndarray  # (f) held the others back: waited least in collectives
     kernels: np.ndarray  # (b) slow compute kernels
     step: np.ndarray  # (c) slow steps
     link: np.ndarray  # (d) slow links
     gpu: np.ndarray  # (e) slow GPU (modelled ops at equal shapes)
 
 
-def _strengths(ranks: pd.DataFrame) -> _PerSignal:
-    """Each signal's strength ``max(0, z) / Z_FLAG``: 1 at the flagging threshold."""
+def _strengths(ranks: pd.DataFrame, threshold: float) -> _PerSignal:
+    """Each signal's strength ``max(0, z) / threshold``: 1 at the flagging threshold."""
 
     def strength(z_column: str) -> np.ndarray:
-        return cast(np.ndarray, np.maximum(ranks[z_column].to_numpy(), 0) / Z_FLAG)
+        return cast(np.ndarray, np.maximum(ranks[z_column].to_numpy(np.float64), 0) / threshold)
 
     return _PerSignal(
-        strength("last_z"),
+        strength("held_z"),
         strength("compute_slowdown_z"),
         strength("step_z"),
         strength("link_z"),
@@ -721,23 +803,17 @@ def _strengths(ranks: pd.DataFrame) -> _PerSignal:
 
 
 def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
-    """Which signals each rank passes: strong (strength ≥ 1) and material.
+    """Which signals each rank passes: strong (strength ≥ 1, its z-score at the threshold for the
+    number of ranks compared) and material.
 
-    Material means: (a) it arrived last clearly more often than chance (3× its chance share,
-    at most half its collectives) and alone delayed collectives by :data:`MIN_LATE_SHARE` of its
-    trace span; (b) its compute kernels are :data:`MIN_SLOWDOWN` slower; (c) its steps are
+    Material means: (f) it held the others back at least :data:`MIN_HELD_SHARE` of the median
+    step per step; (b) its compute kernels are :data:`MIN_SLOWDOWN` slower; (c) its steps are
     :data:`MIN_STEP_RATIO` longer; (d) its links are :data:`MIN_LINK_RATIO` slower and stand out
     from every rank sharing a group with it (margin at least half its excess); (e) its modelled
     ops are :data:`MIN_GPU_SLOWDOWN` slower, most of the compared time (:data:`MIN_SLOWER_SHARE`)
     in slower (op, shapes).
     """
-    last_share_floor = np.minimum(0.5, 3.0 * ranks["chance_share"].to_numpy())
-    span_ns = ranks["total_ns"].to_numpy(np.float64)
-    arrival = (
-        (strength.arrival >= 1)
-        & (ranks["last_share"].to_numpy() >= last_share_floor)
-        & (ranks["late_ns"].to_numpy() >= MIN_LATE_SHARE * np.where(span_ns > 0, span_ns, np.inf))
-    )
+    held = (strength.held >= 1) & (ranks["held_share"].to_numpy(np.float64) >= MIN_HELD_SHARE)
     kernels = (strength.kernels >= 1) & (ranks["compute_slowdown"].to_numpy() >= MIN_SLOWDOWN)
     step = (strength.step >= 1) & (ranks["step_ratio"].to_numpy() >= MIN_STEP_RATIO)
     link = (
@@ -750,7 +826,7 @@ def _gates(ranks: pd.DataFrame, strength: _PerSignal) -> _PerSignal:
         & (ranks["gpu_slowdown"].to_numpy() >= MIN_GPU_SLOWDOWN)
         & (ranks["gpu_slower_share"].to_numpy() >= MIN_SLOWER_SHARE)
     )
-    return _PerSignal(arrival, kernels, step, link, gpu)
+    return _PerSignal(held, kernels, step, link, gpu)
 
 
 def _waits_on(waited_for: pd.DataFrame, candidates: set[Key]) -> dict[tuple[Key, Key], float]:
@@ -767,27 +843,32 @@ def _waits_on(waited_for: pd.DataFrame, candidates: set[Key]) -> dict[tuple[Key,
 
 
 def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates whose lateness ((a) or (c)) another candidate explains.
+    """Candidates without intrinsic evidence ((b), (d), (e)) whose signal another candidate explains.
 
-    A candidate ``r`` without intrinsic evidence ((b) or (d)) inherits its lateness from the
-    candidate ``f`` it waited for the longest, if that wait is at least :data:`EXPLAIN_FRACTION`
-    of the time ``r`` later delayed others and ``f`` did not wait as much for ``r``; failing
-    that, from a slow-link suspect it shares a slow group with.
+    (f) A rank that waited for a candidate that held the others back more than it did, at least
+    :data:`EXPLAIN_FRACTION` of the time it held them back itself, is a victim of that candidate: a long stall on one rank reshuffles the waits of the
+    others (the members of its groups are released together and wait differently at the next
+    collectives), by a fraction of the stall; a rank that shares a slow group with a slow-link
+    suspect arrives late at its other groups' collectives because of that link. (c) A long step, in a job whose ranks are not all
+    synchronised, follows from the candidate ``f`` the rank waited for the longest, if that wait is
+    at least :data:`EXPLAIN_FRACTION` of the time the rank later delayed others and ``f`` did not
+    wait as much for it; failing that, from a slow-link suspect it shares a slow group with.
 
     Returns
     -------
     explained_by : numpy.ndarray
-        Per rank, the rank its lateness follows from (-1: none).
+        Per rank, the rank its signal follows from (-1: none).
     by_link : numpy.ndarray
         Per rank, whether that is through a shared slow link.
     """
     ranks = sig.ranks
     keys: list[Key] = list(zip(ranks["rank"].to_numpy().tolist(), ranks["device"].to_numpy().tolist()))
     position = {k: i for i, k in enumerate(keys)}
-    candidate_rows = np.flatnonzero(gate.arrival | gate.kernels | gate.step | gate.link | gate.gpu)
+    candidate_rows = np.flatnonzero(gate.held | gate.kernels | gate.step | gate.link | gate.gpu)
     candidates = {keys[i] for i in candidate_rows}
     waits = _waits_on(sig.waited_for, candidates)
     late_ns = ranks["late_ns"].to_numpy(np.float64)
+    held_ns = ranks["held_ns"].to_numpy(np.float64)
     link_suspects = [keys[i] for i in np.flatnonzero(gate.link)]
     explained_by = np.full(len(ranks), -1, np.int64)
     by_link = np.zeros(len(ranks), bool)
@@ -795,13 +876,30 @@ def _explain_away(sig: Signals, gate: _PerSignal, ev: _Evidence) -> tuple[np.nda
         if gate.kernels[i] or gate.link[i] or gate.gpu[i]:
             continue
         me = keys[i]
-        source = _waited_longest_for(me, candidates, waits, late_ns[i], late_ns, position)
+        if gate.held[i]:
+            source = _victim_of(me, candidates, waits, held_ns, position)
+        else:
+            source = _waited_longest_for(me, candidates, waits, late_ns[i], late_ns, position)
         if source is None:
             source = next((x for x in link_suspects if x != me and _shares_slow_group(me, x, ev)), None)
             by_link[i] = source is not None
         if source is not None:
             explained_by[i] = source[0]
     return explained_by, by_link
+
+
+def _victim_of(
+    me: Key, candidates: set[Key], waits: dict[tuple[Key, Key], float], held_ns: np.ndarray, position: dict[Key, int]
+) -> Key | None:
+    """The candidate that held the others back more than ``me`` and that ``me`` waited for at least
+    :data:`EXPLAIN_FRACTION` of the time it held the others back itself (the longest such wait)."""
+    mine = held_ns[position[me]]
+    source, source_wait = None, 0.0
+    for other in candidates:
+        wait = waits.get((me, other), 0.0)
+        if other != me and held_ns[position[other]] > mine and wait >= EXPLAIN_FRACTION * mine and wait > source_wait:
+            source, source_wait = other, wait
+    return source
 
 
 def _waited_longest_for(
@@ -827,47 +925,69 @@ def _waited_longest_for(
     return source
 
 
-def _evidence_texts(
-    ranks: pd.DataFrame,
-    gate: _PerSignal,
-    flagged: np.ndarray,
-    explained_by: np.ndarray,
-    by_link: np.ndarray,
-    ev: _Evidence,
-) -> tuple[list[str], list[str]]:
-    """Per rank, the evidence sentence and the signals it passed (``"a,b"``)."""
-    inherited = explained_by >= 0
+@dataclass
+class _Verdict:
+    """The robust method's decision for every rank (rows of :attr:`Signals.ranks`)."""
+
+    gate: _PerSignal
+    flagged: np.ndarray
+    explained_by: np.ndarray
+    by_link: np.ndarray
+    threshold: float
+    cause: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    cause_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cause_text: list[str] = field(default_factory=list)
+
+
+def _causes(sig: Signals, v: _Verdict) -> None:
+    """One cause per flagged rank (:mod:`.causes`), its time per step and its sentence."""
+    n = len(sig.ranks)
+    v.cause, v.cause_ns, v.cause_text = np.full(n, "", object), np.full(n, np.nan), [""] * n
+    ex = (
+        sig.excess
+        if sig.excess is not None
+        else causes.excess_per_step(None, pd.MultiIndex.from_frame(sig.ranks[KEYS]))
+    )
+    ranks = sig.ranks.assign(delay_gate=v.gate.held)
+    for i in np.flatnonzero(v.flagged):
+        gpu = bool(v.gate.kernels[i] or v.gate.gpu[i])
+        cause, amount, text = causes.attribute(ranks, ex, int(i), link=bool(v.gate.link[i]), gpu=gpu)
+        v.cause[i], v.cause_ns[i], v.cause_text[i] = cause, amount, text
+
+
+def _evidence_texts(ranks: pd.DataFrame, v: _Verdict, ev: _Evidence) -> tuple[list[str], list[str]]:
+    """Per rank, the evidence sentence and the signals it passed (``"f,b"``)."""
+    inherited = v.explained_by >= 0
     evidence, signals = [], []
     for i, row in enumerate(ranks.to_dict("records")):
-        parts, passed = _signal_evidence(i, row, gate, bool(flagged[i]), bool(inherited[i]), ev)
+        parts, passed = _signal_evidence(i, row, v, ev)
         if inherited[i]:
-            how = "the slow link at that rank" if by_link[i] else "waiting for it"
-            parts.append(f"not a root cause: its late arrivals follow from rank {int(explained_by[i])} ({how})")
+            how = "the slow link at that rank" if v.by_link[i] else "waiting for it"
+            parts.append(f"not a root cause: this follows from rank {int(v.explained_by[i])} ({how})")
         op = ev.op_outlier(row)
         if op and parts:
             parts.append(op)
         if not parts:
-            parts.append(_quiet(row))
+            parts.append(_quiet(row, v.threshold))
         evidence.append(f"rank {int(row['rank'])} " + "; ".join(p for p in parts if p))
         signals.append(",".join(passed))
     return evidence, signals
 
 
-def _signal_evidence(
-    i: int, row: dict[str, Any], gate: _PerSignal, flagged: bool, inherited: bool, ev: _Evidence
-) -> tuple[list[str], list[str]]:
-    """The sentences of the signals rank ``i`` passed (and its arrivals when flagged), and
-    their letters."""
+def _signal_evidence(i: int, row: dict[str, Any], v: _Verdict, ev: _Evidence) -> tuple[list[str], list[str]]:
+    """The sentences of the signals rank ``i`` passed, its cause, and their letters."""
     parts, passed = [], []
-    if gate.arrival[i] or (flagged and row["arrived_last"] > 0):
+    gate = v.gate
+    if gate.held[i]:
+        parts.append(ev.held(row, v.threshold))
+        passed.append("f")
+    if v.flagged[i] and v.cause_text[i]:
+        parts.append(v.cause_text[i])
+    if v.flagged[i] and row["arrived_last"] > 0 and gate.held[i]:
         parts.append(ev.arrival(row))
-        if gate.arrival[i]:
-            passed.append("a")
     if gate.kernels[i]:
         parts.append(ev.kernels(row))
         passed.append("b")
-    elif gate.arrival[i] and not inherited:
-        parts.append(ev.host(row))
     for on, text, letter in ((gate.step, ev.step, "c"), (gate.link, ev.link, "d"), (gate.gpu, ev.gpu, "e")):
         if on[i]:
             parts.append(text(row))
@@ -877,29 +997,57 @@ def _signal_evidence(
 
 @register_method("robust")
 def robust_method(sig: Signals, options: Options) -> pd.DataFrame:
-    """Multi-signal detection with explaining-away of inherited lateness (module docstring).
+    """One straggler model for every fault kind (module docstring).
 
-    Phases: each signal's strength (:func:`_strengths`) and gate (:func:`_gates`), the
-    candidates' inherited lateness (:func:`_explain_away`), then flag, score and evidence.
+    Phases: each signal's strength against the threshold for the number of ranks
+    (:func:`_strengths`, :func:`~.ranks.z_threshold`) and gate (:func:`_gates`), long steps
+    another candidate explains (:func:`_explain_away`), then flag, cause (:mod:`.causes`), score
+    and evidence.
     """
     ranks = sig.ranks
-    strength = _strengths(ranks)
+    threshold = z_threshold(len(ranks), Z_FLAG)
+    strength = _strengths(ranks, threshold)
     gate = _gates(ranks, strength)
     ev = _Evidence(sig)
     explained_by, by_link = _explain_away(sig, gate, ev)
     inherited = explained_by >= 0
-    flagged = gate.kernels | gate.link | gate.gpu | ((gate.arrival | gate.step) & ~inherited)
-    lateness = strength.arrival + strength.step
-    score = np.where(inherited, 0.25 * lateness, lateness) + strength.kernels + strength.link + strength.gpu
-    evidence, signals = _evidence_texts(ranks, gate, flagged, explained_by, by_link, ev)
-    return _output(sig, "robust", score, flagged, evidence, signals, explained_by)
+    flagged = gate.kernels | gate.link | gate.gpu | ((gate.held | gate.step) & ~inherited)
+    v = _Verdict(gate, flagged, explained_by, by_link, threshold)
+    _causes(sig, v)
+    score = (
+        np.where(inherited, 0.25, 1.0) * (strength.held + strength.step)
+        + strength.kernels
+        + strength.link
+        + strength.gpu
+    )
+    evidence, signals = _evidence_texts(ranks, v, ev)
+    return _output(
+        sig,
+        "robust",
+        {
+            "score": score.astype(np.float64),
+            "flagged": flagged.astype(bool),
+            "cause": v.cause,
+            "cause_ns": pd.array(
+                np.where(np.isfinite(v.cause_ns), np.rint(v.cause_ns), np.nan), dtype="Float64"
+            ).astype("Int64"),
+            "evidence": evidence,
+            "signals": signals,
+            "explained_by": explained_by,
+            "z_threshold": np.full(len(ranks), threshold),
+        },
+    )
 
 
-def _quiet(row: dict[str, Any]) -> str:
+def _quiet(row: dict[str, Any], threshold: float) -> str:
     return (
-        f"shows no straggler signal (last at {int(row['arrived_last'])} of {int(row['collectives'])} "
-        f"collectives, compute kernels {float(row['compute_slowdown']):.2f}× the median rank, "
-        f"step z {float(row['step_z']):+.1f})"
+        f"shows no straggler signal (waited {fmt_time(max(-float(row['held_step_ns']), 0.0), trim=True)} more per step "
+        f"than the median rank in collectives, held z {float(row['held_z']):+.1f} of {threshold:.1f}; "
+        f"compute kernels {float(row['compute_slowdown']):.2f}× the median rank, step z {float(row['step_z']):+.1f})"
+        if float(row["held_step_ns"]) < 0
+        else f"shows no straggler signal (held the others back {fmt_time(float(row['held_step_ns']), trim=True)} per "
+        f"step, held z {float(row['held_z']):+.1f} of {threshold:.1f}; compute kernels "
+        f"{float(row['compute_slowdown']):.2f}× the median rank, step z {float(row['step_z']):+.1f})"
     )
 
 
@@ -909,16 +1057,27 @@ def late_start_method(sig: Signals, options: Options) -> pd.DataFrame:
     r = sig.ranks
     lag = r["start_lag_ns"].to_numpy(np.float64)
     step_med = float(np.median(r["step_ns"])) if len(r) else 0.0
-    z = robust_z(lag, floor=max(1.0, 0.001 * step_med))
-    flagged = (z >= Z_FLAG) & (lag >= 0.01 * step_med)
-    score = np.maximum(z, 0) / Z_FLAG
+    threshold = z_threshold(len(r), Z_FLAG)
+    z = peer_z(lag, floor=max(1.0, 0.001 * step_med))
+    flagged = (z >= threshold) & (lag >= 0.01 * step_med)
+    score = np.maximum(z, 0) / threshold
     evidence = [
         f"rank {int(k)} reaches its collectives {fmt_time(v, trim=True)} later than the median member on average, "
         f"counted from its previous collective's end (z {zz:+.1f})"
         for k, v, zz in zip(r["rank"].to_numpy(), lag, z)
     ]
     return _output(
-        sig, "late_start", score, flagged, evidence, ["a" if f else "" for f in flagged], np.full(len(r), -1)
+        sig,
+        "late_start",
+        {
+            "score": score,
+            "flagged": flagged,
+            "cause": np.where(flagged, "late", ""),
+            "evidence": evidence,
+            "signals": ["a" if f else "" for f in flagged],
+            "explained_by": np.full(len(r), -1),
+            "z_threshold": np.full(len(r), threshold),
+        },
     )
 
 

@@ -28,11 +28,14 @@ time in order of dependency, on the clock-corrected time line of ``clock_offsets
 Without changes the replay reproduces the trace (``fit_ns`` shows how closely). Scenarios:
 
 ``stragglers_at_median``
-    the work of every flagged straggler (``stragglers``) runs at the median rank's speed: per
-    kernel class, its time is scaled by ``Σ count·median-rank duration / Σ count·own duration``
-    over the compute kernel names it shares with other ranks (``kernels``, medians per name). A
-    *host-bound* straggler — its work waited for its host (``segments.host_ns``) at least
-    :data:`HOST_BOUND` times as long as the median rank's — also gets the median rank's host: its
+    the cause each flagged straggler (``stragglers``) is flagged for is removed. A straggler of a
+    GPU cause (``gpu_slow``, ``gpu_contended``; or none given) runs its kernels at the median
+    rank's speed: per kernel class, its time is scaled by ``Σ count·median-rank mean duration /
+    Σ own time`` over the compute kernel names it shares with other ranks (``kernels``; every
+    instance counts, so a contended GPU's long tail goes too). A *host-bound* straggler — flagged
+    for a host cause (``host_loader``, ``host_sync``, ``host_stall``, ``host_launch``), or without a
+    GPU cause its work waited for its host (``segments.host_ns``) at least :data:`HOST_BOUND`
+    times as long as the median rank's — keeps its kernels and gets the median rank's host: its
     waits for the host (launch gaps, the lead-in before each step's first GPU event, the part of a
     collective's launch lag after its launch came late) scale by median / own, and its work between
     two collectives becomes the median rank's there (late launches serialise streams that overlap
@@ -723,20 +726,27 @@ def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, li
     k = tables.get("kernels")
     if not flagged or k is None or not len(k):
         return empty, flagged
+    # the cause each straggler is flagged for is what its scenario removes: a host stall or a slow
+    # link is not taken out of its kernels
+    gpu_side = [key for key, cause in zip(flagged, _causes_of(fl, flagged)) if not _host_or_link(cause)]
     k = k.loc[k["category"].astype(str).to_numpy() == "compute"]
     k = k.loc[k.groupby("name", observed=True)["rank"].transform("nunique").to_numpy() >= 2]
-    ref = k.groupby("name", observed=True)["median_ns"].transform("median").to_numpy(np.float64)
+    k = k.loc[k["count"].to_numpy() > 0]
+    cnt = k["count"].to_numpy(np.float64)
+    # time-weighted: every instance counts (a contended GPU's few stretched kernels too)
+    own = k["total_ns"].to_numpy(np.float64) if "total_ns" in k.columns else cnt * k["median_ns"].to_numpy(np.float64)
+    ref = pd.Series(own / cnt).groupby(k["name"].to_numpy()).transform("median").to_numpy(np.float64)
     f = pd.DataFrame(
         {
             "rank": k["rank"].to_numpy(np.int64),
             "device": k["device"].to_numpy(np.int64),
             "class": k["class"].astype(str).to_numpy(object),
-            "own": k["count"].to_numpy(np.float64) * k["median_ns"].to_numpy(np.float64),
-            "ref": k["count"].to_numpy(np.float64) * ref,
+            "own": own,
+            "ref": cnt * ref,
         }
     )
     fk = pd.MultiIndex.from_frame(f[KEYS])
-    f = f.loc[fk.isin(pd.MultiIndex.from_tuples(flagged, names=KEYS))]
+    f = f.loc[fk.isin(pd.MultiIndex.from_tuples(gpu_side, names=KEYS))] if gpu_side else f.iloc[:0]
     g = f.groupby(KEYS + ["class"], sort=True)[["own", "ref"]].sum().reset_index()
     overall = f.groupby(KEYS, sort=True)[["own", "ref"]].sum().reset_index().assign(**{"class": OTHER})
     g = pd.concat([g, overall[g.columns]], ignore_index=True)
@@ -744,6 +754,18 @@ def straggler_factors(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, li
     return pd.DataFrame(
         {"rank": g["rank"], "device": g["device"], "class": g["class"], "factor": g["ref"] / g["own"]}
     ).reset_index(drop=True), flagged
+
+
+def _causes_of(fl: pd.DataFrame, keys: list[tuple[int, int]]) -> list[str]:
+    """The ``cause`` of each flagged (rank, device) in ``keys`` ("" where the table has none)."""
+    if "cause" not in fl.columns:
+        return [""] * len(keys)
+    by_key = {(int(r), int(d)): str(c) for r, d, c in zip(fl["rank"], fl["device"], fl["cause"].fillna(""))}
+    return [by_key.get(k, "") for k in keys]
+
+
+def _host_or_link(cause: str) -> bool:
+    return cause.startswith("host_") or cause == "link"
 
 
 def _span(ranks: list[int]) -> str:
@@ -800,9 +822,18 @@ def straggler_host_factors(tables: dict[str, pd.DataFrame], flagged: list[tuple[
         return empty
     per = seg.groupby(KEYS, sort=True)["host_ns"].sum()
     med = float(per.median())
-    own = per.reindex(pd.MultiIndex.from_tuples(flagged, names=KEYS)).dropna()
-    own = own.loc[own.to_numpy() >= HOST_BOUND * med]
-    own = own.loc[own.to_numpy() > 0]
+    sg = tables.get("stragglers")
+    causes = _causes_of(sg.loc[sg["flagged"].astype(bool)], flagged) if sg is not None else [""] * len(flagged)
+    host_cause = pd.Series(
+        [c.startswith("host_") for c in causes], index=pd.MultiIndex.from_tuples(flagged, names=KEYS)
+    )
+    gpu_cause = pd.Series([c.startswith("gpu_") for c in causes], index=host_cause.index)
+    own = per.reindex(host_cause.index).dropna()
+    # host-bound: flagged for a host cause, or (no cause) its GPU waited for it HOST_BOUND × the median
+    bound = host_cause.reindex(own.index).to_numpy(bool) | (
+        (own.to_numpy() >= HOST_BOUND * med) & ~gpu_cause.reindex(own.index).to_numpy(bool)
+    )
+    own = own.loc[bound & (own.to_numpy() > med) & (own.to_numpy() > 0)]
     return pd.DataFrame(
         {
             "rank": own.index.get_level_values(0).to_numpy(np.int64),

@@ -12,7 +12,8 @@ from .text import flags, render
 TOP = 5
 #: What the letters of the ``signals`` column mean (docs/semantics.md, "Ranks and stragglers").
 SIGNALS = {
-    "a": "arrives last at collectives, making the others wait",
+    "f": "held the others back: it waited least in collectives, the others waited for it",
+    "a": "its collectives start late (method late_start)",
     "b": "compute kernels slower than the median rank for the same kernel names",
     "c": "step time far above the median (robust z-score)",
     "d": "slow link: the process groups that contain the rank transfer slower than the others",
