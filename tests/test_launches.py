@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -79,8 +81,8 @@ def test_every_linked_event():
     assert t["negative_delay"].tolist() == [False] * 5 + [True]
     assert t["short"].tolist() == [False, True, False, False, False, True]  # gpu < cpu
     # each event's place in its stream's queue when launched: 1 (k1), 2 (k1, k2), 2 (k2, k3; k1
-    # started at 15), 1 (k4); the graph's two kernels, queued at the same instant: 1st and 2nd
-    assert t["queue_length"].tolist() == [1, 2, 2, 1, 2, 1]
+    # started at 15), 1 (k4); the graph's two kernels: one queue entry, the graph's (issue 30)
+    assert t["queue_length"].tolist() == [1, 2, 2, 1, 1, 1]
     assert t["launch_name"].tolist() == ["cudaLaunchKernel"] * 3 + ["cudaGraphLaunch"] * 2 + ["cudaLaunchKernel"]
     assert t["step"].tolist() == [1, 1, 1, 1, 1, 2]
 
@@ -140,8 +142,10 @@ def test_queue_summary():
     # (steps and ops; the profiler's own span, kind "other", does not count): 50 + 20
     assert r["starved_ns"] == 70
     assert r["blocked_share"] == pytest.approx(10 / 255) and r["starved_share"] == pytest.approx(70 / 255)
-    g = q.loc[9]  # 40+ 40+ 60- 70-: 1 2 1 0, at 2 from 40 to 60
-    assert (g["points"], g["length_max"], g["starved_ns"], g["blocked_ns"]) == (4, 2, 0, 20)
+    # the graph launch is one entry, leaving the queue when its first kernel starts: 40+ 60-, 1 0
+    # (counted per kernel it would be 40+ 40+ 60- 70-, at the limit of 2 from 40 to 60)
+    g = q.loc[9]
+    assert (g["points"], g["length_max"], g["starved_ns"], g["blocked_ns"]) == (2, 1, 0, 0)
     assert 11 not in q.index  # nothing launched on the copy stream
     d = queues(part())  # the runtime's limit, CUDA's 1,022
     assert d["blocked_ns"].tolist() == [0, 0] and d["limit"].tolist() == [1022, 1022]
@@ -159,8 +163,8 @@ def test_queue_timeline():
     assert s7["step"].tolist() == [1, 1, 1, 2, 2]  # the step holding each bin's middle (27, ..., 189, 243)
     s9 = t.loc[t["stream"] == 9].set_index("bin")
     assert s9.index.tolist() == [0, 1]  # empty afterwards: left out
-    assert s9["length_max"].tolist() == [2, 2]
-    assert s9["length_mean"].tolist() == pytest.approx([28 / 54, 22 / 54])
+    assert s9["length_max"].tolist() == [1, 1]  # the graph, queued from 40 to 60
+    assert s9["length_mean"].tolist() == pytest.approx([14 / 54, 6 / 54])
 
 
 def test_memory_summary_and_timeline():
@@ -204,3 +208,21 @@ def test_empty_and_no_launches():
     )
     for fn in (launches, launch_stats, launch_histogram, queues, queue_timeline, memory, memory_timeline):
         assert len(fn(b)) == 0, fn.__name__
+
+
+def test_a_graph_launch_is_one_queue_entry_in_a_real_h200_trace(tmp_path):
+    """The H200 recording replays a CUDA graph of 5 GPU events twice: each replay is one entry of
+    stream 7's launch queue, so the stream has two change points per launch call (read from the
+    JSON here, by correlation id), not per kernel."""
+    from test_reference_launches import raw
+
+    import dtrace
+
+    path = os.path.join(os.path.dirname(__file__), "data", "h200", "ops_rank0.pt.trace.json.gz")
+    g = raw(path)["gpu"]
+    linked = g.loc[g["launch_name"].notna()]
+    assert linked.loc[linked["launch_name"] == "cudaGraphLaunch"].groupby("correlation").size().tolist() == [5, 5]
+    calls = linked.drop_duplicates(["stream", "correlation"]).groupby("stream").size()
+    res = dtrace.analyze(path, tmp_path / "out", scheduler="sync")
+    points = res.queues.set_index("stream")["points"]
+    assert points.to_dict() == {int(s): 2 * int(n) for s, n in calls.items()}

@@ -360,13 +360,15 @@ def test_hta_tie_order_is_the_only_queue_difference_left():
 @pytest.mark.parametrize("name", NAMES)
 def test_queue_points_beyond_hta_are_the_launches_it_does_not_count(name):
     """Class 1 for the queues: with every launch call, each stream has two more change points per
-    event launched by a call HTA's queue list lacks (``cudaGraphLaunch``, ``cuLaunchKernelEx``,
-    ``hipExtLaunchKernel``); no other stream differs in its points."""
+    call HTA's queue list lacks (``cudaGraphLaunch``, ``cuLaunchKernelEx``, ``hipExtLaunchKernel``):
+    one entry per call and stream, a graph's kernels included (issue 30); no other stream differs
+    in its points."""
     summary = pd.read_csv(os.path.join(REF, "queue_summary.csv")).query("trace == @name")
     for b, path in zip(batches(name), trace_files(name)):
         rank = int(b.rank)
         g = raw(path)["gpu"]
-        extra = g.loc[g["launch_name"].notna() & ~g["launch_name"].isin(HTA_QUEUE_CALLS)].groupby("stream").size()
+        calls = g.loc[g["launch_name"].notna() & ~g["launch_name"].isin(HTA_QUEUE_CALLS)]
+        extra = calls.drop_duplicates(["stream", "correlation"]).groupby("stream").size()
         got = queues(b).set_index("stream")["points"]
         hta = summary.loc[summary["rank"] == rank].set_index("stream")["count"].reindex(got.index).fillna(0)
         assert ((got - hta).to_dict()) == {k: 2 * int(extra.get(k, 0)) for k in got.index}

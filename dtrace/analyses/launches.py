@@ -196,15 +196,17 @@ class Series:
     """
 
     def __init__(self, batch: Batch, lk: Linked) -> None:
-        n = lk.rows.size
+        rep, rep_of = one_entry_per_launch(lk)
+        group, launch, start = lk.group[rep], lk.launch[rep], lk.start[rep]
+        n = rep.size
         lo, width = window(batch)  # every time of a part lies in its window: its bounds span the axis
         wlo = lo[lk.gpart]
         whi = wlo + width[lk.gpart] * int(batch.options.timeline_bins)
         codes = np.arange(lk.n_groups, dtype=I64)
         self.axis = Axis(np.concatenate([codes, codes]), np.concatenate([wlo, whi]), lk.n_groups)
-        key = np.concatenate([self.axis.place(lk.launch, lk.group) * 2, self.axis.place(lk.start, lk.group) * 2 + 1])
+        key = np.concatenate([self.axis.place(launch, group) * 2, self.axis.place(start, group) * 2 + 1])
         order = np.argsort(key, kind="stable")
-        self.group = np.concatenate([lk.group, lk.group])[order]
+        self.group = np.concatenate([group, group])[order]
         self.pt = key[order] // 2
         self.t = self.pt - self.axis.shift[self.group]
         self.v = np.cumsum(np.where(order < n, 1, -1)).astype(I64)
@@ -215,7 +217,47 @@ class Series:
         self.last = ~same
         where = np.empty(order.size, I64)
         where[order] = np.arange(order.size)
-        self.at_launch = self.v[where[:n]]
+        self.at_launch = self.v[where[:n]][rep_of]
+
+
+def one_entry_per_launch(lk: Linked) -> tuple[np.ndarray, np.ndarray]:
+    """The linked events that enter a stream's launch queue, one per launch call and stream: a
+    graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) links every kernel of the graph to one
+    call, but the runtime queues the graph as one piece of work, not one entry per kernel; it
+    leaves the queue when its first kernel on the stream starts. Events of one call share its
+    start and end (``launch``, ``launch_end``).
+
+    Returns
+    -------
+    rep : numpy.ndarray
+        Positions (in ``lk``'s order) of the events that enter the queue: the earliest-starting
+        event of each (stream, call), in ``lk``'s order.
+    rep_of : numpy.ndarray
+        For every linked event, the position in ``rep`` of its call's entry.
+
+    Examples
+    --------
+    >>> import types
+    >>> lk = types.SimpleNamespace(group=np.array([0, 0, 0, 0]), launch=np.array([10, 10, 10, 20]),
+    ...     launch_end=np.array([15, 15, 15, 25]), start=np.array([40, 30, 50, 60]))
+    >>> [a.tolist() for a in one_entry_per_launch(lk)]  # a graph of 3 kernels, then a kernel
+    [[1, 3], [0, 0, 0, 1]]
+    """
+    n = lk.group.size
+    if not n:
+        return np.zeros(0, I64), np.zeros(0, I64)
+    order = lexsort_ints((lk.start, lk.launch_end, lk.launch, lk.group))
+    key = (lk.group[order], lk.launch[order], lk.launch_end[order])
+    new = np.ones(n, bool)
+    new[1:] = (key[0][1:] != key[0][:-1]) | (key[1][1:] != key[1][:-1]) | (key[2][1:] != key[2][:-1])
+    if new.all():
+        return np.arange(n, dtype=I64), np.arange(n, dtype=I64)
+    first = order[new]  # each call's earliest event, in key order
+    rep = np.sort(first)
+    call = np.cumsum(new) - 1  # the call of each event in key order
+    rep_of = np.empty(n, I64)
+    rep_of[order] = np.searchsorted(rep, first)[call]
+    return rep.astype(I64), rep_of
 
 
 def launches(batch: Batch) -> pd.DataFrame:
