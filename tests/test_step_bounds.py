@@ -521,3 +521,25 @@ def test_analyze_summary_names_the_bounds(launch_results):
     block = text.split("what bounds each step:\n", 1)[1]
     assert block.startswith("  step 1: 15 of 16 ranks GPU compute")
     assert f"      rank 3: {100 * sb.loc[(3, 2), 'bound_share']:.0f} % host-bound, in `aten::mm`" in block
+
+
+def test_a_blocking_copy_that_returns_late_still_waited_for_the_gpu():
+    """A blocking copy queued behind an 870 µs kernel returns 60 µs after its copy ends (more than
+    the 50 µs a full launch queue is allowed): what it waited for decides, so the 870 µs are GPU
+    time, not host time (issue 30: a ``hipMemcpyWithStream`` on MI300 that returned 59.4 µs late)."""
+    rows = [
+        (1, "runtime", "cudaLaunchKernel", 10, 20, 1, -1),
+        (0, "kernel", GEMM, 30, 900, 1, 7),
+        (1, "runtime", "hipMemcpyWithStream", 40, 1000, 2, -1),
+        (0, "memcpy", "Memcpy DtoH (Device -> Host)", 900, 940, 2, 7),
+        (1, "cpu_op", "aten::foo", 1000, 1100, -1, -1),
+    ]
+    b = _bounds(_part(rows, step=(0, 1100))).iloc[0]
+    assert b["span_ns"] == 1100 * US
+    # host: [0, 10) before the launch call, the call [10, 20), its latency [20, 30), then the op
+    # after the copy returned [1000, 1100); the kernel and the copy are the GPU's; the 60 µs from
+    # the copy's end to the return are the release latency (other). With a 50 µs tolerance the
+    # whole step was host time.
+    assert b["compute_ns"] == 870 * US and b["memcpy_ns"] == 40 * US
+    assert b["host_ns"] == 130 * US and b["other_ns"] == 60 * US and b["sync_ns"] == 0
+    assert b["bound"] == "compute"

@@ -30,9 +30,10 @@ GPU at time ``t``
 host thread at time ``t``
     The thread was busy — running ops, Python, a data loader — since the last time it was
     released by the GPU: the end of a runtime call that *waited* (it lasted at least
-    :data:`BLOCK_MIN_NS` and returned at most :data:`WAIT_TOL_NS` after a GPU event of the
-    part ended inside it). The interval from that release to ``t`` is ``host`` time; the walk
-    continues on the GPU at the end of the GPU event waited for, and the interval between that end
+    :data:`BLOCK_MIN_NS` and a GPU event of the part ended inside it: a synchronisation or a
+    blocking copy, which waited for that event however late it returned; or a launch into a full
+    queue that returned at most :data:`WAIT_TOL_NS` after it). The interval from that release to
+    ``t`` is ``host`` time; the walk continues on the GPU at the end of the GPU event waited for, and the interval between that end
     and the call's return is the release latency. On a thread other than the step's (an
     autograd thread, say) the walk goes back to the step's thread at the start of the outermost
     host event around ``t``, or at ``t`` when the thread is idle there.
@@ -101,7 +102,7 @@ BLOCK_MIN_NS = 20_000
 """A runtime call that waited for the GPU lasted at least this long."""
 
 WAIT_TOL_NS = 50_000
-"""... and returned at most this long after the GPU event it waited for ended."""
+"""A launch into a full queue returned at most this long after the GPU event that freed it ended."""
 
 SYNC_CALL = re.compile(r"synchroniz", re.IGNORECASE)
 """Runtime calls that wait for the GPU by name (``cudaDeviceSynchronize``, ``cuStreamSynchronize``,
@@ -547,10 +548,10 @@ def _releases(
     """The runtime calls that waited for the GPU: (host row, end of the GPU event waited for,
     whether it is a synchronisation).
 
-    - a ``*Synchroniz*`` call that lasted at least :data:`BLOCK_MIN_NS` and returned at most
-      :data:`WAIT_TOL_NS` after a GPU event of the part ended inside it: that event;
-    - a ``*Memcpy*`` call whose own copy ended inside it, at most :data:`WAIT_TOL_NS` before it
-      returned: the copy;
+    - a ``*Synchroniz*`` call that lasted at least :data:`BLOCK_MIN_NS` and inside which a GPU
+      event of the part ended: the last such event, however long after it the call returned;
+    - a ``*Memcpy*`` call whose own copy ended inside it: the copy (a blocking copy waits for its
+      copy; the time from the copy's end to the return is its release latency);
     - any other launch call made with its part's queue limit (``limits``, per part:
       :func:`~dtrace.analyses.queues.part_queue_limits`) of launches queued on its stream —
       launched and not yet started on the GPU, as :mod:`dtrace.analyses.queues` counts them —
@@ -599,7 +600,11 @@ def _releases(
     xr = np.r_[xs, xc, xq]
     x_gpu = np.r_[e_sync, e_copy, e_queue]
     x_sync = np.r_[np.ones(xs.size + xc.size, bool), np.zeros(xq.size, bool)]
-    waited = (x_gpu >= np.maximum(hs[xr], he[xr] - WAIT_TOL_NS)) & (x_gpu <= he[xr])
+    # a synchronisation or a blocking copy waited for what it waited for, however late it returned
+    # (its release latency is part of the wait); a launch into a full queue only when a GPU event
+    # ended just before it returned
+    lo = np.where(x_sync, hs[xr], np.maximum(hs[xr], he[xr] - WAIT_TOL_NS))
+    waited = (x_gpu >= lo) & (x_gpu <= he[xr])
     return xr[waited], x_gpu[waited], x_sync[waited]
 
 
