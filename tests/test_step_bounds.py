@@ -489,8 +489,14 @@ def test_cli_bounds(launch_results, capsys):
         assert f"step {step}: 15 of 16 ranks GPU compute" in text
         assert f"    rank 3: {100 * share:.0f} % host-bound, in `aten::mm`" in text
     assert cli(["bounds", out, "--rank", "3", "--step", "2"]) == 0
-    line = capsys.readouterr().out.strip()
+    line, evidence = capsys.readouterr().out.strip().splitlines()
     assert line.startswith(f"step 2 on rank 3: {100 * sb.loc[(3, 2), 'bound_share']:.0f} % host-bound, in `aten::mm` (")
+    # a host-bound verdict comes with its evidence: how busy the rank's GPU was in the step
+    st = launch_results.steps.set_index(["rank", "step"])
+    busy = 100 * st.loc[(3, 2), "busy_ns"] / st.loc[(3, 2), "step_ns"]
+    assert evidence.strip().startswith(f"evidence: its GPU was busy {busy:.0f} % of the step")
+    assert cli(["bounds", out, "--step", "9"]) == 2
+    assert "no step bounds for step 9" in (err := capsys.readouterr().err) and "the steps there are: 1-2" in err
     assert cli(["bounds", out, "--fmt", "csv"]) == 0
     got = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
     assert len(got) == 32 and list(got.columns) == list(cp.COLUMNS)

@@ -39,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
     sb = with_steps(res.step_bounds, rank=args.rank, step=args.step)
     if not len(sb):
         which = [f"rank {args.rank}"] * (args.rank is not None) + [f"step {args.step}"] * (args.step is not None)
-        raise UsageError(f"no step bounds for {' and '.join(which) or 'any step'} in {args.out}")
+        there = with_steps(res.step_bounds, rank=args.rank)
+        steps = sorted({int(x) for x in there["step"].dropna()}) if len(there) else []
+        have = f"; the steps there are: {_ranges(steps)}" if steps else ""
+        raise UsageError(f"no step bounds for {' and '.join(which) or 'any step'} in {args.out}{have}")
     limit = rows_to_show(args)
     if is_machine(args.fmt) or args.fmt == "markdown":
         sys.stdout.write(render(sb, args.fmt, title="step bounds", max_rows=limit))
@@ -47,10 +50,31 @@ def run(args: argparse.Namespace) -> int:
     xrank = res.table("step_bounds_xrank") if "step_bounds_xrank" in res.table_names else None
     if args.step is not None and xrank is not None:
         xrank = xrank.loc[xrank["step"].eq(args.step).fillna(False).to_numpy(bool)]
+    steps = res.table("steps") if "steps" in res.table_names else None
     if args.rank is not None or xrank is None or not len(xrank):
-        text = rank_lines(sb)
+        text = rank_lines(sb, steps)
     else:
-        text = job_lines(xrank)
+        text = job_lines(xrank, steps)
         say("what bounds each step (its critical path, end to start; --rank R: one rank's steps)", args.fmt)
     sys.stdout.write(lines(text[:limit] if limit else text))
     return 0
+
+
+def _ranges(steps: list[int]) -> str:
+    """``1-4, 7, 9-10``: sorted whole numbers as ranges (at most 20 of them, then ``…``).
+
+    Examples
+    --------
+    >>> _ranges([1, 2, 3, 4, 7, 9, 10])
+    '1-4, 7, 9-10'
+    """
+    out: list[str] = []
+    lo = prev = steps[0]
+    for x in [*steps[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{lo}-{prev}" if prev > lo else str(lo))
+        if x is not None:
+            lo = prev = x
+    return ", ".join(out[:20]) + (" …" if len(out) > 20 else "")

@@ -88,8 +88,38 @@ def _step_text(step: Any) -> str:
     return "the trace (no steps)" if pd.isna(step) else f"step {int(step)}"
 
 
-def rank_lines(sb: pd.DataFrame) -> list[str]:
-    """One sentence per row of ``step_bounds``: ``step 12 on rank 7: 71 % host-bound, in `op` (…)``."""
+def host_evidence(steps: pd.DataFrame | None, step: Any, sync_ns: Any, rank: Any = None) -> str:
+    """Why a step reads host-bound, in numbers: how busy the GPU was in the step (``steps``: the
+    median over ranks, or ``rank``'s), and whether any call of the step waited for the GPU.
+
+    Examples
+    --------
+    >>> st = pd.DataFrame({"rank": [0, 1], "step": [3, 3], "step_ns": [600e6, 620e6], "busy_ns": [270e6, 290e6]})
+    >>> host_evidence(st, 3, 0)
+    'evidence: its GPU was busy 46 % of the step (280 ms of 610 ms), idle the rest waiting for work; no call of the step waited for the GPU (no synchronisation), so the host set its pace'
+    """
+    if steps is None or not len(steps) or not {"step", "step_ns", "busy_ns"} <= set(steps.columns) or pd.isna(step):
+        return ""
+    s = steps.loc[steps["step"].eq(int(step)).fillna(False).to_numpy(bool)]
+    if rank is not None and "rank" in s.columns:
+        s = s.loc[s["rank"].to_numpy() == int(rank)]
+    if not len(s):
+        return ""
+    span, busy = float(s["step_ns"].median()), float(s["busy_ns"].median())
+    if span <= 0:
+        return ""
+    text = (
+        f"evidence: its GPU was busy {100 * busy / span:.0f} % of the step ({fmt_time(busy)} of {fmt_time(span)}), "
+        "idle the rest waiting for work"
+    )
+    if not pd.isna(sync_ns) and float(sync_ns) <= 0:
+        text += "; no call of the step waited for the GPU (no synchronisation), so the host set its pace"
+    return text
+
+
+def rank_lines(sb: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[str]:
+    """One sentence per row of ``step_bounds``: ``step 12 on rank 7: 71 % host-bound, in `op` (…)``,
+    and under a host-bound one its evidence (:func:`host_evidence`)."""
     multi = bool(sb.duplicated(["rank", "step"]).any())
     out = []
     for _i, row in sb.iterrows():
@@ -100,11 +130,14 @@ def rank_lines(sb: pd.DataFrame) -> list[str]:
             f"{_step_text(row['step'])} on {who}: {phrase(str(row['bound']), float(row['bound_share']), _op(row))} "
             f"({_split(row)})"
         )
+        if str(row["bound"]) == "host" and (ev := host_evidence(steps, row["step"], row["sync_ns"], row["rank"])):
+            out.append(f"    {ev}")
     return out
 
 
-def job_lines(xrank: pd.DataFrame) -> list[str]:
-    """Per step: the bound most parts share, then the strongest part of each other bound."""
+def job_lines(xrank: pd.DataFrame, steps: pd.DataFrame | None = None) -> list[str]:
+    """Per step: the bound most parts share (with its evidence when host-bound), then the strongest
+    part of each other bound."""
     out = []
     key = _step_key(xrank)
     for k in dict.fromkeys(key.tolist()):
@@ -115,6 +148,8 @@ def job_lines(xrank: pd.DataFrame) -> list[str]:
             f"{WORDS.get(str(first['bound']), str(first['bound']))} (median share "
             f"{_pct(first['share_median'])} %, median step {fmt_time(first['span_median_ns'])})"
         )
+        if str(first["bound"]) == "host" and (ev := host_evidence(steps, first["step"], first["sync_median_ns"])):
+            out.append(f"    {ev}")
         for _i, row in group.iloc[1:].iterrows():
             more = 0 if pd.isna(row["parts"]) else int(row["parts"]) - 1
             out.append(
@@ -214,7 +249,8 @@ def bounds_section(results: Any, fmt: str = "table") -> str:
         return ""
     key = _step_key(x)
     steps = list(dict.fromkeys(key.tolist()))
-    shown = job_lines(x.loc[np.isin(key, steps[:SUMMARY_STEPS])])
+    st = results.table("steps") if "steps" in results.table_names else None
+    shown = job_lines(x.loc[np.isin(key, steps[:SUMMARY_STEPS])], st)
     more = (
         f" (first {SUMMARY_STEPS} of {len(steps)} steps; dtrace bounds OUT for all)"
         if len(steps) > SUMMARY_STEPS
