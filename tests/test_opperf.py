@@ -276,3 +276,28 @@ def test_xrank_gpu_is_mixed_where_the_parts_ran_on_different_gpus():
     assert want.any() and not want.all()  # both cases are there
     got = x.set_index(IDENT)["gpu"].eq("mixed")
     assert len(got) == len(want) and got.reindex(want.index).tolist() == want.tolist()
+
+
+def test_throughput_above_the_peak_is_flagged_and_loses_no_time(tmp_path):
+    """A spec whose HBM figure is below what the H200 reaches (1 TB/s, the recorded fp32 mul ran at
+    4.16): the memory-bound rows then run "above the roofline". They are flagged (the peak table or
+    the timing is suspect) and lose no time, never a negative one (issue 30: an aten::add at
+    3.368 TB/s against 3.35 gave lost_ns -12,461)."""
+    spec = {"gpus": [{"gpu": "low HBM", "match": {"name": "H200"}, "hbm_tbps": 1.0, "matrix_tflops": {"bf16": 989.5}}]}
+    path = tmp_path / "low.json"
+    path.write_text(json.dumps(spec))
+    r = dtrace.analyze(H200, str(tmp_path / "out"), scheduler="sync", gpu_spec=str(path))
+    op = r.op_perf
+    known = op["roofline_ns"].notna()
+    # above the peak, computed here: achieved bytes per second over the spec's figure
+    achieved = op["count"] * op["bytes"] / op["gpu_ns"] * 1e9
+    above = known & (op["bound"] == "memory") & (achieved > 1.0e12 * 1.0001)
+    assert above.sum() >= 3
+    assert op.loc[above, "above_peak"].all() and (op.loc[above, "roofline_pct"] > 1).all()
+    assert (op.loc[above, "lost_ns"] == 0).all()
+    assert (op.loc[known, "lost_ns"] >= 0).all() and (r.op_family_perf["lost_ns"].dropna() >= 0).all()
+    x = r.op_perf_xrank
+    assert (x["lost_ns"].dropna() >= 0).all() and x["above_peak"].sum() >= 3
+    # a row below the peak keeps its time lost exactly
+    below = op.loc[known & ~op["above_peak"]].iloc[0]
+    assert below["lost_ns"] == below["gpu_ns"] - below["roofline_ns"]

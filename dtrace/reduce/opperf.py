@@ -18,7 +18,14 @@ the GPU peaks (:mod:`dtrace.knowledge.hardware`, with the ``gpu_spec`` option's 
         roofline_ns  = count · max(flops / peak_tflops, bytes / peak_tbps)   (in ns)
         bound        = compute if the first term is the larger, else memory
         roofline_pct = roofline_ns / gpu_ns
-        lost_ns      = gpu_ns − roofline_ns              (the time a perfect kernel would save)
+        lost_ns      = max(gpu_ns − roofline_ns, 0)      (the time a perfect kernel would save)
+        above_peak   = roofline_ns > gpu_ns              (faster than the roofline allows)
+
+    A row above the peak (``roofline_pct`` > 1) is not a kernel beating the hardware: the peak
+    table is low for that device (a datasheet figure below what the part reaches, a clock above
+    the reference) or the timing is off (a kernel whose reported duration is short of its work,
+    bytes the model counts that caches serve). It is flagged and loses no time, never a negative
+    one; ``dtrace perf`` lists such rows.
 
     ``peak_tflops`` is the device's peak for the op's unit (matrix or vector) and precision,
     ``peak_tbps`` its HBM bandwidth. An op without FLOPs (a copy, a fill) or without a compute
@@ -75,6 +82,7 @@ ROOFLINE_COLUMNS = {
     "bound": "object",
     "roofline_pct": "float64",
     "lost_ns": "Int64",
+    "above_peak": "bool",
 }
 DEVICE_EXTRA = {"gpu": "object", "gpu_note": "object"}
 PEAK_COLUMNS = {
@@ -109,6 +117,7 @@ XRANK_COLUMNS = {
     "bound": "object",
     "roofline_pct": "float64",
     "lost_ns": "Int64",
+    "above_peak": "bool",
 }
 FAMILY_COLUMNS = {
     "rank": "int32",
@@ -219,7 +228,8 @@ def roofline(
     out["bound"] = str_column(bound, np.array(["compute", "memory"], object)).array
     with np.errstate(divide="ignore", invalid="ignore"):
         out["roofline_pct"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
-    out["lost_ns"] = _nullable(gpu_ns - roof)
+    out["lost_ns"] = _nullable(np.where(np.isnan(roof), np.nan, np.maximum(gpu_ns - roof, 0.0)))
+    out["above_peak"] = np.nan_to_num(roof) > gpu_ns
     return out
 
 
@@ -316,7 +326,9 @@ def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
         out["roofline_pct"] = np.where(ns > 0, roof / ns, np.nan)
     out["roofline_ns"] = _nullable(roof)
     out["bound"] = op["bound"].to_numpy(object)[first]
-    out["lost_ns"] = _nullable(ns - roof)
+    out["lost_ns"] = _nullable(np.where(np.isnan(roof), np.nan, np.maximum(ns - roof, 0.0)))
+    above = op["above_peak"].to_numpy(bool) if "above_peak" in op.columns else np.zeros(len(op), bool)
+    out["above_peak"] = np.bincount(key, above, n) > 0
     out = out.sort_values(["lost_ns", "gpu_ns"], ascending=False, kind="stable", na_position="last")
     return out.reset_index(drop=True)
 
@@ -348,6 +360,7 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
     nbytes = np.bincount(g, np.where(modelled, np.nan_to_num(op["bytes"].to_numpy(np.float64)) * count, 0.0), n)
     roof_sum = np.bincount(g, np.where(known, roof_row, 0.0), n)
     covered = np.bincount(g, np.where(known, gpu_ns, 0), n)
+    lost_sum = np.bincount(g, np.where(known, np.maximum(gpu_ns - np.nan_to_num(roof_row), 0.0), 0.0), n)
     part = dense_codes(rank[first], dev[first])[0]
     total = np.bincount(part, out["gpu_ns"].to_numpy(np.float64))[part]
     mod = out["modelled_ns"].to_numpy(np.float64)
@@ -360,7 +373,7 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
         out["tbps"] = np.where(mod > 0, nbytes / mod / 1e3, np.nan)
         out["roofline_pct"] = np.where(covered > 0, roof / covered, np.nan)
     out["roofline_ns"] = _nullable(roof)
-    out["lost_ns"] = _nullable(covered - roof)
+    out["lost_ns"] = _nullable(np.where(covered > 0, lost_sum, np.nan))
     return out[list(FAMILY_COLUMNS)]
 
 

@@ -667,7 +667,7 @@ def perf_lines(tables: dict[str, pd.DataFrame], n_parts: int) -> list[str]:
             f"; at {fmt_pct(t['roofline_ns'] / t['roofed_ns'])} of the roofline, "
             f"{fmt_time(t['lost_ns'] / n)} per GPU lost against it"
         )
-    out = [*lines, head]
+    out = [*lines, head, *_above_peak_lines(tables.get("op_perf_xrank"))]
     slow = tables.get("gpu_slowness")
     if slow is not None and len(slow) > 1:
         s = slow.loc[slow["gpu_slowdown"] >= MIN_GPU_SLOWDOWN].sort_values("gpu_slowdown", ascending=False)
@@ -678,6 +678,22 @@ def perf_lines(tables: dict[str, pd.DataFrame], n_parts: int) -> list[str]:
                 f"{r.worst_ratio:.2f}×)"
             )
     return out
+
+
+def _above_peak_lines(x: pd.DataFrame | None) -> list[str]:
+    """A warning for the op shapes that ran faster than the roofline allows (peaks or timing suspect)."""
+    if x is None or not len(x) or "above_peak" not in x.columns:
+        return []
+    above = x.loc[x["above_peak"].astype(bool).to_numpy()]
+    if not len(above):
+        return []
+    worst = above.sort_values("roofline_pct", ascending=False).iloc[0]
+    return [
+        f"above the peak: {len(above)} op shape(s) ran faster than the roofline allows (the peak table is low for "
+        f"this GPU, or the timing is off; they lose no time), e.g. {worst['op']} at "
+        f"{100 * float(worst['roofline_pct']):.1f} % of the roofline ({float(worst['tbps']):.3g} TB/s, "
+        f"{float(worst['tflops']):.3g} TFLOP/s)"
+    ]
 
 
 def perf_summary_section(results: Results, fmt: str = "table") -> str:
