@@ -227,7 +227,7 @@ def test_measured_ceilings_as_a_spec_file(tmp_path):
 def test_without_a_known_device_the_figures_stay(tmp_path):
     r = dtrace.analyze(shared("kineto", "hta-2rank", "sampled_rank-0.json.gz"), str(tmp_path / "o"), scheduler="sync")
     dev = r.devices.iloc[0]
-    assert dev["gpu"] == "" and "no deviceProperties" in dev["gpu_note"]
+    assert dev["gpu"] == "" and "names no device (Kineto's deviceProperties" in dev["gpu_note"]
     mod = r.op_perf.loc[r.op_perf["modelled"]]
     assert len(mod) and mod["tflops"].notna().all() and mod["roofline_ns"].isna().all()
     assert (mod["bound"] == "").all() and r.gpu_peaks.empty

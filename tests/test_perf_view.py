@@ -161,7 +161,7 @@ def test_report_section_roofline_by_hand(h200):
 def test_report_section_without_device(nodev):
     _, res = nodev
     sec = section_perf(Context(res))
-    assert "no roofline: the trace names no device (no deviceProperties)" in sec
+    assert "no roofline: the trace names no device (Kineto&#x27;s deviceProperties" in sec
     assert sec.count("<circle") > 0 and "<polyline" not in sec
     assert "Achieved throughput (no roofline)" in sec
 

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if not len(sb):
         which = [f"rank {args.rank}"] * (args.rank is not None) + [f"step {args.step}"] * (args.step is not None)
         there = with_steps(res.step_bounds, rank=args.rank)
-        steps = sorted({int(x) for x in there["step"].dropna()}) if len(there) else []
-        have = f"; the steps there are: {_ranges(steps)}" if steps else ""
+        known = sorted({int(x) for x in there["step"].dropna()}) if len(there) else []
+        have = f"; the steps there are: {_ranges(known)}" if known else ""
         raise UsageError(f"no step bounds for {' and '.join(which) or 'any step'} in {args.out}{have}")
     limit = rows_to_show(args)
     if is_machine(args.fmt) or args.fmt == "markdown":

@@ -205,15 +205,25 @@ def _device_table(d: dict[str, Any], device: int) -> pa.Table:
     name = str(d.get("name") or "")
     major, minor = d.get("computeMajor"), d.get("computeMinor")
     cap = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
-    sms = d.get("numSms")
-    mem = d.get("totalGlobalMem")
+    return device_row(device, name, vendor_of(name, d.get("warpSize")), cap, d.get("numSms"), d.get("totalGlobalMem"))
+
+
+def device_row(device: int, name: str, vendor: str, capability: str, sms: Any, memory_bytes: Any) -> pa.Table:
+    """A one-row ``devices`` table (a count that is not a positive int32/int64: -1, unknown), for
+    any reader that knows its device: Kineto's ``deviceProperties``, rocprofv3's agents, Nsight
+    Systems' ``TARGET_INFO_GPU``."""
+
+    def count(v: Any, bits: int) -> int:
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v < (1 << (bits - 1))
+        return int(v) if ok else -1
+
     return pa.table(
         {
             "device": pa.array([device], pa.int32()),
             "name": pa.array([name]).dictionary_encode(),
-            "vendor": pa.array([vendor_of(name, d.get("warpSize"))]).dictionary_encode(),
-            "capability": pa.array([cap]).dictionary_encode(),
-            "sms": pa.array([sms if isinstance(sms, int) else -1], pa.int32()),
-            "memory_bytes": pa.array([mem if isinstance(mem, int) else -1], pa.int64()),
+            "vendor": pa.array([vendor]).dictionary_encode(),
+            "capability": pa.array([capability]).dictionary_encode(),
+            "sms": pa.array([count(sms, 32)], pa.int32()),
+            "memory_bytes": pa.array([count(memory_bytes, 64)], pa.int64()),
         }
     ).cast(DEVICE_SCHEMA)

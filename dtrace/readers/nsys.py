@@ -50,6 +50,7 @@ from ..core.schema import (
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
+from ._op_args import device_row, vendor_of
 from ._sqlite import ReadOnlyDb
 from .base import Part, TraceFile
 
@@ -327,7 +328,7 @@ def _read_db(db: _Db, source: str) -> TraceFile:
     keys = _device_keys(cols, gpu.n, kept)
     if not keys:
         raise ImplausibleTimes(source, f"all {gpu.n} GPU events have implausible times ({dropped_summary(dropped)})")
-    parts = _parts(table, cols, gpu, kept, keys)
+    parts = _parts(table, cols, gpu, kept, keys, _devices(db))
     meta = {
         "base_time_ns": origin,
         "session_start_utc_ns": origin,
@@ -535,7 +536,12 @@ def _device_keys(cols: dict[str, np.ndarray], n_gpu: int, kept: np.ndarray) -> l
 
 
 def _parts(
-    table: pa.Table, cols: dict[str, np.ndarray], gpu: _GpuActivity, kept: np.ndarray, keys: list[tuple[int, int]]
+    table: pa.Table,
+    cols: dict[str, np.ndarray],
+    gpu: _GpuActivity,
+    kept: np.ndarray,
+    keys: list[tuple[int, int]],
+    devices: dict[int, pa.Table],
 ) -> list[Part]:
     """One part per (process, device): its GPU rows and its process's host rows, with the
     collective and memcpy side tables (built once over the whole table, split per part)."""
@@ -565,9 +571,35 @@ def _parts(
                 collectives=_collectives(coll_rows, coll_types, rows),
                 memcpy=_memcpy(mem_rows, mem_kind, mem_bytes, rows),
                 local_index=idx,
+                side={"devices": devices[d]} if d in devices else {},
             )
         )
     return parts
+
+
+MAX_GPUS = 4096
+"""At most this many rows of ``TARGET_INFO_GPU`` are read (a report describes its node's GPUs)."""
+
+
+def _devices(db: _Db) -> dict[int, pa.Table]:
+    """The ``devices`` table of each device id, from ``TARGET_INFO_GPU`` (name, compute capability,
+    SMs, memory); none where the report lacks it. Devices are matched by ``id``, the CUPTI
+    ``deviceId`` of the activity tables (``cuDevice`` where ``id`` is missing)."""
+    if "TARGET_INFO_GPU" not in db.tables:
+        return {}
+    wanted = {"id": None, "cuDevice": None, "name": "", "computeMajor": None, "computeMinor": None}
+    wanted |= {"smCount": None, "totalMemory": None, "threadsPerWarp": None}
+    rows = db.read("TARGET_INFO_GPU", wanted, where=f"1 limit {MAX_GPUS}")
+    out: dict[int, pa.Table] = {}
+    for r in rows.itertuples(index=False):
+        dev = r.id if isinstance(r.id, int) else r.cuDevice
+        if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < 2**31 or dev in out:
+            continue
+        name = r.name if isinstance(r.name, str) else ""
+        major, minor = r.computeMajor, r.computeMinor
+        cap = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
+        out[dev] = device_row(dev, name, vendor_of(name, r.threadsPerWarp), cap, r.smCount, r.totalMemory)
+    return out
 
 
 def _nvtx(db: _Db) -> pd.DataFrame:

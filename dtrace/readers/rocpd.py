@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint
+from ._op_args import device_row
 from ._sqlite import ReadOnlyDb
 from .base import TraceFile
 from .rocprof import _I64_MAX, GRID_COLUMNS, EventColumns, trace_file
@@ -222,6 +223,8 @@ def _agents(db: _Db, ev: EventColumns) -> None:
         dev = type_index if isinstance(type_index, int) else logical if isinstance(logical, int) else i
         ev.device_of[int(aid)] = int(dev)
         ev.device_names[int(dev)] = str(product or "")
+        if product and 0 <= int(dev) < 2**31:  # the GPU's name for the roofline (ROCm: AMD)
+            ev.device_tables[int(dev)] = device_row(int(dev), str(product), "amd", "", None, None)
 
 
 def _kernels(db: _Db, ev: EventColumns) -> dict[str, np.ndarray] | None:

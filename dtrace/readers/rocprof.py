@@ -50,6 +50,7 @@ from ..core.schema import (
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._io import read_content
+from ._op_args import device_row, vendor_of
 from .base import Part, TraceFile
 
 NAME = "rocprofv3"
@@ -154,6 +155,11 @@ class _Agent(msgspec.Struct, gc=False, frozen=True):
     logical_node_type_id: Int = -1
     name: str = ""
     product_name: str = ""
+    vendor_name: str = ""
+    gfx_target_version: Int = 0
+    cu_count: Int = 0
+    wave_front_size: Int = 0
+    local_mem_size: Int = 0
 
 
 class _Symbol(msgspec.Struct, gc=False, frozen=True):
@@ -279,9 +285,20 @@ def trace_file(
                 collectives=events.collectives(rows),
                 memcpy=events.memcpy(rows),
                 local_index=idx,
+                side={"devices": events.device_tables[dev]} if dev in events.device_tables else {},
             )
         )
     return TraceFile(path=path, format=fmt, parts=parts, rank_hint=None, meta=meta)
+
+
+def _agent_device(a: _Agent, device: int) -> pa.Table:
+    """The ``devices`` table of a GPU agent: its product name ("AMD Instinct MI350X"), vendor, gfx
+    version as ``major.minor`` (``gfx_target_version`` 90500 → 9.5), compute units, local memory."""
+    name = a.product_name or a.name
+    v = a.gfx_target_version
+    cap = f"{v // 10000}.{(v // 100) % 100}" if 0 < v < 1_000_000 else ""
+    vendor = vendor_of(name, a.wave_front_size) or ("amd" if a.vendor_name.strip().upper() == "AMD" else "")
+    return device_row(device, name, vendor, cap, a.cu_count, a.local_mem_size)
 
 
 _get = operator.attrgetter
@@ -328,6 +345,7 @@ class EventColumns:
         self.pid = pid
         self._names: dict[str, int] = {}
         self.device_of: dict[int, int] = {}  # GPU agent id -> device
+        self.device_tables: dict[int, pa.Table] = {}  # device -> its devices table (from its agent)
         self.host_agents: set[int] = set()  # the other agents (CPUs)
         self.agents_source = "the 'agents' list"  # where the agents come from, for error messages
         self.device_names: dict[int, str] = {}
@@ -477,6 +495,7 @@ class _Events(EventColumns):
             dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
             self.device_of[a.id.handle] = dev
             self.device_names[dev] = a.product_name or a.name
+            self.device_tables[dev] = _agent_device(a, dev)
 
     def _common(self, c: dict[str, np.ndarray], records: list[Any]) -> None:
         corr = list(map(_get("correlation_id"), records))

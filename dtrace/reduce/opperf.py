@@ -176,7 +176,8 @@ def _device_specs(devices: pd.DataFrame, specs: list[Spec]) -> tuple[pd.DataFram
         else:
             gpu.append("")
             note.append(
-                "the trace names no device (no deviceProperties)"
+                "the trace names no device (Kineto's deviceProperties, rocprofv3's agents, Nsight Systems' "
+                "TARGET_INFO_GPU)"
                 if not name
                 else f"{name!r} is not in the GPU table: add its peaks with --gpu-spec FILE"
             )
