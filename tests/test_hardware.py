@@ -132,3 +132,36 @@ def test_bad_spec_files_are_one_line_usage_errors(tmp_path):
     bad.write_text(json.dumps({"gpus": [{"hbm_tbps": 1}]}))
     with pytest.raises(UsageError, match="expected 'gpu'"):
         load_specs(str(bad))
+
+
+@pytest.mark.parametrize(
+    "doc, says",
+    [
+        ({"gpus": [{"gpu": "x", "hbm_tbps": -3.0}]}, "hbm_tbps must be a positive number"),
+        ({"gpus": [{"gpu": "x", "hbm_tbps": 0}]}, "hbm_tbps must be a positive number"),
+        ({"gpus": [{"gpu": "x", "matrix_tflops": {"bf16": 1e999}}]}, "matrix_tflops.bf16 must be a positive number"),
+        ({"gpus": [{"gpu": "x", "vector_tflops": {"fp32": -1}}]}, "vector_tflops.fp32 must be a positive number"),
+        ({"mem_bw_gbps": None, "max_achievable_tflops": {"matrix_bf16": None}}, "expected 'max_achievable_tflops'"),
+        ({"mem_bw_gbps": -5300, "max_achievable_tflops": {"matrix_bf16": 708}}, "hbm_tbps must be a positive"),
+    ],
+)
+def test_peaks_must_be_finite_and_positive(tmp_path, doc, says):
+    """Issue 31: negative and infinite peaks were accepted ("at -3.9 % of the roofline", then an
+    OverflowError in the report); a TraceLens arch file with null raised TypeError."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(doc).replace("Infinity", "1e999"))
+    with pytest.raises(UsageError, match=says):
+        load_specs(str(path))
+
+
+def test_spec_files_that_are_not_files_are_refused_without_reading(tmp_path):
+    """A FIFO blocked for ever and /dev/urandom was read until memory ran out (issue 31)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/urandom", "/dev/zero"):
+        with pytest.raises(UsageError, match="not a regular file"):
+            read_spec_file(path)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(UsageError, match="--gpu-spec"):
+        read_spec_file(str(deep))

@@ -27,14 +27,20 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..core.fileio import read_regular
 from ..errors import UsageError
 
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gpus.json")
+MAX_SPEC_BYTES = 16 << 20
+"""The largest GPU spec file read (the bundled table is a few tens of KB)."""
+MAX_FIGURE = 1e7
+"""The largest peak accepted (TB/s or TFLOP/s): 10 EFLOP/s, beyond any accelerator."""
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 
 
@@ -93,9 +99,32 @@ def _spec(entry: Mapping[str, Any], origin: str) -> Spec:
         ) from None
 
 
+def _check_figures(s: Spec, origin: str) -> None:
+    """Every figure of a spec entry is a finite positive number (a peak of 0, below 0 or infinite
+    would put ops "at −3.9 % of the roofline" or divide by zero)."""
+    figures = [("hbm_tbps", s.hbm_tbps)] if s.hbm_tbps is not None else []
+    figures += [(f"matrix_tflops.{k}", v) for k, v in s.matrix.items()]
+    figures += [(f"vector_tflops.{k}", v) for k, v in s.vector.items()]
+    for name, v in figures:
+        if not (math.isfinite(v) and 0 < v <= MAX_FIGURE):
+            raise UsageError(
+                f"{origin}: entry {s.gpu!r}: {name} must be a positive number up to {MAX_FIGURE:g}, got {v!r}"
+            )
+
+
 def _tracelens_spec(entry: Mapping[str, Any], origin: str) -> Spec:
     """The spec of an entry of a TraceLens GPU arch file (``max_achievable_tflops`` by
     ``matrix_<precision>``/``vector_<precision>``, ``mem_bw_gbps``)."""
+    try:
+        return _tracelens_entry(entry, origin)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(
+            f"{origin}: entry {entry.get('gpu', entry.get('name', '?'))!r}: expected 'max_achievable_tflops' "
+            f"numbers and 'mem_bw_gbps' ({exc})"
+        ) from None
+
+
+def _tracelens_entry(entry: Mapping[str, Any], origin: str) -> Spec:
     matrix: dict[str, float] = {}
     vector: dict[str, float] = {}
     for key, val in (entry.get("max_achievable_tflops") or {}).items():
@@ -123,13 +152,14 @@ def _bundled() -> tuple[Spec, ...]:
 def read_spec_file(path: str) -> list[Spec]:
     """The entries of a user spec file (JSON: ``{"gpus": [...]}``, one entry, or a TraceLens
     GPU arch file); a problem is a :class:`UsageError` naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+    try:  # a FIFO or a device (/dev/urandom, /dev/zero) is refused, never read for ever
+        doc = json.loads(read_regular(path, limit=MAX_SPEC_BYTES).decode("utf-8"))
     except OSError as exc:
         raise UsageError(f"--gpu-spec {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UsageError(f"--gpu-spec {path}: not JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"--gpu-spec {path}: the JSON is nested too deeply to be a GPU spec") from None
     return _entries(doc, path)
 
 
@@ -139,6 +169,7 @@ def _entries(doc: Any, origin: str) -> list[Spec]:
         raise UsageError(f"{origin}: expected {{'gpus': [entries]}} or one entry object")
     out = [_spec(e, origin) for e in items]
     for s in out:
+        _check_figures(s, origin)
         pattern = s.match.get("name")
         if pattern is not None:
             try:
