@@ -120,3 +120,24 @@ def test_signal_letters_are_explained(tmp_path, capsys):
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     assert all(f"`{k}`" in readme for k in "abcdef") and "signals" in readme
+
+
+def test_show_lists_inputs_in_rank_order_and_filters_rows(tmp_path, capsys):
+    """Issue 31: ``dtrace show OUT`` listed rank-0, rank-1, rank-10, rank-100 (string order); issue
+    30: ``--where cause=...`` filters the stragglers on their cause."""
+    out = tmp_path / "r"
+    paths = [f"/job/rank-{r}.json.gz" for r in (0, 1, 10, 100, 2, 11)]
+    inputs = [
+        {"path": p, "format": "kineto", "status": "ok", "ranks": [[int(p.split("-")[1].split(".")[0]), 0]]}
+        for p in paths
+    ]
+    s = straggler_results().stragglers.assign(cause=["host_loader", "", ""])
+    write_results(str(out), {"stragglers": s}, {"inputs": inputs})
+    assert main(["show", str(out), "--fmt", "csv"]) == 0
+    listed = [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert listed == [f"/job/rank-{r}.json.gz" for r in (0, 1, 2, 10, 11, 100)]
+    assert main(["show", str(out), "stragglers", "--where", "cause=host_loader", "--fmt", "csv"]) == 0
+    rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert rows["rank"].tolist() == [3] and rows["cause"].tolist() == ["host_loader"]
+    assert main(["show", str(out), "stragglers", "--where", "nope=1"]) == 2
+    assert "no column 'nope'" in capsys.readouterr().err

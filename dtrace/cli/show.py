@@ -60,7 +60,7 @@ def _show_overview(args: argparse.Namespace, res: Results) -> None:
 
     from ..render.text import render
 
-    inputs = res.inputs
+    inputs = in_rank_order(res.inputs)
     cols = [c for c in INPUT_COLUMNS if c in inputs.columns]
     if args.fmt == "json":
         print_json(
@@ -87,6 +87,37 @@ def _show_overview(args: argparse.Namespace, res: Results) -> None:
             ),
             end="",
         )
+
+
+def in_rank_order(inputs: pd.DataFrame) -> pd.DataFrame:
+    """The inputs by their first rank, then by path with its numbers compared as numbers
+    (``rank-2`` before ``rank-10``), not in string order.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"path": ["r/rank-10.json", "r/rank-2.json", "x.json"], "ranks": [[[10, 0]], [[2, 0]], []]})
+    >>> in_rank_order(df)["path"].tolist()
+    ['r/rank-2.json', 'r/rank-10.json', 'x.json']
+    """
+    import re
+
+    import pandas as pd
+
+    if not len(inputs) or "path" not in inputs.columns:
+        return inputs
+
+    def first_rank(v: object) -> float:  # ranks: [[rank, device], ...]
+        head = v[0] if isinstance(v, (list, tuple)) and v else None
+        rank = head[0] if isinstance(head, (list, tuple)) and head else head
+        return float(rank) if isinstance(rank, int) and not isinstance(rank, bool) else float("inf")
+
+    def natural(path: object) -> tuple[tuple[int, int | str], ...]:
+        return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(path)) if t)
+
+    ranks = inputs["ranks"].map(first_rank) if "ranks" in inputs.columns else pd.Series(float("inf"), inputs.index)
+    order = sorted(range(len(inputs)), key=lambda i: (ranks.iloc[i], natural(inputs["path"].iloc[i])))
+    return inputs.iloc[order].reset_index(drop=True)
 
 
 def _show_table(args: argparse.Namespace, res: Results) -> None:
