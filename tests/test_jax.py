@@ -396,3 +396,14 @@ def test_step_trace_annotations_are_steps(tmp_path, as_text):
         assert steps.loc[key, "events"] == len(spans), key
         assert steps.loc[key, "step_ns"] == max(e for _, e in spans) - min(s for s, _ in spans), key
     assert (res.breakdown["steps"] == 3).all()
+
+
+def test_two_unranked_jax_profiles_fail_without_naming_a_kineto_field(tmp_path):
+    """Two JAX profiles without a process index in their names: each fails with a line that says
+    how to number them, and does not name Kineto's distributedInfo (issue 31)."""
+    jax_dir = shared("jax")
+    res = dtrace.analyze(jax_dir, tmp_path / "out", scheduler="sync")
+    assert len(res.errors) == 2
+    for e in res.errors:
+        assert "cannot tell this trace's rank" in e and "--rank-by order" in e
+        assert "distributedInfo" not in e

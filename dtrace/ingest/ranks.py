@@ -191,10 +191,22 @@ def _number_unranked(ok: list[FileRecord], base: dict[str, int | None], rank_by:
             _fail(
                 errors,
                 r.path,
-                f"cannot tell this trace's rank: no rank in distributedInfo or in the file name "
+                f"cannot tell this trace's rank: no rank in {_rank_source(r.format)} or in the file name "
                 f"(rank<N>), and {len(ok)} inputs are given; pass --rank-by order "
                 "(rank_by='order') to number inputs by sorted path",
             )
+
+
+def _rank_source(fmt: str) -> str:
+    """Where a trace of ``fmt`` states its rank, for an error message (Kineto's
+    ``distributedInfo``; a JAX profile's process index in its file name; ...).
+
+    Examples
+    --------
+    >>> _rank_source("kineto"), _rank_source("jax")
+    ('distributedInfo', 'the trace')
+    """
+    return "distributedInfo" if fmt in ("kineto", "") else "the trace"
 
 
 def _rank_per_device(
