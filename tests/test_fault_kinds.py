@@ -88,24 +88,27 @@ def test_loader_stall_not_inherited_by_its_group(tmp_path):
 
 
 def test_the_what_if_removes_the_cause(tmp_path):
-    """A loader stall is removed from the host, not from the kernels: the scenario gives the
-    stalled rank the median host and leaves its kernels alone."""
-    from dtrace.reduce.whatif import straggler_factors, straggler_host_factors
+    """A loader stall is removed from the host, not from the kernels: the scenario gives the stalled
+    rank the median host and leaves its kernels alone, and its estimate is the step of the same job
+    generated without the stall (the fault draws no random number: same seed, same job otherwise)."""
+    from dtrace.reduce.whatif import straggler_factors
 
-    t = _job(tmp_path, 16, ["loader:rank=6:slow=0.5"], seed=2)
-    factors, flagged = straggler_factors(t)
-    assert flagged == [(6, 6)] and not len(factors)
-    seg = {"segments": _segments(tmp_path)}
-    host = straggler_host_factors({**t, **seg}, flagged)
-    assert host["rank"].tolist() == [6] and float(host["factor"].iloc[0]) < 0.5
-
-
-def _segments(tmp_path):
-    from _synthjobs import per_rank_tables
-
-    from dtrace.options import Options
-
-    return per_rank_tables(str(tmp_path / "job"), Options(), {"segments"})["segments"]
+    kw = dict(ranks=16, seed=2, steps=4, kernels_per_step=60)
+    synth.generate(tmp_path / "stalled", faults=["loader:rank=6:slow=0.5"], **kw)
+    synth.generate(tmp_path / "healthy", **kw)
+    res = dtrace.analyze(str(tmp_path / "stalled"), tmp_path / "out", scheduler="sync")
+    healthy = dtrace.analyze(str(tmp_path / "healthy"), tmp_path / "out2", scheduler="sync")
+    s = res.stragglers
+    assert s.loc[s["flagged"], ["rank", "cause"]].values.tolist() == [[6, "host_loader"]]
+    factors, flagged = straggler_factors({"stragglers": s, "kernels": res.kernels})
+    assert flagged == [(6, 6)] and not len(factors)  # its kernels are not touched
+    w = res.whatif
+    w = w.loc[w["scenario"] == "stragglers_at_median"]
+    assert "causes removed: host_loader" in w["detail"].iloc[0]
+    truth = healthy.steps.groupby("step")["step_ns"].median()
+    est = w.set_index("step")["estimate_ns"]
+    assert (est / truth.reindex(est.index) - 1).abs().max() < 0.05
+    assert (w["saved_share"] > 0.2).all()
 
 
 # -- a lone slow rank among few ranks -------------------------------------------------------------

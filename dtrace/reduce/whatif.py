@@ -785,7 +785,11 @@ def default_scenarios(
     host = straggler_host_factors(tables, flagged)
     if flagged:
         ranks = _span(sorted({r for r, _d in flagged}))
-        detail = f"rank {ranks}: compute and host at the median rank's speed" + _factor_note(factors, host)
+        sg = tables["stragglers"]
+        fl = sg.loc[sg["flagged"].astype(bool)]
+        named = sorted({c for c in _causes_of(fl, flagged) if c})
+        why = f" (causes removed: {', '.join(named)})" if named else ""
+        detail = f"rank {ranks}: compute and host at the median rank's speed{why}" + _factor_note(factors, host)
     else:
         detail = "no straggler flagged: nothing to change"
     out.append(Scenario("stragglers_at_median", detail, factors, host=host, median_work=host[KEYS]))
