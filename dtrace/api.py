@@ -28,6 +28,7 @@ from .knowledge.hardware import load_specs
 from .options import Options
 from .partitions import store as resultstore
 from .partitions.layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
+from .readers import get_reader
 from .reduce import REDUCED, run_reducers
 from .reduce.stragglers import check_method
 from .results import Results, StagedResults, check_results_dir
@@ -150,6 +151,8 @@ def analyze(
         return _analyze_to_url(os.fspath(out), {k: v for k, v in params.items() if k != "options"}, options)
     t0 = time.perf_counter()
     opts = make_options(**options)
+    if format is not None:
+        get_reader(format)  # an unknown format is a usage error before any work, cached inputs or not
     user = _check_analyses(analyses)
     limit, ranks = parse_size(max_input_size), explicit_ranks(ranks)
     spec = ClusterSpec(

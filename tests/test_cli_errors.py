@@ -208,3 +208,14 @@ def test_show_a_trace_file(trace, capsys):
     one_line_error(capsys, trace, "is a file, not a results directory")
     assert main(["report", trace, "-o", trace + ".html"]) == 2
     one_line_error(capsys, trace, "is a file, not a results directory")
+
+
+def test_unknown_format_fails_even_when_the_results_are_up_to_date(tmp_path, trace, capsys):
+    """Issue 31: ``analyze T -o O`` then ``--format nope`` exited 0 (the cached path never looked
+    at the format)."""
+    out = str(tmp_path / "out")
+    assert main(["analyze", trace, "-o", out]) == 0
+    capsys.readouterr()
+    assert main(["analyze", trace, "-o", out, "--format", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown format 'nope'" in err and "kineto" in err and len(err.strip().splitlines()) == 1
