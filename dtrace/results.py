@@ -16,7 +16,9 @@ Results folders are shared and hand-edited, so nothing read from a manifest is t
 - renames replace a table file or manifest that is a symbolic link with a regular file, never
   writing through the link;
 - a staging folder holds a lock (``flock``) while its run writes; the next write removes the
-  staging folders whose lock is free (their run crashed) and leaves those of live runs.
+  staging folders whose lock is free (their run crashed) and leaves those of live runs, and
+  anything named ``.staging-*`` that dtrace did not make (a file, a link, a folder holding
+  other files).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ CACHE = "cache"
 #: What a table name must look like (the results contract's names are identifiers).
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 STAGING_PREFIX = ".staging-"
+PROBE_PREFIX = ".dtrace-probe-"
+#: The files a staging folder holds besides its lock and manifest (a table; a table being written).
+TABLE_FILE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\.parquet(\.tmp)?")
 _LOCK = ".lock"
 #: A staging folder without a lock file younger than this may be a run that is just starting.
 _STAGING_GRACE_S = 600.0 if fcntl is not None else 86400.0
@@ -249,7 +254,7 @@ def check_results_dir(out: str) -> None:
     except OSError as exc:
         raise OutputError(f"{out}: cannot create the results folder: {exc.strerror or exc}") from None
     try:
-        fd, probe = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=out)  # a leftover is cleaned as staging
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=out)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
@@ -499,7 +504,9 @@ def _staging_in_use(path: str) -> bool:
 def clean_staging(out: str) -> list[str]:
     """Remove the ``.staging-*`` folders that crashed writes left in ``out``; return their names.
 
-    A staging folder whose lock a live run holds is left alone; links are removed, never followed.
+    Only what dtrace made is removed: a folder holding nothing but a staging folder's files (its
+    lock, tables and manifest). A user's file or link named ``.staging-*``, or a folder holding
+    anything else, stays; a staging folder whose lock a live run holds is left alone.
     """
     removed: list[str] = []
     try:
@@ -507,20 +514,27 @@ def clean_staging(out: str) -> list[str]:
     except OSError:
         return removed
     for e in entries:
-        if not e.name.startswith(STAGING_PREFIX):
+        if not e.name.startswith(STAGING_PREFIX) or e.is_symlink() or not e.is_dir(follow_symlinks=False):
             continue
-        if e.is_symlink() or not e.is_dir(follow_symlinks=False):
-            try:
-                os.unlink(e.path)
-                removed.append(e.name)
-            except OSError:
-                pass
-            continue
-        if _staging_in_use(e.path):
+        if not _made_by_dtrace(e.path) or _staging_in_use(e.path):
             continue
         shutil.rmtree(e.path, ignore_errors=True)
         removed.append(e.name)
     return removed
+
+
+def _made_by_dtrace(folder: str) -> bool:
+    """Whether ``folder`` holds only what a staging folder holds: its lock, ``*.parquet`` tables
+    and the manifest (plain files; an empty folder too, a run that died before its lock)."""
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                ours = e.name in (_LOCK, MANIFEST) or TABLE_FILE.fullmatch(e.name) is not None
+                if not ours or e.is_symlink() or not e.is_file(follow_symlinks=False):
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None:

@@ -142,6 +142,12 @@ def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
     target.mkdir()
     (target / "f").write_text("x")
     os.symlink(target, link)
+    notes = out / ".staging-notes.txt"  # a user's file and folder named like staging (issue 31)
+    notes.write_text("mine")
+    thesis = out / ".staging-thesis"
+    thesis.mkdir()
+    (thesis / "chapter1.tex").write_text("mine")
+    os.utime(thesis, (old - 7 * 86400, old - 7 * 86400))
     live = out / ".staging-live"  # a live run holds its lock
     live.mkdir()
     (live / ".lock").write_text("")
@@ -151,8 +157,12 @@ def test_crashed_staging_folders_are_cleaned(tmp_path, monkeypatch):
             fcntl.flock(held, fcntl.LOCK_EX)
         write_results(str(out), {"breakdown": small(3)}, {"inputs": []})
         left = sorted(n for n in os.listdir(out) if n.startswith(".staging-"))
-        assert left == ([".staging-live", ".staging-starting"] if fcntl is not None else [".staging-starting"])
-        assert (target / "f").read_text() == "x"  # the link was removed, not followed
+        mine = [".staging-link", ".staging-notes.txt", ".staging-thesis"]  # not dtrace's: left alone
+        assert left == sorted(
+            mine + ([".staging-live", ".staging-starting"] if fcntl is not None else [".staging-starting"])
+        )
+        assert (target / "f").read_text() == "x"  # the link was not followed
+        assert notes.read_text() == "mine" and (thesis / "chapter1.tex").read_text() == "mine"
     finally:
         os.close(held)
     assert clean_staging(str(out)) == [".staging-live"] if fcntl is not None else True
