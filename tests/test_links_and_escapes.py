@@ -78,3 +78,42 @@ def test_text_files_get_the_terminals_escaping(tmp_path, capsys):
     assert main(["kernels", str(trace), "-o", str(tmp_path / "k.json")]) == 0
     assert json.loads((tmp_path / "k.json").read_text())[0]["name"] == NASTY
     capsys.readouterr()
+
+
+EVIL_DEVICE = "<img src=x onerror=alert(1)> \x1b[31mRED\x07\u202e\u061c\u2028end"
+
+
+@pytest.fixture(scope="module")
+def evil_device(tmp_path_factory):
+    """A real H200 trace whose device name holds HTML, ESC, BEL and invisible characters."""
+    import gzip
+    import os
+
+    d = tmp_path_factory.mktemp("evil")
+    src = os.path.join(os.path.dirname(__file__), "data", "h200", "ops_rank0.pt.trace.json.gz")
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    doc["deviceProperties"][0]["name"] = EVIL_DEVICE
+    path = d / "rank-0.json"
+    path.write_text(json.dumps(doc))
+    return str(path), str(d / "out")
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [c for c in text if c in "\x1b\x07\u202e\u061c\u2028"]
+
+
+def test_csv_and_markdown_escape_names_from_traces(evil_device, capsys):
+    """Issue 31: ``show --fmt csv`` kept ESC, BEL and U+202E raw on stdout, ``analyze --fmt markdown``
+    printed a trace's device name as raw HTML, and U+061C and U+2028 reached the terminal."""
+    path, out = evil_device
+    assert main(["analyze", path, "-o", out, "--fmt", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert HOSTILE not in md and "&lt;img src=x" in md and not _raw_controls(md)
+    assert main(["show", out, "devices", "--fmt", "csv"]) == 0
+    csv_out = capsys.readouterr().out
+    assert not _raw_controls(csv_out) and "\\x1b[31mRED\\x07\\u202e\\u061c\\u2028end" in csv_out
+    assert main(["show", out, "devices"]) == 0
+    assert not _raw_controls(capsys.readouterr().out)
+    assert main(["diff", out, out, "--fmt", "csv"]) in (0, 1)
+    assert not _raw_controls(capsys.readouterr().out)

@@ -19,6 +19,7 @@ from ..analyses.critical_path import CATEGORIES
 from ..core.units import fmt_time
 from . import charts as ch
 from .context import Context
+from .escape import prose
 from .page import note, table
 
 WORDS = {
@@ -256,7 +257,7 @@ def bounds_section(results: Any, fmt: str = "table") -> str:
         if len(steps) > SUMMARY_STEPS
         else ""
     )
-    return f"what bounds each step{more}:\n" + lines(f"  {t}" for t in shown)
+    return prose(f"what bounds each step{more}:\n" + lines(f"  {t}" for t in shown).rstrip("\n"), fmt) + "\n"
 
 
 def with_steps(sb: pd.DataFrame, *, rank: int | None = None, step: int | None = None) -> pd.DataFrame:

@@ -7,9 +7,10 @@ passes them through one of these functions before they reach the user:
   BEL, newline, ...) and the Unicode bidirectional overrides become visible escapes
   (``\\x1b``, ``\\n``, ``\\u202e``), so a name cannot move the cursor, recolour the terminal or
   split a one-line error;
-- :func:`csv_frame` / :func:`to_csv` for CSV: a text cell that a spreadsheet would run as a
-  formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading
-  ``'``; numbers are never touched;
+- :func:`csv_frame` / :func:`to_csv` for CSV: control and invisible characters escaped as for
+  the terminal (tabs and line breaks stay, quoted), and a text cell that a spreadsheet would run
+  as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a
+  leading ``'``; numbers are never touched;
 - :func:`markdown_cell` for Markdown: HTML and Markdown syntax escaped, pipes escaped, one line;
   :func:`markdown_text` for the prose around Markdown tables (lines kept);
 - :func:`file_href` for a link to a file: a relative path, percent-encoded, so it can never be
@@ -29,9 +30,14 @@ if TYPE_CHECKING:  # pandas is imported where a frame is escaped: printable() se
     import numpy as np
     import pandas as pd
 
-# C0 controls, DEL, C1 controls, and the invisible bidirectional marks/overrides/isolates
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_CONTROL_NO_NL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls, DEL, C1 controls, the invisible bidirectional marks/overrides/isolates (U+061C
+# Arabic letter mark too), the line and paragraph separators (a terminal or editor breaks the
+# line there) and the zero-width characters and byte order mark (invisible text)
+_INVISIBLE = "\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
+_CONTROL_NO_NL = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
+# in a CSV cell tabs, newlines and carriage returns are data the writer quotes; the rest is escaped
+_CONTROL_CSV = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_INVISIBLE}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: First characters that make a spreadsheet treat a cell as a formula (OWASP CSV injection).
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -57,24 +63,29 @@ def printable(text: object, *, keep_newlines: bool = False) -> str:
     'gemm\\\\x1b[2J\\\\x07'
     >>> printable("rank-0\\n.json: bad"), printable("a\\u202eb")
     ('rank-0\\\\n.json: bad', 'a\\\\u202eb')
-    >>> printable("plain µs → ok")
-    'plain µs → ok'
+    >>> printable("plain µs → ok"), printable("a\\u2028b\\u061c")
+    ('plain µs → ok', 'a\\\\u2028b\\\\u061c')
     """
     s = str(text)
     return (_CONTROL_NO_NL if keep_newlines else _CONTROL).sub(_escape_char, s)
 
 
 def csv_cell(value: object) -> object:
-    """A text value that a spreadsheet would evaluate gets a leading ``'``; anything else is kept.
+    """A text value with its control and invisible characters escaped (ESC, BEL, U+202E: as the
+    terminal shows them), and a leading ``'`` where a spreadsheet would evaluate it; anything else
+    is kept.
 
     Examples
     --------
     >>> csv_cell("=HYPERLINK(\\"http://x\\")"), csv_cell("-1"), csv_cell("gemm"), csv_cell(-1)
     ('\\'=HYPERLINK("http://x")', "'-1", 'gemm', -1)
+    >>> csv_cell("k\\x1b[2J\\x07\\u202e")
+    'k\\\\x1b[2J\\\\x07\\\\u202e'
     """
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
+    if not isinstance(value, str):
+        return value
+    value = _CONTROL_CSV.sub(_escape_char, value)
+    return "'" + value if value.startswith(FORMULA_START) else value
 
 
 def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -116,12 +127,13 @@ def _safe_values(col: pd.Series) -> np.ndarray | None:
 
     values = col.to_numpy(dtype=object)
     uniq = pd.unique(values)
-    risky = [v for v in uniq if isinstance(v, str) and v.startswith(FORMULA_START)]
+    fixed = {v: csv_cell(v) for v in uniq if isinstance(v, str)}
+    risky = {v: f for v, f in fixed.items() if f != v}
     if not risky:
         return None
-    bad = pd.Series(values).isin(risky).to_numpy()
+    bad = pd.Series(values).isin(list(risky)).to_numpy()
     values = values.copy()
-    values[bad] = ["'" + v for v in values[bad]]
+    values[bad] = [risky[v] for v in values[bad]]
     return values
 
 

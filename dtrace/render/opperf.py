@@ -27,7 +27,7 @@ from ..reduce.opperf import ARG_KEYS, MIN_GPU_SLOWDOWN
 from ..results import Results
 from . import charts as ch
 from .context import Context
-from .escape import printable
+from .escape import prose
 from .page import cards, na, note, table
 
 #: Marks on one roofline chart (the op shapes with the most GPU time); the caption says if cut.
@@ -716,4 +716,4 @@ def perf_summary_section(results: Results, fmt: str = "table") -> str:
             f"most time lost: {top['op']} {shape_text(top['params'], top['shapes'])} "
             f"({fmt_time(float(top['lost_ns']))} over {int(top['parts'])} GPU(s)); dtrace perf OUT for the table"
         )
-    return printable("op performance:\n  " + "\n  ".join(lines), keep_newlines=True) + "\n"
+    return prose("op performance:\n  " + "\n  ".join(lines), fmt) + "\n"
