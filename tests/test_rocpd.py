@@ -262,3 +262,16 @@ def test_damaged_or_partial_databases(tmp_path):
     agents = db("g", f"delete from rocpd_info_agent{UUID}")
     with pytest.raises(InputError, match="agent 11, which is not a GPU agent of rocpd_info_agent"):
         detect(agents).read(agents)
+
+
+@pytest.mark.parametrize("index", [1 << 32, 1 << 40, (1 << 32) - 1])
+def test_agent_index_beyond_int32_is_an_input_error(tmp_path, index):
+    """Issue 31: a type_index of 2**32 or 2**40 wrapped to device 0, 2**32 - 1 became -1 (the host)."""
+    js = make_rocprof(tmp_path / "a_results.json")
+    db = make_rocpd(js, tmp_path / "a_results.db")
+    con = sqlite3.connect(db)
+    con.execute(f"update rocpd_info_agent{UUID} set type_index = ? where id = 12", (index,))
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match=f"rocpd_info_agent 12 has device index {index}, which is not a device id"):
+        detect(db).read(db)

@@ -363,3 +363,13 @@ def test_memory_copy_only_counts_as_memcpy_in_compat():
     assert np.array_equal(
         categorize_names(names, kinds, fmt="kineto", compat="tracelens"), ["memcpy", "memcpy", "memcpy"]
     )
+
+
+@pytest.mark.parametrize("index", [1 << 32, 1 << 40, (1 << 32) - 1, (1 << 31) - 1])
+def test_device_index_beyond_int32_is_an_input_error(tmp_path, index):
+    """Issue 31: a gpu_index of 2**32 or 2**40 wrapped to device 0 (two GPUs merged into one part),
+    2**32 - 1 became -1, the host marker."""
+    agents = [_agent(10, 1, -1, "AMD EPYC"), _agent(11, 2, 0, "AMD Instinct MI300X"), _agent(12, 2, index, "MI300X")]
+    path = make_rocprof(tmp_path / "x_results.json", agents=agents)
+    with pytest.raises(InputError, match=f"GPU agent 12 has device index {index}, which is not a device id"):
+        detect(path).read(path)

@@ -221,9 +221,10 @@ def _agents(db: _Db, ev: EventColumns) -> None:
     ev.host_agents = {int(r[0]) for r in rows if str(r[1]).upper() != "GPU" and isinstance(r[0], int)}
     for i, (aid, _type, type_index, logical, product) in enumerate(gpus):
         dev = type_index if isinstance(type_index, int) else logical if isinstance(logical, int) else i
+        dev = ev.device_id(int(dev), f"rocpd_info_agent {aid}")
         ev.device_of[int(aid)] = int(dev)
         ev.device_names[int(dev)] = str(product or "")
-        if product and 0 <= int(dev) < 2**31:  # the GPU's name for the roofline (ROCm: AMD)
+        if product:  # the GPU's name for the roofline (ROCm: AMD)
             ev.device_tables[int(dev)] = device_row(int(dev), str(product), "amd", "", None, None)
 
 

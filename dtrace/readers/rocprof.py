@@ -66,6 +66,8 @@ COPY_DIRECTION = {
     "MEMORY_COPY_DEVICE_TO_DEVICE": "D2D",
 }
 GPU_AGENT = 2  # rocprofiler_agent_type_t: 1 CPU, 2 GPU
+MAX_DEVICE = 2**31 - 1
+"""Device ids are 0 to this - 1 (the event table's device column is int32; -1 is the host)."""
 _I64_MAX = (1 << 63) - 1
 Int = Annotated[int, msgspec.Meta(ge=-_I64_MAX - 1, le=_I64_MAX)]
 """An integer the event columns can hold (int64); rocprofv3 writes uint64 ids and times, and one
@@ -387,6 +389,16 @@ class EventColumns:
     def codes(self, names: list[str]) -> np.ndarray:
         return np.array([self.code(n) for n in names], np.int64)
 
+    def device_id(self, dev: int, what: str) -> int:
+        """``dev`` if it is a device id (0 to 2**31 - 2); an id the int32 device column cannot hold
+        (2**32 would wrap to device 0 and merge two GPUs, 2**32 - 1 to -1, the host) is an input
+        error."""
+        if not 0 <= dev < MAX_DEVICE:
+            raise InputError(
+                self.path, f"{what} has device index {dev}, which is not a device id (0 to {MAX_DEVICE - 1:,})"
+            )
+        return int(dev)
+
     def devices(self, agents: np.ndarray, what: str) -> np.ndarray:
         """The device of each GPU agent id; an agent that is not a known GPU is an input error."""
         uniq, inv = np.unique(agents, return_inverse=True)
@@ -493,7 +505,7 @@ class _Events(EventColumns):
         self.host_agents = {a.id.handle for a in agents if a.type != GPU_AGENT}
         for i, a in enumerate(gpus):
             dev = a.gpu_index if a.gpu_index >= 0 else a.logical_node_type_id if a.logical_node_type_id >= 0 else i
-            self.device_of[a.id.handle] = dev
+            self.device_of[a.id.handle] = self.device_id(dev, f"GPU agent {a.id.handle}")
             self.device_names[dev] = a.product_name or a.name
             self.device_tables[dev] = _agent_device(a, dev)
 
