@@ -209,3 +209,27 @@ def test_usage_error_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "no such file" in proc.stderr
+
+
+def test_memcpy_bytes_beyond_int64_are_unknown_not_a_failed_input(tmp_path):
+    """Issue 31: a memcpy with ``args.bytes: 1e30`` failed its whole input as "internal error
+    (OverflowError)"; such a size (and NaN, infinity, a negative one) is unknown (-1), on the
+    compiled scanner's path and on the pure one alike."""
+    src = os.path.join(os.path.dirname(__file__), "data", "h200", "ops_rank0.pt.trace.json.gz")
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    copies = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    for e, b in zip(copies, (1e30, -5, 2.0**64)):
+        e["args"]["bytes"] = b
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(doc))
+    from dtrace.readers import detect
+
+    for pure in ("0", "1"):
+        os.environ["DTRACE_PURE_SCAN"] = pure
+        try:
+            tf = detect(str(path)).read(str(path))
+        finally:
+            os.environ.pop("DTRACE_PURE_SCAN", None)
+        got = tf.parts[0].memcpy.to_pandas()
+        assert (got["bytes"] >= -1).all() and (got["bytes"] == -1).sum() >= 3

@@ -143,6 +143,14 @@ def _fraction_in_an_int_column(batch):
     return kernel_count(batch).assign(kernels=lambda d: d["kernels"] + 0.5)
 
 
+def _beyond_int64(batch):
+    return kernel_count(batch).assign(kernels=lambda d: [2**70] * len(d))
+
+
+def _beyond_int64_as_float(batch):
+    return kernel_count(batch).assign(kernels=lambda d: d["kernels"] * 1e30)
+
+
 def _fails_on_rank_1(batch):
     if (batch.parts["rank"] == 1).any():
         raise RuntimeError("rank 1 is not supported")
@@ -159,6 +167,8 @@ def _fails_on_rank_1(batch):
         (lambda b: kernel_count(b).drop(columns="kernel_ns"), "lacks its declared columns ['kernel_ns']"),
         (_runs_out_of_memory, "MemoryError"),
         (_fraction_in_an_int_column, "not a whole number"),
+        (_beyond_int64, "holds 1.1805916207174113e+21, beyond its range"),  # issue 31: was stored as -2**63
+        (_beyond_int64_as_float, "beyond its range"),
         (_fails_on_rank_1, "rank 1 is not supported"),
     ],
 )

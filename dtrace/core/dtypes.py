@@ -37,6 +37,12 @@ def dtype_is(dtype: Any, want: str) -> bool:
     return str(dtype) == want
 
 
+def _int_range(want: str) -> tuple[int, int]:
+    """The smallest and largest value of the integer dtype ``want`` (``Int64``: int64's)."""
+    info = np.iinfo(np.int64 if want == NI64 else np.dtype(want))
+    return int(info.min), int(info.max)
+
+
 def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False) -> Any:
     """The values of ``col`` in the declared dtype ``want`` (an array for the DataFrame).
 
@@ -50,6 +56,9 @@ def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False)
     [2, 4, <NA>]
     >>> as_declared(pd.Series([0.5, 1.5]), "int64").tolist()
     [0, 2]
+    >>> as_declared(pd.Series([2**70], dtype=object), "int64")
+    Traceback (most recent call last):
+    TypeError: column '' is declared int64 but holds 1.1805916207174113e+21, beyond its range
     """
     if want == STR:
         return col.astype(object).to_numpy() if len(col) else np.array([], object)
@@ -57,9 +66,16 @@ def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False)
         return col.to_numpy(want, na_value=np.nan) if want == F64 else col.to_numpy().astype(want)
     if col.dtype == object:
         col = pd.to_numeric(col)
+    lo, hi = _int_range(want)
     if pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
         missing = col.isna().to_numpy()
+        if str(col.dtype).lower().startswith("uint"):  # beyond int64 it would wrap: through floats
+            col = col.astype("Float64" if missing.any() else np.float64)
+            return as_declared(col, want, name, strict)
         ints = col.to_numpy(np.int64, na_value=0)
+        bad = np.flatnonzero(((ints < lo) | (ints > hi)) & ~missing)
+        if len(bad):
+            raise TypeError(f"column {name!r} is declared {want} but holds {int(ints[bad[0]])}, beyond its range")
     else:
         vals = col.to_numpy(np.float64, na_value=np.nan)
         missing = np.isnan(vals)
@@ -71,6 +87,10 @@ def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False)
                     f"column {name!r} is declared {want} but holds {vals[bad[0]]!r} (not a whole number): "
                     "round or convert it in the analysis"
                 )
+        # int64's largest value is not a float: 2**63 (the first float above it) is out of range
+        bad = np.flatnonzero(~((whole >= float(lo)) & (whole < float(hi) + 1.0)))
+        if len(bad):
+            raise TypeError(f"column {name!r} is declared {want} but holds {float(vals[bad[0]])!r}, beyond its range")
         ints = whole.astype(np.int64)
     if want == NI64:
         return pd.arrays.IntegerArray(ints, missing)

@@ -978,7 +978,7 @@ def _memcpy_table(rows: list[tuple[int, str, int | float | str | None, str | Non
         [
             pa.array([r[0] for r in rows], pa.int64()),
             pa.array([_copy_kind_of(name, k) for _row, name, _b, k in rows], pa.string()).dictionary_encode(),
-            pa.array([_num(r[2]) if not isinstance(r[2], float) else int(r[2]) for r in rows], pa.int64()),
+            pa.array([max(_num(r[2]), -1) for r in rows], pa.int64()),  # beyond int64, NaN, < 0: -1 (unknown)
         ],
         schema=MEMCPY_SCHEMA,
     )
