@@ -151,6 +151,18 @@ def _beyond_int64_as_float(batch):
     return kernel_count(batch).assign(kernels=lambda d: d["kernels"] * 1e30)
 
 
+def _exits(batch):
+    raise SystemExit(3)
+
+
+def _interrupts(batch):
+    raise KeyboardInterrupt
+
+
+def _unconvertible(batch):
+    return kernel_count(batch).assign(extra=lambda d: [object() for _ in range(len(d))])
+
+
 def _fails_on_rank_1(batch):
     if (batch.parts["rank"] == 1).any():
         raise RuntimeError("rank 1 is not supported")
@@ -169,6 +181,9 @@ def _fails_on_rank_1(batch):
         (_fraction_in_an_int_column, "not a whole number"),
         (_beyond_int64, "holds 1.1805916207174113e+21, beyond its range"),  # issue 31: was stored as -2**63
         (_beyond_int64_as_float, "beyond its range"),
+        (_exits, "SystemExit: 3"),  # issue 31: aborted the whole run
+        (_interrupts, "KeyboardInterrupt"),
+        (_unconvertible, "failed: Arrow"),  # issue 31: failed the input as internal error (ArrowInvalid)
         (_fails_on_rank_1, "rank 1 is not supported"),
     ],
 )

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..core.dtypes import (  # noqa: F401
     BOOL,
@@ -416,15 +417,19 @@ def run_analyses(
 
 
 def run_own_analyses(batch: Batch, analyses: list[Analysis]) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
-    """Run users' analyses on one partition, each on its own: one that raises (out of memory
-    included), returns something other than a DataFrame, lacks a declared column or puts a
-    fraction in an integer column fails its own table — ``(tables, {table: one-line error})`` —
-    never the built-in tables or the inputs."""
+    """Run users' analyses on one partition, each on its own: one that raises (out of memory,
+    ``SystemExit`` and ``KeyboardInterrupt`` included), returns something other than a DataFrame,
+    lacks a declared column, puts a fraction or a value beyond the range in an integer column, or
+    returns a frame Arrow cannot convert fails its own table — ``(tables, {table: one-line
+    error})`` — never the built-in tables or the inputs."""
     tables, failed = {}, {}
     for a in analyses:
         try:
-            tables[a.table] = conform(a.func(batch), a.columns, a.table, strict=True)
-        except Exception as exc:  # noqa: BLE001 - the user's code: its table fails, nothing else
+            df = conform(a.func(batch), a.columns, a.table, strict=True)
+            pa.Table.from_pandas(df, preserve_index=False)  # a frame Arrow cannot store fails here, not later
+            tables[a.table] = df
+        # the user's code: its table fails, nothing else — sys.exit() and a KeyboardInterrupt it raises too
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
             failed[a.table] = own_analysis_error(a.table, exc)
     return tables, failed
 
