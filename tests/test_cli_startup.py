@@ -111,11 +111,26 @@ def test_stored_summary_is_not_trusted_blindly(tmp_path):
     stored = os.path.join(out, "summary.json")
     with open(stored, encoding="utf-8") as f:
         doc = json.load(f)
-    doc["output"]["table"] = "\nforged\n"
+    doc["output"]["table"] = "\nforged 1.23e9 \x1b[2J\x07\n"
     with open(stored, "w", encoding="utf-8") as f:
         json.dump(doc, f)
     text, mods = run()
-    assert "forged" in text and "pandas" not in mods  # bound to this manifest: the stored text is what is printed
+    # issue 31: the edited text has no valid MAC under the user's key: the tables are printed
+    assert "forged" not in text and "pandas" in mods and "results up to date" in text
+    text, mods = run()
+    assert "pandas" not in mods and "results up to date" in text  # stored again, with its MAC
+    # a stored text with a valid MAC still reaches the terminal escaped
+    from dtrace.cli.uptodate import _mac, _summary_key
+
+    with open(stored, encoding="utf-8") as f:
+        doc = json.load(f)
+    body = doc["output"]["table"] + "name \x1b[2J\x07\u202e\n"
+    doc["output"]["table"] = body
+    doc["mac"]["table"] = _mac(_summary_key(), doc["manifest"], doc["material"], "table", body)
+    with open(stored, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    text, mods = run()
+    assert "pandas" not in mods and "name \\x1b[2J\\x07\\u202e" in text and "\x1b" not in text
     manifest = os.path.join(out, "manifest.json")
     with open(manifest, "a", encoding="utf-8") as f:
         f.write(" ")  # another manifest (same content): the stored summary is not for it

@@ -18,11 +18,20 @@ Anything else — a missing or damaged file, a URL, a class map, a GPU spec file
 a straggler method, summary CSVs — goes the ordinary way (:func:`dtrace.api.analyze`), which
 decides again and prints from the tables; the fast path never answers where the ordinary one
 would analyse. Only the CLI writes this file; the API ignores it.
+
+The stored text is printed only when it carries a valid HMAC (SHA-256) of the manifest's
+fingerprint, the settings, the format and the text under the user's own key
+(``$XDG_CACHE_HOME/dtrace/summary.key``, else ``~/.cache/dtrace/summary.key``: 32 random bytes,
+readable by the user alone): someone who can write the results folder but not that file cannot
+make ``dtrace analyze`` print numbers or names of their choosing; and it is printed through the
+terminal's escaping, so no byte of it can drive the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -111,6 +120,10 @@ def answer(args: argparse.Namespace) -> tuple[str, Manifest] | None:
     body = summary.output.get(args.fmt)
     if summary.material != material or body is None:
         return None
+    key = _summary_key()
+    mac = summary.mac.get(args.fmt, "")
+    if key is None or not hmac.compare_digest(mac, _mac(key, summary.manifest, material, args.fmt, body)):
+        return None  # written by someone else, or edited: the ordinary path prints from the tables
     try:
         manifest = convert(json.loads(raw), Manifest)
         if not _cache_usable(args.cache or os.path.join(args.out, "cache")) or not os.access(args.out, os.W_OK):
@@ -176,17 +189,58 @@ def remember(args: argparse.Namespace, manifest: Manifest, body: str) -> None:
         raw = read_regular(os.path.join(args.out, "manifest.json"), follow_links=False)
     except (OSError, DtraceError):
         return
+    key = _summary_key()
+    if key is None:
+        return
     found = _stored(args.out)
-    output = dict(found[0].output) if found is not None and found[0].material == material else {}
+    same = found is not None and found[0].material == material
+    output = dict(found[0].output) if same and found is not None else {}
+    macs = dict(found[0].mac) if same and found is not None else {}
+    digest = xxhash.xxh3_128_hexdigest(raw)
     output[args.fmt] = body
-    summary = StoredSummary(
-        version=SUMMARY_VERSION, manifest=xxhash.xxh3_128_hexdigest(raw), material=material, output=output
-    )
+    macs[args.fmt] = _mac(key, digest, material, args.fmt, body)
+    summary = StoredSummary(version=SUMMARY_VERSION, manifest=digest, material=material, output=output, mac=macs)
     try:
         data = json.dumps(msgspec.to_builtins(summary), ensure_ascii=False).encode()
         atomic_write_bytes(os.path.join(args.out, SUMMARY), data)
     except OSError:
         pass
+
+
+KEY_BYTES = 32
+
+
+def _key_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dtrace", "summary.key")
+
+
+def _summary_key() -> bytes | None:
+    """The user's key for the stored summaries (created on first use, mode 0600); None when it
+    cannot be read or made (then there is no fast path)."""
+    path = _key_path()
+    try:
+        key = read_regular(path, follow_links=False, limit=KEY_BYTES)
+        if len(key) == KEY_BYTES and not os.stat(path).st_mode & 0o077:
+            return key
+        if len(key) == KEY_BYTES:
+            return None  # readable by others: not a secret
+    except FileNotFoundError:
+        pass
+    except (OSError, DtraceError):
+        return None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        atomic_write_bytes(path, os.urandom(KEY_BYTES), mode=0o600)
+        key = read_regular(path, follow_links=False, limit=KEY_BYTES)
+    except (OSError, DtraceError):
+        return None
+    return key if len(key) == KEY_BYTES else None
+
+
+def _mac(key: bytes, manifest: str, material: str, fmt: str, body: str) -> str:
+    msg = "\0".join((manifest, material, fmt, body)).encode("utf-8", "surrogatepass")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
 def print_answer(args: argparse.Namespace, body: str, manifest: Manifest) -> None:
@@ -196,8 +250,9 @@ def print_answer(args: argparse.Namespace, body: str, manifest: Manifest) -> Non
     from ..render.escape import printable  # noqa: PLC0415
 
     head = headline(manifest)
+    body = printable(body, keep_newlines=True)  # nothing stored reaches the terminal raw
     if args.fmt in ("csv", "json"):
         print(printable(head, keep_newlines=True), end="", file=sys.stderr)
         print(body, end="")
     else:
-        print(head + body)
+        print(printable(head, keep_newlines=True) + body)

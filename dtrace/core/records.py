@@ -243,6 +243,7 @@ class StoredSummary(msgspec.Struct, kw_only=True):
     manifest: str  # the xxh3 fingerprint of the manifest.json the summary is of
     material: str  # what the summary depends on besides the manifest and the inputs
     output: dict[str, str] = {}  # output format -> the summary below its first line
+    mac: dict[str, str] = {}  # output format -> HMAC of that summary under the user's key
 
 
 _EXPECTED = re.compile(r"Expected `([^`]+)`(?:, got `([^`]+)`)?(.*)")
