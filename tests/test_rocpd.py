@@ -275,3 +275,31 @@ def test_agent_index_beyond_int32_is_an_input_error(tmp_path, index):
     con.close()
     with pytest.raises(InputError, match=f"rocpd_info_agent 12 has device index {index}, which is not a device id"):
         detect(db).read(db)
+
+
+def test_a_view_that_never_ends_is_interrupted(tmp_path, monkeypatch):
+    """Issue 31: a rocpd database with a hostile view (a recursive CTE without end) never finished.
+    Reading is bounded in time: the input fails in one line naming the budget, and a good input
+    beside it is analysed."""
+    import time
+
+    from dtrace.readers import _sqlite
+
+    js = make_rocprof(tmp_path / "a_results.json")
+    db = make_rocpd(js, tmp_path / "a_results.db")
+    con = sqlite3.connect(db)
+    con.execute("drop view if exists rocpd_kernel_dispatch")
+    con.execute(
+        "create view rocpd_kernel_dispatch as with recursive n(i) as (select 1 union all select i + 1 from n) "
+        f"select k.* from rocpd_kernel_dispatch{UUID} k, n"
+    )
+    con.commit()
+    con.close()
+    monkeypatch.setattr(_sqlite, "DB_SECONDS", 1.0)
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match=r"took longer than 1 s \(a view or table that never ends\?\): interrupted"):
+        detect(db).read(db)
+    assert time.monotonic() - t0 < 30
+    good = make_rocpd(make_rocprof(tmp_path / "b_results.json"), tmp_path / "rank1_results.db")
+    res = dtrace.analyze([db, good], scheduler="sync", rank_by="order")
+    assert [i["status"] for i in res.manifest["inputs"]] == ["error", "ok"]

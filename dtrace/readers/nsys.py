@@ -192,6 +192,9 @@ class _Db:
             self.close()
             raise InputError(source, f"not a readable SQLite database: {exc}") from None
 
+    def _why(self, exc: BaseException) -> str:
+        return self.db.why(exc) if self.db is not None else str(exc)
+
     def close(self) -> None:
         if self.db is not None:
             self.db.close()
@@ -211,7 +214,7 @@ class _Db:
         try:
             rows = self.con.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(self.source, f"cannot read table {table}: {exc}") from None
+            raise InputError(self.source, f"cannot read table {table}: {self._why(exc)}") from None
         cols = list(zip(*rows)) if rows else [() for _ in present]
         out = {}
         for c in wanted:
@@ -236,7 +239,7 @@ class _Db:
             rows = self.con.execute(sql).fetchall()
             arr = np.array(rows, dtype=np.int64).reshape(len(rows), len(present))
         except sqlite3.DatabaseError as exc:
-            raise InputError(self.source, f"cannot read table {table}: {exc}") from None
+            raise InputError(self.source, f"cannot read table {table}: {self._why(exc)}") from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(self.source, f"table {table} has a non-integer value: {exc}") from None
         return pd.DataFrame(

@@ -110,7 +110,7 @@ class _Db:
         try:
             return self.con.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(self.path, f"cannot read the rocpd database: {exc}") from None
+            raise InputError(self.path, f"cannot read the rocpd database: {self.db.why(exc)}") from None
 
     def times(self, table: str, alias: str) -> tuple[str, str]:
         """SQL for the start and end of a row of ``table`` (inline columns, else rocpd_timestamp)."""
