@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from .core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES
 from .core.fileio import open_regular, read_regular
 from .core.records import Manifest, RecordError, convert
 from .errors import OutputError, ResultsError, UsageError
@@ -221,7 +222,7 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
     try:
         # a FIFO planted in OUT is refused, never waited on; parsed from memory (faster than a Python
         # file object, as fast as a path); not the dataset API: ~1 ms less per table
-        t = pq.ParquetFile(pa.BufferReader(read_regular(path))).read(use_threads=False)
+        t = pq.ParquetFile(pa.BufferReader(read_regular(path, limit=TABLE_MAX_BYTES))).read(use_threads=False)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
@@ -432,7 +433,8 @@ def intact(out: str, manifest: Manifest) -> bool:
         return False
     for name in names:
         try:
-            if xxhash.xxh3_128_hexdigest(read_regular(table_path(out, name), follow_links=False)) != fps[name]:
+            data = read_regular(table_path(out, name), follow_links=False, limit=TABLE_MAX_BYTES)
+            if xxhash.xxh3_128_hexdigest(data) != fps[name]:
                 return False
         except (OSError, ResultsError):
             return False
@@ -551,7 +553,7 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
     if os.path.isdir(mf):
         raise ResultsError(f"{mf} is a directory, not a manifest")
     try:
-        return json.loads(read_regular(mf))  # a FIFO or a device is refused, never waited on
+        return json.loads(read_regular(mf, limit=MANIFEST_MAX_BYTES))  # a FIFO or a device is refused
     except FileNotFoundError:
         if missing_ok:
             return None

@@ -210,3 +210,17 @@ def test_staged_results_given_up_change_nothing(tmp_path):
         staged.commit({"breakdown": bd}, {"inputs": [], "run_id": "myrun"})
     assert load(str(out)).manifest["run_id"] == "myrun"
     pd.testing.assert_frame_equal(load(str(out)).breakdown, small(3))  # read back: tagged with myrun
+
+
+def test_a_huge_sparse_manifest_is_refused_unread(tmp_path, capsys):
+    """Issue 31: a 4 GB sparse OUT/manifest.json was read whole (MemoryError); every file dtrace
+    reads is size-bound, and this one is refused in one line before a byte is read."""
+    from dtrace.cli.main import main
+
+    out = tmp_path / "out"
+    write_results(str(out), {"breakdown": small()}, {"inputs": []})
+    with open(out / MANIFEST, "wb") as f:
+        f.truncate(4 << 30)
+    assert main(["show", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the manifest" in err and "is larger than" in err and len(err.strip().splitlines()) == 1

@@ -40,7 +40,7 @@ import msgspec
 import xxhash
 
 from .._version import __version__
-from ..core.constants import UP_TO_DATE_MAX_BYTES
+from ..core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, UP_TO_DATE_MAX_BYTES
 from ..core.fileio import atomic_write_bytes, read_regular
 from ..core.records import Manifest, StoredSummary, convert
 from ..errors import DtraceError
@@ -98,8 +98,11 @@ def _material(args: argparse.Namespace) -> str | None:
 def _stored(out: str) -> tuple[StoredSummary, bytes] | None:
     """The stored summary of ``out`` and the manifest's bytes, or None."""
     try:
-        summary = convert(json.loads(read_regular(os.path.join(out, SUMMARY), follow_links=False)), StoredSummary)
-        raw = read_regular(os.path.join(out, "manifest.json"), follow_links=False)
+        summary = convert(
+            json.loads(read_regular(os.path.join(out, SUMMARY), follow_links=False, limit=MANIFEST_MAX_BYTES)),
+            StoredSummary,
+        )
+        raw = read_regular(os.path.join(out, "manifest.json"), follow_links=False, limit=MANIFEST_MAX_BYTES)
     except (OSError, ValueError, RecursionError, DtraceError):
         return None
     if summary.manifest != xxhash.xxh3_128_hexdigest(raw):
@@ -170,7 +173,7 @@ def _tables_intact(out: str, manifest: Manifest) -> bool:
     if fps is None or set(manifest.tables) != set(fps):
         return False
     for name in manifest.tables:
-        data = read_regular(os.path.join(out, f"{name}.parquet"), follow_links=False)
+        data = read_regular(os.path.join(out, f"{name}.parquet"), follow_links=False, limit=TABLE_MAX_BYTES)
         if xxhash.xxh3_128_hexdigest(data) != fps[name]:
             return False
     return True
@@ -186,7 +189,7 @@ def remember(args: argparse.Namespace, manifest: Manifest, body: str) -> None:
     if material is None:
         return
     try:
-        raw = read_regular(os.path.join(args.out, "manifest.json"), follow_links=False)
+        raw = read_regular(os.path.join(args.out, "manifest.json"), follow_links=False, limit=MANIFEST_MAX_BYTES)
     except (OSError, DtraceError):
         return
     key = _summary_key()

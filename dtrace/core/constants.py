@@ -113,6 +113,11 @@ OUTPUT_FORMATS = ("table", "csv", "json", "markdown")
 DEFAULT_MAX_INPUT_SIZE = "64GiB"
 """Default limit of one input's decompressed content: far above real single-rank traces (a few GB),
 low enough that a gzip bomb costs about a minute of decompression, never unbounded time."""
+MANIFEST_MAX_BYTES = 1 << 30
+"""The largest results manifest, summary or cache record read (100,000 ranks' manifest is about
+100 MB): a 4 GB sparse file planted as ``manifest.json`` is refused, not read whole."""
+TABLE_MAX_BYTES = 64 << 30
+"""The largest results table file read whole into memory."""
 UP_TO_DATE_MAX_BYTES = 4 << 30
 """Inputs are fingerprinted on the client to tell a finished run is up to date only up to this
 total size (a larger job checks its inputs in the ingest tasks, on the workers)."""

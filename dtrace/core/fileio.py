@@ -104,11 +104,13 @@ def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> 
 def read_regular(path: str | os.PathLike[str], *, follow_links: bool = True, limit: int | None = None) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`).
 
-    ``limit``: refuse a file larger than this many bytes (``OSError`` ``EFBIG``) after reading at
-    most ``limit + 1`` of them.
+    ``limit``: refuse a file larger than this many bytes (``OSError`` ``EFBIG``): by its size before
+    reading it, and by what was read (a file that grew meanwhile).
     """
     with open_regular(path, follow_links=follow_links) as f:
-        data = f.read() if limit is None else f.read(limit + 1)
+        if limit is not None and os.fstat(f.fileno()).st_size > limit:  # refused unread (a sparse 4 GB file)
+            raise OSError(errno.EFBIG, f"is larger than {limit:,} bytes: refused", os.fspath(path))
+        data = f.read()  # to its end (read(n) would allocate n bytes first)
     if limit is not None and len(data) > limit:
         raise OSError(errno.EFBIG, f"is larger than {limit:,} bytes: refused", os.fspath(path))
     return data

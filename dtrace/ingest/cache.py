@@ -73,6 +73,7 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; stay importable without it
     _ISAL_ERRORS = ()
 
+from ..core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES
 from ..core.fileio import atomic_write_bytes, read_regular, real_folder
 from ..core.records import CachedInput, CachedPart, InputMeta, PackIndex, SourceFile, SourceVersion, convert
 from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
@@ -244,10 +245,10 @@ def check_cache_dir(cache_dir: str) -> None:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def read_file(path: str) -> bytes:
-    """The bytes of a regular file, never through a symbolic link; a FIFO or a device is refused
-    without blocking (:func:`dtrace.core.fileio.read_regular`)."""
-    return read_regular(path, follow_links=False)
+def read_file(path: str, limit: int = TABLE_MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, never through a symbolic link; a
+    FIFO or a device is refused without blocking (:func:`dtrace.core.fileio.read_regular`)."""
+    return read_regular(path, follow_links=False, limit=limit)
 
 
 def fingerprint_bytes(data: bytes) -> str:
@@ -307,7 +308,7 @@ def _read_entry(d: str, apath: str) -> tuple[FileRecord, dict[str, str]] | str |
     try:
         if stat.S_ISLNK(os.lstat(d).st_mode):
             return f"cache entry {d} is a symbolic link; parsing again"
-        raw = read_file(os.path.join(d, SOURCE))
+        raw = read_file(os.path.join(d, SOURCE), MANIFEST_MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -558,7 +559,7 @@ def _read_index(d: str) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
 def _index_of(d: str, state: tuple[int, int, int]) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
     """:func:`_read_index` once per ``state`` (inode, size, mtime) of the index file."""
     try:
-        raw = read_file(os.path.join(d, INDEX))
+        raw = read_file(os.path.join(d, INDEX), MANIFEST_MAX_BYTES)
     except OSError as exc:
         return f"cache pack {d}: its index is unreadable ({exc.strerror or exc}); parsing again"
     try:

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from .._version import __version__
 from ..analyses import Analysis
+from ..core.constants import MANIFEST_MAX_BYTES
 from ..core.dtypes import conform, dtype_is
 from ..core.fileio import real_folder
 from ..core.records import StoredTable, StoreEntry, convert
@@ -435,7 +436,7 @@ def load_arrow(
         if not stat.S_ISDIR(os.lstat(d).st_mode):
             _discard(store, d)
             return None, f"stored results {d} are not a folder; recomputing"
-        entry = convert(json.loads(read_file(os.path.join(d, ENTRY))), StoreEntry)
+        entry = convert(json.loads(read_file(os.path.join(d, ENTRY), MANIFEST_MAX_BYTES)), StoreEntry)
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
