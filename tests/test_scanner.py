@@ -345,3 +345,31 @@ def test_numbers_read_as_msgspec_reads_them():
             continue
         if i not in handed:
             assert repr(float(ts[i])) == repr(want), text
+
+
+def test_the_document_around_the_events_follows_one_rule_on_both_paths(tmp_path, monkeypatch):
+    """Issue 31: a top-level key given twice (``distributedInfo`` before and after ``traceEvents``)
+    kept the first value on the scanner path and the last on the pure path; a ``traceEvents`` key
+    nested in ``otherData`` or ``deviceProperties`` failed the input on the scanner path only.
+    JSON's own rule holds on both, at every block size: the last key wins, and only the
+    document's own ``traceEvents`` holds the events."""
+    import gzip
+
+    src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "traces", "sampled_rank-0.json.gz")
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    events, info = doc.pop("traceEvents"), doc.pop("distributedInfo")
+    fake = '[{"ph": "X", "cat": "kernel", "name": "fake", "ts": 1, "dur": 1, "pid": 0, "tid": 7}]'
+    head = json.dumps({**doc, "distributedInfo": {**info, "rank": 3}})[:-1]
+    text = (
+        head
+        + f', "otherData": {{"traceEvents": {fake}}}, "deviceProperties": [{{"id": 0, "traceEvents": {fake}}}]'
+        + f', "x": "\\"traceEvents\\": [", "traceEvents": {json.dumps(events)}'
+        + f', "distributedInfo": {json.dumps({**info, "rank": 5})}}}'
+    )
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    ref = check(path, monkeypatch)
+    assert ref[0] == "tables" and ref[1] == 5  # the later distributedInfo
+    names = ref[3][0][2]["events"].column("name").to_pylist()
+    assert "fake" not in names and len(names) == sum(1 for e in events if e.get("ph") in ("X", "i", "I"))

@@ -381,12 +381,17 @@ class ChromeTrace:
             return self._decode_meta(b"{}", "the keys before traceEvents"), True
         if first != 0x7B:  # '{'
             self._no_events(bytes(w.buf[w.lo : w.hi]), w.eof)
+        seen = 0  # bytes after w.lo known not to hold the document's own key
         while True:
-            m = _KEY.search(w.buf, w.lo, w.hi)
-            if m:
+            m = _KEY.search(w.buf, w.lo + seen, w.hi)
+            if m and _is_top_level_key(w.buf, w.lo, m.start()):
                 break
+            if m:  # a "traceEvents" nested in another key's value (otherData, ...): not the events
+                seen = m.end() - w.lo
+                continue
             if w.eof:
                 self._no_events(bytes(w.buf[w.lo : w.hi]), True)
+            seen = max(seen, w.hi - w.lo - _KEY_TAIL)  # the key may straddle the read boundary
             w.fill("the JSON before 'traceEvents'")
         prefix = bytes(w.buf[w.lo : m.start()])
         w.lo = m.end() - 1  # the '[' of the array
@@ -655,11 +660,41 @@ def _validation(exc: msgspec.ValidationError) -> str:
 
 
 def _merge(a: Any, b: Any) -> Any:
-    """Fields set in ``b`` (after the events) override unset ones of ``a``."""
+    """The keys before the events (``a``) and after them (``b``) as one document: a key given on
+    both sides takes its value after the events, as JSON's last key wins (and the whole-document
+    decode does)."""
     if b is None:
         return a
     for f in a.__struct_fields__:
         vb = getattr(b, f)
-        if vb is not None and getattr(a, f) is None:
+        if vb is not None:
             setattr(a, f, vb)
     return a
+
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_KEY_TAIL = 64
+"""More than the longest match of the events key's pattern (whitespace aside)."""
+
+
+def _is_top_level_key(buf: bytearray, lo: int, at: int) -> bool:
+    """Whether the string starting at ``buf[at]`` is a key of the document's own object (which
+    opens at ``buf[lo]``), not a string nested in a value or inside another string.
+
+    Examples
+    --------
+    >>> doc = bytearray(b'{"otherData": {"traceEvents": [1]}, "x": "\\"traceEvents\\"", "traceEvents": [2]}')
+    >>> [_is_top_level_key(doc, 0, m.start()) for m in re.finditer(rb'"traceEvents"', doc)]
+    [False, False, True]
+    """
+    depth = 0
+    for m in _TOKEN.finditer(buf, lo, at + 1 + len(b"traceEvents") + 1):
+        start = m.start()
+        if start >= at:
+            return start == at and depth == 1
+        c = buf[start]
+        if c in b"{[":
+            depth += 1
+        elif c in b"}]":
+            depth -= 1
+    return False
