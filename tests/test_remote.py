@@ -318,3 +318,22 @@ def test_results_written_to_and_loaded_from_s3(env, job, tmp_path):
     env.deny(BUCKET, "results7/.dtrace-probe")  # a results location the store refuses: one line, before any work
     with pytest.raises(dtrace.errors.OutputError, match=r"^s3://traces/results7/: cannot write results there"):
         dtrace.analyze(url, f"s3://{BUCKET}/results7/", cache=cache, scheduler="sync")
+
+
+def test_an_object_over_the_size_limit_is_refused_before_its_download(env, job, tmp_path):
+    """Issue 31: ``--max-input-size`` was checked after the download (a 200 MB object, a 1 MB
+    limit: 6 GETs). An object larger than the limit (its size from its HEAD) holds more content
+    than the limit: refused in one line, no GET at all; a smaller object whose content is larger
+    is refused once read, as before."""
+    d, local = job
+    _upload(env, d / "traces", "run9")
+    sizes = {n: os.path.getsize(d / "traces" / n) for n in os.listdir(d / "traces") if n.endswith(".json.gz")}
+    limit = sorted(sizes.values())[len(sizes) // 2]
+    res = dtrace.analyze(f"s3://{BUCKET}/run9/", str(tmp_path / "out"), scheduler="sync", max_input_size=f"{limit}B")
+    failed = {i["path"].rsplit("/", 1)[1]: i["error"] for i in res.manifest["inputs"] if i["status"] == "error"}
+    assert set(failed) == set(sizes)  # their content is larger than the limit, every one
+    assert all("larger than the input size limit" in e and "\n" not in e for e in failed.values())
+    gets = env.counts("GET")
+    over = [n for n, size in sizes.items() if size > limit]
+    assert over and all(gets[_key(f"run9/{n}")] == 0 for n in over)
+    assert all(gets[_key(f"run9/{n}")] == 1 for n in sizes if n not in over)

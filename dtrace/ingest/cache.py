@@ -79,7 +79,7 @@ from ..core.records import CachedInput, CachedPart, InputMeta, PackIndex, Source
 from ..core.schema import EVENT_SCHEMA, SIDE_SCHEMAS, empty_side
 from ..errors import DtraceError, InputError, NoGPUActivity, OwnOutput
 from ..readers import detect, get_reader, head_of, refuse_own_output
-from ..readers._io import file_fingerprint
+from ..readers._io import check_size, file_fingerprint
 from ..readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
 
@@ -819,6 +819,9 @@ def ingest(
                     return hit
                 if note:
                     rec.notes.append(note)
+            # an object larger than the limit holds more content than the limit (compression only
+            # shrinks a trace): refused before a byte is downloaded
+            check_size(apath, info.size, (reader_options or {}).get("max_input_size"))
             with local_copy(apath) as local:
                 try:
                     _parse(rec, local, cache_dir, fmt, reader_options)
