@@ -205,7 +205,7 @@ def test_retry_rules(monkeypatch):
     f = _Flaky(ConnectionError("reset by peer"), 2)
     assert remote.retry(f, "s3://b/k", "download") == "ok" and f.calls == 3
     f = _Flaky(TimeoutError("slow"), 10)
-    with pytest.raises(remote.RemoteError, match=r"^s3://b/k: cannot download after 3 attempts: TimeoutError"):
+    with pytest.raises(remote.RemoteError, match=r"^s3://b/k: cannot download after 3 attempts in \d+ s: TimeoutError"):
         remote.retry(f, "s3://b/k", "download", attempts=3)
     assert f.calls == 3
     for exc, words in ((PermissionError("403 Forbidden"), "access denied"), (FileNotFoundError("no key"), "not found")):
@@ -220,6 +220,16 @@ def test_retry_rules(monkeypatch):
     with pytest.raises(remote.RemoteError, match="no usable credentials .NoCredentialsError: Unable to locate"):
         remote.retry(f, "s3://b/k", "list")
     assert f.calls == 1
+    # issue 31: a store answering 503 SlowDown for ever: bounded in time, whatever the attempts
+    import time
+
+    monkeypatch.setattr(remote, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(remote, "RETRY_TOTAL_S", 0.5)
+    f = _Flaky(ConnectionError("503 SlowDown"), 10**6)
+    t0 = time.monotonic()
+    with pytest.raises(remote.RemoteError, match=r"attempts in \d+ s: ConnectionError: 503 SlowDown"):
+        remote.retry(f, "s3://b/k", "download", attempts=10**6)
+    assert time.monotonic() - t0 < 2 and f.calls <= 5
 
 
 def test_any_fsspec_protocol(tmp_path, monkeypatch):

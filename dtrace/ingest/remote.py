@@ -46,6 +46,9 @@ RETRIES = int(os.environ.get("DTRACE_REMOTE_RETRIES", "5"))
 """Attempts of one request before a transient error fails its input (``DTRACE_REMOTE_RETRIES``)."""
 BACKOFF_S = float(os.environ.get("DTRACE_REMOTE_BACKOFF", "0.2"))
 """First back-off delay in seconds; it doubles at each retry (``DTRACE_REMOTE_BACKOFF``)."""
+RETRY_TOTAL_S = float(os.environ.get("DTRACE_REMOTE_RETRY_SECONDS", "120"))
+"""The longest one request is retried, attempts and back-off together: a store answering 503
+SlowDown for ever fails the input then (``DTRACE_REMOTE_RETRY_SECONDS``)."""
 _IDENTITY_KEYS = (
     ("VersionId", "version"),
     ("version_id", "version"),
@@ -136,10 +139,12 @@ def _text(exc: BaseException) -> str:
 
 def retry(fn: Callable[[], T], url: str, what: str, *, attempts: int | None = None) -> T:
     """``fn()``, retried on transient errors with exponential back-off (``BACKOFF_S``, doubled each
-    time); a permanent error, or a transient one that outlasts the attempts, raises
+    time) for at most :data:`RETRY_TOTAL_S`; a permanent error, or a transient one that outlasts
+    the attempts or the time, raises
     :class:`RemoteError` naming ``url`` and ``what`` failed, in one line."""
     n = RETRIES if attempts is None else attempts
     delay = BACKOFF_S
+    deadline = time.monotonic() + RETRY_TOTAL_S
     for i in range(max(n, 1)):
         try:
             return fn()
@@ -149,9 +154,11 @@ def retry(fn: Callable[[], T], url: str, what: str, *, attempts: int | None = No
             why = _permanent(exc)
             if why is not None:
                 raise RemoteError(url, f"cannot {what}: {why}") from None
-            if i + 1 >= n:
+            if i + 1 >= n or time.monotonic() + delay > deadline:
                 raise RemoteError(
-                    url, f"cannot {what} after {n} attempts: {type(exc).__name__}: {_text(exc)}"
+                    url,
+                    f"cannot {what} after {i + 1} attempts in {RETRY_TOTAL_S - (deadline - time.monotonic()):.0f} s: "
+                    f"{type(exc).__name__}: {_text(exc)}",
                 ) from None
             time.sleep(delay)
             delay *= 2
