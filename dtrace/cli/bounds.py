@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..errors import UsageError
 from .common import add_output_format, add_rows, is_machine, rows_to_show, say
@@ -38,11 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out}: no step_bounds table (analysed by an older dtrace): run dtrace analyze again")
     sb = with_steps(res.step_bounds, rank=args.rank, step=args.step)
     if not len(sb):
-        which = [f"rank {args.rank}"] * (args.rank is not None) + [f"step {args.step}"] * (args.step is not None)
-        there = with_steps(res.step_bounds, rank=args.rank)
-        known = sorted({int(x) for x in there["step"].dropna()}) if len(there) else []
-        have = f"; the steps there are: {_ranges(known)}" if known else ""
-        raise UsageError(f"no step bounds for {' and '.join(which) or 'any step'} in {args.out}{have}")
+        raise UsageError(_none_selected(args, res.step_bounds))
     limit = rows_to_show(args)
     if is_machine(args.fmt) or args.fmt == "markdown":
         sys.stdout.write(render(sb, args.fmt, title="step bounds", max_rows=limit))
@@ -58,6 +55,17 @@ def run(args: argparse.Namespace) -> int:
         say("what bounds each step (its critical path, end to start; --rank R: one rank's steps)", args.fmt)
     sys.stdout.write(lines(text[:limit] if limit else text))
     return 0
+
+
+def _none_selected(args: argparse.Namespace, step_bounds: Any) -> str:
+    """The error for a ``--rank``/``--step`` that selects nothing, with the steps there are."""
+    from ..render.bounds import with_steps
+
+    which = [f"rank {args.rank}"] * (args.rank is not None) + [f"step {args.step}"] * (args.step is not None)
+    there = with_steps(step_bounds, rank=args.rank)
+    known = sorted({int(x) for x in there["step"].dropna()}) if len(there) else []
+    have = f"; the steps there are: {_ranges(known)}" if known else ""
+    return f"no step bounds for {' and '.join(which) or 'any step'} in {args.out}{have}"
 
 
 def _ranges(steps: list[int]) -> str:

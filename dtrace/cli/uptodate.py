@@ -234,7 +234,18 @@ def _summary_key() -> bytes | None:
         return None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write_bytes(path, os.urandom(KEY_BYTES), mode=0o600)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(KEY_BYTES))
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # never replaces a key another process made meanwhile: theirs is read
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
         key = read_regular(path, follow_links=False, limit=KEY_BYTES)
     except (OSError, DtraceError):
         return None

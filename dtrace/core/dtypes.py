@@ -43,6 +43,39 @@ def _int_range(want: str) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+def _from_ints(col: pd.Series, want: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column's values as int64 and its missing mask; a value beyond ``want``'s range
+    is an error."""
+    lo, hi = _int_range(want)
+    missing = col.isna().to_numpy()
+    ints = col.to_numpy(np.int64, na_value=0)
+    bad = np.flatnonzero(((ints < lo) | (ints > hi)) & ~missing)
+    if len(bad):
+        raise TypeError(f"column {name!r} is declared {want} but holds {int(ints[bad[0]])}, beyond its range")
+    return ints, missing
+
+
+def _from_floats(col: pd.Series, want: str, name: str, strict: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A float column's values rounded half to even as int64 and its missing mask; a fraction
+    (``strict``) or a value beyond ``want``'s range is an error."""
+    lo, hi = _int_range(want)
+    vals = col.to_numpy(np.float64, na_value=np.nan)
+    missing = np.isnan(vals)
+    whole = np.rint(np.where(missing, 0.0, vals))
+    if strict:
+        bad = np.flatnonzero((whole != np.where(missing, 0.0, vals)) | np.isinf(vals))
+        if len(bad):
+            raise TypeError(
+                f"column {name!r} is declared {want} but holds {vals[bad[0]]!r} (not a whole number): "
+                "round or convert it in the analysis"
+            )
+    # int64's largest value is not a float: 2**63 (the first float above it) is out of range
+    bad = np.flatnonzero(~((whole >= float(lo)) & (whole < float(hi) + 1.0)))
+    if len(bad):
+        raise TypeError(f"column {name!r} is declared {want} but holds {float(vals[bad[0]])!r}, beyond its range")
+    return whole.astype(np.int64), missing
+
+
 def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False) -> Any:
     """The values of ``col`` in the declared dtype ``want`` (an array for the DataFrame).
 
@@ -66,32 +99,12 @@ def as_declared(col: pd.Series, want: str, name: str = "", strict: bool = False)
         return col.to_numpy(want, na_value=np.nan) if want == F64 else col.to_numpy().astype(want)
     if col.dtype == object:
         col = pd.to_numeric(col)
-    lo, hi = _int_range(want)
+    if str(col.dtype).lower().startswith("uint"):  # beyond int64 it would wrap: through floats
+        col = col.astype("Float64" if col.isna().any() else np.float64)
     if pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
-        missing = col.isna().to_numpy()
-        if str(col.dtype).lower().startswith("uint"):  # beyond int64 it would wrap: through floats
-            col = col.astype("Float64" if missing.any() else np.float64)
-            return as_declared(col, want, name, strict)
-        ints = col.to_numpy(np.int64, na_value=0)
-        bad = np.flatnonzero(((ints < lo) | (ints > hi)) & ~missing)
-        if len(bad):
-            raise TypeError(f"column {name!r} is declared {want} but holds {int(ints[bad[0]])}, beyond its range")
+        ints, missing = _from_ints(col, want, name)
     else:
-        vals = col.to_numpy(np.float64, na_value=np.nan)
-        missing = np.isnan(vals)
-        whole = np.rint(np.where(missing, 0.0, vals))
-        if strict:
-            bad = np.flatnonzero((whole != np.where(missing, 0.0, vals)) | np.isinf(vals))
-            if len(bad):
-                raise TypeError(
-                    f"column {name!r} is declared {want} but holds {vals[bad[0]]!r} (not a whole number): "
-                    "round or convert it in the analysis"
-                )
-        # int64's largest value is not a float: 2**63 (the first float above it) is out of range
-        bad = np.flatnonzero(~((whole >= float(lo)) & (whole < float(hi) + 1.0)))
-        if len(bad):
-            raise TypeError(f"column {name!r} is declared {want} but holds {float(vals[bad[0]])!r}, beyond its range")
-        ints = whole.astype(np.int64)
+        ints, missing = _from_floats(col, want, name, strict)
     if want == NI64:
         return pd.arrays.IntegerArray(ints, missing)
     if missing.any():

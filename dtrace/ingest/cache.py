@@ -789,6 +789,40 @@ def _fresh_entry(d: str, record: str = SOURCE) -> bool:
     return False
 
 
+def _ingest_url(
+    rec: FileRecord,
+    cache_dir: str,
+    fmt: str | None,
+    reader_options: dict[str, Any] | None,
+    reuse: bool,
+    copies: list[str],
+) -> FileRecord | None:
+    """:func:`ingest` of an object store URL (``rec.path``): its cached record if intact, else None
+    once parsed into ``rec`` from a local copy (appended to ``copies`` while it exists)."""
+    from .remote import local_copy, stat  # noqa: PLC0415 - only runs that read URLs
+
+    url = rec.path
+    info = stat(url)
+    # the identity stands for the content; a listing and a HEAD state the time differently
+    rec.size, rec.mtime_ns, rec.identity = info.size, 0, info.identity
+    if reuse:
+        hit, note = lookup(cache_dir, url, info=info)
+        if hit is not None:
+            return hit
+        if note:
+            rec.notes.append(note)
+    # an object larger than the limit holds more content than the limit (compression only shrinks
+    # a trace): refused before a byte is downloaded
+    check_size(url, info.size, (reader_options or {}).get("max_input_size"))
+    with local_copy(url) as local:
+        copies.append(local)
+        try:
+            _parse(rec, local, cache_dir, fmt, reader_options)
+        except InputError as exc:  # name the object, not its temporary copy
+            raise type(exc)(url, exc.problem.replace(local, url)) from None
+    return None
+
+
 def ingest(
     path: str,
     cache_dir: str,
@@ -805,28 +839,12 @@ def ingest(
     its record, to be written into the task's pack, instead of into an entry of its own."""
     apath = norm(path)
     rec = FileRecord(path=apath)
-    local = None
+    copies: list[str] = []  # a URL's local copy, for the error message
     try:
         if is_url(apath):
-            from .remote import local_copy, stat  # noqa: PLC0415 - only runs that read URLs
-
-            info = stat(apath)
-            # the identity stands for the content; a listing and a HEAD state the time differently
-            rec.size, rec.mtime_ns, rec.identity = info.size, 0, info.identity
-            if reuse:
-                hit, note = lookup(cache_dir, apath, info=info)
-                if hit is not None:
-                    return hit
-                if note:
-                    rec.notes.append(note)
-            # an object larger than the limit holds more content than the limit (compression only
-            # shrinks a trace): refused before a byte is downloaded
-            check_size(apath, info.size, (reader_options or {}).get("max_input_size"))
-            with local_copy(apath) as local:
-                try:
-                    _parse(rec, local, cache_dir, fmt, reader_options)
-                except InputError as exc:  # name the object, not its temporary copy
-                    raise type(exc)(apath, exc.problem.replace(local, apath)) from None
+            hit = _ingest_url(rec, cache_dir, fmt, reader_options, reuse, copies)
+            if hit is not None:
+                return hit
         else:
             st = os.stat(apath)
             rec.size, rec.mtime_ns = st.st_size, st.st_mtime_ns
@@ -838,7 +856,7 @@ def ingest(
                     rec.notes.append(note)
             _parse(rec, apath, cache_dir, fmt, reader_options, pending)
     except Exception as exc:  # noqa: BLE001 - a bad input fails alone, in one line
-        rec.error, rec.error_type = ingest_error(apath, exc, local)
+        rec.error, rec.error_type = ingest_error(apath, exc, copies[-1] if copies else None)
         if isinstance(exc, OwnOutput) and not is_url(apath):
             # skipped, not failed: a later run is up to date only if it is unchanged
             try:
