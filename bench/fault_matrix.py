@@ -127,11 +127,12 @@ def run_matrix(ranks: list[int], seeds: list[int], kinds: list[str], clean: list
     cases.sort(key=lambda c: -c[1])
     out = []
     try:
-        # the large jobs one at a time (each uses every core), then the others on the pool
+        # the others on the pool, then the large jobs one at a time (each uses every core)
         big = [c for c in cases if c[1] >= CLI_FROM]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             done = [pool.submit(_case, c) for c in cases if c[1] < CLI_FROM]
-            for res in (*map(_case, big), *(f.result() for f in as_completed(done))):
+            small = (f.result() for f in as_completed(done))
+            for res in (*small, *map(_case, big)):
                 out.append(res)
                 tag = f"{res['kind'] or 'clean'}:{res['slow']:g}" if res["kind"] else "clean"
                 print(
