@@ -286,8 +286,9 @@ def _straggler_scores(ctx: Context, sg: pd.DataFrame) -> list[str]:
     html.append(
         note(
             f"{int(fl.sum())} of {len(sg)} GPUs flagged. Score: higher = more likely the rank the "
-            "others wait for; the evidence names the signals (late arrival at collectives, slower "
-            "kernels than the other ranks, step-time z-score, slow link, slow GPU at equal op shapes)."
+            "others wait for; the evidence gives the time it held the others back, its cause (what it "
+            "spent that time on) and the signals (slower kernels than the other ranks, step time, slow "
+            "link, slow GPU at equal op shapes)."
         )
     )
     head = sg.head(20)
@@ -313,6 +314,10 @@ def _straggler_scores(ctx: Context, sg: pd.DataFrame) -> list[str]:
         ("flagged", "flagged", "bool"),
         ("evidence", "evidence", "text"),
     ]
+    if "cause" in shown.columns:
+        cols.insert(3, ("cause", "cause", "text"))
+    if "held_share" in shown.columns:
+        cols.insert(3, ("held_share", "held others (% of step)", "pct"))
     if "signals" in shown.columns:
         cols.insert(3, ("signals", "signals", "text"))
         html.append(note("Signals: " + "; ".join(f"{k} = {v}" for k, v in SIGNALS.items()) + "."))
