@@ -266,6 +266,29 @@ def test_an_index_record_pointing_at_another_pack_is_refused(job, tmp_path):
     assert hit is None and "records[0].parts are not all in this pack" in note
 
 
+@pytest.mark.parametrize("how", ["other", "swap"])
+def test_an_index_record_naming_another_inputs_row_groups_is_refused(job, tmp_path, how):
+    """Issue 31: a record edited to read another part's row groups, with its fingerprint recomputed,
+    silently changed breakdown, kernels and collectives. A pack's parts fill each table's row
+    groups in record order, so a record names only its own: the index is damaged, parsed again."""
+    paths, want = job
+
+    def edit(doc):
+        a, b = doc["records"][0]["parts"][0]["groups"], doc["records"][1]["parts"][0]["groups"]
+        if how == "swap":
+            a["events"], b["events"] = b["events"], a["events"]
+        else:
+            a["events"] = b["events"]
+        doc["records_fingerprint"] = cache._record_fingerprint(doc["records"])
+
+    c = _edited_index(paths, tmp_path, edit)
+    hit, note = cache.lookup(c, paths[0])
+    assert hit is None and "names row group" in note and "not its own" in note
+    res = dtrace.analyze(paths, cache=c, scheduler="sync")
+    assert not res.errors
+    same_tables(res, want)
+
+
 def test_an_index_of_another_cache_version_is_parsed_again_silently(job, tmp_path):
     paths, _ = job
     c = _edited_index(paths, tmp_path, lambda doc: doc.update(cache_version=cache.CACHE_VERSION - 1))

@@ -585,10 +585,19 @@ def _parse_index(raw: bytes, name: str) -> dict[str, tuple[CachedInput, dict[str
     if index.records_fingerprint != _record_fingerprint(index.records):
         raise ValueError("the records do not match their fingerprint")
     out = {}
+    next_group: dict[str, int] = {}  # per table file: the row group the next part must name
     for i, record in enumerate(index.records):
         r, sums = _checked_record(record, f"records[{i}]")
         if not r.parts or any(p.pack != name for p in r.parts):
             raise ValueError(f"records[{i}].parts are not all in this pack")
+        # a pack's parts fill each table's row groups in the order of its records: a record can
+        # only name the row groups its own input wrote (one edited to read another's rows, its
+        # fingerprint recomputed, breaks the sequence)
+        for p in r.parts:
+            for kind, group in sorted(p.groups.items()):
+                if group != next_group.get(kind, 0):
+                    raise ValueError(f"records[{i}] names row group {group} of {kind}, not its own")
+                next_group[kind] = group + 1
         out[r.path] = (r, sums)
     return out
 
