@@ -371,3 +371,18 @@ def test_mixed_event_and_summary_inputs(tmp_path):
         == "job_rank1_cuda_gpu_kern_sum.csv"
     )
     assert read_report(str(tmp_path / "job_rank1_cuda_gpu_kern_sum.csv"))[0] == "cuda_gpu_kern_sum"
+
+
+def test_nsys_stats_takes_the_engine_and_model_of_a_regex_class_map(tmp_path, capsys):
+    """Issue 31: ``nsys-stats X.sqlite --classmap vllm_engine_model.json`` said "choose one with
+    --model", then ``--engine vllm --model llama`` was "unrecognized arguments"."""
+    import shutil
+
+    report = tmp_path / "r.sqlite"
+    shutil.copy(shared("nsys", "rtx4060ti_4streams.sqlite"), report)
+    cmap = shared("classmaps", "vllm_engine_model.json")
+    assert main(["nsys-stats", str(report), "--classmap", cmap]) == 2
+    assert "choose one with --model" in capsys.readouterr().err
+    assert main(["nsys-stats", str(report), "--classmap", cmap, "--engine", "vllm", "--model", "llama"]) == 0
+    out = capsys.readouterr().out
+    assert "Kernel Statistic:" in out and "Class" in out

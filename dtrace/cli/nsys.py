@@ -54,8 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--classmap",
         default=None,
         metavar="FILE",
-        help="class map (kernel_to_class_map or a config holding one); overrides the config's",
+        help="class map (kernel_to_class_map or a config holding one, or a regex map {engine: {model: ...}}); "
+        "overrides the config's",
     )
+    p.add_argument("--engine", dest="classmap_engine", default=None, help="engine of a regex class map")
+    p.add_argument("--model", dest="classmap_model", default=None, help="model of a regex class map")
     p.add_argument("--title", default=None, help="title of a report given by files (default: the file prefix)")
     p.add_argument(
         "-o",
@@ -114,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     from ..nsysstats.report import render_report
 
     config = _config(args)
-    classifier = classifier_of(config, os.path.abspath(args.classmap) if args.classmap else None)
+    classifier = classifier_of(
+        config, os.path.abspath(args.classmap) if args.classmap else None, args.classmap_engine, args.classmap_model
+    )
     texts, tables = [], []
     entries: list[dict[str, Any]] = []  # one per input, for the saved results' manifest
     for inp in config.inputs:

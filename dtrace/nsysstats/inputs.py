@@ -95,15 +95,18 @@ def stats_of(inp: StatsInput) -> NameStats:
     return from_report(inp.report, with_mem=inp.with_mem, with_nvtx=inp.with_nvtx)
 
 
-def classifier_of(config: StatsConfig, classmap: object = None) -> Classifier:
-    """The config's ``kernel_to_class_map`` (or ``classmap``, a file or dict); built-in without either."""
+def classifier_of(
+    config: StatsConfig, classmap: object = None, engine: str | None = None, model: str | None = None
+) -> Classifier:
+    """The config's ``kernel_to_class_map`` (or ``classmap``, a file or dict: of a regex class map
+    ``{engine: {model: ...}}``, the ``engine`` and ``model`` chosen); built-in without either."""
     if isinstance(classmap, str) and is_config(classmap):  # a tool config (comments allowed) holding the map
         inner = load_config(classmap).kernel_to_class_map
         if inner is None:
             raise UsageError(f"class map {classmap}: the config has no 'kernel_to_class_map'")
         return SubstringMap(inner)
     if classmap is not None:
-        return load_classmap(classmap)
+        return load_classmap(classmap, engine, model)
     if config.kernel_to_class_map is not None:
         return SubstringMap(config.kernel_to_class_map)
     return load_classmap(None)
