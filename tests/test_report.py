@@ -733,3 +733,29 @@ def test_docstring_examples_run():
     ):
         failed, attempted = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert failed == 0, mod.__name__
+
+
+def test_op_outliers_list_compute_ops_before_the_waiting_ranks_collectives():
+    """Issue 31: seven ``c10d::allreduce_`` rows of the waiting ranks stood above the slow rank's
+    ``aten::mm``: a collective's time includes waiting for the straggler."""
+    import types
+
+    import pandas as pd
+
+    from dtrace.render.sections import _op_outliers
+
+    oo = pd.DataFrame(
+        {
+            "rank": [1, 2, 5],
+            "device": [1, 2, 5],
+            "op": ["c10d::allreduce_", "c10d::allreduce_", "aten::mm"],
+            "gpu_ns": [9_000_000, 8_000_000, 2_000_000],
+            "median_gpu_ns": [1_000_000, 1_000_000, 1_000_000],
+            "ratio": [9.0, 8.0, 2.0],
+            "excess_ns": [8_000_000, 7_000_000, 1_000_000],
+            "comm": [True, True, False],
+        }
+    )
+    ctx = types.SimpleNamespace(labels=lambda df: [f"rank {r}" for r in df["rank"]], flagged={5})
+    html = _op_outliers(ctx, oo)
+    assert html.index("aten::mm") < html.index("c10d::allreduce_")

@@ -634,8 +634,12 @@ def _ops_bars(top: pd.DataFrame) -> str:
 
 
 def _op_outliers(ctx: Context, oo: pd.DataFrame) -> str:
-    """The 15 (GPU, op) with the most excess time over the median GPU."""
-    top_o = oo.sort_values("excess_ns", ascending=False, kind="stable").head(15)
+    """The 15 (GPU, op) with the most excess time over the median GPU; communication ops after the
+    others (their time includes waiting for the other ranks: the waiting ranks' collectives are
+    slow because of the straggler, not slow themselves)."""
+    comm = oo["comm"].to_numpy(bool) if "comm" in oo.columns else np.zeros(len(oo), bool)
+    order = np.lexsort((-oo["excess_ns"].to_numpy(np.float64), comm))
+    top_o = oo.iloc[order].head(15)
     top_o = top_o.assign(label=ctx.labels(top_o))
     spec = [
         ("label", "GPU", "text", True),
@@ -646,7 +650,10 @@ def _op_outliers(ctx: Context, oo: pd.DataFrame) -> str:
         ("excess_ns", "excess", "time", True),
         ("z", "z", "z", False),
     ]
-    return "<h3>Ops slower on one GPU than on the median GPU</h3>" + table(
+    caption = note(
+        "Compute ops first; communication ops (their time includes waiting for the other ranks) after them."
+    )
+    return "<h3>Ops slower on one GPU than on the median GPU</h3>" + caption + table(
         top_o,
         [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
         flag=[int(r) in ctx.flagged for r in top_o["rank"]],
