@@ -226,3 +226,21 @@ def test_a_graph_launch_is_one_queue_entry_in_a_real_h200_trace(tmp_path):
     res = dtrace.analyze(path, tmp_path / "out", scheduler="sync")
     points = res.queues.set_index("stream")["points"]
     assert points.to_dict() == {int(s): 2 * int(n) for s, n in calls.items()}
+
+
+def test_launches_view_of_many_ranks_shows_the_worst_streams_and_a_summary(tmp_path, capsys):
+    """Issue 31: ``dtrace launches OUT`` on many ranks showed ranks 0-4 in rank order, not the worst
+    streams, and no cross-rank summary."""
+    import dtrace
+    from dtrace.cli.main import main
+    from dtrace.generate import synth
+
+    synth.generate(tmp_path / "job", ranks=8, steps=2, kernels_per_step=20, seed=3)
+    res = dtrace.analyze(str(tmp_path / "job"), tmp_path / "out", scheduler="sync")
+    assert main(["launches", str(tmp_path / "out"), "--top", "3", "--fmt", "csv"]) == 0
+    rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    stats = res.launch_stats
+    assert rows["cpu_p95_ns"].iloc[0] == stats["cpu_p95_ns"].max() and rows["cpu_p95_ns"].is_monotonic_decreasing
+    assert main(["launches", str(tmp_path / "out"), "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "across ranks, per stream id" in text and "worst first" in text

@@ -36,6 +36,19 @@ STATS_SHOWN = [
     "delay_outliers",
     "short_share",
 ]
+XRANK_SHOWN = [
+    "stream",
+    "parts",
+    "launches",
+    "cpu_mean_ns",
+    "cpu_max_ns",
+    "slowest_rank",
+    "delay_median_ns",
+    "delay_max_ns",
+    "delayed_rank",
+    "starved_share",
+    "starved_rank",
+]
 QUEUES_SHOWN = [
     "rank",
     "device",
@@ -98,16 +111,20 @@ def _cols(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 
 
 def launch_view(res: Results, *, rank: int | None = None, stream: int | None = None) -> LaunchView:
-    """Launch statistics per stream (busiest first), the queues (blocked first, then the busiest)
-    and the worst launches (longest delay first) of the selected rank and stream."""
+    """Launch statistics per stream (worst first: the slowest launch calls, then the longest
+    delays), the queues (blocked first, then starved) and the worst launches (longest delay
+    first) of the selected rank and stream."""
 
     def pick(df: pd.DataFrame) -> pd.DataFrame:
         df = of_rank(df, rank) if len(df) else df
         return df.loc[df["stream"].to_numpy() == stream] if stream is not None and len(df) else df
 
     stats = pick(_table(res, "launch_stats"))
-    if len(stats):
-        stats = stats.sort_values(["launches", "rank", "device", "stream"], ascending=[False, True, True, True])
+    if len(stats):  # the worst streams first: the slowest launch calls, then the longest delays
+        stats = stats.sort_values(
+            ["cpu_p95_ns", "delay_p95_ns", "launches", "rank", "device", "stream"],
+            ascending=[False, False, False, True, True, True],
+        )
     queues = pick(_table(res, "queues"))
     if len(queues):
         queues = queues.sort_values(
@@ -136,7 +153,14 @@ def launches_text(res: Results, *, top: int | None, rank: int | None, stream: in
         f"{n:,} GPU events linked to their launch call on {len(v.stats):,} stream(s); "
         f"{short:.0%} ran shorter on the GPU than their launch call on the host (launch-bound)\n"
     )
-    out.append(render(v.stats, fmt, title="launch statistics per stream", max_rows=top))
+    xr = _table(res, "launch_stats_xrank") if rank is None else pd.DataFrame()
+    if len(xr) and int(v.stats["rank"].nunique()) > 1:
+        if stream is not None:
+            xr = xr.loc[xr["stream"].to_numpy() == stream]
+        cols = [c for c in XRANK_SHOWN if c in xr.columns]
+        out.append(render(xr[cols], fmt, title="across ranks, per stream id (the slowest and most delayed rank)"))
+    title = "launch statistics per stream, worst first (slowest launch calls, then longest delays)"
+    out.append(render(v.stats, fmt, title=title, max_rows=top))
     if len(v.queues):
         out.append(
             render(
