@@ -129,17 +129,38 @@ def _top_op(
     per = f.groupby(KEYS + [name], sort=False)[ns].sum().reset_index()
     per_step = per[ns].to_numpy(np.float64) / steps.reindex(pd.MultiIndex.from_frame(per[KEYS])).to_numpy(np.float64)
     per = per.assign(per_step=per_step)
-    n_ranks = max(int(len(steps)), 1)
     # the median rank's time in each op: ranks without the op count as 0
-    med = per.groupby(name)["per_step"].apply(
-        lambda s: float(np.median(np.r_[s.to_numpy(), np.zeros(n_ranks - len(s))]))
-    )
+    med = _median_with_zeros(per[name].to_numpy(object), per["per_step"].to_numpy(np.float64), max(len(steps), 1))
     top = per.sort_values("per_step", ascending=False, kind="stable").drop_duplicates(KEYS).set_index(KEYS)
     top = top.reindex(idx)
     has = top[name].notna().to_numpy()
     out_op[has] = top[name].to_numpy(object)[has]
     out_ex[has] = top["per_step"].to_numpy(np.float64)[has] - med.reindex(top[name][has]).to_numpy(np.float64)
     return out_op, out_ex
+
+
+def _median_with_zeros(keys: np.ndarray, values: np.ndarray, n: int) -> pd.Series:
+    """Per key, the median of its values padded with zeros to ``n`` (the ranks without the op
+    spent no time in it); values are >= 0.
+
+    Examples
+    --------
+    >>> _median_with_zeros(np.array(["a", "a", "b"], object), np.array([4.0, 2.0, 6.0]), 4).to_dict()
+    {'a': 1.0, 'b': 0.0}
+    """
+    codes, uniq = pd.factorize(keys)
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    count = np.bincount(codes, minlength=len(uniq))
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    zeros = n - count  # zeros come first in each key's padded, sorted values
+
+    def at(pos: int) -> np.ndarray:
+        inside = pos >= zeros
+        idx = np.where(inside, first + pos - zeros, 0)
+        return np.where(inside, values[np.minimum(idx, len(values) - 1)], 0.0)
+
+    return pd.Series((at((n - 1) // 2) + at(n // 2)) / 2, index=uniq)
 
 
 def _gpu_cause(slowdown: float, median_slowdown: float) -> str:

@@ -650,11 +650,13 @@ def _op_outliers(ctx: Context, oo: pd.DataFrame) -> str:
         ("excess_ns", "excess", "time", True),
         ("z", "z", "z", False),
     ]
-    caption = note(
-        "Compute ops first; communication ops (their time includes waiting for the other ranks) after them."
-    )
-    return "<h3>Ops slower on one GPU than on the median GPU</h3>" + caption + table(
-        top_o,
-        [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
-        flag=[int(r) in ctx.flagged for r in top_o["rank"]],
+    caption = note("Compute ops first; communication ops (their time includes waiting for the other ranks) after them.")
+    return (
+        "<h3>Ops slower on one GPU than on the median GPU</h3>"
+        + caption
+        + table(
+            top_o,
+            [(c, h, k) for c, h, k, must in spec if must or c in top_o.columns],
+            flag=[int(r) in ctx.flagged for r in top_o["rank"]],
+        )
     )
