@@ -241,9 +241,9 @@ def test_only_the_chosen_parts_are_read(job16, monkeypatch):
         read.append(os.fspath(getattr(path, "name", path)))  # a path, or a file opened by open_regular
         return real_table(path, *a, **kw)
 
-    def spy_file(path):
+    def spy_file(path, *a, **kw):
         read.append(os.fspath(path))
-        return real_file(path)
+        return real_file(path, *a, **kw)
 
     monkeypatch.setattr(tx.pq, "read_table", spy_table)
     monkeypatch.setattr(dtrace.ingest.cache, "read_file", spy_file)

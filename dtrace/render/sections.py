@@ -637,7 +637,9 @@ def _op_outliers(ctx: Context, oo: pd.DataFrame) -> str:
     """The 15 (GPU, op) with the most excess time over the median GPU; communication ops after the
     others (their time includes waiting for the other ranks: the waiting ranks' collectives are
     slow because of the straggler, not slow themselves)."""
-    comm = oo["comm"].to_numpy(bool) if "comm" in oo.columns else np.zeros(len(oo), bool)
+    comm = (
+        oo["comm"].astype("boolean").fillna(False).to_numpy(bool) if "comm" in oo.columns else np.zeros(len(oo), bool)
+    )
     order = np.lexsort((-oo["excess_ns"].to_numpy(np.float64), comm))
     top_o = oo.iloc[order].head(15)
     top_o = top_o.assign(label=ctx.labels(top_o))
