@@ -181,23 +181,23 @@ def _host_cause(op: str, op_excess: float, host_excess: float, extra_gaps: float
     return "host_launch"
 
 
-def attribute(ranks: pd.DataFrame, ex: Excess, i: int, *, link: bool, gpu: bool) -> tuple[str, float, str]:
+def attribute(ranks: pd.DataFrame, ex: Excess, i: int, *, link: bool, gpu: bool, held: bool) -> tuple[str, float, str]:
     """The cause of row ``i`` of the signals frame ``ranks``, its time per step, and the evidence.
 
-    ``link`` and ``gpu``: whether the rank passed the slow-link gate and a slow-GPU gate (its
-    kernels or modelled ops slower at equal names or shapes).
+    ``link``, ``gpu`` and ``held``: whether the rank passed the slow-link gate, a slow-GPU gate
+    (its kernels or modelled ops slower at equal names or shapes) and the held-the-others gate.
     """
     row = ranks.iloc[i]
     if not ex.available[i]:
         return _without_paths(row, link=link, gpu=gpu)
     per = {c: float(ex.per_category[c][i]) for c in CATEGORIES}
     best = max(CATEGORIES, key=lambda c: per[c])
-    held = float(row.get("held_step_ns", 0.0)) if bool(row.get("delay_gate", False)) else 0.0
+    held_ns = float(row.get("held_step_ns", 0.0)) if held else 0.0
     if gpu and best != "compute" and per["compute"] > 0 and per["compute"] >= 0.5 * per[best]:
         best = "compute"
-    if per[best] <= 0 or per[best] < EXPLAINS * held:
+    if per[best] <= 0 or per[best] < EXPLAINS * held_ns:
         return _unexplained(row, best, per[best], link=link, gpu=gpu)
-    if link and not held:
+    if link and not held_ns:
         return "link", float("nan"), ""
     return _explained(row, ex, i, best, per[best])
 

@@ -151,8 +151,8 @@ class Signals:
     class_slowdown: pd.DataFrame  # rank, device, class, slowdown, ref_ns
     group_slowness: pd.DataFrame  # group, op, ratio, instances (compared groups only)
     membership: pd.DataFrame  # rank, device, group (compared groups only)
-    op_outliers: pd.DataFrame = field(default_factory=pd.DataFrame)
-    excess: causes.Excess | None = None  # per rank: critical-path time per step over the median rank's
+    op_outliers: pd.DataFrame
+    excess: causes.Excess  # per rank: critical-path time per step over the median rank's
 
 
 def _frame_keys(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -515,7 +515,6 @@ def compute_signals(tables: dict[str, pd.DataFrame]) -> Signals:
     frame["link_margin"] = margin
     frame["link_z"] = peer_z(excess, floor=math.log(1.01))
     _gpu_signal(frame, tables.get("gpu_slowness"), idx)
-    frame["gpu_slowdown_z"] = peer_z(frame["gpu_slowdown"].to_numpy(np.float64), floor=0.005)
     steps = np.maximum(frame["steps"].to_numpy(np.float64), 1.0)
     if np.isfinite(host_wait).all() and len(host_wait):
         per_step = host_wait / steps
@@ -943,15 +942,11 @@ def _causes(sig: Signals, v: _Verdict) -> None:
     """One cause per flagged rank (:mod:`.causes`), its time per step and its sentence."""
     n = len(sig.ranks)
     v.cause, v.cause_ns, v.cause_text = np.full(n, "", object), np.full(n, np.nan), [""] * n
-    ex = (
-        sig.excess
-        if sig.excess is not None
-        else causes.excess_per_step(None, pd.MultiIndex.from_frame(sig.ranks[KEYS]))
-    )
-    ranks = sig.ranks.assign(delay_gate=v.gate.held)
     for i in np.flatnonzero(v.flagged):
         gpu = bool(v.gate.kernels[i] or v.gate.gpu[i])
-        cause, amount, text = causes.attribute(ranks, ex, int(i), link=bool(v.gate.link[i]), gpu=gpu)
+        cause, amount, text = causes.attribute(
+            sig.ranks, sig.excess, int(i), link=bool(v.gate.link[i]), gpu=gpu, held=bool(v.gate.held[i])
+        )
         v.cause[i], v.cause_ns[i], v.cause_text[i] = cause, amount, text
 
 
