@@ -129,7 +129,9 @@ def analyze(
     -------
     Results
         ``results.breakdown``, ``results.streams``, ... as pandas DataFrames; failed inputs
-        are listed in ``results.manifest["inputs"]`` with their one-line error.
+        are listed in ``results.manifest["inputs"]`` with their one-line error. When no input
+        could be analysed, nothing is written: ``results.path`` is ``None``, a folder ``out``
+        that this run made is removed again and the previous results there are kept.
 
     Raises
     ------
@@ -165,6 +167,7 @@ def analyze(
         progress=progress,
     )
     out = os.fspath(out) if out is not None else None
+    made_out = out is not None and not os.path.lexists(out)
     if out is not None:
         check_results_dir(out)  # before any work: a one-line error naming the path
     found = _find_inputs(inputs, out)
@@ -196,9 +199,14 @@ def analyze(
             return Results(*_reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode), None)
         with StagedResults(out) as staged:  # the tables no reducer changes are written while they run
             tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode, staged)
+            if not manifest["n_parts"]:  # nothing analysable: nothing written, the previous results kept
+                return Results(tables, manifest, None)
             return staged.commit(tables, manifest)
 
-    return _run_on_engine(run, spec, tmp_cache, finish)
+    res = _run_on_engine(run, spec, tmp_cache, finish)
+    if made_out and res.path is None:  # the folder this run made holds only its cache of failed inputs
+        shutil.rmtree(out, ignore_errors=True)
+    return res
 
 
 @dataclass
@@ -293,10 +301,10 @@ def _reduce_and_record(
         staged.stage({name: df for name, df in tables.items() if name not in REDUCED})
     tables = run_reducers(tables, opts, on_reduced=staged.stage if staged is not None else None)
     run.phase("reduce")
-    if run.reuse_results and run.store is not None:
-        resultstore.prune(run.store, run.keys_used)
     manifest = run.manifest(time.perf_counter() - t0, n_workers, mode)
     note_summaries(manifest, summary_inputs, summary_parts)
+    if run.reuse_results and run.store is not None and manifest["n_parts"]:  # else the previous run's are kept
+        resultstore.prune(run.store, run.keys_used)
     if not summaries and not manifest["n_failed"] and not run.failed_tables:
         manifest["run_key"] = resultstore.run_key(
             [(i["path"], i["size"], i["mtime_ns"], i["fingerprint"]) for i in manifest["inputs"]],
@@ -329,7 +337,7 @@ def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -
             raise OutputError(str(exc)) from None
         cache = params["cache"] or default_cache(out)
         res = analyze(**{**params, "out": staging, "cache": cache}, **options)
-        if not res.manifest.get("up_to_date"):
+        if res.path is not None and not res.manifest.get("up_to_date"):
             try:
                 upload_results(staging, out)
             except RemoteError as exc:

@@ -224,3 +224,24 @@ def test_a_huge_sparse_manifest_is_refused_unread(tmp_path, capsys):
     assert main(["show", str(out)]) == 2
     err = capsys.readouterr().err
     assert "cannot read the manifest" in err and "is larger than" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_with_nothing_analysable_writes_nothing(tmp_path, capsys):
+    """Every input failed: exit 2 and no "results:" line; a folder the run would have made does not
+    exist afterwards; the previous results in an existing OUT (tables, manifest and the stored
+    per-part results in its cache) are as they were (issue 31, item 12)."""
+    bad = write(tmp_path / "rank-1.json", b"{not json")
+    fresh = tmp_path / "fresh"
+    assert main(["analyze", bad, "-o", str(fresh), "--sync", "--no-progress"]) == 2
+    out = capsys.readouterr().out
+    assert "results:" not in out and f"no results written to {fresh}" in out and f"{bad}:" in out
+    assert not fresh.exists()
+
+    kept = tmp_path / "kept"
+    good = write(tmp_path / "rank-0.json", GOOD)
+    assert main(["analyze", good, "-o", str(kept), "--sync", "--no-progress"]) == 0
+    before = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    assert main(["analyze", bad, "-o", str(kept), "--sync", "--no-progress"]) == 2
+    after = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert load(str(kept)).manifest["inputs"][0]["path"] == good

@@ -121,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
         uptodate.remember(args, res.record, body)
     if empty:
         say(f"note: --step {args.step} selects no GPU event on rank(s) {empty}", args.fmt)
-    say(f"results: {args.out}", args.fmt)
-    if not res.record.n_parts:
+    if res.path is None:  # nothing analysable: nothing was written
+        say(f"no results written to {args.out}: no input could be analysed", args.fmt)
         return 2
+    say(f"results: {args.out}", args.fmt)
     return 1 if res.errors else 0
 
 
