@@ -317,3 +317,51 @@ def test_a_pack_written_after_a_lookup_in_the_same_process_is_found(job, tmp_pat
     cache.ingest_many(paths, c)
     hit, note = cache.lookup(c, paths[0])
     assert hit is not None and note is None
+
+
+def _planted(doc, n):
+    """``n`` more records in a pack index, each valid on its own (this pack, the next row groups),
+    the fingerprint recomputed: what an editor can do."""
+    recs = doc["records"]
+    nxt = {
+        k: 1 + max(g for r in recs for p in r["parts"] for g in [p["groups"][k]]) for k in recs[0]["parts"][0]["groups"]
+    }
+    first = json.dumps(recs[0])
+    for i in range(n):
+        r = json.loads(first)
+        r["path"] = f"/planted/rank-{i}.json"
+        for p in r["parts"]:
+            for k in p["groups"]:
+                p["groups"][k], nxt[k] = nxt[k], nxt[k] + 1
+        recs.append(r)
+    doc["records_fingerprint"] = cache._record_fingerprint(recs)
+
+
+def test_an_index_with_more_records_than_a_pack_holds_is_refused_before_its_checks(job, tmp_path, monkeypatch):
+    """Issue 31: an index with 100,000 planted records took > 120 s to use. A pack holds at most
+    PACK_MAX_INPUTS inputs, so an index with more records is refused before they are checked
+    (and one larger than INDEX_MAX_BYTES before it is read); the inputs are parsed again."""
+    paths, want = job
+    monkeypatch.setattr(cache, "PACK_MAX_INPUTS", 64)
+    c = _edited_index(paths, tmp_path, lambda doc: _planted(doc, 64))
+    checked = []
+    monkeypatch.setattr(cache, "_checked_record", lambda *a: checked.append(a))
+    hit, note = cache.lookup(c, paths[0])
+    assert hit is None and f"holds {len(paths) + 64} records, more than a pack's 64" in note and not checked
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "INDEX_MAX_BYTES", 1000)
+    cache._index_of.cache_clear()
+    hit, note = cache.lookup(c, paths[0])
+    assert hit is None and "is larger than 1,000 bytes: refused" in note
+
+
+def test_a_task_of_more_inputs_than_a_pack_holds_writes_several_packs(job, tmp_path, monkeypatch):
+    paths, want = job
+    monkeypatch.setattr(cache, "PACK_MAX_INPUTS", 8)  # 12 inputs: a pack of 8, then 4 stored alone
+    c = str(tmp_path / "cache")
+    records = cache.ingest_many(paths, c)
+    assert [r.path for r in records] == [os.path.abspath(p) for p in paths] and not any(r.error for r in records)
+    packs = [n for n in os.listdir(c) if n.startswith("pack-")]
+    with open(os.path.join(c, packs[0], "index.json")) as f:
+        assert len(packs) == 1 and len(json.load(f)["records"]) == 8
+    same_tables(dtrace.analyze(paths, cache=c, scheduler="sync"), want)

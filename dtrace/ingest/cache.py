@@ -89,6 +89,12 @@ PACK_MIN_INPUTS = 8
 (one *pack*, :func:`ingest_many`); fewer inputs keep one entry each with their own files."""
 PACK_MAX_EVENTS = 200_000
 """Larger inputs are never packed: their own files cost little next to their parse."""
+PACK_MAX_INPUTS = 4096
+"""Inputs in one pack at most (a task of more small inputs writes one pack per 4,096): an index
+holding more records than this was not written by dtrace and is refused before its records are
+checked (100,000 planted records took seconds per process that read them)."""
+INDEX_MAX_BYTES = 64 << 20
+"""The largest ``index.json`` read (4,096 records of a few KB each): a larger one is refused unread."""
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 SOURCE = "source.json"
 INDEX = "index.json"  # a pack's records of its inputs
@@ -566,7 +572,7 @@ def _read_index(d: str) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
 def _index_of(d: str, state: tuple[int, int, int]) -> dict[str, tuple[CachedInput, dict[str, str]]] | str:
     """:func:`_read_index` once per ``state`` (inode, size, mtime) of the index file."""
     try:
-        raw = read_file(os.path.join(d, INDEX), MANIFEST_MAX_BYTES)
+        raw = read_file(os.path.join(d, INDEX), INDEX_MAX_BYTES)
     except OSError as exc:
         return f"cache pack {d}: its index is unreadable ({exc.strerror or exc}); parsing again"
     try:
@@ -581,6 +587,10 @@ def _parse_index(raw: bytes, name: str) -> dict[str, tuple[CachedInput, dict[str
     """The records of pack ``name``'s ``index.json``, each strictly validated, by input path."""
     doc = json.loads(raw)
     _check_version(doc)
+    records = doc.get("records") if isinstance(doc, dict) else None
+    n = len(records) if isinstance(records, list) else 0
+    if n > PACK_MAX_INPUTS:
+        raise ValueError(f"it holds {n:,} records, more than a pack's {PACK_MAX_INPUTS:,}")
     index = convert(doc, PackIndex)
     if index.records_fingerprint != _record_fingerprint(index.records):
         raise ValueError("the records do not match their fingerprint")
@@ -979,6 +989,12 @@ def ingest_many(
     """
     if len(paths) < PACK_MIN_INPUTS:
         return [ingest(p, cache_dir, fmt=fmt, reader_options=reader_options, reuse=reuse) for p in paths]
+    if len(paths) > PACK_MAX_INPUTS:
+        step = PACK_MAX_INPUTS
+        chunks = [paths[i : i + step] for i in range(0, len(paths), step)]
+        return [
+            r for c in chunks for r in ingest_many(c, cache_dir, fmt=fmt, reader_options=reader_options, reuse=reuse)
+        ]
     pending: list[tuple[FileRecord, Any]] = []
     with shared_files():
         records = [
