@@ -171,3 +171,30 @@ def test_semantics_section_titles():
                 found = re.findall(r'docs/semantics\.md, "([^"]+)"', _read(os.path.join(dirpath, f)))
                 cited |= {" ".join(t.split()) for t in found}  # a title may wrap in a docstring
     assert cited <= set(titles), cited - set(titles)
+
+
+def documented_units() -> list[tuple[str, str, str]]:
+    """``(table, column, unit)`` of every row of the "Results tables" section."""
+    section = _read(SEMANTICS).split("\n## Results tables\n", 1)[1].split("\n## ", 1)[0]
+    out, current = [], None
+    for line in section.splitlines():
+        m = re.match(r"^### `(\w+)`", line)
+        current = m.group(1) if m else current
+        row = re.match(r"^\| `([^`]+)` \| \w+ \| ([^|]*) \|", line)
+        if row and current is not None:
+            out.append((current, row.group(1), row.group(2).strip()))
+    return out
+
+
+def test_one_unit_convention_in_column_names():
+    """Issue 31: ``roofline_pct`` held a fraction next to shares in %. A column's name says its
+    unit, and the human formats convert by the name: every fraction is a ``share`` column (shown
+    as %), every byte count a ``bytes`` column (shown in KiB/MiB/GiB), every byte rate a
+    ``bytes_per_s`` column; no column with another unit has those names."""
+    from dtrace.render.text import _BYTES_COLUMN, _RATE_COLUMN, _SHARE_COLUMN
+
+    rows = documented_units()
+    assert len(rows) > 500
+    for pattern, unit in ((_SHARE_COLUMN, "fraction"), (_BYTES_COLUMN, "bytes"), (_RATE_COLUMN, "bytes/s")):
+        wrong = [(t, c, u) for t, c, u in rows if bool(pattern.match(c)) != (u == unit)]
+        assert not wrong, (unit, wrong)

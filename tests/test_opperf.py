@@ -181,7 +181,7 @@ def test_roofline_against_the_datasheet(res):
     assert row["bound"] == "compute" and row["peak_tflops"] == 989.5 and row["peak_tbps"] == 4.8
     assert abs(row["roofline_ns"] - per * row["count"]) <= 1
     assert row["lost_ns"] == row["gpu_ns"] - row["roofline_ns"]
-    assert row["roofline_pct"] == pytest.approx(row["roofline_ns"] / row["gpu_ns"])
+    assert row["roofline_share"] == pytest.approx(row["roofline_ns"] / row["gpu_ns"])
     add = _row(res.op_perf, "aten::add", [[8192, 4096], [4096], []])
     assert add["bound"] == "memory" and add["intensity"] == pytest.approx(8192 * 4096 / ((2 * 8192 * 4096 + 4096) * 2))
     peaks = res.gpu_peaks.set_index("metric")
@@ -214,7 +214,7 @@ def test_measured_ceilings_as_a_spec_file(tmp_path):
     r = dtrace.analyze(H200, str(tmp_path / "out"), scheduler="sync", gpu_spec=str(path))
     assert r.devices["gpu"].iloc[0] == "H200 max achievable"
     big = r.op_perf.loc[(r.op_perf["shapes"] == "[[4096,4096],[4096,4096]]") & (r.op_perf["precision"] == "bf16")]
-    assert 0.9 < big["roofline_pct"].iloc[0] < 1.1
+    assert 0.9 < big["roofline_share"].iloc[0] < 1.1
     assert (r.gpu_peaks["origin"] == str(path)).all()
     # a changed spec file is a changed setting: the results are not "up to date"
     spec["gpus"][0]["matrix_tflops"]["bf16"] = 700
@@ -293,7 +293,7 @@ def test_throughput_above_the_peak_is_flagged_and_loses_no_time(tmp_path):
     achieved = op["count"] * op["bytes"] / op["gpu_ns"] * 1e9
     above = known & (op["bound"] == "memory") & (achieved > 1.0e12 * 1.0001)
     assert above.sum() >= 3
-    assert op.loc[above, "above_peak"].all() and (op.loc[above, "roofline_pct"] > 1).all()
+    assert op.loc[above, "above_peak"].all() and (op.loc[above, "roofline_share"] > 1).all()
     assert (op.loc[above, "lost_ns"] == 0).all()
     assert (op.loc[known, "lost_ns"] >= 0).all() and (r.op_family_perf["lost_ns"].dropna() >= 0).all()
     x = r.op_perf_xrank

@@ -85,7 +85,7 @@ def test_perf_table_rank_family_sort_and_errors(h200, capsys):
     assert "families: attention, conv, copy" in capsys.readouterr().err
     assert cli(["perf", out, "--fmt", "csv", "--top", "4"]) == 0
     csv = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert len(csv) == 4 and {"lost_ns", "roofline_pct", "tflops", "params"} <= set(csv.columns)
+    assert len(csv) == 4 and {"lost_ns", "roofline_share", "tflops", "params"} <= set(csv.columns)
 
 
 def test_perf_gpu_spec_reroofs_a_results_directory(h200, tmp_path, capsys):
@@ -103,7 +103,7 @@ def test_perf_gpu_spec_reroofs_a_results_directory(h200, tmp_path, capsys):
     ops = pd.DataFrame(doc["ops"])
     big = ops.loc[(ops["op"] == "aten::mm") & (ops["shapes"] == "[[4096,4096],[4096,4096]]")]
     big = big.loc[big["precision"] == "bf16"]
-    assert len(big) == 1 and 0.9 < float(big["roofline_pct"].iloc[0]) < 1.1
+    assert len(big) == 1 and 0.9 < float(big["roofline_share"].iloc[0]) < 1.1
     assert {p["origin"] for p in doc["gpu_peaks"]} == {MEASURED}
 
 
@@ -153,7 +153,7 @@ def test_report_section_roofline_by_hand(h200):
         & (res.op_perf["precision"] == "bf16")
     ].iloc[0]  # fmt: skip
     tflops = 2 * 4096**3 * big["count"] / big["gpu_ns"] / 1e3
-    assert f"{sig3(tflops)} TFLOP/s" in fig and f"{100 * big['roofline_pct']:.1f} % of the roofline" in fig
+    assert f"{sig3(tflops)} TFLOP/s" in fig and f"{100 * big['roofline_share']:.1f} % of the roofline" in fig
     assert 'id="perf-lost"' in sec and 'id="perf-families"' in sec and "GPU peaks used" in sec
     assert sec.count("<tr>", sec.index('id="perf-lost"')) >= 30
 

@@ -141,3 +141,31 @@ def test_show_lists_inputs_in_rank_order_and_filters_rows(tmp_path, capsys):
     assert rows["rank"].tolist() == [3] and rows["cause"].tolist() == ["host_loader"]
     assert main(["show", str(out), "stragglers", "--where", "nope=1"]) == 2
     assert "no column 'nope'" in capsys.readouterr().err
+
+
+def test_one_convention_for_times_bytes_and_shares():
+    """Issue 31: memory tables printed bin edges and peaks as epoch ns and bytes raw (2,551,428,096
+    beside a headline of 2.38 GiB); step_bounds_xrank printed share_median 0.705 beside "top share
+    (%) 83.25". Absolute times of a table are after t0, bytes in one unit per column, every
+    fraction in %; CSV keeps the raw values."""
+    t0 = 1_752_829_952_237_228_000  # epoch ns
+    tl = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "lo_ns": [t0, t0 + 10_784_000],
+            "hi_ns": [t0 + 10_784_000, t0 + 21_568_000],
+            "allocated_bytes": [2_551_428_096, 967_000_000],
+            "freed_bytes": [-1, 0],  # unknown
+        }
+    )
+    text = render(tl, "markdown", table="memory_timeline")
+    assert "| rank | lo (t0+ms) | hi (t0+ms) | allocated (GiB) | freed (B) |" in text
+    assert "| 0 | 0 | 10.784 | 2.376 |" in text and "| 0 | 10.784 | 21.568 | 0.901 | 0 |" in text
+    assert "times after t0 = 2025-07-18 09:12:32.237228 UTC" in text
+    hist = render(tl.rename(columns={"lo_ns": "x"}).assign(lo_ns=[0, 1000]), "markdown", table="launch_histogram")
+    assert "lo (µs)" in hist  # a duration bin in other tables
+    shares = render(pd.DataFrame({"share_median": [0.705], "top_share": [0.8325], "roofline_share": [0.5]}), "markdown")
+    assert "| share median (%) | top share (%) | roofline share (%) |" in shares and "| 70.5 | 83.25 | 50 |" in shares
+    rate = render(pd.DataFrame({"bandwidth_bytes_per_s": [3.3e12, 4.8e12]}), "markdown")
+    assert "bandwidth (TB/s)" in rate and "| 4.8 |" in rate
+    assert render(tl, "csv").splitlines()[1] == f"0,{t0},{t0 + 10_784_000},2551428096,-1"

@@ -153,12 +153,12 @@ def _print_views(
                 "tflops",
                 "tbps",
                 "roofline_ns",
-                "roofline_pct",
+                "roofline_share",
                 "lost_ns",
             ]
         ]
-        view = view.assign(roofline_pct=(view["roofline_pct"] * 100).round(1)).rename(
-            columns={"roofline_pct": "roofline (%)", "tflops": "TFLOP/s", "tbps": "TB/s", "share": "time_share"}
+        view = view.assign(roofline_share=(view["roofline_share"] * 100).round(1)).rename(
+            columns={"roofline_share": "roofline (%)", "tflops": "TFLOP/s", "tbps": "TB/s", "share": "time_share"}
         )
         print(render(view, args.fmt, title=f"op families {where} (summed over GPUs)", max_rows=None))
 

@@ -143,7 +143,16 @@ def _show_table(args: argparse.Namespace, res: Results) -> None:
             args.fmt,
         )
     print(
-        render(df, args.fmt, title=args.table, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end=""
+        render(
+            df,
+            args.fmt,
+            title=args.table,
+            human=not args.raw,
+            max_rows=rows_to_show(args),
+            wide=args.wide,
+            table=args.table,
+        ),
+        end="",
     )
     if args.table == "stragglers" and not is_machine(args.fmt) and "signals" in df.columns:
         say(signals_legend(), args.fmt)

@@ -66,6 +66,46 @@ def pick_unit(values: np.ndarray) -> tuple[str, float]:
     return time_unit(float(np.median(v)))
 
 
+BYTE_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+"""Byte units, largest first (binary, as memory is counted)."""
+RATE_UNITS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3), ("B/s", 1.0))
+"""Byte rates, largest first (decimal, as bandwidth is quoted)."""
+
+
+def _pick(values: np.ndarray, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
+    """The largest of ``units`` that keeps the median magnitude of the finite non-zero values ≥ 1."""
+    import numpy as np  # noqa: PLC0415
+
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    v = v[np.isfinite(v) & (v > 0)]
+    m = float(np.median(v)) if v.size else 0.0
+    return next(((u, s) for u, s in units if m >= s), units[-1])
+
+
+def pick_bytes_unit(values: np.ndarray) -> tuple[str, float]:
+    """A readable unit for a column of byte counts (median magnitude ≥ 1 of it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pick_bytes_unit(np.array([2_551_428_096, 1 << 30])), pick_bytes_unit(np.array([0, 512]))
+    (('GiB', 1073741824.0), ('B', 1.0))
+    """
+    return _pick(values, BYTE_UNITS)
+
+
+def pick_rate_unit(values: np.ndarray) -> tuple[str, float]:
+    """A readable unit for a column of bytes per second.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pick_rate_unit(np.array([4.8e12, 3.3e12]))
+    ('TB/s', 1000000000000.0)
+    """
+    return _pick(values, RATE_UNITS)
+
+
 def fmt_time(ns: Any, *, trim: bool = False) -> str:
     """One time value with its own unit and three significant digits.
 

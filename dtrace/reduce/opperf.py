@@ -17,11 +17,11 @@ the GPU peaks (:mod:`dtrace.knowledge.hardware`, with the ``gpu_spec`` option's 
         intensity    = flops / bytes                     (FLOP per byte)
         roofline_ns  = count · max(flops / peak_tflops, bytes / peak_tbps)   (in ns)
         bound        = compute if the first term is the larger, else memory
-        roofline_pct = roofline_ns / gpu_ns
+        roofline_share = roofline_ns / gpu_ns
         lost_ns      = max(gpu_ns − roofline_ns, 0)      (the time a perfect kernel would save)
         above_peak   = roofline_ns > gpu_ns              (faster than the roofline allows)
 
-    A row above the peak (``roofline_pct`` > 1) is not a kernel beating the hardware: the peak
+    A row above the peak (``roofline_share`` > 1) is not a kernel beating the hardware: the peak
     table is low for that device (a datasheet figure below what the part reaches, a clock above
     the reference) or the timing is off (a kernel whose reported duration is short of its work,
     bytes the model counts that caches serve). It is flagged and loses no time, never a negative
@@ -80,7 +80,7 @@ ROOFLINE_COLUMNS = {
     "peak_tbps": "float64",
     "roofline_ns": "Int64",
     "bound": "object",
-    "roofline_pct": "float64",
+    "roofline_share": "float64",
     "lost_ns": "Int64",
     "above_peak": "bool",
 }
@@ -115,7 +115,7 @@ XRANK_COLUMNS = {
     "gpu": "object",
     "roofline_ns": "Int64",
     "bound": "object",
-    "roofline_pct": "float64",
+    "roofline_share": "float64",
     "lost_ns": "Int64",
     "above_peak": "bool",
 }
@@ -133,7 +133,7 @@ FAMILY_COLUMNS = {
     "tflops": "float64",
     "tbps": "float64",
     "roofline_ns": "Int64",
-    "roofline_pct": "float64",
+    "roofline_share": "float64",
     "lost_ns": "Int64",
 }
 SLOW_COLUMNS = {
@@ -228,7 +228,7 @@ def roofline(
     bound = np.where(np.isnan(per), -1, np.where(compute >= memory, 0, 1))
     out["bound"] = str_column(bound, np.array(["compute", "memory"], object)).array
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["roofline_pct"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
+        out["roofline_share"] = np.where(gpu_ns > 0, roof / gpu_ns, np.nan)
     out["lost_ns"] = _nullable(np.where(np.isnan(roof), np.nan, np.maximum(gpu_ns - roof, 0.0)))
     out["above_peak"] = np.nan_to_num(roof) > gpu_ns
     return out
@@ -324,7 +324,7 @@ def _xrank(op: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
         out["tflops"] = np.where((ns > 0) & has_flops, total_flops / ns / 1e3, np.nan)
         out["tbps"] = np.where((ns > 0) & has_bytes, total_bytes / ns / 1e3, np.nan)
         out["intensity"] = np.where(out["bytes"] > 0, out["flops"] / out["bytes"], np.nan)
-        out["roofline_pct"] = np.where(ns > 0, roof / ns, np.nan)
+        out["roofline_share"] = np.where(ns > 0, roof / ns, np.nan)
     out["roofline_ns"] = _nullable(roof)
     out["bound"] = op["bound"].to_numpy(object)[first]
     out["lost_ns"] = _nullable(np.where(np.isnan(roof), np.nan, np.maximum(ns - roof, 0.0)))
@@ -372,7 +372,7 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
         out["bytes"] = np.where(mod > 0, nbytes, np.nan)
         out["tflops"] = np.where(mod > 0, flops / mod / 1e3, np.nan)
         out["tbps"] = np.where(mod > 0, nbytes / mod / 1e3, np.nan)
-        out["roofline_pct"] = np.where(covered > 0, roof / covered, np.nan)
+        out["roofline_share"] = np.where(covered > 0, roof / covered, np.nan)
     out["roofline_ns"] = _nullable(roof)
     out["lost_ns"] = _nullable(np.where(covered > 0, lost_sum, np.nan))
     return out[list(FAMILY_COLUMNS)]

@@ -39,7 +39,7 @@ SORTS = {
     "lost": ("lost_ns", False),
     "time": ("gpu_ns", False),
     "count": ("count", False),
-    "efficiency": ("roofline_pct", True),
+    "efficiency": ("roofline_share", True),
 }
 NO_SHAPES = (
     "no op has a performance model: the traces record no op shapes (profile with "
@@ -131,7 +131,7 @@ def shapes_by_gpu(op: pd.DataFrame) -> pd.DataFrame:
         out["tflops"] = np.where(ns > 0, out["count"] * out["flops"] / ns / 1e3, np.nan)
         out["tbps"] = np.where(ns > 0, out["count"] * out["bytes"] / ns / 1e3, np.nan)
         out["intensity"] = np.where(out["bytes"] > 0, out["flops"] / out["bytes"], np.nan)
-        out["roofline_pct"] = np.where(ns > 0, out["roofline_ns"] / ns, np.nan)
+        out["roofline_share"] = np.where(ns > 0, out["roofline_ns"] / ns, np.nan)
     out["lost_ns"] = ns - out["roofline_ns"].to_numpy(np.float64)
     return out.sort_values("gpu_ns", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -332,7 +332,7 @@ def family_colors(families: Sequence[str]) -> dict[str, str]:
 
 def _tip(r: Any) -> str:
     lost = "–" if not np.isfinite(r.lost_ns) else fmt_time(float(r.lost_ns))
-    pct = fmt_pct(float(r.roofline_pct)) if np.isfinite(r.roofline_pct) else "–"
+    pct = fmt_pct(float(r.roofline_share)) if np.isfinite(r.roofline_share) else "–"
     return (
         f"{r.op} [{r.precision}] {shape_text(r.params, r.shapes, 120)}\n"
         f"{int(r.count):,} calls on {int(r.ranks)} GPU(s), {fmt_time(float(r.gpu_ns))}\n"
@@ -484,7 +484,7 @@ def _lost_table(ctx: Context, xr: pd.DataFrame, rows: int = 30) -> str:
                 ("precision", "dtype", "text"),
                 ("lost_gpu", "time lost / GPU", "time"),
                 ("gpu_gpu", "GPU time / GPU", "time"),
-                ("roofline_pct", "of roofline", "pct"),
+                ("roofline_share", "of roofline", "pct"),
                 ("bound", "bound", "text"),
                 ("tflops", "TFLOP/s", "num"),
                 ("tbps", "TB/s", "num"),
@@ -524,7 +524,7 @@ def family_totals(fam: pd.DataFrame) -> pd.DataFrame:
         out["modelled_share"] = np.where(out["gpu_ns"] > 0, mod / out["gpu_ns"], np.nan)
         out["tflops"] = np.where(mod > 0, out["flops"] / mod / 1e3, np.nan)
         out["tbps"] = np.where(mod > 0, out["bytes"] / mod / 1e3, np.nan)
-        out["roofline_pct"] = np.where(roofed > 0, out["roofline_ns"] / roofed, np.nan)
+        out["roofline_share"] = np.where(roofed > 0, out["roofline_ns"] / roofed, np.nan)
     none = out["family"] == "unmodelled"
     out.loc[none, ["roofline_ns", "lost_ns"]] = np.nan
     return pd.concat([out.loc[~none].sort_values("gpu_ns", ascending=False), out.loc[none]]).reset_index(drop=True)
@@ -548,7 +548,7 @@ def _family_table(fam: pd.DataFrame, n: int) -> str:
                 ("tflops", "TFLOP/s", "num"),
                 ("tbps", "TB/s", "num"),
                 ("roofline_ns", "roofline time", "time"),
-                ("roofline_pct", "of roofline", "pct"),
+                ("roofline_share", "of roofline", "pct"),
                 ("lost_ns", "time lost / GPU", "time"),
             ],
             table_id="perf-families",
@@ -634,7 +634,7 @@ def human_ops(df: pd.DataFrame, across: bool) -> pd.DataFrame:
             "arguments": [shape_text(p, s) for p, s in zip(df["params"], df["shapes"])],
             "dtype": df["precision"].to_numpy(),
             "lost_ns": df["lost_ns"].to_numpy(),
-            "roofline (%)": (df["roofline_pct"].to_numpy(np.float64) * 100).round(1),
+            "roofline (%)": (df["roofline_share"].to_numpy(np.float64) * 100).round(1),
             "bound": df["bound"].to_numpy(),
             "count": df["count"].to_numpy(),
             "gpu_ns": df["gpu_ns"].to_numpy(),
@@ -687,11 +687,11 @@ def _above_peak_lines(x: pd.DataFrame | None) -> list[str]:
     above = x.loc[x["above_peak"].astype(bool).to_numpy()]
     if not len(above):
         return []
-    worst = above.sort_values("roofline_pct", ascending=False).iloc[0]
+    worst = above.sort_values("roofline_share", ascending=False).iloc[0]
     return [
         f"above the peak: {len(above)} op shape(s) ran faster than the roofline allows (the peak table is low for "
         f"this GPU, or the timing is off; they lose no time), e.g. {worst['op']} at "
-        f"{100 * float(worst['roofline_pct']):.1f} % of the roofline ({float(worst['tbps']):.3g} TB/s, "
+        f"{100 * float(worst['roofline_share']):.1f} % of the roofline ({float(worst['tbps']):.3g} TB/s, "
         f"{float(worst['tflops']):.3g} TFLOP/s)"
     ]
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import OUTPUT_FORMATS as FORMATS
-from ..core.units import TIME_UNITS, pick_unit
+from ..core.units import TIME_UNITS, pick_bytes_unit, pick_rate_unit, pick_unit
 from .escape import markdown_cell, printable, to_csv
 
 if TYPE_CHECKING:
@@ -31,6 +31,22 @@ NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
 _TIME_COLUMN = re.compile(r"_ns(_(?:mean|median|min|max|sum|std|total|p\d+))?$")
 #: Columns holding absolute times (shown relative to the earliest of them).
 ABSOLUTE_TIMES = ("start_ns", "end_ns", "first_ns", "last_ns")
+#: Further absolute-time columns of particular tables (elsewhere ``lo_ns`` is a duration bin).
+TABLE_ABSOLUTE_TIMES = {
+    "launches": ("launch_ns",),
+    "queue_timeline": ("lo_ns", "hi_ns"),
+    "memory": ("peak_ns",),
+    "memory_timeline": ("lo_ns", "hi_ns"),
+    "memcpy_timeline": ("lo_ns", "hi_ns"),
+    "segments": ("time_ns", "comm_start_ns", "comm_launch_ns"),
+}
+_STAT = r"(?:mean|median|min|max|sum|std|total|p\d+)"
+#: Fractions of 1, shown as percentages: ``share``, ``time_share``, ``share_median``, ``top_share_max``.
+_SHARE_COLUMN = re.compile(rf"^(?:share|.+_share|share_{_STAT}|.+_share_{_STAT})$")
+#: Byte counts (``allocated_bytes``, ``peak_median_bytes``, ``bytes``), shown in one binary unit per column.
+_BYTES_COLUMN = re.compile(rf"^(?:(.+)_)?bytes(?:_({_STAT}))?$")
+#: Byte rates, shown in decimal units per second (``bandwidth_bytes_per_s`` → ``bandwidth (GB/s)``).
+_RATE_COLUMN = re.compile(r"^(.+)_bytes_per_s$")
 
 
 def is_time_column(name: str) -> bool:
@@ -44,15 +60,17 @@ def is_time_column(name: str) -> bool:
     return bool(_TIME_COLUMN.search(str(name)))
 
 
-def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
+def humanize(df: pd.DataFrame, time_unit: str | None = None, table: str | None = None) -> pd.DataFrame:
     """Readable values: ``*_ns`` columns in a unit per column (``exposed_comm_ns`` → ``exposed comm (ms)``),
-    ``*_share`` fractions as percentages (``name (%)``), other floats rounded.
+    ``*_share`` fractions as percentages (``name (%)``), ``*_bytes`` in a binary unit per column
+    (``allocated (GiB)``; a negative count, unknown, is missing), other floats rounded.
 
     ``time_unit`` fixes the unit of every time column (``"s"``, ``"ms"``, ``"µs"``, ``"ns"``),
     or ``"auto"`` picks one unit for all of them together (so columns compare at a glance).
     Each unit is chosen from the whole column, never from the rows shown. Absolute times
-    (:data:`ABSOLUTE_TIMES`) are shown relative to the earliest of them (see
-    :func:`humanize_table`). Missing values (NaN, ``pd.NA``) stay missing.
+    (:data:`ABSOLUTE_TIMES`, and :data:`TABLE_ABSOLUTE_TIMES` of results table ``table``) are
+    shown relative to the earliest of them (see :func:`humanize_table`). Missing values (NaN,
+    ``pd.NA``) stay missing.
 
     Examples
     --------
@@ -61,10 +79,12 @@ def humanize(df: pd.DataFrame, time_unit: str | None = None) -> pd.DataFrame:
        rank  idle (ms)  time share (%)
     0     0        2.5            25.0
     """
-    return humanize_table(df, time_unit)[0]
+    return humanize_table(df, time_unit, table)[0]
 
 
-def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.DataFrame, str | None]:
+def humanize_table(
+    df: pd.DataFrame, time_unit: str | None = None, table: str | None = None
+) -> tuple[pd.DataFrame, str | None]:
     """:func:`humanize`, and the origin ``t0`` of the absolute-time columns as text (or ``None``).
 
     Absolute times (``start_ns``, ``end_ns``, ``first_ns``, ``last_ns``) become durations after
@@ -79,7 +99,7 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
     (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
     """
     times = [c for c in df.columns if is_time_column(c) and _is_number(df[c])]
-    absolute = [c for c in times if c in ABSOLUTE_TIMES]
+    absolute = [c for c in times if c in ABSOLUTE_TIMES or c in TABLE_ABSOLUTE_TIMES.get(table or "", ())]
     t0 = _earliest(df, absolute)
     shifted = {c: _floats(df[c]) - (t0 if c in absolute and t0 is not None else 0.0) for c in times}
     fixed = _fixed_unit(time_unit, shifted)
@@ -94,9 +114,23 @@ def humanize_table(df: pd.DataFrame, time_unit: str | None = None) -> tuple[pd.D
 
 
 def _other_column(name: str, col: pd.Series) -> dict:
-    """A column that is not a time: a share in %, a float rounded, anything else as it is."""
-    if name.endswith("_share") and pd.api.types.is_float_dtype(col):
-        return {f"{name[:-6].replace('_', ' ')} share (%)": (_floats(col) * 100).round(2)}
+    """A column that is not a time: a share in %, bytes and byte rates in a unit for the column,
+    a float rounded, anything else as it is."""
+    if not _is_number(col):
+        return {name: col}
+    if _SHARE_COLUMN.match(name) and pd.api.types.is_float_dtype(col):
+        return {f"{name.replace('_', ' ')} (%)": (_floats(col) * 100).round(2)}
+    rate = _RATE_COLUMN.match(name)
+    if rate:
+        unit, scale = pick_rate_unit(_floats(col))
+        return {f"{rate.group(1).replace('_', ' ')} ({unit})": (_floats(col) / scale).round(3)}
+    size = _BYTES_COLUMN.match(name)
+    if size:
+        v = _floats(col)
+        v[v < 0] = np.nan  # a negative count: unknown
+        unit, scale = pick_bytes_unit(v)
+        base = " ".join(x for x in (size.group(1), size.group(2)) if x).replace("_", " ") or "size"
+        return {f"{base} ({unit})": v if scale == 1 else (v / scale).round(3)}
     if pd.api.types.is_float_dtype(col):
         return {name: col.round(4)}
     return {name: col}
@@ -350,6 +384,7 @@ def render(
     width: int | None = None,
     time_unit: str | None = None,
     wide: bool = False,
+    table: str | None = None,
 ) -> str:
     """Render a DataFrame as a terminal table, CSV, JSON (records) or Markdown.
 
@@ -380,6 +415,9 @@ def render(
         per column.
     wide
         ``--wide``: full names and every column in one block, however wide the table.
+    table
+        The results table ``df`` is (or was cut from): its own absolute-time columns
+        (:data:`TABLE_ABSOLUTE_TIMES`) are shown after ``t0`` like ``start_ns``.
 
     Examples
     --------
@@ -397,7 +435,7 @@ def render(
     if fmt in ("csv", "json"):
         return _machine_format(df, fmt, max_rows)
     # units from the whole columns, then the rows shown: a value prints the same whatever max_rows
-    view, t0 = humanize_table(df, time_unit) if human else (df.copy(), None)
+    view, t0 = humanize_table(df, time_unit, table) if human else (df.copy(), None)
     if max_rows is not None:
         view = view.head(max_rows)
     full = _shorten_names(view) if short_names else {}
