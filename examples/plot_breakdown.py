@@ -19,30 +19,58 @@ PARTS = [
 ]
 
 
-def plot_png(bd, target):
+MAX_LABELS = 40  # rank labels on the axis at most: every k-th one beyond that
+
+
+def labels(bd):
+    """One label per bar: the rank, or rank:device where a rank has several devices."""
+    if bd["rank"].is_unique:
+        return [str(r) for r in bd["rank"]]
+    return [f"{r}:{d}" for r, d in zip(bd["rank"], bd["device"])]
+
+
+def figure(bd):
+    """The stacked bars as a matplotlib figure: wider with more ranks (up to 24 inches), at most
+    MAX_LABELS rank labels (turned upright past 16 bars), the legend outside the bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bottom = [0.0] * len(bd)
-    fig, ax = plt.subplots(figsize=(6, 3))
+    n = len(bd)
+    names = labels(bd)
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 2.0 + 0.14 * n), 24.0), 3.2))
+    x = list(range(n))
+    bottom = [0.0] * n
     for col, color in PARTS:
         vals = (bd[col] / 1e6).tolist()
-        ax.bar(bd["rank"].astype(str), vals, bottom=bottom, color=color, label=col[:-3])
+        ax.bar(x, vals, bottom=bottom, color=color, label=col[:-3], width=0.85)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xlabel("rank")
+    step = max(1, -(-n // MAX_LABELS))
+    upright = n > 16 or max((len(s) for s in names), default=0) > 4
+    ax.set_xticks(x[::step], names[::step], rotation=90 if upright else 0, fontsize=7 if upright else 9)
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_xlabel("rank" if bd["rank"].is_unique else "rank:device")
     ax.set_ylabel("ms")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def plot_png(bd, target):
+    import matplotlib.pyplot as plt
+
+    fig = figure(bd)
     fig.savefig(target, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
 def plot_html(bd, target):
-    width, bar = 400, 28
+    width, bar = 400, 28 if len(bd) <= 32 else 12
+    names = [f"rank {s}" for s in labels(bd)]
+    x0 = 12 + 7.5 * max((len(s) for s in names), default=0)  # the bars start after the longest label
     rows = []
-    for i, r in enumerate(bd.to_dict("records")):
-        x = 60.0
+    for i, (r, name) in enumerate(zip(bd.to_dict("records"), names)):
+        x = x0
         for col, color in PARTS:
             w = width * r[col] / max(r["total_ns"], 1)
             rows.append(
@@ -50,9 +78,11 @@ def plot_html(bd, target):
                 f'fill="{color}"><title>{col[:-3]}: {r[col] / 1e6:.2f} ms</title></rect>'
             )
             x += w
-        rows.append(f'<text x="5" y="{10 + i * (bar + 6) + bar * 0.65}">rank {r["rank"]}</text>')
+        rows.append(
+            f'<text x="5" y="{10 + i * (bar + 6) + bar * 0.8}" font-size="{12 if bar > 20 else 10}">{name}</text>'
+        )
     h = 20 + len(bd) * (bar + 6)
-    svg = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 80}" height="{h}">{"".join(rows)}</svg>'
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + x0 + 20:.0f}" height="{h}">{"".join(rows)}</svg>'
     with open(target, "w", encoding="utf-8") as f:
         f.write(f"<!doctype html><meta charset=utf-8><title>GPU breakdown</title>{svg}\n")
 
@@ -60,7 +90,7 @@ def plot_html(bd, target):
 def main(argv):
     res = dtrace.load(argv[1] if len(argv) > 1 else "results")
     target = argv[2] if len(argv) > 2 else "breakdown.html"
-    bd = res.breakdown.sort_values("rank")
+    bd = res.breakdown.sort_values(["rank", "device"]).reset_index(drop=True)
     if target.lower().endswith(".png"):
         try:
             plot_png(bd, target)

@@ -127,6 +127,7 @@ async def _drive(
     settle_s: float,
     clicks: tuple[tuple[int, int], ...] = (),
     prepare: str | None = None,
+    window: tuple[int, int] = (1280, 900),
 ) -> PageRun:
     from tornado.websocket import websocket_connect
 
@@ -206,12 +207,13 @@ def open_page(
     url: Callable[[str], str] | None = None,
     clicks: tuple[tuple[int, int], ...] = (),
     prepare: str | None = None,
+    window: tuple[int, int] = (1280, 900),
 ) -> PageRun:
     """Load ``path`` in a fresh headless Chromium and return a :class:`PageRun`.
 
     ``url`` (given the browser's DevTools websocket address) replaces ``file://path``, e.g. for
     a page of the browser's own debugging server; ``prepare`` (an expression, awaited) runs once the
-    page has loaded; ``clicks`` are made before the evaluation.
+    page has loaded; ``clicks`` are made before the evaluation; ``window``: the window's size in px.
     """
     exe = find_chromium()
     if exe is None:
@@ -221,7 +223,13 @@ def open_page(
     with open(err_path, "w") as err:
         # own session: the browser's helper processes can be ended together with it
         proc = subprocess.Popen(
-            [exe, *FLAGS, f"--user-data-dir={os.path.join(profile, 'p')}", "about:blank"],
+            [
+                exe,
+                *(f for f in FLAGS if not f.startswith("--window-size=")),
+                f"--window-size={window[0]},{window[1]}",
+                f"--user-data-dir={os.path.join(profile, 'p')}",
+                "about:blank",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,

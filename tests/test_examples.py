@@ -97,3 +97,31 @@ def test_plot_breakdown_falls_back_to_html_without_matplotlib(tmp_path):
     assert not png.exists()
     html = (tmp_path / "bd.html").read_text()
     assert html.count("<rect") == 2 * 4  # two ranks, four breakdown parts each
+
+
+@pytest.mark.parametrize("n", [2, 64, 1024])
+def test_plot_breakdown_labels_never_overlap(n):
+    """Issue 31: at 64 ranks the example's PNG overlapped its rank labels. The figure widens with
+    the ranks, shows at most MAX_LABELS labels, and no two drawn labels (nor the legend and the
+    bars) overlap."""
+    pytest.importorskip("matplotlib")
+    import importlib.util
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("plot_breakdown", os.path.join(ROOT, "examples", "plot_breakdown.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ns = {c: [1_000_000 * (1 + i % 3) for i in range(n)] for c, _ in mod.PARTS}
+    bd = pd.DataFrame({"rank": range(n), "device": [0] * n, **ns, "total_ns": [4_000_000 * 3] * n})
+    fig = mod.figure(bd)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert 1 <= len(ticks) <= mod.MAX_LABELS and ticks[0].get_text() == "0"
+    boxes = [t.get_window_extent(renderer) for t in ticks]
+    assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+    assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    plt.close(fig)

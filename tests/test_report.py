@@ -451,6 +451,24 @@ def test_report_generated_64_ranks(job64, tmp_path):
     assert len(html) < 2_000_000
 
 
+CLIPPED_JS = """Array.from(document.querySelectorAll('.tablewrap'))
+  .filter(w => w.scrollWidth > w.clientWidth + 1)
+  .map(w => [w.closest('section').id, w.clientWidth, w.scrollWidth])"""
+
+
+@pytest.mark.parametrize("which", ["two_rank", "job64"])
+def test_report_tables_fit_a_1400_px_window(which, request, tmp_path):
+    """Issue 31: report tables were clipped (scrolled sideways) in a 1,400 px window: the page
+    was 1,180 px wide and headers never wrapped. No table scrolls sideways at 1,400 px."""
+    _need_chromium()
+    res = request.getfixturevalue(which)
+    res = res[0] if isinstance(res, tuple) else res
+    path = tmp_path / "r.html"
+    path.write_text(report(res), encoding="utf-8")
+    run = browser.open_page(str(path), CLIPPED_JS, window=(1400, 900))
+    assert run.problems == [] and run.value == [], run.value
+
+
 def test_report_1024_ranks_aggregates(tmp_path):
     res = fake_job(1024)
     html = report(res)

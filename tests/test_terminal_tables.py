@@ -169,3 +169,16 @@ def test_one_convention_for_times_bytes_and_shares():
     rate = render(pd.DataFrame({"bandwidth_bytes_per_s": [3.3e12, 4.8e12]}), "markdown")
     assert "bandwidth (TB/s)" in rate and "| 4.8 |" in rate
     assert render(tl, "csv").splitlines()[1] == f"0,{t0},{t0 + 10_784_000},2551428096,-1"
+
+
+def test_names_are_not_what_gets_cut_at_160_columns():
+    """Issue 31: at 160 columns names were cut to a stub (``ncclKernel_SendRec…``) while every
+    number stayed whole. Names keep NAME_FLOOR characters; a table still too wide is printed in
+    blocks of columns, the names repeated in each."""
+    from dtrace.render.text import NAME_FLOOR
+
+    names = ["ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "record_param_comms"]
+    df = pd.DataFrame({"name": names, **{f"c{i}_ns": [123_456_789_012, 1] for i in range(20)}})
+    text = render(df, "table", width=160)
+    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum"[: NAME_FLOOR - 1] in text and "record_param_comms" in text
+    assert "[block 1 of" in text and max(len(line) for line in text.splitlines()) <= 160

@@ -163,7 +163,10 @@ def test_default_choice_and_format(job16):
     # the straggler evidence: a process label and an instant event with the whole text
     ev = res.stragglers.set_index("rank").loc[5, "evidence"]
     assert [e["args"]["evidence"] for e in by["i"]] == [ev]
-    assert any(e["name"] == "process_labels" and ev[:60] in e["args"]["labels"] for e in by["M"])
+    (label,) = [e["args"]["labels"] for e in by["M"] if e["name"] == "process_labels"]
+    said = label.split("): ", 1)[1]  # its first clause, never cut mid-word (issue 31)
+    assert ev.startswith(said.rstrip("…")) and len(said) > 40
+    assert ev[len(said)] in ";:" if not said.endswith("…") else ev[len(said) - 1] == " "
     # the wait at each collective: a counter per rank, up at the kernel's start, back to 0 at its end
     c = res.collectives
     for r in roles:

@@ -31,7 +31,7 @@ nav{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid #dde
   display:flex;flex-wrap:wrap;gap:4px 14px;font-size:13px}
 nav a{color:#2a5d9f;text-decoration:none}
 nav a:hover{text-decoration:underline}
-main{max-width:1180px;margin:0 auto;padding:10px 18px 60px}
+main{max-width:1640px;margin:0 auto;padding:10px 18px 60px}
 section{background:#fff;border:1px solid #dde1e6;border-radius:8px;margin:18px 0;padding:14px 20px}
 section h2{margin:2px 0 10px;font-size:18px}
 section h3{margin:16px 0 6px;font-size:15px}
@@ -51,7 +51,7 @@ svg rect.mark:hover{opacity:.75}
 .tablewrap{overflow-x:auto;max-height:560px;overflow-y:auto;margin:6px 0 10px}
 table.data{border-collapse:collapse;font-size:12.5px;width:100%}
 table.data th{position:sticky;top:0;background:#eef1f5;text-align:left;padding:5px 8px;cursor:pointer;
-  white-space:nowrap;border-bottom:1px solid #cfd5dc;user-select:none}
+  vertical-align:bottom;border-bottom:1px solid #cfd5dc;user-select:none}
 table.data th[data-dir=asc]::after{content:' \\25B2'}
 table.data th[data-dir=desc]::after{content:' \\25BC'}
 table.data td{padding:4px 8px;border-bottom:1px solid #eceff2;vertical-align:top}

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 #: Columns holding names that :func:`shorten` makes readable in the human formats.
 NAME_COLUMNS = ("name", "prev_name", "next_name", "op", "key", "kernel")
+#: The narrowest a name column is made to fit a terminal of 144 columns or more (a quarter of
+#: one of 120 to 143; 16, like any text, in a narrower one): a table still too wide is printed in
+#: blocks of columns rather than cutting names to a stub (``ncclKernel_SendRec…``).
+NAME_FLOOR = 36
 #: ``x_ns`` or a statistic of it (``x_ns_mean``; not ``x_ns_z``, a z-score).
 _TIME_COLUMN = re.compile(r"_ns(_(?:mean|median|min|max|sum|std|total|p\d+))?$")
 #: Columns holding absolute times (shown relative to the earliest of them).
@@ -646,7 +650,7 @@ def layout(
     [([0, 1, 2], [4, 7, 7]), ([0, 3], [4, 7])]
     """
     n = len(heads)
-    widths = column_widths(heads, cells, numeric, width)
+    widths = column_widths(heads, cells, numeric, width, names)
     if sum(widths) + 3 * n <= width or n <= 1:
         return [(list(range(n)), widths, 0)]
     keys, key_w = _repeated_keys(heads, cells, numeric, names, width)
@@ -685,20 +689,27 @@ def _repeated_keys(
     if not keys:
         return [], []
     key_w = column_widths(
-        [heads[k] for k in keys], [[r[k] for k in keys] for r in cells], [numeric[k] for k in keys], width // 2
+        [heads[k] for k in keys],
+        [[r[k] for k in keys] for r in cells],
+        [numeric[k] for k in keys],
+        width // 2,
+        [names[k] for k in keys],
     )
     if sum(w + 3 for w in key_w) > width // 2 + 8:  # keys alone too wide to repeat: no keys
         return [], []
     return keys, key_w
 
 
-def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> list[int]:
+def column_widths(
+    heads: list[str], cells: list[list[str]], numeric: list[bool], width: int, names: Sequence[str] = ()
+) -> list[int]:
     """Column widths for a terminal table of ``width`` columns.
 
     Each column starts at its natural width (header or widest value). While the table is too
     wide, the widest text column gives up space, down to 16 characters (its values are then
-    shortened); then headers wrap at their spaces. Numbers never shrink below their widest
-    value: a table still too wide is printed in blocks of columns by :func:`render`.
+    shortened; a name column, :data:`NAME_COLUMNS` by ``names``, down to :data:`NAME_FLOOR`);
+    then headers wrap at their spaces. Numbers never shrink below their widest value: a table
+    still too wide is printed in blocks of columns by :func:`render`, names kept readable.
 
     Examples
     --------
@@ -706,12 +717,16 @@ def column_widths(heads: list[str], cells: list[list[str]], numeric: list[bool],
     [4, 37, 10]
     >>> column_widths(["computation (ms)"], [["1.5"]], [True], 10)
     [11]
+    >>> column_widths(["name", "a (ms)"], [["x" * 90, "1" * 120]], [False, True], 160, ["name", "a_ns"])
+    [36, 120]
     """
+    names = list(names) or [""] * len(heads)
     n = len(heads)
     widest = [max((len(r[k]) for r in cells), default=0) for k in range(n)]
     natural = [max(len(h), w, 1) for h, w in zip(heads, widest)]
     word = [max((len(x) for x in h.split()), default=1) for h in heads]
-    floor_text = [max(min(natural[k], 16), word[k]) for k in range(n)]
+    name_floor = min(NAME_FLOOR, width // 4) if width >= 120 else 16  # narrower: names shrink like any text
+    floor_text = [max(min(natural[k], name_floor if names[k] in NAME_COLUMNS else 16), word[k]) for k in range(n)]
     floor_head = [max(widest[k], word[k], 1) if numeric[k] else floor_text[k] for k in range(n)]
     w = list(natural)
     budget = width - 3 * n  # per column: one space of padding on each side and one separator
