@@ -204,7 +204,7 @@ def analyze(
             return staged.commit(tables, manifest)
 
     res = _run_on_engine(run, spec, tmp_cache, finish)
-    if made_out and res.path is None:  # the folder this run made holds only its cache of failed inputs
+    if made_out and out is not None and res.path is None:  # the folder made holds only failed inputs' cache
         shutil.rmtree(out, ignore_errors=True)
     return res
 
