@@ -203,9 +203,14 @@ def analyze(
                 return Results(tables, manifest, None)
             return staged.commit(tables, manifest)
 
-    res = _run_on_engine(run, spec, tmp_cache, finish)
-    if made_out and out is not None and res.path is None:  # the folder made holds only failed inputs' cache
-        shutil.rmtree(out, ignore_errors=True)
+    return _unmade_if_empty(_run_on_engine(run, spec, tmp_cache, finish), out if made_out else None)
+
+
+def _unmade_if_empty(res: Results, made: str | None) -> Results:
+    """``res``; the folder ``made`` by this run removed when nothing was written there (it holds
+    only the cache of inputs that failed)."""
+    if made is not None and res.path is None:
+        shutil.rmtree(made, ignore_errors=True)
     return res
 
 

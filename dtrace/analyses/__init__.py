@@ -146,6 +146,7 @@ ANALYSES: list[Analysis] = [
             "last_ns": I64,
             "clipped_events": I64,
             "clipped_ns": I64,
+            "comm_overlap_share": F64,
         },
     ),
     Analysis("streams", _bd.streams, {**_KEYS, "stream": I64, **_BD, "events": I64}),
@@ -251,7 +252,11 @@ ANALYSES: list[Analysis] = [
             "std_ns": I64,
         },
     ),
-    Analysis("steps", _bd.steps, {**_KEYS, "step": I64, "step_ns": I64, **_BD, "host_ns": I64, "events": I64}),
+    Analysis(
+        "steps",
+        _bd.steps,
+        {**_KEYS, "step": I64, "step_ns": I64, **_BD, "host_ns": I64, "events": I64, "comm_overlap_share": F64},
+    ),
     Analysis(
         "nvtx_ranges",
         _ranges.range_stats,

@@ -103,7 +103,8 @@ def humanize_table(
     (['start (t0+ms)'], [0.0, 2.0], '2023-11-14 22:13:20.000000 UTC')
     """
     times = [c for c in df.columns if is_time_column(c) and _is_number(df[c])]
-    absolute = [c for c in times if c in ABSOLUTE_TIMES or c in TABLE_ABSOLUTE_TIMES.get(table or "", ())]
+    own = set(ABSOLUTE_TIMES) | set(TABLE_ABSOLUTE_TIMES.get(table or "", ()))
+    absolute = [c for c in times if c in own]
     t0 = _earliest(df, absolute)
     shifted = {c: _floats(df[c]) - (t0 if c in absolute and t0 is not None else 0.0) for c in times}
     fixed = _fixed_unit(time_unit, shifted)
@@ -720,17 +721,11 @@ def column_widths(
     >>> column_widths(["name", "a (ms)"], [["x" * 90, "1" * 120]], [False, True], 160, ["name", "a_ns"])
     [36, 120]
     """
-    names = list(names) or [""] * len(heads)
     n = len(heads)
-    widest = [max((len(r[k]) for r in cells), default=0) for k in range(n)]
-    natural = [max(len(h), w, 1) for h, w in zip(heads, widest)]
-    word = [max((len(x) for x in h.split()), default=1) for h in heads]
-    name_floor = min(NAME_FLOOR, width // 4) if width >= 120 else 16  # narrower: names shrink like any text
-    floor_text = [max(min(natural[k], name_floor if names[k] in NAME_COLUMNS else 16), word[k]) for k in range(n)]
-    floor_head = [max(widest[k], word[k], 1) if numeric[k] else floor_text[k] for k in range(n)]
+    natural, shrunk, wrapped = _floors(heads, cells, numeric, width, list(names) or [""] * n)
     w = list(natural)
     budget = width - 3 * n  # per column: one space of padding on each side and one separator
-    for floors in ([natural[k] if numeric[k] else floor_text[k] for k in range(n)], floor_head):
+    for floors in (shrunk, wrapped):
         excess = sum(w) - budget
         while excess > 0:
             k = max(range(n), key=lambda i: (w[i] - floors[i], -i))
@@ -740,6 +735,22 @@ def column_widths(
             w[k] -= step
             excess -= step
     return w
+
+
+def _floors(
+    heads: list[str], cells: list[list[str]], numeric: list[bool], width: int, names: list[str]
+) -> tuple[list[int], list[int], list[int]]:
+    """:func:`column_widths`' widths: natural, the floors of text shortened (numbers and headers
+    whole), and the floors once headers wrap (numbers still whole)."""
+    n = len(heads)
+    widest = [max((len(r[k]) for r in cells), default=0) for k in range(n)]
+    natural = [max(len(h), w, 1) for h, w in zip(heads, widest)]
+    word = [max((len(x) for x in h.split()), default=1) for h in heads]
+    name_floor = min(NAME_FLOOR, width // 4) if width >= 120 else 16  # narrower: names shrink like any text
+    text = [max(min(natural[k], name_floor if names[k] in NAME_COLUMNS else 16), word[k]) for k in range(n)]
+    shrunk = [natural[k] if numeric[k] else text[k] for k in range(n)]
+    wrapped = [max(widest[k], word[k], 1) if numeric[k] else text[k] for k in range(n)]
+    return natural, shrunk, wrapped
 
 
 def _missing(v: object) -> bool:
