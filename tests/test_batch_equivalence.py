@@ -74,7 +74,10 @@ def _as_today(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
             v = col.to_numpy(np.int64, na_value=-1)
             col = pd.Series(pd.arrays.IntegerArray(np.maximum(v, 0), v < 0))
         out[c] = col.to_numpy() if not isinstance(col.dtype, pd.Int64Dtype) else col.array
-    return pd.DataFrame(out, columns=list(df.columns))
+    if "comm_overlap_share" in columns and "comm_ns" in df.columns:  # newer than the oracle: from its columns
+        comm, exposed = df["comm_ns"].to_numpy(np.float64), df["exposed_comm_ns"].to_numpy(np.float64)
+        out["comm_overlap_share"] = np.divide(comm - exposed, comm, out=np.full(len(df), np.nan), where=comm > 0)
+    return pd.DataFrame(out, columns=[c for c in columns if c in out] or list(df.columns))
 
 
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:

@@ -138,7 +138,22 @@ def breakdown(batch: Batch) -> pd.DataFrame:
     df["last_ns"] = np.where(first <= last, last, 0)
     df["clipped_events"] = batch.parts["clipped_events"].to_numpy(I64)
     df["clipped_ns"] = batch.parts["clipped_ns"].to_numpy(I64)
+    df["comm_overlap_share"] = overlap_share(df["comm_ns"].to_numpy(I64), df["exposed_comm_ns"].to_numpy(I64))
     return df
+
+
+def overlap_share(comm_ns: np.ndarray, exposed_comm_ns: np.ndarray) -> np.ndarray:
+    """The share of the communication time that computation hides, HTA's "comm/comp overlap":
+    ``(|∪comm| − |∪comm − ∪compute|) / |∪comm|`` (NaN without communication).
+
+    Examples
+    --------
+    >>> overlap_share(np.array([100, 0]), np.array([25, 0])).tolist()
+    [0.75, nan]
+    """
+    comm = comm_ns.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(comm > 0, (comm - exposed_comm_ns) / comm, np.nan)
 
 
 def session_total(df: pd.DataFrame, parts: pd.DataFrame) -> None:
@@ -189,6 +204,7 @@ def steps(batch: Batch) -> pd.DataFrame:
     length = (w["end_ns"] - w["start_ns"]).to_numpy(I64)
     df["host_ns"] = np.where(j >= 0, length[np.maximum(j, 0)] if len(length) else 0, 0).astype(I64)
     df["events"] = counts
+    df["comm_overlap_share"] = overlap_share(df["comm_ns"].to_numpy(I64), df["exposed_comm_ns"].to_numpy(I64))
     return df
 
 

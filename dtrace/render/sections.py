@@ -178,6 +178,8 @@ def section_breakdown(ctx: Context) -> str:
     ]
     if "comm_ns" in t.columns:
         cols.insert(6, ("comm_ns", "comm (total)", "time"))
+    if "comm_overlap_share" in t.columns:
+        cols.append(("comm_overlap_share", "comm hidden by compute", "pct"))
     html.append(table(t, cols, flag=[int(r) in ctx.flagged for r in t["rank"]]))
     return "".join(html)
 

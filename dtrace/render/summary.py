@@ -19,7 +19,16 @@ from .escape import markdown_cell, printable, prose
 from .headline import headline
 from .text import flags, render
 
-BREAKDOWN_COLUMNS = ["rank", "device", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns", "idle_ns", "total_ns"]
+BREAKDOWN_COLUMNS = [
+    "rank",
+    "device",
+    "computation_ns",
+    "exposed_comm_ns",
+    "exposed_memcpy_ns",
+    "idle_ns",
+    "total_ns",
+    "comm_overlap_share",
+]
 
 
 def header(results: Results) -> str:
