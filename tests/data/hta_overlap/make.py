@@ -14,11 +14,11 @@ import shutil
 import sys
 import tempfile
 
-import hta
-from hta.trace_analysis import TraceAnalysis
-
 
 def main(trace_dir: str) -> None:
+    import hta  # HTA's own environment only (the suite collects this file)
+    from hta.trace_analysis import TraceAnalysis
+
     work = tempfile.mkdtemp()
     try:
         for name in os.listdir(trace_dir):  # HTA wants the traces alone in a folder
