@@ -11,12 +11,26 @@
  *   caller decodes that event with msgspec.
  *
  * CPython C API only; columns are returned as bytes (wrapped by numpy.frombuffer).
+ *
+ * The Scanner as a Python object (issue 31): every piece of state is made by tp_new, so an
+ * object made by Scanner.__new__ alone scans; __init__ takes no arguments and runs once (a
+ * second call raises RuntimeError: the codes already handed out must keep their strings); the
+ * interned strings are read through views (ScannerStrings, ScannerCodes) whose only writes
+ * intern a string (atomically, with the code the scanner gives it), so Python cannot make two
+ * strings share a code or put a non-code in the table; the type takes part in garbage
+ * collection; pickling raises TypeError; a scan re-entered (a finaliser run mid-scan) raises
+ * RuntimeError. Interning hashes with keys drawn from os.urandom per Scanner, so names cannot
+ * be crafted to collide; the table stays at most half full.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+
+#ifndef Py_NO_INLINE
+#define Py_NO_INLINE
+#endif
 
 #define NOVAL INT64_MIN /* an integer argument absent or null */
 #define MAX_DEPTH 200 /* deeper values: the block goes to msgspec (whose own limit is deeper) */
@@ -33,11 +47,15 @@ typedef struct {
     Py_ssize_t n, cap; /* bytes */
 } Buf;
 
-static int buf_reserve(Buf *b, Py_ssize_t add) {
-    if (b->n + add <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + add) cap *= 2;
-    char *p = PyMem_Realloc(b->p, cap);
+/* room for add more bytes (sizes checked for overflow: MemoryError, never a wrapped size) */
+static Py_NO_INLINE int buf_grow(Buf *b, Py_ssize_t add) {
+    if (add < 0 || add > PY_SSIZE_T_MAX - b->n) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = b->n + add, cap = b->cap ? b->cap : 4096;
+    while (cap < need) cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
     if (!p) {
         PyErr_NoMemory();
         return -1;
@@ -45,6 +63,11 @@ static int buf_reserve(Buf *b, Py_ssize_t add) {
     b->p = p;
     b->cap = cap;
     return 0;
+}
+
+static inline int buf_reserve(Buf *b, Py_ssize_t add) {
+    if (add <= b->cap - b->n) return 0;
+    return buf_grow(b, add);
 }
 
 typedef struct {
@@ -56,14 +79,17 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *strings; /* list: code -> str */
-    PyObject *codes;   /* dict: str -> code */
-    Entry *tab;
+    PyObject *strings; /* list: code -> str (read from Python through a ScannerStrings view) */
+    PyObject *codes;   /* dict: str -> code (through a ScannerCodes view); NULL both once cleared by the GC */
+    Entry *tab;        /* open addressing (linear probing), at most half full */
     size_t tab_cap, tab_n;
+    uint64_t key[3];   /* the hash keys, from os.urandom */
     Buf arena;
     Buf cols[N_COLS];
     Buf fb;  /* int64 triples: record, start, end (the events msgspec decodes) */
     Buf aux; /* int64 quads: record, field, start, end (argument texts) */
+    int inited; /* __init__ ran (it runs once) */
+    int busy;   /* a scan is running */
 } Scanner;
 
 /* character classes */
@@ -343,23 +369,65 @@ static const char *skip_value(const char *p, const char *end, int depth, int *fl
 }
 
 /* -- interning ------------------------------------------------------------------------- */
-static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* 8 bytes at a time */
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        h = (h ^ v) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
+/* The hash: 16 bytes per 64x64->128-bit multiply folded (as wyhash), with three 64-bit keys
+   drawn per Scanner from os.urandom mixed into every block, so no input word can cancel a key
+   it does not know: names cannot be crafted to collide without the keys. */
+static inline uint64_t mix(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t ha = a >> 32, la = (uint32_t)a, hb = b >> 32, lb = (uint32_t)b;
+    uint64_t hh = ha * hb, hl = ha * lb, lh = la * hb, ll = la * lb;
+    uint64_t mid = (ll >> 32) + (uint32_t)hl + (uint32_t)lh;
+    uint64_t lo = (mid << 32) | (uint32_t)ll, hi = hh + (hl >> 32) + (lh >> 32) + (mid >> 32);
+    return lo ^ hi;
+#endif
+}
+
+static inline uint64_t rd64(const char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t rd32(const char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint64_t hash_bytes(const uint64_t *key, const char *p, Py_ssize_t n) {
+    uint64_t h = key[0] ^ (uint64_t)n, a, b;
+    if (n <= 16) {
+        if (n >= 8) {
+            a = rd64(p);
+            b = rd64(p + n - 8);
+        } else if (n >= 4) {
+            a = rd32(p);
+            b = rd32(p + n - 4);
+        } else if (n > 0) {
+            a = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) |
+                (unsigned char)p[n - 1];
+            b = 0;
+        } else {
+            a = b = 0;
+        }
+    } else {
+        Py_ssize_t i = n;
+        for (; i > 16; i -= 16, p += 16) h = mix(rd64(p) ^ key[1], rd64(p + 8) ^ h);
+        a = rd64(p + i - 16);
+        b = rd64(p + i - 8);
     }
-    for (; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001B3ULL;
-    h ^= h >> 29;
-    h *= 0xC4CEB9FE1A85EC53ULL;
-    return h ^ (h >> 32);
+    return mix(mix(a ^ key[1], b ^ h) ^ key[2], (uint64_t)n ^ key[1]);
 }
 
 static int tab_grow(Scanner *s) {
     size_t cap = s->tab_cap ? s->tab_cap * 2 : 1024;
+    if (cap < s->tab_cap || cap > (size_t)PY_SSIZE_T_MAX / sizeof(Entry)) {
+        PyErr_NoMemory();
+        return -1;
+    }
     Entry *t = PyMem_Malloc(cap * sizeof(Entry));
     if (!t) {
         PyErr_NoMemory();
@@ -378,57 +446,108 @@ static int tab_grow(Scanner *s) {
     return 0;
 }
 
+static int cleared(Scanner *s) {
+    if (s->strings && s->codes) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "this Scanner was cleared by the garbage collector");
+    return 1;
+}
+
+/* the code the dict holds for a string: an int in [0, len(strings)), checked (the dict is
+   reachable from Python only through gc.get_referents, but is never trusted) */
+static Py_ssize_t checked_code(Scanner *s, PyObject *v) {
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "a Scanner code must be an int, not %.200s", Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long c = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (c == -1 && PyErr_Occurred()) return -1;
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "a Scanner code beyond int64");
+        return -1;
+    }
+    if (c < 0 || c >= PyList_GET_SIZE(s->strings) || c > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "a Scanner code out of range: %lld (%zd strings)", c,
+                     PyList_GET_SIZE(s->strings));
+        return -1;
+    }
+    return (Py_ssize_t)c;
+}
+
+/* the code of str (an exact str), interned now if new: appended to the list, then entered in
+   the dict, and the append undone if that fails, so a failure leaves both as they were; -1:
+   error set */
+static Py_ssize_t intern_str(Scanner *s, PyObject *str) {
+    if (cleared(s)) return -1;
+    PyObject *got = PyDict_GetItemWithError(s->codes, str);
+    if (got) {
+        Py_INCREF(got);
+        Py_ssize_t c = checked_code(s, got);
+        Py_DECREF(got);
+        return c;
+    }
+    if (PyErr_Occurred()) return -1;
+    PyObject *strings = s->strings, *codes = s->codes;
+    Py_ssize_t k = PyList_GET_SIZE(strings);
+    if (k >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many distinct names");
+        return -1;
+    }
+    PyObject *num = PyLong_FromSsize_t(k);
+    if (!num) return -1;
+    if (PyList_Append(strings, str) < 0) {
+        Py_DECREF(num);
+        return -1;
+    }
+    Py_INCREF(strings);
+    Py_INCREF(codes);
+    int rc = PyDict_SetItem(codes, str, num);
+    Py_DECREF(num);
+    if (rc < 0 && PyList_GET_SIZE(strings) > k && PyList_GET_ITEM(strings, k) == str) {
+        /* undo the append without allocating (cannot fail): shift the items after it down */
+        Py_ssize_t m = PyList_GET_SIZE(strings);
+        for (Py_ssize_t i = k; i + 1 < m; i++) PyList_SET_ITEM(strings, i, PyList_GET_ITEM(strings, i + 1));
+        Py_SET_SIZE(strings, m - 1);
+        Py_DECREF(str);
+    }
+    Py_DECREF(strings);
+    Py_DECREF(codes);
+    return rc < 0 ? -1 : k;
+}
+
 /* the code of the string p[0:n] (ASCII or UTF-8, no escapes); -2: not valid UTF-8; -1: error set */
 static int32_t intern(Scanner *s, const char *p, Py_ssize_t n) {
-    if ((s->tab_n + 1) * 2 > s->tab_cap && tab_grow(s) < 0) return -1;
-    uint64_t h = hash_bytes(p, n);
-    size_t j = h & (s->tab_cap - 1);
+    if (s->tab_n + 1 > s->tab_cap / 2 && tab_grow(s) < 0) return -1;
+    uint64_t h = hash_bytes(s->key, p, n);
+    size_t mask = s->tab_cap - 1, j = h & mask;
     for (;;) {
         Entry *e = &s->tab[j];
         if (e->len < 0) break;
         if (e->h == h && e->len == n && memcmp(s->arena.p + e->off, p, (size_t)n) == 0) return e->code;
-        j = (j + 1) & (s->tab_cap - 1);
+        j = (j + 1) & mask;
     }
     if (n > INT32_MAX) return -2;
+    if (buf_reserve(&s->arena, n) < 0) return -1; /* before the string is entered: nothing to undo */
     PyObject *str = PyUnicode_DecodeUTF8(p, n, NULL);
     if (!str) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1; /* MemoryError: raised */
         PyErr_Clear();
         return -2;
     }
-    int32_t code;
-    PyObject *got = PyDict_GetItemWithError(s->codes, str);
-    if (got) {
-        code = (int32_t)PyLong_AsLong(got);
-    } else if (PyErr_Occurred()) {
-        Py_DECREF(str);
-        return -1;
-    } else {
-        Py_ssize_t k = PyList_GET_SIZE(s->strings);
-        if (k >= INT32_MAX - 1) {
-            Py_DECREF(str);
-            PyErr_SetString(PyExc_OverflowError, "too many distinct names");
-            return -1;
-        }
-        PyObject *num = PyLong_FromSsize_t(k);
-        if (!num || PyDict_SetItem(s->codes, str, num) < 0 || PyList_Append(s->strings, str) < 0) {
-            Py_XDECREF(num);
-            Py_DECREF(str);
-            return -1;
-        }
-        Py_DECREF(num);
-        code = (int32_t)k;
-    }
+    Py_ssize_t code = intern_str(s, str);
     Py_DECREF(str);
-    if (buf_reserve(&s->arena, n) < 0) return -1;
+    if (code < 0) return -1;
+    /* the slot found above is still free: nothing run since touches the table or the arena
+       (Python code can only intern through the views, which write the list and the dict) */
     memcpy(s->arena.p + s->arena.n, p, (size_t)n);
     Entry *e = &s->tab[j];
     e->h = h;
     e->off = s->arena.n;
     e->len = (int32_t)n;
-    e->code = code;
+    e->code = (int32_t)code;
     s->arena.n += n;
     s->tab_n++;
-    return code;
+    return (int32_t)code;
 }
 
 /* -- one event ------------------------------------------------------------------------- */
@@ -805,30 +924,27 @@ static void reset(Scanner *s) {
     s->fb.n = s->aux.n = 0;
 }
 
-/* scan(buffer) -> None | (n, cat, name, pid, tid, flags, ts, dur, corr, ext, ext_old, seq, dev, stream, fb, aux) */
-static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const char *base = view.buf;
-    const char *p = base, *end = base + view.len;
+/* the columns of one block (the events array text), or None (see the top of this file) */
+static PyObject *scan_block(Scanner *s, const char *base, Py_ssize_t len) {
+    const char *p = base, *end = base + len;
     int err = 0;
     reset(s);
     SKIP_WS(p, end);
-    if (p >= end || *p != '[') goto give_up;
+    if (p >= end || *p != '[') Py_RETURN_NONE;
     p++;
     SKIP_WS(p, end);
     if (p < end && *p == ']') {
         p++;
     } else {
         for (;;) {
-            if (p >= end) goto give_up;
+            if (p >= end) Py_RETURN_NONE;
             p = parse_event(s, base, p, end, &err);
             if (!p) {
-                if (err) goto error;
-                goto give_up;
+                if (err) return NULL;
+                Py_RETURN_NONE;
             }
             SKIP_WS(p, end);
-            if (p >= end) goto give_up;
+            if (p >= end) Py_RETURN_NONE;
             if (*p == ',') {
                 p++;
                 SKIP_WS(p, end);
@@ -838,12 +954,11 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
                 p++;
                 break;
             }
-            goto give_up;
+            Py_RETURN_NONE;
         }
     }
     SKIP_WS(p, end);
-    if (p != end) goto give_up;
-    PyBuffer_Release(&view);
+    if (p != end) Py_RETURN_NONE;
     Py_ssize_t n = s->cols[C_CAT].n / 4;
     PyObject *out = PyTuple_New(N_COLS + 3);
     if (!out) return NULL;
@@ -858,26 +973,88 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
             return NULL;
         }
     return out;
-give_up:
+}
+
+/* scan(buffer) -> None | (n, cat, name, pid, tid, flags, ts, dur, corr, ext, ext_old, seq, dev, stream, fb, aux) */
+static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
+    if (s->busy) { /* re-entered (a finaliser run mid-scan): the buffers are in use */
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.scan is already running on this Scanner");
+        return NULL;
+    }
+    if (cleared(s)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    s->busy = 1;
+    PyObject *out = scan_block(s, view.buf, view.len);
+    s->busy = 0;
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-error:
+    return out;
+}
+
+/* _hash(b) -> int: this Scanner's hash of the bytes b (for the tests: the keys differ by Scanner) */
+static PyObject *Scanner_hash(Scanner *s, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint64_t h = hash_bytes(s->key, view.buf, view.len);
     PyBuffer_Release(&view);
-    return NULL;
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    (void)args;
+    (void)kw;
+    PyObject *os = PyImport_ImportModule("os");
+    if (!os) return NULL;
+    PyObject *rnd = PyObject_CallMethod(os, "urandom", "n", (Py_ssize_t)sizeof(((Scanner *)0)->key));
+    Py_DECREF(os);
+    if (!rnd) return NULL;
+    if (!PyBytes_Check(rnd) || PyBytes_GET_SIZE(rnd) != (Py_ssize_t)sizeof(((Scanner *)0)->key)) {
+        Py_DECREF(rnd);
+        PyErr_SetString(PyExc_RuntimeError, "os.urandom gave no key");
+        return NULL;
+    }
+    Scanner *s = (Scanner *)type->tp_alloc(type, 0); /* zeroed: no buffer, no table yet */
+    if (!s) {
+        Py_DECREF(rnd);
+        return NULL;
+    }
+    memcpy(s->key, PyBytes_AS_STRING(rnd), sizeof(s->key));
+    Py_DECREF(rnd);
+    s->strings = PyList_New(0);
+    s->codes = PyDict_New();
+    if (!s->strings || !s->codes || tab_grow(s) < 0) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (PyObject *)s;
 }
 
 static int Scanner_init(Scanner *s, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "", kwlist)) return -1;
-    Py_XSETREF(s->strings, PyList_New(0));
-    Py_XSETREF(s->codes, PyDict_New());
-    if (!s->strings || !s->codes) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, ":Scanner", kwlist)) return -1;
+    if (s->inited) { /* the codes handed out must keep their strings: no reset */
+        PyErr_SetString(PyExc_RuntimeError, "Scanner cannot be re-initialised");
+        return -1;
+    }
+    s->inited = 1;
+    return 0;
+}
+
+static int Scanner_traverse(Scanner *s, visitproc visit, void *arg) {
+    Py_VISIT(s->strings);
+    Py_VISIT(s->codes);
+    return 0;
+}
+
+static int Scanner_clear(Scanner *s) {
+    Py_CLEAR(s->strings);
+    Py_CLEAR(s->codes);
     return 0;
 }
 
 static void Scanner_dealloc(Scanner *s) {
-    Py_XDECREF(s->strings);
-    Py_XDECREF(s->codes);
+    PyObject_GC_UnTrack(s);
+    Scanner_clear(s);
     PyMem_Free(s->tab);
     PyMem_Free(s->arena.p);
     for (int c = 0; c < N_COLS; c++) PyMem_Free(s->cols[c].p);
@@ -886,16 +1063,337 @@ static void Scanner_dealloc(Scanner *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
+static PyObject *no_pickle(PyObject *self, PyObject *unused) {
+    (void)unused;
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object", Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+/* -- the views of the interned strings ---------------------------------------------------- */
+/* ScannerStrings (code -> str) and ScannerCodes (str -> code): read-only views of the scanner's
+   list and dict; their only writes (strings.append(s), codes[s] = code) intern s through the
+   scanner (the same code as the scanner's own interning; an append of a string already
+   interned does nothing, codes[s] = v requires v to be the code s gets). */
+typedef struct {
+    PyObject_HEAD
+    Scanner *scanner;
+} View;
+
+static PyTypeObject StringsType, CodesType;
+
+static PyObject *view_new(PyTypeObject *type, Scanner *s) {
+    if (cleared(s)) return NULL;
+    View *v = PyObject_GC_New(View, type);
+    if (!v) return NULL;
+    Py_INCREF(s);
+    v->scanner = s;
+    PyObject_GC_Track(v);
+    return (PyObject *)v;
+}
+
+static int view_traverse(View *v, visitproc visit, void *arg) {
+    Py_VISIT(v->scanner);
+    return 0;
+}
+
+static int view_clear(View *v) {
+    Py_CLEAR(v->scanner);
+    return 0;
+}
+
+static void view_dealloc(View *v) {
+    PyObject_GC_UnTrack(v);
+    view_clear(v);
+    PyObject_GC_Del(v);
+}
+
+/* the view's container (borrowed); NULL: error set */
+static PyObject *view_target(View *v) {
+    if (!v->scanner) {
+        PyErr_SetString(PyExc_RuntimeError, "this view was cleared by the garbage collector");
+        return NULL;
+    }
+    if (cleared(v->scanner)) return NULL;
+    return Py_IS_TYPE(v, &StringsType) ? v->scanner->strings : v->scanner->codes;
+}
+
+/* a str to intern: an exact str (a subclass is copied to one, never its own __hash__/__eq__) */
+static PyObject *exact_str(PyObject *o) {
+    if (PyUnicode_CheckExact(o)) {
+        Py_INCREF(o);
+        return o;
+    }
+    if (PyUnicode_Check(o)) return PyUnicode_FromObject(o);
+    PyErr_Format(PyExc_TypeError, "a Scanner interns str, not %.200s", Py_TYPE(o)->tp_name);
+    return NULL;
+}
+
+static Py_ssize_t intern_obj(Scanner *s, PyObject *o) {
+    PyObject *str = exact_str(o);
+    if (!str) return -1;
+    Py_ssize_t code = intern_str(s, str);
+    Py_DECREF(str);
+    return code;
+}
+
+static PyObject *Scanner_intern(Scanner *s, PyObject *arg) {
+    Py_ssize_t code = intern_obj(s, arg);
+    return code < 0 ? NULL : PyLong_FromSsize_t(code);
+}
+
+static Py_ssize_t view_len(View *v) {
+    PyObject *t = view_target(v);
+    return t ? PyObject_Length(t) : -1;
+}
+
+static PyObject *view_getitem(View *v, PyObject *key) {
+    PyObject *t = view_target(v);
+    return t ? PyObject_GetItem(t, key) : NULL;
+}
+
+static PyObject *strings_item(View *v, Py_ssize_t i) {
+    PyObject *t = view_target(v);
+    if (!t) return NULL;
+    if (i < 0 || i >= PyList_GET_SIZE(t)) { /* sq_item: a negative index was already offset */
+        PyErr_SetString(PyExc_IndexError, "ScannerStrings index out of range");
+        return NULL;
+    }
+    PyObject *o = PyList_GET_ITEM(t, i);
+    Py_INCREF(o);
+    return o;
+}
+
+/* strings[i]: an int at list speed (kineto looks up a block's names by code), a slice a list */
+static PyObject *strings_subscript(View *v, PyObject *key) {
+    if (PyLong_CheckExact(key)) {
+        PyObject *t = view_target(v);
+        if (!t) return NULL;
+        Py_ssize_t i = PyLong_AsSsize_t(key);
+        if (i == -1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
+            PyErr_Clear();
+            PyErr_SetString(PyExc_IndexError, "ScannerStrings index out of range");
+            return NULL;
+        }
+        if (i < 0) i += PyList_GET_SIZE(t);
+        return strings_item(v, i);
+    }
+    return view_getitem(v, key);
+}
+
+static int view_contains(View *v, PyObject *key) {
+    PyObject *t = view_target(v);
+    return t ? PySequence_Contains(t, key) : -1;
+}
+
+static PyObject *view_iter(View *v) {
+    PyObject *t = view_target(v);
+    return t ? PyObject_GetIter(t) : NULL;
+}
+
+static PyObject *view_repr(View *v) {
+    PyObject *t = view_target(v);
+    if (!t) return NULL;
+    return PyUnicode_FromFormat("%s(%R)", Py_IS_TYPE(v, &StringsType) ? "ScannerStrings" : "ScannerCodes", t);
+}
+
+static PyObject *view_richcompare(View *v, PyObject *other, int op) {
+    PyObject *t = view_target(v);
+    if (!t) return NULL;
+    if (Py_IS_TYPE(other, Py_TYPE(v))) {
+        other = view_target((View *)other);
+        if (!other) return NULL;
+    }
+    return PyObject_RichCompare(t, other, op);
+}
+
+static PyObject *view_copy(View *v, PyObject *unused) {
+    (void)unused;
+    PyObject *t = view_target(v);
+    if (!t) return NULL;
+    return Py_IS_TYPE(v, &StringsType) ? PyList_GetSlice(t, 0, PyList_GET_SIZE(t)) : PyDict_Copy(t);
+}
+
+static PyObject *strings_append(View *v, PyObject *arg) {
+    if (!view_target(v)) return NULL;
+    if (intern_obj(v->scanner, arg) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static int codes_setitem(View *v, PyObject *key, PyObject *value) {
+    if (!view_target(v)) return -1;
+    if (!value) {
+        PyErr_SetString(PyExc_TypeError, "a Scanner's codes cannot be deleted");
+        return -1;
+    }
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "a Scanner code must be an int, not %.200s", Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    Scanner *s = v->scanner;
+    Py_INCREF(s);
+    int rc = -1;
+    PyObject *str = exact_str(key);
+    if (!str) goto done;
+    /* the code str gets (now or already) must be the value: check before interning */
+    PyObject *got = PyDict_GetItemWithError(s->codes, str);
+    Py_ssize_t want;
+    if (got) {
+        Py_INCREF(got);
+        want = checked_code(s, got);
+        Py_DECREF(got);
+    } else {
+        want = PyErr_Occurred() ? -1 : PyList_GET_SIZE(s->strings);
+    }
+    if (want >= 0) {
+        int eq = -1;
+        PyObject *w = PyLong_FromSsize_t(want);
+        if (w) {
+            eq = PyObject_RichCompareBool(value, w, Py_EQ);
+            Py_DECREF(w);
+        }
+        if (eq == 0)
+            PyErr_Format(PyExc_ValueError, "the Scanner's code of %R is %zd, not %R", str, want, value);
+        else if (eq == 1 && intern_str(s, str) == want)
+            rc = 0;
+        else if (eq == 1 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the Scanner's strings changed while interning");
+    }
+    Py_DECREF(str);
+done:
+    Py_DECREF(s);
+    return rc;
+}
+
+static PyObject *codes_get(View *v, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "get expected 1 or 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *t = view_target(v);
+    if (!t) return NULL;
+    PyObject *got = PyDict_GetItemWithError(t, args[0]);
+    if (!got) {
+        if (PyErr_Occurred()) return NULL;
+        got = nargs == 2 ? args[1] : Py_None;
+    }
+    Py_INCREF(got);
+    return got;
+}
+
+static PyObject *codes_call(View *v, const char *name) {
+    PyObject *t = view_target(v);
+    return t ? PyObject_CallMethod(t, name, NULL) : NULL;
+}
+
+static PyObject *codes_keys(View *v, PyObject *unused) {
+    (void)unused;
+    return codes_call(v, "keys");
+}
+
+static PyObject *codes_values(View *v, PyObject *unused) {
+    (void)unused;
+    return codes_call(v, "values");
+}
+
+static PyObject *codes_items(View *v, PyObject *unused) {
+    (void)unused;
+    return codes_call(v, "items");
+}
+
+static PyMethodDef strings_methods[] = {
+    {"append", (PyCFunction)strings_append, METH_O, "append(s): intern s (nothing if it already is)"},
+    {"copy", (PyCFunction)view_copy, METH_NOARGS, "copy() -> a list of the strings, by code"},
+    {"__reduce__", no_pickle, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef codes_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))codes_get, METH_FASTCALL, "get(s, default=None) -> the code of s, or default"},
+    {"keys", (PyCFunction)codes_keys, METH_NOARGS, "the interned strings"},
+    {"values", (PyCFunction)codes_values, METH_NOARGS, "their codes"},
+    {"items", (PyCFunction)codes_items, METH_NOARGS, "(string, code) pairs"},
+    {"copy", (PyCFunction)view_copy, METH_NOARGS, "copy() -> a dict of the codes"},
+    {"__reduce__", no_pickle, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods strings_as_sequence = {
+    .sq_length = (lenfunc)view_len,
+    .sq_item = (ssizeargfunc)strings_item,
+    .sq_contains = (objobjproc)view_contains,
+};
+
+static PyMappingMethods strings_as_mapping = {
+    .mp_length = (lenfunc)view_len,
+    .mp_subscript = (binaryfunc)strings_subscript,
+};
+
+static PySequenceMethods codes_as_sequence = {
+    .sq_contains = (objobjproc)view_contains,
+};
+
+static PyMappingMethods codes_as_mapping = {
+    .mp_length = (lenfunc)view_len,
+    .mp_subscript = (binaryfunc)view_getitem,
+    .mp_ass_subscript = (objobjargproc)codes_setitem,
+};
+
+static PyTypeObject StringsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dtrace.readers._scan.ScannerStrings",
+    .tp_basicsize = sizeof(View),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The strings a Scanner interned, by code (a read-only view; append(s) interns s)",
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_traverse = (traverseproc)view_traverse,
+    .tp_clear = (inquiry)view_clear,
+    .tp_repr = (reprfunc)view_repr,
+    .tp_as_sequence = &strings_as_sequence,
+    .tp_as_mapping = &strings_as_mapping,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_richcompare = (richcmpfunc)view_richcompare,
+    .tp_iter = (getiterfunc)view_iter,
+    .tp_methods = strings_methods,
+};
+
+static PyTypeObject CodesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dtrace.readers._scan.ScannerCodes",
+    .tp_basicsize = sizeof(View),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The code of each string a Scanner interned (a read-only view; codes[s] = code interns s)",
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_traverse = (traverseproc)view_traverse,
+    .tp_clear = (inquiry)view_clear,
+    .tp_repr = (reprfunc)view_repr,
+    .tp_as_sequence = &codes_as_sequence,
+    .tp_as_mapping = &codes_as_mapping,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_richcompare = (richcmpfunc)view_richcompare,
+    .tp_iter = (getiterfunc)view_iter,
+    .tp_methods = codes_methods,
+};
+
 static PyObject *Scanner_get_strings(Scanner *s, void *c) {
     (void)c;
-    Py_INCREF(s->strings);
-    return s->strings;
+    return view_new(&StringsType, s);
 }
 
 static PyObject *Scanner_get_codes(Scanner *s, void *c) {
     (void)c;
-    Py_INCREF(s->codes);
-    return s->codes;
+    return view_new(&CodesType, s);
+}
+
+/* -- module functions ----------------------------------------------------------------------- */
+static inline int64_t rd_i64(const char *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline int32_t rd_i32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
 /* join_spans(buffer, spans, sep) -> bytes: buffer[a:b] + sep for each (a, b) of spans (int64 pairs) */
@@ -903,23 +1401,36 @@ static PyObject *join_spans(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer text, spans;
     int sep;
-    if (!PyArg_ParseTuple(args, "y*y*i", &text, &spans, &sep)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*i:join_spans", &text, &spans, &sep)) return NULL;
     PyObject *out = NULL;
-    const int64_t *sp = spans.buf;
+    const char *sp = spans.buf;
     Py_ssize_t k = spans.len / 16, total = 0;
+    if (spans.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "spans: int64 pairs expected");
+        goto done;
+    }
+    if (sep < 0 || sep > 255) {
+        PyErr_SetString(PyExc_ValueError, "sep: a byte (0 to 255) expected");
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < k; i++) {
-        if (sp[2 * i] < 0 || sp[2 * i + 1] < sp[2 * i] || sp[2 * i + 1] > text.len) {
+        int64_t a = rd_i64(sp + 16 * i), b = rd_i64(sp + 16 * i + 8);
+        if (a < 0 || b < a || b > (int64_t)text.len) {
             PyErr_SetString(PyExc_ValueError, "a span outside the buffer");
             goto done;
         }
-        total += sp[2 * i + 1] - sp[2 * i] + 1;
+        if ((Py_ssize_t)(b - a) >= PY_SSIZE_T_MAX - total) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += (Py_ssize_t)(b - a) + 1;
     }
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out) goto done;
     char *o = PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < k; i++) {
-        Py_ssize_t n = sp[2 * i + 1] - sp[2 * i];
-        memcpy(o, (const char *)text.buf + sp[2 * i], (size_t)n);
+        Py_ssize_t a = (Py_ssize_t)rd_i64(sp + 16 * i), n = (Py_ssize_t)rd_i64(sp + 16 * i + 8) - a;
+        memcpy(o, (const char *)text.buf + a, (size_t)n);
         o += n;
         *o++ = (char)sep;
     }
@@ -930,33 +1441,55 @@ done:
 }
 
 /* first_codes(codes, n) -> (local, dictionary): int32 codes (< n; negative: null) renumbered in
- * order of first occurrence (nulls stay -1), and the codes in that order */
+ * order of first occurrence (nulls stay -1), and the codes in that order. The table of codes
+ * seen is sized by the largest code present, not by n (checked: no size wraps). */
 static PyObject *first_codes(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer codes;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "y*n", &codes, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*n:first_codes", &codes, &n)) return NULL;
     PyObject *local = NULL, *dict = NULL, *out = NULL;
+    int32_t *seen = NULL;
+    const char *c = codes.buf;
     Py_ssize_t k = codes.len / 4, m = 0;
-    int32_t *seen = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    local = PyByteArray_FromStringAndSize(NULL, k * 4);
-    dict = PyByteArray_FromStringAndSize(NULL, (n < k ? n : k) * 4);
-    if (!seen || !local || !dict) {
-        if (!seen) PyErr_NoMemory();
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "first_codes: n must be >= 0");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) seen[i] = -1;
-    const int32_t *c = codes.buf;
+    if (codes.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "first_codes: int32 codes expected");
+        goto done;
+    }
+    int32_t top = -1;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int32_t x = rd_i32(c + 4 * i);
+        if (x > top) top = x;
+    }
+    if (top >= n) {
+        PyErr_SetString(PyExc_ValueError, "a code beyond the strings");
+        goto done;
+    }
+    Py_ssize_t size = (Py_ssize_t)top + 1; /* <= 2**31 */
+    Py_ssize_t ndict = size < k ? size : k;
+    if (size > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(int32_t) || ndict > PY_SSIZE_T_MAX / 4) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    seen = PyMem_Malloc((size_t)(size > 0 ? size : 1) * sizeof(int32_t));
+    if (!seen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    local = PyByteArray_FromStringAndSize(NULL, codes.len);
+    dict = PyByteArray_FromStringAndSize(NULL, ndict * 4);
+    if (!local || !dict) goto done;
+    for (Py_ssize_t i = 0; i < size; i++) seen[i] = -1;
     int32_t *l = (int32_t *)PyByteArray_AS_STRING(local), *d = (int32_t *)PyByteArray_AS_STRING(dict);
     for (Py_ssize_t i = 0; i < k; i++) {
-        int32_t x = c[i];
+        int32_t x = rd_i32(c + 4 * i);
         if (x < 0) {
             l[i] = -1;
             continue;
-        }
-        if (x >= n) {
-            PyErr_SetString(PyExc_ValueError, "a code beyond the strings");
-            goto done;
         }
         if (seen[x] < 0) {
             seen[x] = (int32_t)m;
@@ -984,23 +1517,28 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_O,
      "scan(text) -> None or a tuple of columns: the events of a JSON array of Kineto events"},
+    {"intern", (PyCFunction)Scanner_intern, METH_O, "intern(s) -> the code of the string s (interned now if new)"},
+    {"_hash", (PyCFunction)Scanner_hash, METH_O, "_hash(b) -> this Scanner's (keyed) hash of the bytes b"},
+    {"__reduce__", no_pickle, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Scanner_getset[] = {
-    {"strings", (getter)Scanner_get_strings, NULL, "the interned strings, by code", NULL},
-    {"codes", (getter)Scanner_get_codes, NULL, "the code of each interned string", NULL},
+    {"strings", (getter)Scanner_get_strings, NULL, "the interned strings, by code (a read-only view)", NULL},
+    {"codes", (getter)Scanner_get_codes, NULL, "the code of each interned string (a read-only view)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dtrace.readers._scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, /* not a base type */
     .tp_doc = "Scanner() - scans blocks of Kineto events into columns; strings interned across blocks",
-    .tp_new = PyType_GenericNew,
+    .tp_new = Scanner_new,
     .tp_init = (initproc)Scanner_init,
     .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_traverse = (traverseproc)Scanner_traverse,
+    .tp_clear = (inquiry)Scanner_clear,
     .tp_methods = Scanner_methods,
     .tp_getset = Scanner_getset,
 };
@@ -1009,7 +1547,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Compiled sc
 
 PyMODINIT_FUNC PyInit__scan(void) {
     init_tables();
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&StringsType) < 0 || PyType_Ready(&CodesType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&ScannerType);

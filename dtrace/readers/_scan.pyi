@@ -1,12 +1,16 @@
 """Type stub of the compiled scanner (``_scan.c``; see ``_scanned.py``)."""
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 class Scanner:
-    strings: list[str]
-    codes: dict[str, int]
+    @property
+    def strings(self) -> Sequence[str]: ...  # a read-only view: strings change only through intern
+    @property
+    def codes(self) -> Mapping[str, int]: ...  # a read-only view
     def __init__(self) -> None: ...
     def scan(self, text: Any, /) -> tuple[Any, ...] | None: ...
+    def intern(self, s: str, /) -> int: ...
+    def _hash(self, b: bytes, /) -> int: ...
 
 def join_spans(text: Any, spans: Any, sep: int, /) -> bytes: ...
 def first_codes(codes: Any, n: int, /) -> tuple[bytearray, bytearray]: ...

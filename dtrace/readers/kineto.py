@@ -376,12 +376,9 @@ class _CodeNames:
 
 
 def _code(scanner: Any, s: str) -> int:
-    """The scanner's code of ``s`` (interned now if new)."""
-    code = scanner.codes.get(s)
-    if code is None:
-        code = scanner.codes[s] = len(scanner.strings)
-        scanner.strings.append(s)
-    return int(code)
+    """The scanner's code of ``s`` (interned now if new: the scanner's own tables change only
+    through it)."""
+    return int(scanner.intern(s))
 
 
 class _Interned:
