@@ -65,6 +65,10 @@ largest number of hops of any one step (a handful for a GPU-bound step, one per
 synchronisation otherwise). GPU intervals are measured with the prefix-sum coverage of
 :mod:`dtrace.vector.intervals` on one axis of all parts. See ``docs/semantics.md``, "What bounds
 each step".
+
+Given a :class:`PathLog`, :func:`walk` also records the intervals of every hop (arrays per hop,
+as the hop computed them; :func:`~dtrace.analyses.step_path.step_path` turns them into the path,
+GPU time cut by category); without one, as ``step_bounds`` runs it, it records nothing.
 """
 
 from __future__ import annotations
@@ -228,13 +232,11 @@ def step_bounds(batch: Batch) -> pd.DataFrame:
     """The ``step_bounds`` rows of every part of the partition (see the module docstring)."""
     if not len(batch.gpu) and not len(batch.steps):
         return empty_frame(COLUMNS)
-    host = _host_side(batch)
-    gpu = _gpu_side(batch, host)
-    ch = _chains(batch, gpu.part, gpu.start, gpu.end, batch.gpu["step"].to_numpy(I64), gpu.l_start, host, gpu.lrow)
+    host, gpu, ch = walk_setup(batch)
     n = ch["part"].size
     if not n:
         return empty_frame(COLUMNS)
-    acc, host_segs, op_time, sync_time = _walk(host, gpu, ch)
+    acc, host_segs, op_time, sync_time = walk(host, gpu, ch)
     host_op, host_op_ns = _top_names(n, host.name_lab, _op_shares(host_segs, op_time, host))
     sync_op, sync_op_ns = _top_names(n, host.name_lab, _concat(sync_time))
 
@@ -258,8 +260,17 @@ def step_bounds(batch: Batch) -> pd.DataFrame:
     )
 
 
+def walk_setup(batch: Batch) -> tuple["HostSide", "GpuSide", dict[str, np.ndarray]]:
+    """The host and GPU sides of a partition as the walk reads them, and its chains (one per step
+    window, or per part without steps): part, step, t0, end, on_gpu, thread, last_launch."""
+    host = _host_side(batch)
+    gpu = _gpu_side(batch, host)
+    ch = _chains(batch, gpu.part, gpu.start, gpu.end, batch.gpu["step"].to_numpy(I64), gpu.l_start, host, gpu.lrow)
+    return host, gpu, ch
+
+
 @dataclass
-class _Host:
+class HostSide:
     """The host side of a partition, as the walk reads it."""
 
     part: np.ndarray  # per host event
@@ -275,15 +286,17 @@ class _Host:
     blk_thread: np.ndarray
     blk_start: np.ndarray
     blk_end: np.ndarray
+    blk_row: np.ndarray  # per block: its first (outermost) host event
     blocks: Lookup  # blocks by (thread, start)
     rel: Lookup | None = None  # releases by (thread, end of the call)
     rel_row: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))  # host event of each release
     rel_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))  # end of the GPU event it waited for
     rel_sync: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # a synchronisation (else a full queue)
+    rel_gpu_row: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))  # the GPU event it waited for
 
 
 @dataclass
-class _Gpu:
+class GpuSide:
     """The GPU side of a partition: its events, their launches, host-bound starts, coverage."""
 
     part: np.ndarray
@@ -293,9 +306,14 @@ class _Gpu:
     l_start: np.ndarray
     bd: "_Boundaries"
     split: Callable[[np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]
+    axis: Axis  # the parts' GPU times on one line
+    cov: list[tuple[np.ndarray, np.ndarray]]  # unions on the axis: compute, compute or comm, all
+    lo: np.ndarray  # per part: first GPU time
+    hi: np.ndarray  # per part: last GPU time
+    kind: np.ndarray  # per event: _COMPUTE, _COMM or _MEMCPY (what its time counts as alone)
 
 
-def _host_side(batch: Batch) -> _Host:
+def _host_side(batch: Batch) -> HostSide:
     """Threads, outermost host events and the step annotations' rows."""
     h = batch.host
     hp = h["part"].to_numpy(I64)
@@ -313,7 +331,7 @@ def _host_side(batch: Batch) -> _Host:
     not_step[step_row[step_row >= 0]] = False
     blk, head, b_th, b_s, b_e = _blocks(thread, hs, he, np.isin(hk, _CANDIDATE_KINDS) & not_step)
     n_threads = max(int(thread.max(initial=-1)) + 1, 1)
-    return _Host(
+    return HostSide(
         part=hp,
         start=hs,
         end=he,
@@ -327,11 +345,12 @@ def _host_side(batch: Batch) -> _Host:
         blk_thread=b_th,
         blk_start=b_s,
         blk_end=b_e,
+        blk_row=head,
         blocks=Lookup(b_th, b_s, n_threads),
     )
 
 
-def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
+def _gpu_side(batch: Batch, host: HostSide) -> GpuSide:
     """Launch calls of the GPU events, the releases of the host threads, the host-bound starts and
     the coverage of compute, communication and all GPU work per part."""
     g, n_parts = batch.gpu, batch.n_parts
@@ -340,9 +359,10 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
     lrow = launch_rows(batch)
     l_start, l_end = _take(host.start, lrow, -1), _take(host.end, lrow, -1)
 
-    xr, x_gpu, x_sync = _releases(host, g, gp, ge, lrow, l_start, part_queue_limits(batch))
+    xr, x_gpu, x_sync, x_row = _releases(host, g, gp, ge, lrow, l_start, part_queue_limits(batch))
     host.rel = Lookup(host.thread[xr], host.end[xr], max(int(host.thread.max(initial=-1)) + 1, 1))
-    host.rel_row, host.rel_gpu, host.rel_sync = xr[host.rel.order], x_gpu[host.rel.order], x_sync[host.rel.order]
+    o = host.rel.order
+    host.rel_row, host.rel_gpu, host.rel_sync, host.rel_gpu_row = xr[o], x_gpu[o], x_sync[o], x_row[o]
 
     # host-bound starts: an event after every earlier event of its part ended, launched after that
     o = lexsort_ints((ge, gs, gp))
@@ -369,15 +389,36 @@ def _gpu_side(batch: Batch, host: _Host) -> _Gpu:
         c, cm, a = (coverage(x, pw) - coverage(x, pu) for x in cov)
         return [c, cm - c, a - cm, (w - u) - a]
 
-    return _Gpu(part=gp, start=gs, end=ge, lrow=lrow, l_start=l_start, bd=bd, split=split)
+    kind = np.where(is_c, _COMPUTE, np.where(is_cm, _COMM, _MEMCPY))
+    return GpuSide(gp, gs, ge, lrow, l_start, bd, split, axis, cov, g_lo, g_hi, kind)
 
 
-def _walk(
-    host: _Host, gpu: _Gpu, ch: dict[str, np.ndarray]
+@dataclass
+class PathLog:
+    """The intervals a walk went through, recorded hop by hop when asked (``walk(..., path=)``;
+    assembled by :mod:`dtrace.analyses.step_path`). Each entry holds arrays over the chains one hop
+    moved, the hop's number first (a later hop is earlier in time)."""
+
+    hops: int = 0
+    host: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, thread, from, to)
+    gpu: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, from, to): split by category later
+    sync: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, from, to, op name code)
+    launch: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, from, to, boundary position)
+    release: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, from, to, thread, release, sync)
+    other: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # (hop, chain, from, to)
+
+    def add(self, to: list[tuple[np.ndarray, ...]], *arrays: np.ndarray) -> None:
+        """Record one hop's intervals of one sort."""
+        to.append((np.full(arrays[0].size, self.hops, I64), *arrays))
+
+
+def walk(
+    host: HostSide, gpu: GpuSide, ch: dict[str, np.ndarray], path: PathLog | None = None
 ) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]], list[tuple[np.ndarray, ...]]]:
     """Every chain's walk from its end to its start, one hop per round for all unfinished chains:
     the time per category (chains × :data:`CATEGORIES`), the host intervals (chain, thread, from,
-    to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns)."""
+    to), the launch latencies (chain, op name, ns) and the synchronisation time (chain, op name, ns).
+    With ``path``, every interval is also recorded there (nothing is when it is ``None``)."""
     c_part, c_t0 = ch["part"], ch["t0"]
     n = c_part.size
     assert host.rel is not None
@@ -417,33 +458,39 @@ def _walk(
                 acc,
                 op_time,
                 sync_time,
+                path,
             )
         hi = np.flatnonzero(~on_gpu)
         if hi.size:  # host time back to the thread's last release (or to the step's thread)
             nxt_t[hi], nxt_gpu[hi], nxt_res[hi], nxt_from[hi], nxt_name[hi] = _host_hop(
-                host, ch, (cid[hi], t[hi], t0[hi]), res[hi], acc, host_segs, sync_time
+                host, ch, (cid[hi], t[hi], t0[hi]), res[hi], acc, host_segs, sync_time, path
             )
 
         back = nxt_t > t  # going forward in time (cannot happen with consistent input): end the walk
         alive = (nxt_t > t0) & ~back
         np.add.at(acc[:, _OTHER], cid, np.where(back, t - t0, 0))
+        if path is not None:
+            path.add(path.other, cid[back], t0[back], t[back])
         cid, on_gpu, t, res, blocked_from, blocked_name = (
             a[alive] for a in (cid, nxt_gpu, nxt_t, nxt_res, nxt_from, nxt_name)
         )
     if cid.size:  # the safety stop
         np.add.at(acc[:, _OTHER], cid, t - c_t0[cid])
+        if path is not None:
+            path.add(path.other, cid, c_t0[cid], t)
     return acc, host_segs, op_time, sync_time
 
 
 def _gpu_hop(
-    host: _Host,
-    gpu: _Gpu,
+    host: HostSide,
+    gpu: GpuSide,
     c_part: np.ndarray,
     at: tuple[np.ndarray, np.ndarray, np.ndarray],
     blocked: tuple[np.ndarray, np.ndarray],
     acc: np.ndarray,
     op_time: list[tuple[np.ndarray, ...]],
     sync_time: list[tuple[np.ndarray, ...]],
+    path: PathLog | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One hop of the chains ``at`` (chain, time, chain start) in a GPU state: GPU time back to
     the last host-bound start (the part after a synchronisation entered at ``blocked`` (its
@@ -465,17 +512,23 @@ def _gpu_hop(
     lat = np.where(go, sk - hk_t, 0)
     np.add.at(acc[:, _HOST], c, lat)
     op_time.append((c, _take(host.blk_name, _take(bd.block, k, -1), -1), lat))
+    if path is not None:
+        path.hops += 1
+        path.add(path.gpu, c, u, w)
+        path.add(path.sync, c, w, tt, blocked_name)
+        path.add(path.launch, c[go], hk_t[go], sk[go], k[go])
     return np.where(go, hk_t, _MIN), _take(bd.thread, k, -1)
 
 
 def _host_hop(
-    host: _Host,
+    host: HostSide,
     ch: dict[str, np.ndarray],
     at: tuple[np.ndarray, np.ndarray, np.ndarray],
     r: np.ndarray,
     acc: np.ndarray,
     host_segs: list[tuple[np.ndarray, ...]],
     sync_time: list[tuple[np.ndarray, ...]],
+    path: PathLog | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One hop of the chains ``at`` (chain, time, chain start) in a host state on thread ``r``:
     host time back to the thread's last release (or to the step's thread). Returns the next
@@ -504,6 +557,10 @@ def _host_hop(
     np.add.at(acc[:, _OTHER], c, np.where(is_sync, 0, lat))
     rel_name = _take(host.blk_name, _take(host.blk, row, -1), -1)
     sync_time.append((c, rel_name, np.where(is_sync, lat, 0)))
+    if path is not None:
+        path.hops += 1
+        path.add(path.host, c, r, stop, tt)
+        path.add(path.release, *(a[released] for a in (c, gpu_t, xb, r, x, is_sync.astype(I64))))
     switch = ~released & (stop > lo)
     return (
         np.where(released, gpu_t, np.where(switch, xs, _MIN)),
@@ -531,22 +588,23 @@ class _Boundaries:
         self.lookup = lookup
         self.start = start[r]
         self.host_t = host_t[r]  # end of the launch call (the kernel's start if that is earlier)
-        launch = lrow[r]
-        self.thread = _take(thread, launch, -1)
-        self.block = _take(blk, launch, -1)
+        self.row = r
+        self.launch = lrow[r]
+        self.thread = _take(thread, self.launch, -1)
+        self.block = _take(blk, self.launch, -1)
 
 
 def _releases(
-    host: _Host,
+    host: HostSide,
     g: pd.DataFrame,
     gp: np.ndarray,
     ge: np.ndarray,
     lrow: np.ndarray,
     l_start: np.ndarray,
     limits: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The runtime calls that waited for the GPU: (host row, end of the GPU event waited for,
-    whether it is a synchronisation).
+    whether it is a synchronisation, that GPU event's row).
 
     - a ``*Synchroniz*`` call that lasted at least :data:`BLOCK_MIN_NS` and inside which a GPU
       event of the part ended: the last such event, however long after it the call returned;
@@ -579,15 +637,17 @@ def _releases(
     ends = Lookup(gp, ge, n_parts)
     # synchronisations by name: the last GPU end before the call returned
     xs = np.flatnonzero(sync_call & (he - hs >= BLOCK_MIN_NS))
-    e_sync = _take(ends.time, ends.last(hp[xs], he[xs]), _MIN)
+    j = ends.last(hp[xs], he[xs])
+    e_sync, r_sync = _take(ends.time, j, _MIN), _take(ends.order, j, -1)
     # copies: their own copy
     xc = np.flatnonzero(copy_call & (gpu_of >= 0))
     e_copy = ge[gpu_of[xc]]
     # launches into a full queue: those a GPU event's end released (few), then their queue's length
     xq = np.flatnonzero(launch_call)
-    e_queue = _take(ends.time, ends.last(hp[xq], he[xq]), _MIN)
+    j = ends.last(hp[xq], he[xq])
+    e_queue, r_queue = _take(ends.time, j, _MIN), _take(ends.order, j, -1)
     maybe = e_queue >= np.maximum(hs[xq], he[xq] - WAIT_TOL_NS)
-    xq, e_queue = xq[maybe], e_queue[maybe]
+    xq, e_queue, r_queue = xq[maybe], e_queue[maybe], r_queue[maybe]
     if xq.size:
         stream_code, n_streams = dense_codes(gp, g["stream"].to_numpy(I64))
         known = l_start >= 0
@@ -596,16 +656,17 @@ def _releases(
         sc = stream_code[gpu_of[xq]]
         queued = launched.count(sc, hs[xq]) - started.count(sc, hs[xq])  # its own launch included, as HTA counts
         full = queued >= limits[hp[xq]]
-        xq, e_queue = xq[full], e_queue[full]
+        xq, e_queue, r_queue = xq[full], e_queue[full], r_queue[full]
     xr = np.r_[xs, xc, xq]
     x_gpu = np.r_[e_sync, e_copy, e_queue]
+    x_row = np.r_[r_sync, gpu_of[xc], r_queue]
     x_sync = np.r_[np.ones(xs.size + xc.size, bool), np.zeros(xq.size, bool)]
     # a synchronisation or a blocking copy waited for what it waited for, however late it returned
     # (its release latency is part of the wait); a launch into a full queue only when a GPU event
     # ended just before it returned
     lo = np.where(x_sync, hs[xr], np.maximum(hs[xr], he[xr] - WAIT_TOL_NS))
     waited = (x_gpu >= lo) & (x_gpu <= he[xr])
-    return xr[waited], x_gpu[waited], x_sync[waited]
+    return xr[waited], x_gpu[waited], x_sync[waited], x_row[waited]
 
 
 def _chains(
@@ -615,7 +676,7 @@ def _chains(
     ge: np.ndarray,
     g_step: np.ndarray,
     l_start: np.ndarray,
-    host: _Host,
+    host: HostSide,
     lrow: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Per chain (a step window, or a part without steps): part, step, start, end, where the walk
@@ -678,7 +739,7 @@ def _concat(chunks: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarra
 
 
 def _op_shares(
-    host_segs: list[tuple[np.ndarray, ...]], op_time: list[tuple[np.ndarray, ...]], host: _Host
+    host_segs: list[tuple[np.ndarray, ...]], op_time: list[tuple[np.ndarray, ...]], host: HostSide
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(chain, op name code, ns): the host time of each chain's path inside each outermost host
     event, plus the launch latencies."""

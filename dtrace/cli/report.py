@@ -173,7 +173,14 @@ def run_report(args: argparse.Namespace) -> int:
 
             run_timeline(
                 argparse.Namespace(
-                    out=args.out, output=args.timeline, ranks=None, step=None, window=None, host=False, cache=None
+                    out=args.out,
+                    output=args.timeline,
+                    ranks=None,
+                    step=None,
+                    window=None,
+                    host=False,
+                    cache=None,
+                    critical_path=True,
                 )
             )
         href = os.path.relpath(os.path.abspath(args.timeline), os.path.dirname(os.path.abspath(args.output)))

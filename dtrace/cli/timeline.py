@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "with the chosen ranks' GPU streams during one step, host clock offsets removed "
         "(the clock_offsets table): each rank a process named by rank, host and role, "
         "matched collectives joined by flow arrows in arrival order, the wait at each "
-        "collective as a counter track and the straggler evidence as a label. Only the "
+        "collective as a counter track, the straggler evidence as a label and each rank's "
+        "critical path (what bounds the step) as its first track. Only the "
         "chosen ranks' cached events are read, so the file and the time stay small for "
         "any number of ranks.",
     )
@@ -51,6 +52,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a time window instead of a step, since the job's first GPU event (ms; or with units: 12500us:14ms)",
     )
     t.add_argument("--host", action="store_true", help="also export the host threads (ops, launches)")
+    t.add_argument(
+        "--no-critical-path",
+        dest="critical_path",
+        action="store_false",
+        help="leave out each rank's 'critical path' track (the path step_bounds splits, one slice per "
+        "interval named by what it waited on, with flow arrows to the GPU events at its hops)",
+    )
     t.add_argument("--cache", default=None, metavar="DIR", help="the ingest cache of the analysis (default: OUT/cache)")
     t.set_defaults(func=run_timeline)
 
@@ -150,7 +158,13 @@ def run_timeline(args: argparse.Namespace) -> int:
 
     res = load(args.out)
     trace = timeline(
-        res, ranks=parse_ranks(args.ranks), step=args.step, window=args.window, host=args.host, cache=args.cache
+        res,
+        ranks=parse_ranks(args.ranks),
+        step=args.step,
+        window=args.window,
+        host=args.host,
+        cache=args.cache,
+        critical_path=args.critical_path,
     )
     data = encode(trace, args.output)
 

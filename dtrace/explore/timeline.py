@@ -15,7 +15,11 @@ and ``chrome://tracing`` open:
 - each collective instance with two or more exported members joined by a flow (``s`` → ``t``
   → ``f``, in arrival order, so the arrow ends at the last rank to arrive);
 - the wait at each collective as a counter track per rank (``collective wait (µs)``);
-- the straggler evidence as a process label and an instant event with the full text.
+- the straggler evidence as a process label and an instant event with the full text;
+- with ``critical_path=True`` (the default), each part's ``critical path`` track first: the
+  path ``step_bounds`` splits, of the step shown (or the steps a window overlaps, cut to it),
+  one slice per interval named and coloured by what the path waited on, with flow arrows to the
+  GPU events where it hops between host and GPU (:mod:`dtrace.explore.pathtrack`).
 
 Time stamps are µs since the job's first GPU event (clock-corrected) with three decimals, so
 dtrace's own Kineto reader reads the same nanoseconds back (``baseTimeNanoseconds`` is that
@@ -42,6 +46,7 @@ from ..core.fileio import open_regular
 from ..errors import ResultsError, UsageError
 from ..options import Options
 from ..results import Results, cache_of, load
+from .pathtrack import path_track
 
 KEYS = ["rank", "device"]
 ROLES = ("straggler", "peer", "slowest", "fastest", "median")
@@ -341,7 +346,7 @@ def _span(values: Sequence[int]) -> str:
 
 def _options(results: Results) -> Options:
     o = results.record.options
-    keep = {k: o[k] for k in ("compat", "linked_only", "step_pattern") if k in o}
+    keep = {k: o[k] for k in ("compat", "linked_only", "step_pattern", "queue_limit") if k in o}
     return Options.from_kwargs(**keep)
 
 
@@ -387,7 +392,9 @@ def _read_rows(
     return t.to_pandas()
 
 
-def build(results: Results, sel: Selection, *, host: bool = False, cache: str | None = None) -> dict[str, Any]:
+def build(
+    results: Results, sel: Selection, *, host: bool = False, cache: str | None = None, critical_path: bool = True
+) -> dict[str, Any]:
     """The Chrome trace-event document of a :class:`Selection` (see the module docstring)."""
     parts = sel.parts
     off = dict(zip(map(tuple, parts[KEYS].to_numpy().tolist()), parts["offset_ns"].tolist()))
@@ -395,7 +402,7 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
     windows = None
     if sel.window is not None:
         windows = {k: (sel.window[0] + off[k], sel.window[1] + off[k]) for k in keys}
-    cached = read_parts(results, keys, windows, cache=cache)
+    cached = read_parts(results, keys, _step_spans(results, windows) if critical_path else windows, cache=cache)
     opts = _options(results)
     coll = _collective_rows(results, parts)
     if len(coll):
@@ -410,7 +417,7 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
     for sort_index, row in enumerate(parts.itertuples(index=False)):
         key = (int(row.rank), int(row.device))
         p_ev, p_meta, g_flow, span, track = _export_part(
-            row, key, _prepared(cached[key], key, opts), sel, coll, host, evidence, several, sort_index
+            row, key, _prepared(cached[key], key, opts), sel, coll, (host, critical_path), evidence, several, sort_index
         )
         events += p_ev
         meta += p_meta
@@ -440,6 +447,37 @@ def build(results: Results, sel: Selection, *, host: bool = False, cache: str | 
     }
 
 
+def _step_spans(
+    results: Results, windows: Mapping[tuple[int, int], tuple[int, int]] | None
+) -> dict[tuple[int, int], tuple[int, int]] | None:
+    """Each part's window (own clock) widened to the whole of every step it overlaps (the spans of
+    ``step_bounds``), so that the critical path of those steps is walked on all their events;
+    unchanged without a ``step_bounds`` table (the path then sees the window's events only)."""
+    if windows is None or "step_bounds" not in results.table_names:
+        return None if windows is None else dict(windows)
+    cols = ["rank", "device", "step", "start_ns", "span_ns"]
+    ranks = sorted({k[0] for k in windows})
+    path = os.path.join(results.path, "step_bounds.parquet") if results.path else None
+    if path and os.path.exists(path):
+        sb = _read_rows(path, ranks, results.record.run_id, columns=cols)
+    else:
+        sb = results.step_bounds[cols]
+        sb = sb.loc[sb["rank"].isin(ranks)]
+    sb = sb.loc[sb["step"].notna()]
+    out = dict(windows)
+    for (rank, device), g in sb.groupby(KEYS):
+        key = (int(rank), int(device))
+        if key not in out:
+            continue
+        lo, hi = out[key]
+        a = g["start_ns"].to_numpy(np.int64)
+        b = a + g["span_ns"].to_numpy(np.int64)
+        hit = (b >= lo) & (a <= hi)
+        if hit.any():
+            out[key] = (min(lo, int(a[hit].min())), max(hi, int(b[hit].max())))
+    return out
+
+
 def _prepared(cp: Any, key: tuple[int, int], opts: Options) -> Batch:
     """The shared views of one cached part."""
     return prepare_part(
@@ -460,12 +498,14 @@ def _export_part(
     part: Batch,
     sel: Selection,
     coll: pd.DataFrame,
-    host: bool,
+    tracks: tuple[bool, bool],
     evidence: Mapping[tuple[int, int], tuple[str, float]],
     several: bool,
     sort_index: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pd.DataFrame, tuple[int, int] | None, dict[str, Any]]:
-    """One part's events, metadata, collective flows, GPU span and track entry."""
+    """One part's events, metadata, collective flows, GPU span and track entry; ``tracks``:
+    whether to export its host threads and its critical path."""
+    host, critical_path = tracks
     gpu, hst = _select(part, sel, int(row.offset_ns), host)
     pid = int(row.pid)
     shift = int(row.offset_ns) + sel.origin  # own clock → exported axis
@@ -480,7 +520,17 @@ def _export_part(
         meta += h_meta
     if span is not None and said is not None:
         events.append(_evidence_marker(pid, span[0], *said))
-    return events, meta, flow, span, _track(pid, key, row, role, len(gpu), int(len(hst)) if host else 0)
+    track = _track(pid, key, row, role, len(gpu), int(len(hst)) if host else 0)
+    if critical_path:
+        offset = int(row.offset_ns)
+        own = (sel.window[0] + offset, sel.window[1] + offset) if sel.window is not None else None
+        p_ev, p_meta, n = path_track(
+            part, step=sel.step, window=own, exported=_gpu_rows(part, sel, offset), pid=pid, shift=shift
+        )
+        events += p_ev
+        meta += p_meta
+        track["critical_path_slices"] = n
+    return events, meta, flow, span, track
 
 
 def _evidence(results: Results) -> dict[tuple[int, int], tuple[str, float]]:
@@ -573,12 +623,22 @@ def _track(pid: int, key: tuple[int, int], row: Any, role: str, gpu_events: int,
     }
 
 
+def _gpu_rows(part: Batch, sel: Selection, offset: int) -> np.ndarray:
+    """Which of the part's GPU events the step or window holds (own clock)."""
+    g = part.gpu
+    if sel.step is not None:
+        return np.asarray(g["step"].to_numpy() == sel.step, bool)
+    if sel.window is not None:
+        lo, hi = sel.window[0] + offset, sel.window[1] + offset
+        return np.asarray((g["end_ns"].to_numpy() >= lo) & (g["start_ns"].to_numpy() <= hi), bool)
+    return np.ones(len(g), bool)
+
+
 def _select(part: Batch, sel: Selection, offset: int, host: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The part's GPU (and host) events of the step or window (own clock)."""
-    g = part.gpu
+    g = part.gpu.loc[_gpu_rows(part, sel, offset)]
     h = part.host
     if sel.step is not None:
-        g = g.loc[g["step"].to_numpy() == sel.step]
         if host and len(h):
             w = part.steps.loc[part.steps["step"].to_numpy() == sel.step]
             if len(w):
@@ -588,7 +648,6 @@ def _select(part: Batch, sel: Selection, offset: int, host: bool) -> tuple[pd.Da
                 h = h.iloc[:0]
     elif sel.window is not None:
         lo, hi = sel.window[0] + offset, sel.window[1] + offset
-        g = g.loc[(g["end_ns"].to_numpy() >= lo) & (g["start_ns"].to_numpy() <= hi)]
         h = h.loc[(h["end_ns"].to_numpy() >= lo) & (h["start_ns"].to_numpy() <= hi)] if len(h) else h
     return g.reset_index(drop=True), (h.reset_index(drop=True) if host else h.iloc[:0])
 
@@ -784,6 +843,7 @@ def timeline(
     window: tuple[int, int] | str | None = None,
     host: bool = False,
     cache: str | os.PathLike[str] | None = None,
+    critical_path: bool = True,
 ) -> dict[str, Any]:
     """The chosen ranks during one step (or window) as a Chrome / Perfetto trace, on one clock.
 
@@ -806,6 +866,11 @@ def timeline(
     cache
         The ingest cache holding the events (default ``OUT/cache``; give it for a run made with
         ``--cache DIR``).
+    critical_path
+        Draw each part's critical path (the walk ``step_bounds`` splits) as its first track,
+        ``critical path``, with flow arrows to the GPU events where it hops between host and GPU
+        (:mod:`dtrace.explore.pathtrack`). With a window, the events of the steps it overlaps are
+        read whole to walk their paths, which are then cut to the window.
 
     Returns
     -------
@@ -823,7 +888,9 @@ def timeline(
     """
     res = results if isinstance(results, Results) else load(results)
     sel = choose(res, ranks=ranks, step=step, window=window)
-    return build(res, sel, host=host, cache=os.fspath(cache) if cache is not None else None)
+    return build(
+        res, sel, host=host, cache=os.fspath(cache) if cache is not None else None, critical_path=critical_path
+    )
 
 
 __all__ = ["timeline", "read_parts", "choose", "build", "encode", "parse_window", "CachedPart", "Selection"]
