@@ -99,6 +99,9 @@ def number(text: str, lo: float, hi: float, *, whole: bool = False, above: bool 
     >>> number("1e309", 0, 10)
     Traceback (most recent call last):
     dtrace.errors.UsageError: '1e309' is not a finite number: give a number from 0 to 10
+    >>> number("9" * 400, 1, 8, whole=True)
+    Traceback (most recent call last):
+    dtrace.errors.UsageError: 99999999999999999999…(400 characters) is out of range: give a whole number from 1 to 8
     """
     span = f"above {_num(lo)} and up to {_num(hi)}" if above else f"from {_num(lo)} to {_num(hi)}"
     rule = f"give a {'whole number' if whole else 'number'} {span}"
@@ -106,10 +109,11 @@ def number(text: str, lo: float, hi: float, *, whole: bool = False, above: bool 
         v: float = int(text.strip()) if whole else float(text)
     except ValueError:
         raise UsageError(f"{text!r} is not a {'whole number' if whole else 'number'}: {rule}") from None
-    if not math.isfinite(v):
+    if not whole and not math.isfinite(v):  # a whole number is finite (and may not fit a float: 400 digits)
         raise UsageError(f"{text!r} is not a finite number: {rule}")
     if not (lo < v if above else lo <= v) or not v <= hi:
-        raise UsageError(f"{text} is out of range: {rule}")
+        shown = text if len(text) <= 40 else f"{text[:20]}…({len(text):,} characters)"
+        raise UsageError(f"{shown} is out of range: {rule}")
     return v
 
 
