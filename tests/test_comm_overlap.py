@@ -44,7 +44,7 @@ def test_overlap_share_equals_an_independent_sweep_of_the_raw_json(two_rank):
 
 def test_overlap_share_equals_hta(two_rank):
     """HTA 0.5.0's get_comm_comp_overlap on the same traces (recorded by
-    tests/data/hta_overlap/make.py, every step: HTA's default leaves the last ProfilerStep out and
+    tests/data/hta_overlap/record_overlap.py, every step: HTA's default leaves the last ProfilerStep out and
     reads 11.81 % on rank 0). HTA merges each kind's intervals as dtrace does; the two agree to
     HTA's rounding (two decimals of a percentage)."""
     hta = pd.read_csv(os.path.join(HERE, "data", "hta_overlap", "hta_2rank.csv")).set_index("rank")

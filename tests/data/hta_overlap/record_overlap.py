@@ -3,7 +3,7 @@
 Run with HTA in its own environment (it pins its own pandas):
 
     python3 -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis==0.5.0 pandas==2.3.3
-    /tmp/hta/bin/python tests/data/hta_overlap/make.py ../shared/traces/kineto/hta-2rank
+    /tmp/hta/bin/python tests/data/hta_overlap/record_overlap.py ../shared/traces/kineto/hta-2rank
 
 writes ``hta_2rank.csv`` beside this script: HTA's ``get_comm_comp_overlap`` (rank,
 comp_comm_overlap_pctg) with the HTA version.
