@@ -49,6 +49,7 @@ WHOLE: dict[str, tuple[int, int, bool]] = {
     "launch_rows": (0, INT64_MAX, True),
     "queue_limit": (1, INT32_MAX, True),
     "timeline_bins": (1, MAX_TIMELINE_BINS, False),
+    "sequence_min_len": (1, INT32_MAX, False),
 }
 
 
@@ -107,6 +108,9 @@ class Options:
         Hardware peaks that override or add to the bundled GPU table (:mod:`dtrace.knowledge.hardware`):
         a JSON spec file's path, or its content (a dict); "max achievable" figures may replace
         datasheet peaks. Only the cross-rank roofline reads it.
+    sequence_min_len
+        The fewest GPU events a top-level op instance must launch for its kernel sequence to be
+        in the ``kernel_sequences`` table (default 3, HTA's ``min_pattern_len``).
     """
 
     compat: str = "default"
@@ -132,6 +136,7 @@ class Options:
     queue_limit: int | None = None
     timeline_bins: int = 100
     gpu_spec: Any = None  # a GPU spec file (path) or its content: peaks for the roofline (dtrace.knowledge.hardware)
+    sequence_min_len: int = 3  # fewest GPU events of a kernel sequence (kernel_sequences)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

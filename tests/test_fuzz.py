@@ -618,6 +618,7 @@ def _commands(out, job, tmp):
         ["diff", out, out],
         ["analyze", job, "-o", out, "--sync", "--no-progress"],
         ["events", out],
+        ["perf-report", out, "--csv-dir", os.path.join(tmp, "perf_report")],
     ]
 
 
@@ -670,6 +671,7 @@ TEXT_NUMBERS = {
     ("compare", "--wall-time"): ["1=inf", "1=nan", "1=1e309", "1=0", "1=-5"],
     ("synth", "--speedup"): ["gemm=1e-308", "gemm=inf", "gemm=0"],
     ("synth", "--fault"): ["compute:rank=1:slow=inf", "compute:rank=1e309:slow=1", "compute:rank=1:slow=1e300"],
+    ("perf-report", "--rank"): ["-1", "1e309", "0:inf", "0:-99999999999", "9" * 400, "0:1:2", ":"],
 }
 
 
@@ -699,6 +701,7 @@ def test_numeric_options_never_break_a_command(small_out, tmp_path, capsys):
         "show": [out],
         "tree": [out, "--op", "ProfilerStep#1"],
         "ops": [out],
+        "sequences": [out],
         "kernels": [out],
         "gaps": [out],
         "report": [out, "-o", str(tmp_path / "r.html")],
@@ -712,6 +715,7 @@ def test_numeric_options_never_break_a_command(small_out, tmp_path, capsys):
         "memory": [out],
         "bounds": [out],
         "perf": [out],
+        "perf-report": [out, "--csv-dir", str(tmp_path / "pr")],
     }
     seen = set()
     for command, flag, values in _numeric_options():

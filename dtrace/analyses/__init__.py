@@ -47,6 +47,7 @@ from . import ops as _ops
 from . import queues as _queues
 from . import ranges as _ranges
 from . import segments as _seg
+from . import sequences as _seqs
 from .batch import Batch
 
 _KEYS = {"rank": I32, "device": I32}
@@ -277,6 +278,7 @@ ANALYSES: list[Analysis] = [
         },
     ),
     Analysis("ops", _ops.ops, _ops.COLUMNS),
+    Analysis("kernel_sequences", _seqs.kernel_sequences, _seqs.COLUMNS),  # across ranks: reduce.sequences
     Analysis("op_perf", _opperf.op_perf, _opperf.COLUMNS),  # roofline added across ranks by reduce.opperf
     Analysis("devices", _opperf.devices, _opperf.DEVICE_COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives

@@ -48,21 +48,26 @@ COLUMNS = {
 def ops(batch: Batch) -> pd.DataFrame:
     """Per launcher (op name and kind) of every part: count, host time, direct and subtree GPU
     time, kernels."""
-    lo = hi = None
-    steps = batch.steps
-    if batch.options.step is not None and len(steps):
-        # parts whose step windows are host windows keep the op instances inside them
-        n = batch.n_parts
-        host = (steps["source"] == "host").to_numpy(bool)
-        sp = steps["part"].to_numpy(I64)
-        all_host = np.bincount(sp[host], minlength=n) == np.bincount(sp, minlength=n)
-        big = np.iinfo(np.int64).max
-        lo = min_by(sp, steps["start_ns"].to_numpy(I64), n, big)
-        hi = max_by(sp, steps["end_ns"].to_numpy(I64), n, -big - 1)
-        has = all_host & (np.bincount(sp, minlength=n) > 0)
-        lo, hi = np.where(has, lo, 1), np.where(has, hi, 0)  # lo > hi: the part keeps every op
-    table = Tree.of_batch(batch).ops_by_part(lo, hi)
+    table = Tree.of_batch(batch).ops_by_part(*step_windows(batch))
     keys = batch.keys(table["part"].to_numpy(I64))
     table.insert(0, "device", keys["device"])
     table.insert(0, "rank", keys["rank"])
     return table[list(COLUMNS)]
+
+
+def step_windows(batch: Batch) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per part, the host window whose op instances count with a step selected: ``(None, None)``
+    without one; else each part's (start, end) of its host step windows, and start > end (every
+    op counts) for a part whose steps are GPU windows or that has none."""
+    steps = batch.steps
+    if batch.options.step is None or not len(steps):
+        return None, None
+    n = batch.n_parts
+    host = (steps["source"] == "host").to_numpy(bool)
+    sp = steps["part"].to_numpy(I64)
+    all_host = np.bincount(sp[host], minlength=n) == np.bincount(sp, minlength=n)
+    big = np.iinfo(np.int64).max
+    lo = min_by(sp, steps["start_ns"].to_numpy(I64), n, big)
+    hi = max_by(sp, steps["end_ns"].to_numpy(I64), n, -big - 1)
+    has = all_host & (np.bincount(sp, minlength=n) > 0)
+    return np.where(has, lo, 1), np.where(has, hi, 0)  # lo > hi: the part keeps every op

@@ -280,6 +280,14 @@ def add_host_options(g: argparse._ArgumentGroup) -> None:
         metavar="N",
         help=f"bins of the time series (queue, memory, copy bandwidth) per GPU (default {DEFAULTS.timeline_bins})",
     )
+    g.add_argument(
+        "--sequence-min-len",
+        type=option_number("sequence_min_len"),
+        default=None,
+        metavar="N",
+        help="fewest GPU events of a top-level op's kernel sequence in the kernel_sequences table "
+        f"(default {DEFAULTS.sequence_min_len})",
+    )
 
 
 def add_hist_spacing(g: Any) -> None:

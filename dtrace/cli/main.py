@@ -26,15 +26,17 @@ def _commands() -> list[ModuleType]:
     )
     from . import nsys as nsys_cmd  # dtrace nsys-stats
     from . import perf as perf_cmd  # dtrace perf
+    from . import perf_report as perf_report_cmd  # dtrace perf-report
     from . import synth as synth_cmd  # dtrace synth
     from . import timeline as timeline_cmd  # dtrace timeline, dtrace whatif
-    from . import tree as tree_cmd  # dtrace tree, dtrace ops
+    from . import tree as tree_cmd  # dtrace tree, dtrace ops, dtrace sequences
 
     return [
         analyze,
         show,
         tree_cmd,
         perf_cmd,
+        perf_report_cmd,
         quick,
         host,
         report,

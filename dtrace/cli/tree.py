@@ -1,20 +1,34 @@
-"""``dtrace tree TRACE ...`` and ``dtrace ops X``: the host op → GPU kernel tree quick views.
+"""``dtrace tree TRACE ...``, ``dtrace ops X`` and ``dtrace sequences X``: the host op → GPU
+kernel tree quick views.
 
 ``tree`` prints one node's subtree (or, with ``--up``, its ancestors) in the Trace2Tree
 style; ``ops`` prints GPU time per host op, from one trace or from a results directory
-(cross-rank ``ops_xrank``, or one rank's ``ops`` with ``--rank``).
+(cross-rank ``ops_xrank``, or one rank's ``ops`` with ``--rank``); ``sequences`` prints the
+kernel sequences top-level ops launch (HTA's frequent CUDA kernel sequences), from one trace or
+a results directory (``kernel_sequences_xrank``, or one rank's ``kernel_sequences``).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..options import Options
 from ..render.escape import printable
-from .common import COUNT, DEVICE, ID, RANK, add_output_format, add_rows, reading, rows_to_show, whole
+from .common import (
+    COUNT,
+    DEVICE,
+    ID,
+    RANK,
+    add_output_format,
+    add_rows,
+    option_number,
+    reading,
+    rows_to_show,
+    whole,
+)
 
 if TYPE_CHECKING:
     from ..calltree import Tree
@@ -70,6 +84,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
     add_output_format(o)
     o.set_defaults(func=run_ops)
+    add_sequences_parser(sub)
+
+
+def add_sequences_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "sequences",
+        help="the kernel sequences top-level ops launch, most frequent first (fusion candidates)",
+        description="The sequences of GPU kernels that top-level host ops (no cpu_op above them) launch, "
+        "with how often each op launched each sequence and the GPU and host time: HTA's frequent CUDA "
+        "kernel sequences, for every op (or those whose name contains --op). X is a trace file or a "
+        "results directory; for a results directory the counts over all ranks are shown unless --rank is "
+        "given. Sorted by count (largest first), then op and sequence. "
+        "Definition: docs/semantics.md, 'Host op tree and ops' (Kernel sequences).",
+    )
+    s.add_argument("x", metavar="X", help="a trace file or a results directory")
+    s.add_argument("--op", default=None, metavar="NAME", help="only ops whose name contains NAME (HTA's operator_name)")
+    s.add_argument(
+        "--min-len",
+        type=option_number("sequence_min_len"),
+        default=None,
+        metavar="N",
+        help="only sequences of at least N kernels (default: all the table holds; "
+        f"dtrace analyze keeps those of {Options().sequence_min_len} or more, --sequence-min-len)",
+    )
+    s.add_argument("--rank", type=RANK, default=None, help="one rank's sequences")
+    s.add_argument("--device", type=DEVICE, default=None, help="GPU device (default: every one of the rank)")
+    add_rows(s)
+    s.add_argument("--raw", action="store_true", help="keep *_ns columns in ns")
+    add_output_format(s)
+    s.set_defaults(func=run_sequences)
 
 
 def _pick(tree: Tree, args: argparse.Namespace) -> int:
@@ -150,3 +194,67 @@ def run_ops(args: argparse.Namespace) -> int:
     df = df.sort_values(args.sort, ascending=False, kind="stable")
     print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end="")
     return 0
+
+
+def run_sequences(args: argparse.Namespace) -> int:
+    from ..render.sequences import sequence_blocks
+    from ..render.text import render
+
+    df, where = _sequences_table(args)
+    if args.op is not None:
+        df = df.loc[df["op"].astype(str).str.contains(args.op, regex=False).to_numpy(bool)]
+    if args.min_len is not None:
+        df = df.loc[df["length"].to_numpy() >= args.min_len]
+    if not len(df):
+        which = f"ops whose name contains {args.op!r}" if args.op is not None else "any op"
+        raise UsageError(f"no kernel sequence of {which} in {where}{_min_len_note(args)}")
+    df = df.sort_values(["count", "op", "sequence"], ascending=[False, True, True], kind="stable")
+    title = f"kernel sequences{f' of ops matching {args.op!r}' if args.op else ''}, {where}"
+    if args.fmt == "table" and not args.raw:  # a block per sequence, its kernels one per line
+        width = 0 if args.wide else None
+        print(sequence_blocks(df, title=title, max_rows=rows_to_show(args), width=width), end="")
+        return 0
+    print(render(df, args.fmt, title=title, human=not args.raw, max_rows=rows_to_show(args), wide=args.wide), end="")
+    return 0
+
+
+def _sequences_table(args: argparse.Namespace) -> tuple[Any, str]:
+    """The sequences table to show and a few words saying whose it is."""
+    from ..explore.tree import is_results_dir, load_part
+
+    if not is_results_dir(args.x):
+        from ..analyses.sequences import kernel_sequences
+
+        options = Options(sequence_min_len=args.min_len or Options().sequence_min_len)
+        with reading(args.x):
+            part = load_part(args.x, rank=args.rank, device=args.device, options=options)
+        return kernel_sequences(part), f"rank {part.rank} device {part.device}"
+    from ..results import load
+
+    res = load(args.x)
+    name = "kernel_sequences" if args.rank is not None else "kernel_sequences_xrank"
+    if name not in res.table_names:
+        raise UsageError(f"{args.x} has no {name!r} table (results of an older dtrace?); re-run dtrace analyze")
+    df = res.table(name)
+    if args.rank is None:
+        return df, "all ranks"
+    keep = df["rank"].to_numpy() == args.rank
+    if args.device is not None:
+        keep &= df["device"].to_numpy() == args.device
+    return df.loc[keep], f"rank {args.rank}" + (f" device {args.device}" if args.device is not None else "")
+
+
+def _min_len_note(args: argparse.Namespace) -> str:
+    """A hint for a results directory analysed with a longer shortest sequence than --min-len asks."""
+    from ..explore.tree import is_results_dir
+
+    if args.min_len is None or not is_results_dir(args.x):
+        return ""
+    from ..results import load
+
+    kept = int(load(args.x).manifest.get("options", {}).get("sequence_min_len") or Options().sequence_min_len)
+    if args.min_len >= kept:
+        return ""
+    return (
+        f" (it holds sequences of {kept}+ kernels: dtrace analyze --sequence-min-len {args.min_len} keeps shorter ones)"
+    )

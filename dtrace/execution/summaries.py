@@ -73,6 +73,7 @@ ABSENT = {
         "transitions",
         "collectives",
         "ops",
+        "kernel_sequences",
     )
 }
 

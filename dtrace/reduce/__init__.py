@@ -30,6 +30,7 @@ from . import kernels_xrank as _kx
 from . import opperf as _opperf
 from . import ops_xrank as _ox
 from . import ranks as _ranks
+from . import sequences as _seq
 from . import step_bounds as _sb
 from . import stragglers as _strag
 from . import whatif as _whatif
@@ -71,6 +72,12 @@ REDUCERS: list[Reducer] = [
         {"kernels_xrank": _kx.KERNELS_XRANK_COLUMNS, "classes_xrank": _kx.CLASSES_XRANK_COLUMNS},
     ),
     Reducer("ops_xrank", _ox.ops_xrank, ("ops",), {"ops_xrank": _ox.XRANK_COLUMNS, "op_outliers": _ox.OUTLIER_COLUMNS}),
+    Reducer(
+        "kernel_sequences_xrank",
+        _seq.kernel_sequences_xrank,
+        ("kernel_sequences",),
+        {"kernel_sequences_xrank": _seq.XRANK_COLUMNS},
+    ),
     Reducer(
         "host_xrank",
         _hx.host_xrank,
