@@ -295,7 +295,10 @@ def test_rank_selection(hta, tmp_path, capsys):
         (["--rank", "1:3"], f"rank 1 has no device 3 in {hta}; its devices: 1"),
         (["--rank", "x"], "argument --rank: 'x': give a rank R or R:D"),
         (["--rank", "1:"], "argument --rank: '1:': give a rank R or R:D"),
-        (["--rank", "9" * 400], "give a rank R or R:D (rank and device): out of range"),
+        (
+            ["--rank", "9" * 400],
+            "give a rank R or R:D (rank and device): 99999999999999999999…(400 characters) is out of range",
+        ),
         (["-o", "report.csv"], "-o report.csv: the workbook's name ends in .xlsx (CSV files: --csv-dir DIR)"),
     ):
         assert main(["perf-report", hta, "--csv-dir", str(tmp_path / "c"), *argv]) == 2

@@ -36,9 +36,8 @@ def rank_device(text: str) -> tuple[int, int | None]:
         r = int(number(rank, 0, INT32_MAX, whole=True))
         d = int(number(device, INT32_MIN, INT32_MAX, whole=True)) if sep else None
     except UsageError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a rank R or R:D (rank and device): {exc}") from None
-    except OverflowError:  # number() of an integer beyond a float's range
-        raise argparse.ArgumentTypeError(f"{text!r}: give a rank R or R:D (rank and device): out of range") from None
+        shown = text if len(text) <= 40 else f"{text[:20]}…"
+        raise argparse.ArgumentTypeError(f"{shown!r}: give a rank R or R:D (rank and device): {exc}") from None
     return r, d
 
 
