@@ -4,6 +4,10 @@ import shutil
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist's workers get COLUMNS=80 from execnet:
+    os.environ.pop("COLUMNS", None)  # the tests see what a run without workers sees (160 when
+    os.environ.pop("LINES", None)  # output is not a terminal; a test that wants a width sets it)
 SHARED = os.environ.get("DTRACE_SHARED", os.path.join(ROOT, "..", "shared"))
 TRACES = os.path.join(SHARED, "traces")
 

@@ -156,6 +156,7 @@ def test_semantics_section_titles():
         "Host op tree and ops",
         "Op performance model",
         "Hardware peaks",
+        "Hardware counters",
         "Collectives across ranks",
         "Clock offsets",
         "Ranks and stragglers",

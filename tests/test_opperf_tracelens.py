@@ -60,9 +60,10 @@ def _num(v) -> float:
     return float(v) if v not in ("", None) else math.nan
 
 
-def compare(trace: str, ref_csv: str, tmp_path, **options) -> pd.DataFrame:
-    """TraceLens's rows (summed over its strides/arguments) beside dtrace's (summed likewise)."""
-    res = dtrace.analyze(shared("kineto", "single", trace), str(tmp_path / "out"), scheduler="sync", **options)
+def compare(trace: str, ref_csv: str, tmp_path, folder: str = "single", **options) -> pd.DataFrame:
+    """TraceLens's rows (summed over its strides/arguments) beside dtrace's (summed likewise;
+    over the serving phases too)."""
+    res = dtrace.analyze(shared("kineto", folder, trace), str(tmp_path / "out"), scheduler="sync", **options)
     assert res.ok, res.errors
     ref = pd.read_csv(shared("reference", ref_csv), keep_default_na=False)
     name = "name" if "name" in ref.columns else "Name"
@@ -164,11 +165,24 @@ def test_h100_owlv2(tmp_path):
 
 def test_b200_vllm(tmp_path):
     m = compare("b200_vllm_eager_rank0.json.gz", "b200_vllm_eager_rank0.tracelens_unified_perf_summary.csv", tmp_path)
+    scalars = '","'.join(["Scalar"] * 6)
     pinned = {
-        ("aten::copy_", "[[1],[1],[]]", '["bool","bool","Scalar"]'): (1, 2)
-    }  # 1 byte each way (TraceLens: unknown)
-    # Inductor's generated kernels: the kernel name says which ops were fused, not how much work they do
-    assert check_figures(m, pinned, unmodelled=("triton_",)) >= 15
+        ("aten::copy_", "[[1],[1],[]]", '["bool","bool","Scalar"]'): (1, 2),  # 1 byte each way (TraceLens: unknown)
+        # Inductor's kernel (int, int64 and bool tensors of 888, constants, then xnumel 888): one FLOP
+        # per point and each tensor once (TraceLens: 4 FLOPs per point, no bytes)
+        (
+            "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0",
+            "[[888],[888],[888],[],[],[],[],[],[]]",
+            f'["int","long int","bool","{scalars}"]',
+        ): (888, 888 * (4 + 8 + 1)),
+    }
+    assert check_figures(m, pinned) >= 15
+    # the old step annotation execute_context_1(888_788544)_generation_0(0): one prefill of 888 tokens
+    # (no prefix); fp8 queries, 8 heads over 1 KV head of 64; TraceLens has no figures for it
+    attn = m.loc[m["op"] == "vllm::unified_attention_with_output"].iloc[0]
+    assert attn["flops"] == 2 * 8 * (888 * 889 // 2) * (64 + 64)
+    assert attn["bytes"] == 888 * 8 * (64 * 1 + 64 * 2) + 888 * 1 * (64 + 64) * 2  # Q fp8, O bf16; K, V bf16
+    assert attn["tl_gflops"] == ""
     only_tl = m.loc[m["_merge"] == "left_only", "op"].tolist()
     # symmetric-memory all-reduce kernels are communication (category comm): not the op's arithmetic;
     # aten::gather and aten::index run inside ops dtrace models (index_select, the index wrapper's launcher)

@@ -36,6 +36,7 @@ from ..core.dtypes import (  # noqa: F401
 from ..errors import UsageError
 from . import breakdown as _bd
 from . import collectives as _coll
+from . import counters as _counters
 from . import critical_path as _cp
 from . import gaps as _gaps
 from . import kernels as _kern
@@ -281,6 +282,9 @@ ANALYSES: list[Analysis] = [
     Analysis("kernel_sequences", _seqs.kernel_sequences, _seqs.COLUMNS),  # across ranks: reduce.sequences
     Analysis("op_perf", _opperf.op_perf, _opperf.COLUMNS),  # roofline added across ranks by reduce.opperf
     Analysis("devices", _opperf.devices, _opperf.DEVICE_COLUMNS),
+    Analysis("kernel_counters", _counters.kernel_counters, _counters.COLUMNS),  # CUPTI range profiling
+    Analysis("kernel_counter_values", _counters.kernel_counter_values, _counters.VALUE_COLUMNS),
+    Analysis("op_counters", _counters.op_counters, _counters.OP_COLUMNS),
     Analysis("collectives", _coll.comm_kernels, _coll.DECLARED),  # matched across ranks by reduce.collectives
     Analysis("segments", _seg.segments, _seg.COLUMNS),  # per-rank dependency chains, replayed by reduce.whatif
     Analysis("step_bounds", _cp.step_bounds, _cp.COLUMNS),  # what bounds each step: its critical path

@@ -16,11 +16,16 @@ and GPU events without a launch are left out: their time is not the op's arithme
 **Time of an instance** = the union of its GPU events (kernels, memcpy, memset; a CUDA graph's
 kernels belong to the graph launch), so concurrent kernels count once.
 
-**Rows**: one per (rank, device, op, shapes, dtypes, strides, scalar arguments), the recorded
-texts normalised (no spaces), with the instances' count, summed, shortest, median and longest
-time, and the model's per-instance FLOPs and bytes. Each distinct (op, arguments) is modelled
-once per partition. The hardware roofline is added across ranks, where the peaks are known
-(:mod:`dtrace.reduce.opperf`).
+**Phase.** An inference server's step annotations (:mod:`dtrace.knowledge.opmodel.serving`) say
+whether a step is prefill, decode or both (``mixed``): an op instance's ``phase`` is that of the
+nearest such annotation above it (``""``: none). The attention ops over a KV cache also take the
+sequences that annotation sums (``seqs``) into their model.
+
+**Rows**: one per (rank, device, op, shapes, dtypes, strides, scalar arguments, phase, step
+sequences of the ops that read them), the recorded texts normalised (no spaces), with the
+instances' count, summed, shortest, median and longest time, and the model's per-instance FLOPs
+and bytes. Each distinct (op, arguments, sequences) is modelled once per partition. The hardware
+roofline is added across ranks, where the peaks are known (:mod:`dtrace.reduce.opperf`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..calltree import build as B
-from ..calltree.model import CPU_OP, Tree
+from ..calltree.model import KINDS, Tree
 from ..core.dtypes import empty_frame
 from ..core.schema import ARGS_SEP
 from ..knowledge import opmodel
@@ -49,6 +54,7 @@ from ..vector.groups import (
     unique_inverse,
 )
 from .batch import Batch
+from .owners import op_owners
 
 COLUMNS = {
     "rank": "int32",
@@ -61,6 +67,8 @@ COLUMNS = {
     "dtypes": "object",
     "strides": "object",
     "args": "object",
+    "phase": "object",
+    "seqs": "object",
     "count": "int64",
     "kernels": "int64",
     "gpu_ns": "int64",
@@ -89,39 +97,44 @@ DEVICE_COLUMNS = {
 
 UNMODELLED = "unmodelled"
 _ARG_COLS = ("dims", "types", "strides", "concrete")
-
-
-def _top_down(parent: np.ndarray, mark: np.ndarray, lv: list[np.ndarray]) -> np.ndarray:
-    """For every node, the outermost marked node on its path from the root (itself included), -1
-    if none; ``lv`` holds the nodes per depth (:func:`dtrace.calltree.build.levels`)."""
-    out = np.where(mark, np.arange(mark.size, dtype=I64), -1)
-    for nodes in lv[1:]:
-        above = out[parent[nodes]]
-        out[nodes] = np.where(above >= 0, above, out[nodes])
-    return out
+_ANNOTATION = KINDS.index("annotation")
+_PHASES = np.array(opmodel.PHASES, dtype=object)
 
 
 def modelled_op(tree: Tree) -> np.ndarray:
     """For each GPU node of ``tree`` (in order), the uid of the op instance that owns it (-1: unlinked).
 
     See the module docs: the outermost ``MODEL`` op above its launcher, else the outermost
-    ``WRAPPER``, else the launcher.
+    ``WRAPPER``, else the launcher (:func:`dtrace.analyses.owners.op_owners`).
     """
-    h = tree.n_host
-    launcher = tree.launcher_op[h:]
-    if not h:
+    launcher = tree.launcher_op[tree.n_host :]
+    if not tree.n_host:
         return np.full(tree.n_gpu, -1, I64)
-    pri_of_name = np.array([opmodel.priority(str(n)) for n in tree.names] + [0], np.int8)
+    own = op_owners(tree)
+    return np.where(launcher >= 0, own[np.maximum(launcher, 0)], -1).astype(I64)
+
+
+def serving_steps(tree: Tree, uids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the host nodes ``uids``: the code of their phase in ``opmodel.PHASES`` and the code of
+    their step's sums in the returned texts (-1: none), from the nearest step annotation above
+    each (itself included; :func:`dtrace.knowledge.opmodel.read_marker`)."""
+    none = np.full(uids.size, -1, I64)
+    h = tree.n_host
+    read = [opmodel.read_marker(str(n)) for n in tree.names]
+    phase_of_name = np.array([opmodel.PHASES.index(p) if p else -1 for p, _ in read] + [-1], I64)
+    if not h or not (phase_of_name >= 0).any():
+        return none, none, np.empty(0, object)
+    step_of_name, texts = pd.factorize(np.array([t or None for _, t in read] + [None], dtype=object))
     codes = tree._name_codes[:h]
-    pri = np.where(tree.kind[:h] == CPU_OP, pri_of_name[np.where(codes >= 0, codes, len(pri_of_name) - 1)], 0)
-    parent = tree.parent[:h]
-    lv = B.levels(tree.depth[:h])
-    top_model = _top_down(parent, pri == opmodel.MODEL, lv)
-    top_wrap = _top_down(parent, pri == opmodel.WRAPPER, lv)
-    lp = np.maximum(launcher, 0)
-    own = np.where(top_model[lp] >= 0, top_model[lp], np.where(top_wrap[lp] >= 0, top_wrap[lp], lp))
-    own = np.where(tree.kind[lp] == CPU_OP, own, lp)
-    return np.where(launcher >= 0, own, -1).astype(I64)
+    codes = np.where(codes >= 0, codes, len(phase_of_name) - 1)
+    annotation = tree.kind[:h] == _ANNOTATION
+    parent, lv = tree.parent[:h], B.levels(tree.depth[:h])
+    out = []
+    for per_name in (phase_of_name, step_of_name):
+        mark = annotation & (per_name[codes] >= 0)
+        near = np.where(mark, np.arange(h, dtype=I64), B.nearest_ancestor(parent, mark, lv))[uids]
+        out.append(np.where(near >= 0, per_name[codes[np.maximum(near, 0)]], -1).astype(I64))
+    return out[0], out[1], np.asarray(texts, dtype=object)
 
 
 def _canonical(texts: np.ndarray, json_strings: bool) -> np.ndarray:
@@ -184,7 +197,11 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     part = tree.part[inst]
     name_code = tree._name_codes[inst]
     args, texts = _arg_codes(batch, part, tree.row[inst])
-    key, n_keys = dense_codes(part, name_code, *args)
+    phase, step, step_texts = serving_steps(tree, inst)
+    if (step >= 0).any():  # the step's sums enter the rows of the ops whose model reads them only
+        reads = np.array([opmodel.reads_step(str(n)) for n in tree.names] + [False], bool)
+        step = np.where(reads[np.where(name_code >= 0, name_code, len(reads) - 1)], step, -1)
+    key, n_keys = dense_codes(part, name_code, *args, phase, step)
     _, first = unique_first(key)
     s = pd.Series(ns).groupby(key)
     cols: dict[str, np.ndarray] = {
@@ -199,7 +216,9 @@ def op_perf(batch: Batch) -> pd.DataFrame:
     text: dict[str, tuple[np.ndarray, np.ndarray]] = {"op": (name_code[first], tree.names)}
     for col, codes, uniq in zip(("shapes", "dtypes", "strides", "args"), args[:, first], texts):
         text[col] = (codes, uniq)
-    combo, _ = dense_codes(name_code[first], args[0, first], args[1, first], args[3, first])
+    text["phase"] = (phase[first], _PHASES)
+    text["seqs"] = (step[first], step_texts)
+    combo, _ = dense_codes(name_code[first], args[0, first], args[1, first], args[3, first], step[first])
     cols_m, text_m = _models(text, combo)
     cols.update(cols_m)
     text.update(text_m)
@@ -234,7 +253,7 @@ def _models(
         c = codes[first]
         return [str(values[i]) if i >= 0 else "" for i in c.tolist()]
 
-    rows = [_model_row(*combo_texts) for combo_texts in zip(at("op"), at("shapes"), at("dtypes"), at("args"))]
+    rows = [_model_row(*texts) for texts in zip(at("op"), at("shapes"), at("dtypes"), at("args"), at("seqs"))]
     names = ["family", "backward", "modelled", "flops", "bytes", "unit", "precision", "params", "note"]
     per = list(zip(*rows)) if rows else [()] * len(names)
     cols: dict[str, np.ndarray] = {}
@@ -250,12 +269,12 @@ def _models(
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _model_row(op: str, d: str, t: str, c: str) -> tuple[Any, ...]:
-    """The model's values of one distinct (op, shapes, dtypes, args): family, backward, modelled,
-    flops, bytes, unit, precision, params, note. Kept per process (a pure function of the texts;
-    the parts of a job repeat the same ops)."""
+def _model_row(op: str, d: str, t: str, c: str, step: str = "") -> tuple[Any, ...]:
+    """The model's values of one distinct (op, shapes, dtypes, args, step sums): family, backward,
+    modelled, flops, bytes, unit, precision, params, note. Kept per process (a pure function of
+    the texts; the parts of a job repeat the same ops)."""
     fam = opmodel.family(op)
-    e = opmodel.estimate(op, d, t, c) if fam else "no model for this op"
+    e = opmodel.estimate(op, d, t, c, step) if fam else "no model for this op"
     back = opmodel.is_backward(op)
     if isinstance(e, str):
         return (fam or UNMODELLED, back, False, np.nan, np.nan, "", "", "", e)

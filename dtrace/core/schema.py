@@ -27,6 +27,8 @@ __all__ = [
     "MEMORY_SCHEMA",
     "OP_ARGS_SCHEMA",
     "DEVICE_SCHEMA",
+    "COUNTER_RANGE_SCHEMA",
+    "RANGE_COUNTER_SCHEMA",
     "SIDE_SCHEMAS",
 ]
 
@@ -117,12 +119,36 @@ DEVICE_SCHEMA = pa.schema(
 )
 """The properties of a part's GPU as the trace states them (one row per part; no ``row``)."""
 
+COUNTER_RANGE_SCHEMA = pa.schema(
+    [
+        ("range", pa.int64()),  # the range's index in its part: by start, ties in file order
+        ("start_ns", pa.int64()),  # the range as the profiler wrote it (absolute ns)
+        ("end_ns", pa.int64()),
+        ("name", _DICT),  # the profiled kernel's name (CUPTI's range name where it has none)
+    ]
+)
+"""The hardware-counter ranges of a part's GPU (Kineto ``cuda_profiler_range`` events, CUPTI range
+profiling), one row per range; records of their own (no ``row``), their counters in
+:data:`RANGE_COUNTER_SCHEMA` (docs/semantics.md, "Hardware counters")."""
+
+RANGE_COUNTER_SCHEMA = pa.schema(
+    [
+        ("range", pa.int64()),  # the range (``counter_ranges.range``) the value belongs to
+        ("counter", _DICT),  # the counter's name as recorded (``smsp__sass_thread_inst_executed_op_ffma_pred_on.sum``)
+        ("value", pa.float64()),  # its value (integers exact up to 2**53)
+    ]
+)
+"""The numeric counters of each counter range, long form: one row per (range, counter), so the
+schema is the same whatever counters a trace recorded."""
+
 SIDE_SCHEMAS: dict[str, pa.Schema] = {
     "collectives": COLLECTIVE_SCHEMA,
     "memcpy": MEMCPY_SCHEMA,
     "memory": MEMORY_SCHEMA,
     "op_args": OP_ARGS_SCHEMA,
     "devices": DEVICE_SCHEMA,
+    "counter_ranges": COUNTER_RANGE_SCHEMA,
+    "range_counters": RANGE_COUNTER_SCHEMA,
 }
 """Every per-part side table a reader may fill, by name (an absent one reads as empty).
 

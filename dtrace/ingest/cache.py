@@ -83,7 +83,7 @@ from ..readers._io import check_size, file_fingerprint
 from ..readers.base import PartTables
 from .remote import ObjectInfo, is_url, norm
 
-CACHE_VERSION = 7
+CACHE_VERSION = 8  # 8: the counter_ranges and range_counters side tables (CUPTI range profiling)
 PACK_MIN_INPUTS = 8
 """An ingest task of at least this many inputs stores the tables of its small inputs together
 (one *pack*, :func:`ingest_many`); fewer inputs keep one entry each with their own files."""

@@ -251,7 +251,11 @@ class ChromeTrace:
         chunked path too.
 
     After iterating, :attr:`meta` holds the decoded top-level object (keys before and after
-    the events merged) and :attr:`fingerprint` the hash of the file's bytes.
+    the events merged) and :attr:`fingerprint` the hash of the file's bytes. With ``raw_fields``,
+    :attr:`text` is the JSON text the latest list of events was decoded from (a view of the read
+    buffer: an events array, or the whole document of a small file; valid, like the ``Raw``
+    values, until the next block is read), for a reader that decodes a rare kind of event in it
+    again with a type of its own; a :class:`Scanned` block carries its text itself.
     """
 
     def __init__(
@@ -275,6 +279,7 @@ class ChromeTrace:
         self.meta_type = meta_type
         self._events_decoder, self._meta_decoder, self._doc_decoder = _decoders(event_type, meta_type)
         self.meta: Any = None
+        self.text: memoryview | None = None
         self.fingerprint: str = ""
         self.bytes_read = 0
 
@@ -344,6 +349,7 @@ class ChromeTrace:
                 return None
         if events is None:
             return None
+        self.text = src if self.raw_fields else None
         if meta is not None and hasattr(meta, "traceEvents"):
             meta.traceEvents = None  # the events now live in the list only
         self.meta, self.fingerprint, self.bytes_read = meta, fingerprint, size
@@ -551,7 +557,10 @@ class ChromeTrace:
                 if not block.fb_spans.size or self._decode_fallback(block):
                     return block
                 # the spans did not decode alone: the whole block goes through msgspec
-        return self._events_decoder.decode(memoryview(text) if self.raw_fields else text)
+        if not self.raw_fields:
+            return self._events_decoder.decode(text)
+        self.text = memoryview(text)
+        return self._events_decoder.decode(self.text)
 
     def _decode_fallback(self, block: Scanned) -> bool:
         """Decode the events the scanner left to msgspec (their byte spans, in one call); False

@@ -42,6 +42,7 @@ _GET_ALL = operator.attrgetter(*FIELDS)
 _CPU_OP = KIND_CODES["cpu_op"]
 _SEP = ARGS_SEP.encode()
 _MODEL_NAMES = pa.array(sorted(n for n, e in opmodel.REGISTRY.items() if e.priority == opmodel.MODEL), pa.string())
+_MODEL_PREFIXES = tuple(p for p, e in opmodel.PREFIXES.items() if e.priority == opmodel.MODEL)  # Inductor's triton_*
 
 
 class OpArgsBuffer:
@@ -147,8 +148,11 @@ class OpArgsBuffer:
 
 def _modelled_rows(kinds: np.ndarray, names: pa.DictionaryArray) -> np.ndarray:
     """The rows of a block's host ops whose name an op model knows (names looked up once per
-    distinct name)."""
+    distinct name; a generated kernel's by its name's prefix)."""
     modelled = pc.is_in(names.dictionary, value_set=_MODEL_NAMES).to_numpy(zero_copy_only=False)
+    for prefix in _MODEL_PREFIXES:
+        generated = pc.fill_null(pc.starts_with(names.dictionary, prefix), False)
+        modelled = modelled | generated.to_numpy(zero_copy_only=False)
     if not modelled.any():
         return np.zeros(0, np.int64)
     idx = names.indices.to_numpy(zero_copy_only=False)

@@ -46,6 +46,7 @@ from ..core.schema import (
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
 from ._chrome import MAX_EVENT, ChromeTrace, Scanned
 from ._collective_args import inherit_collective_args
+from ._counters import PROFILER_RANGE, RangeBuffer
 from ._ids import StableIds
 from ._op_args import NO_RAW, OpArgsBuffer, device_table
 from ._scanned import first_codes, new_scanner
@@ -191,6 +192,9 @@ class _Columns:
         self.categories: set[str | None] = set()  # every category seen (to name what an MTIA trace lacks)
         self.op_args = OpArgsBuffer()
         self.unread: Counter[str] = Counter()  # events of categories read as "other", by category
+        self.ranges = RangeBuffer()  # hardware-counter ranges (CUPTI range profiling), see _counters
+        self.has_ranges = False  # the block just added holds some: read them from its text
+        self.ids = StableIds()  # string pids/tids → stable ints, across the file's blocks
         self.n = 0
 
 
@@ -302,7 +306,7 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     name_list = list(map(_NAME, xs))
     cats = pa.array(list(map(_CAT, xs)), _DICT_TYPE)
     kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, name_list)
-    c.categories.update(cats.dictionary.to_pylist())
+    _note_categories(c, cats)
     start = _floats(xs, _TS, "ts", name_list, path)
     d = _floats(xs, _DUR, "dur", name_list, path)
     args = list(map(_ARGS, xs))
@@ -320,6 +324,13 @@ def _add_chunk(events: list[Event], c: _Columns, ids: StableIds, path: str) -> N
     c.op_args.add(kinds, args, base, names)
     _add_memcpy_rows(c, kinds, args, name_list, base)
     _append_columns(c, names, device, stream, pid, tid, kinds, start, d, corr, ext, seq)
+
+
+def _note_categories(c: _Columns, cats: pa.DictionaryArray) -> None:
+    """Note the block's distinct categories (and whether it holds counter ranges)."""
+    uniq = cats.dictionary.to_pylist()
+    c.categories.update(uniq)
+    c.has_ranges = PROFILER_RANGE in uniq
 
 
 def _append_columns(c: _Columns, names: pa.DictionaryArray, *arrays: np.ndarray) -> None:
@@ -502,7 +513,7 @@ def _add_scanned(
         names = _dict_array(col["name"], strings, interned)
         name_seq = _CodeNames(col["name"], strings)
         kinds = _mtia_kinds(_kind_codes(cats, c.unread), cats, name_seq)
-        c.categories.update(cats.dictionary.to_pylist())
+        _note_categories(c, cats)
         start = _no_missing(col["ts"], "ts", name_seq, path)
         d = _no_missing(col["dur"], "dur", name_seq, path)
         ext = col["external_id"]
@@ -714,7 +725,8 @@ def read_kineto(
     del cols
 
     gpu_mask = _IS_DEVICE_OP[kinds]
-    devices = sorted(set(np.unique(device[gpu_mask]).tolist()))
+    ranges = c.ranges.tables(base_ns, c.ids)  # per device: the counter ranges (CUPTI range profiling)
+    devices = sorted(set(np.unique(device[gpu_mask]).tolist()) | set(ranges))
     dist = meta.distributedInfo
     rank_hint = dist.rank if dist is not None and dist.rank is not None else None
     file_meta = _file_meta(meta, trace.fingerprint, base_ns, n, dropped)
@@ -726,24 +738,34 @@ def read_kineto(
         sorted(coll_rows + inherit_collective_args(table, coll_rows, coll_ops), key=operator.itemgetter(0))
     )
     side = {"collectives": coll, "memcpy": mem, "op_args": op_args}
-    parts = _device_parts(table, device, devices, side, _memory_tables(memory, base_ns, devices), meta)
+    per_device = _memory_tables(memory, base_ns, devices)
+    for dev, tables in ranges.items():
+        per_device[dev] = {**per_device.get(dev, {}), **tables}
+    parts = _device_parts(table, device, devices, side, per_device, meta)
     return TraceFile(path=path, format=NAME, parts=parts, rank_hint=rank_hint, meta=file_meta)
 
 
 def _read_blocks(trace: ChromeTrace, path: str, scanner: Any) -> tuple[_Columns, list[dict[str, np.ndarray]]]:
-    """The columns of every block of the events array (the scanner's or msgspec's), and the
-    memory events' rows."""
-    ids = StableIds()
+    """The columns of every block of the events array (the scanner's or msgspec's), the memory
+    events' rows and the counter ranges (read again from the text of the blocks that hold some)."""
     c = _Columns()
+    ids = c.ids
     interned = _Interned()
     memory: list[dict[str, np.ndarray]] = []
     for chunk in trace.chunks():
+        text: memoryview | None
         if isinstance(chunk, Scanned):
             _add_scanned(chunk, c, ids, path, scanner, interned, memory)
+            text = chunk.text
         else:
             _add_chunk(chunk, c, ids, path)
             _add_memory(chunk, memory, ids)
-        del chunk  # a view of the read buffer (scanned blocks) lives no longer than its block
+            text = trace.text
+        if c.has_ranges and text is not None:
+            c.ranges.add(text, path)
+            c.has_ranges = False
+        del chunk, text  # views of the read buffer live no longer than their block
+        trace.text = None
     return c, memory
 
 

@@ -31,13 +31,14 @@ the GPU peaks (:mod:`dtrace.knowledge.hardware`, with the ``gpu_spec`` option's 
     ``peak_tbps`` its HBM bandwidth. An op without FLOPs (a copy, a fill) or without a compute
     peak for its precision (integer arithmetic) is bounded by its bytes alone.
 ``op_perf_xrank``
-    per (op, arguments) over the parts that ran it: summed count, time, roofline and time lost;
-    the per-part median instance time's median, minimum, maximum, ``spread = max / median`` and
-    the slowest part.
+    per (op, arguments, phase, step sequences) over the parts that ran it: summed count, time,
+    roofline and time lost; the per-part median instance time's median, minimum, maximum,
+    ``spread = max / median`` and the slowest part.
 ``op_family_perf``
-    per (rank, device, family): instances, time, its share of the part's op time, FLOPs, bytes,
-    achieved throughput over the modelled rows, roofline and time lost; ``unmodelled`` holds the
-    ops without a model (their time, no FLOPs).
+    per (rank, device, family, phase): instances, time, its share of the part's op time, FLOPs,
+    bytes, achieved throughput over the modelled rows, roofline and time lost; ``unmodelled``
+    holds the ops without a model (their time, no FLOPs). A trace without serving step
+    annotations has one phase, ``""``.
 ``gpu_slowness``
     signal (e) of the straggler detector: per part, its modelled ops' time against the median
     part's at equal (op, arguments), over the (op, arguments) at least two parts ran:
@@ -66,8 +67,10 @@ from .ranks import peer_z
 
 Tables = dict[str, pd.DataFrame]
 KEYS = ["rank", "device"]
-ARG_KEYS = ["op", "family", "backward", "modelled", "shapes", "dtypes", "strides", "args"]
-IDENT = ["op", "shapes", "dtypes", "strides", "args"]  # the rest of ARG_KEYS follows from these
+ARG_KEYS = ["op", "family", "backward", "modelled", "shapes", "dtypes", "strides", "args", "phase", "seqs"]
+IDENT = ["op", "shapes", "dtypes", "strides", "args", "phase", "seqs"]  # the rest of ARG_KEYS follows from these
+STEP_COLUMNS = ("phase", "seqs")
+"""The serving step's columns of ``op_perf`` (results written before them read as ``""``)."""
 MIN_GPU_SLOWDOWN = 1.03
 SLOWDOWN_FLOOR = 0.005
 
@@ -123,6 +126,7 @@ FAMILY_COLUMNS = {
     "rank": "int32",
     "device": "int32",
     "family": "object",
+    "phase": "object",
     "ops": "int64",
     "count": "int64",
     "gpu_ns": "int64",
@@ -338,8 +342,9 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
     if not len(op):
         return empty_frame(FAMILY_COLUMNS)
     fam_codes, fams = pd.factorize(op["family"], sort=True)
+    phase_codes, phases = pd.factorize(op["phase"].fillna(""), sort=True)
     rank, dev = op["rank"].to_numpy(np.int64), op["device"].to_numpy(np.int64)
-    g, n = dense_codes(rank, dev, fam_codes)  # ordered like (rank, device, family)
+    g, n = dense_codes(rank, dev, fam_codes, phase_codes)  # ordered like (rank, device, family, phase)
     first = unique_first(g)[1]
     modelled = op["modelled"].to_numpy(bool)
     count = op["count"].to_numpy(np.int64)
@@ -351,6 +356,7 @@ def _families(op: pd.DataFrame) -> pd.DataFrame:
             "rank": rank[first].astype(np.int32),
             "device": dev[first].astype(np.int32),
             "family": np.asarray(fams, dtype=object)[fam_codes[first]],
+            "phase": np.asarray(phases, dtype=object)[phase_codes[first]],
             "ops": np.bincount(g, minlength=n).astype(np.int64),
             "count": np.bincount(g, count, n).astype(np.int64),
             "gpu_ns": np.bincount(g, gpu_ns, n).astype(np.int64),
@@ -460,6 +466,9 @@ def reduce_op_perf(tables: Tables, options: Options) -> Tables:
         dev = empty_frame({"rank": "int32", "device": "int32", "name": "object"})
     if op is None:
         return {}
+    missing = [c for c in STEP_COLUMNS if c not in op.columns]
+    if missing:  # results written before the serving steps were read
+        op = op.assign(**{c: str_column(np.full(len(op), -1), np.empty(0, object)).array for c in missing})
     specs = load_specs(options.gpu_spec)
     described = {"name", "vendor", "capability", "sms", "memory_bytes"} <= set(dev.columns)
     dev, used = _device_specs(dev, specs) if described else (dev, {})

@@ -646,6 +646,8 @@ def human_ops(df: pd.DataFrame, across: bool) -> pd.DataFrame:
     if across and len(df) and int(df["parts"].max()) > 1:
         out["spread"] = df["spread"].to_numpy(np.float64).round(3)
         out["slowest"] = df["max_rank"].to_numpy()
+    if "phase" in df.columns and (df["phase"].fillna("") != "").any():  # a serving trace: prefill, decode, mixed
+        out.insert(1, "phase", df["phase"].fillna("").to_numpy(object))
     return out
 
 

@@ -38,6 +38,7 @@ ABSOLUTE_TIMES = ("start_ns", "end_ns", "first_ns", "last_ns")
 #: Further absolute-time columns of particular tables (elsewhere ``lo_ns`` is a duration bin).
 TABLE_ABSOLUTE_TIMES = {
     "launches": ("launch_ns",),
+    "kernel_counters": ("launch_ns",),
     "queue_timeline": ("lo_ns", "hi_ns"),
     "memory": ("peak_ns",),
     "memory_timeline": ("lo_ns", "hi_ns"),

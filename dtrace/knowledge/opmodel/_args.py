@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import msgspec
 
+from .serving import Step
+
 # element type (lower case) -> (bytes per element, precision)
 DTYPES: dict[str, tuple[float, str]] = {
     "double": (8, "fp64"),
@@ -121,15 +123,17 @@ def parse_list(text: str) -> list[Any]:
 
 @dataclass(frozen=True)
 class OpArgs:
-    """One op's name and recorded arguments (``dims``, ``types``, ``concrete`` of equal length)."""
+    """One op's name and recorded arguments (``dims``, ``types``, ``concrete`` of equal length),
+    and the serving step it ran in (``step``: its sequences, for the models that read them)."""
 
     name: str
     dims: Sequence[Any]
     types: Sequence[str]
     concrete: Sequence[str]
+    step: Step | None = None
 
     @classmethod
-    def parse(cls, name: str, dims: str, types: str, concrete: str) -> "OpArgs":
+    def parse(cls, name: str, dims: str, types: str, concrete: str, step: str = "") -> "OpArgs":
         """From the recorded texts (JSON lists); raises :class:`NotModelled` for anything else.
 
         Examples
@@ -150,7 +154,7 @@ class OpArgs:
             raise NotModelled("Input Dims and Input type differ in length")
         if len(c) != len(d):
             c = (list(c) + [""] * len(d))[: len(d)]
-        return cls(name, d, t, c)
+        return cls(name, d, t, c, Step.parse(step) if step else None)
 
     # -- arguments ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -227,6 +231,16 @@ class OpArgs:
     def integer(self, i: int, default: int) -> int:
         v = self.ints(i)
         return v[0] if v else default
+
+    def floats(self, i: int) -> list[float] | None:
+        """A recorded float list (``[2., 2.]``) or single number as a list; None if not recorded."""
+        t = self.text(i).strip().strip("[]")
+        if not t:
+            return None
+        try:
+            return [float(v) for v in t.split(",") if v.strip()]
+        except ValueError:
+            raise NotModelled(f"argument {i} of {self.name} is not a number list: {self.text(i)!r}") from None
 
     def flags(self, i: int) -> list[bool] | None:
         """A recorded bool list (``[True, True, False]``), None if not recorded."""

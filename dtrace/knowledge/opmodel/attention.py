@@ -20,6 +20,25 @@ tokens, the number of sequences and the longest one: one sequence of the longest
 rest of equal length is assumed (TraceLens's estimate). Assumptions: Q, K, V, O stream through
 HBM once (the tiles' re-reads hit the cache); the softmax statistics and dropout masks are not
 counted.
+
+**Serving attention** reads the keys and values of every sequence of the step from a paged KV
+cache; its recorded arguments hold the step's query tokens (and the cache) but not the
+sequences. With ``Σsq`` the query tokens, ``Σsk`` the keys of all sequences and ``P`` the pairs
+(causal: ``Σ (sq·sk − sq(sq−1)/2)``, each sequence's queries being its last ``sq`` positions):
+
+    FLOPs = 2·H_q·P·(d_qk + d_v)
+    bytes = Σsq·H_q·(d_qk·size(q) + d_v·size(o))  (Q read, O written)
+            + Σsk·H_kv·(d_qk·size(k) + d_v·size(v))  (each sequence's keys and values read once)
+
+The sums come from the step's annotation (:mod:`.serving`) where the trace has one and its
+queries are the op's (``Σsq`` at most its query rows: padding tokens attend to nothing):
+``vllm::unified_attention_with_output(query, key, value, output, ..)`` (causal: a decoder's
+layers) is modelled only then. ``aiter::mha_batch_prefill(q, k_cache, v_cache, cu_seqlens_q,
+kv_indptr, kv_page_indices, max_seqlen_q, max_seqlen_k, dropout, scale, soft_cap, zero_tensors,
+is_causal, ..)`` falls back on its arguments: ``n`` sequences (``cu_seqlens_q``), the longest
+query ``max_seqlen_q`` and the rest equal (the varlen convention above), every sequence with the
+same cached prefix ``max_seqlen_k − max_seqlen_q`` (none when they are equal: a plain prefill).
+The sequence metadata (offsets, page tables) is not counted.
 """
 
 from __future__ import annotations
@@ -121,6 +140,74 @@ def _varlen(q_at: int, cu_at: int, max_at: int, causal_at: int, backward: bool) 
     return model
 
 
+def _serving(a: OpArgs, o_at: int, sq: int, sk: int, pairs: float, params: str) -> Estimate:
+    """Attention over a paged KV cache of the step's sums (the module docs): q at 0, the key
+    and value tensors (or caches) at 1 and 2, ``(.., heads, dim)``; the output's type at ``o_at``
+    (-1: q's)."""
+    sq_shape, sk_shape, sv_shape = a.shape(0), a.shape(1), a.shape(2)
+    if len(sq_shape) != 3 or len(sk_shape) < 3 or len(sv_shape) < 3 or sq < 1 or sq > sq_shape[0]:
+        raise NotModelled(f"{a.name}: q {list(sq_shape)} is not (tokens, heads, dim) for {sq} query tokens")
+    _, hq, dqk = sq_shape
+    hkv, dv = sk_shape[-2], sv_shape[-1]
+    if hkv < 1 or hq % hkv or sk_shape[-1] != dqk:
+        raise NotModelled(f"{a.name}: q, k, v heads do not fit together")
+    bpe_o = a.bpe(o_at) if o_at >= 0 and a.present(o_at) else a.bpe(0)
+    nbytes = sq * hq * (dqk * a.bpe(0) + dv * bpe_o) + sk * hkv * (dqk * a.bpe(1) + dv * a.bpe(2))
+    flops = 2.0 * hq * pairs * (dqk + dv)
+    return Estimate(flops, float(nbytes), MATRIX, a.precision(0), f"heads={hq}/{hkv} d={dqk} {params}")
+
+
+def _step_sums(a: OpArgs, causal: bool) -> tuple[int, int, float, str] | None:
+    """``(Σsq, Σsk, pairs, params)`` from the step's annotation, None if the trace has none."""
+    if a.step is None:
+        return None
+    sq, sk, pairs = a.step.total(causal)
+    c, g = a.step.context.n, a.step.generation.n
+    return sq, sk, float(pairs), f"sq={sq} sk={sk} seqs={c}+{g}" + (" causal" if causal else "")
+
+
+def unified_attention(a: OpArgs) -> Estimate:
+    """``vllm::unified_attention_with_output(query, key, value, output, layer_name, ..)``."""
+    sums = _step_sums(a, causal=True)
+    if sums is None:
+        raise NotModelled(f"{a.name}: the step's sequences are not recorded (no execute_.._context_.. annotation)")
+    return _serving(a, 3, *sums)
+
+
+def mha_batch_prefill(a: OpArgs) -> Estimate:
+    """``aiter::mha_batch_prefill(q, k_cache, v_cache, cu_seqlens_q, kv_indptr, ..)``: the module docs.
+
+    Examples
+    --------
+    >>> e = mha_batch_prefill(OpArgs.parse("aiter::mha_batch_prefill",
+    ...     "[[8, 4, 16], [99, 2, 16], [99, 2, 16], [3], [3], [8], [], [], [], [], [], [], []]",
+    ...     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "int", "int", "int"' + ', "Scalar"' * 7 + "]",
+    ...     '["", "", "", "", "", "", "4", "4", "0.", "0.25", "0.", "False", "True"]'))
+    >>> e.flops == 2 * 4 * 2 * 10 * 32, e.bytes == 8 * 4 * 32 * 2 + 8 * 2 * 32 * 2  # 2 sequences of 4: 10 pairs each
+    (True, True)
+    """
+    causal = a.flag(12)
+    sums = _step_sums(a, causal)
+    if sums is None or sums[0] > a.shape(0)[0]:
+        sums = _prefill_sums(a, causal)
+    return _serving(a, -1, *sums)
+
+
+def _prefill_sums(a: OpArgs, causal: bool) -> tuple[int, int, float, str]:
+    """``(Σsq, Σsk, pairs, params)`` of a batch prefill from its arguments (the module docs)."""
+    n, tq = a.numel(3) - 1, a.shape(0)[0]
+    max_q, max_k = a.integer(6, 0), a.integer(7, 0)
+    if n < 1 or max_q < 1 or max_q > tq:
+        raise NotModelled(f"{a.name}: sequence lengths not recorded")
+    prefix = max(max_k - max_q, 0)
+    pairs = _pairs(max_q, max_q + prefix, causal, True)
+    if n > 1:
+        rest = (tq - max_q) // (n - 1)
+        pairs += (n - 1) * _pairs(rest, rest + prefix, causal, True)
+    params = f"sq={tq} seqs={n} max_q={max_q} prefix={prefix}" + (" causal" if causal else "")
+    return tq, tq + n * prefix, pairs, params
+
+
 def _flash_attn_backward(a: OpArgs) -> Estimate:
     """``flash_attn::_flash_attn_backward``: ``causal`` follows ``softmax_scale`` (position 11 in
     flash-attention 2.x; 10 in older releases)."""
@@ -154,3 +241,5 @@ register(
 register("attention", ["flash_attn::_flash_attn_backward"], _flash_attn_backward)
 register("attention", ["flash_attn::_flash_attn_varlen_forward"], _varlen(0, 3, 5, 9, False))
 register("attention", ["flash_attn::_flash_attn_varlen_backward"], _varlen(1, 9, 11, 15, True))
+register("attention", ["vllm::unified_attention_with_output"], unified_attention, step=True)
+register("attention", ["aiter::mha_batch_prefill"], mha_batch_prefill, step=True)

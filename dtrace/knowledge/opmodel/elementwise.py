@@ -16,6 +16,21 @@ arguments with at least one dimension (type promotion; 0-dim tensors do not prom
 first argument's. Assumptions: no reuse between ops (each op's operands come from HBM); the
 arithmetic per element is negligible next to the memory traffic, so one FLOP per element is a
 convention that only places the op on the roofline chart.
+
+The serving libraries' fused elementwise kernels:
+
+    act_and_mul(out[.., d], x[.., 2d])   FLOPs = 2·|out| (the activation by the convention above,
+                                          and the product with the gate)
+                                          bytes = |x|·size(x) + |out|·size(out)
+    rotary_embedding(positions[T], q[T, Hq·h], k[T, Hk·h], h, cos_sin_cache[P, r], is_neox)
+                                          FLOPs = 3·T·(Hq + Hk)·r (each rotated element x·cos ∓ y·sin)
+                                          bytes = 2·T·(Hq + Hk)·r·size(q) (rotated in place: read, written)
+                                                  + T·size(positions) + T·r·size(cache) (each token's row)
+
+``act_and_mul`` is ``silu_and_mul``, ``gelu_and_mul`` and ``gelu_tanh_and_mul`` of SGLang
+(``sgl_kernel::``) and vLLM (``_C::``); ``rotary_embedding`` likewise (``h``: the head size, ``r``
+the rotary dimension, the cache's last dimension, of which the first half are cosines; a head's
+elements past ``r`` are not touched).
 """
 
 from __future__ import annotations
@@ -95,3 +110,50 @@ COMPOSITES = ["aten::relu", "aten::relu_", "aten::rsub", "aten::masked_fill", "a
 
 register("elementwise", [n for n in _names(UNARY + BINARY + TERNARY + COMPARE) if n not in COMPOSITES], elementwise)
 register("elementwise", COMPOSITES, elementwise, wrapper=True)
+
+
+def act_and_mul(a: OpArgs) -> Estimate:
+    """``silu_and_mul(out, x)`` and the other gated activations: ``out = act(x[.., :d]) · x[.., d:]``.
+
+    Examples
+    --------
+    >>> e = act_and_mul(OpArgs.parse("sgl_kernel::silu_and_mul", "[[4, 8], [4, 16]]", '["c10::BFloat16", "c10::BFloat16"]', ""))
+    >>> e.flops, e.bytes  # 32 outputs; 64 elements read, 32 written, 2 bytes each
+    (64.0, 192.0)
+    """
+    so, sx = a.shape(0), a.shape(1)
+    if not so or not sx or sx[:-1] != so[:-1] or sx[-1] != 2 * so[-1]:
+        raise NotModelled(f"{a.name}: input {list(sx)} is not twice the output {list(so)}")
+    n = a.numel(0)
+    return Estimate(2.0 * n, float(a.tensor_bytes(1) + a.tensor_bytes(0)), VECTOR, a.precision(1), f"{n} outputs")
+
+
+def rotary_embedding(a: OpArgs) -> Estimate:
+    """``rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)``: the module docs.
+
+    Examples
+    --------
+    >>> e = rotary_embedding(OpArgs.parse("sgl_kernel::rotary_embedding", "[[4], [4, 256], [4, 128], [], [64, 128], []]",
+    ...     '["long int", "c10::BFloat16", "c10::BFloat16", "Scalar", "c10::BFloat16", "Scalar"]', '["", "", "", "128", "", "True"]'))
+    >>> e.flops == 3 * 4 * (2 + 1) * 128, e.bytes == 2 * 4 * 3 * 128 * 2 + 4 * 8 + 4 * 128 * 2
+    (True, True)
+    """
+    t, h, cache = a.numel(0), a.integer(3, 0), a.shape(4)
+    if t <= 0 or h <= 0 or len(cache) != 2 or not 0 < cache[1] <= h:
+        raise NotModelled(f"{a.name}: positions, head size or cos/sin cache not understood")
+    rot = cache[1]
+    rotated_q = a.numel(1) // (t * h) * t * rot
+    rotated_k = a.numel(2) // (t * h) * t * rot if a.present(2) else 0
+    nbytes = 2 * (rotated_q * a.bpe(1) + (rotated_k * a.bpe(2) if rotated_k else 0))
+    nbytes += a.tensor_bytes(0) + t * rot * a.bpe(4)
+    params = f"T={t} heads={a.numel(1) // (t * h)}/{a.numel(2) // (t * h) if a.present(2) else 0} rot={rot}"
+    return Estimate(3.0 * (rotated_q + rotated_k), float(nbytes), VECTOR, a.precision(1), params)
+
+
+_SERVING = ("sgl_kernel", "_C")
+register(
+    "elementwise",
+    [f"{ns}::{f}" for ns in _SERVING for f in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")],
+    act_and_mul,
+)
+register("elementwise", [f"{ns}::rotary_embedding" for ns in _SERVING], rotary_embedding)

@@ -1,5 +1,5 @@
-"""Embedding and gathers: ``embedding``, ``embedding_dense_backward``, ``index_select``, ``gather``
-(docs/semantics.md, "Op performance model").
+"""Embedding, gathers and scatters: ``embedding``, ``embedding_dense_backward``, ``index_select``,
+``gather``, the KV-cache writes of serving (docs/semantics.md, "Op performance model").
 
 With ``n`` the indices and ``r`` the elements gathered per index (a table row, ``D``):
 
@@ -9,8 +9,17 @@ With ``n`` the indices and ``r`` the elements gathered per index (a table row, `
               bytes = n·D·size(dy) + n·size(index) read + V·D·size(dy) written (the dense
                       gradient of the V×D table, zeroed and accumulated)
 
+A KV-cache write scatters the step's new keys and values into their cache slots: SGLang's
+``sglang::store_cache(k, v, k_cache, v_cache, loc, ..)`` and vLLM's
+``_C_cache_ops::reshape_and_cache[_flash](key, value, key_cache, value_cache, slot_mapping, ..)``.
+With ``n`` the slots (``|loc|``) and ``r_k``, ``r_v`` the elements of a token's key and value:
+
+    FLOPs = 0         bytes = n·(r_k·size(k) + r_v·size(v)) read + the same rows written in the
+                              caches' types (n·(r_k·size(k_cache) + r_v·size(v_cache))) + n·size(loc)
+
 Assumptions: only the gathered rows are read (not the whole table); index sorting and the
-atomics of the backward cost nothing extra.
+atomics of the backward cost nothing extra; a KV-cache write moves only its tokens' rows
+(``n`` may be fewer than the key tensor's rows: padding tokens are not written).
 """
 
 from __future__ import annotations
@@ -68,7 +77,32 @@ def embedding_backward(a: OpArgs) -> Estimate:
     return Estimate(float(n * d), float(nbytes), VECTOR, a.precision(0), f"{n} indices x {d} into {v} rows")
 
 
+def kv_cache_write(a: OpArgs) -> Estimate:
+    """``store_cache(k, v, k_cache, v_cache, loc, ..)``, ``reshape_and_cache_flash(key, value,
+    key_cache, value_cache, slot_mapping, ..)``: the module docs.
+
+    Examples
+    --------
+    >>> e = kv_cache_write(OpArgs.parse("sglang::store_cache", "[[16, 1024], [16, 1024], [99, 1024], [99, 1024], [16]]",
+    ...     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "long int"]', ""))
+    >>> e.flops, e.bytes == 2 * 2 * 16 * 1024 * 2 + 16 * 8
+    (0.0, True)
+    """
+    n = a.numel(4)
+    sk, sv = a.shape(0), a.shape(1)
+    if not sk or not sv or sk[0] < n or sv[0] < n:
+        raise NotModelled(f"{a.name}: {n} slots for keys {list(sk)} and values {list(sv)}")
+    rk, rv = a.numel(0) // sk[0], a.numel(1) // sv[0]
+    nbytes = n * (rk * (a.bpe(0) + a.bpe(2)) + rv * (a.bpe(1) + a.bpe(3))) + a.tensor_bytes(4)
+    return Estimate(0.0, float(nbytes), VECTOR, a.precision(0), f"{n} slots x {rk}+{rv}")
+
+
 register("gather", ["aten::embedding"], embedding, wrapper=True)  # it calls index_select
 register("gather", ["aten::index_select"], index_select)
 register("gather", ["aten::gather"], gather)
 register("gather", ["aten::embedding_backward", "aten::embedding_dense_backward"], embedding_backward)
+register(
+    "gather",
+    ["sglang::store_cache", "_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::reshape_and_cache"],
+    kv_cache_write,
+)

@@ -8,11 +8,18 @@ For ``C = A·B`` with ``A`` of M×K and ``B`` of K×N (a batch of ``b`` such pro
             (A, B, a bias or added C, fp8 scales, group offsets; the output M×N in its own type)
 
 Each operand counts in its own element type; the output has the first matrix's type, or the
-``out_dtype`` an op names (``_scaled_mm`` of fp8 to bf16). Assumptions: operands are read from
+``out_dtype`` an op names (``_scaled_mm`` of fp8 to bf16), or an ``out=`` tensor's (``mm.out``,
+which Inductor calls: that tensor is written, not read). Assumptions: operands are read from
 and the output written to HBM exactly once (perfect reuse on chip); a transposed operand costs
 nothing extra. ``linear`` and ``matmul`` are wrappers (they own only the GPU work no inner
 ``mm``/``addmm``/``bmm`` owns), so their inner products are the modelled ops, as TraceLens
 models them.
+
+The serving libraries' linear layers have ``linear``'s semantics, ``Y = X·Wᵀ (+ bias)`` with
+``X`` of ``(..., K)`` and ``W`` of N×K: ``aiter::gemm_a16w16(A, B, bias, otype, scale_a,
+scale_b, scale_c)`` (aiter's ``tuned_gemm``; the output in ``otype``, else A's type; the
+optional per-tensor scales read) and ``vllm::rocm_unquantized_gemm(x, weight, bias)``. They own
+the ``aten::mm`` they may fall back to.
 """
 
 from __future__ import annotations
@@ -22,10 +29,20 @@ from math import prod
 from ._args import NotModelled, OpArgs, broadcast, bytes_per_element
 from .base import MATRIX, Estimate, register
 
+# input arguments of each product: a tensor after them is an ``out=`` tensor (``mm.out``, as
+# Inductor calls it): the output, written, not read
+_INPUTS = {
+    "aten::mm": 2, "aten::bmm": 2, "aten::mv": 2, "aten::dot": 2, "aten::vdot": 2, "aten::matmul": 2,
+    "aten::addmm": 3, "aten::_addmm_activation": 3, "aten::baddbmm": 3, "aten::linear": 3,
+    "vllm::rocm_unquantized_gemm": 3, "aten::_grouped_mm": 4, "aten::_scaled_mm": 6, "aten::_scaled_grouped_mm": 7,
+}  # fmt: skip
 
-def _inputs(a: OpArgs) -> float:
-    """Bytes of every tensor argument (the operands read)."""
-    return float(sum(a.tensor_bytes(i) for i in range(len(a)) if a.has(i)))
+
+def _inputs(a: OpArgs) -> tuple[float, int]:
+    """Bytes of the tensor arguments read (the inputs) and the position of an ``out=`` tensor (-1: none)."""
+    n = min(_INPUTS.get(a.name, len(a)), len(a))
+    outs = [i for i in range(n, len(a)) if a.has(i)]
+    return float(sum(a.tensor_bytes(i) for i in range(n) if a.has(i))), outs[0] if outs else -1
 
 
 def _matrix(a: OpArgs, i: int) -> tuple[int, int]:
@@ -40,7 +57,8 @@ def _estimate(
 ) -> Estimate:
     flops = batch * 2.0 * m * n * k + (batch * m * n if bias else 0)
     params = f"M={m} N={n} K={k}" + (f" batch={batch}" if batch != 1 else "") + (" +bias" if bias else "")
-    return Estimate(flops, _inputs(a) + out_elems * out_bpe, MATRIX, prec, params)
+    reads, out_at = _inputs(a)
+    return Estimate(flops, reads + out_elems * (a.bpe(out_at) if out_at >= 0 else out_bpe), MATRIX, prec, params)
 
 
 def mm(a: OpArgs) -> Estimate:
@@ -139,14 +157,30 @@ def matmul(a: OpArgs) -> Estimate:
     return _estimate(a, batch, m, n, k, bias=False, out_elems=batch * m * n, out_bpe=a.bpe(0), prec=a.precision(0))
 
 
-def linear(a: OpArgs) -> Estimate:
-    """``aten::linear(X, W, bias)``: ``X·Wᵀ (+ bias)`` with X of ``(..., K)`` and W of N×K."""
+def linear(a: OpArgs, otype_at: int = -1) -> Estimate:
+    """``aten::linear(X, W, bias)``: ``X·Wᵀ (+ bias)`` with X of ``(..., K)`` and W of N×K; the
+    output in the type a ``dtype`` argument at ``otype_at`` names, else X's."""
     sx = a.shape(0)
     n, k = _matrix(a, 1)
     if not sx or sx[-1] != k:
         raise NotModelled(f"{a.name}: input {list(sx)} does not match weight {[n, k]}")
     m = a.numel(0) // k
-    return _estimate(a, 1, m, n, k, bias=a.present(2), out_elems=m * n, out_bpe=a.bpe(0), prec=a.precision(0))
+    otype = a.scalar_type(otype_at) if otype_at >= 0 else None
+    out_bpe = (bytes_per_element(otype) if otype else None) or a.bpe(0)
+    return _estimate(a, 1, m, n, k, bias=a.present(2), out_elems=m * n, out_bpe=out_bpe, prec=a.precision(0))
+
+
+def aiter_gemm_a16w16(a: OpArgs) -> Estimate:
+    """``aiter::gemm_a16w16(A, B, bias, otype, scale_a, scale_b, scale_c)``: ``A·Bᵀ`` (B of N×K).
+
+    Examples
+    --------
+    >>> e = aiter_gemm_a16w16(OpArgs.parse("aiter::gemm_a16w16", "[[15360, 4096], [6144, 4096], [], [], [], [], []]",
+    ...     '["c10::BFloat16", "c10::BFloat16", "", "Scalar", "", "", ""]', '["", "", "", "15", "", "", ""]'))
+    >>> e.flops == 2 * 15360 * 6144 * 4096, e.bytes == (15360 * 4096 + 6144 * 4096 + 15360 * 6144) * 2
+    (True, True)
+    """
+    return linear(a, otype_at=3)
 
 
 def mv(a: OpArgs) -> Estimate:
@@ -171,3 +205,5 @@ register("gemm", ["aten::mv"], mv)
 register("gemm", ["aten::dot", "aten::vdot"], dot)
 register("gemm", ["aten::matmul"], matmul, wrapper=True)
 register("gemm", ["aten::linear"], linear, wrapper=True)
+register("gemm", ["aiter::gemm_a16w16"], aiter_gemm_a16w16)
+register("gemm", ["vllm::rocm_unquantized_gemm"], linear)

@@ -16,6 +16,15 @@ channels, dimension 1; group norm backward: channels per group):
     RMS backward FLOPs = E (x̂) + E (with a weight) + 6·E (dx) + E or 2·E (dw)
               bytes = E·size(dy) + 2·E·size(x) (+ 2·C·size(x) for the weight and dw)
 
+The serving libraries' RMS norms over the last dimension have the same formula: aiter's
+``rmsnorm(out, input, weight, eps)``, vLLM's ``_C::rms_norm(out, input, weight, eps)`` and
+SGLang's ``sgl_kernel::rmsnorm(out, input, weight, eps, pdl)``; the fused residual adds
+(aiter's ``add_rmsnorm(out, input, residual_in, residual_out, weight, eps)``, vLLM's in-place
+``_C::fused_add_rms_norm(input, residual, weight, eps)``, SGLang's
+``sgl_kernel::fused_add_rmsnorm(input, residual, weight, eps, pdl)``) add ``E`` FLOPs (the sum)
+and move ``4·E`` elements (input and residual read, the sum and the normalised output written)
+plus the weight. aiter's ``_groupnorm_run(x, num_groups, weight, bias, eps)`` is group norm.
+
 Where TraceLens assumes, dtrace reads the trace: a weight and a bias count only when given
 (TraceLens counts both always), batch norm trains only when its ``training`` argument says so,
 the backward ops' ``output_mask`` says which gradients are computed, and a cuDNN/MIOpen batch
@@ -161,6 +170,43 @@ def rms_norm(a: OpArgs) -> Estimate:
     return Estimate(float(flops), float(nbytes), VECTOR, a.precision(0), f"rows={e // c} C={c}")
 
 
+def _rms(a: OpArgs, x_at: int, w_at: int, out_at: int, residual: bool) -> Estimate:
+    """An RMS norm over the last dimension of ``x`` with the weight at ``w_at`` (the module docs);
+    ``residual``: the fused residual add before it."""
+    sx = a.shape(x_at)
+    c, e = (sx[-1] if sx else 0), a.numel(x_at)
+    if c <= 0 or not a.present(w_at) or a.numel(w_at) != c:
+        raise NotModelled(f"{a.name}: input {list(sx)} and weight do not fit together")
+    bpe_x, bpe_out = a.bpe(x_at), a.bpe(out_at)
+    flops = (e / c) * (2 * c + 2) + 2 * e + (e if residual else 0)
+    nbytes = e * bpe_x + e * bpe_out + c * a.bpe(w_at) + (2 * e * bpe_x if residual else 0)
+    params = f"rows={e // c} C={c}" + (" +residual" if residual else "")
+    return Estimate(float(flops), float(nbytes), VECTOR, a.precision(x_at), params)
+
+
+def out_rms_norm(a: OpArgs) -> Estimate:
+    """``aiter::rmsnorm(out, input, weight, eps)``, ``_C::rms_norm``, ``sgl_kernel::rmsnorm``.
+
+    Examples
+    --------
+    >>> e = out_rms_norm(OpArgs.parse("aiter::rmsnorm", "[[8, 128], [8, 128], [128], []]",
+    ...     '["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar"]', ""))
+    >>> e.flops == 8 * (2 * 128 + 2) + 2 * 8 * 128, e.bytes == (2 * 8 * 128 + 128) * 2
+    (True, True)
+    """
+    return _rms(a, 1, 2, 0, residual=False)
+
+
+def aiter_add_rms_norm(a: OpArgs) -> Estimate:
+    """``aiter::add_rmsnorm(out, input, residual_in, residual_out, weight, eps)``."""
+    return _rms(a, 1, 4, 0, residual=True)
+
+
+def in_place_add_rms_norm(a: OpArgs) -> Estimate:
+    """``_C::fused_add_rms_norm(input, residual, weight, eps)`` (and SGLang's): both written in place."""
+    return _rms(a, 0, 2, 0, residual=True)
+
+
 def rms_norm_backward(a: OpArgs) -> Estimate:
     """``aten::_fused_rms_norm_backward(dy, x, normalized_shape, rstd, weight, output_mask)``."""
     c, e, bpe_in, bpe_out = _normalized(a, 2), a.numel(1), a.bpe(1), a.bpe(0)
@@ -199,3 +245,7 @@ register(
     "norm", ["aten::rms_norm"], rms_norm, wrapper=True
 )  # it calls the fused kernel's op (TraceLens models that one)
 register("norm", ["aten::_fused_rms_norm_backward", "aten::rms_norm_backward"], rms_norm_backward)
+register("norm", ["aiter::rmsnorm", "_C::rms_norm", "sgl_kernel::rmsnorm"], out_rms_norm)
+register("norm", ["aiter::add_rmsnorm"], aiter_add_rms_norm)
+register("norm", ["_C::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm"], in_place_add_rms_norm)
+register("norm", ["aiter::_groupnorm_run"], group_norm)
