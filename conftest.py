@@ -25,3 +25,4 @@ def pytest_configure(config: pytest.Config) -> None:
     if cov.cov_controller is not None:
         cov.cov_controller.pause()
     cov._disabled = True  # pytest-cov then neither reports nor checks the floor
+    cov.options.no_cov = True  # nor starts in pytest-xdist's workers (which run this hook too)

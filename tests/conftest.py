@@ -2,21 +2,11 @@ import os
 import shutil
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from testpaths import ROOT, SHARED, TRACES, shared  # noqa: F401 - the names tests import from here too
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist's workers get COLUMNS=80 from execnet:
     os.environ.pop("COLUMNS", None)  # the tests see what a run without workers sees (160 when
     os.environ.pop("LINES", None)  # output is not a terminal; a test that wants a width sets it)
-SHARED = os.environ.get("DTRACE_SHARED", os.path.join(ROOT, "..", "shared"))
-TRACES = os.path.join(SHARED, "traces")
-
-
-def shared(*parts: str) -> str:
-    p = os.path.join(TRACES, *parts)
-    if not os.path.exists(p):
-        pytest.skip(f"shared trace not available: {p}")
-    return p
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, shared
+from testpaths import ROOT, shared
 
 import dtrace
 from dtrace.errors import InputError

@@ -16,10 +16,10 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from oracle.analyses import ANALYSES as ORACLE
 from oracle.analyses import run_part_analyses as oracle_run
 from oracle.prepare import prepare as oracle_prepare
+from testpaths import shared
 
 from dtrace.analyses import ANALYSES, run_analyses
 from dtrace.analyses.batch import prepare

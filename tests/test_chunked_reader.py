@@ -7,7 +7,7 @@ import types
 
 import numpy as np
 import pyarrow as pa
-from conftest import shared
+from testpaths import shared
 
 import dtrace.readers._io as io_
 from dtrace.generate.tile import tile_trace

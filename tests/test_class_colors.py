@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.cli.main import main

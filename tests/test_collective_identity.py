@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.knowledge.classify import BuiltinClassifier, collective_label

@@ -8,7 +8,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.analyses.collectives import DECLARED, cumcount, infer_op

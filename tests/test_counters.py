@@ -21,8 +21,8 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
 from rawtrace import to_ns
+from testpaths import ROOT, shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, run_analyses

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import rawtrace
-from conftest import TRACES, shared
 from test_gaps import make_part
 from test_gaps import tables as stream_tables
+from testpaths import TRACES, shared
 
 import dtrace
 from dtrace.analyses import run_analyses

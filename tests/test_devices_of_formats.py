@@ -9,7 +9,7 @@ import json
 import shutil
 import sqlite3
 
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 

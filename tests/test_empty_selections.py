@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
-from conftest import ROOT
 from test_bad_input import GOOD, write
 from test_nsys_csv import KERN_NEW
+from testpaths import ROOT
 
 from dtrace.cli.main import main
 

@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 import dtrace
 from dtrace.core.memory import _jemalloc

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 
 def run(*args, cwd=ROOT):

@@ -33,7 +33,7 @@ import warnings
 
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES

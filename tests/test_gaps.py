@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import rawtrace
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, conform

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 from dtrace.errors import UsageError
 from dtrace.knowledge.hardware import load_specs, match_device, read_spec_file

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
 from rawtrace import to_ns
+from testpaths import ROOT
 
 import dtrace
 
@@ -135,7 +135,7 @@ def test_cuda_launch_queue_is_full_at_1022():
 
 def test_no_default_queue_limit_for_rocm():
     """HIP's queue on MI300X took 1,840 launches without a launch call blocking: no limit is known."""
-    from conftest import shared
+    from testpaths import shared
 
     res = dtrace.analyze(shared("kineto", "single", "mi300_resnet_rccl_rank0.json.gz"), scheduler="sync")
     assert res.queues["limit"].isna().all() and (res.queues["blocked_ns"] == 0).all()

@@ -17,9 +17,9 @@ import zlib
 
 import pytest
 from _fifo import release_fifo
-from conftest import ROOT
 from synth_formats import write_nsys_sqlite
 from test_implausible_times import GOOD, TRACE_HEADER, csv_row, write_kineto
+from testpaths import ROOT
 
 import dtrace
 from dtrace.errors import InputTooLarge, NotRegularFile, UsageError

@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 import pytest
-from conftest import shared
 from rawtrace import to_ns
+from testpaths import shared
 
 from dtrace.readers.kineto import read_kineto
 

@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from test_nsys_csv import KERN_NEW, MEM_NEW, NVTX, write
+from testpaths import shared
 
 import dtrace
 from dtrace.analyses import ANALYSES, as_declared, conform

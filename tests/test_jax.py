@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from rawtrace import union_len
 from synth_formats import write_jax_trace
+from testpaths import shared
 
 import dtrace
 from dtrace.errors import InputError

@@ -17,8 +17,8 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
 from rawtrace import to_ns
+from testpaths import ROOT, shared
 
 import dtrace
 from dtrace.analyses.sequences import SEPARATOR, kernel_sequences, launched_below, sequence_keys, top_level_ops

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.core.schema import us_to_ns, validate_events

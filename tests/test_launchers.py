@@ -13,8 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import shared
 from rawtrace import to_ns
+from testpaths import shared
 
 import dtrace
 from dtrace.cli.main import main

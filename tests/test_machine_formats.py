@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 import dtrace
 from dtrace.cli.main import main

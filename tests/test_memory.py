@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
 from rawtrace import to_ns
+from testpaths import ROOT, shared
 
 from dtrace.readers import detect
 

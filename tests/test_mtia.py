@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.errors import NoGPUActivity

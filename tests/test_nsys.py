@@ -8,9 +8,9 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from rawtrace import union_len
 from synth_formats import ITER_TAG, global_id, write_nsys_sqlite
+from testpaths import shared
 
 import dtrace
 from dtrace.errors import InputError

@@ -9,7 +9,7 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.cli.main import main

@@ -18,7 +18,7 @@ import sqlite3
 import zlib
 
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.cli.main import main

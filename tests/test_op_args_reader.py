@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import ROOT, shared
+from testpaths import ROOT, shared
 
 from dtrace.core.schema import ARGS_SEP
 from dtrace.execution.tasks import load_batch

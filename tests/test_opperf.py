@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
+from testpaths import ROOT, shared
 
 import dtrace
 

@@ -20,8 +20,8 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from test_opperf_tracelens import MIB, TRACELENS_MI300X, _num, check_figures, compare
+from testpaths import shared
 
 import dtrace
 

@@ -17,7 +17,7 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.knowledge import opmodel

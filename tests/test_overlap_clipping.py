@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
 from rawtrace import to_ns
+from testpaths import shared
 
 import dtrace
 from dtrace.analyses import run_analyses

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
+from testpaths import ROOT, shared
 
 import dtrace
 from dtrace.errors import UsageError

@@ -12,7 +12,7 @@ import os
 import shutil
 
 import pandas as pd
-from conftest import ROOT
+from testpaths import ROOT
 
 import dtrace
 from dtrace.cli.main import main

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.cli.main import main

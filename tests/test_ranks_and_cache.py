@@ -5,7 +5,7 @@ import os
 import shutil
 
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.readers import kineto
@@ -168,7 +168,7 @@ def test_unchanged_inputs_and_options_reuse_per_part_results(tmp_path, monkeypat
 def test_a_file_name_that_is_not_utf8_is_read(tmp_path):
     """Issue 19, item 11: a name that is not valid UTF-8 anywhere under an input folder (Linux
     names are bytes) is read like any other; the run, its re-run and the results work."""
-    from conftest import ROOT
+    from testpaths import ROOT
 
     examples = os.path.join(ROOT, "examples", "traces")
     job = tmp_path / "job"

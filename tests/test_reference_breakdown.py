@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TRACES, shared
+from testpaths import TRACES, shared
 
 import dtrace
 
@@ -42,7 +42,19 @@ def test_reference_tests_skip_without_the_shared_data_set(tmp_path):
     """Without ``../shared`` this file's tests skip; none fails (issue 19, item 22)."""
     env = {**os.environ, "DTRACE_SHARED": str(tmp_path / "absent")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not without_the_shared"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            __file__,
+            "-k",
+            "not without_the_shared",
+        ],
         capture_output=True,
         text=True,
         cwd=os.path.dirname(os.path.abspath(__file__)),

@@ -29,8 +29,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, TRACES
 from rawtrace import to_ns
+from testpaths import ROOT, TRACES
 
 from dtrace.analyses.batch import prepare_part
 from dtrace.analyses.launches import Series, launch_stats, launches, linked

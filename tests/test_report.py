@@ -17,7 +17,7 @@ import browser
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, shared
+from testpaths import ROOT, shared
 
 import dtrace
 import dtrace.cli.report

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.errors import InputError, NoGPUActivity

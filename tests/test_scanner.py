@@ -16,7 +16,7 @@ import os
 import random
 
 import pytest
-from conftest import TRACES, shared
+from testpaths import TRACES, shared
 
 from dtrace.errors import InputError
 from dtrace.readers import _scanned

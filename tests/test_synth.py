@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import shared
+from testpaths import shared
 
 from dtrace.cli.main import main as cli
 from dtrace.errors import UsageError

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 import dtrace
 from dtrace.cli.main import main

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.errors import InputError, UsageError

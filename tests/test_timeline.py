@@ -17,7 +17,7 @@ import _trace_viewer
 import browser
 import numpy as np
 import pytest
-from conftest import ROOT
+from testpaths import ROOT
 
 import dtrace
 from dtrace.analyses.batch import prepare_part as prepare

@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared
+from testpaths import shared
 
 import dtrace
 from dtrace.calltree import Tree, build

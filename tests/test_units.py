@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 import rawtrace
-from conftest import ROOT
+from testpaths import ROOT
 
 from dtrace.cli.main import main
 from dtrace.render.text import render
