@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dtrace.analyses import run_analyses
-from dtrace.analyses.batch import prepare
+from dtrace.analyses.batch import Batch, prepare
 from dtrace.execution.tasks import concat_parts
 from dtrace.options import Options
 from dtrace.readers import detect
@@ -22,13 +22,15 @@ NEED = {"breakdown", "steps", "kernels", "collectives", "step_bounds", "device_g
 MINE = ("collectives", "ranks", "stragglers")
 
 
-def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[str, pd.DataFrame]:
+def read_batch(paths: list[str], options: Options | None = None) -> Batch:
+    """One batch of every part of these traces (as ``dtrace analyze`` partitions them); a part
+    whose trace states no rank is numbered by its place."""
     tables, meta = [], []
-    for f in sorted(glob.glob(os.path.join(path, "rank-*.json*"))):
+    for f in paths:
         tf = detect(f).read(f)
-        p = tf.parts[0]
-        tables.append(p.tables())
-        meta.append((tf.rank_hint, p.device, tf.format))
+        for p in tf.parts:
+            tables.append(p.tables())
+            meta.append((tf.rank_hint if tf.rank_hint is not None else len(meta), p.device, tf.format))
     ev, side = concat_parts(tables)
     parts = pd.DataFrame(
         {
@@ -39,7 +41,12 @@ def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[
             "base_ns": np.zeros(len(meta), np.int64),
         }
     )
-    return run_analyses(prepare(ev, side, parts, options), only=need)
+    return prepare(ev, side, parts, options or Options())
+
+
+def per_rank_tables(path: str, options: Options, need: set[str] = NEED) -> dict[str, pd.DataFrame]:
+    batch = read_batch(sorted(glob.glob(os.path.join(path, "rank-*.json*"))), options)
+    return run_analyses(batch, only=need)
 
 
 def reduce(tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:

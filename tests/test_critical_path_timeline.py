@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from _synthjobs import read_batch
 from test_step_bounds import GEMM, HAND, NCCL, US, _part
 from test_timeline import check_chrome_trace
 
@@ -26,12 +27,10 @@ from dtrace.analyses.batch import prepare, prepare_part
 from dtrace.analyses.step_path import COLUMNS, step_path
 from dtrace.cli.main import main as cli
 from dtrace.core.schema import COLLECTIVE_SCHEMA, MEMCPY_SCHEMA
-from dtrace.execution.tasks import concat_parts
 from dtrace.explore import timeline as tx
 from dtrace.explore.pathtrack import CAT, CNAME, PATH_TID
 from dtrace.generate import synth
 from dtrace.options import Options
-from dtrace.readers import detect
 
 H200 = os.path.join(os.path.dirname(__file__), "data", "h200")
 HTA2 = "/work/shared/traces/kineto/hta-2rank"
@@ -233,27 +232,6 @@ def _check(path: pd.DataFrame, bounds: pd.DataFrame) -> int:
     return p[key].drop_duplicates().shape[0]
 
 
-def _read(paths: list[str], options: Options | None = None):
-    """One batch of every part of these traces (as ``dtrace analyze`` partitions them)."""
-    tables, meta = [], []
-    for f in paths:
-        tf = detect(f).read(f)
-        for p in tf.parts:
-            tables.append(p.tables())
-            meta.append((tf.rank_hint if tf.rank_hint is not None else len(meta), p.device, tf.format))
-    ev, side = concat_parts(tables)
-    parts = pd.DataFrame(
-        {
-            "part": np.arange(len(meta), dtype=np.int32),
-            "rank": np.array([m[0] for m in meta], np.int32),
-            "device": np.array([m[1] for m in meta], np.int32),
-            "format": [m[2] for m in meta],
-            "base_ns": np.zeros(len(meta), np.int64),
-        }
-    )
-    return prepare(ev, side, parts, options or Options())
-
-
 @pytest.mark.parametrize(
     "name",
     ["host_rank0.pt.trace.json.gz", "queue_full_rank0.pt.trace.json.gz", "ops_rank0.pt.trace.json.gz", "hta-2rank"],
@@ -262,7 +240,7 @@ def test_real_traces_tile_and_sum_to_step_bounds(name):
     paths = sorted(glob.glob(os.path.join(HTA2, "*.json.gz"))) if name == "hta-2rank" else [os.path.join(H200, name)]
     if not all(os.path.exists(p) for p in paths) or not paths:
         pytest.skip(f"{name} is not here")
-    batch = _read(paths)
+    batch = read_batch(paths)
     path = step_path(batch)
     n = _check(path, cp.step_bounds(batch))
     assert n >= (2 if name == "hta-2rank" else 1)
@@ -285,7 +263,7 @@ def test_generated_job_with_every_sort_of_hop(tmp_path):
     step, the others compute-bound and waiting in their collectives."""
     faults = ["launch:rank=3:slow=0.5", "loader:rank=5:slow=2", "sync:rank=6:slow=0.1"]
     synth.generate(tmp_path, seed=2, ranks=8, steps=2, kernels_per_step=30, faults=faults)
-    batch = _read(sorted(glob.glob(os.path.join(tmp_path, "rank-*.json*"))))
+    batch = read_batch(sorted(glob.glob(os.path.join(tmp_path, "rank-*.json*"))))
     path = step_path(batch)
     assert _check(path, cp.step_bounds(batch)) == 16
     assert set(path["kind"]) >= {"host", "compute", "comm", "sync"} and set(path["hop"]) == {"", "launch", "release"}
