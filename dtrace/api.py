@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -9,27 +10,31 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from ._version import __version__
 from .analyses import ANALYSES, Analysis
+from .core import spill as spillfiles
 from .core.constants import UP_TO_DATE_MAX_BYTES
 from .core.dtypes import empty_frame
+from .core.spill import Spilled
 from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
 from .execution.engine import ClusterSpec, Engine, TaskFailure, estimated_work, local_workers
+from .execution.plan import Plan, make_plan
 from .execution.summaries import SummaryGroup, add_summaries, note_summaries, split_summaries
-from .execution.tasks import PartitionResult, analyze_partition, ingest_files
+from .execution.tasks import SHARED_TEXT, PartitionResult, analyze_partition, ingest_files
 from .ingest.cache import FileRecord, check_cache_dir, lookup
-from .ingest.inputs import DEFAULT_MAX_INPUT_SIZE, expand_inputs, parse_size, refuse_irregular
-from .ingest.ranks import PartSpec, explicit_ranks, resolve_ranks
+from .ingest.inputs import DEFAULT_MAX_INPUT_SIZE, InputSet, find_inputs, parse_size
+from .ingest.ranks import PartSpec, explicit_ranks
 from .ingest.remote import ObjectInfo, is_url, norm
 from .knowledge.classify import load_classmap
 from .knowledge.hardware import load_specs
 from .options import Options
 from .partitions import store as resultstore
-from .partitions.layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches, plan_partitions
+from .partitions.layout import TARGET_EVENTS, PartitionSpec, content_size, ingest_batches
 from .readers import get_reader
-from .reduce import REDUCED, run_reducers
+from .reduce import READ, REDUCED, run_reducers
 from .reduce.stragglers import check_method
 from .results import Results, StagedResults, check_results_dir
 
@@ -86,7 +91,9 @@ def analyze(
     Parameters
     ----------
     inputs
-        Trace files, directories (searched recursively) or globs.
+        Trace files, directories (searched recursively) or globs; or the
+        :class:`~dtrace.ingest.inputs.InputSet` that :func:`~dtrace.ingest.inputs.find_inputs`
+        found for this ``out`` (they are not searched again).
     out
         Results directory (tables as Parquet + ``manifest.json``, written atomically). The
         ingest cache lives in ``out/cache`` unless ``cache`` is given, so a second analysis of
@@ -192,18 +199,29 @@ def analyze(
         store=resultstore.open_store(cache) if reuse_cache or reuse_results else None,
         infos=found.infos,
         skipped_notes=found.skipped,
+        spill=_spill_folder(cache, out, found),
     )
 
     def finish(n_workers: int, mode: str) -> Results:  # while the workers stop
         if out is None:
-            return Results(*_reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode), None)
+            tables, manifest, _ = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode)
+            return Results(tables, manifest, None)
         with StagedResults(out) as staged:  # the tables no reducer changes are written while they run
-            tables, manifest = _reduce_and_record(run, found.summaries, opts, settings, t0, n_workers, mode, staged)
+            tables, manifest, written = _reduce_and_record(
+                run, found.summaries, opts, settings, t0, n_workers, mode, staged
+            )
             if not manifest["n_parts"]:  # nothing analysable: nothing written, the previous results kept
                 return Results(tables, manifest, None)
-            return staged.commit(tables, manifest)
+            return staged.commit(tables, manifest, written)
 
     return _unmade_if_empty(_run_on_engine(run, spec, tmp_cache, finish), out if made_out else None)
+
+
+def _spill_folder(cache: str, out: str | None, found: _Inputs) -> str | None:
+    """The run's spill folder (:mod:`dtrace.core.spill`) when it writes results (without, every
+    table is returned in memory anyway), but for ``nsys stats`` summaries (their rows join tables
+    on the client)."""
+    return spillfiles.make(cache) if out is not None and not found.summaries else None
 
 
 def _unmade_if_empty(res: Results, made: str | None) -> Results:
@@ -226,15 +244,15 @@ class _Inputs:
 
 
 def _find_inputs(inputs: Any, out: str | None) -> _Inputs:
-    """Expand the inputs (``out`` left out); FIFOs, devices, unlistable folders: failed inputs,
-    never opened; URLs listed on their store."""
-    infos: dict[str, ObjectInfo] = {}
-    skipped: list[str] = []  # results folders of dtrace among the inputs
-    files, refused = refuse_irregular(
-        expand_inputs(inputs, exclude=[out] if out else None, infos=infos, skipped=skipped)
-    )
-    files, summaries = split_summaries(files)  # nsys stats summaries carry no events: own path
-    return _Inputs(files, refused, summaries, infos, skipped)
+    """The inputs found by :func:`~dtrace.ingest.inputs.find_inputs` (``out`` left out; FIFOs,
+    devices, unlistable folders: failed inputs, never opened; URLs listed on their store), or
+    those the caller found already for this ``out`` (an :class:`InputSet`: not expanded again)."""
+    found = inputs if isinstance(inputs, InputSet) and inputs.out == out else None
+    if found is None:
+        given = inputs.given if isinstance(inputs, InputSet) else inputs
+        found = find_inputs(given, out)
+    files, summaries = split_summaries(list(found.files))  # nsys stats summaries carry no events: own path
+    return _Inputs(files, list(found.refused), summaries, dict(found.infos), list(found.skipped))
 
 
 def _previous_results(
@@ -278,6 +296,7 @@ def _run_on_engine(run: _Run, spec: ClusterSpec, tmp_cache: str | None, finish: 
             engine.stop_in_background()
             done = finish(n_workers, mode)
     finally:
+        spillfiles.remove(run.spill)
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
     return done
@@ -292,22 +311,23 @@ def _reduce_and_record(
     n_workers: int,
     mode: str,
     staged: StagedResults | None = None,
-) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    """The run's tables, reduced across ranks, and its manifest (with the run key of a complete
-    run, which a later :func:`up_to_date` compares); the per-rank tables that no reducer makes
-    are handed to ``staged`` (written in the background) before the reducers run, the tables of
-    each reducer as it ends."""
+) -> tuple[dict[str, pd.DataFrame], dict[str, Any], list[str]]:
+    """The run's tables, reduced across ranks, its manifest (with the run key of a complete run,
+    which a later :func:`up_to_date` compares), and the tables written already and let go (with
+    ``staged``: the per-rank tables are handed to it before the reducers run, streamed from the
+    spill folder or from memory, the tables of each reducer as it ends)."""
     analyses = list(ANALYSES) + run.analyses
-    tables = combine([r.tables for r in run.results], analyses)
-    for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
-        tables.pop(name, None)
-    tables, summary_inputs, summary_parts = add_summaries(tables, summaries, opts)
-    if staged is not None:
-        staged.stage({name: df for name, df in tables.items() if name not in REDUCED})
-    tables = run_reducers(tables, opts, on_reduced=staged.stage if staged is not None else None)
+    gathered = _gather(run, analyses, summaries, opts, staged)
+    tables = run_reducers(
+        gathered.frames,
+        opts,
+        on_reduced=staged.stage if staged is not None else None,
+        drop=gathered.written,
+        load=gathered.loaders,
+    )
     run.phase("reduce")
     manifest = run.manifest(time.perf_counter() - t0, n_workers, mode)
-    note_summaries(manifest, summary_inputs, summary_parts)
+    note_summaries(manifest, gathered.summary_inputs, gathered.summary_parts)
     if run.reuse_results and run.store is not None and manifest["n_parts"]:  # else the previous run's are kept
         resultstore.prune(run.store, run.keys_used)
     if not summaries and not manifest["n_failed"] and not run.failed_tables:
@@ -317,7 +337,68 @@ def _reduce_and_record(
             analyses,
             settings,
         )
-    return tables, manifest
+    return tables, manifest, [n for n in gathered.written if n not in tables and n in gathered.frames]
+
+
+@dataclass
+class _Gathered:
+    """The per-rank tables on their way to the reducers: frames in memory, tables the reducers read
+    from the spill folder when they need them, and the names written already (let go after use)."""
+
+    frames: dict[str, pd.DataFrame]
+    loaders: dict[str, Callable[[], pd.DataFrame]]
+    written: list[str]
+    summary_inputs: list[dict[str, Any]]
+    summary_parts: int
+
+
+def _gather(
+    run: _Run, analyses: Sequence[Analysis], summaries: list[SummaryGroup], opts: Options, staged: StagedResults | None
+) -> _Gathered:
+    """The per-rank tables of the run. A table the workers wrote to the spill folder is streamed
+    into its results file (but those the reducers replace) and read from there when a reducer
+    needs it; the other tables (none has rows, or no spill folder) are concatenated here."""
+    spilled = _spilled_tables(run, analyses) or {}
+    frames = combine([r.tables for r in run.results], [a for a in analyses if a.table not in spilled], take=True)
+    for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
+        frames.pop(name, None)
+    frames, summary_inputs, summary_parts = add_summaries(frames, summaries, opts)
+    loaders: dict[str, Callable[[], pd.DataFrame]] = {
+        name: functools.partial(_read_spilled, parts) for name, parts in spilled.items() if name in READ
+    }
+    written: list[str] = []
+    if staged is not None:
+        for name, parts in spilled.items():
+            if name not in REDUCED:
+                staged.stage_parts(name, parts)
+        staged.stage({n: df for n, df in frames.items() if n not in REDUCED})
+        written = [n for n in [*frames, *loaders] if n not in REDUCED]
+    return _Gathered(frames, loaders, written, summary_inputs, summary_parts)
+
+
+def _read_spilled(parts: list[Spilled]) -> pd.DataFrame:
+    """A table the workers left in the spill folder, as the frame a reducer reads (its shared texts
+    as objects, as :func:`combine` makes them)."""
+    t = spillfiles.read_all(parts)
+    assert t is not None  # a table with parts
+    df = t.to_pandas()
+    return _objects(df, [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)])
+
+
+def _spilled_tables(run: _Run, analyses: Sequence[Analysis]) -> dict[str, list[Spilled]] | None:
+    """The tables the workers left in the spill folder (None: no spill folder): each one's files
+    in partition (rank) order; a table no partition has rows of is not among them (the client
+    makes its empty frame), nor is a user's table that failed."""
+    if run.spill is None:
+        return None
+    out: dict[str, list[Spilled]] = {}
+    for a in analyses:
+        if a.table in run.failed_tables:
+            continue
+        parts = [r.spilled[a.table] for r in run.results if a.table in r.spilled]
+        if parts:
+            out[a.table] = parts
+    return out
 
 
 def _analyze_to_url(out: str, params: dict[str, Any], options: dict[str, Any]) -> Results:
@@ -516,6 +597,7 @@ class _Run:
     refused: list[FileRecord] = field(default_factory=list)
     store: str | None = None
     infos: dict[str, ObjectInfo] = field(default_factory=dict)  # what the listing said of remote inputs
+    spill: str | None = None  # the spill folder: the tables no reducer reads stay there
     records: list[FileRecord] = field(default_factory=list)
     errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (one-line error, its type)
     failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
@@ -525,6 +607,7 @@ class _Run:
     partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
     keys_used: set[str] = field(default_factory=set)
+    plan: Plan | None = None  # made once: before the start when every input looks cached, else after ingest
     phases: dict[str, float] = field(default_factory=dict)
     t_last: float = field(default_factory=time.perf_counter)
     _sizes: list[int] = field(default_factory=list)
@@ -559,18 +642,26 @@ class _Run:
 
     def _events_to_analyse(self, records: list[FileRecord], workers: int) -> int:
         """Events of the partitions planned from these (cached) records whose results are not
-        stored (all of them when an analysis is never reused)."""
-        specs = resolve_ranks(records, rank_by=self.options.rank_by, ranks=self.ranks).specs
-        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
-        always = len(todo) < len(ANALYSES) + len(self.analyses)  # some are never reused
+        stored (all of them when an analysis is never reused); the plan is kept for the run."""
+        self.plan = self._make_plan(records, workers)
+        analyses = list(ANALYSES) + self.analyses
+        always = len(resultstore.reusable(analyses)) < len(analyses)  # some are never reused
         events = 0
-        for p in plan_partitions(specs, self.partition_events, workers):
-            groups = p.store_groups()
-            keys = resultstore.keys(groups, self.options, todo) if self.reuse_results and self.store else []
-            for group, key in zip(groups, keys or [None] * len(groups)):
-                if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
-                    events += sum(s.n_events for s in group)
+        for group, key in zip(self.plan.groups, self.plan.keys):
+            if always or key is None or not os.path.exists(os.path.join(self.store or "", key, resultstore.ENTRY)):
+                events += sum(s.n_events for s in group)
         return events
+
+    def _make_plan(self, records: list[FileRecord], workers: int) -> Plan:
+        return make_plan(
+            records,
+            options=self.options,
+            ranks=self.ranks,
+            partition_events=self.partition_events,
+            workers=workers,
+            analyses=list(ANALYSES) + self.analyses,
+            keyed=self.reuse_results and self.store is not None,
+        )
 
     def _known(self, path: str) -> bool:
         """Whether the client can check ``path``'s cache entry without a request (a local file, or an
@@ -586,15 +677,13 @@ class _Run:
         errors are collected in :attr:`errors`, its results are never changed afterwards."""
         self.records = self.ingest(engine)
         self._note_ingest_errors()
-        ranking = resolve_ranks(self.records, rank_by=self.options.rank_by, ranks=self.ranks)
-        for path, err in ranking.errors.items():
+        if self.plan is None or not self.plan.fits(self.records, engine.parallelism):
+            self.plan = self._make_plan(self.records, engine.parallelism)  # else: planned already, from the cache
+        for path, err in self.plan.rank_errors.items():
             self.fail(path, err, RankError.__name__)
-        self.specs = ranking.specs
-        self.partitions = plan_partitions(self.specs, self.partition_events, engine.parallelism)
-        store = self.store
-        todo = resultstore.reusable(list(ANALYSES) + self.analyses)
-        groups = [g for p in self.partitions for g in p.store_groups()]
-        self.keys_used = {k for k in resultstore.keys(groups, self.options, todo) if k}
+        self.specs = list(self.plan.specs)
+        self.partitions = list(self.plan.partitions)
+        self.keys_used = {k for k in self.plan.keys if k}
         self.phase("ingest")
         outcome = engine.map(
             analyze_partition,
@@ -602,7 +691,8 @@ class _Run:
             self.options,
             self.analyses,
             self.reuse_results,
-            store,
+            self.store,
+            self.spill,
             label="analysing ranks",
             split=PartitionSpec.halves,
         )
@@ -680,6 +770,7 @@ class _Run:
             "n_inputs": len(self.files) + len(self.refused),
             "n_failed": sum(1 for i in inputs if i["status"] == "error"),
             "n_parts": len({(s.rank, s.device) for s in self.specs if s.path not in failed}),
+            "spilled_bytes": sum(p.bytes for r in self.results for p in r.spilled.values()) if self.spill else None,
         }
 
     def _input_entries(self) -> list[dict[str, Any]]:
@@ -719,12 +810,20 @@ class _Run:
 
 
 def combine(
-    per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Analysis] = ANALYSES
+    per_partition: list[dict[str, pd.DataFrame]], analyses: Sequence[Analysis] = ANALYSES, *, take: bool = False
 ) -> dict[str, pd.DataFrame]:
-    """Concatenate each table over partitions (once per table); empty tables keep their columns."""
+    """Concatenate each table over partitions (once per table); empty tables keep their columns.
+    With ``take``, each partition's frames are taken out of ``per_partition`` as their table is
+    made (never two copies of every table at once).
+    A column that travelled as categories (:data:`~dtrace.execution.tasks.SHARED_TEXT`) becomes
+    objects again, one string per distinct value shared by its rows."""
     out = {}
     for a in analyses:
-        frames = [t[a.table] for t in per_partition if a.table in t and len(t[a.table])]
+        shared = SHARED_TEXT.get(a.table, ())
+        frames = [_objects(t[a.table], shared) for t in per_partition if a.table in t and len(t[a.table])]
+        if take:
+            for t in per_partition:
+                t.pop(a.table, None)
         if len(frames) == 1:
             out[a.table] = frames[0]
         elif frames:
@@ -732,6 +831,18 @@ def combine(
         else:
             out[a.table] = empty_frame(a.columns)
     return out
+
+
+def _objects(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``df`` with its categorical ``columns`` as objects: one Python string per category, shared
+    by the rows (a missing value stays NaN)."""
+    cols = {}
+    for c in columns:
+        if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
+            cat = df[c].array
+            values = np.append(np.asarray(cat.categories, dtype=object), np.nan)  # code -1: the NaN at the end
+            cols[c] = pd.Series(values[cat.codes], index=df.index, dtype=object)
+    return df.assign(**cols) if cols else df
 
 
 __all__ = ["analyze", "combine", "make_options", "whatif"]

@@ -31,7 +31,8 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import fields
 from typing import Any, Iterator
@@ -48,9 +49,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from .core import spill
 from .core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES
 from .core.fileio import open_regular, read_regular
 from .core.records import Manifest, RecordError, convert
+from .core.spill import Spilled
 from .errors import OutputError, ResultsError, UsageError
 from .ingest.remote import is_url
 from .options import Options
@@ -82,10 +85,12 @@ class Results:
         tables: dict[str, pd.DataFrame] | None = None,
         manifest: dict[str, Any] | None = None,
         path: str | None = None,
+        ranks: Iterable[int] | None = None,
     ) -> None:
         self._tables = dict(tables or {})
         self.manifest = manifest or {}
         self.path = path
+        self._only_ranks = None if ranks is None else frozenset(int(r) for r in ranks)
 
     # -- access -------------------------------------------------------------------------
     @property
@@ -114,14 +119,24 @@ class Results:
     def table_names(self) -> list[str]:
         return list(self.manifest.get("tables", self._tables))
 
-    def table(self, name: str) -> pd.DataFrame:
-        if name not in self._tables:
+    def table(self, name: str, ranks: Iterable[int] | None = None) -> pd.DataFrame:
+        """Table ``name``; with ``ranks`` (or the ``ranks`` the results were loaded with), only the
+        rows of those ranks of a table with a ``rank`` column, read from disk without the row
+        groups of other ranks (a table across ranks is whole)."""
+        want = self._only_ranks if ranks is None else frozenset(int(r) for r in ranks)
+        if name not in self._tables or (ranks is not None and self.path is not None):
             if name in self.failed_tables:
                 raise KeyError(f"no table {name!r}: {self.failed_tables[name]}")
             if self.path is None or name not in self.table_names:
                 raise KeyError(f"no table {name!r}; tables: {', '.join(self.table_names)}")
-            self._tables[name] = _read_table(table_path(self.path, name), self.manifest.get("run_id"))
-        return self._tables[name]
+            df = _read_table(table_path(self.path, name), self.manifest.get("run_id"), want)
+            if ranks is not None:
+                return df  # a slice asked for here: not kept as the table
+            self._tables[name] = df
+        df = self._tables[name]
+        if want is not None and self.path is None and "rank" in df.columns:
+            return df.loc[df["rank"].isin(want).to_numpy()].reset_index(drop=True)
+        return df
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         if name.startswith("_"):
@@ -218,11 +233,14 @@ def table_path(out: str, name: object) -> str:
     return path
 
 
-def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
+def _read_table(path: str, run_id: str | None, ranks: frozenset[int] | None = None) -> pd.DataFrame:
     try:
-        # a FIFO planted in OUT is refused, never waited on; parsed from memory (faster than a Python
-        # file object, as fast as a path); not the dataset API: ~1 ms less per table
-        t = pq.ParquetFile(pa.BufferReader(read_regular(path, limit=TABLE_MAX_BYTES))).read(use_threads=False)
+        if ranks is None:
+            # a FIFO planted in OUT is refused, never waited on; parsed from memory (faster than a
+            # Python file object, as fast as a path); not the dataset API: ~1 ms less per table
+            t = pq.ParquetFile(pa.BufferReader(read_regular(path, limit=TABLE_MAX_BYTES))).read(use_threads=False)
+        else:
+            t = _read_ranks(path, ranks)
     except (OSError, pa.ArrowInvalid) as exc:
         raise ResultsError(f"{path}: cannot read results table: {exc}") from None
     md = t.schema.metadata or {}
@@ -233,6 +251,33 @@ def _read_table(path: str, run_id: str | None) -> pd.DataFrame:
             "the results directory is inconsistent, re-run dtrace analyze"
         )
     return t.to_pandas()
+
+
+def _read_ranks(path: str, ranks: frozenset[int]) -> pa.Table:
+    """The rows of ``ranks`` of a table file, reading only the row groups whose ``rank``
+    statistics admit one of them (a table written from partitions has a row group per rank
+    range); a table without a rank column is read whole."""
+    with open_regular(path) as f:
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        if "rank" not in names:
+            return pf.read(use_threads=False)
+        col = names.index("rank")
+        wanted = np.array(sorted(ranks), np.int64)
+        groups = []
+        for i in range(pf.metadata.num_row_groups):
+            st = pf.metadata.row_group(i).column(col).statistics
+            if st is None or not st.has_min_max or _any_between(wanted, st.min, st.max):
+                groups.append(i)
+        t = pf.read_row_groups(groups, use_threads=False) if groups else pf.schema_arrow.empty_table()
+    keep = np.isin(t.column("rank").to_numpy(zero_copy_only=False), wanted)
+    return t.filter(pa.array(keep))
+
+
+def _any_between(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether a value of the sorted ``values`` lies in ``[lo, hi]``."""
+    i = int(np.searchsorted(values, lo))
+    return i < len(values) and int(values[i]) <= hi
 
 
 def check_results_dir(out: str) -> None:
@@ -283,7 +328,8 @@ class StagedResults:
     threads) and leaves the compression and the writing, which run without the GIL, to a
     background thread: the tables the reducers do not change are written while the reducers run
     (``dtrace analyze``'s client is otherwise alone on the machine then). A table staged and then
-    replaced (another object under its name at :meth:`commit`) is staged again. Leaving the
+    replaced (another object under its name at :meth:`commit`) is staged again; one not named at
+    :meth:`commit` is not committed. The staging does not hold the frames it writes. Leaving the
     ``with`` block without a commit removes the staging folder; nothing in ``out`` changed.
 
     Raises
@@ -299,7 +345,8 @@ class StagedResults:
         self.out = out
         self.run_id = uuid.uuid4().hex
         self._lock: int | None = None
-        self._staged: dict[str, tuple[pd.DataFrame, Future[str]]] = {}
+        self._staged: dict[str, tuple[weakref.ref[pd.DataFrame], Future[str]]] = {}
+        self._streamed: dict[str, Future[str]] = {}
         self._pool = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="dtrace-write")
         try:
             self.staging: str | None = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out)
@@ -320,35 +367,68 @@ class StagedResults:
         _check_names(tables)
         for name, df in tables.items():
             t = _arrow_table(df, self.run_id)
-            self._staged[name] = (df, self._pool.submit(_write_table, self._staging_dir(), name, t))
+            self._staged[name] = (weakref.ref(df), self._pool.submit(_write_table, self._staging_dir(), name, t))
 
-    def commit(self, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> Results:
+    def stage_parts(self, name: str, parts: Sequence[Spilled]) -> None:
+        """Start writing table ``name`` from the files of its partitions (in rank order), a row
+        group each, in the background: the table is never whole in memory. It stays on disk;
+        :meth:`commit` lists it, the :class:`Results` it returns read it when asked."""
+        _check_names([name])
+        self._streamed[name] = self._pool.submit(_write_parts, self._staging_dir(), name, list(parts), self.run_id)
+
+    def commit(self, tables: dict[str, pd.DataFrame], manifest: dict[str, Any], staged: Iterable[str] = ()) -> Results:
         """Stage the tables not staged yet (or replaced since), wait for every write, then replace
         the previous results: the old manifest removed, the tables renamed into place, the new
-        manifest last."""
+        manifest last. The results are ``tables``, the tables staged from parts
+        (:meth:`stage_parts`) and those named in ``staged``: staged earlier, no longer held by the
+        caller (the :class:`Results` returned reads them from the folder)."""
         _check_names(tables)
         run_id = manifest.setdefault("run_id", self.run_id)
         manifest["format_version"] = FORMAT_VERSION
-        manifest["tables"] = sorted(tables)
         fresh = run_id == self.run_id  # else the manifest names its own run: every table is tagged with it
-        stale = {n: df for n, df in tables.items() if not (fresh and n in self._staged and self._staged[n][0] is df)}
+        streamed, held = self._others(tables, staged, fresh)
+        manifest["tables"] = sorted({*tables, *streamed, *held})
+        stale = {n: df for n, df in tables.items() if not (fresh and n in self._staged and self._staged[n][0]() is df)}
         wait([self._staged[n][1] for n in stale if n in self._staged])  # an earlier write of the same file ends first
         staging = self._staging_dir()
         # Arrow converts, compresses and writes without the GIL: the rest is staged in parallel
         converted = self._pool.map(lambda item: (item[0], _arrow_table(item[1], run_id)), stale.items())
         for name, t in list(converted):
-            self._staged[name] = (stale[name], self._pool.submit(_write_table, staging, name, t))
+            self._staged[name] = (weakref.ref(stale[name]), self._pool.submit(_write_table, staging, name, t))
+        try:  # a write that failed raises here
+            fps = {name: self._staged[name][1].result() for name in {*tables, *held}}
+            fps.update({name: f.result() for name, f in streamed.items()})
+        except OSError as exc:
+            raise _write_error(self.out, exc) from None
+        manifest["table_fingerprints"] = {name: fps[name] for name in manifest["tables"]}
+        self._put_in_place(staging, manifest)
+        return Results(tables, manifest, self.out)
+
+    def _others(
+        self, tables: Mapping[str, object], staged: Iterable[str], fresh: bool
+    ) -> tuple[dict[str, Future[str]], set[str]]:
+        """The tables committed besides ``tables``: those streamed from parts, and those ``staged``
+        earlier that the caller let go."""
+        streamed = {n: f for n, f in self._streamed.items() if n not in tables}
+        held = set(staged) - set(tables)
+        if held - set(self._staged):
+            raise ValueError(f"tables never staged: {sorted(held - set(self._staged))}")
+        if streamed and not fresh:
+            raise ResultsError(f"{self.out}: tables staged from parts are tagged with this run, not the manifest's")
+        return streamed, held
+
+    def _put_in_place(self, staging: str, manifest: dict[str, Any]) -> None:
+        """Write the manifest, then replace the previous results: the old manifest removed, the
+        tables renamed into place, the new manifest last."""
         try:
-            manifest["table_fingerprints"] = {name: self._staged[name][1].result() for name in tables}
             with open(os.path.join(staging, MANIFEST), "wb") as f:
                 f.write(_manifest_json(manifest))
-            _retire_previous(self.out, set(tables))
-            for name in tables:
+            _retire_previous(self.out, set(manifest["tables"]))
+            for name in manifest["tables"]:
                 os.replace(os.path.join(staging, f"{name}.parquet"), os.path.join(self.out, f"{name}.parquet"))
             os.replace(os.path.join(staging, MANIFEST), os.path.join(self.out, MANIFEST))
         except OSError as exc:
             raise _write_error(self.out, exc) from None
-        return Results(tables, manifest, self.out)
 
     def close(self) -> None:
         """Wait for the writes still running, release the lock and remove the staging folder."""
@@ -413,6 +493,38 @@ def _write_table(staging: str, name: str, t: pa.Table) -> str:
     with open(os.path.join(staging, f"{name}.parquet"), "wb") as f:
         f.write(data)
     return xxhash.xxh3_128_hexdigest(data)
+
+
+def _write_parts(staging: str, name: str, parts: list[Spilled], run_id: str) -> str:
+    """Write table ``name`` into the staging folder from its partitions' spilled files, a row
+    group each (one partition's rows in memory at a time); its fingerprint. The partitions'
+    schemas are unified first (a column null in one partition, text in another)."""
+    schemas = [_spilled_schema(p) for p in parts]
+    schema = schemas[0] if all(s.equals(schemas[0]) for s in schemas) else _unified(schemas)
+    schema = schema.with_metadata({**(schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
+    path = os.path.join(staging, f"{name}.parquet")
+    digest = xxhash.xxh3_128()
+    with pq.ParquetWriter(path, schema, compression="zstd") as w:
+        for p in parts:
+            t = spill.read(p)
+            w.write_table(t.cast(schema) if not t.schema.equals(schema) else t.replace_schema_metadata(schema.metadata))
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _spilled_schema(part: Spilled) -> pa.Schema:
+    with pa.OSFile(part.path, "rb") as f:
+        return pa.ipc.open_file(f).schema
+
+
+def _unified(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema for the partitions of a table: each column's type where it is not null, the
+    pandas metadata of a partition that has every column's type."""
+    typed = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
+    full = [s for s in schemas if not any(pa.types.is_null(f.type) for f in s)]
+    return typed.with_metadata((full or schemas)[0].metadata)
 
 
 def _retire_previous(out: str, tables: set[str]) -> None:
@@ -553,7 +665,10 @@ def _read_manifest(path: str, missing_ok: bool = False) -> dict[str, Any] | None
     if os.path.isdir(mf):
         raise ResultsError(f"{mf} is a directory, not a manifest")
     try:
-        return json.loads(read_regular(mf, limit=MANIFEST_MAX_BYTES))  # a FIFO or a device is refused
+        doc: dict[str, Any] | None = json.loads(
+            read_regular(mf, limit=MANIFEST_MAX_BYTES)
+        )  # a FIFO or a device is refused
+        return doc
     except FileNotFoundError:
         if missing_ok:
             return None
@@ -649,8 +764,10 @@ def _check_options(opts: dict[str, Any], bad: Any) -> None:
         raise bad(f"field 'options': {exc}") from None
 
 
-def load(path: str | os.PathLike[str]) -> Results:
-    """Open a results directory written by ``dtrace analyze``.
+def load(path: str | os.PathLike[str], ranks: Iterable[int] | None = None) -> Results:
+    """Open a results directory written by ``dtrace analyze``; with ``ranks``, every table with a
+    ``rank`` column holds only those ranks' rows, read without the row groups of other ranks (a
+    per-rank table of a large job is written a row group per rank range).
 
     Raises
     ------
@@ -662,14 +779,16 @@ def load(path: str | os.PathLike[str]) -> Results:
     >>> r = dtrace.load("run42/results")          # doctest: +SKIP
     >>> r.breakdown.head()                        # doctest: +SKIP
     >>> r = dtrace.load("s3://bucket/run42/results/")   # doctest: +SKIP
+    >>> dtrace.load("run42/results", ranks=[7]).launches   # doctest: +SKIP
 
     Results on an object store (a URL) are downloaded and read whole (every table in memory).
     """
     path = os.fspath(path)
     if is_url(path):
-        return load_remote(path)
+        res = load_remote(path)
+        return Results(res._tables, res.manifest, None, ranks)
     manifest = validate_manifest(_read_manifest(path), os.path.join(path, MANIFEST))
     version = int(manifest.get("format_version", 0))  # an int: checked
     if version > FORMAT_VERSION:
         raise ResultsError(f"{path}: written by a newer dtrace (format {version}); upgrade")
-    return Results(None, manifest, path)
+    return Results(None, manifest, path, ranks)

@@ -33,6 +33,7 @@ from dtrace.ingest import cache
 from dtrace.options import Options
 from dtrace.readers import _scanned, detect
 from dtrace.readers.kineto import read_kineto
+from dtrace.results import in_memory
 
 CUPTI = ("kineto", "cupti", "benchmark_result_924719_1679055439_trace.json.gz")
 HTA = os.path.join(ROOT, "tests", "data", "hta_counters", "cupti_counters.csv")
@@ -407,7 +408,8 @@ def test_one_batch_of_parts_equals_each_part_alone(tmp_path):
 def test_cached_tables_give_the_same_results(tmp_path, cupti):
     """The side tables round-trip through the ingest cache (a second run reads Parquet)."""
     out = tmp_path / "out"
-    first = dtrace.analyze(shared(*CUPTI), str(out), scheduler="sync")
+    # read before the second run replaces the folder (the results of a run with OUT read from it)
+    first = in_memory(dtrace.analyze(shared(*CUPTI), str(out), scheduler="sync"))
     again = dtrace.analyze(shared(*CUPTI), str(out), scheduler="sync", reuse_results=False)
     for table in ("kernel_counters", "kernel_counter_values", "op_counters"):
         pd.testing.assert_frame_equal(getattr(first, table), getattr(again, table))

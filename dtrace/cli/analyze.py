@@ -23,6 +23,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from ..ingest.inputs import InputSet
     from ..results import Results
 
 # (flag, dask-jobqueue keyword, type, help) of the batch-job settings
@@ -101,14 +102,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out, args.cache)
-    quick = uptodate.answer(args)  # results up to date: the stored summary, without pandas
+    found = _find_inputs(args)  # the one search of the inputs: the checks below and the run share it
+    quick = uptodate.answer(args, found)  # results up to date: the stored summary, without pandas
     if quick is not None:
         body, manifest = quick
         uptodate.print_answer(args, body, manifest)
         say(f"results: {args.out}", args.fmt)
         return 0 if manifest.n_parts else 2
-    _prestart_workers(args)
-    res = _analyze(args)
+    _prestart_workers(args, found)
+    res = _analyze(args, found)
     empty = _empty_step(res, args.step)
     if empty == "all":
         raise UsageError(
@@ -128,17 +130,33 @@ def run(args: argparse.Namespace) -> int:
     return 1 if res.errors else 0
 
 
-def _prestart_workers(args: argparse.Namespace) -> None:
+def _find_inputs(args: argparse.Namespace) -> InputSet | None:
+    """The inputs, found once for the whole command; None for results on an object store (the
+    run finds them for its staging folder) or when the search fails (the run reports that, after
+    checking the settings, as :func:`dtrace.analyze` orders its errors)."""
+    from ..ingest.inputs import find_inputs
+    from ..ingest.remote import is_url
+
+    if is_url(args.out):
+        return None
+    try:
+        return find_inputs(args.inputs, args.out)
+    except (DtraceError, OSError):
+        return None
+
+
+def _prestart_workers(args: argparse.Namespace, found: InputSet | None) -> None:
     """Launch the process server of a local cluster's workers before importing pandas, when the
     inputs (local files, their content sizes guessed from their file sizes) call for a local
     cluster: the workers' imports then overlap this process's
     (:func:`dtrace.execution.engine.prestart_workers`). Anything unexpected here is left to the
     run itself to report."""
     from ..execution.engine import ClusterSpec, estimated_work, local_workers, prestart_workers
-    from ..ingest.inputs import expand_inputs, refuse_irregular
     from ..ingest.remote import is_url
     from ..partitions.layout import guessed_size, ingest_batches
 
+    if found is None:
+        return
     try:
         spec = ClusterSpec(
             scheduler="sync" if args.sync else args.scheduler,
@@ -149,15 +167,15 @@ def _prestart_workers(args: argparse.Namespace) -> None:
         inputs = [args.inputs] if isinstance(args.inputs, str) else list(args.inputs)
         if any(is_url(i) for i in inputs) or spec.scheduler_file or spec.cluster or spec.scheduler == "sync":
             return
-        files, _ = refuse_irregular(expand_inputs(inputs, exclude=[args.out]))
+        files = list(found.files)
         sizes = [guessed_size(f) for f in files]
         prestart_workers(spec, estimated_work(sizes), len(ingest_batches(files, sizes, local_workers(spec))))
     except (DtraceError, OSError):
         return
 
 
-def _analyze(args: argparse.Namespace) -> Any:
-    """Run the analysis the flags ask for (:func:`dtrace.analyze`)."""
+def _analyze(args: argparse.Namespace, found: InputSet | None) -> Any:
+    """Run the analysis the flags ask for (:func:`dtrace.analyze`) on the inputs found."""
     from .. import api
 
     scheduler = "sync" if args.sync else args.scheduler
@@ -165,7 +183,7 @@ def _analyze(args: argparse.Namespace) -> Any:
         key: getattr(args, f"job_{key}") for _, key, _, _ in _JOB_FLAGS if getattr(args, f"job_{key}") is not None
     }
     return api.analyze(
-        args.inputs,
+        found if found is not None else args.inputs,
         args.out,
         cache=args.cache,
         scheduler=scheduler,

@@ -127,9 +127,10 @@ def _show_table(args: argparse.Namespace, res: Results) -> None:
 
     if args.table not in res.table_names:
         raise UsageError(f"no table {args.table!r} in {args.out}; tables: {', '.join(res.table_names)}")
-    df = res.table(args.table)
-    if args.rank is not None:
-        df = select_rank(df, args.rank, f"table {args.table} of {args.out}")
+    df = res.table(args.table) if args.rank is None else res.table(args.table, ranks=[args.rank])
+    if args.rank is not None and ("rank" not in df.columns or not len(df)):
+        # read the whole table only to say which ranks it has
+        df = select_rank(res.table(args.table), args.rank, f"table {args.table} of {args.out}")
     for cond in args.where:
         df = _where(df, cond, args.table)
     if args.sort:

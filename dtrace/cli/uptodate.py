@@ -44,7 +44,7 @@ from ..core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, UP_TO_DATE_MAX
 from ..core.fileio import atomic_write_bytes, read_regular
 from ..core.records import Manifest, StoredSummary, convert
 from ..errors import DtraceError
-from ..ingest.inputs import expand_inputs, parse_size, refuse_irregular
+from ..ingest.inputs import InputSet, parse_size
 from ..ingest.remote import is_url
 from ..options import Options
 from ..readers._io import file_fingerprint
@@ -110,16 +110,17 @@ def _stored(out: str) -> tuple[StoredSummary, bytes] | None:
     return summary, raw
 
 
-def answer(args: argparse.Namespace) -> tuple[str, Manifest] | None:
+def answer(args: argparse.Namespace, found: InputSet | None) -> tuple[str, Manifest] | None:
     """The summary ``dtrace analyze`` prints below its first line, and the manifest (marked
-    ``up_to_date``), when the results in ``args.out`` are up to date; else None."""
+    ``up_to_date``), when the results in ``args.out`` are up to date for the inputs ``found``;
+    else None."""
     material = _material(args)
-    if material is None:
+    if material is None or found is None:
         return None
-    found = _stored(args.out)
-    if found is None:
+    stored = _stored(args.out)
+    if stored is None:
         return None
-    summary, raw = found
+    summary, raw = stored
     body = summary.output.get(args.fmt)
     if summary.material != material or body is None:
         return None
@@ -127,18 +128,25 @@ def answer(args: argparse.Namespace) -> tuple[str, Manifest] | None:
     mac = summary.mac.get(args.fmt, "")
     if key is None or not hmac.compare_digest(mac, _mac(key, summary.manifest, material, args.fmt, body)):
         return None  # written by someone else, or edited: the ordinary path prints from the tables
+    manifest = _unchanged(args, found, raw)
+    if manifest is None:
+        return None
+    manifest.up_to_date = True
+    return body, manifest
+
+
+def _unchanged(args: argparse.Namespace, found: InputSet, raw: bytes) -> Manifest | None:
+    """The manifest (``raw``) when its results still stand: the cache usable, OUT writable, the
+    same inputs with the same content, every table intact; else None."""
     try:
         manifest = convert(json.loads(raw), Manifest)
         if not _cache_usable(args.cache or os.path.join(args.out, "cache")) or not os.access(args.out, os.W_OK):
             return None
-        skipped: list[str] = []
-        files, refused = refuse_irregular(expand_inputs(args.inputs, exclude=[args.out], skipped=skipped))
-        if refused or skipped or not _inputs_unchanged(manifest, files) or not _tables_intact(args.out, manifest):
+        if found.refused or found.skipped or not _inputs_unchanged(manifest, list(found.files)):
             return None
+        return manifest if _tables_intact(args.out, manifest) else None
     except (OSError, ValueError, RecursionError, DtraceError):
         return None
-    manifest.up_to_date = True
-    return body, manifest
 
 
 def _cache_usable(cache: str) -> bool:

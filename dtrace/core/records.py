@@ -121,6 +121,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     analyses: list[str] = []
     partitions: list[PartitionRecord] = []
     table_fingerprints: dict[str, Any] | None = None  # None: not recorded
+    spilled_bytes: int | None = None  # what the workers left for the client (None: not recorded)
     up_to_date: bool = False  # set in memory only, never written (dtrace.api.up_to_date)
 
 

@@ -292,7 +292,7 @@ class Engine:
             self._cluster = _jobqueue_cluster(s)
             try:
                 self._cluster.scale(jobs=s.jobs or 1)
-                self.client = Client(self._cluster)
+                self.client = Client(self._cluster)  # type: ignore[no-untyped-call]  # distributed is untyped
                 self.client.wait_for_workers(1, timeout=s.startup_timeout)
             except BaseException as exc:
                 self.__exit__(None, None, None)  # cancels the submitted jobs
@@ -332,7 +332,7 @@ class Engine:
                     "temporary-directory": self._scratch,
                 }
             ):
-                self._cluster = LocalCluster(
+                self._cluster = LocalCluster(  # type: ignore[no-untyped-call]  # distributed is untyped
                     n_workers=local_workers(s),
                     threads_per_worker=1,
                     processes=True,
@@ -340,7 +340,7 @@ class Engine:
                     silence_logs=logging.ERROR,
                     local_directory=self._scratch,
                 )
-            self.client = Client(self._cluster)
+            self.client = Client(self._cluster)  # type: ignore[no-untyped-call]  # distributed is untyped
             self.mode = "local cluster"
             self._watch = _keep_workers(self._cluster)
         return self
@@ -448,11 +448,11 @@ class Engine:
         from distributed import as_completed
 
         results: dict[tuple[int, ...], Any] = {}
-        futures: dict[Future, tuple[tuple[int, ...], Any]] = {}
+        futures: dict["Future[Any]", tuple[tuple[int, ...], Any]] = {}
         for i, item in enumerate(items):
             f = self.client.submit(func, item, *args, pure=False, retries=self.spec.retries)
             futures[f] = ((i,), item)
-        done = as_completed(list(futures))
+        done = as_completed(list(futures))  # type: ignore[no-untyped-call]  # distributed is untyped
         top = set(range(len(items)))
         suspects: list[tuple[tuple[int, ...], Any]] = []
         for f in done:
@@ -464,7 +464,7 @@ class Engine:
                     for j, piece in enumerate(pieces):
                         g = self.client.submit(func, piece, *args, pure=False, retries=self.spec.retries)
                         futures[g] = (path + (j,), piece)
-                        done.add(g)
+                        done.add(g)  # type: ignore[no-untyped-call]  # distributed is untyped
                 elif _killed(exc) or _lost(exc):
                     suspects.append((path, item))
                 else:
@@ -534,7 +534,7 @@ def _keep_workers(cluster: Any, every_s: float = WATCH_S) -> Any:
     return watch
 
 
-def _outcome(f: Future, path: tuple[int, ...], results: dict[tuple[int, ...], Any]) -> BaseException | None:
+def _outcome(f: "Future[Any]", path: tuple[int, ...], results: dict[tuple[int, ...], Any]) -> BaseException | None:
     """Store a completed task's result under ``path``; else return why it failed (never raise).
 
     A result can be lost after its task finished (the worker holding it died): the future is

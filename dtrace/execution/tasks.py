@@ -21,8 +21,10 @@ import pyarrow as pa
 
 from ..analyses import ANALYSES, Analysis, run_analyses, run_own_analyses
 from ..analyses.batch import PART_COLUMNS, Batch, prepare
+from ..core import spill as spillfiles
 from ..core.memory import release_memory
 from ..core.schema import SIDE_SCHEMAS
+from ..core.spill import Spilled
 from ..errors import DtraceError, InputError
 from ..ingest.cache import FileRecord, ingest_many, read_parts_tables
 from ..ingest.ranks import PartSpec
@@ -121,6 +123,7 @@ class PartitionResult:
     reused: bool = False  # every store group of the partition came from the store
     reused_paths: set[str] = field(default_factory=set)  # inputs whose every part's results did
     notes: list[str] = field(default_factory=list)
+    spilled: dict[str, Spilled] = field(default_factory=dict)  # tables left in the spill folder
 
 
 def analyze_partition(
@@ -129,6 +132,7 @@ def analyze_partition(
     analyses: Sequence[Analysis] | None = None,
     reuse: bool = True,
     store: str | None = None,
+    spill: str | None = None,
 ) -> PartitionResult:
     """Run every analysis on one partition. Never raises for bad data: failed parts are
     reported per input and the other parts of the partition still complete; a user's analysis
@@ -139,6 +143,10 @@ def analyze_partition(
     re-analysing unchanged inputs with the same settings loads them instead of recomputing
     (``reuse=False`` forces the computation). The groups that are not stored are analysed
     together, in one batch.
+
+    With a ``spill`` folder, the tables are written there (:mod:`dtrace.core.spill`) and only
+    their file names travel back (:attr:`PartitionResult.spilled`): the client reads a table when
+    a reducer needs it, and streams the others into the results files.
     """
     own = list(analyses or [])
     kept = resultstore.reusable(list(ANALYSES) + own)  # one depending on an unhashable value is always run
@@ -157,9 +165,44 @@ def analyze_partition(
         pieces.append(_run_never_stored(res, done, [groups[i] for i in hit], hit, options, fresh))
     res.tables = _assemble(pieces)
     _note_reuse(res, done, todo)
+    _keep(res, store, computed, keys, groups, missed, kept, spill)
+    return res
+
+
+def _keep(
+    res: PartitionResult,
+    store: str | None,
+    computed: _Grouped | None,
+    keys: list[str | None],
+    groups: Sequence[Sequence[PartSpec]],
+    missed: list[int],
+    kept: list[Analysis],
+    spill: str | None,
+) -> None:
+    """Store the computed groups' tables; leave the partition's tables in the spill folder."""
     if store is not None and computed is not None:
         _store_computed(store, computed, keys, groups, missed, kept, res)
-    return res
+    if spill is not None:
+        _spill(res, spill)
+
+
+SHARED_TEXT = {"collectives": ("group_ranks",)}
+"""Text columns of the tables the client reduces that repeat a long value on many rows (a
+collective's rank list, kilobytes at thousands of ranks): they travel as categories and reach
+the reducers as objects sharing one string per distinct value (:func:`dtrace.api.combine`). Only
+tables that the reducers replace: the results never hold a category."""
+
+
+def _spill(res: PartitionResult, folder: str) -> None:
+    """Write the partition's tables to the spill folder (their repeated texts as categories);
+    only their file names go back."""
+    res.spilled = spillfiles.write(folder, res.index, {n: _shared_text(n, df) for n, df in res.tables.items()})
+    res.tables = {}
+
+
+def _shared_text(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in SHARED_TEXT.get(name, ()) if c in df.columns]
+    return df.astype({c: "category" for c in cols}) if cols and len(df) else df
 
 
 def _note_reuse(res: PartitionResult, done: list[PartSpec], todo: list[PartSpec]) -> None:

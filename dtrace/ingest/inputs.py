@@ -13,6 +13,8 @@ import glob
 import os
 import re
 import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.constants import DEFAULT_MAX_INPUT_SIZE as DEFAULT_MAX_INPUT_SIZE  # re-exported
@@ -228,6 +230,31 @@ def _is_results_folder(folder: str) -> bool:
         return own_output(read_head(path)) == RESULTS_MANIFEST
     except (OSError, DtraceError):
         return False
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """The inputs of a run, found once (:func:`find_inputs`) and handed to whatever needs them
+    (the CLI's up-to-date check, the start of its workers, :func:`dtrace.analyze`)."""
+
+    given: tuple[str, ...]  # what was asked for
+    out: str | None  # the results folder they were found for (left out of them)
+    files: tuple[str, ...]  # regular files and URLs, sorted
+    refused: tuple[FileRecord, ...]  # what is there but cannot be read (a FIFO, ...): failed inputs
+    infos: Mapping[str, ObjectInfo]  # what the listing said of remote inputs
+    skipped: tuple[str, ...]  # results folders of dtrace among the inputs, left out
+
+
+def find_inputs(inputs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], out: str | None = None) -> InputSet:
+    """Expand the inputs (:func:`expand_inputs`, ``out`` left out) and refuse the irregular ones
+    (:func:`refuse_irregular`): the one expansion of a run."""
+    given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    infos: dict[str, ObjectInfo] = {}
+    skipped: list[str] = []
+    files, refused = refuse_irregular(
+        expand_inputs([os.fspath(i) for i in given], exclude=[out] if out else None, infos=infos, skipped=skipped)
+    )
+    return InputSet(tuple(os.fspath(i) for i in given), out, tuple(files), tuple(refused), infos, tuple(skipped))
 
 
 def refuse_irregular(paths: list[str]) -> tuple[list[str], list[FileRecord]]:

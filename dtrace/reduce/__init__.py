@@ -22,6 +22,7 @@ import pandas as pd
 from ..analyses import ANALYSES
 from ..analyses import opperf as _op_columns
 from ..core.dtypes import conform
+from ..core.memory import release_memory
 from ..errors import UsageError
 from ..options import Options
 from . import collectives as _coll
@@ -209,6 +210,10 @@ REDUCED: frozenset[str] = frozenset(t for r in REDUCERS for t in r.produces)
 """Every table a reducer makes, the per-rank tables it replaces included (``collectives``,
 ``op_perf``, ``devices``): the other tables pass through :func:`run_reducers` as they are."""
 
+READ: frozenset[str] = frozenset(t for r in REDUCERS for t in r.requires) | REDUCED
+"""The tables the reducers read or replace: the only per-rank tables a run's client needs in
+memory (the others go from the workers to the results files, :mod:`dtrace.core.spill`)."""
+
 DECLARED: dict[str, Mapping[str, object]] = {
     t: cols for r in REDUCERS for t, cols in r.produces.items() if cols is not None
 }
@@ -216,14 +221,44 @@ DECLARED: dict[str, Mapping[str, object]] = {
 present and is not declared)."""
 
 
-def run_reducers(tables: Tables, options: Options, *, on_reduced: Callable[[Tables], None] | None = None) -> Tables:
+def run_reducers(
+    tables: Tables,
+    options: Options,
+    *,
+    on_reduced: Callable[[Tables], None] | None = None,
+    drop: Iterable[str] = (),
+    load: Mapping[str, Callable[[], pd.DataFrame]] | None = None,
+) -> Tables:
     """Every reducer in :data:`ORDER`, each seeing the tables of those before it; a declared table
     is conformed to its columns (extra columns kept). ``on_reduced`` gets the tables of each
-    reducer as it ends (final: no other reducer makes them), e.g. to write them meanwhile."""
+    reducer as it ends (final: no other reducer makes them), e.g. to write them meanwhile.
+
+    A table may also come from ``load`` (name -> a function reading it): it is read when a reducer
+    needs it, never once a reducer made a table of that name. The tables named in ``drop`` (kept
+    elsewhere: written already, or in ``load``) are let go as soon as the next reducer does not
+    read them (read again if a later one does), and are not returned: the client holds the
+    inputs of one reducer at a time."""
     out = dict(tables)
-    for r in ORDER:
+    drop = set(drop)
+    loaders = dict(load or {})
+    _let_go(out, drop, set())
+    for i, r in enumerate(ORDER):
+        for t in r.requires:
+            if t not in out and t in loaders:
+                out[t] = loaders[t]()
         made = {t: conform(df, DECLARED[t], t) if t in DECLARED else df for t, df in r.func(out, options).items()}
         out.update(made)
+        for t in made:
+            loaders.pop(t, None)  # replaced: the per-rank table is never read again
+            drop.discard(t)
         if on_reduced is not None:
             on_reduced(made)
+        _let_go(out, drop, set(ORDER[i + 1].requires) if i + 1 < len(ORDER) else set())
+        release_memory()  # a reducer's temporaries freed: its pages back before the next one's
     return out
+
+
+def _let_go(tables: Tables, drop: set[str], next_reads: set[str]) -> None:
+    """Remove from ``tables`` those in ``drop`` that the next reducer does not read."""
+    for t in [t for t in tables if t in drop and t not in next_reads]:
+        del tables[t]

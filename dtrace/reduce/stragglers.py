@@ -223,8 +223,8 @@ def _arrivals(c: pd.DataFrame, coll: pd.DataFrame, ii: pd.DataFrame | None) -> p
             "late": np.where(last, late_i, 0),
             "wait": c["wait_ns"].to_numpy(),
             "lag": own_lag(c, coll),
-            "group": c["group"].to_numpy(),
-            "op": c["op"].to_numpy(),
+            "group": c["group"].array,  # texts as they are: an object per row is ~70 bytes
+            "op": c["op"].array,
         }
     )
 
@@ -321,41 +321,42 @@ def _compute_kernels(
     empty = pd.DataFrame({"rank": [], "device": [], "class": [], "slowdown": [], "ref_ns": [], "own_ns": []})
     if kernels is None or not len(kernels) or "median_ns" not in kernels.columns:
         return np.ones(n), np.ones(n), np.ones(n), empty
-    # only the columns used here: every row filter below copies each column it keeps
-    cols = ("rank", "device", "name", "category", "class", "count", "total_ns", "median_ns", "min_ns")
-    k = kernels[[c for c in cols if c in kernels]]
-    cat = k["category"].astype(str).to_numpy() if "category" in k.columns else np.full(len(k), "compute")
+    k = kernels
+    # the rows kept as positions and only the columns used taken at them: a million rows at 16k
+    # ranks, every frame filter a copy; texts compared and grouped as codes (no object per row)
+    compute = (k["category"] == "compute").to_numpy(bool) if "category" in k.columns else np.ones(len(k), bool)
     codes, names = pd.factorize(k["name"].astype(str))  # the name test once per distinct name
     comm = pd.Series(names).str.contains("nccl|rccl", case=False, regex=True).to_numpy(bool)
-    keep = (cat == "compute") & ~comm[codes] & (k["count"].to_numpy() > 0)
-    k, name = k.loc[keep], codes[keep]  # the name's code: group-bys on integers, not on strings
-    if not len(k):
+    sel = np.flatnonzero(compute & ~comm[codes] & (k["count"].to_numpy() > 0))
+    if not len(sel):
         return np.ones(n), np.ones(n), np.ones(n), empty
-    ranks_per_name = pd.Series(k["rank"].to_numpy()).groupby(name).transform("nunique").to_numpy()
-    shared = ranks_per_name >= 2
-    k, name = k.loc[shared], name[shared]
-    if not len(k):
+    rank = k["rank"].to_numpy()
+    ranks_per_name = pd.Series(rank[sel]).groupby(codes[sel]).transform("nunique").to_numpy()
+    sel = sel[ranks_per_name >= 2]
+    if not len(sel):
         return np.ones(n), np.ones(n), np.ones(n), empty
-    cnt = k["count"].to_numpy(np.float64)
-    med = k["median_ns"].to_numpy(np.float64)
-    total = k["total_ns"].to_numpy(np.float64) if "total_ns" in k.columns else cnt * med
-    low = k["min_ns"].to_numpy(np.float64) if "min_ns" in k.columns else med
+    name = codes[sel]
+    cnt = k["count"].to_numpy(np.float64)[sel]
+    med = k["median_ns"].to_numpy(np.float64)[sel]
+    total = k["total_ns"].to_numpy(np.float64)[sel] if "total_ns" in k.columns else cnt * med
+    low = k["min_ns"].to_numpy(np.float64)[sel] if "min_ns" in k.columns else med
     # the median over ranks per name, of the mean, median and fastest instance: one group-by
     per_name = pd.DataFrame({"mean": total / cnt, "med": med, "low": low}).groupby(name).transform("median")
     ref, ref_med, ref_low = (per_name[c].to_numpy(np.float64) for c in ("mean", "med", "low"))
+    cls_code, cls_names = (
+        pd.factorize(k["class"].astype(str)) if "class" in k.columns else (np.zeros(len(k), np.int64), ["compute"])
+    )
     f = pd.DataFrame(
         {
-            "rank": k["rank"].to_numpy(),
-            "device": k["device"].to_numpy(),
+            "rank": rank[sel],
+            "device": k["device"].to_numpy()[sel],
             "own": total,
             "ref": cnt * ref,
             "own_med": cnt * med,
             "ref_med": cnt * ref_med,
             "own_low": cnt * low,
             "ref_low": cnt * ref_low,
-            "class": (
-                k["class"].astype(str).to_numpy() if "class" in k.columns else np.full(len(k), "compute", object)
-            ),
+            "class": cls_code[sel],
         }
     )
     g = f.groupby(KEYS)[["own", "ref", "own_med", "ref_med", "own_low", "ref_low"]].sum().reindex(idx)
@@ -366,6 +367,7 @@ def _compute_kernels(
         return cast(np.ndarray, np.nan_to_num(out, nan=1.0))
 
     by_class = f.groupby(KEYS + ["class"], sort=False)[["own", "ref"]].sum().reset_index()
+    by_class["class"] = np.asarray(cls_names, dtype=object)[by_class["class"].to_numpy()]
     by_class["slowdown"] = by_class["own"] / by_class["ref"].where(by_class["ref"] > 0)
     by_class = by_class.rename(columns={"ref": "ref_ns", "own": "own_ns"})
     return ratio("own", "ref"), ratio("own_med", "ref_med"), ratio("own_low", "ref_low"), by_class

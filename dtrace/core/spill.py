@@ -1,0 +1,91 @@
+"""A run's per-rank tables kept where they were computed: the spill folder.
+
+A table that no cross-rank reducer reads (``queue_timeline``, ``launches``, ``transitions``, ...)
+never travels to the client as a frame. Each analyse task writes its partition's rows of it to
+the run's spill folder, one Arrow IPC file per (partition, table) (:func:`write`), and hands back
+only the file names (:class:`Spilled`). The client streams the files of a table, in partition
+(rank) order, into the results file one row group each (:func:`dtrace.results.StagedResults.stage_parts`),
+so it holds one partition's rows of one table at a time, whatever the job's size.
+
+The spill folder is ``CACHE/spill/<run id>/``: the ingest cache is where the workers already write
+what the client later reads (a cluster's workers share it), and it is on the results folder's file
+system by default. A task that is run again (its worker died, its partition was split) writes new
+files under new names; the client reads only the files of the results it kept, and the folder goes
+with the run (:func:`remove`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+
+SPILL = "spill"
+
+_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """One partition's rows of one table, in the spill folder."""
+
+    path: str
+    rows: int
+    bytes: int = 0  # the file's size: what the client reads of it, at most
+
+
+def make(cache_dir: str) -> str:
+    """A new, empty spill folder for one run under ``cache_dir``."""
+    path = os.path.join(cache_dir, SPILL, uuid.uuid4().hex)
+    os.makedirs(path)
+    return path
+
+
+def write(folder: str, index: int, tables: dict[str, pd.DataFrame]) -> dict[str, Spilled]:
+    """Write each non-empty table of partition ``index`` into ``folder``; where each went. An empty
+    table is not written (the client makes the table's empty frame when no partition has rows)."""
+    out: dict[str, Spilled] = {}
+    tag = uuid.uuid4().hex[:12]  # a task run again writes new files: never one another task reads
+    for name, df in tables.items():
+        if not len(df):
+            continue
+        t = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
+        path = os.path.join(folder, f"{name}-{index:06d}-{tag}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema, options=_WRITE_OPTIONS) as w:
+            w.write_table(t)
+        out[name] = Spilled(path, t.num_rows, os.path.getsize(path))
+    return out
+
+
+def read(part: Spilled) -> pa.Table:
+    """The rows of one spilled partition of a table."""
+    with pa.OSFile(part.path, "rb") as f:
+        return pa.ipc.open_file(f).read_all()
+
+
+def read_all(parts: Sequence[Spilled]) -> pa.Table | None:
+    """The rows of every spilled partition of a table as one Arrow table (None: no parts), the
+    partitions' schemas unified where they differ (a column null in one partition, text in
+    another)."""
+    tables = [read(p) for p in parts]
+    if not tables:
+        return None
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def remove(folder: str | None) -> None:
+    """Remove a run's spill folder (and the ``spill`` folder above it once it is empty)."""
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(folder))
+    except OSError:
+        pass
