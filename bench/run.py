@@ -258,7 +258,9 @@ def reap_orphans(timeout: float = 10.0) -> None:
             time.sleep(0.01)
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600, parse: bool = True) -> Run:
+def measure(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600, parse: bool = True, cwd: str | None = None
+) -> Run:
     """Run ``cmd`` and measure it from outside (wall, CPU, memory).
 
     With ``parse`` the last line of its stdout is the case's JSON report (``seconds``, ...);
@@ -277,7 +279,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
         # bytecode caching as in a user's installation (a sandbox may set PYTHONDONTWRITEBYTECODE,
         # which recompiles every module in every run)
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env={**base, **(env or {})})
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env={**base, **(env or {})}, cwd=cwd)
         proc = psutil.Process(p.pid)
         tree_peak = worker_peak = client_peak = 0
         status = ru = None
