@@ -136,9 +136,12 @@ def analyze(
     -------
     Results
         ``results.breakdown``, ``results.streams``, ... as pandas DataFrames; failed inputs
-        are listed in ``results.manifest["inputs"]`` with their one-line error. When no input
-        could be analysed, nothing is written: ``results.path`` is ``None``, a folder ``out``
-        that this run made is removed again and the previous results there are kept.
+        are listed in ``results.manifest["inputs"]`` with their one-line error. With ``out``, the
+        per-rank tables are read from ``out`` when first used (the run never held them all: a
+        later run into the same ``out`` replaces them; :func:`dtrace.results.in_memory` reads
+        every table at once). When no input could be analysed, nothing is written:
+        ``results.path`` is ``None``, a folder ``out`` that this run made is removed again and
+        the previous results there are kept.
 
     Raises
     ------

@@ -40,6 +40,22 @@ def job(tmp_path_factory):
     return files, tables_of(clean)
 
 
+@pytest.fixture(scope="module")
+def template(job, tmp_path_factory):
+    """The cache (ingest entries and stored results) of a first run of ``job``: a test that
+    damages a cache starts from a copy of it instead of running dtrace once more."""
+    files, _ = job
+    cache = tmp_path_factory.mktemp("template") / "cache"
+    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    return cache
+
+
+def warm(template, tmp_path) -> str:
+    """A copy of the ``template`` cache in this test's folder (what a first run would leave)."""
+    shutil.copytree(template, tmp_path / "cache", symlinks=True)
+    return str(tmp_path / "cache")
+
+
 def tables_of(res: dtrace.Results) -> dict[str, pd.DataFrame]:
     return {n: res.table(n) for n in res.table_names}
 
@@ -145,14 +161,13 @@ def all_notes(res: dtrace.Results) -> list[str]:
 
 
 # -- no code from the cache ------------------------------------------------------------------
-def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, tmp_path):
+def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, template, tmp_path):
     """Pickles where the old layout kept them (``results-*.pkl`` beside the events), and pickles
     renamed to every Parquet and Arrow file with their fingerprints forged to match: the run
     unpickles none of them, parses and computes again with a note each, and its tables are
     those of a clean run."""
     files, want = job
-    cache = str(tmp_path / "cache")
-    dtrace.analyze(files, cache=cache, scheduler="sync")
+    cache = warm(template, tmp_path)
     marker = str(tmp_path / "pwned")
     evil = pickle.dumps(Payload(marker))
 
@@ -194,13 +209,13 @@ def test_pickles_planted_in_the_cache_and_the_store_are_never_loaded(job, tmp_pa
 
 # -- no path from the cache leads outside its entry -----------------------------------------
 @pytest.mark.parametrize("where", ["parent", "absolute", "other-entry"])
-def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, where):
+def test_part_names_in_source_json_never_lead_outside_the_entry(job, template, tmp_path, where):
     """``source.json`` of rank 0 edited to name another rank's events (outside the cache, by an
     absolute path, or in another entry), with its checksum forged to match: dtrace neither reads
     nor writes there; it parses rank 0 again (a note) and its tables are those of a clean run."""
     files, want = job
     cache = tmp_path / "cache"
-    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    warm(template, tmp_path)
     ent = entries(str(cache))
     victim, other = ent[files[0]], ent[files[1]]
     (other_events,) = [n for n in os.listdir(other) if n.startswith("events-")]
@@ -242,11 +257,11 @@ def test_part_names_in_source_json_never_lead_outside_the_entry(job, tmp_path, w
     )
 
 
-def test_an_entry_claiming_another_input_is_not_used(job, tmp_path):
+def test_an_entry_claiming_another_input_is_not_used(job, template, tmp_path):
     """An entry copied over another one (its ``source.json`` names the other input): not used."""
     files, want = job
     cache = tmp_path / "cache"
-    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    warm(template, tmp_path)
     ent = entries(str(cache))
     shutil.rmtree(ent[files[0]])
     shutil.copytree(ent[files[1]], ent[files[0]])
@@ -279,13 +294,13 @@ def test_cache_folder_that_is_a_link_is_a_one_line_error(job, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("what", ["entry", "events", "source", "store", "store-entry"])
-def test_links_in_the_cache_are_not_followed(job, tmp_path, what):
+def test_links_in_the_cache_are_not_followed(job, template, tmp_path, what):
     """A cache entry, a file in it, the result store or a stored entry replaced by a link to a
     copy of itself outside the cache (so that following the link would "work"): the target is
     untouched byte for byte, the run parses or computes again, and its tables are a clean run's."""
     files, want = job
     cache = tmp_path / "cache"
-    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    warm(template, tmp_path)
     entry = entries(str(cache))[files[0]]
     outside = tmp_path / "outside"
     (events,) = [n for n in os.listdir(entry) if n.startswith("events-")]
@@ -325,14 +340,14 @@ def test_links_in_the_cache_are_not_followed(job, tmp_path, what):
 
 
 @pytest.mark.parametrize("what", ["file", "fifo", "socket"])
-def test_an_entry_replaced_by_a_file_or_fifo_is_repaired(job, tmp_path, what):
+def test_an_entry_replaced_by_a_file_or_fifo_is_repaired(job, template, tmp_path, what):
     """Issue 19, item 10: the input is parsed again and its entry is a folder again (the node is
     removed, never opened: a FIFO would block whoever opens it); the run after reuses it."""
     import socket
 
     files, want = job
     cache = tmp_path / "cache"
-    dtrace.analyze(files, cache=str(cache), scheduler="sync")
+    warm(template, tmp_path)
     entry = entries(str(cache))[files[0]]
     shutil.rmtree(entry)
     if what == "file":
@@ -455,10 +470,9 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_damaged_cache_entry_is_parsed_again_with_a_note(job, tmp_path, damage):
+def test_damaged_cache_entry_is_parsed_again_with_a_note(job, template, tmp_path, damage):
     files, want = job
-    cache = str(tmp_path / "cache")
-    dtrace.analyze(files, cache=cache, scheduler="sync")
+    cache = warm(template, tmp_path)
     DAMAGE[damage](entries(cache)[files[1]])
     # reuse_results=False: the analyses read the cached events, so damage that reached them
     # would change the tables
@@ -555,10 +569,9 @@ STORE_DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", list(STORE_DAMAGE))
-def test_damaged_stored_results_are_recomputed(job, tmp_path, damage):
+def test_damaged_stored_results_are_recomputed(job, template, tmp_path, damage):
     files, want = job
-    cache = str(tmp_path / "cache")
-    dtrace.analyze(files, cache=cache, scheduler="sync")
+    cache = warm(template, tmp_path)
     stored = store_entries(cache)
     for entry in stored:
         STORE_DAMAGE[damage](entry)
@@ -635,13 +648,12 @@ def test_results_table_edited_after_the_run_is_analysed_again(job, tmp_path):
     assert_tables(dtrace.load(out), want)
 
 
-def test_forged_entry_that_fails_to_decode_fails_once_then_is_parsed_again(job, tmp_path):
+def test_forged_entry_that_fails_to_decode_fails_once_then_is_parsed_again(job, template, tmp_path):
     """Pages overwritten, footer intact and checksum forged: only decoding the events can tell.
     That input fails alone with one line (the others complete), and the entry is dropped, so
     the next run parses the input again and matches a clean run."""
     files, want = job
-    cache = str(tmp_path / "cache")
-    dtrace.analyze(files, cache=cache, scheduler="sync")
+    cache = warm(template, tmp_path)
     entry = entries(cache)[files[1]]
     (name,) = [n for n in os.listdir(entry) if n.startswith("events-")]
     p = Path(entry, name)

@@ -169,6 +169,12 @@ def _fails_on_rank_1(batch):
     return kernel_count(batch)
 
 
+@pytest.fixture(scope="module")
+def base():
+    """The bundled job analysed with the built-in analyses alone (read only)."""
+    return dtrace.analyze(EXAMPLES, scheduler="sync")
+
+
 @pytest.mark.parametrize(
     "func, why",
     [
@@ -187,9 +193,8 @@ def _fails_on_rank_1(batch):
         (_fails_on_rank_1, "rank 1 is not supported"),
     ],
 )
-def test_a_failing_own_analysis_fails_its_table_only(tmp_path, func, why):
+def test_a_failing_own_analysis_fails_its_table_only(tmp_path, func, why, base):
     """Issue 19, item 9: never the built-in tables, the inputs or the other analyses of the user."""
-    base = dtrace.analyze(EXAMPLES, scheduler="sync")
     broken = dtrace.Analysis("kernel_count", func, COUNT.columns)
     fine = dtrace.Analysis("also_counted", kernel_count, COUNT.columns)
     out = tmp_path / "out"

@@ -400,22 +400,24 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None =
         "worst_ratio": np.full(n, np.nan),
         "worst_excess_ns": np.zeros(n, np.int64),
     }
+    # the rows compared, as positions: only the columns used are taken at them (a frame filter
+    # copies every column, the texts of tens of thousands of rows at many ranks)
     mine = op["modelled"].to_numpy(bool) & (op["count"].to_numpy() > 0) if len(op) else np.zeros(0, bool)
-    f = op.loc[mine] if len(op) else op
-    if len(f):
-        key, n_keys = dense_codes((row_codes(op, IDENT)[0] if key is None else key)[mine])
+    sel = np.flatnonzero(mine)
+    if len(sel):
+        key, n_keys = dense_codes((row_codes(op, IDENT)[0] if key is None else key)[sel])
         shared = np.bincount(key, minlength=n_keys)[key] >= 2  # (op, arguments) at least two parts ran
-        f, key = f.loc[shared], key[shared]
-    if len(f) and n:
-        cnt = f["count"].to_numpy(np.float64)
-        own_mean = f["gpu_ns"].to_numpy(np.float64) / cnt
-        own_med = f["median_ns"].to_numpy(np.float64)
+        sel, key = sel[shared], key[shared]
+    if len(sel) and n:
+        cnt = op["count"].to_numpy(np.float64)[sel]
+        own_mean = op["gpu_ns"].to_numpy(np.float64)[sel] / cnt
+        own_med = op["median_ns"].to_numpy(np.float64)[sel]
         ref = pd.Series(own_mean).groupby(key).transform("median").to_numpy()
         ref_med = pd.Series(own_med).groupby(key).transform("median").to_numpy()
-        own_min = f["min_ns"].to_numpy(np.float64)
+        own_min = op["min_ns"].to_numpy(np.float64)[sel]
         ref_min = pd.Series(own_min).groupby(key).transform("median").to_numpy()
-        ratio = np.divide(own_mean, ref, out=np.ones(len(f)), where=ref > 0)
-        at = first_match((p_rank, p_dev), (f["rank"].to_numpy(I64), f["device"].to_numpy(I64)))
+        ratio = np.divide(own_mean, ref, out=np.ones(len(sel)), where=ref > 0)
+        at = first_match((p_rank, p_dev), (op["rank"].to_numpy(I64)[sel], op["device"].to_numpy(I64)[sel]))
         ok = at >= 0
         at, cnt, own_mean, own_med, ref, ref_med, ratio = (
             at[ok],
@@ -445,8 +447,8 @@ def gpu_slowness(op: pd.DataFrame, parts: pd.DataFrame, key: np.ndarray | None =
         worst_at = at[first_of_part]
         has = excess[first_of_part] > 0
         pick = first_of_part[has]
-        label_rows = rows[pick]
-        labels = (f["op"].iloc[label_rows].astype(str) + " " + f["shapes"].iloc[label_rows].astype(str)).to_numpy(
+        label_rows = sel[rows[pick]]
+        labels = (op["op"].iloc[label_rows].astype(str) + " " + op["shapes"].iloc[label_rows].astype(str)).to_numpy(
             object
         )
         base["worst_op"][worst_at[has]] = labels
