@@ -137,3 +137,22 @@ def test_load_of_some_ranks_reads_only_their_row_groups(job, tmp_path, monkeypat
         check_exact=True,
     )
     assert len(some.table("kernels_xrank")) == len(whole.kernels_xrank)
+
+
+def test_the_spill_folders_of_crashed_runs_are_removed_and_live_ones_kept(job, tmp_path):
+    """A run that died left its spill folder (its lock free): the next run on the cache removes it.
+    One whose lock a live run holds stays, and a run's own folder goes with it."""
+    from dtrace.core import spill
+
+    cache = tmp_path / "out" / "cache"
+    crashed = spill.make(str(cache))
+    with open(os.path.join(crashed, "kernels-000000-x.arrow"), "wb") as f:
+        f.write(b"rows of a run that died")
+    os.close(spill._locks.pop(crashed))  # the run dies: its lock goes with its process
+    live = spill.make(str(cache))  # a run still going (this process holds its lock)
+    res = dtrace.analyze(job, tmp_path / "out", scheduler="sync")
+    assert res.ok
+    assert not os.path.exists(crashed) and os.path.isdir(live)
+    assert os.listdir(cache / "spill") == [os.path.basename(live)]
+    spill.remove(live)
+    assert not os.path.exists(cache / "spill")

@@ -11,7 +11,8 @@ The spill folder is ``CACHE/spill/<run id>/``: the ingest cache is where the wor
 what the client later reads (a cluster's workers share it), and it is on the results folder's file
 system by default. A task that is run again (its worker died, its partition was split) writes new
 files under new names; the client reads only the files of the results it kept, and the folder goes
-with the run (:func:`remove`).
+with the run (:func:`remove`). While its run lives, the folder holds a lock (``flock`` on
+``.lock``); a run that starts removes the spill folders whose lock is free (their run crashed).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: a crashed run's folder stays
+    fcntl = None  # type: ignore[assignment]
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,11 +45,46 @@ class Spilled:
     bytes: int = 0  # the file's size: what the client reads of it, at most
 
 
+LOCK = ".lock"
+_locks: dict[str, int] = {}  # this process's spill folders -> their lock's descriptor
+
+
 def make(cache_dir: str) -> str:
-    """A new, empty spill folder for one run under ``cache_dir``."""
-    path = os.path.join(cache_dir, SPILL, uuid.uuid4().hex)
+    """A new spill folder for one run under ``cache_dir``, locked while the run lives; the folders
+    of runs that crashed (their lock free) are removed first."""
+    root = os.path.join(cache_dir, SPILL)
+    _remove_abandoned(root)
+    path = os.path.join(root, uuid.uuid4().hex)
     os.makedirs(path)
+    if fcntl is not None:
+        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _locks[path] = fd
     return path
+
+
+def _remove_abandoned(root: str) -> None:
+    """Remove the spill folders under ``root`` whose lock no live run holds."""
+    if fcntl is None:
+        return
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for e in entries:
+        if e.is_symlink() or not e.is_dir(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(os.path.join(e.path, LOCK), os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue  # no lock (yet): a run starting now, or not ours
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live run holds it
+        finally:
+            os.close(fd)
+        shutil.rmtree(e.path, ignore_errors=True)
 
 
 def write(folder: str, index: int, tables: dict[str, pd.DataFrame]) -> dict[str, Spilled]:
@@ -84,7 +125,10 @@ def remove(folder: str | None) -> None:
     """Remove a run's spill folder (and the ``spill`` folder above it once it is empty)."""
     if folder is None:
         return
+    fd = _locks.pop(folder, None)
     shutil.rmtree(folder, ignore_errors=True)
+    if fd is not None:
+        os.close(fd)
     try:
         os.rmdir(os.path.dirname(folder))
     except OSError:
