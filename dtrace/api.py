@@ -16,7 +16,6 @@ import pandas as pd
 from ._version import __version__
 from .analyses import ANALYSES, Analysis
 from .core import spill as spillfiles
-from .core.constants import UP_TO_DATE_MAX_BYTES
 from .core.dtypes import empty_frame
 from .core.spill import Spilled
 from .errors import DtraceError, OutputError, OwnOutput, RankError, UsageError
@@ -28,6 +27,7 @@ from .ingest.cache import FileRecord, check_cache_dir, lookup
 from .ingest.inputs import DEFAULT_MAX_INPUT_SIZE, InputSet, find_inputs, parse_size
 from .ingest.ranks import PartSpec, explicit_ranks
 from .ingest.remote import ObjectInfo, is_url, norm
+from .ingest.unchanged import unchanged_inputs
 from .knowledge.classify import load_classmap
 from .knowledge.hardware import load_specs
 from .options import Options
@@ -479,7 +479,7 @@ def up_to_date(
         return None
     if prev.run_key is None or refused or prev.n_failed:
         return None
-    inputs = _unchanged_inputs(prev.inputs, files, infos or {})
+    inputs = unchanged_inputs(prev.inputs, files, infos or {})
     if inputs is None:
         return None
     if resultstore.run_key(inputs, options, analyses, settings) != prev.run_key or not intact(out, prev):
@@ -491,62 +491,6 @@ def up_to_date(
     for item in res.manifest["inputs"]:
         item["cached"] = item["results_reused"] = True
     return res
-
-
-def _unchanged_inputs(
-    recorded: Sequence[Any], files: list[str], infos: dict[str, ObjectInfo]
-) -> list[tuple[str, int, int, str | None]] | None:
-    """``(path, size, mtime_ns, fingerprint)`` of every input, sorted, when they are the inputs
-    ``recorded`` (by a previous run) with the same content; else None. Sizes and mtimes are
-    compared first, fingerprints only then."""
-    remote = {f: infos.get(f) for f in files if is_url(f)}
-    stats = _listed_stats(files, remote)
-    if stats is None:
-        return None
-    before = {(i.path, i.size, i.mtime_ns): (i.fingerprint, i.identity) for i in recorded}
-    now = {(f, size, mtime) for f, (size, mtime) in stats.items()}
-    if set(before) != now or sum(size for size, _ in stats.values()) > UP_TO_DATE_MAX_BYTES:
-        return None
-    inputs = []
-    for path, size, mtime in sorted(now):
-        fp = _same_content(path, *before[(path, size, mtime)], remote)
-        if fp is _CHANGED:
-            return None
-        inputs.append((path, size, mtime, fp))
-    return inputs
-
-
-def _listed_stats(files: list[str], remote: dict[str, ObjectInfo | None]) -> dict[str, tuple[int, int]] | None:
-    """``path -> (size, mtime_ns)`` of every input (a remote object's as its listing states it,
-    mtime 0: its identity, not time, decides); None when a local input cannot be stat'ed or a
-    remote one has no stated identity."""
-    if any(i is None or not i.identity for i in remote.values()):
-        return None
-    try:
-        stats = {f: (os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files if f not in remote}
-    except OSError:
-        return None
-    stats.update({f: (i.size, 0) for f, i in remote.items() if i is not None})
-    return stats
-
-
-_CHANGED = object()
-"""What :func:`_same_content` returns for an input whose content changed."""
-
-
-def _same_content(path: str, recorded: Any, identity: Any, remote: dict[str, ObjectInfo | None]) -> Any:
-    """The fingerprint to key ``path`` with when its content is the ``recorded`` one (a remote
-    object: the same ``identity`` on its store; a local file: the same fingerprint); else None."""
-    from .readers._io import file_fingerprint
-
-    if path in remote:
-        info = remote[path]
-        return recorded if info is not None and identity == info.identity else _CHANGED
-    try:
-        fp = file_fingerprint(path)
-    except (OSError, DtraceError):
-        return _CHANGED
-    return fp if fp == recorded else _CHANGED
 
 
 def reserved_tables() -> set[str]:

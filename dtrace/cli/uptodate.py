@@ -40,14 +40,14 @@ import msgspec
 import xxhash
 
 from .._version import __version__
-from ..core.constants import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, UP_TO_DATE_MAX_BYTES
+from ..core.constants import MANIFEST_MAX_BYTES
 from ..core.fileio import atomic_write_bytes, read_regular
 from ..core.records import Manifest, StoredSummary, convert
 from ..errors import DtraceError
 from ..ingest.inputs import InputSet, parse_size
 from ..ingest.remote import is_url
+from ..ingest.unchanged import tables_intact, unchanged_inputs
 from ..options import Options
-from ..readers._io import file_fingerprint
 from ..render.headline import headline
 from .common import analysis_kwargs
 
@@ -142,9 +142,11 @@ def _unchanged(args: argparse.Namespace, found: InputSet, raw: bytes) -> Manifes
         manifest = convert(json.loads(raw), Manifest)
         if not _cache_usable(args.cache or os.path.join(args.out, "cache")) or not os.access(args.out, os.W_OK):
             return None
-        if found.refused or found.skipped or not _inputs_unchanged(manifest, list(found.files)):
+        if manifest.run_key is None or manifest.n_failed or found.refused or found.skipped:
             return None
-        return manifest if _tables_intact(args.out, manifest) else None
+        if unchanged_inputs(manifest.inputs, list(found.files), dict(found.infos)) is None:
+            return None
+        return manifest if tables_intact(args.out, manifest.tables, manifest.table_fingerprints) else None
     except (OSError, ValueError, RecursionError, DtraceError):
         return None
 
@@ -157,34 +159,6 @@ def _cache_usable(cache: str) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and os.access(cache, os.W_OK | os.X_OK)
-
-
-def _inputs_unchanged(manifest: Manifest, files: list[str]) -> bool:
-    """:func:`dtrace.api.up_to_date`'s checks of the inputs: the same paths, sizes and mtimes,
-    at most :data:`~dtrace.core.constants.UP_TO_DATE_MAX_BYTES` in all, then the same fingerprints."""
-    if manifest.run_key is None or manifest.n_failed:
-        return False
-    before = {(i.path, i.size, i.mtime_ns): i.fingerprint for i in manifest.inputs}
-    now = {}
-    for f in files:
-        st = os.stat(f)
-        now[(f, st.st_size, st.st_mtime_ns)] = f
-    if set(before) != set(now) or sum(k[1] for k in now) > UP_TO_DATE_MAX_BYTES:
-        return False
-    return all(file_fingerprint(path) == before[(path, size, mtime)] for path, size, mtime in now)
-
-
-def _tables_intact(out: str, manifest: Manifest) -> bool:
-    """Every table the manifest lists is in ``out`` (never through a link) with its recorded bytes
-    (table names are identifiers, :data:`~dtrace.core.records.TableName`: a file of ``out``)."""
-    fps = manifest.table_fingerprints
-    if fps is None or set(manifest.tables) != set(fps):
-        return False
-    for name in manifest.tables:
-        data = read_regular(os.path.join(out, f"{name}.parquet"), follow_links=False, limit=TABLE_MAX_BYTES)
-        if xxhash.xxh3_128_hexdigest(data) != fps[name]:
-            return False
-    return True
 
 
 def remember(args: argparse.Namespace, manifest: Manifest, body: str) -> None:
