@@ -361,13 +361,13 @@ def _gather(
     """The per-rank tables of the run. A table the workers wrote to the spill folder is streamed
     into its results file (but those the reducers replace) and read from there when a reducer
     needs it; the other tables (none has rows, or no spill folder) are concatenated here."""
-    spilled = _spilled_tables(run, analyses) or {}
+    spilled = _spilled_tables(run, analyses)
     frames = combine([r.tables for r in run.results], [a for a in analyses if a.table not in spilled], take=True)
     for name in run.failed_tables:  # a user's analysis that failed: its table only, never partly
         frames.pop(name, None)
     frames, summary_inputs, summary_parts = add_summaries(frames, summaries, opts)
     loaders: dict[str, Callable[[], pd.DataFrame]] = {
-        name: functools.partial(_read_spilled, parts) for name, parts in spilled.items() if name in READ
+        name: functools.partial(_read_spilled, name, parts) for name, parts in spilled.items() if name in READ
     }
     written: list[str] = []
     if staged is not None:
@@ -379,21 +379,19 @@ def _gather(
     return _Gathered(frames, loaders, written, summary_inputs, summary_parts)
 
 
-def _read_spilled(parts: list[Spilled]) -> pd.DataFrame:
-    """A table the workers left in the spill folder, as the frame a reducer reads (its shared texts
-    as objects, as :func:`combine` makes them)."""
+def _read_spilled(name: str, parts: list[Spilled]) -> pd.DataFrame:
+    """Table ``name`` that the workers left in the spill folder, as the frame a reducer reads: the
+    texts that travelled as categories (:data:`~dtrace.execution.tasks.SHARED_TEXT`) as objects,
+    one Python string per distinct value shared by its rows."""
     t = spillfiles.read_all(parts)
     assert t is not None  # a table with parts
-    df = t.to_pandas()
-    return _objects(df, [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)])
+    return _objects(t.to_pandas(), SHARED_TEXT.get(name, ()))
 
 
-def _spilled_tables(run: _Run, analyses: Sequence[Analysis]) -> dict[str, list[Spilled]] | None:
-    """The tables the workers left in the spill folder (None: no spill folder): each one's files
-    in partition (rank) order; a table no partition has rows of is not among them (the client
-    makes its empty frame), nor is a user's table that failed."""
-    if run.spill is None:
-        return None
+def _spilled_tables(run: _Run, analyses: Sequence[Analysis]) -> dict[str, list[Spilled]]:
+    """The tables the workers left in the spill folder (none without one): each one's files in
+    partition (rank) order; a table no partition has rows of is not among them (the client makes
+    its empty frame), nor is a user's table that failed."""
     out: dict[str, list[Spilled]] = {}
     for a in analyses:
         if a.table in run.failed_tables:
@@ -550,14 +548,25 @@ class _Run:
     failed_tables: dict[str, str] = field(default_factory=dict)  # a user's table -> one-line error
     skipped: dict[str, str] = field(default_factory=dict)  # path -> why (dtrace's own outputs)
     skipped_notes: list[str] = field(default_factory=list)  # folders of dtrace's results left out
-    specs: list[PartSpec] = field(default_factory=list)
-    partitions: list[PartitionSpec] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
-    keys_used: set[str] = field(default_factory=set)
     plan: Plan | None = None  # made once: before the start when every input looks cached, else after ingest
     phases: dict[str, float] = field(default_factory=dict)
     t_last: float = field(default_factory=time.perf_counter)
     _sizes: list[int] = field(default_factory=list)
+
+    @property
+    def specs(self) -> tuple[PartSpec, ...]:
+        """Every part to analyse, with its rank (none before the plan)."""
+        return self.plan.specs if self.plan is not None else ()
+
+    @property
+    def partitions(self) -> tuple[PartitionSpec, ...]:
+        return self.plan.partitions if self.plan is not None else ()
+
+    @property
+    def keys_used(self) -> set[str]:
+        """The store keys of this run's groups (what pruning keeps)."""
+        return {k for k in self.plan.keys if k} if self.plan is not None else set()
 
     def phase(self, name: str) -> None:
         """Record the seconds since the previous phase ended (reported in the manifest)."""
@@ -628,13 +637,10 @@ class _Run:
             self.plan = self._make_plan(self.records, engine.parallelism)  # else: planned already, from the cache
         for path, err in self.plan.rank_errors.items():
             self.fail(path, err, RankError.__name__)
-        self.specs = list(self.plan.specs)
-        self.partitions = list(self.plan.partitions)
-        self.keys_used = {k for k in self.plan.keys if k}
         self.phase("ingest")
         outcome = engine.map(
             analyze_partition,
-            self.partitions,
+            list(self.partitions),
             self.options,
             self.analyses,
             self.reuse_results,
@@ -761,13 +767,10 @@ def combine(
 ) -> dict[str, pd.DataFrame]:
     """Concatenate each table over partitions (once per table); empty tables keep their columns.
     With ``take``, each partition's frames are taken out of ``per_partition`` as their table is
-    made (never two copies of every table at once).
-    A column that travelled as categories (:data:`~dtrace.execution.tasks.SHARED_TEXT`) becomes
-    objects again, one string per distinct value shared by its rows."""
+    made (never two copies of every table at once)."""
     out = {}
     for a in analyses:
-        shared = SHARED_TEXT.get(a.table, ())
-        frames = [_objects(t[a.table], shared) for t in per_partition if a.table in t and len(t[a.table])]
+        frames = [t[a.table] for t in per_partition if a.table in t and len(t[a.table])]
         if take:
             for t in per_partition:
                 t.pop(a.table, None)

@@ -498,34 +498,19 @@ def _write_table(staging: str, name: str, t: pa.Table) -> str:
 
 def _write_parts(staging: str, name: str, parts: list[Spilled], run_id: str) -> str:
     """Write table ``name`` into the staging folder from its partitions' spilled files, a row
-    group each (one partition's rows in memory at a time); its fingerprint. The partitions'
-    schemas are unified first (a column null in one partition, text in another)."""
-    schemas = [_spilled_schema(p) for p in parts]
-    schema = schemas[0] if all(s.equals(schemas[0]) for s in schemas) else _unified(schemas)
+    group each (one partition's rows in memory at a time), in their unified schema; its
+    fingerprint."""
+    schema = spill.unified_schema([spill.read_schema(p) for p in parts])
     schema = schema.with_metadata({**(schema.metadata or {}), b"dtrace.run_id": run_id.encode()})
     path = os.path.join(staging, f"{name}.parquet")
     digest = xxhash.xxh3_128()
     with pq.ParquetWriter(path, schema, compression="zstd") as w:
         for p in parts:
-            t = spill.read(p)
-            w.write_table(t.cast(schema) if not t.schema.equals(schema) else t.replace_schema_metadata(schema.metadata))
+            w.write_table(spill.conformed(spill.read(p), schema))
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _spilled_schema(part: Spilled) -> pa.Schema:
-    with pa.OSFile(part.path, "rb") as f:
-        return pa.ipc.open_file(f).schema
-
-
-def _unified(schemas: list[pa.Schema]) -> pa.Schema:
-    """One schema for the partitions of a table: each column's type where it is not null, the
-    pandas metadata of a partition that has every column's type."""
-    typed = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
-    full = [s for s in schemas if not any(pa.types.is_null(f.type) for f in s)]
-    return typed.with_metadata((full or schemas)[0].metadata)
 
 
 def _retire_previous(out: str, tables: set[str]) -> None:

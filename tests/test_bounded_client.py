@@ -79,9 +79,9 @@ def test_the_client_holds_what_one_reducer_reads_and_nothing_per_rank_comes_back
         gathered.extend(dict(t) for t in per_partition)
         return combine(per_partition, analyses, **kw)
 
-    def spy_read(parts):
-        read.append(os.path.basename(parts[0].path).split("-")[0])
-        return read_spilled(parts)
+    def spy_read(name, parts):
+        read.append(name)
+        return read_spilled(name, parts)
 
     monkeypatch.setattr(api, "combine", spy_combine)
     monkeypatch.setattr(api, "_read_spilled", spy_read)

@@ -109,16 +109,36 @@ def read(part: Spilled) -> pa.Table:
         return pa.ipc.open_file(f).read_all()
 
 
+def read_schema(part: Spilled) -> pa.Schema:
+    """The schema of a spilled partition of a table (its file's footer only)."""
+    with pa.OSFile(part.path, "rb") as f:
+        return pa.ipc.open_file(f).schema
+
+
 def read_all(parts: Sequence[Spilled]) -> pa.Table | None:
-    """The rows of every spilled partition of a table as one Arrow table (None: no parts), the
-    partitions' schemas unified where they differ (a column null in one partition, text in
-    another)."""
+    """The rows of every spilled partition of a table as one Arrow table (None: no parts), in
+    the partitions' :func:`unified_schema`."""
     tables = [read(p) for p in parts]
     if not tables:
         return None
-    if len(tables) == 1:
-        return tables[0]
-    return pa.concat_tables(tables, promote_options="permissive")
+    schema = unified_schema([t.schema for t in tables])
+    return pa.concat_tables([conformed(t, schema) for t in tables])
+
+
+def unified_schema(schemas: Sequence[pa.Schema]) -> pa.Schema:
+    """One schema for the partitions of a table: each column's type where it is not null (a
+    column null in one partition, text in another), with the pandas metadata of a partition that
+    has every column's type."""
+    if all(s.equals(schemas[0]) for s in schemas):
+        return schemas[0]
+    typed = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
+    full = [s for s in schemas if not any(pa.types.is_null(f.type) for f in s)]
+    return typed.with_metadata((full or schemas)[0].metadata)
+
+
+def conformed(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` in ``schema`` (its types cast, its metadata replaced)."""
+    return t.cast(schema) if not t.schema.equals(schema) else t.replace_schema_metadata(schema.metadata)
 
 
 def remove(folder: str | None) -> None:

@@ -189,7 +189,7 @@ def _keep(
 SHARED_TEXT = {"collectives": ("group_ranks",)}
 """Text columns of the tables the client reduces that repeat a long value on many rows (a
 collective's rank list, kilobytes at thousands of ranks): they travel as categories and reach
-the reducers as objects sharing one string per distinct value (:func:`dtrace.api.combine`). Only
+the reducers as objects sharing one string per distinct value (``dtrace.api._read_spilled``). Only
 tables that the reducers replace: the results never hold a category."""
 
 
