@@ -625,10 +625,11 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     import dask
 
     try:
-        import dask_jobqueue
+        from dask_jobqueue.pbs import PBSCluster
+        from dask_jobqueue.slurm import SLURMCluster
     except ImportError:
         raise UsageError(f"--cluster {spec.cluster} needs dask-jobqueue: pip install 'dtrace[jobqueue]'") from None
-    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[spec.cluster or ""]
+    cls = {"slurm": SLURMCluster, "pbs": PBSCluster}[spec.cluster or ""]
     kw = dict(spec.cluster_options or {})
     cfg = f"jobqueue.{spec.cluster}"
     kw.setdefault("cores", dask.config.get(f"{cfg}.cores", None) or 1)
