@@ -534,6 +534,7 @@ class ChromeTrace:
         try:
             msgspec.json.decode(text) if eof else None
         except msgspec.DecodeError as exc:
+            check_utf8(text)
             raise InputError(self.path, f"invalid JSON: {exc}") from None
         if text.lstrip(_WS)[:1] not in (b"{", b"["):
             raise InputError(self.path, "not a JSON trace (does not start with '{' or '[')")
@@ -545,6 +546,7 @@ class ChromeTrace:
         except msgspec.ValidationError as exc:
             raise InputError(self.path, f"unexpected value in {where}: {exc}") from None
         except msgspec.DecodeError as exc:
+            check_utf8(text)
             raise InputError(self.path, f"invalid JSON in {where}: {exc}") from None
 
     def _decode_events(self, text: bytes | memoryview) -> Any:
@@ -632,8 +634,16 @@ class ChromeTrace:
                 last_error = str(exc)
                 continue
         if last_error is not None:
+            check_utf8(memoryview(buf)[lo:hi])
             raise InputError(self.path, f"invalid JSON in traceEvents: {last_error}")
         raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
+
+
+def check_utf8(text: bytes | bytearray | memoryview) -> None:
+    """Raise the ``UnicodeDecodeError`` of ``text`` if it is not UTF-8 (naming its first bad
+    byte), for text that JSON decoding refused: msgspec 0.23 says only "Invalid UTF-8 encoded
+    string" where 0.22 raised that error itself."""
+    bytes(text).decode("utf-8")
 
 
 class Scanned:
