@@ -9,6 +9,7 @@ column (a mean, a median, a standard deviation) are rounded half to even, once, 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -124,7 +125,17 @@ def empty_frame(columns: Mapping[str, Any] | Iterable[str], dtype: Any = object)
     ['a', 'b']
     """
     cols = dict(columns) if isinstance(columns, Mapping) else dict.fromkeys(columns, dtype)
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()}, columns=list(cols))
+    key = tuple((c, str(t) if isinstance(t, (str, np.dtype)) else t) for c, t in cols.items())
+    try:
+        return _empty(key).copy()
+    except TypeError:  # a dtype that cannot key a cache: made anew
+        return _empty.__wrapped__(key)
+
+
+@functools.lru_cache(maxsize=512)
+def _empty(key: tuple[tuple[str, Any], ...]) -> pd.DataFrame:
+    """The empty table of these (name, dtype) pairs (cached: tables are declared once, made often)."""
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in key}, columns=[c for c, _ in key])
 
 
 def conform(df: pd.DataFrame, columns: Mapping[str, Any], table: str, strict: bool = False) -> pd.DataFrame:
@@ -154,6 +165,8 @@ def _declared(col: pd.Series, dtype: Any, want: str | None, name: str, strict: b
     infers its dtype), and a column of no declared dtype too."""
     if want is None:
         return col.to_numpy()
+    if want != STR and str(dtype) == want:  # already declared: its array as it is (no range check)
+        return col.array
     if want == STR and not (isinstance(dtype, np.dtype) and dtype.kind == "O") and dtype_is(dtype, STR):
         return col.array
     return as_declared(col, want, name, strict)
