@@ -121,6 +121,9 @@ stop_process() {
   return 0
 }
 
+# Seconds the workers get to exit once the cluster was told to shut down (then TERM, then KILL);
+# short after a signal, when the job has little time left.
+WORKER_GRACE=30
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM USR1
@@ -139,13 +142,14 @@ client.retire_workers(close_workers=True)  # workers first, so none of them logs
 client.shutdown()
 PYEOF
   fi
-  stop_process "$MPI_PID" 30
+  stop_process "$MPI_PID" "$WORKER_GRACE"
   rm -f "$SCHEDULER_FILE"
   log "done (exit status $rc)"
   exit "$rc"
 }
 on_signal() {
   log "$1: stopping dtrace and the Dask cluster"
+  WORKER_GRACE=5  # the job is ending (time limit, scancel/qdel): a stuck worker is not waited for
   exit "$2"
 }
 trap cleanup EXIT
