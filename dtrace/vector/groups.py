@@ -233,6 +233,11 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
     return order
 
 
+_WIDEST = 1024
+"""The longest text :func:`string_rank` sorts as a NumPy string array (fixed width); beyond, as
+Python strings (the same order: by code point, ties in first-seen order)."""
+
+
 def string_rank(values: Any) -> np.ndarray:
     """Rank of each value in string order (equal strings, equal ranks): sorts the distinct
     values only, so a column of a few names over millions of rows costs one hash pass (of the
@@ -247,7 +252,11 @@ def string_rank(values: Any) -> np.ndarray:
     """
     text = isinstance(values, pd.api.extensions.ExtensionArray) and isinstance(values.dtype, pd.StringDtype)
     codes, uniq = pd.factorize(values if text else np.asarray(values, dtype=object), use_na_sentinel=False)
-    order = np.argsort(np.asarray(uniq, dtype=object).astype(str), kind="stable")
+    strs = [str(u) for u in np.asarray(uniq, dtype=object)]
+    if max(map(len, strs), default=0) <= _WIDEST:
+        order = np.argsort(np.array(strs, dtype=str), kind="stable")
+    else:  # NumPy's strings are as wide as the longest one: a name of a megabyte made each a megabyte
+        order = np.array(sorted(range(len(strs)), key=strs.__getitem__), dtype=np.intp)
     rank = np.empty(order.size, I64)
     rank[order] = np.arange(order.size)
     return rank[codes] if codes.size else np.empty(0, I64)
