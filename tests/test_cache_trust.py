@@ -21,6 +21,7 @@ import pytest
 import xxhash
 
 import dtrace
+import dtrace.ingest.cache
 from dtrace.cli.main import main
 from dtrace.generate.synth import generate
 
@@ -469,23 +470,54 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
-def test_damaged_cache_entry_is_parsed_again_with_a_note(job, template, tmp_path, damage):
-    files, want = job
+@pytest.fixture(scope="module")
+def unpacked():
+    """Every input in a cache entry of its own, as a run of fewer inputs per ingest task than a
+    pack takes (``PACK_MIN_INPUTS``) leaves it: the entries' own damage is what is tested here."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(dtrace.ingest.cache, "PACK_MIN_INPUTS", 1 << 30)
+        yield
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory, unpacked):
+    """A generated rank for each kind of :data:`DAMAGE` and one left alone (the first): the
+    inputs, the tables of a clean run, and the cache of a first run that a test copies."""
+    d = tmp_path_factory.mktemp("wide")
+    generate(d / "traces", ranks=len(DAMAGE) + 1, steps=1, seed=5, kernels_per_step=12)
+    files = sorted(glob.glob(str(d / "traces" / "rank-*.json.gz")), key=lambda f: int(f.split("-")[-1].split(".")[0]))
+    clean = dtrace.analyze(files, cache=str(d / "clean-cache"), scheduler="sync")
+    assert clean.ok
+    dtrace.analyze(files, cache=str(d / "template"), scheduler="sync")
+    return files, tables_of(clean), d / "template"
+
+
+def test_damaged_cache_entries_are_parsed_again_with_a_note(wide, unpacked, tmp_path):
+    """Every kind of damage at once, each to the cache entry of its own rank: each damaged input
+    is parsed again with one note, the undamaged one is read from the cache, the tables are the
+    clean run's, and the next run reads every input from the entries written anew."""
+    files, want, template = wide
     cache = warm(template, tmp_path)
-    DAMAGE[damage](entries(cache)[files[1]])
+    found = entries(cache)
+    damaged = dict(zip(files[1:], DAMAGE))  # input -> the kind of damage done to its entry
+    for path, damage in damaged.items():
+        DAMAGE[damage](found[path])
     # reuse_results=False: the analyses read the cached events, so damage that reached them
     # would change the tables
     res = dtrace.analyze(files, cache=cache, scheduler="sync", reuse_results=False)
     assert_tables(res, want)
     inputs = {i["path"]: i for i in res.manifest["inputs"]}
-    assert [p for p, i in inputs.items() if not i["cached"]] == [files[1]]
-    (note,) = inputs[files[1]]["notes"]
-    assert note.startswith("cache entry ") and note.endswith("; parsing again") and "\n" not in note
-    assert all(not i["notes"] for p, i in inputs.items() if p != files[1])
-    # the entry was written anew: the next run uses it
+    assert inputs[files[0]]["cached"] and not inputs[files[0]]["notes"]
+    wrong = {}
+    for path, damage in damaged.items():
+        notes, cached = inputs[path]["notes"], inputs[path]["cached"]
+        ok = not cached and len(notes) == 1 and notes[0].startswith("cache entry ")
+        if not (ok and notes[0].endswith("; parsing again") and "\n" not in notes[0]):
+            wrong[damage] = (cached, notes)
+    assert not wrong, wrong
+    # the entries were written anew: the next run uses them
     again = dtrace.analyze(files, cache=cache, scheduler="sync", reuse_results=False)
-    assert all(i["cached"] and not i["notes"] for i in again.manifest["inputs"])
+    assert [i["path"] for i in again.manifest["inputs"] if not i["cached"] or i["notes"]] == []
     assert_tables(again, want)
 
 
