@@ -187,7 +187,8 @@ def test_jax_and_nsys_in_one_batch(kineto_parts):
 def test_generated_job_in_one_batch(tmp_path):
     from dtrace.generate.synth import generate
 
-    generate(str(tmp_path), ranks=16, steps=3, seed=3, faults=["compute:rank=5:slow=0.2"])
+    # two hosts of four: the 16-rank job of the benchmarks in a smaller block
+    generate(str(tmp_path), ranks=8, gpus_per_host=4, steps=3, seed=3, faults=["compute:rank=5:slow=0.2"])
     parts = []
     for f in sorted(os.listdir(tmp_path)):
         if f.startswith("rank-"):
