@@ -16,9 +16,10 @@ def _whole_suite(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Coverage (pytest-cov, ``--cov=dtrace`` in pyproject's addopts) is measured, reported and held
-    to its floor (``[tool.coverage.report] fail_under``) on whole-suite runs only: a run of a few
-    test files would fall below the floor without anything being wrong, and pays for tracing."""
+    """Coverage (pytest-cov, ``--cov=dtrace``: .ci/run gives it in ``PYTEST_ADDOPTS``) is measured,
+    reported and held to its floor (``[tool.coverage.report] fail_under``) on whole-suite runs
+    only: a run of a few test files would fall below the floor without anything being wrong, and
+    pays for tracing."""
     cov = config.pluginmanager.getplugin("_cov")
     if cov is None or _whole_suite(config):
         return
