@@ -25,7 +25,7 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - not on POSIX: a crashed run's folder stays
     fcntl = None  # type: ignore[assignment]
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -87,15 +87,16 @@ def _remove_abandoned(root: str) -> None:
         shutil.rmtree(e.path, ignore_errors=True)
 
 
-def write(folder: str, index: int, tables: dict[str, pd.DataFrame]) -> dict[str, Spilled]:
-    """Write each non-empty table of partition ``index`` into ``folder``; where each went. An empty
-    table is not written (the client makes the table's empty frame when no partition has rows)."""
+def write(folder: str, index: int, tables: Mapping[str, pd.DataFrame | pa.Table]) -> dict[str, Spilled]:
+    """Write each non-empty table of partition ``index`` into ``folder`` (a frame, or the Arrow
+    table made of it without its index); where each went. An empty table is not written (the
+    client makes the table's empty frame when no partition has rows)."""
     out: dict[str, Spilled] = {}
     tag = uuid.uuid4().hex[:12]  # a task run again writes new files: never one another task reads
     for name, df in tables.items():
         if not len(df):
             continue
-        t = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
+        t = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
         path = os.path.join(folder, f"{name}-{index:06d}-{tag}.arrow")
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema, options=_WRITE_OPTIONS) as w:
             w.write_table(t)

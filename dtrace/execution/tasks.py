@@ -179,11 +179,15 @@ def _keep(
     kept: list[Analysis],
     spill: str | None,
 ) -> None:
-    """Store the computed groups' tables; leave the partition's tables in the spill folder."""
+    """Store the computed groups' tables; leave the partition's tables in the spill folder (a
+    table that is the computed one as it was stored goes there as the Arrow table made for the
+    store: each table becomes Arrow once)."""
+    arrow: dict[str, pa.Table] = {}
     if store is not None and computed is not None:
-        _store_computed(store, computed, keys, groups, missed, kept, res)
+        arrow = _store_computed(store, computed, keys, groups, missed, kept, res)
     if spill is not None:
-        _spill(res, spill)
+        made = {n: t for n, t in arrow.items() if computed is not None and res.tables.get(n) is computed.tables[n]}
+        _spill(res, spill, made)
 
 
 SHARED_TEXT = {"collectives": ("group_ranks",)}
@@ -193,10 +197,13 @@ the reducers as objects sharing one string per distinct value (``dtrace.api._rea
 tables that the reducers replace: the results never hold a category."""
 
 
-def _spill(res: PartitionResult, folder: str) -> None:
-    """Write the partition's tables to the spill folder (their repeated texts as categories);
-    only their file names go back."""
-    res.spilled = spillfiles.write(folder, res.index, {n: _shared_text(n, df) for n, df in res.tables.items()})
+def _spill(res: PartitionResult, folder: str, arrow: dict[str, pa.Table]) -> None:
+    """Write the partition's tables to the spill folder (their repeated texts as categories; a
+    table of ``arrow`` as it is); only their file names go back."""
+    tables = {
+        n: arrow[n] if n in arrow and n not in SHARED_TEXT else _shared_text(n, df) for n, df in res.tables.items()
+    }
+    res.spilled = spillfiles.write(folder, res.index, tables)
     res.tables = {}
 
 
@@ -219,10 +226,12 @@ def _store_computed(
     missed: list[int],
     kept: list[Analysis],
     res: PartitionResult,
-) -> None:
-    """Store the computed groups' tables, unless an analysis whose tables are stored failed."""
-    if not any(a.table in res.failed_tables for a in kept):
-        _save_groups(store, computed, [keys[i] for i in missed], [groups[i] for i in missed], kept, res)
+) -> dict[str, pa.Table]:
+    """Store the computed groups' tables, unless an analysis whose tables are stored failed; the
+    Arrow tables made of them (none when nothing was stored)."""
+    if any(a.table in res.failed_tables for a in kept):
+        return {}
+    return _save_groups(store, computed, [keys[i] for i in missed], [groups[i] for i in missed], kept, res)
 
 
 def _store_keys(
@@ -278,11 +287,11 @@ def _save_groups(
     groups: Sequence[Sequence[PartSpec]],
     kept: list[Analysis],
     res: PartitionResult,
-) -> None:
+) -> dict[str, pa.Table]:
     """Store each computed group's tables (but those of a group with a failed input): every
-    table becomes Arrow once, each group's rows a slice of it."""
+    table becomes Arrow once, each group's rows a slice of it; those Arrow tables."""
     if not all(a.table in computed.tables for a in kept):  # every part failed: nothing to store
-        return
+        return {}
     # one thread: the tables are small, and a thread pool per table costs more than it saves
     arrow = {a.table: pa.Table.from_pandas(computed.tables[a.table], preserve_index=False, nthreads=1) for a in kept}
     for j, (key, group) in enumerate(zip(keys, groups)):
@@ -291,6 +300,7 @@ def _save_groups(
         note = resultstore.save(store, key, {n: t.slice(*computed.rows(n, j)) for n, t in arrow.items()})
         if note:
             res.notes.append(note)
+    return arrow
 
 
 @dataclass
