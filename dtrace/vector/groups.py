@@ -249,6 +249,8 @@ def string_rank(values: Any) -> np.ndarray:
     [1, 0, 1, 2]
     >>> string_rank(pd.array(["b", "a", "b"], dtype="str")).tolist()
     [1, 0, 1]
+    >>> string_rank(np.array(["b" * 2000, "a" * 2000 + "z", "b" * 2000, "a" * 2001], dtype=object)).tolist()
+    [2, 1, 2, 0]
     """
     text = isinstance(values, pd.api.extensions.ExtensionArray) and isinstance(values.dtype, pd.StringDtype)
     codes, uniq = pd.factorize(values if text else np.asarray(values, dtype=object), use_na_sentinel=False)
