@@ -470,33 +470,33 @@ DAMAGE = {
 }
 
 
-@pytest.fixture(scope="module")
-def unpacked():
+def unpack(m: pytest.MonkeyPatch) -> None:
     """Every input in a cache entry of its own, as a run of fewer inputs per ingest task than a
     pack takes (``PACK_MIN_INPUTS``) leaves it: the entries' own damage is what is tested here."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(dtrace.ingest.cache, "PACK_MIN_INPUTS", 1 << 30)
-        yield
+    m.setattr(dtrace.ingest.cache, "PACK_MIN_INPUTS", 1 << 30)
 
 
 @pytest.fixture(scope="module")
-def wide(tmp_path_factory, unpacked):
+def wide(tmp_path_factory):
     """A generated rank for each kind of :data:`DAMAGE` and one left alone (the first): the
     inputs, the tables of a clean run, and the cache of a first run that a test copies."""
     d = tmp_path_factory.mktemp("wide")
     generate(d / "traces", ranks=len(DAMAGE) + 1, steps=1, seed=5, kernels_per_step=12)
     files = sorted(glob.glob(str(d / "traces" / "rank-*.json.gz")), key=lambda f: int(f.split("-")[-1].split(".")[0]))
-    clean = dtrace.analyze(files, cache=str(d / "clean-cache"), scheduler="sync")
-    assert clean.ok
-    dtrace.analyze(files, cache=str(d / "template"), scheduler="sync")
+    with pytest.MonkeyPatch.context() as m:
+        unpack(m)
+        clean = dtrace.analyze(files, cache=str(d / "clean-cache"), scheduler="sync")
+        assert clean.ok
+        dtrace.analyze(files, cache=str(d / "template"), scheduler="sync")
     return files, tables_of(clean), d / "template"
 
 
-def test_damaged_cache_entries_are_parsed_again_with_a_note(wide, unpacked, tmp_path):
+def test_damaged_cache_entries_are_parsed_again_with_a_note(wide, tmp_path, monkeypatch):
     """Every kind of damage at once, each to the cache entry of its own rank: each damaged input
     is parsed again with one note, the undamaged one is read from the cache, the tables are the
     clean run's, and the next run reads every input from the entries written anew."""
     files, want, template = wide
+    unpack(monkeypatch)
     cache = warm(template, tmp_path)
     found = entries(cache)
     damaged = dict(zip(files[1:], DAMAGE))  # input -> the kind of damage done to its entry

@@ -186,8 +186,10 @@ def _keep(
     if store is not None and computed is not None:
         arrow = _store_computed(store, computed, keys, groups, missed, kept, res)
     if spill is not None:
-        made = {n: t for n, t in arrow.items() if computed is not None and res.tables.get(n) is computed.tables[n]}
-        _spill(res, spill, made)
+        held = computed.tables if computed is not None else {}
+        # a table as stored goes as it is, but for the texts that travel as categories
+        same = {n: t for n, t in arrow.items() if n not in SHARED_TEXT and res.tables.get(n) is held[n]}
+        _spill(res, spill, same)
 
 
 SHARED_TEXT = {"collectives": ("group_ranks",)}
@@ -200,9 +202,7 @@ tables that the reducers replace: the results never hold a category."""
 def _spill(res: PartitionResult, folder: str, arrow: dict[str, pa.Table]) -> None:
     """Write the partition's tables to the spill folder (their repeated texts as categories; a
     table of ``arrow`` as it is); only their file names go back."""
-    tables = {
-        n: arrow[n] if n in arrow and n not in SHARED_TEXT else _shared_text(n, df) for n, df in res.tables.items()
-    }
+    tables = {n: arrow[n] if n in arrow else _shared_text(n, df) for n, df in res.tables.items()}
     res.spilled = spillfiles.write(folder, res.index, tables)
     res.tables = {}
 

@@ -60,7 +60,8 @@ _CHANGED = object()
 
 def _same_content(path: str, recorded: Any, identity: Any, remote: dict[str, ObjectInfo | None]) -> Any:
     """The fingerprint to key ``path`` with when its content is the ``recorded`` one (a remote
-    object: the same ``identity`` on its store; a local file: the same fingerprint); else None."""
+    object: the same ``identity`` on its store; a local file: the same fingerprint); else
+    :data:`_CHANGED`."""
     if path in remote:
         info = remote[path]
         return recorded if info is not None and identity == info.identity else _CHANGED

@@ -634,16 +634,16 @@ class ChromeTrace:
                 last_error = str(exc)
                 continue
         if last_error is not None:
-            check_utf8(memoryview(buf)[lo:hi])
+            check_utf8(bytes(buf[lo:hi]))  # a copy: an exception must not hold a view of the read buffer
             raise InputError(self.path, f"invalid JSON in traceEvents: {last_error}")
         raise InputError(self.path, "the JSON document ends inside 'traceEvents' (truncated file?)")
 
 
-def check_utf8(text: bytes | bytearray | memoryview) -> None:
+def check_utf8(text: bytes) -> None:
     """Raise the ``UnicodeDecodeError`` of ``text`` if it is not UTF-8 (naming its first bad
     byte), for text that JSON decoding refused: msgspec 0.23 says only "Invalid UTF-8 encoded
     string" where 0.22 raised that error itself."""
-    bytes(text).decode("utf-8")
+    text.decode("utf-8")
 
 
 class Scanned:
