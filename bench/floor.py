@@ -1,0 +1,225 @@
+"""The big job against its floor: ``dtrace analyze`` cold next to gunzip + the scanner alone.
+
+Usage::
+
+    python bench/floor.py                      # 32 ranks of the MI300 trace x19 (320 MB JSON each), 3 repeats
+    python bench/floor.py --ranks 8 --repeat 1 # a smaller job, one run of each
+    python bench/floor.py --job DIR            # any folder of Kineto traces (.json or .json.gz)
+
+The job (unless ``--job``) is ``../shared/traces/kineto/single/mi300_resnet_rccl_rank0.json.gz``
+tiled ``--times`` times in time per rank (:func:`dtrace.generate.tile.tile_trace`: 320 MB of JSON
+and 1.07 M events a rank at x19), replicated to ``--ranks`` ranks with GPU durations perturbed per
+rank, gzip; built once under ``bench/out/floor/`` and kept.
+
+Each repeat runs, alternately, each in a fresh interpreter and measured from outside (wall time,
+CPU time of the process tree):
+
+- ``floor``: what any reader of these files must do before it builds a column: gunzip every input
+  (isal, the decompressor dtrace uses) and run dtrace's compiled scanner once over its whole
+  events array, one process per core (``--workers``, default all cores) taking the inputs
+  largest first. Nothing is kept, written or analysed. The events array is located by the first
+  ``"traceEvents"`` key and the last ``}`` ``]`` of the text (the layout Kineto writes, and
+  ``tile_trace``); the report gives the scanner's record count (its complete events: ``X``).
+- ``dtrace``: ``python -m dtrace analyze JOB -o OUT --no-progress`` into a new OUT (cold: no cache),
+  its default local cluster; the phases come from OUT's manifest.
+
+The report gives the medians, the ratio dtrace / floor (the target is <= 1.5x) and where the
+time above the floor goes (start, ingest, analyse, reduce), so a change can be aimed at the
+phase that holds it. ``--write FILE`` appends the report to FILE (e.g. ``bench/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+SHARED = os.environ.get("DTRACE_SHARED", os.path.join(ROOT, "..", "shared"))
+SOURCE = os.path.join(SHARED, "traces", "kineto", "single", "mi300_resnet_rccl_rank0.json.gz")
+
+from run import ONE_THREAD, adopt_orphans, build_ranks, reap_orphans, warm_page_cache  # noqa: E402
+
+_END = re.compile(rb"\}\s*\]")
+
+
+def gunzip_scan(path: str) -> dict[str, float]:
+    """One input: its content gunzipped into one buffer, then its events array scanned in one
+    call; the seconds of each and the scanner's record count."""
+    from dtrace.readers._io import _gzip, is_gzip
+    from dtrace.readers._scanned import new_scanner
+
+    scanner = new_scanner()
+    if scanner is None:
+        raise SystemExit("the compiled scanner is not built (pip install -e . builds it)")
+    t = time.process_time()
+    if is_gzip(path):
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            size = int.from_bytes(f.read(4), "little")  # ISIZE: the content's size mod 2**32
+        buf = bytearray(size)
+        with _gzip.GzipFile(path, "rb") as g:
+            got, view = 0, memoryview(buf)
+            while got < size:
+                n = g.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+            if got < size or g.read(1):  # over 4 GB, or a size the trailer does not state
+                raise SystemExit(f"{path}: content size differs from the gzip trailer's; not a floor input")
+    else:
+        with open(path, "rb") as f:
+            buf = bytearray(f.read())
+    gunzip = time.process_time() - t
+    t = time.process_time()
+    lo = buf.index(b"[", buf.index(b'"traceEvents"'))
+    hi = max(m.end() for m in _END.finditer(buf, max(lo, len(buf) - (1 << 16))))
+    with memoryview(buf) as mv, mv[lo:hi] as text:
+        records = scanner.scan(text)[0]
+    return {"gunzip_s": gunzip, "scan_s": time.process_time() - t, "records": records, "json_bytes": len(buf)}
+
+
+def floor_child(paths: list[str], workers: int) -> None:
+    """The floor, in this fresh interpreter: every input on ``workers`` processes; one JSON line."""
+    import multiprocessing
+
+    paths = sorted(paths, key=os.path.getsize, reverse=True)  # largest first: the pool ends together
+    t = time.perf_counter()
+    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
+        got = pool.map(gunzip_scan, paths, chunksize=1)
+    out = {
+        "seconds": time.perf_counter() - t,
+        "gunzip_cpu_s": sum(g["gunzip_s"] for g in got),
+        "scan_cpu_s": sum(g["scan_s"] for g in got),
+        "records": sum(g["records"] for g in got),
+        "json_bytes": sum(g["json_bytes"] for g in got),
+    }
+    print(json.dumps(out), flush=True)
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds of the process tree and stdout of one command."""
+    adopt_orphans()
+    reap_orphans()
+    t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    reap_orphans()
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:5])} ...: {p.stderr[-1500:]}")
+    r2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - t, (r2.ru_utime - r.ru_utime) + (r2.ru_stime - r.ru_stime), p.stdout
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", help="a folder of traces (default: the generated job)")
+    ap.add_argument("--ranks", type=int, default=32)
+    ap.add_argument("--times", type=int, default=19, help="tiling of the source trace per rank (x19: 320 MB)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="floor processes (default: all cores)")
+    ap.add_argument("--write", metavar="FILE", help="append the report to FILE")
+    ap.add_argument("--child-floor", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child_floor:
+        floor_child(a.child_floor, a.workers)
+        return 0
+
+    if a.job:
+        job = os.path.abspath(a.job)
+        paths = sorted(os.path.join(job, f) for f in os.listdir(job) if f.endswith((".json", ".json.gz")))
+        what = f"{job}: {len(paths)} traces"
+    else:
+        inp = build_ranks(os.path.join(HERE, "out", "floor"), SOURCE, a.ranks, a.times)
+        paths, job = inp.paths, os.path.dirname(inp.paths[0])
+        what = f"{inp.note}: {len(paths)} files, {inp.json_bytes / 1e9:.2f} GB JSON, {inp.file_bytes / 1e6:.0f} MB gzip, {inp.events:,} events"
+    print(what, flush=True)
+    warm_page_cache(paths)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    floor_env = {**env, **ONE_THREAD}
+    rows: dict[str, list[dict[str, Any]]] = {"floor": [], "dtrace": []}
+    work = tempfile.mkdtemp(prefix="dtrace-floor-")
+    try:
+        for i in range(a.repeat):
+            load = _load()
+            wall, cpu, out = _run(
+                [sys.executable, __file__, "--workers", str(a.workers), "--child-floor", *paths], floor_env
+            )
+            got = json.loads(out.strip().splitlines()[-1])
+            if not got["records"]:
+                raise SystemExit("the floor scanned no event: not a Kineto job")
+            rows["floor"].append({"wall": wall, "cpu": cpu, "load": load, **got})
+            print(f"  [{i + 1}/{a.repeat}] floor  {wall:7.2f} s wall {cpu:7.2f} s CPU (load {load:.1f})", flush=True)
+            out_dir = os.path.join(work, f"out{i}")
+            load = _load()
+            wall, cpu, _ = _run([sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env)
+            with open(os.path.join(out_dir, "manifest.json")) as f:
+                man = json.load(f)
+            rows["dtrace"].append({"wall": wall, "cpu": cpu, "load": load, "phases": man.get("phases", {})})
+            phases = " ".join(f"{k} {v:.1f}" for k, v in man.get("phases", {}).items())
+            print(
+                f"  [{i + 1}/{a.repeat}] dtrace {wall:7.2f} s wall {cpu:7.2f} s CPU (load {load:.1f}; {phases})",
+                flush=True,
+            )
+            shutil.rmtree(out_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = report(what, rows, a.workers)
+    print(text)
+    if a.write:
+        with open(a.write, "a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+def report(what: str, rows: dict[str, list[dict[str, Any]]], workers: int) -> str:
+    def med(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[kind])
+
+    fw, dw = med("floor", "wall"), med("dtrace", "wall")
+    fc, dc = med("floor", "cpu"), med("dtrace", "cpu")
+    gz, sc = med("floor", "gunzip_cpu_s"), med("floor", "scan_cpu_s")
+    phases = sorted(
+        {k for r in rows["dtrace"] for k in r["phases"]},
+        key=lambda k: (
+            ["plan", "start", "ingest", "analyse", "reduce"].index(k)
+            if k in ("plan", "start", "ingest", "analyse", "reduce")
+            else 9
+        ),
+    )
+    pm = {k: statistics.median(r["phases"].get(k, 0.0) for r in rows["dtrace"]) for k in phases}
+    n = len(rows["dtrace"])
+    lines = [
+        f"### The big job against its floor (`bench/floor.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"{what}; {os.cpu_count()} cores, floor on {workers} processes; median of {n}, floor and dtrace alternated;"
+        f" load {min(r['load'] for k in rows for r in rows[k]):.1f}–{max(r['load'] for k in rows for r in rows[k]):.1f}.",
+        "",
+        "| | wall s | CPU s |",
+        "|---|---:|---:|",
+        f"| floor: gunzip + scanner, all cores ({int(med('floor', 'records')):,} records) | {fw:.2f} | {fc:.2f} (gunzip {gz:.2f}, scan {sc:.2f}) |",
+        f"| `dtrace analyze`, cold | {dw:.2f} | {dc:.2f} |",
+        f"| ratio | **{dw / fw:.2f}×** (target ≤ 1.5×: {'met' if dw / fw <= 1.5 else 'missed'}) | {dc / fc:.2f}× |",
+        "",
+        "dtrace's phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in pm.items()) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
