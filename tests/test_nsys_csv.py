@@ -196,6 +196,30 @@ def test_cuda_gpu_trace_csv_is_read_as_events(tmp_path):
         read_nsys_csv(write(tmp_path, "k_cuda_gpu_kern_sum.csv", KERN_NEW))
 
 
+def test_a_long_name_costs_its_own_bytes_only(tmp_path):
+    """The names are coded from their distinct texts: one kernel name of 100 KB (the CSV's field
+    limit is 128 KiB) among 2,000 events is kept whole, and reading allocates nothing near
+    2,000 x 100 KB (NumPy's fixed-width strings made every row as wide as the longest name, four
+    bytes a character: 800 MB here)."""
+    import tracemalloc
+
+    long = "k" * 100_000
+    rows = [
+        f"{1000 + 10 * i},5,{i},1,1,1,128,1,1,32,0.0,0.0,,,,,0,1,,7,{long if i == 7 else 'gemm_kernel'}\n"
+        for i in range(2000)
+    ]
+    p = write(tmp_path, "t_cuda_gpu_trace.csv", TRACE_NEW.splitlines(keepends=True)[0] + "".join(rows))
+    tracemalloc.start()
+    try:
+        tf = read_nsys_csv(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    names = tf.parts[0].events.column("name").to_pylist()
+    assert names.count(long) == 1 and names.count("gemm_kernel") == 1999
+    assert peak < 64 << 20, f"peak {peak / 1e6:.0f} MB"
+
+
 # -- the GPU Performance Analyser report --------------------------------------------------
 # Its README's example prints (iters 5, gpus 1): classes others 397.67 ms / 7590, gemm 34150.57 /
 # 6815, fmha 2778.96 / 2400, fusion 2408.65 / 22580 (kernel total 39735.860 ms); NCCL AllGather

@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 import pytest
@@ -283,16 +285,33 @@ def _raw_names(path: str) -> tuple[Counter[str], set[str], set[str]]:
     the names of the host ops (``cpu_op``) and the names of every complete (``ph: X``) event.
     An MTIA trace's kernels are its ``mtia_ccp_events`` other than ``dma_request`` (the copies)."""
     with gzip.open(path, "rb") as f:
-        doc = json.load(f)
-    complete = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "name" in e]
+        text = f.read()
+    try:  # the three fields read, as a typed decode (~7x faster than json's dicts)
+        events = [(e.cat, e.name) for e in msgspec.json.decode(text, type=_RawTrace).traceEvents if e.ph == "X"]
+    except msgspec.ValidationError:  # an event that is not an object: every event as json reads it
+        events = [
+            (e.get("cat", ""), e.get("name", msgspec.UNSET))
+            for e in json.loads(text)["traceEvents"]
+            if isinstance(e, dict) and e.get("ph") == "X"
+        ]
+    complete = [(str(cat).lower(), str(name)) for cat, name in events if name is not msgspec.UNSET]
 
-    def is_kernel(e: dict) -> bool:
-        cat = str(e.get("cat", "")).lower()
-        return cat == "kernel" or (cat == "mtia_ccp_events" and e["name"] != "dma_request")
+    def is_kernel(cat: str, name: str) -> bool:
+        return cat == "kernel" or (cat == "mtia_ccp_events" and name != "dma_request")
 
-    kernels = Counter(str(e["name"]) for e in complete if is_kernel(e))
-    ops = {str(e["name"]) for e in complete if str(e.get("cat", "")).lower() == "cpu_op"}
-    return kernels, ops, {str(e["name"]) for e in complete}
+    kernels = Counter(name for cat, name in complete if is_kernel(cat, name))
+    ops = {name for cat, name in complete if cat == "cpu_op"}
+    return kernels, ops, {name for _, name in complete}
+
+
+class _RawEvent(msgspec.Struct):
+    ph: Any = None
+    cat: Any = ""
+    name: Any = msgspec.UNSET
+
+
+class _RawTrace(msgspec.Struct):
+    traceEvents: list[_RawEvent]
 
 
 def test_event_names_are_those_of_the_raw_json_of_every_shared_kineto_trace(tmp_path):

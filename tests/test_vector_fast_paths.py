@@ -11,6 +11,7 @@ from dtrace.vector.groups import (
     first_match,
     joint_keys,
     lexsort_ints,
+    text_codes,
     unique,
     unique_first,
     unique_inverse,
@@ -121,3 +122,14 @@ def test_text_column_is_the_column_pandas_makes_of_the_strings():
     pd.testing.assert_frame_equal(
         pd.DataFrame({"x": text_column(mixed, np.array([1, 0]))}), pd.DataFrame({"x": mixed[[1, 0]]})
     )
+
+
+def test_text_codes_is_numpys_unique_of_the_texts():
+    """``np.unique(values.astype(str), return_inverse=True)`` on names (unicode, None, numbers,
+    empty texts), without its fixed-width array: the same sorted texts and positions."""
+    pool = ["gemm", "nccl:all_reduce", "", "Ü-kernel", "a" * 40, None, 3, 2.5, "None", "3"]
+    for _ in range(30):
+        values = np.array([pool[i] for i in RNG.integers(0, len(pool), RNG.integers(0, 200))], dtype=object)
+        want, winv = np.unique(values.astype(str), return_inverse=True)
+        got, inv = text_codes(values)
+        assert got == want.tolist() and inv.tolist() == winv.reshape(-1).tolist()

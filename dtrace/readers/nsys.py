@@ -49,6 +49,7 @@ from ..core.schema import (
     validate_events,
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..vector.groups import text_codes
 from ._io import SQLITE_MAGIC, check_size, file_fingerprint, open_regular
 from ._op_args import device_row, vendor_of
 from ._sqlite import ReadOnlyDb
@@ -483,12 +484,8 @@ def _runtime_frame(db: _Db, rt: pd.DataFrame, name_dict: list[str]) -> dict[str,
 def _nvtx_frame(nvtx: pd.DataFrame, name_dict: list[str]) -> dict[str, np.ndarray]:
     """The event columns of the NVTX ranges; their texts are appended to ``name_dict``."""
     off = len(name_dict)
-    uniq_n, inv_n = (
-        np.unique(np.asarray(nvtx["text"], dtype=object).astype(str), return_inverse=True)
-        if len(nvtx)
-        else (np.array([], object), np.empty(0, np.int64))
-    )
-    name_dict += [str(s) for s in uniq_n.tolist()]
+    uniq_n, inv_n = text_codes(nvtx["text"]) if len(nvtx) else ([], np.empty(0, np.int64))
+    name_dict += uniq_n
     return dict(
         device=np.full(len(nvtx), -1),
         stream=np.full(len(nvtx), -1),
@@ -506,10 +503,9 @@ def _event_table(cols: dict[str, np.ndarray], name_dict: list[str], origin: int)
     """The normalized event table of all rows (times made absolute by ``origin``)."""
     n = len(cols["start"])
     # a name can occur in several sources (an NVTX range named like a kernel): one dictionary entry
-    uniq_names, remap = np.unique(np.array(name_dict, dtype=object).astype(str), return_inverse=True)
+    uniq_names, remap = text_codes(name_dict)
     names = pa.DictionaryArray.from_arrays(
-        pa.array(remap.reshape(-1)[cols["code"]].astype(np.int32)),
-        pa.array([str(x) for x in uniq_names.tolist()], pa.string()),
+        pa.array(remap[cols["code"]].astype(np.int32)), pa.array(uniq_names, pa.string())
     )
     return pa.table(
         {

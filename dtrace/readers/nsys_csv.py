@@ -33,6 +33,7 @@ from ..core.schema import (
     validate_events,
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..vector.groups import text_codes
 from ._io import check_size, file_fingerprint, open_regular
 from ._stats_csv import GPU_TRACE, SUMMARY_REPORTS, gpu_trace, report_of_name, sniff
 from .base import Part, TraceFile
@@ -101,8 +102,7 @@ def read_nsys_csv(path: str, *, max_input_size: int | None = None, **_: Any) -> 
         df = df[keep].reset_index(drop=True)
     n = len(df)
     names = df["name"].to_numpy(dtype=object)
-    uniq, inv = np.unique(names.astype(str), return_inverse=True)
-    uniq_list = [str(u) for u in uniq.tolist()]
+    uniq_list, inv = text_codes(names)
     kind_of = np.array(
         [
             KIND_CODES["memcpy"]

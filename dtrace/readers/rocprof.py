@@ -49,6 +49,7 @@ from ..core.schema import (
     validate_events,
 )
 from ..errors import ImplausibleTimes, InputError, NoGPUActivity
+from ..vector.groups import text_codes
 from ._io import read_content
 from ._op_args import device_row, vendor_of
 from .base import Part, TraceFile
@@ -422,10 +423,9 @@ class EventColumns:
         c["device"][~host] = self.devices(np.where(use_dst, dst, src)[~host], "a memory copy")
         c["kind"] = np.where(host, KIND_CODES["other"], c["kind"]).astype(np.int8)
         c["stream"] = np.where(host, -1, stream)
-        uniq, inv = np.unique(op.astype(str), return_inverse=True)
-        names = [str(u) for u in uniq.tolist()]
-        c["name"] = self.codes(names)[inv.reshape(-1)]
-        direction = np.array([COPY_DIRECTION.get(n, "other") for n in names], object)[inv.reshape(-1)]
+        names, inv = text_codes(op)
+        c["name"] = self.codes(names)[inv]
+        direction = np.array([COPY_DIRECTION.get(n, "other") for n in names], object)[inv]
         c["copy_kind"] = np.where((direction == "D2D") & (dst != src), "P2P", direction)
 
     def kernel_names(self, c: dict[str, np.ndarray], names: list[str], inv: np.ndarray) -> None:

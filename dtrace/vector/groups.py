@@ -233,6 +233,33 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
     return order
 
 
+def text_codes(values: Any) -> tuple[list[str], np.ndarray]:
+    """The distinct texts of ``values`` (each value as ``str(value)``), sorted, and each value's
+    position among them: what ``np.unique(values.astype(str), return_inverse=True)`` gives,
+    without NumPy's fixed-width strings, as wide as the longest value for every row (one name of
+    a megabyte among a million events asked for terabytes). Hashes the values, converts and sorts
+    the distinct ones only; a text ending in NUL characters keeps them (NumPy's strings drop them).
+
+    Examples
+    --------
+    >>> names, codes = text_codes(np.array(["b", "a", None, "b"], dtype=object))
+    >>> names, codes.tolist()
+    (['None', 'a', 'b'], [2, 1, 0, 2])
+    >>> text_codes(np.array([1, 1.0, "1"], dtype=object))[1].tolist()  # texts "1", "1.0", "1"
+    [0, 1, 0]
+    """
+    obj = np.asarray(values, dtype=object)
+    codes, uniq = pd.factorize(obj, use_na_sentinel=False)
+    distinct = np.asarray(uniq, dtype=object).tolist()
+    if not all(type(u) is str for u in distinct):  # not only texts: 1 and 1.0 hash alike, their texts differ
+        codes, uniq = pd.factorize(np.array([str(v) for v in obj.tolist()], dtype=object), use_na_sentinel=False)
+        distinct = np.asarray(uniq, dtype=object).tolist()
+    texts = sorted(set(map(str, distinct)))
+    at = {t: i for i, t in enumerate(texts)}
+    remap = np.fromiter((at[str(u)] for u in distinct), I64, len(distinct))
+    return texts, remap[codes] if codes.size else np.empty(0, I64)
+
+
 _WIDEST = 1024
 """The longest text :func:`string_rank` sorts as a NumPy string array (fixed width); beyond, as
 Python strings (the same order: by code point, ties in first-seen order)."""
