@@ -21,7 +21,9 @@ CPU time of the process tree):
   ``"traceEvents"`` key and the last ``}`` ``]`` of the text (the layout Kineto writes, and
   ``tile_trace``); the report gives the scanner's record count (its complete events: ``X``).
 - ``dtrace``: ``python -m dtrace analyze JOB -o OUT --no-progress`` into a new OUT (cold: no cache),
-  its default local cluster; the phases come from OUT's manifest.
+  its default local cluster; the phases come from OUT's manifest. With ``--old CHECKOUT`` that
+  checkout's dtrace runs too (``PYTHONPATH`` set to it), alternated with this one's: before/after
+  in one run.
 
 The report gives the medians, the ratio dtrace / floor (the target is <= 1.5x) and where the
 time above the floor goes (start, ingest, analyse, reduce), so a change can be aimed at the
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--times", type=int, default=19, help="tiling of the source trace per rank (x19: 320 MB)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="floor processes (default: all cores)")
+    ap.add_argument("--old", metavar="CHECKOUT", help="also run this checkout's dtrace (before/after, alternated)")
     ap.add_argument("--write", metavar="FILE", help="append the report to FILE")
     ap.add_argument("--child-floor", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -149,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         what = f"{inp.note}: {len(paths)} files, {inp.json_bytes / 1e9:.2f} GB JSON, {inp.file_bytes / 1e6:.0f} MB gzip, {inp.events:,} events"
     print(what, flush=True)
     warm_page_cache(paths)
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    floor_env = {**env, **ONE_THREAD}
-    rows: dict[str, list[dict[str, Any]]] = {"floor": [], "dtrace": []}
+    trees = {**({"old": os.path.abspath(a.old)} if a.old else {}), "new": ROOT}
+    envs = {
+        k: {**os.environ, "PYTHONPATH": t + os.pathsep + os.environ.get("PYTHONPATH", "")} for k, t in trees.items()
+    }
+    floor_env = {**envs["new"], **ONE_THREAD}
+    rows: dict[str, list[dict[str, Any]]] = {"floor": [], **{k: [] for k in trees}}
     work = tempfile.mkdtemp(prefix="dtrace-floor-")
     try:
         for i in range(a.repeat):
@@ -164,18 +170,21 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("the floor scanned no event: not a Kineto job")
             rows["floor"].append({"wall": wall, "cpu": cpu, "load": load, **got})
             print(f"  [{i + 1}/{a.repeat}] floor  {wall:7.2f} s wall {cpu:7.2f} s CPU (load {load:.1f})", flush=True)
-            out_dir = os.path.join(work, f"out{i}")
-            load = _load()
-            wall, cpu, _ = _run([sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env)
-            with open(os.path.join(out_dir, "manifest.json")) as f:
-                man = json.load(f)
-            rows["dtrace"].append({"wall": wall, "cpu": cpu, "load": load, "phases": man.get("phases", {})})
-            phases = " ".join(f"{k} {v:.1f}" for k, v in man.get("phases", {}).items())
-            print(
-                f"  [{i + 1}/{a.repeat}] dtrace {wall:7.2f} s wall {cpu:7.2f} s CPU (load {load:.1f}; {phases})",
-                flush=True,
-            )
-            shutil.rmtree(out_dir, ignore_errors=True)
+            for kind, env in envs.items():
+                out_dir = os.path.join(work, f"{kind}{i}")
+                load = _load()
+                wall, cpu, _ = _run(
+                    [sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env
+                )
+                with open(os.path.join(out_dir, "manifest.json")) as f:
+                    man = json.load(f)
+                rows[kind].append({"wall": wall, "cpu": cpu, "load": load, "phases": man.get("phases", {})})
+                phases = " ".join(f"{k} {v:.1f}" for k, v in man.get("phases", {}).items())
+                print(
+                    f"  [{i + 1}/{a.repeat}] {kind:6s} {wall:7.2f} s wall {cpu:7.2f} s CPU (load {load:.1f}; {phases})",
+                    flush=True,
+                )
+                shutil.rmtree(out_dir, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = report(what, rows, a.workers)
@@ -190,34 +199,35 @@ def report(what: str, rows: dict[str, list[dict[str, Any]]], workers: int) -> st
     def med(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in rows[kind])
 
-    fw, dw = med("floor", "wall"), med("dtrace", "wall")
-    fc, dc = med("floor", "cpu"), med("dtrace", "cpu")
+    fw, fc = med("floor", "wall"), med("floor", "cpu")
     gz, sc = med("floor", "gunzip_cpu_s"), med("floor", "scan_cpu_s")
-    phases = sorted(
-        {k for r in rows["dtrace"] for k in r["phases"]},
-        key=lambda k: (
-            ["plan", "start", "ingest", "analyse", "reduce"].index(k)
-            if k in ("plan", "start", "ingest", "analyse", "reduce")
-            else 9
-        ),
-    )
-    pm = {k: statistics.median(r["phases"].get(k, 0.0) for r in rows["dtrace"]) for k in phases}
-    n = len(rows["dtrace"])
+    kinds = [k for k in ("old", "new") if k in rows]
+    order = ["plan", "start", "ingest", "analyse", "reduce"]
+    n = len(rows["floor"])
+    loads = [r["load"] for k in rows for r in rows[k]]
     lines = [
         f"### The big job against its floor (`bench/floor.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
-        f"{what}; {os.cpu_count()} cores, floor on {workers} processes; median of {n}, floor and dtrace alternated;"
-        f" load {min(r['load'] for k in rows for r in rows[k]):.1f}–{max(r['load'] for k in rows for r in rows[k]):.1f}.",
+        f"{what}; {os.cpu_count()} cores, floor on {workers} processes; median of {n}, "
+        f"{' and '.join(['floor', *kinds])} alternated; load {min(loads):.1f}–{max(loads):.1f}.",
         "",
-        "| | wall s | CPU s |",
-        "|---|---:|---:|",
-        f"| floor: gunzip + scanner, all cores ({int(med('floor', 'records')):,} records) | {fw:.2f} | {fc:.2f} (gunzip {gz:.2f}, scan {sc:.2f}) |",
-        f"| `dtrace analyze`, cold | {dw:.2f} | {dc:.2f} |",
-        f"| ratio | **{dw / fw:.2f}×** (target ≤ 1.5×: {'met' if dw / fw <= 1.5 else 'missed'}) | {dc / fc:.2f}× |",
-        "",
-        "dtrace's phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in pm.items()) + ".",
-        "",
+        "| | wall s | CPU s | × floor (wall) | phases (median s) |",
+        "|---|---:|---:|---:|---|",
+        f"| floor: gunzip + scanner, all cores ({int(med('floor', 'records')):,} records) | {fw:.2f} | "
+        f"{fc:.2f} (gunzip {gz:.2f}, scan {sc:.2f}) | 1 | |",
     ]
+    for k in kinds:
+        dw, dc = med(k, "wall"), med(k, "cpu")
+        names = sorted({p for r in rows[k] for p in r["phases"]}, key=lambda p: order.index(p) if p in order else 9)
+        pm = ", ".join(f"{p} {statistics.median(r['phases'].get(p, 0.0) for r in rows[k]):.2f}" for p in names)
+        label = "`dtrace analyze`, cold" + (f" ({k})" if len(kinds) > 1 else "")
+        lines.append(f"| {label} | {dw:.2f} | {dc:.2f} | **{dw / fw:.2f}×** | {pm} |")
+    if len(kinds) > 1:
+        lines.append(
+            f"| old / new | {med('old', 'wall') / med('new', 'wall'):.2f}× | {med('old', 'cpu') / med('new', 'cpu'):.2f}× | | |"
+        )
+    ratio = med("new", "wall") / fw
+    lines += ["", f"Target: dtrace within 1.5× of the floor: {ratio:.2f}×, {'met' if ratio <= 1.5 else 'missed'}.", ""]
     return "\n".join(lines)
 
 
