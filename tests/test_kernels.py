@@ -336,3 +336,48 @@ def test_cross_rank_reducer_on_no_parts_keeps_its_columns():
     t = run_reducers(combine([]), Options())
     assert list(t["kernels_xrank"].columns) == list(KERNELS_XRANK_COLUMNS) and not len(t["kernels_xrank"])
     assert list(t["classes_xrank"].columns) == list(CLASSES_XRANK_COLUMNS) and not len(t["classes_xrank"])
+
+
+def test_cross_rank_kernels_and_classes_by_hand():
+    """``kernels_xrank`` on a small frame of per-part rows, each figure worked out by hand from the
+    durations behind the rows: kernel ``a`` ran 4 and 6 ns on rank 0, 5 on rank 1, 1, 2, 3, 6 on
+    rank 2; ``b`` 10, 20, 30 on rank 1."""
+    from dtrace.reduce.kernels_xrank import kernels_xrank
+
+    kernels = pd.DataFrame(
+        {
+            "rank": np.array([0, 1, 1, 2], np.int32),
+            "device": np.array([0, 0, 0, 0], np.int32),
+            "name": ["a", "a", "b", "a"],
+            "class": ["gemm", "gemm", "elementwise", "gemm"],
+            "category": ["computation"] * 4,
+            "count": [2, 1, 3, 4],
+            "total_ns": [10, 5, 60, 12],
+            "std_ns": [np.sqrt(2.0), 0.0, 10.0, np.sqrt(14 / 3)],  # sample std of each part's durations
+            "min_ns": [4, 5, 10, 1],
+            "max_ns": [6, 5, 30, 6],
+        }
+    )
+    classes = pd.DataFrame(
+        {
+            "rank": np.array([0, 1, 2], np.int32),
+            "device": np.array([0, 0, 0], np.int32),
+            "class": ["gemm"] * 3,
+            "count": [2, 4, 4],
+            "total_ns": [10, 65, 15],
+        }
+    )
+    t = kernels_xrank({"kernels": kernels, "classes": classes}, Options())
+    k = t["kernels_xrank"].set_index("name")
+    assert k.index.tolist() == ["b", "a"]  # by total time, most first
+    a, b = k.loc["a"], k.loc["b"]
+    assert (a["parts"], a["count"], a["total_ns"], a["total_ns_mean"]) == (3, 7, 27, 9)
+    assert (a["total_ns_min"], a["min_rank"], a["total_ns_max"], a["max_rank"]) == (5, 1, 12, 2)
+    # the 7 durations pooled: mean 27/7 = 3.86 -> 4; sample std sqrt((127 - 27**2/7) / 6) = 1.95 -> 2
+    assert (a["mean_ns"], a["std_ns"], a["min_ns"], a["max_ns"]) == (4, 2, 1, 6)
+    assert (b["parts"], b["count"], b["mean_ns"], b["std_ns"], b["min_rank"], b["max_rank"]) == (1, 3, 20, 10, 1, 1)
+    assert (a["class"], b["class"]) == ("gemm", "elementwise")
+    assert k["time_share"].tolist() == pytest.approx([60 / 87, 27 / 87])
+    c = t["classes_xrank"].set_index("class").loc["gemm"]
+    assert (c["parts"], c["count"], c["total_ns"], c["total_ns_mean"], c["mean_ns"]) == (3, 10, 90, 30, 9)
+    assert (c["total_ns_min"], c["min_rank"], c["total_ns_max"], c["max_rank"], c["time_share"]) == (10, 0, 65, 1, 1.0)
