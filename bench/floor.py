@@ -19,7 +19,8 @@ CPU time of the process tree):
   events array, one process per core (``--workers``, default all cores) taking the inputs
   largest first. Nothing is kept, written or analysed. The events array is located by the first
   ``"traceEvents"`` key and the last ``}`` ``]`` of the text (the layout Kineto writes, and
-  ``tile_trace``); the report gives the scanner's record count (its complete events: ``X``).
+  ``tile_trace``); the report gives the scanner's record count (the complete ``X`` events, and
+  any event it left to msgspec).
 - ``dtrace``: ``python -m dtrace analyze JOB -o OUT --no-progress`` into a new OUT (cold: no cache),
   its default local cluster; the phases come from OUT's manifest. With ``--old CHECKOUT`` that
   checkout's dtrace runs too (``PYTHONPATH`` set to it), alternated with this one's: before/after
@@ -88,7 +89,10 @@ def gunzip_scan(path: str) -> dict[str, float]:
     lo = buf.index(b"[", buf.index(b'"traceEvents"'))
     hi = max(m.end() for m in _END.finditer(buf, max(lo, len(buf) - (1 << 16))))
     with memoryview(buf) as mv, mv[lo:hi] as text:
-        records = scanner.scan(text)[0]
+        got = scanner.scan(text)
+    if got is None:
+        raise SystemExit(f"{path}: the scanner did not read its events array; not a floor input")
+    records = got[0]
     return {"gunzip_s": gunzip, "scan_s": time.process_time() - t, "records": records, "json_bytes": len(buf)}
 
 
@@ -110,17 +114,20 @@ def floor_child(paths: list[str], workers: int) -> None:
     print(json.dumps(out), flush=True)
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds of the process tree and stdout of one command."""
+def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float, str]:
+    """Wall seconds (until the command exits), CPU seconds of the process tree (its orphans
+    reaped: a local cluster's workers) and stdout of one command. ``cwd``: a checkout's root, so
+    that ``python -m dtrace`` imports that checkout (the current folder comes before PYTHONPATH)."""
     adopt_orphans()
     reap_orphans()
     t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
+    wall = time.perf_counter() - t
     reap_orphans()
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:5])} ...: {p.stderr[-1500:]}")
     r2 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - t, (r2.ru_utime - r.ru_utime) + (r2.ru_stime - r.ru_stime), p.stdout
+    return wall, (r2.ru_utime - r.ru_utime) + (r2.ru_stime - r.ru_stime), p.stdout
 
 
 def _load() -> float:
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir = os.path.join(work, f"{kind}{i}")
                 load = _load()
                 wall, cpu, _ = _run(
-                    [sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env
+                    [sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env, trees[kind]
                 )
                 with open(os.path.join(out_dir, "manifest.json")) as f:
                     man = json.load(f)

@@ -358,13 +358,13 @@ def test_cross_rank_kernels_and_classes_by_hand():
             "max_ns": [6, 5, 30, 6],
         }
     )
-    classes = pd.DataFrame(
+    classes = pd.DataFrame(  # the same durations by class: a is a gemm, b elementwise
         {
-            "rank": np.array([0, 1, 2], np.int32),
-            "device": np.array([0, 0, 0], np.int32),
-            "class": ["gemm"] * 3,
-            "count": [2, 4, 4],
-            "total_ns": [10, 65, 15],
+            "rank": np.array([0, 1, 1, 2], np.int32),
+            "device": np.array([0, 0, 0, 0], np.int32),
+            "class": ["gemm", "gemm", "elementwise", "gemm"],
+            "count": [2, 1, 3, 4],
+            "total_ns": [10, 5, 60, 12],
         }
     )
     t = kernels_xrank({"kernels": kernels, "classes": classes}, Options())
@@ -378,6 +378,10 @@ def test_cross_rank_kernels_and_classes_by_hand():
     assert (b["parts"], b["count"], b["mean_ns"], b["std_ns"], b["min_rank"], b["max_rank"]) == (1, 3, 20, 10, 1, 1)
     assert (a["class"], b["class"]) == ("gemm", "elementwise")
     assert k["time_share"].tolist() == pytest.approx([60 / 87, 27 / 87])
-    c = t["classes_xrank"].set_index("class").loc["gemm"]
-    assert (c["parts"], c["count"], c["total_ns"], c["total_ns_mean"], c["mean_ns"]) == (3, 10, 90, 30, 9)
-    assert (c["total_ns_min"], c["min_rank"], c["total_ns_max"], c["max_rank"], c["time_share"]) == (10, 0, 65, 1, 1.0)
+    c = t["classes_xrank"].set_index("class")
+    assert c.index.tolist() == ["elementwise", "gemm"]
+    g, e = c.loc["gemm"], c.loc["elementwise"]
+    assert (g["parts"], g["count"], g["total_ns"], g["total_ns_mean"], g["mean_ns"]) == (3, 7, 27, 9, 4)  # 27/7 = 3.86
+    assert (g["total_ns_min"], g["min_rank"], g["total_ns_max"], g["max_rank"]) == (5, 1, 12, 2)
+    assert (e["parts"], e["count"], e["total_ns"], e["mean_ns"], e["min_rank"], e["max_rank"]) == (1, 3, 60, 20, 1, 1)
+    assert c["time_share"].tolist() == pytest.approx([60 / 87, 27 / 87])

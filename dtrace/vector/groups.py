@@ -234,11 +234,12 @@ def lexsort_ints(keys: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
 
 
 def text_codes(values: Any) -> tuple[list[str], np.ndarray]:
-    """The distinct texts of ``values`` (each value as ``str(value)``), sorted, and each value's
-    position among them: what ``np.unique(values.astype(str), return_inverse=True)`` gives,
-    without NumPy's fixed-width strings, as wide as the longest value for every row (one name of
-    a megabyte among a million events asked for terabytes). Hashes the values, converts and sorts
-    the distinct ones only; a text ending in NUL characters keeps them (NumPy's strings drop them).
+    """The distinct texts of a column of ``values`` (each value as ``str(value)``; bytes decoded
+    as UTF-8), sorted, and each value's position among them: what ``np.unique(values.astype(str),
+    return_inverse=True)`` gives for texts, None and numbers, without NumPy's fixed-width strings,
+    as wide as the longest value for every row (one name of a megabyte among a million events
+    asked for terabytes). Hashes the values, converts and sorts the distinct ones only; a text
+    ending in NUL characters keeps them (NumPy's strings drop them).
 
     Examples
     --------
@@ -248,11 +249,12 @@ def text_codes(values: Any) -> tuple[list[str], np.ndarray]:
     >>> text_codes(np.array([1, 1.0, "1"], dtype=object))[1].tolist()  # texts "1", "1.0", "1"
     [0, 1, 0]
     """
-    obj = np.asarray(values, dtype=object)
+    obj = np.asarray(values, dtype=object).ravel()
     codes, uniq = pd.factorize(obj, use_na_sentinel=False)
     distinct = np.asarray(uniq, dtype=object).tolist()
     if not all(type(u) is str for u in distinct):  # not only texts: 1 and 1.0 hash alike, their texts differ
-        codes, uniq = pd.factorize(np.array([str(v) for v in obj.tolist()], dtype=object), use_na_sentinel=False)
+        texts_of = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in obj.tolist()]
+        codes, uniq = pd.factorize(np.array(texts_of, dtype=object), use_na_sentinel=False)
         distinct = np.asarray(uniq, dtype=object).tolist()
     texts = sorted(set(map(str, distinct)))
     at = {t: i for i, t in enumerate(texts)}
