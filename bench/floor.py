@@ -37,10 +37,8 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,7 +50,7 @@ sys.path.insert(0, HERE)
 SHARED = os.environ.get("DTRACE_SHARED", os.path.join(ROOT, "..", "shared"))
 SOURCE = os.path.join(SHARED, "traces", "kineto", "single", "mi300_resnet_rccl_rank0.json.gz")
 
-from run import ONE_THREAD, adopt_orphans, build_ranks, reap_orphans, warm_page_cache  # noqa: E402
+from run import ONE_THREAD, build_ranks, measure, warm_page_cache  # noqa: E402
 
 _END = re.compile(rb"\}\s*\]")
 
@@ -114,22 +112,6 @@ def floor_child(paths: list[str], workers: int) -> None:
     print(json.dumps(out), flush=True)
 
 
-def _run(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float, str]:
-    """Wall seconds (until the command exits), CPU seconds of the process tree (its orphans
-    reaped: a local cluster's workers) and stdout of one command. ``cwd``: a checkout's root, so
-    that ``python -m dtrace`` imports that checkout (the current folder comes before PYTHONPATH)."""
-    adopt_orphans()
-    reap_orphans()
-    t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
-    wall = time.perf_counter() - t
-    reap_orphans()
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:5])} ...: {p.stderr[-1500:]}")
-    r2 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r2.ru_utime - r.ru_utime) + (r2.ru_stime - r.ru_stime), p.stdout
-
-
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -169,10 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(a.repeat):
             load = _load()
-            wall, cpu, out = _run(
-                [sys.executable, __file__, "--workers", str(a.workers), "--child-floor", *paths], floor_env
-            )
-            got = json.loads(out.strip().splitlines()[-1])
+            r = measure([sys.executable, __file__, "--workers", str(a.workers), "--child-floor", *paths], floor_env)
+            wall, cpu, got = r.wall_s, r.cpu_s, r.out
             if not got["records"]:
                 raise SystemExit("the floor scanned no event: not a Kineto job")
             rows["floor"].append({"wall": wall, "cpu": cpu, "load": load, **got})
@@ -180,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             for kind, env in envs.items():
                 out_dir = os.path.join(work, f"{kind}{i}")
                 load = _load()
-                wall, cpu, _ = _run(
-                    [sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"], env, trees[kind]
-                )
+                # from the checkout's root: ``python -m`` puts the current folder before PYTHONPATH
+                cmd = [sys.executable, "-m", "dtrace", "analyze", job, "-o", out_dir, "--no-progress"]
+                r = measure(cmd, env, parse=False, cwd=trees[kind])
+                wall, cpu = r.wall_s, r.cpu_s
                 with open(os.path.join(out_dir, "manifest.json")) as f:
                     man = json.load(f)
                 rows[kind].append({"wall": wall, "cpu": cpu, "load": load, "phases": man.get("phases", {})})
