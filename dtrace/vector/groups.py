@@ -256,9 +256,9 @@ def text_codes(values: Any) -> tuple[list[str], np.ndarray]:
         texts_of = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in obj.tolist()]
         codes, uniq = pd.factorize(np.array(texts_of, dtype=object), use_na_sentinel=False)
         distinct = np.asarray(uniq, dtype=object).tolist()
-    texts = sorted(set(map(str, distinct)))
+    texts = sorted(distinct)  # distinct texts now: factorized strings
     at = {t: i for i, t in enumerate(texts)}
-    remap = np.fromiter((at[str(u)] for u in distinct), I64, len(distinct))
+    remap = np.fromiter((at[u] for u in distinct), I64, len(distinct))
     return texts, remap[codes] if codes.size else np.empty(0, I64)
 
 
