@@ -97,6 +97,7 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
     with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
         dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
         pools = set(eng.client.run(_arrow_pool).values())
+        assert list(eng.client.run(_profiling).values()) == [False]  # Dask's sampling profiler off
         assert pools == {_expected_pool()}  # the workers dtrace starts allocate Arrow memory from jemalloc
         assert eng.map(abs, [-1, 2]) == [1, 2]
         (run_dir,) = os.listdir(tmp)
@@ -187,6 +188,7 @@ def test_a_local_cluster_gets_back_a_worker_whose_nanny_gave_up():
     import dask
 
     before = dask.config.get("distributed.deploy.lost-worker-timeout")
+    profiling = dask.config.get("distributed.worker.profile.enabled")
     with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
         ((name, nanny),) = eng._cluster.workers.items()
         eng._cluster.sync(nanny.close, reason="its worker could not be restarted")
@@ -196,7 +198,17 @@ def test_a_local_cluster_gets_back_a_worker_whose_nanny_gave_up():
         while not eng._cluster.workers and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [w.status.name for w in eng._cluster.workers.values()] == ["running"]
+        # the replacement runs with the workers' settings too (WORKER_CONFIG: no sampling profiler)
+        assert list(eng.client.run(_profiling).values()) == [False]
     assert dask.config.get("distributed.deploy.lost-worker-timeout") == before
+    assert dask.config.get("distributed.worker.profile.enabled") == profiling  # the client's settings as they were
+
+
+def _profiling(dask_worker):
+    """Whether the worker's sampling profiler runs (Dask's setting as the worker sees it)."""
+    import dask
+
+    return dask.config.get("distributed.worker.profile.enabled")
 
 
 def _arrow_pool():

@@ -407,6 +407,8 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     # this environment's Python; four single-threaded worker processes per job
     assert worker.startswith(f"{sys.executable} -m distributed.cli.dask_worker tcp://127.0.0.1:")
     assert " --nthreads 1 " in worker and " --nworkers 4 " in worker and "--interface lo" in worker
+    # the workers' Dask settings dtrace starts its local clusters with (no sampling profiler)
+    assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script.splitlines()
 
 
 @pytest.mark.slow

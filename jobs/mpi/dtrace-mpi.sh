@@ -54,6 +54,9 @@ PY=${DTRACE_PYTHON:-python3}
 if [ -z "${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-}" ]; then
   export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_TRIM_THRESHOLD_': None}"
 fi
+# Dask's sampling profiler (every 10 ms in each worker, for a dashboard page dtrace never shows)
+# costs the analyses ~12 %: off unless you set it
+export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}
 read -ra MPIEXEC <<<"${DTRACE_MPIEXEC:-mpiexec}"
 if [[ -n "${DTRACE_WORKERS:-}" ]]; then
   WORKERS=$DTRACE_WORKERS
