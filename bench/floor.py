@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         what = f"{job}: {len(paths)} traces"
     else:
         inp = build_ranks(os.path.join(HERE, "out", "floor"), SOURCE, a.ranks, a.times)
-        paths, job = inp.paths, os.path.dirname(inp.paths[0])
+        paths = [os.path.abspath(p) for p in inp.paths]  # each checkout runs from its own root
+        job = os.path.dirname(paths[0])
         what = f"{inp.note}: {len(paths)} files, {inp.json_bytes / 1e9:.2f} GB JSON, {inp.file_bytes / 1e6:.0f} MB gzip, {inp.events:,} events"
     print(what, flush=True)
     warm_page_cache(paths)
