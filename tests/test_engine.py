@@ -98,6 +98,7 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
         dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
         pools = set(eng.client.run(_arrow_pool).values())
         assert list(eng.client.run(_profiling).values()) == [False]  # Dask's sampling profiler off
+        assert eng._cluster.scheduler_spec["options"]["dashboard"] is False  # no dashboard (nor bokeh) served
         assert pools == {_expected_pool()}  # the workers dtrace starts allocate Arrow memory from jemalloc
         assert eng.map(abs, [-1, 2]) == [1, 2]
         (run_dir,) = os.listdir(tmp)

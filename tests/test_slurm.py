@@ -409,6 +409,7 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     assert " --nthreads 1 " in worker and " --nworkers 4 " in worker and "--interface lo" in worker
     # the workers' Dask settings dtrace starts its local clusters with (no sampling profiler)
     assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script.splitlines()
+    assert cluster.scheduler_spec["options"]["dashboard_address"] is None  # no dashboard, as a local cluster
 
 
 @pytest.mark.slow

@@ -342,7 +342,10 @@ class Engine:
                     n_workers=local_workers(s),
                     threads_per_worker=1,
                     processes=True,
-                    dashboard_address=":0",  # a free port: 8787 may be taken
+                    # no dashboard: dtrace shows its own progress and never a dashboard's address,
+                    # and where bokeh is installed serving one costs the start 0.25 s (the scripts
+                    # in jobs/ pass --no-dashboard)
+                    dashboard_address=None,
                     silence_logs=logging.ERROR,
                     local_directory=self._scratch,
                 )
@@ -662,8 +665,8 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
             *(f"export {_env_name(k)}={v}" for k, v in WORKER_CONFIG.items()),
         ],
     )
-    # a random free port: the default 8787 may be taken (another cluster), which only warns
-    kw.setdefault("scheduler_options", {"dashboard_address": ":0"})
+    # no dashboard, as for a local cluster (Engine.start)
+    kw.setdefault("scheduler_options", {"dashboard_address": None})
     try:
         return cls(**kw)
     except (TypeError, ValueError) as exc:
