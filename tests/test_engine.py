@@ -3,6 +3,8 @@ a task that fails is split and only its bad item fails."""
 
 import os
 import pickle
+import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -10,6 +12,7 @@ import pytest
 from testpaths import ROOT
 
 import dtrace
+from dtrace.core import memory
 from dtrace.core.memory import _jemalloc
 from dtrace.execution.engine import ClusterSpec, Engine, TaskFailure
 from dtrace.execution.tasks import analyze_partition, ingest_files
@@ -99,6 +102,8 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
         pools = set(eng.client.run(_arrow_pool).values())
         assert list(eng.client.run(_profiling).values()) == [False]  # Dask's sampling profiler off
         assert eng._cluster.scheduler_spec["options"]["dashboard"] is False  # no dashboard (nor bokeh) served
+        # the workers allocate with dtrace's heap settings: they keep what a task frees for the next
+        assert list(eng.client.run(_heap).values()) == [(memory.MALLOC_SETTINGS["MALLOC_TRIM_THRESHOLD_"], "1", True)]
         assert pools == {_expected_pool()}  # the workers dtrace starts allocate Arrow memory from jemalloc
         assert eng.map(abs, [-1, 2]) == [1, 2]
         (run_dir,) = os.listdir(tmp)
@@ -212,6 +217,56 @@ def _profiling(dask_worker):
     return dask.config.get("distributed.worker.profile.enabled")
 
 
+def _heap():
+    """The worker's heap settings as its environment states them, and whether it keeps free pages."""
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("MALLOC_ARENA_MAX"), memory.keeps_free_pages()
+
+
+def test_heap_settings_of_dtraces_own_processes_and_the_users_left_alone(monkeypatch):
+    """dtrace's workers and its command's process keep what a task freed (MALLOC_SETTINGS); a
+    process that does not (a user's, calling dtrace.analyze) gives it back after each ingest task;
+    the user's own MALLOC_* settings are never replaced."""
+    env = memory.worker_env()
+    assert {k: env[k] for k in memory.MALLOC_SETTINGS} == memory.MALLOC_SETTINGS and env["MALLOC_ARENA_MAX"] == "1"
+    monkeypatch.setattr(memory, "_USER_MALLOC", True)
+    assert not set(memory.worker_env()) & {*memory.MALLOC_SETTINGS, *memory.WORKER_ARENAS}
+    assert memory.tune_malloc() is False  # the user's settings stand
+    monkeypatch.setattr(memory, "_USER_MALLOC", False)
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_libc_function", lambda name: trims.append if name == "malloc_trim" else None)
+    for k in memory.MALLOC_SETTINGS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(memory, "_tuned", False)
+    memory.release_memory()
+    assert trims == [0]  # a user's process: trimmed as before
+    monkeypatch.setattr(memory, "_tuned", True)
+    memory.release_memory()
+    assert trims == [0]  # the command's process keeps its free pages
+    monkeypatch.setattr(memory, "_tuned", False)
+    for k, v in memory.MALLOC_SETTINGS.items():
+        monkeypatch.setenv(k, v)
+    memory.release_memory()
+    assert trims == [0]  # nor does a worker started with the settings
+
+
+def test_the_command_process_takes_the_heap_settings():
+    """:func:`~dtrace.core.memory.tune_malloc` (what ``dtrace`` calls first) sets glibc's thresholds in
+    its own process, unless the user set theirs in the environment."""
+    code = "from dtrace.core import memory as m; print(m.tune_malloc(), m.keeps_free_pages())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    mine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert mine.stdout.split() == ["True", "True"]
+    theirs = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "MALLOC_TRIM_THRESHOLD_": "65536"},
+        check=True,
+    )
+    assert theirs.stdout.split() == ["False", "False"]
+
+
 def _arrow_pool():
     import pyarrow
 
@@ -252,7 +307,7 @@ def test_a_pool_the_user_chose_is_left_alone(monkeypatch):
     from dtrace.core import memory
 
     monkeypatch.setattr(memory, "_USER_POOL", "system")  # what ARROW_DEFAULT_MEMORY_POOL said when dtrace started
-    assert memory.worker_env() == {}
+    assert memory.ARROW_POOL not in memory.worker_env()
     before = _arrow_pool()
     with Engine(ClusterSpec(scheduler="sync")):
         assert _arrow_pool() == before

@@ -410,6 +410,11 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     # the workers' Dask settings dtrace starts its local clusters with (no sampling profiler)
     assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script.splitlines()
     assert cluster.scheduler_spec["options"]["dashboard_address"] is None  # no dashboard, as a local cluster
+    # the workers' heap settings (dtrace.core.memory.MALLOC_SETTINGS), which the nanny keeps as they are
+    lines = script.splitlines()
+    assert "export MALLOC_TRIM_THRESHOLD_=1073741824" in lines and "export MALLOC_ARENA_MAX=1" in lines
+    spawn = next(line for line in lines if line.startswith("export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="))
+    assert "'MALLOC_TRIM_THRESHOLD_': '1073741824'" in spawn and "'MALLOC_MMAP_THRESHOLD_': '268435456'" in spawn
 
 
 @pytest.mark.slow

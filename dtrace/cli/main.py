@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from .._version import __version__
+from ..core.memory import tune_malloc
 from ..errors import DtraceError
 from ..render.escape import printable
 
@@ -90,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``dtrace`` command (and ``python -m dtrace``): :func:`main`, then :func:`leave`."""
+    """The ``dtrace`` command (and ``python -m dtrace``): :func:`main`, then :func:`leave`. The
+    command's process runs a small job's tasks itself: it allocates as dtrace's workers do
+    (:func:`dtrace.core.memory.tune_malloc`)."""
+    tune_malloc()
     leave(main())
 
 

@@ -8,6 +8,16 @@ gives the C heap's free pages back after each ingest task (:func:`release_memory
 of a 303 MB Kineto trace peaks at ~440 MB instead of 500-550 MB, and loading the cached events
 takes half the time (bench/RESULTS.md, "Memory, many ranks and the 32 × 300 MB job"). A pool
 the user chose with ``ARROW_DEFAULT_MEMORY_POOL`` is left alone.
+
+The processes that only run dtrace's tasks, one after another (the workers of the clusters dtrace
+starts, and the ``dtrace`` command's own process), allocate the C heap with
+:data:`MALLOC_SETTINGS` instead: every array a task frees stays in the heap for the next task. With
+glibc's defaults each large array is a fresh mapping (its threshold adapts only up to 32 MB, and
+the heap is trimmed above twice that), which the system zero-fills page by page every time: a
+1.07 M-event rank faulted in ~36,000 pages to read and ~14,000 more per analysis, 12 % of the
+reading's CPU, and the trim after each ingest task gave them all back only to fault them in again.
+Such a process never trims (:func:`release_memory` does nothing there): its peak is the largest
+task's, as before. The user's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` are left alone.
 """
 
 from __future__ import annotations
@@ -19,6 +29,16 @@ from typing import Any, Callable
 
 ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
 _USER_POOL = os.environ.get(ARROW_POOL)  # read before any cluster: a nanny copies its workers' settings here
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+"""glibc's heap settings of the processes that run dtrace's tasks (see the module docstring): arrays
+up to 256 MB come from the heap, and up to 1 GB of free heap is kept."""
+WORKER_ARENAS = {"MALLOC_ARENA_MAX": "1"}
+"""A worker runs its tasks in a thread of its own, whose heap (an arena of at most 64 MB heaps)
+would give back what it frees whatever :data:`MALLOC_SETTINGS` say: the workers' threads share
+the main heap (one task thread; the others allocate little)."""
+_USER_MALLOC = any(k in os.environ for k in [*MALLOC_SETTINGS, *WORKER_ARENAS])  # the user's: left alone
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+_tuned = False  # this process got MALLOC_SETTINGS from tune_malloc
 
 
 def _jemalloc() -> Any:
@@ -33,10 +53,33 @@ def _jemalloc() -> Any:
 
 def worker_env() -> dict[str, str]:
     """What the workers of a cluster dtrace starts find in their environment: Arrow's jemalloc
-    pool, unless the user chose a pool or this pyarrow lacks jemalloc."""
-    if _USER_POOL is not None or _jemalloc() is None:
-        return {}
-    return {ARROW_POOL: "jemalloc"}
+    pool, unless the user chose a pool or this pyarrow lacks jemalloc; and glibc's
+    :data:`MALLOC_SETTINGS`, unless the user set their own."""
+    env = {} if _USER_MALLOC else {**MALLOC_SETTINGS, **WORKER_ARENAS}
+    if _USER_POOL is None and _jemalloc() is not None:
+        env[ARROW_POOL] = "jemalloc"
+    return env
+
+
+def tune_malloc() -> bool:
+    """Give this process :data:`MALLOC_SETTINGS` (glibc's ``mallopt``) unless the user set their own:
+    the ``dtrace`` command's process, which runs a small job's tasks itself. Whether it did (False
+    elsewhere than glibc). Never for a user's own process (:func:`dtrace.analyze` leaves its
+    heap alone)."""
+    global _tuned
+    mallopt = _libc_function("mallopt")
+    if _USER_MALLOC or mallopt is None:
+        return False
+    _tuned = bool(mallopt(_M_MMAP_THRESHOLD, int(MALLOC_SETTINGS["MALLOC_MMAP_THRESHOLD_"]))) and bool(
+        mallopt(_M_TRIM_THRESHOLD, int(MALLOC_SETTINGS["MALLOC_TRIM_THRESHOLD_"]))
+    )
+    return _tuned
+
+
+def keeps_free_pages() -> bool:
+    """Whether this process runs with :data:`MALLOC_SETTINGS` (from :func:`tune_malloc`, or in its
+    environment since it started: a worker dtrace started)."""
+    return _tuned or all(os.environ.get(k) == v for k, v in MALLOC_SETTINGS.items())
 
 
 def use_jemalloc() -> Any:
@@ -60,20 +103,21 @@ def restore_pool(old: Any) -> None:
         pyarrow.set_memory_pool(old)
 
 
-@functools.lru_cache(maxsize=1)
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None (another C library)."""
+@functools.lru_cache(maxsize=None)
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """glibc's function ``name`` (``malloc_trim``, ``mallopt``), or None (another C library)."""
     try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+        func: Callable[..., int] = getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    return trim
+    return func
 
 
 def release_memory() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
     elsewhere). Called at the end of each ingest task, in the worker or in-process: reading a
-    300 MB trace leaves ~50 MB of free pages there that the analyses would otherwise run on top of."""
-    trim = _malloc_trim()
-    if trim is not None:
+    300 MB trace leaves ~50 MB of free pages there that the analyses would otherwise run on top of.
+    Nothing in a process that :func:`keeps_free_pages`: its next task allocates from them."""
+    trim = _libc_function("malloc_trim")
+    if trim is not None and not keeps_free_pages():
         trim(0)

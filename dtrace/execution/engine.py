@@ -319,7 +319,8 @@ class Engine:
             # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which turns off glibc's
             # adaptive mmap threshold: every large numpy array is then mmap'ed and unmapped again,
             # and the analyses run twice slower (measured: 2.3 s vs 1.2 s per 600k-event partition).
-            # The workers keep glibc's defaults; each task frees what it allocated.
+            # The workers get dtrace's heap settings instead (worker_env: MALLOC_SETTINGS, unless
+            # the user set their own), or glibc's defaults.
             # Dask's scratch space (worker folders, spilled data) goes to a folder of this run under
             # the temporary folder (TMPDIR), removed when the run ends, not to a shared
             # /tmp/dask-scratch-space that other runs and users write to as well.
@@ -656,12 +657,15 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     kw.setdefault("python", sys.executable)  # the workers run this environment's dtrace
     kw.setdefault("job_name", "dtrace-worker")
     kw.setdefault("silence_logs", "error")
-    # keep glibc's malloc defaults in the workers (see the LocalCluster in Engine.start)
+    # the workers' heap settings: dtrace's, never Dask's MALLOC_TRIM_THRESHOLD_ (see the
+    # LocalCluster in Engine.start)
+    env = worker_env()
+    spawn = {"MALLOC_TRIM_THRESHOLD_": None, **{k: v for k, v in env.items() if k.startswith("MALLOC_")}}
     kw.setdefault(
         "job_script_prologue",
         [
-            "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON=\"{'MALLOC_TRIM_THRESHOLD_': None}\"",
-            *(f"export {k}={v}" for k, v in worker_env().items()),
+            f'export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{spawn!r}"',
+            *(f"export {k}={v}" for k, v in env.items()),
             *(f"export {_env_name(k)}={v}" for k, v in WORKER_CONFIG.items()),
         ],
     )

@@ -49,10 +49,11 @@ log() { printf '%s dtrace-job: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 [[ -n "${PBS_O_WORKDIR:-}" ]] && { cd "$PBS_O_WORKDIR" || exit 2; }
 PY=${DTRACE_PYTHON:-python3}
-# Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which turns off glibc's adaptive
-# mmap threshold and makes dtrace's analyses run about twice slower; keep glibc's defaults
+# The workers' C heap (dtrace.core.memory.MALLOC_SETTINGS): what a task frees stays in glibc's heap
+# for the next task instead of being mapped and zero-filled again each time (Dask's nanny would set
+# MALLOC_TRIM_THRESHOLD_=65536, which makes the analyses about twice slower); yours where you set them
 if [ -z "${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-}" ]; then
-  export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_TRIM_THRESHOLD_': None}"
+  export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_MMAP_THRESHOLD_': '${MALLOC_MMAP_THRESHOLD_:-268435456}', 'MALLOC_TRIM_THRESHOLD_': '${MALLOC_TRIM_THRESHOLD_:-1073741824}', 'MALLOC_ARENA_MAX': '${MALLOC_ARENA_MAX:-1}'}"
 fi
 # Dask's sampling profiler (every 10 ms in each worker, for a dashboard page dtrace never shows)
 # costs the analyses ~12 %: off unless you set it
