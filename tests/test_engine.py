@@ -235,17 +235,17 @@ def test_heap_settings_of_dtraces_own_processes_and_the_users_left_alone(monkeyp
 
     trims: list[int] = []
     monkeypatch.setattr(memory, "_libc_function", lambda name: trims.append if name == "malloc_trim" else None)
-    for k in memory.MALLOC_SETTINGS:
-        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(memory, "_STARTED_WITH_SETTINGS", False)
     monkeypatch.setattr(memory, "_tuned", False)
+    for k, v in memory.MALLOC_SETTINGS.items():  # a local cluster's nannies copy them here: not the process's own
+        monkeypatch.setenv(k, v)
     memory.release_memory()
     assert trims == [0]  # a user's process: trimmed as before
     monkeypatch.setattr(memory, "_tuned", True)
     memory.release_memory()
     assert trims == [0]  # the command's process keeps its free pages
     monkeypatch.setattr(memory, "_tuned", False)
-    for k, v in memory.MALLOC_SETTINGS.items():
-        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(memory, "_STARTED_WITH_SETTINGS", True)
     memory.release_memory()
     assert trims == [0]  # nor does a worker started with the settings
 

@@ -39,6 +39,9 @@ the main heap (one task thread; the others allocate little)."""
 _USER_MALLOC = any(k in os.environ for k in [*MALLOC_SETTINGS, *WORKER_ARENAS])  # the user's: left alone
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 _tuned = False  # this process got MALLOC_SETTINGS from tune_malloc
+# a process started with them (a worker dtrace started): read once, as glibc did at the start (a
+# local cluster's nannies later copy the workers' settings into the client's environment)
+_STARTED_WITH_SETTINGS = all(os.environ.get(k) == v for k, v in MALLOC_SETTINGS.items())
 
 
 def _jemalloc() -> Any:
@@ -79,7 +82,7 @@ def tune_malloc() -> bool:
 def keeps_free_pages() -> bool:
     """Whether this process runs with :data:`MALLOC_SETTINGS` (from :func:`tune_malloc`, or in its
     environment since it started: a worker dtrace started)."""
-    return _tuned or all(os.environ.get(k) == v for k, v in MALLOC_SETTINGS.items())
+    return _tuned or _STARTED_WITH_SETTINGS
 
 
 def use_jemalloc() -> Any:

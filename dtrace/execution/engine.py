@@ -78,7 +78,7 @@ WATCH_S = 2.0
 WORKER_CONFIG: dict[str, Any] = {"distributed.worker.profile.enabled": False}
 """Dask settings of the workers dtrace starts (a local cluster, dask-jobqueue jobs, ``jobs/``).
 Dask's statistical profiler samples each worker's task thread every 10 ms for the dashboard's
-profile page, which dtrace never shows: off, the 256-rank real job runs 12 % faster (bench/RESULTS.md)."""
+profile page, which dtrace never shows: off, the 256-rank real job runs ~6 % faster (bench/RESULTS.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
