@@ -409,7 +409,7 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     assert " --nthreads 1 " in worker and " --nworkers 4 " in worker and "--interface lo" in worker
     # the workers' Dask settings dtrace starts its local clusters with (no sampling profiler)
     assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in script.splitlines()
-    assert cluster.scheduler_spec["options"]["dashboard_address"] is None  # no dashboard, as a local cluster
+    assert cluster.scheduler_spec["options"]["dashboard"] is False  # no dashboard, as a local cluster
     # the workers' heap settings (dtrace.core.memory.MALLOC_SETTINGS), which the nanny keeps as they are
     lines = script.splitlines()
     assert "export MALLOC_TRIM_THRESHOLD_=1073741824" in lines and "export MALLOC_ARENA_MAX=1" in lines

@@ -345,8 +345,11 @@ class Engine:
                     processes=True,
                     # no dashboard: dtrace shows its own progress and never a dashboard's address,
                     # and where bokeh is installed serving one costs the start 0.25 s (the scripts
-                    # in jobs/ pass --no-dashboard)
-                    dashboard_address=None,
+                    # in jobs/ pass --no-dashboard). The scheduler's HTTP server (health, metrics)
+                    # stays, on a free local port: without an address it takes 8787, which another
+                    # cluster may hold (it then retries elsewhere and leaks the socket it tried).
+                    dashboard_address="127.0.0.1:0",
+                    scheduler_kwargs={"dashboard": False},
                     silence_logs=logging.ERROR,
                     local_directory=self._scratch,
                 )
@@ -670,7 +673,7 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
         ],
     )
     # no dashboard, as for a local cluster (Engine.start)
-    kw.setdefault("scheduler_options", {"dashboard_address": None})
+    kw.setdefault("scheduler_options", {"dashboard": False, "dashboard_address": "127.0.0.1:0"})
     try:
         return cls(**kw)
     except (TypeError, ValueError) as exc:
