@@ -83,10 +83,11 @@ def gunzip_scan(path: str) -> dict[str, float]:
         size = os.path.getsize(path)
         buf = _buffer(size)
         with open(path, "rb") as f:
-            f.readinto(memoryview(buf)[:size])
+            if f.readinto(memoryview(buf)[:size]) != size:
+                raise SystemExit(f"{path}: changed while read; not a floor input")
     gunzip = time.process_time() - t
     t = time.process_time()
-    lo = buf.index(b"[", buf.index(b'"traceEvents"'), size)
+    lo = buf.index(b"[", buf.index(b'"traceEvents"', 0, size), size)
     hi = max(m.end() for m in _END.finditer(buf, max(lo, size - (1 << 16)), size))
     with memoryview(buf) as mv, mv[lo:hi] as text:
         got = scanner.scan(text)

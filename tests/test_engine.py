@@ -97,6 +97,8 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    monkeypatch.setattr(memory, "_USER_MALLOC", False)  # whatever MALLOC_* the runner has
+    environ = dict(os.environ)
     with Engine(ClusterSpec(scheduler="local", workers=1)).start() as eng:
         dirs = list(eng.client.run(lambda dask_worker: dask_worker.local_directory).values())
         pools = set(eng.client.run(_arrow_pool).values())
@@ -109,6 +111,8 @@ def test_dask_scratch_space_is_a_folder_of_the_run_and_removed(tmp_path, monkeyp
         (run_dir,) = os.listdir(tmp)
         assert run_dir.startswith("dtrace-dask-") and dirs and all(d.startswith(str(tmp / run_dir)) for d in dirs)
     assert os.listdir(tmp) == []
+    # the nannies copied the workers' environment into this process's: put back as it was
+    assert dict(os.environ) == environ
 
 
 class _Future:
@@ -226,8 +230,10 @@ def test_heap_settings_of_dtraces_own_processes_and_the_users_left_alone(monkeyp
     """dtrace's workers and its command's process keep what a task freed (MALLOC_SETTINGS); a
     process that does not (a user's, calling dtrace.analyze) gives it back after each ingest task;
     the user's own MALLOC_* settings are never replaced."""
+    monkeypatch.setattr(memory, "_USER_MALLOC", False)  # whatever MALLOC_* the runner has
     env = memory.worker_env()
     assert {k: env[k] for k in memory.MALLOC_SETTINGS} == memory.MALLOC_SETTINGS and env["MALLOC_ARENA_MAX"] == "1"
+    assert "MALLOC_ARENA_MAX" not in memory.worker_env(threads=4)  # several task threads: their own heaps
     monkeypatch.setattr(memory, "_USER_MALLOC", True)
     assert not set(memory.worker_env()) & {*memory.MALLOC_SETTINGS, *memory.WORKER_ARENAS}
     assert memory.tune_malloc() is False  # the user's settings stand

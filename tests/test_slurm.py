@@ -383,10 +383,13 @@ def test_cluster_without_dask_jobqueue_is_a_clear_error(monkeypatch, job4, tmp_p
     assert "error: --cluster pbs needs dask-jobqueue: pip install 'dtrace[jobqueue]'" in capsys.readouterr().err
 
 
-def test_jobqueue_pbs_job_script_carries_the_settings():
+def test_jobqueue_pbs_job_script_carries_the_settings(monkeypatch):
     """No PBS here: check the job script dask-jobqueue would submit for ``--cluster pbs``."""
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dtrace[jobqueue]')")
+    from dtrace.core import memory
     from dtrace.execution.engine import _jobqueue_cluster
+
+    monkeypatch.setattr(memory, "_USER_MALLOC", False)  # whatever MALLOC_* the runner has
 
     opts = {
         "cores": 4,
@@ -414,7 +417,7 @@ def test_jobqueue_pbs_job_script_carries_the_settings():
     lines = script.splitlines()
     assert "export MALLOC_TRIM_THRESHOLD_=1073741824" in lines and "export MALLOC_ARENA_MAX=1" in lines
     spawn = next(line for line in lines if line.startswith("export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="))
-    assert "'MALLOC_TRIM_THRESHOLD_': '1073741824'" in spawn and "'MALLOC_MMAP_THRESHOLD_': '268435456'" in spawn
+    assert "'MALLOC_TRIM_THRESHOLD_': '1073741824'" in spawn and "'MALLOC_MMAP_THRESHOLD_': '33554432'" in spawn
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ starts, and the ``dtrace`` command's own process), allocate the C heap with
 glibc's defaults each large array is a fresh mapping (its threshold adapts only up to 32 MB, and
 the heap is trimmed above twice that), which the system zero-fills page by page every time: a
 1.07 M-event rank faulted in ~36,000 pages to read and ~14,000 more per analysis, 12 % of the
-reading's CPU, and the trim after each ingest task gave them all back only to fault them in again.
+reading's CPU, and the trim after each ingest task gave them all back only to fault them in again
+(with the settings: ~2,000 and ~1,300).
 Such a process never trims (:func:`release_memory` does nothing there): its peak is the largest
 task's, as before. The user's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` are left alone.
 """
@@ -29,13 +30,14 @@ from typing import Any, Callable
 
 ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
 _USER_POOL = os.environ.get(ARROW_POOL)  # read before any cluster: a nanny copies its workers' settings here
-MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 """glibc's heap settings of the processes that run dtrace's tasks (see the module docstring): arrays
-up to 256 MB come from the heap, and up to 1 GB of free heap is kept."""
+up to 32 MB come from the heap (the most glibc accepts before 2.35; 256 MB measured no better), and
+up to 1 GB of free heap is kept."""
 WORKER_ARENAS = {"MALLOC_ARENA_MAX": "1"}
 """A worker runs its tasks in a thread of its own, whose heap (an arena of at most 64 MB heaps)
-would give back what it frees whatever :data:`MALLOC_SETTINGS` say: the workers' threads share
-the main heap (one task thread; the others allocate little)."""
+would give back what it frees whatever :data:`MALLOC_SETTINGS` say: a worker with one task thread
+(as dtrace starts them) shares the main heap between its threads (the others allocate little)."""
 _USER_MALLOC = any(k in os.environ for k in [*MALLOC_SETTINGS, *WORKER_ARENAS])  # the user's: left alone
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 _tuned = False  # this process got MALLOC_SETTINGS from tune_malloc
@@ -54,11 +56,12 @@ def _jemalloc() -> Any:
         return None
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(threads: int = 1) -> dict[str, str]:
     """What the workers of a cluster dtrace starts find in their environment: Arrow's jemalloc
     pool, unless the user chose a pool or this pyarrow lacks jemalloc; and glibc's
-    :data:`MALLOC_SETTINGS`, unless the user set their own."""
-    env = {} if _USER_MALLOC else {**MALLOC_SETTINGS, **WORKER_ARENAS}
+    :data:`MALLOC_SETTINGS` (with :data:`WORKER_ARENAS` for workers of one task thread), unless
+    the user set their own."""
+    env = {} if _USER_MALLOC else {**MALLOC_SETTINGS, **(WORKER_ARENAS if threads == 1 else {})}
     if _USER_POOL is None and _jemalloc() is not None:
         env[ARROW_POOL] = "jemalloc"
     return env

@@ -280,6 +280,7 @@ class Engine:
         self.mode = "in-process"
         self._pool: Any = None  # Arrow's default pool before this engine (core.memory)
         self._stopping: threading.Thread | None = None  # see stop_in_background
+        self._environ: dict[str, str] | None = None  # the process's environment before a local cluster
 
     def __enter__(self) -> "Engine":
         self._pool = use_jemalloc()
@@ -325,6 +326,10 @@ class Engine:
             # the temporary folder (TMPDIR), removed when the run ends, not to a shared
             # /tmp/dask-scratch-space that other runs and users write to as well.
             self._scratch = tempfile.mkdtemp(prefix="dtrace-dask-")
+            # the nannies copy the workers' environment (pre-spawn-environ: dtrace's MALLOC_* and
+            # Arrow pool, Dask's OMP_NUM_THREADS=1, ...) into this process's: put back at the end,
+            # so that the caller's later subprocesses do not inherit it
+            self._environ = dict(os.environ)
             # a worker restarting slowly (a loaded machine) is not dropped by the cluster while
             # this engine runs: dropping it kills it when it comes back, with the task it was
             # given (_keep_workers replaces a nanny that gave up)
@@ -391,6 +396,9 @@ class Engine:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        if self._environ is not None:
+            _restore_environ(self._environ)
+            self._environ = None
         restore_pool(self._pool)  # the process's default Arrow pool as it was
         self._pool = None
 
@@ -633,6 +641,16 @@ class _Progress:
             self.stream.flush()
 
 
+def _restore_environ(before: Mapping[str, str]) -> None:
+    """Make ``os.environ`` what it was (``before``): the variables set since removed, the changed
+    ones put back."""
+    for k in [k for k in os.environ if k not in before]:
+        del os.environ[k]
+    for k, v in before.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+
+
 def _env_name(key: str) -> str:
     """The environment variable that sets Dask setting ``key``.
 
@@ -662,7 +680,7 @@ def _jobqueue_cluster(spec: ClusterSpec) -> Any:
     kw.setdefault("silence_logs", "error")
     # the workers' heap settings: dtrace's, never Dask's MALLOC_TRIM_THRESHOLD_ (see the
     # LocalCluster in Engine.start)
-    env = worker_env()
+    env = worker_env(threads=max(1, int(kw["cores"]) // max(int(kw["processes"]), 1)))
     spawn = {"MALLOC_TRIM_THRESHOLD_": None, **{k: v for k, v in env.items() if k.startswith("MALLOC_")}}
     kw.setdefault(
         "job_script_prologue",

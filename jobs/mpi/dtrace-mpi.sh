@@ -52,8 +52,13 @@ PY=${DTRACE_PYTHON:-python3}
 # The workers' C heap (dtrace.core.memory.MALLOC_SETTINGS): what a task frees stays in glibc's heap
 # for the next task instead of being mapped and zero-filled again each time (Dask's nanny would set
 # MALLOC_TRIM_THRESHOLD_=65536, which makes the analyses about twice slower); yours where you set them
+# and one heap per worker process when it runs one task thread (DTRACE_THREADS)
 if [ -z "${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-}" ]; then
-  export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_MMAP_THRESHOLD_': '${MALLOC_MMAP_THRESHOLD_:-268435456}', 'MALLOC_TRIM_THRESHOLD_': '${MALLOC_TRIM_THRESHOLD_:-1073741824}', 'MALLOC_ARENA_MAX': '${MALLOC_ARENA_MAX:-1}'}"
+  ARENAS=""
+  if [ "${DTRACE_THREADS:-1}" = 1 ] || [ -n "${MALLOC_ARENA_MAX:-}" ]; then
+    ARENAS=", 'MALLOC_ARENA_MAX': '${MALLOC_ARENA_MAX:-1}'"
+  fi
+  export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_MMAP_THRESHOLD_': '${MALLOC_MMAP_THRESHOLD_:-33554432}', 'MALLOC_TRIM_THRESHOLD_': '${MALLOC_TRIM_THRESHOLD_:-1073741824}'$ARENAS}"
 fi
 # Dask's sampling profiler (every 10 ms in each worker, for a dashboard page dtrace never shows)
 # costs the analyses ~12 %: off unless you set it
