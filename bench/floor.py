@@ -16,8 +16,8 @@ CPU time of the process tree):
 
 - ``floor``: what any reader of these files must do before it builds a column: gunzip every input
   (isal, the decompressor dtrace uses) into one buffer per process, reused from file to file, and
-  run dtrace's compiled scanner once over its whole events array, one process per core (``--workers``, default all cores) taking the inputs
-  largest first. Nothing is kept, written or analysed. The events array is located by the first
+  run dtrace's compiled scanner once over its whole events array, one process per core
+  (``--workers``, default all cores) taking the inputs largest first. Nothing is kept, written or analysed. The events array is located by the first
   ``"traceEvents"`` key and the last ``}`` ``]`` of the text (the layout Kineto writes, and
   ``tile_trace``); the report gives the scanner's record count (the complete ``X`` events, and
   any event it left to msgspec).

@@ -245,20 +245,15 @@ def prestart_workers(spec: ClusterSpec, work_s: float, tasks: int) -> bool:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
-    env = worker_env()
-    saved = {k: os.environ.get(k) for k in env}
+    before = dict(os.environ)
     want = _server_env()
-    os.environ.update(env)  # the server's environment is this process's when it starts
+    os.environ.update(worker_env())  # the server's environment is this process's when it starts
     try:
         forkserver.ensure_running()
     except OSError:
         return False
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _restore_environ(before)
     _prestarted = want
     return True
 

@@ -51,8 +51,8 @@ log() { printf '%s dtrace-job: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 PY=${DTRACE_PYTHON:-python3}
 # The workers' C heap (dtrace.core.memory.MALLOC_SETTINGS): what a task frees stays in glibc's heap
 # for the next task instead of being mapped and zero-filled again each time (Dask's nanny would set
-# MALLOC_TRIM_THRESHOLD_=65536, which makes the analyses about twice slower); yours where you set them
-# and one heap per worker process when it runs one task thread (DTRACE_THREADS)
+# MALLOC_TRIM_THRESHOLD_=65536, which makes the analyses about twice slower), with one heap per worker
+# process when it runs one task thread (DTRACE_THREADS); your own MALLOC_* values where you set them
 if [ -z "${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-}" ]; then
   ARENAS=""
   if [ "${DTRACE_THREADS:-1}" = 1 ] || [ -n "${MALLOC_ARENA_MAX:-}" ]; then
@@ -61,7 +61,7 @@ if [ -z "${DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON:-}" ]; then
   export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON="{'MALLOC_MMAP_THRESHOLD_': '${MALLOC_MMAP_THRESHOLD_:-33554432}', 'MALLOC_TRIM_THRESHOLD_': '${MALLOC_TRIM_THRESHOLD_:-1073741824}'$ARENAS}"
 fi
 # Dask's sampling profiler (every 10 ms in each worker, for a dashboard page dtrace never shows)
-# costs the analyses ~12 %: off unless you set it
+# costs a 256-rank run ~6 %: off unless you set it
 export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}
 read -ra MPIEXEC <<<"${DTRACE_MPIEXEC:-mpiexec}"
 if [[ -n "${DTRACE_WORKERS:-}" ]]; then
