@@ -156,3 +156,29 @@ def test_the_spill_folders_of_crashed_runs_are_removed_and_live_ones_kept(job, t
     assert os.listdir(cache / "spill") == [os.path.basename(live)]
     spill.remove(live)
     assert not os.path.exists(cache / "spill")
+
+
+def test_spilled_tables_are_compressed_from_64_kb_and_read_back_whole(tmp_path):
+    """A partition's small table is written as it is (its file no larger; read back in half the
+    time), a large one lz4-compressed; both read back equal to the frame written."""
+    import pyarrow as pa
+
+    from dtrace.core import spill
+
+    small = pd.DataFrame({"rank": np.arange(3, dtype=np.int32), "name": ["a", "b", "a"], "n": [1, 2, 3]})
+    rows = 20_000
+    large = pd.DataFrame(
+        {
+            "rank": np.zeros(rows, np.int32),
+            "name": ["kernel_%d" % (i % 7) for i in range(rows)],
+            "n": np.arange(rows) % 5,
+        }
+    )
+    got = spill.write(str(tmp_path), 0, {"small": small, "large": large})
+    for name, df in (("small", small), ("large", large)):
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        compressed = table.nbytes >= spill.COMPRESS_FROM_BYTES
+        assert compressed == (name == "large")
+        assert spill.ipc_options(table).compression == ("lz4" if compressed else None)
+        assert (got[name].bytes < table.nbytes) == compressed
+        pd.testing.assert_frame_equal(spill.read_all([got[name]]).to_pandas(), df, check_exact=True)

@@ -11,6 +11,7 @@ from dtrace.vector.groups import (
     first_match,
     joint_keys,
     lexsort_ints,
+    member,
     text_codes,
     unique,
     unique_first,
@@ -61,6 +62,42 @@ def test_dense_codes_rank_the_distinct_tuples():
         rank = {t: i for i, t in enumerate(sorted(set(tuples)))}
         codes, count = dense_codes(*keys)
         assert codes.tolist() == [rank[t] for t in tuples] and count == len(rank)
+
+
+def test_dense_codes_of_keys_in_long_runs():
+    """Keys of thousands of rows in runs of one value (a thread's id on its consecutive events),
+    of a huge range: coded by their runs, the same codes as ranking every row."""
+    for _ in range(20):
+        n = int(RNG.integers(5_000, 40_000))
+        runs = int(RNG.integers(1, n // 10))
+        values = RNG.choice(_keys(8), runs) if RNG.random() < 0.5 else RNG.integers(-(2**62), 2**62, runs)
+        key = np.repeat(values, np.diff(np.sort(np.r_[0, RNG.integers(0, n, runs - 1), n])))
+        other = RNG.integers(0, 3, key.size)
+        _, want = np.unique(np.stack([key, other], axis=1), axis=0, return_inverse=True)
+        codes, count = dense_codes(key, other)
+        assert codes.tolist() == want.reshape(-1).tolist() and count == int(want.max()) + 1
+
+
+def test_dense_codes_of_floats_in_runs():
+    key = np.repeat([2.5, -1.0, 1e300, -1.0, 2.5, 0.0], 2_000)
+    codes, count = dense_codes(key)
+    assert count == 4 and codes.tolist() == np.repeat([2, 0, 3, 0, 2, 1], 2_000).tolist()
+
+
+def test_member_is_numpys_isin():
+    for _ in range(300):
+        a = _keys(int(RNG.integers(0, 200))).astype(
+            RNG.choice([np.int64, np.int32, np.uint32]) if RNG.random() < 0.3 else np.int64
+        )
+        b = (
+            a[RNG.integers(0, max(a.size, 1), int(RNG.integers(0, 50)))]
+            if a.size and RNG.random() < 0.7
+            else _keys(int(RNG.integers(0, 50)))
+        )
+        assert member(a, b).tolist() == np.isin(a, b).tolist()
+    rows = RNG.integers(0, 3_000_000, 5_000)  # a partition's event rows against a few kept ones
+    kept = RNG.integers(0, 3_000_000, 300)
+    assert member(rows, kept).tolist() == np.isin(rows, kept).tolist()
 
 
 def test_first_match_finds_the_first_equal_row():

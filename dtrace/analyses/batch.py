@@ -83,6 +83,7 @@ from ..vector.groups import (
     first_match,
     joint_keys,
     lexsort_ints,
+    member,
     shared_codes,
     sum_by,
     unique,
@@ -589,7 +590,7 @@ def _side_rows(side: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]) -> pd.Da
     keys = (side["part"].to_numpy(I64), side["row"].to_numpy(I64))
     joint = joint_keys(keys, kept) if len(kept[0]) else None
     a, b = joint if joint is not None else shared_codes(keys, kept)
-    return side.loc[np.isin(a, b)].reset_index(drop=True)
+    return side.loc[member(a, b)].reset_index(drop=True)
 
 
 def prepare_part(

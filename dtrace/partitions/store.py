@@ -43,6 +43,7 @@ from ..core.constants import MANIFEST_MAX_BYTES
 from ..core.dtypes import conform, dtype_is
 from ..core.fileio import real_folder
 from ..core.records import StoredTable, StoreEntry, convert
+from ..core.spill import ipc_options
 from ..ingest.cache import _NOFOLLOW, fingerprint_bytes, read_file
 from ..ingest.ranks import PartSpec
 from ..knowledge.hardware import spec_identity
@@ -521,9 +522,9 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> st
         for name, df in tables.items():
             sink = pa.BufferOutputStream()
             t = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
-            # lz4: names repeat across rows (transitions, kernels), ~10-30x smaller; written twice
-            # and read back 2-3x as fast as zstd (which makes files 2-3x smaller still)
-            with pa.ipc.new_file(sink, t.schema, options=_WRITE_OPTIONS) as w:
+            # lz4 (from 64 KB): names repeat across rows (transitions, kernels), ~10-30x smaller;
+            # written twice and read back 2-3x as fast as zstd (which makes files 2-3x smaller still)
+            with pa.ipc.new_file(sink, t.schema, options=ipc_options(t)) as w:
                 w.write_table(t)
             data = sink.getvalue().to_pybytes()
             _write_new(os.path.join(tmp, f"{name}.arrow"), data)
@@ -538,9 +539,6 @@ def save(store: str, key: str, tables: dict[str, pd.DataFrame | pa.Table]) -> st
         shutil.rmtree(tmp, ignore_errors=True)
         return f"cannot store results in {store}: {getattr(exc, 'strerror', None) or exc}"
     return None
-
-
-_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 
 
 def _write_new(path: str, data: bytes) -> None:
