@@ -213,8 +213,7 @@ def kind_codes(kind: pd.Series) -> np.ndarray:
             + [KINDS.index("other")],
             np.int8,
         )
-        codes = kind.cat.codes.to_numpy()
-        return lut[np.where(codes < 0, len(lut) - 1, codes)]
+        return lut[kind.cat.codes.to_numpy()]  # a missing kind (code -1): the last entry, "other"
     uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
     lut = np.array([KINDS.index(u) if u in KINDS else KINDS.index("other") for u in uniq], np.int8)
     return lut[inv.reshape(-1)] if len(uniq) else np.empty(0, np.int8)

@@ -130,11 +130,11 @@ def dense_codes(*keys: np.ndarray, compact: bool = True) -> tuple[np.ndarray, in
     if not keys or keys[0].size == 0:
         return np.zeros(0 if not keys else keys[0].size, I64), 0
     size = keys[0].size
-    code = np.zeros(size, I64)
-    n = 1
-    for k in keys:
+    code, n = _key_codes(np.asarray(keys[0]))
+    for k in keys[1:]:
         kc, m = _key_codes(np.asarray(k))
-        code = code * m + kc
+        code *= m
+        code += kc
         n *= m
         if n > (1 << 40):  # keep the product small: re-densify before it could overflow
             uniq, code = unique_inverse(code)
