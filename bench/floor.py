@@ -106,28 +106,31 @@ def gunzip_scan(path: str) -> dict[str, float]:
 _SEP = re.compile(rb"\}\s*,\s*\{")
 
 
-def gunzip_scan_streamed(path: str) -> dict[str, float]:
-    """One input the way dtrace's reader goes through it: gunzipped 4 MB at a time into one reused
-    window, each block's complete events scanned as they arrive (the block cut after its last
-    ``}`` ``,`` ``{``, the rest carried to the next one). The same work as :func:`gunzip_scan`
-    with the content passing through the cache instead of a buffer the size of the file."""
-    from dtrace.readers._io import BLOCK, _gzip, is_gzip
+def gunzip_scan_streamed(path: str, block: int = 0) -> dict[str, float]:
+    """One input the way dtrace's reader goes through it: gunzipped ``block`` bytes at a time
+    (default the reader's, 4 MB) into one reused window, each block's complete events scanned as
+    they arrive (the block cut after its last ``}`` ``,`` ``{``, the rest carried to the next one).
+    The same work as :func:`gunzip_scan` with the content passing through the cache instead of a
+    buffer the size of the file."""
+    from dtrace.readers._io import BLOCK as READ_BLOCK
+    from dtrace.readers._io import _gzip, is_gzip
     from dtrace.readers._scanned import new_scanner
 
+    step = block or READ_BLOCK
     scanner = new_scanner()
     if scanner is None:
         raise SystemExit("the compiled scanner is not built (pip install -e . builds it)")
-    buf = _buffer(4 * BLOCK)
+    buf = _buffer(4 * step)
     view = memoryview(buf)
     gunzip = scan = 0.0
     records = size = hi = 0
     lo = -1  # the events array's ``[``, once found
     with (_gzip.GzipFile if is_gzip(path) else open)(path, "rb") as f:
         while True:
-            if hi + BLOCK > len(buf):
-                raise SystemExit(f"{path}: an event longer than {3 * BLOCK} bytes; not a floor input")
+            if hi + step > len(buf):
+                raise SystemExit(f"{path}: an event longer than {3 * step} bytes; not a floor input")
             t = time.process_time()
-            n = f.readinto(view[hi : hi + BLOCK])
+            n = f.readinto(view[hi : hi + step])
             gunzip += time.process_time() - t
             hi, size = hi + n, size + n
             t = time.process_time()
