@@ -213,7 +213,8 @@ def kind_codes(kind: pd.Series) -> np.ndarray:
             + [KINDS.index("other")],
             np.int8,
         )
-        return lut[kind.cat.codes.to_numpy()]  # a missing kind (code -1): the last entry, "other"
+        codes: np.ndarray = lut[kind.cat.codes.to_numpy()]  # a missing kind (code -1): the last entry, "other"
+        return codes
     uniq, inv = np.unique(kind.astype(str).to_numpy(object), return_inverse=True)
     lut = np.array([KINDS.index(u) if u in KINDS else KINDS.index("other") for u in uniq], np.int8)
     return lut[inv.reshape(-1)] if len(uniq) else np.empty(0, np.int8)
