@@ -133,8 +133,8 @@ class LoopbackCluster:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)  # dask closes gracefully on SIGTERM
         for p in procs:
-            try:
-                p.wait(timeout=20)
+            try:  # 5 s, as dtrace's job scripts give their workers: one stuck in a task is killed
+                p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
