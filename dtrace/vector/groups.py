@@ -33,13 +33,13 @@ def unique(x: np.ndarray) -> np.ndarray:
     return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
 
 
-def _seen(x: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """For integers in a range below a few times their number: which values of the range occur
-    (a bool table from the smallest value) and that smallest value; else None."""
-    if not x.size or x.ndim != 1 or not (x.dtype.kind in "iu" and x.dtype != np.uint64):
+def _seen(x: np.ndarray, limit: int = 0) -> tuple[np.ndarray, int] | None:
+    """For integers in a range below ``limit`` (default a few times their number): which values of
+    the range occur (a bool table from the smallest value) and that smallest value; else None."""
+    if not x.size or x.ndim != 1 or not _ints(x):
         return None
     lo, hi = int(x.min()), int(x.max())
-    if hi - lo >= max(4 * x.size, 1 << 16):
+    if hi - lo >= (limit or max(4 * x.size, 1 << 16)):
         return None
     seen = np.zeros(hi - lo + 1, bool)
     seen[x.astype(I64) - lo] = True
@@ -58,16 +58,18 @@ def member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     [True, False, True]
     """
     a, b = np.asarray(a), np.asarray(b)
-    ints = all(x.dtype.kind in "iu" and x.dtype != np.uint64 for x in (a, b))
-    if ints and a.size and b.size:
-        lo, hi = int(b.min()), int(b.max())
-        if hi - lo < max(6 * (a.size + b.size), 1 << 22):
-            table = np.zeros(hi - lo + 1, bool)
-            table[b.astype(I64) - lo] = True
-            k = a.astype(I64) - lo
-            inside = (k >= 0) & (k <= hi - lo)
-            return np.where(inside, table[np.where(inside, k, 0)], False)
+    seen = _seen(b, limit=max(6 * (a.size + b.size), 1 << 22)) if a.size and _ints(a) else None
+    if seen is not None:
+        table, lo = seen
+        k = a.astype(I64) - lo
+        inside = (k >= 0) & (k < table.size)
+        return np.where(inside, table[np.where(inside, k, 0)], False)
     return cast(np.ndarray, np.isin(a, b))
+
+
+def _ints(x: np.ndarray) -> bool:
+    """Whether ``x`` holds integers that int64 holds (no uint64)."""
+    return x.dtype.kind in "iu" and x.dtype != np.uint64
 
 
 def unique_first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,11 +162,10 @@ def _key_codes(k: np.ndarray) -> tuple[np.ndarray, int]:
             return k.astype(I64) - lo, hi - lo + 1
     if k.dtype.kind in "iufb" and k.ndim == 1 and k.size > 4096:
         # a key in long runs (a thread's id on its consecutive events): the runs' values coded
-        starts = np.flatnonzero(k[1:] != k[:-1]) + 1
-        if starts.size < k.size // 8:
-            starts = np.concatenate(([0], starts))
+        starts, ends = run_bounds(k)
+        if starts.size <= k.size // 8:
             rc, uniq = pd.factorize(k[starts], sort=True)
-            return np.repeat(rc.astype(I64), np.diff(np.append(starts, k.size))), max(len(uniq), 1)
+            return np.repeat(rc.astype(I64), ends - starts), max(len(uniq), 1)
     kc, uniq = pd.factorize(k, sort=True)
     return kc.astype(I64), max(len(uniq), 1)
 
@@ -366,7 +367,8 @@ def cummax_by(group: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def run_bounds(sorted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end (exclusive) of each run of equal values in a sorted array."""
+    """Start and end (exclusive) of each run of equal consecutive values (in a sorted array: of
+    each distinct value)."""
     n = sorted_codes.size
     if not n:
         return np.empty(0, I64), np.empty(0, I64)
