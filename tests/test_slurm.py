@@ -421,6 +421,39 @@ def test_jobqueue_pbs_job_script_carries_the_settings(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("script", ["slurm/dtrace.sbatch", "pbs/dtrace.pbs", "mpi/dtrace-mpi.sh"])
+def test_job_scripts_give_the_workers_dtraces_settings(monkeypatch, script):
+    """The job scripts (shell: they cannot import dtrace) spell out the workers' settings: their
+    nannies' environment is what ``dtrace.core.memory.worker_env`` gives a worker of as many task
+    threads, the user's own values where set, and Dask's sampling profiler is off
+    (``engine.WORKER_CONFIG``) unless the user set it."""
+    import ast
+
+    from dtrace.core import memory
+    from dtrace.execution.engine import WORKER_CONFIG, _env_name
+
+    monkeypatch.setattr(memory, "_USER_MALLOC", False)
+    text = (ROOT / "jobs" / script).read_text()
+    block = re.search(r'^if \[ -z "\$\{DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON.*?^fi\n', text, re.S | re.M).group(0)
+    profile = next(
+        line for line in text.splitlines() if line.startswith(f"export {_env_name(next(iter(WORKER_CONFIG)))}=")
+    )
+
+    def nanny_env(**env: str) -> tuple[dict, str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "DASK_", "DTRACE_"))}
+        code = f'{block}{profile}\necho "$DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"\necho "${_env_name(next(iter(WORKER_CONFIG)))}"'
+        out = subprocess.run(["bash", "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
+        spawn, prof = out.stdout.splitlines()
+        return ast.literal_eval(spawn), prof
+
+    for threads in (1, 4):
+        spawn, prof = nanny_env(DTRACE_THREADS=str(threads))
+        want = {k: v for k, v in memory.worker_env(threads=threads).items() if k.startswith("MALLOC_")}
+        assert spawn == want and prof == str(WORKER_CONFIG["distributed.worker.profile.enabled"])
+    spawn, prof = nanny_env(MALLOC_TRIM_THRESHOLD_="65536", DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="True")
+    assert spawn["MALLOC_TRIM_THRESHOLD_"] == "65536" and prof == "True"  # the user's own stand
+
+
 def test_jobqueue_launcher_submits_workers_to_real_slurm(slurm, job4, tmp_path):
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dtrace[jobqueue]')")
     pattern, ref = job4
