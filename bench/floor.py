@@ -61,15 +61,38 @@ from run import ONE_THREAD, build_ranks, measure, warm_page_cache  # noqa: E402
 _END = re.compile(rb"\}\s*\]")
 
 
-def gunzip_scan(path: str) -> dict[str, float]:
-    """One input: its content gunzipped into one buffer, then its events array scanned in one
-    call; the seconds of each and the scanner's record count."""
-    from dtrace.readers._io import _gzip, is_gzip
+def _scanner() -> Any:
+    """dtrace's compiled scanner: a floor without it would measure something else."""
     from dtrace.readers._scanned import new_scanner
 
     scanner = new_scanner()
     if scanner is None:
         raise SystemExit("the compiled scanner is not built (pip install -e . builds it)")
+    return scanner
+
+
+def _scan(scanner: Any, buf: bytearray, lo: int, hi: int, path: str, what: str = "its events array") -> int:
+    """The scanner's record count of ``buf[lo:hi]`` (a JSON array of events); the benchmark stops
+    where the scanner does not read it."""
+    with memoryview(buf) as mv, mv[lo:hi] as text:
+        got = scanner.scan(text) if 0 <= lo < hi else None
+    if got is None:
+        raise SystemExit(f"{path}: the scanner did not read {what}; not a floor input")
+    return int(got[0])
+
+
+def _array_end(buf: bytearray, lo: int, hi: int) -> int:
+    """Where the events array that starts at ``lo`` ends: after the last ``}`` ``]`` of
+    ``buf[:hi]`` (-1: none in its last 64 KB)."""
+    return max((m.end() for m in _END.finditer(buf, max(lo, hi - (1 << 16)), hi)), default=-1)
+
+
+def gunzip_scan(path: str) -> dict[str, float]:
+    """One input: its content gunzipped into one buffer, then its events array scanned in one
+    call; the seconds of each and the scanner's record count."""
+    from dtrace.readers._io import _gzip, is_gzip
+
+    scanner = _scanner()
     t = time.process_time()
     if is_gzip(path):
         with open(path, "rb") as f:
@@ -94,12 +117,7 @@ def gunzip_scan(path: str) -> dict[str, float]:
     gunzip = time.process_time() - t
     t = time.process_time()
     lo = buf.index(b"[", buf.index(b'"traceEvents"', 0, size), size)
-    hi = max(m.end() for m in _END.finditer(buf, max(lo, size - (1 << 16)), size))
-    with memoryview(buf) as mv, mv[lo:hi] as text:
-        got = scanner.scan(text)
-    if got is None:
-        raise SystemExit(f"{path}: the scanner did not read its events array; not a floor input")
-    records = got[0]
+    records = _scan(scanner, buf, lo, _array_end(buf, lo, size), path)
     return {"gunzip_s": gunzip, "scan_s": time.process_time() - t, "records": records, "json_bytes": size}
 
 
@@ -114,12 +132,9 @@ def gunzip_scan_streamed(path: str, block: int = 0) -> dict[str, float]:
     buffer the size of the file."""
     from dtrace.readers._io import BLOCK as READ_BLOCK
     from dtrace.readers._io import _gzip, is_gzip
-    from dtrace.readers._scanned import new_scanner
 
     step = block or READ_BLOCK
-    scanner = new_scanner()
-    if scanner is None:
-        raise SystemExit("the compiled scanner is not built (pip install -e . builds it)")
+    scanner = _scanner()
     buf = _buffer(4 * step)
     view = memoryview(buf)
     gunzip = scan = 0.0
@@ -140,12 +155,7 @@ def gunzip_scan_streamed(path: str, block: int = 0) -> dict[str, float]:
                 if lo < 0 and n:
                     continue
             if not n:  # the last block: up to the array's end
-                end = max((m.end() for m in _END.finditer(buf, max(lo, hi - (1 << 16)), hi)), default=-1)
-                with view[lo:end] as text:
-                    got = scanner.scan(text) if lo >= 0 and end > lo else None
-                if got is None:
-                    raise SystemExit(f"{path}: the scanner did not read its events array; not a floor input")
-                records += got[0]
+                records += _scan(scanner, buf, lo, _array_end(buf, lo, hi), path)
                 scan += time.process_time() - t
                 break
             last = None
@@ -154,11 +164,7 @@ def gunzip_scan_streamed(path: str, block: int = 0) -> dict[str, float]:
             if last is not None:
                 j = buf.index(b",", last.start(), last.end())  # the comma between the two events
                 buf[j] = ord("]")
-                with view[lo : j + 1] as text:
-                    got = scanner.scan(text)
-                if got is None:
-                    raise SystemExit(f"{path}: the scanner did not read a block of its events; not a floor input")
-                records += got[0]
+                records += _scan(scanner, buf, lo, j + 1, path, what="a block of its events")
                 buf[j] = ord("[")
                 buf[: hi - j] = buf[j:hi]  # the rest, after the new ``[``, to the window's start
                 lo, hi = 0, hi - j
